@@ -1,0 +1,3 @@
+from webhook.cli import main
+
+raise SystemExit(main())

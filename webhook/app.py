@@ -1,0 +1,134 @@
+"""The HTTP adapter: Flask routes around the decision.
+
+    POST /mutate    AdmissionReview in, AdmissionReview out (decision -> JSON patch)
+    GET  /healthz   the process is alive
+    GET  /readyz    policies loaded and the cluster state synced (503 until then)
+    GET  /metrics   Prometheus exposition
+
+Nothing here decides anything; it reads the body (bounded), asks `webhook.review`, records the
+metrics and writes one JSON log line per admission. No request may end in a 500: an unexpected
+error while deciding is answered with a deny that says so, and logged with its traceback.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any
+
+import orjson
+from flask import Flask, Response, request
+from werkzeug.exceptions import HTTPException
+
+from webhook import metrics, review
+from webhook.cluster import ClusterState
+from webhook.decision import pod_name
+from webhook.policy_store import PolicyStore
+
+MAX_BODY = 3 * 1024 * 1024  # etcd stores objects up to 1.5 MiB; a review carries one object
+
+log = logging.getLogger("rdma_webhook.admission")
+
+_JSON = "application/json"
+
+
+def _json(doc: Any, status: int = 200) -> Response:
+    metrics.RESPONSES.labels(str(status)).inc()
+    return Response(orjson.dumps(doc), status=status, mimetype=_JSON)
+
+
+def create_app(store: PolicyStore, cluster: ClusterState) -> Flask:
+    app = Flask("rdma_webhook")
+    app.config["MAX_CONTENT_LENGTH"] = MAX_BODY
+
+    def namespace_of(name: str):
+        return cluster.namespace(name)
+
+    def admit(endpoint: str, handler) -> Response:
+        start = time.perf_counter()
+        if request.content_length is not None and request.content_length > MAX_BODY:
+            metrics.ADMISSIONS.labels(endpoint, "error", "").inc()
+            return _json({"error": f"request body over {MAX_BODY} bytes"}, 413)
+        body = request.get_data(cache=False)
+        try:
+            status, doc, decision, req = handler(body, store.current, namespace_of, cluster.attachments())
+        except Exception as exc:  # a bug must not become a 500: deny (fail closed) and say so
+            log.exception("internal error while deciding")
+            uid = _uid_of(body)
+            if uid is None:
+                status, doc, decision, req = 400, {"error": "request could not be processed"}, None, None
+            else:
+                status, doc, decision, req = 200, review.response(uid, None, message=f"internal error while deciding ({type(exc).__name__}); the pod was not admitted"), None, None
+        elapsed = time.perf_counter() - start
+        outcome = decision.outcome if decision else ("error" if status != 200 or not doc.get("response", {}).get("allowed") else "skipped")
+        policy = (decision.policy or "") if decision else ""
+        metrics.ADMISSIONS.labels(endpoint, outcome, policy).inc()
+        metrics.DURATION.labels(endpoint).observe(elapsed)
+        if log.isEnabledFor(logging.INFO):
+            log.info("admission", extra={"admission": _log_fields(endpoint, req, decision, doc, outcome, elapsed)})
+        return _json(doc, status)
+
+    @app.post("/mutate")
+    def mutate() -> Response:
+        return admit("mutate", review.handle)
+
+    @app.get("/healthz")
+    def healthz() -> Response:
+        return _json({"status": "ok"})
+
+    @app.get("/readyz")
+    def readyz() -> Response:
+        problems = []
+        if store.current is None:
+            problems.append("no valid policies loaded" + (f": {store.last_errors[0]}" if store.last_errors else ""))
+        if not cluster.ready():
+            problems.append("cluster state not synced yet")
+        if problems:
+            return _json({"status": "not ready", "problems": problems}, 503)
+        return _json({"status": "ready", "policies": sorted(store.current.by_name)})
+
+    @app.get("/metrics")
+    def metrics_page() -> Response:
+        data, content_type = metrics.exposition()
+        return Response(data, mimetype=content_type.split(";")[0], content_type=content_type)
+
+    @app.errorhandler(HTTPException)
+    def http_error(exc: HTTPException) -> Response:
+        return _json({"error": exc.description or exc.name}, exc.code or 400)
+
+    @app.errorhandler(Exception)
+    def unexpected(exc: Exception) -> Response:
+        log.exception("unexpected error outside admission")
+        return _json({"error": "internal error"}, 503)
+
+    return app
+
+
+def _uid_of(body: bytes) -> str | None:
+    try:
+        uid = orjson.loads(body)["request"]["uid"]
+    except Exception:
+        return None
+    return uid if isinstance(uid, str) and uid else None
+
+
+def _log_fields(endpoint, req, decision, doc, outcome, elapsed) -> dict[str, Any]:
+    """What one admission log line says: no pod spec, no env values, no tokens."""
+    fields: dict[str, Any] = {"endpoint": endpoint, "outcome": outcome, "ms": round(elapsed * 1000, 3)}
+    if req is not None:
+        fields["uid"] = req.uid
+        fields["namespace"] = req.namespace
+        fields["operation"] = req.operation
+        if isinstance(req.obj, dict):
+            fields["pod"] = pod_name(req.obj)
+    if decision is not None:
+        fields["policy"] = decision.policy
+        if decision.denials:
+            fields["reasons"] = [f.rule for f in decision.denials]
+        if decision.reason:
+            fields["why"] = decision.reason
+    elif "error" in doc:
+        fields["error"] = doc["error"]
+    elif "response" in doc and doc["response"].get("status"):
+        fields["error"] = doc["response"]["status"].get("message")
+    return fields

@@ -1,0 +1,286 @@
+"""The command line: `rdma-webhook serve | review | policy lint | certs`.
+
+`review` runs the very decision `serve` runs, offline, on Pod manifests or AdmissionReview files,
+so a platform team can fail a CI build on a training manifest that would fall back to TCP.
+Exit status: 0 all allowed, 1 any denied, 2 bad input.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import difflib
+import json
+import os
+import sys
+from typing import Any, Iterable, TextIO
+
+import yaml
+
+from webhook import keys
+
+EXIT_OK, EXIT_DENIED, EXIT_BAD_INPUT = 0, 1, 2
+
+
+def _policies_dir(arg: str | None) -> str:
+    from webhook.policy import default_policies_dir
+
+    return arg or str(default_policies_dir())
+
+
+# -- review ------------------------------------------------------------------------------------
+
+class InputError(Exception):
+    pass
+
+
+def _documents(path: str) -> list[Any]:
+    try:
+        if path == "-":
+            text = sys.stdin.read()
+        else:
+            with open(path, encoding="utf-8") as fh:
+                text = fh.read()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InputError(f"{path}: cannot read: {getattr(exc, 'strerror', None) or exc}") from None
+    try:
+        docs = [d for d in yaml.safe_load_all(text) if d is not None]  # JSON is YAML too
+    except yaml.YAMLError as exc:
+        raise InputError(f"{path}: not valid YAML or JSON: {exc}") from None
+    out: list[Any] = []
+    for doc in docs:
+        if isinstance(doc, dict) and doc.get("kind") == "List":
+            out.extend(doc.get("items") or [])
+        else:
+            out.append(doc)
+    return out
+
+
+def _as_request(doc: Any, where: str, namespace: str | None) -> dict[str, Any]:
+    """An AdmissionReview request for a document: its own request, or one made for a Pod."""
+    if not isinstance(doc, dict):
+        raise InputError(f"{where}: expected a Pod or an AdmissionReview, found a {type(doc).__name__}")
+    if doc.get("kind") == "AdmissionReview":
+        req = doc.get("request")
+        if not isinstance(req, dict) or not req.get("uid"):
+            raise InputError(f"{where}: AdmissionReview without request.uid")
+        return req
+    if doc.get("kind") == "Pod":
+        meta = doc.get("metadata") if isinstance(doc.get("metadata"), dict) else {}
+        ns = namespace or meta.get("namespace") or "default"
+        return {
+            "uid": f"review-{where}",
+            "kind": {"group": "", "version": "v1", "kind": "Pod"},
+            "resource": {"group": "", "version": "v1", "resource": "pods"},
+            "namespace": ns,
+            "operation": "CREATE",
+            "object": doc,
+        }
+    raise InputError(f"{where}: kind {doc.get('kind')!r} is not supported (give Pods or AdmissionReviews)")
+
+
+def _color(enabled: bool, code: str, text: str) -> str:
+    return f"\033[{code}m{text}\033[0m" if enabled else text
+
+
+def _diff(before: Any, after: Any, color: bool) -> list[str]:
+    a = yaml.safe_dump(before, sort_keys=False, width=1000).splitlines()
+    b = yaml.safe_dump(after, sort_keys=False, width=1000).splitlines()
+    lines = []
+    for line in difflib.unified_diff(a, b, "before", "after", lineterm="", n=2):
+        if line.startswith("+") and not line.startswith("+++"):
+            line = _color(color, "32", line)
+        elif line.startswith("-") and not line.startswith("---"):
+            line = _color(color, "31", line)
+        elif line.startswith("@@"):
+            line = _color(color, "36", line)
+        lines.append(line)
+    return lines
+
+
+def _explain(out: TextIO, where: str, req: dict[str, Any], resp: dict[str, Any], decision, color: bool) -> None:
+    from webhook.decision import pod_name
+
+    obj = req.get("object")
+    name = pod_name(obj) if isinstance(obj, dict) else "(no object)"
+    r = resp["response"]
+    if decision is None:
+        verdict = "ALLOWED (not a pod)" if r["allowed"] else "DENIED (bad request)"
+    else:
+        verdict = decision.outcome.upper()
+    verdict_color = "31;1" if not r["allowed"] else ("32;1" if verdict == "MUTATED" else "1")
+    policy = f" by policy {decision.policy}" if decision is not None and decision.policy else ""
+    out.write(f"{_color(color, '1', where)}: pod {req.get('namespace')}/{name}: {_color(color, verdict_color, verdict)}{policy}\n")
+    if decision is not None and decision.reason:
+        out.write(f"  why: {decision.reason}\n")
+    if not r["allowed"]:
+        if decision is not None:
+            for f in decision.denials:
+                out.write(f"  {_color(color, '31', 'deny')} {f.text()}\n")
+        else:
+            out.write(f"  {_color(color, '31', 'deny')} {r['status']['message']}\n")
+    if decision is not None:
+        for note in decision.notes:
+            out.write(f"  {_color(color, '32', 'add ')} {note}\n")
+    for w in r.get("warnings", []):
+        out.write(f"  {_color(color, '33', 'warn')} {w}\n")
+    if r.get("patch"):
+        import jsonpatch
+
+        ops = json.loads(base64.b64decode(r["patch"]))
+        after = jsonpatch.apply_patch(obj, ops)
+        out.write(f"  {len(ops)} patch operations; the pod before and after:\n")
+        for line in _diff(obj, after, color):
+            out.write(f"    {line}\n")
+    out.write("\n")
+
+
+def cmd_review(args: argparse.Namespace) -> int:
+    from webhook import review
+    from webhook.cluster import AssumedClusterState, ClusterStateError, FileClusterState
+    from webhook.policy import load_dir
+
+    policies, errors = load_dir(_policies_dir(args.policies))
+    if policies is None:
+        for err in errors:
+            print(f"error: {err}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    if args.cluster_state:
+        try:
+            state = FileClusterState.from_file(args.cluster_state)
+        except ClusterStateError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return EXIT_BAD_INPUT
+    else:
+        state = AssumedClusterState()
+    color = args.color == "always" or (args.color == "auto" and sys.stdout.isatty() and not os.environ.get("NO_COLOR"))
+    status = EXIT_OK
+    for path in args.files:
+        try:
+            docs = _documents(path)
+        except InputError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            status = EXIT_BAD_INPUT
+            continue
+        for i, doc in enumerate(docs, 1):
+            where = f"{path}#{i}" if len(docs) > 1 else path
+            try:
+                req = _as_request(doc, where, args.namespace)
+            except InputError as exc:
+                print(f"error: {exc}", file=sys.stderr)
+                status = EXIT_BAD_INPUT
+                continue
+            body = json.dumps({"apiVersion": review.API_VERSION, "kind": "AdmissionReview", "request": req}).encode()
+            code, resp, decision, _ = review.handle(body, policies, state.namespace, state.attachments())
+            if code != 200:
+                print(f"error: {where}: {resp.get('error')}", file=sys.stderr)
+                status = EXIT_BAD_INPUT
+                continue
+            if args.explain:
+                _explain(sys.stdout, where, req, resp, decision, color)
+            else:
+                sys.stdout.write(json.dumps(resp, indent=2) + "\n")
+            if not resp["response"]["allowed"] and status == EXIT_OK:
+                status = EXIT_DENIED
+    return status
+
+
+# -- policy lint -------------------------------------------------------------------------------
+
+def cmd_lint(args: argparse.Namespace) -> int:
+    from webhook.policy import load_dir
+
+    policies, errors = load_dir(args.dir)
+    if policies is None:
+        for err in errors:
+            print(f"error: {err}", file=sys.stderr)
+        print(f"{len(errors)} problem(s) found; no policy was loaded", file=sys.stderr)
+        return 1
+    for p in sorted(policies.by_name.values(), key=lambda p: p.name):
+        net = f", network {p.network_name}" if p.network_name else ""
+        print(f"ok  {p.name}  ({p.fabric_kind}, {p.device_resource or 'resource from attachment'}{net})  {p.source}")
+    return 0
+
+
+# -- certs -------------------------------------------------------------------------------------
+
+def cmd_certs(args: argparse.Namespace) -> int:
+    from webhook.certs import write_certs
+
+    try:
+        bundle = write_certs(args.out, args.service, args.namespace, args.dns, args.ip, args.days)
+    except (OSError, ValueError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    print(f"wrote ca.crt, ca.key, tls.crt, tls.key to {args.out}", file=sys.stderr)
+    print(bundle)
+    return 0
+
+
+# -- serve -------------------------------------------------------------------------------------
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    from webhook import serve
+
+    for label, path in (("--tls-cert", args.tls_cert), ("--tls-key", args.tls_key), ("--client-ca", args.client_ca),
+                        ("--cluster-state", args.cluster_state)):
+        if path and not os.path.isfile(path):
+            print(f"error: {label} {path}: no such file", file=sys.stderr)
+            return 2
+    return serve.run(policies_dir=_policies_dir(args.policies), tls_cert=args.tls_cert, tls_key=args.tls_key,
+                     host=args.host, port=args.port, workers=args.workers, threads=args.threads,
+                     cluster_state=args.cluster_state, client_ca=args.client_ca, log_level=args.log_level)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="rdma-webhook", description="RDMA injection webhook for GPU training pods.")
+    sub = p.add_subparsers(dest="command", required=True)
+
+    s = sub.add_parser("serve", help="serve the admission webhook over HTTPS")
+    s.add_argument("--policies", help="policies folder (default: the repository's policies/)")
+    s.add_argument("--tls-cert", required=True)
+    s.add_argument("--tls-key", required=True)
+    s.add_argument("--client-ca", help="require client certificates signed by this CA (API server authentication)")
+    s.add_argument("--host", default="0.0.0.0")
+    s.add_argument("--port", type=int, default=8443)
+    s.add_argument("--workers", type=int, default=2, help="worker processes")
+    s.add_argument("--threads", type=int, default=4, help="threads per worker")
+    s.add_argument("--cluster-state", help="read namespaces and NetworkAttachmentDefinitions from this YAML file instead of the API server")
+    s.add_argument("--log-level", default="INFO")
+    s.set_defaults(func=cmd_serve)
+
+    r = sub.add_parser("review", help="run the admission decision offline on manifests")
+    r.add_argument("files", nargs="+", help="Pod manifests or AdmissionReviews (YAML or JSON; - for stdin)")
+    r.add_argument("--policies", help="policies folder (default: the repository's policies/)")
+    r.add_argument("--cluster-state", help="namespaces and NetworkAttachmentDefinitions (kubectl get ns,net-attach-def -A -o yaml)")
+    r.add_argument("--namespace", help="namespace for Pod manifests that name none (default: their own, else 'default')")
+    r.add_argument("--explain", action="store_true", help="print the decision, reasons and a diff for people")
+    r.add_argument("--color", choices=("auto", "always", "never"), default="auto")
+    r.set_defaults(func=cmd_review)
+
+    pol = sub.add_parser("policy", help="policy tools")
+    polsub = pol.add_subparsers(dest="policy_command", required=True)
+    lint = polsub.add_parser("lint", help="validate the policy files of a folder")
+    lint.add_argument("dir")
+    lint.set_defaults(func=cmd_lint)
+
+    c = sub.add_parser("certs", help="write a CA and a serving certificate for the webhook Service")
+    c.add_argument("--service", required=True)
+    c.add_argument("--namespace", required=True)
+    c.add_argument("--out", required=True)
+    c.add_argument("--dns", action="append", default=[], help="extra DNS name (repeatable)")
+    c.add_argument("--ip", action="append", default=[], help="extra IP address (repeatable)")
+    c.add_argument("--days", type=int, default=365)
+    c.set_defaults(func=cmd_certs)
+    return p
+
+
+def main(argv: Iterable[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(list(argv) if argv is not None else None)
+    try:
+        return args.func(args)
+    except KeyboardInterrupt:
+        return 130
+    except BrokenPipeError:
+        return 0

@@ -1,0 +1,253 @@
+"""The decision: a pure function of (pod, namespace, policies, known network attachments).
+
+    decide(...) -> Decision(outcome, mutated pod, denials, warnings, notes)
+
+No I/O happens here: the namespace and the attachment lookup are handed in already resolved, so
+`/mutate`, `/validate` and `rdma-webhook review` reach the same answer for the same input. The
+steps follow the admission contract: who is considered, which policy applies, which containers
+are targets, the TCP-fallback rules (`webhook.fallback`), then the mutation (`webhook.mutation`)
+on a private copy. The JSON patch is derived afterwards from the pod as sent and that copy.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Mapping, Protocol
+
+import orjson
+
+from webhook import fallback, k8s, keys, mutation, nccl
+from webhook.fallback import Finding, Subject, Target
+from webhook.policy import Policy, PolicySet
+
+SKIPPED, UNCHANGED, MUTATED, DENIED = "skipped", "unchanged", "mutated", "denied"
+
+
+class Attachments(Protocol):
+    """What the decision needs to know about NetworkAttachmentDefinitions."""
+
+    def attachment(self, namespace: str, name: str) -> Mapping[str, Any] | None: ...
+
+
+@dataclass(frozen=True)
+class Namespace:
+    name: str
+    labels: Mapping[str, str]
+
+
+@dataclass
+class Decision:
+    outcome: str
+    pod: Any  # the mutated copy when outcome is MUTATED, else the pod as sent
+    policy: str | None = None
+    denials: list[Finding] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)  # what the mutation added, for people
+    reason: str = ""  # why a pod was skipped or left unchanged
+
+    @property
+    def allowed(self) -> bool:
+        return self.outcome != DENIED
+
+
+def _deny(pod: Any, policy: str | None, rule: str, message: str, warnings: list[str] | None = None) -> Decision:
+    return Decision(DENIED, pod, policy, [Finding(rule, None, message)], warnings or [])
+
+
+def shape_problem(pod: Any) -> str | None:
+    """What makes `pod` unusable as a Pod object (None when the fields we read have sane types)."""
+    if not isinstance(pod, dict):
+        return "the object is not a JSON object"
+    if pod.get("kind") not in (None, "Pod"):
+        return f"the object is a {pod.get('kind')!r}, not a Pod"
+    for key in ("metadata", "spec"):
+        if pod.get(key) is not None and not isinstance(pod.get(key), dict):
+            return f"{key} must be an object"
+    meta = pod.get("metadata") or {}
+    for key in ("labels", "annotations"):
+        value = meta.get(key)
+        if value is not None and (not isinstance(value, dict) or not all(isinstance(v, str) for v in value.values())):
+            return f"metadata.{key} must map strings to strings"
+    spec = pod.get("spec") or {}
+    for key in ("containers", "initContainers", "volumes"):
+        value = spec.get(key)
+        if value is not None and (not isinstance(value, list) or not all(isinstance(v, dict) for v in value)):
+            return f"spec.{key} must be a list of objects"
+    for kind in ("containers", "initContainers"):
+        for i, c in enumerate(spec.get(kind) or ()):
+            for key in ("resources", "securityContext"):
+                if c.get(key) is not None and not isinstance(c.get(key), dict):
+                    return f"spec.{kind}[{i}].{key} must be an object"
+            for key in ("env", "envFrom", "volumeMounts", "command", "args"):
+                if c.get(key) is not None and not isinstance(c.get(key), list):
+                    return f"spec.{kind}[{i}].{key} must be a list"
+            for key in ("limits", "requests"):
+                sect = (c.get("resources") or {}).get(key)
+                if sect is not None and not isinstance(sect, dict):
+                    return f"spec.{kind}[{i}].resources.{key} must be an object"
+            caps = (c.get("securityContext") or {}).get("capabilities")
+            if caps is not None and (not isinstance(caps, dict) or any(caps.get(k) is not None and not isinstance(caps.get(k), list) for k in ("add", "drop"))):
+                return f"spec.{kind}[{i}].securityContext.capabilities must hold add/drop lists"
+    return None
+
+
+def pod_name(pod: Mapping[str, Any]) -> str:
+    meta = pod.get("metadata") or {}
+    return meta.get("name") or (f"{meta['generateName']}*" if meta.get("generateName") else "(unnamed)")
+
+
+def select_policy(pod: Mapping[str, Any], ns: Namespace, policies: PolicySet | None) -> tuple[Policy | None, str | None]:
+    """(policy, None) or (None, why no policy applies): pod annotation, else namespace label,
+    else the highest-precedence policy whose namespace selector matches."""
+    if not policies:
+        return None, "the webhook has no valid policies loaded; ask the platform team to check `rdma-webhook policy lint`"
+    annotations = (pod.get("metadata") or {}).get("annotations") or {}
+    asked = annotations.get(keys.POD_POLICY)
+    if asked is not None:
+        policy = policies.get(asked)
+        if policy is None:
+            known = ", ".join(sorted(policies.by_name))
+            return None, f"annotation {keys.POD_POLICY}={asked!r} names no policy (known: {known}); fix the annotation"
+        if not policy.allows_namespace(ns.labels):
+            return None, f"policy {asked!r} (annotation {keys.POD_POLICY}) may not be used in namespace {ns.name!r}; remove the annotation or ask the platform team"
+        return policy, None
+    ns_default = ns.labels.get(keys.NS_POLICY)
+    if ns_default is not None:
+        policy = policies.get(ns_default)
+        if policy is None:
+            return None, f"namespace {ns.name!r} label {keys.NS_POLICY}={ns_default!r} names no policy; ask the platform team to fix the label"
+        if not policy.allows_namespace(ns.labels):
+            return None, f"namespace {ns.name!r} label {keys.NS_POLICY} names policy {ns_default!r}, whose namespaceSelector does not allow this namespace"
+        return policy, None
+    policy = policies.for_namespace(ns.labels)
+    if policy is None:
+        return None, (f"pod asked for RDMA ({keys.POD_INJECT}=true) but no policy applies to namespace {ns.name!r}; "
+                      f"set the pod annotation {keys.POD_POLICY}=<policy> or the namespace label {keys.NS_POLICY}=<policy>")
+    return policy, None
+
+
+def _gpu_count(container: Mapping[str, Any], gpu_resources: tuple[str, ...]) -> int:
+    resources = container.get("resources") or {}
+    best = 0
+    for section in ("limits", "requests"):
+        values = resources.get(section) or {}
+        for res in gpu_resources:
+            if res in values:
+                try:
+                    best = max(best, int(k8s.parse_quantity(values[res])))
+                except ValueError:
+                    pass
+    return best
+
+
+def find_targets(pod: Mapping[str, Any], policy: Policy) -> list[Target]:
+    targets = []
+    for i, c in enumerate((pod.get("spec") or {}).get("containers") or ()):
+        gpus = _gpu_count(c, policy.gpu_resources)
+        if gpus > 0:
+            env, unknown = k8s.effective_env(c.get("env"))
+            targets.append(Target(i, str(c.get("name")), gpus, env, unknown, bool(c.get("envFrom"))))
+    return targets
+
+
+def resolve_network(policy: Policy, pod_ns: str, attachments: Attachments | None) -> tuple[str | None, str | None]:
+    """(device resource, problem): the NetworkAttachmentDefinition's resourceName annotation when
+    the cluster state has it, else the policy's resource."""
+    if not policy.network_name:
+        return policy.device_resource, None
+    net_ns = policy.network_namespace or pod_ns
+    if attachments is None:  # cluster state not known (offline review without a state file)
+        if policy.device_resource:
+            return policy.device_resource, None
+        return None, (f"the {policy.name} policy takes its device resource from NetworkAttachmentDefinition "
+                      f"{net_ns}/{policy.network_name}, which cannot be looked up here")
+    nad = attachments.attachment(net_ns, policy.network_name)
+    if nad is None:
+        return None, (f"NetworkAttachmentDefinition {net_ns}/{policy.network_name} does not exist, so Multus cannot attach "
+                      f"the RDMA network and NCCL would use TCP; ask the platform team to create it in {net_ns!r}")
+    resource = ((nad.get("metadata") or {}).get("annotations") or {}).get(keys.NAD_RESOURCE_NAME)
+    if resource:
+        return resource, None
+    if policy.device_resource:
+        return policy.device_resource, None
+    return None, (f"NetworkAttachmentDefinition {net_ns}/{policy.network_name} names no device resource "
+                  f"({keys.NAD_RESOURCE_NAME}) and the {policy.name} policy gives none: the pod would get an "
+                  f"interface without an RDMA device")
+
+
+def _warnings(pod: Mapping[str, Any], subject: Subject) -> list[str]:
+    out: list[str] = []
+    spec = pod.get("spec") or {}
+    pod_sc = spec.get("securityContext") if isinstance(spec.get("securityContext"), dict) else {}
+    for _, c in subject.all_containers():
+        for name, value in fallback.command_settings(list(c.get("command") or ()) + list(c.get("args") or ())):
+            if name == "NCCL_DEBUG" and nccl.debug_verbose(value):
+                out.append(f"{c.get('name')}: the command sets NCCL_DEBUG={value}, which logs heavily; use WARN outside debugging")
+                break
+    for t in subject.targets:
+        if nccl.debug_verbose(t.env.get("NCCL_DEBUG")):
+            out.append(f"{t.name}: NCCL_DEBUG={t.env['NCCL_DEBUG']} logs heavily; use WARN outside debugging")
+        if t.has_env_from:
+            out.append(f"{t.name}: envFrom values cannot be checked for NCCL settings; the policy's env entries take precedence over them")
+        unknown = sorted(n for n in t.env_unknown if n in fallback.WATCHED)
+        if unknown:
+            out.append(f"{t.name}: {', '.join(unknown)} come from valueFrom and cannot be checked")
+        sc = subject.container(t).get("securityContext") or {}
+        non_root = sc.get("runAsNonRoot", pod_sc.get("runAsNonRoot")) is True
+        user = sc.get("runAsUser", pod_sc.get("runAsUser"))
+        if non_root or (isinstance(user, int) and user != 0):
+            out.append(f"{t.name}: runs as non-root, so the added IPC_LOCK stays out of its effective capabilities; "
+                       f"raise the memlock limit or grant the capability in the image")
+    return out
+
+
+def decide(pod: Any, namespace: Namespace | None, policies: PolicySet | None,
+           attachments: Attachments | None = None, operation: str = "CREATE") -> Decision:
+    """Decide what happens to `pod` (the raw object as sent; never modified here)."""
+    problem = shape_problem(pod)
+    if problem:
+        return _deny(pod, None, "malformed-pod", f"the request's pod is malformed: {problem}")
+    labels = (pod.get("metadata") or {}).get("labels") or {}
+    if operation != "CREATE":
+        return Decision(SKIPPED, pod, reason=f"operation {operation}, only CREATE is considered")
+    if labels.get(keys.POD_INJECT) != keys.POD_INJECT_TRUE:
+        return Decision(SKIPPED, pod, reason=f"pod does not carry {keys.POD_INJECT}=true")
+    if namespace is None:
+        return _deny(pod, None, "namespace-unknown",
+                     "the pod's namespace is unknown to the webhook, so its opt-in cannot be checked; retry in a moment")
+    if namespace.labels.get(keys.NS_INJECTION) != keys.NS_INJECTION_ENABLED:
+        return Decision(SKIPPED, pod, reason=f"namespace {namespace.name!r} does not carry {keys.NS_INJECTION}=enabled")
+
+    policy, why = select_policy(pod, namespace, policies)
+    if policy is None:
+        return _deny(pod, None, "no-policy", why or "no policy applies")
+
+    targets = find_targets(pod, policy)
+    if not targets:
+        # No container gets RDMA, but a launcher's `mpirun -x NCCL_IB_DISABLE=1` still sends
+        # every worker to TCP: the command rules apply to every labelled pod.
+        subject = Subject(pod, policy, namespace.labels, [])
+        warnings = _warnings(pod, subject)
+        denials = list(fallback.rule("command-fallback").check(subject))
+        if denials:
+            return Decision(DENIED, pod, policy.name, denials, warnings)
+        gpu = "/".join(policy.gpu_resources)
+        warnings.insert(0, f"no container requests a GPU ({gpu}); left unchanged (an MPI launcher needs no RDMA device)")
+        return Decision(UNCHANGED, pod, policy.name, warnings=warnings, reason="no GPU container")
+
+    resource, net_problem = resolve_network(policy, namespace.name, attachments)
+    subject = Subject(pod, policy, namespace.labels, targets, resource, net_problem)
+    annotations = (pod.get("metadata") or {}).get("annotations") or {}
+    if policy.network_name and isinstance(annotations.get(keys.MULTUS_NETWORKS), str) and mutation.parse_networks(annotations[keys.MULTUS_NETWORKS]) is None:
+        subject.network_problem = (f"annotation {keys.MULTUS_NETWORKS} starts with '[' but is not a JSON list of "
+                                   f"network objects; Multus would reject the pod. Fix the annotation")
+    denials = fallback.findings(subject)
+    warnings = _warnings(pod, subject)
+    if denials:
+        return Decision(DENIED, pod, policy.name, denials, warnings)
+
+    mutated = orjson.loads(orjson.dumps(pod))  # a private deep copy, faster than copy.deepcopy
+    notes = mutation.apply(mutated, subject, namespace.name, warnings)
+    if mutated == pod:
+        return Decision(UNCHANGED, pod, policy.name, warnings=warnings, reason="already injected")
+    return Decision(MUTATED, mutated, policy.name, warnings=warnings, notes=notes)

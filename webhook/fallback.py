@@ -1,0 +1,226 @@
+"""The TCP-fallback rules: every way a pod that asked for RDMA would end up on NET/Socket anyway,
+or could not get RDMA at all. One table, `RULES`; each rule has an id, a check and a fix.
+
+A rule looks at a `Subject` (the pod as the user wrote it, the chosen policy, the namespace and
+what the decision already resolved) and returns findings. Each finding says which container,
+which setting, why it means TCP and what to change, because the message goes straight back to
+the person who ran `kubectl apply`. Adding a rule is one function and one table entry.
+
+Values are judged the way NCCL and Kubernetes will judge them (see `webhook.nccl` and
+`webhook.k8s`): `$(VAR)` references are expanded, NCCL_IB_DISABLE is read with strtoll,
+NCCL_NET case-insensitively, NCCL_IB_HCA with NCCL's own filter grammar.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterable, Iterator, Mapping
+
+from webhook import keys, nccl
+from webhook.policy import Policy
+
+
+@dataclass(frozen=True)
+class Finding:
+    rule: str
+    container: str | None
+    message: str
+
+    def text(self) -> str:
+        where = f"container {self.container!r}: " if self.container else ""
+        return f"{where}{self.message} [{self.rule}]"
+
+
+@dataclass
+class Target:
+    """A container that gets RDMA: it asks for a GPU."""
+
+    index: int
+    name: str
+    gpus: int
+    env: dict[str, str]  # the values its process will see from `env`, `$(VAR)`s expanded
+    env_unknown: set[str]  # names set from valueFrom, unknowable here
+    has_env_from: bool
+
+
+@dataclass
+class Subject:
+    pod: Mapping[str, Any]
+    policy: Policy
+    namespace_labels: Mapping[str, str]
+    targets: list[Target]
+    device_resource: str | None = None
+    network_problem: str | None = None
+    extras: dict[str, Any] = field(default_factory=dict)
+
+    def all_containers(self) -> Iterator[tuple[str, Mapping[str, Any]]]:
+        spec = self.pod.get("spec") or {}
+        for kind in ("initContainers", "containers"):
+            for c in spec.get(kind) or ():
+                if isinstance(c, dict):
+                    yield kind, c
+
+    def container(self, t: Target) -> Mapping[str, Any]:
+        return self.pod["spec"]["containers"][t.index]
+
+
+def _fabric(policy: Policy) -> str:
+    return f"the {policy.name} policy's {policy.fabric_kind} fabric"
+
+
+# -- the judgement of single NCCL settings, shared by env and command checks --------------------
+
+def judge_setting(name: str, value: str, policy: Policy) -> str | None:
+    """Why NCCL setting name=value sends this pod to TCP (or leaves it without RDMA), or None."""
+    if name == "NCCL_IB_DISABLE" and nccl.ib_disabled(value):
+        return (f"NCCL_IB_DISABLE={value!r} turns NCCL's IB/RoCE transport off, so NCCL runs on TCP sockets "
+                f"(NET/Socket); remove it or set it to 0")
+    if name == "NCCL_NET" and not nccl.net_selected(value, policy.nccl_nets):
+        if value.casefold() == "socket":
+            why = "forces NCCL's TCP socket transport (NET/Socket)"
+        else:
+            why = f"names a transport that {_fabric(policy)} does not provide ({'/'.join(policy.nccl_nets)})"
+        return f"NCCL_NET={value!r} {why}; remove it and let the policy set NCCL_NET={policy.nccl_nets[0]}"
+    if name == "NCCL_IB_HCA" and not nccl.hca_selected_devices(value, policy.hca_devices):
+        sample = ", ".join(policy.hca_devices[:2])
+        return (f"NCCL_IB_HCA={value!r} selects none of {_fabric(policy)}'s devices ({sample}, ...), so NCCL "
+                f"finds no RDMA device and uses TCP; remove it or name those devices")
+    return None
+
+
+WATCHED = ("NCCL_IB_DISABLE", "NCCL_NET", "NCCL_IB_HCA")
+_SCANNED = WATCHED + ("NCCL_DEBUG",)  # NCCL_DEBUG only for a warning
+
+
+def _rule_env(s: Subject) -> Iterable[Finding]:
+    for t in s.targets:
+        for name in WATCHED:
+            if name in t.env:
+                why = judge_setting(name, t.env[name], s.policy)
+                if why:
+                    yield Finding("env-fallback", t.name, why + " in env")
+
+
+# Assignments of the watched variables in a shell line, an `env` call, `mpirun -x NAME=value`,
+# `export NAME=value` or Python's os.environ: `NAME=` must start a word (so NCCL_NET_GDR_LEVEL= or
+# MY_NCCL_NET= do not count).
+_ASSIGN = re.compile(
+    r"(?<![A-Za-z0-9_])(" + "|".join(_SCANNED) + r")=(\"[^\"]*\"|'[^']*'|[^\s;&|)`]*)"
+    r"|environ\[\s*[\"'](" + "|".join(_SCANNED) + r")[\"']\s*\]\s*=\s*(\"[^\"]*\"|'[^']*')"
+)
+
+
+def command_settings(words: Iterable[Any]) -> Iterator[tuple[str, str]]:
+    """The NCCL settings (watched ones and NCCL_DEBUG) a container's command and args make, in order."""
+    text = " ".join(w for w in words if isinstance(w, str))
+    if "NCCL_" not in text:
+        return
+    for m in _ASSIGN.finditer(text):
+        name = m.group(1) or m.group(3)
+        raw = m.group(2) if m.group(1) else m.group(4)
+        if raw[:1] in ("'", '"'):
+            raw = raw[1:-1]
+        else:
+            try:
+                raw = "".join(shlex.split(raw)) if raw else raw
+            except ValueError:
+                pass
+        if "$" in raw:  # a shell variable: its value is not known here
+            continue
+        yield name, raw
+
+
+def _rule_command(s: Subject) -> Iterable[Finding]:
+    for kind, c in s.all_containers():
+        words = list(c.get("command") or ()) + list(c.get("args") or ())
+        for name, value in command_settings(words):
+            why = judge_setting(name, value, s.policy)
+            if why:
+                note = " (mpirun -x exports it to every rank)" if "mpirun" in " ".join(map(str, words)) else ""
+                yield Finding("command-fallback", c.get("name"), why + f" in the command{note}")
+
+
+def _drops_ipc_lock(container: Mapping[str, Any]) -> bool:
+    caps = ((container.get("securityContext") or {}).get("capabilities") or {})
+    return any(isinstance(d, str) and d.upper() in ("IPC_LOCK", "CAP_IPC_LOCK") for d in caps.get("drop") or ())
+
+
+def _rule_ipc_lock_dropped(s: Subject) -> Iterable[Finding]:
+    for t in s.targets:
+        if _drops_ipc_lock(s.container(t)):
+            yield Finding("ipc-lock-dropped", t.name,
+                          "securityContext.capabilities.drop lists IPC_LOCK, which RDMA needs to pin memory "
+                          "(ibv_reg_mr fails and NCCL falls back to TCP); remove IPC_LOCK from drop "
+                          "(dropping ALL is fine)")
+
+
+def _rule_host_network(s: Subject) -> Iterable[Finding]:
+    if s.policy.network_name and (s.pod.get("spec") or {}).get("hostNetwork") is True:
+        yield Finding("host-network", None,
+                      f"hostNetwork: true, but the {s.policy.name} policy attaches the Multus network "
+                      f"{s.policy.network_name!r} and Multus does not attach networks to host-network pods; "
+                      f"remove hostNetwork")
+
+
+def _rule_pod_security(s: Subject) -> Iterable[Finding]:
+    level = s.namespace_labels.get(keys.PSA_ENFORCE)
+    if level in ("baseline", "restricted"):
+        yield Finding("pod-security", None,
+                      f"the namespace enforces the {level!r} Pod Security Standard, which rejects the IPC_LOCK "
+                      f"capability RDMA needs; ask the platform team for a namespace at the 'privileged' level "
+                      f"(label {keys.PSA_ENFORCE}) or run the job elsewhere")
+
+
+def _rule_device_zero(s: Subject) -> Iterable[Finding]:
+    res = s.device_resource
+    if not res:
+        return
+    for t in s.targets:
+        resources = s.container(t).get("resources") or {}
+        for section in ("limits", "requests"):
+            value = (resources.get(section) or {}).get(res)
+            if value is not None and str(value).strip() in ("0", "0.0", "0m", "-0"):
+                yield Finding("device-zero", t.name,
+                              f"resources.{section} sets {res}: {value!r}, an explicit zero, so the container gets no "
+                              f"RDMA device and NCCL uses TCP; remove it and the policy adds the right count")
+                break
+
+
+def _rule_network(s: Subject) -> Iterable[Finding]:
+    if s.network_problem:
+        yield Finding("network-attachment", None, s.network_problem)
+
+
+@dataclass(frozen=True)
+class Rule:
+    id: str
+    summary: str
+    check: Callable[[Subject], Iterable[Finding]]
+
+
+RULES: tuple[Rule, ...] = (
+    Rule("env-fallback", "a GPU container's env disables IB, forces NCCL_NET off the fabric, or filters out every RDMA device", _rule_env),
+    Rule("command-fallback", "the same settings made in the command or args of any container (export, env, mpirun -x, os.environ)", _rule_command),
+    Rule("ipc-lock-dropped", "a GPU container drops IPC_LOCK explicitly", _rule_ipc_lock_dropped),
+    Rule("host-network", "hostNetwork on a policy that needs a Multus network", _rule_host_network),
+    Rule("pod-security", "the namespace enforces the baseline or restricted Pod Security Standard", _rule_pod_security),
+    Rule("device-zero", "a GPU container sets the RDMA device resource to zero", _rule_device_zero),
+    Rule("network-attachment", "the policy's network has no NetworkAttachmentDefinition, or it names no device resource", _rule_network),
+)
+
+
+_BY_ID = {r.id: r for r in RULES}
+
+
+def rule(rule_id: str) -> Rule:
+    return _BY_ID[rule_id]
+
+
+def findings(subject: Subject) -> list[Finding]:
+    """Every finding of every rule, in table order."""
+    out: list[Finding] = []
+    for rule in RULES:
+        out.extend(rule.check(subject))
+    return out

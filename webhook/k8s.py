@@ -1,0 +1,156 @@
+"""Kubernetes semantics the decision relies on, reproduced exactly where no library offers them.
+
+Quantities come from the official client (`kubernetes.utils.parse_quantity`). Label selectors,
+`$(VAR)` expansion and the name grammars are small enough that the rules are written out here,
+each following the Kubernetes source it cites, so the webhook judges a pod the way the API server
+and kubelet will.
+"""
+
+from __future__ import annotations
+
+import re
+from decimal import Decimal
+from typing import Any, Callable, Iterable, Mapping
+
+from kubernetes.utils.quantity import parse_quantity as _parse_quantity
+
+
+def parse_quantity(value: Any) -> Decimal:
+    """A resource quantity ("8", "64Gi", "500m") as a Decimal; ValueError when it is not one."""
+    if isinstance(value, bool):
+        raise ValueError(f"{value!r} is not a quantity")
+    if isinstance(value, int):
+        return Decimal(value)
+    if isinstance(value, str) and value.isdigit():  # the common case, without the general parser
+        return Decimal(value)
+    if not isinstance(value, (str, float)):
+        raise ValueError(f"{value!r} is not a quantity")
+    try:
+        return _parse_quantity(value)
+    except Exception as exc:  # the client raises ValueError and, for some strings, others
+        raise ValueError(f"{value!r} is not a quantity") from exc
+
+
+def format_bytes(n: int) -> str:
+    """A byte count in the largest binary unit that divides it exactly (64Gi, 512Mi, 1000)."""
+    for unit, size in (("Ti", 1 << 40), ("Gi", 1 << 30), ("Mi", 1 << 20), ("Ki", 1 << 10)):
+        if n and n % size == 0:
+            return f"{n // size}{unit}"
+    return str(n)
+
+
+# -- names ------------------------------------------------------------------------------------
+
+_DNS1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+_DNS1123_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+_QUALIFIED_NAME_PART = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
+# NCCL reads its settings with getenv; a shell can only export C identifiers, so policy variable
+# names are held to that grammar (stricter than the API server's "any printable but '='").
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+def is_dns1123_label(name: str) -> bool:
+    return isinstance(name, str) and len(name) <= 63 and bool(_DNS1123_LABEL.match(name))
+
+
+def is_extended_resource_name(name: str) -> str | None:
+    """None if `name` is a valid extended resource name (domain/name, outside kubernetes.io),
+    else what is wrong with it (apimachinery IsQualifiedName plus the extended-resource rules)."""
+    if not isinstance(name, str) or "/" not in name:
+        return "must be <domain>/<name>, e.g. aliyun/erdma"
+    prefix, _, part = name.partition("/")
+    if len(prefix) > 253 or not _DNS1123_SUBDOMAIN.match(prefix):
+        return f"prefix {prefix!r} is not a DNS subdomain"
+    if len(part) > 63 or not _QUALIFIED_NAME_PART.match(part):
+        return f"name {part!r} must be 1-63 alphanumerics, '-', '_' or '.', starting and ending alphanumeric"
+    if prefix == "kubernetes.io" or prefix.endswith(".kubernetes.io"):
+        if prefix != "requests.kubernetes.io":
+            return "the kubernetes.io domain is reserved"
+    return None
+
+
+def is_env_name(name: str) -> bool:
+    return isinstance(name, str) and bool(_ENV_NAME.match(name))
+
+
+# -- label selectors --------------------------------------------------------------------------
+
+Selector = Callable[[Mapping[str, str]], bool]
+
+
+def compile_selector(sel: Mapping[str, Any] | None) -> Selector:
+    """A metav1.LabelSelector as a predicate over a label map.
+
+    An empty selector matches everything (as in the API). Requirements are ANDed; operators are
+    In, NotIn, Exists and DoesNotExist. NotIn and DoesNotExist match an absent key.
+    """
+    sel = sel or {}
+    checks: list[Callable[[Mapping[str, str]], bool]] = []
+    for key, value in (sel.get("matchLabels") or {}).items():
+        checks.append(lambda labels, k=key, v=value: labels.get(k) == v)
+    for expr in sel.get("matchExpressions") or []:
+        key, op, values = expr["key"], expr["operator"], frozenset(expr.get("values") or ())
+        if op == "In":
+            checks.append(lambda labels, k=key, vs=values: k in labels and labels[k] in vs)
+        elif op == "NotIn":
+            checks.append(lambda labels, k=key, vs=values: k not in labels or labels[k] not in vs)
+        elif op == "Exists":
+            checks.append(lambda labels, k=key: k in labels)
+        elif op == "DoesNotExist":
+            checks.append(lambda labels, k=key: k not in labels)
+        else:  # the policy schema rejects other operators before we get here
+            raise ValueError(f"unknown selector operator {op!r}")
+    if not checks:
+        return lambda labels: True
+    return lambda labels: all(check(labels) for check in checks)
+
+
+def selector_size(sel: Mapping[str, Any] | None) -> int:
+    """How many requirements a selector has: the more, the more specific."""
+    sel = sel or {}
+    return len(sel.get("matchLabels") or {}) + len(sel.get("matchExpressions") or [])
+
+
+# -- environment ------------------------------------------------------------------------------
+
+_REF = re.compile(r"\$\$|\$\(([^)]*)\)")
+
+
+def expand(value: str, defined: Mapping[str, str]) -> str:
+    """Kubernetes `$(VAR)` expansion (third_party/forked/golang/expansion): `$$` is a literal `$`,
+    `$(NAME)` becomes NAME's value if NAME is defined earlier, else stays as written."""
+    if "$" not in value:
+        return value
+
+    def sub(m: re.Match[str]) -> str:
+        if m.group(0) == "$$":
+            return "$"
+        name = m.group(1)
+        return defined[name] if name in defined else m.group(0)
+
+    return _REF.sub(sub, value)
+
+
+def effective_env(env: Iterable[Any] | None) -> tuple[dict[str, str], set[str]]:
+    """The environment a container's process will see from its `env` list, as kubelet builds it:
+    entries in order, later duplicates winning, each value expanded against the ones before.
+
+    Returns (known values, names whose value cannot be known here: valueFrom sources).
+    """
+    known: dict[str, str] = {}
+    unknown: set[str] = set()
+    for item in env or ():
+        if not isinstance(item, dict):
+            continue
+        name = item.get("name")
+        if not isinstance(name, str):
+            continue
+        if item.get("valueFrom") is not None:
+            known.pop(name, None)
+            unknown.add(name)
+            continue
+        value = item.get("value")
+        value = "" if value is None else str(value)
+        known[name] = expand(value, known)
+        unknown.discard(name)
+    return known, unknown

@@ -1,0 +1,213 @@
+"""What a policy adds to a pod: device resources, the NCCL block, /dev/shm, IPC_LOCK, the Multus
+network and the status annotations.
+
+Every function edits the pod copy in place and only adds what is missing, so running them on
+their own output changes nothing: the patch of a second pass is empty by construction. They
+return short notes (for warnings and `--explain`); they never decide to deny, which is
+`webhook.fallback`'s job, and never add privileged mode, host namespaces or hostPath.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from webhook import k8s, keys
+from webhook.fallback import Subject, Target
+from webhook.policy import Policy
+
+SHM_VOLUME = "rdma-webhook-dshm"
+
+
+def _dict_at(parent: dict[str, Any], key: str) -> dict[str, Any]:
+    """parent[key] as a dict, created (or replacing a null) when missing."""
+    value = parent.get(key)
+    if not isinstance(value, dict):
+        value = {}
+        parent[key] = value
+    return value
+
+
+def _list_at(parent: dict[str, Any], key: str) -> list[Any]:
+    value = parent.get(key)
+    if not isinstance(value, list):
+        value = []
+        parent[key] = value
+    return value
+
+
+def add_device(container: dict[str, Any], resource: str, count: int) -> str | None:
+    """The RDMA device in limits and requests (extended resources need both equal). A positive
+    value the user set stays; zero is denied before we get here."""
+    resources = _dict_at(container, "resources")
+    limits = _dict_at(resources, "limits")
+    changed = False
+    if resource not in limits:
+        limits[resource] = str(count)
+        changed = True
+    requests = _dict_at(resources, "requests")
+    if resource not in requests:
+        requests[resource] = limits[resource]
+        changed = True
+    return f"{resource}: {limits[resource]}" if changed else None
+
+
+def add_env(container: dict[str, Any], target: Target, policy: Policy, warnings: list[str]) -> list[str]:
+    """The policy's NCCL block: added where the container does not set a variable; enforced
+    variables replace a different user value (with a warning)."""
+    env = _list_at(container, "env")
+    added: list[str] = []
+    positions = {item.get("name"): i for i, item in enumerate(env) if isinstance(item, dict)}
+    for setting in policy.env:
+        i = positions.get(setting.name)
+        if i is None:
+            env.append({"name": setting.name, "value": setting.value})
+            added.append(setting.name)
+            continue
+        item = env[i]
+        if setting.enforce and (item.get("valueFrom") is not None or item.get("value") != setting.value):
+            before = "a valueFrom source" if item.get("valueFrom") is not None else repr(item.get("value"))
+            env[i] = {"name": setting.name, "value": setting.value}
+            added.append(setting.name)
+            warnings.append(f"{target.name}: {setting.name} is enforced by policy {policy.name}: {before} replaced by {setting.value!r}")
+    return added
+
+
+def _is_memory_empty_dir(volume: dict[str, Any]) -> bool:
+    ed = volume.get("emptyDir")
+    return isinstance(ed, dict) and ed.get("medium") == "Memory"
+
+
+def add_shm(pod: dict[str, Any], targets: list[Target], policy: Policy, warnings: list[str]) -> str | None:
+    """A memory-backed emptyDir at /dev/shm for every target container that mounts nothing there.
+    One pod volume serves them all; its size counts every GPU of the pod's target containers."""
+    spec = pod["spec"]
+    size = policy.shm_bytes_for(sum(t.gpus for t in targets))
+    volumes = spec.get("volumes") if isinstance(spec.get("volumes"), list) else []
+    by_name = {v.get("name"): v for v in volumes if isinstance(v, dict)}
+    need_mount: list[dict[str, Any]] = []
+    for t in targets:
+        c = spec["containers"][t.index]
+        mounts = c.get("volumeMounts") if isinstance(c.get("volumeMounts"), list) else []
+        existing = next((m for m in mounts if isinstance(m, dict) and str(m.get("mountPath", "")).rstrip("/") == keys.SHM_PATH), None)
+        if existing is None:
+            need_mount.append(c)
+            continue
+        vol = by_name.get(existing.get("name"))
+        if vol is None or not _is_memory_empty_dir(vol):
+            warnings.append(f"{t.name}: /dev/shm is not a memory-backed emptyDir; NCCL and DataLoader need shared memory in RAM")
+            continue
+        limit = vol["emptyDir"].get("sizeLimit")
+        if limit is not None:
+            try:
+                have = int(k8s.parse_quantity(limit))
+            except ValueError:
+                have = None
+            if have is not None and have < size:
+                warnings.append(f"{t.name}: /dev/shm sizeLimit {limit} is smaller than the {k8s.format_bytes(size)} policy {policy.name} asks for")
+    if not need_mount:
+        return None
+    name = SHM_VOLUME
+    n = 1
+    while name in by_name and not _is_memory_empty_dir(by_name[name]):
+        name = f"{SHM_VOLUME}-{n}"
+        n += 1
+    if name not in by_name:
+        _list_at(spec, "volumes").append({"name": name, "emptyDir": {"medium": "Memory", "sizeLimit": k8s.format_bytes(size)}})
+    for c in need_mount:
+        _list_at(c, "volumeMounts").append({"name": name, "mountPath": keys.SHM_PATH})
+    return f"/dev/shm: memory-backed emptyDir {k8s.format_bytes(size)}"
+
+
+def add_ipc_lock(container: dict[str, Any]) -> bool:
+    """IPC_LOCK in capabilities.add (never twice, never `privileged`)."""
+    caps = _dict_at(_dict_at(container, "securityContext"), "capabilities")
+    add = _list_at(caps, "add")
+    if any(isinstance(a, str) and a.upper() in ("IPC_LOCK", "CAP_IPC_LOCK") for a in add):
+        return False
+    add.append(keys.IPC_LOCK)
+    return True
+
+
+def parse_networks(value: str) -> tuple[str, list[Any]] | None:
+    """The Multus networks annotation as (form, entries): "json" with a list of selection
+    objects, or "csv" with [namespace/]name[@interface] strings. None when it is unreadable."""
+    text = value.strip()
+    if text.startswith("["):
+        try:
+            entries = json.loads(text)
+        except ValueError:
+            return None
+        if not isinstance(entries, list) or not all(isinstance(e, dict) for e in entries):
+            return None
+        return "json", entries
+    return "csv", [part.strip() for part in text.split(",") if part.strip()]
+
+
+def _entry_key(entry: Any, pod_ns: str) -> tuple[str, str]:
+    if isinstance(entry, dict):
+        return str(entry.get("namespace") or pod_ns), str(entry.get("name"))
+    ref = entry.split("@", 1)[0]
+    ns, _, name = ref.rpartition("/")
+    return ns or pod_ns, name
+
+
+def add_network(pod: dict[str, Any], policy: Policy, pod_ns: str) -> str | None:
+    """The policy's network in the Multus annotation, merged with what the pod lists (same form,
+    existing entries kept, no duplicates)."""
+    annotations = _dict_at(_dict_at(pod, "metadata"), "annotations")
+    net_ns = policy.network_namespace or pod_ns
+    want = (net_ns, policy.network_name)
+    current = annotations.get(keys.MULTUS_NETWORKS)
+    parsed = parse_networks(current) if isinstance(current, str) else ("csv", [])
+    if parsed is None:  # fallback rule reports it; leave the annotation as the user wrote it
+        return None
+    form, entries = parsed
+    if any(_entry_key(e, pod_ns) == want for e in entries):
+        return None
+    if form == "json":
+        entry: dict[str, Any] = {"name": policy.network_name}
+        if policy.network_namespace:
+            entry["namespace"] = policy.network_namespace
+        if policy.network_interface:
+            entry["interface"] = policy.network_interface
+        annotations[keys.MULTUS_NETWORKS] = json.dumps(entries + [entry], separators=(",", ":"))
+    else:
+        ref = f"{policy.network_namespace}/{policy.network_name}" if policy.network_namespace else policy.network_name
+        if policy.network_interface:
+            ref += f"@{policy.network_interface}"
+        annotations[keys.MULTUS_NETWORKS] = ",".join(entries + [ref])
+    return f"network {net_ns}/{policy.network_name}"
+
+
+def apply(pod: dict[str, Any], subject: Subject, pod_ns: str, warnings: list[str]) -> list[str]:
+    """Apply the whole policy to `pod` (a private copy). Returns what was added, for people."""
+    policy = subject.policy
+    notes: list[str] = []
+    containers = pod["spec"]["containers"]
+    for t in subject.targets:
+        c = containers[t.index]
+        what = []
+        if subject.device_resource:
+            dev = add_device(c, subject.device_resource, policy.device_count_for(t.gpus))
+            if dev:
+                what.append(dev)
+        env = add_env(c, t, policy, warnings)
+        if env:
+            what.append(f"{len(env)} NCCL variables")
+        if add_ipc_lock(c):
+            what.append("IPC_LOCK")
+        if what:
+            notes.append(f"{t.name}: " + ", ".join(what))
+    shm = add_shm(pod, subject.targets, policy, warnings)
+    if shm:
+        notes.append(shm)
+    if policy.network_name:
+        net = add_network(pod, policy, pod_ns)
+        if net:
+            notes.append(net)
+    annotations = _dict_at(_dict_at(pod, "metadata"), "annotations")
+    if notes or annotations.get(keys.STATUS) != keys.STATUS_INJECTED or annotations.get(keys.APPLIED_POLICY) != policy.name:
+        annotations[keys.STATUS] = keys.STATUS_INJECTED
+        annotations[keys.APPLIED_POLICY] = policy.name
+    return notes

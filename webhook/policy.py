@@ -1,0 +1,420 @@
+"""Policies: the YAML files platform admins own, validated and compiled once at load.
+
+A policy says, for one RDMA fabric, what a GPU training container needs so that NCCL uses RDMA:
+the device resource and how many, the Multus network (if any), the /dev/shm size, IPC_LOCK and
+the NCCL environment block, plus which namespaces may use it. Everything a decision needs is
+computed here, at load time, so the admission path only looks things up.
+
+Loading is all-or-nothing: a folder with any invalid file yields a `PolicyError` list naming the
+file, the policy and the field, and no `PolicySet`, so a reload never half-applies.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
+from typing import Any, Iterable, Mapping
+
+import jsonschema
+import yaml
+
+from webhook import k8s, nccl
+
+API_VERSION = "rdma-webhook.io/v1alpha1"
+
+_QUANTITY = {"type": ["string", "integer"]}
+_SELECTOR = {
+    "type": "object",
+    "additionalProperties": False,
+    "properties": {
+        "matchLabels": {"type": "object", "additionalProperties": {"type": "string"}},
+        "matchExpressions": {
+            "type": "array",
+            "items": {
+                "type": "object",
+                "additionalProperties": False,
+                "required": ["key", "operator"],
+                "properties": {
+                    "key": {"type": "string", "minLength": 1},
+                    "operator": {"enum": ["In", "NotIn", "Exists", "DoesNotExist"]},
+                    "values": {"type": "array", "items": {"type": "string"}},
+                },
+            },
+        },
+    },
+}
+
+SCHEMA: dict[str, Any] = {
+    "$schema": "https://json-schema.org/draft/2020-12/schema",
+    "type": "object",
+    "additionalProperties": False,
+    "required": ["apiVersion", "kind", "name", "description", "namespaceSelector", "fabric", "device", "shm", "nccl"],
+    "properties": {
+        "apiVersion": {"const": API_VERSION},
+        "kind": {"const": "RdmaPolicy"},
+        "name": {"type": "string", "minLength": 1, "maxLength": 63},
+        "description": {"type": "string", "minLength": 1},
+        "priority": {"type": "integer"},
+        "namespaceSelector": _SELECTOR,
+        "gpuResources": {"type": "array", "minItems": 1, "items": {"type": "string"}},
+        "fabric": {
+            "type": "object",
+            "additionalProperties": False,
+            "required": ["kind", "ncclNet", "hcaDevices"],
+            "properties": {
+                "kind": {"enum": ["erdma", "sriov", "infiniband", "roce"]},
+                "ncclNet": {"type": "array", "minItems": 1, "items": {"type": "string", "minLength": 1}},
+                "hcaDevices": {"type": "array", "minItems": 1, "items": {"type": "string", "minLength": 1}},
+            },
+        },
+        "device": {
+            "type": "object",
+            "additionalProperties": False,
+            "properties": {
+                "resource": {"type": "string"},
+                "count": {"type": "integer", "minimum": 1, "maximum": 64},
+                "perGpu": {"type": "boolean"},
+            },
+        },
+        "network": {
+            "type": "object",
+            "additionalProperties": False,
+            "required": ["name"],
+            "properties": {
+                "name": {"type": "string"},
+                "namespace": {"type": "string"},
+                "interface": {"type": "string", "minLength": 1, "maxLength": 15},
+            },
+        },
+        "shm": {
+            "type": "object",
+            "additionalProperties": False,
+            "properties": {"sizeLimit": _QUANTITY, "perGpu": _QUANTITY, "max": _QUANTITY},
+        },
+        "nccl": {
+            "type": "object",
+            "minProperties": 1,
+            "additionalProperties": {
+                "oneOf": [
+                    {"type": "string"},
+                    {
+                        "type": "object",
+                        "additionalProperties": False,
+                        "required": ["value"],
+                        "properties": {"value": {"type": "string"}, "enforce": {"type": "boolean"}},
+                    },
+                ]
+            },
+        },
+        "workloadValidation": {"enum": ["Deny", "Warn"]},
+    },
+}
+_VALIDATOR = jsonschema.Draft202012Validator(SCHEMA)
+
+# Fields a policy may never carry: the webhook only ever grants IPC_LOCK, never these.
+_FORBIDDEN_KEYS = {"privileged", "hostNetwork", "hostPID", "hostIPC", "hostPath", "capabilities", "allowPrivilegeEscalation"}
+_RANGE = re.compile(r"^(.*)\[(\d+)-(\d+)\]$")
+
+
+class PolicyError(Exception):
+    """One thing wrong with a policy file: where (file, policy, field) and what."""
+
+    def __init__(self, file: str, policy: str | None, field: str | None, message: str):
+        self.file, self.policy, self.field, self.message = file, policy, field, message
+        super().__init__(str(self))
+
+    def __str__(self) -> str:
+        where = [self.file]
+        if self.policy:
+            where.append(f"policy {self.policy!r}")
+        if self.field:
+            where.append(f"field {self.field}")
+        return f"{': '.join(where)}: {self.message}"
+
+
+@dataclass(frozen=True)
+class EnvSetting:
+    name: str
+    value: str
+    enforce: bool
+
+
+@dataclass(frozen=True)
+class Policy:
+    """A validated policy with everything the admission path needs precomputed."""
+
+    name: str
+    description: str
+    source: str
+    priority: int
+    selector_spec: Mapping[str, Any]
+    selector_size: int
+    gpu_resources: tuple[str, ...]
+    fabric_kind: str
+    nccl_nets: tuple[str, ...]
+    hca_devices: tuple[str, ...]
+    device_resource: str | None
+    device_count: int
+    device_per_gpu: bool
+    network_name: str | None
+    network_namespace: str | None
+    network_interface: str | None
+    shm_fixed: int | None
+    shm_per_gpu: int | None
+    shm_max: int | None
+    env: tuple[EnvSetting, ...]
+    workload_validation: str
+    allows_namespace: Any = field(repr=False, compare=False)  # Selector over namespace labels
+
+    def device_count_for(self, gpus: int) -> int:
+        return self.device_count * gpus if self.device_per_gpu else self.device_count
+
+    def shm_bytes_for(self, gpus: int) -> int:
+        if self.shm_fixed is not None:
+            return self.shm_fixed
+        size = (self.shm_per_gpu or 0) * max(gpus, 1)
+        return min(size, self.shm_max) if self.shm_max else size
+
+
+class PolicySet:
+    """The loaded policies, indexed for the two questions the admission path asks: the policy of
+    this name, and the policy that applies to a namespace with these labels."""
+
+    def __init__(self, policies: Iterable[Policy]):
+        self.by_name: dict[str, Policy] = {p.name: p for p in policies}
+        # Precedence for namespaces that name no policy: higher priority first, then the more
+        # specific selector (more requirements), then the name, so the choice never depends on
+        # file order.
+        self._ranked = sorted(self.by_name.values(), key=lambda p: (-p.priority, -p.selector_size, p.name))
+        self._auto = lru_cache(maxsize=4096)(self._auto_uncached)
+
+    def __len__(self) -> int:
+        return len(self.by_name)
+
+    def get(self, name: str) -> Policy | None:
+        return self.by_name.get(name)
+
+    def for_namespace(self, labels: Mapping[str, str]) -> Policy | None:
+        """The highest-precedence policy whose namespace selector matches `labels`."""
+        return self._auto(tuple(sorted(labels.items())))
+
+    def _auto_uncached(self, items: tuple[tuple[str, str], ...]) -> Policy | None:
+        labels = dict(items)
+        for policy in self._ranked:
+            if policy.allows_namespace(labels):
+                return policy
+        return None
+
+
+def _expand_devices(patterns: Iterable[str]) -> tuple[str, ...]:
+    out: list[str] = []
+    for pattern in patterns:
+        m = _RANGE.match(pattern)
+        if m:
+            stem, lo, hi = m.group(1), int(m.group(2)), int(m.group(3))
+            out.extend(f"{stem}{i}" for i in range(lo, hi + 1))
+        else:
+            out.append(pattern)
+    return tuple(out)
+
+
+def _field_path(path: Iterable[Any]) -> str:
+    text = ""
+    for part in path:
+        text += f"[{part}]" if isinstance(part, int) else (f".{part}" if text else str(part))
+    return text or "(top level)"
+
+
+def _find_forbidden(node: Any, path: str = "") -> list[str]:
+    found = []
+    if isinstance(node, dict):
+        for key, value in node.items():
+            here = f"{path}.{key}" if path else str(key)
+            if key in _FORBIDDEN_KEYS:
+                found.append(here)
+            found.extend(_find_forbidden(value, here))
+    elif isinstance(node, list):
+        for i, value in enumerate(node):
+            found.extend(_find_forbidden(value, f"{path}[{i}]"))
+    return found
+
+
+def _quantity_bytes(value: Any, file: str, name: str, fld: str, errors: list[PolicyError]) -> int | None:
+    if value is None:
+        return None
+    try:
+        q = k8s.parse_quantity(value)
+    except ValueError:
+        errors.append(PolicyError(file, name, fld, f"{value!r} is not a Kubernetes quantity (e.g. 64Gi)"))
+        return None
+    if q <= 0 or q != int(q):
+        errors.append(PolicyError(file, name, fld, f"{value!r} must be a positive whole number of bytes"))
+        return None
+    return int(q)
+
+
+def compile_policy(doc: Any, file: str) -> tuple[Policy | None, list[PolicyError]]:
+    """Validate one policy document and compile it; (None, errors) when it is invalid."""
+    name = doc.get("name") if isinstance(doc, dict) and isinstance(doc.get("name"), str) else None
+    errors: list[PolicyError] = []
+    for bad in _find_forbidden(doc):
+        errors.append(PolicyError(file, name, bad, "policies may not ask for privileged mode, host namespaces, hostPath or capabilities (the webhook only ever adds IPC_LOCK)"))
+    for err in sorted(_VALIDATOR.iter_errors(doc), key=lambda e: list(e.absolute_path)):
+        if err.validator == "additionalProperties" and isinstance(err.instance, dict):
+            extra = sorted(k for k in set(err.instance) - set(err.schema.get("properties", {})) if k not in _FORBIDDEN_KEYS)
+            if extra:  # forbidden keys were reported above, more clearly
+                errors.append(PolicyError(file, name, _field_path(list(err.absolute_path) + extra[:1]), f"unknown field(s) {', '.join(map(repr, extra))}"))
+        else:
+            errors.append(PolicyError(file, name, _field_path(err.absolute_path), err.message))
+    if errors:
+        return None, errors
+
+    if not k8s.is_dns1123_label(name):
+        errors.append(PolicyError(file, name, "name", "must be a DNS-1123 label (lowercase letters, digits and '-')"))
+    gpu_resources = tuple(doc.get("gpuResources") or ("nvidia.com/gpu",))
+    for i, res in enumerate(gpu_resources):
+        problem = k8s.is_extended_resource_name(res)
+        if problem:
+            errors.append(PolicyError(file, name, f"gpuResources[{i}]", f"{res!r} is not a valid extended resource name: {problem}"))
+
+    device = doc["device"]
+    resource = device.get("resource")
+    if resource is not None:
+        problem = k8s.is_extended_resource_name(resource)
+        if problem:
+            errors.append(PolicyError(file, name, "device.resource", f"{resource!r} is not a valid extended resource name: {problem}"))
+    network = doc.get("network")
+    if network is not None:
+        if not k8s.is_dns1123_label(network["name"]):
+            errors.append(PolicyError(file, name, "network.name", f"{network['name']!r} is not a valid NetworkAttachmentDefinition name"))
+        if "namespace" in network and not k8s.is_dns1123_label(network["namespace"]):
+            errors.append(PolicyError(file, name, "network.namespace", f"{network['namespace']!r} is not a valid namespace name"))
+    if resource is None and network is None:
+        errors.append(PolicyError(file, name, "device.resource", "required when the policy has no Multus network to take the resource from"))
+
+    shm = doc["shm"]
+    if ("sizeLimit" in shm) == ("perGpu" in shm):
+        errors.append(PolicyError(file, name, "shm", "give exactly one of sizeLimit (fixed) or perGpu (with an optional max)"))
+    if "max" in shm and "perGpu" not in shm:
+        errors.append(PolicyError(file, name, "shm.max", "only meaningful with shm.perGpu"))
+    shm_fixed = _quantity_bytes(shm.get("sizeLimit"), file, name, "shm.sizeLimit", errors)
+    shm_per_gpu = _quantity_bytes(shm.get("perGpu"), file, name, "shm.perGpu", errors)
+    shm_max = _quantity_bytes(shm.get("max"), file, name, "shm.max", errors)
+
+    fabric = doc["fabric"]
+    devices = _expand_devices(fabric["hcaDevices"])
+    nets = tuple(fabric["ncclNet"])
+    if any(n.casefold() == "socket" for n in nets):
+        errors.append(PolicyError(file, name, "fabric.ncclNet", "'Socket' is NCCL's TCP transport, not an RDMA fabric"))
+
+    env: list[EnvSetting] = []
+    for var, spec in doc["nccl"].items():
+        value, enforce = (spec, False) if isinstance(spec, str) else (spec["value"], bool(spec.get("enforce", False)))
+        if not k8s.is_env_name(var):
+            errors.append(PolicyError(file, name, f"nccl.{var}", "not a valid environment variable name"))
+            continue
+        env.append(EnvSetting(var, value, enforce))
+        # The policy's own block must not be what sends NCCL to TCP.
+        if var == "NCCL_IB_DISABLE" and nccl.ib_disabled(value):
+            errors.append(PolicyError(file, name, f"nccl.{var}", f"{value!r} disables the IB/RoCE transport"))
+        if var == "NCCL_NET" and not nccl.net_selected(value, nets):
+            errors.append(PolicyError(file, name, f"nccl.{var}", f"{value!r} is not a transport of this fabric ({', '.join(nets)})"))
+        if var == "NCCL_IB_HCA" and not nccl.hca_selected_devices(value, devices):
+            errors.append(PolicyError(file, name, f"nccl.{var}", f"{value!r} selects none of the fabric's devices ({', '.join(devices[:4])}...)"))
+    if errors:
+        return None, errors
+
+    selector_spec = doc["namespaceSelector"]
+    return Policy(
+        name=name,
+        description=doc["description"].strip(),
+        source=file,
+        priority=int(doc.get("priority", 0)),
+        selector_spec=selector_spec,
+        selector_size=k8s.selector_size(selector_spec),
+        gpu_resources=gpu_resources,
+        fabric_kind=fabric["kind"],
+        nccl_nets=nets,
+        hca_devices=devices,
+        device_resource=resource,
+        device_count=int(device.get("count", 1)),
+        device_per_gpu=bool(device.get("perGpu", False)),
+        network_name=network["name"] if network else None,
+        network_namespace=network.get("namespace") if network else None,
+        network_interface=network.get("interface") if network else None,
+        shm_fixed=shm_fixed,
+        shm_per_gpu=shm_per_gpu,
+        shm_max=shm_max,
+        env=tuple(env),
+        workload_validation=doc.get("workloadValidation", "Deny"),
+        allows_namespace=k8s.compile_selector(selector_spec),
+    ), []
+
+
+def policy_files(directory: str | os.PathLike[str]) -> list[Path]:
+    """The policy files of a folder: *.yaml and *.yml, not hidden (a mounted ConfigMap keeps its
+    real files in hidden `..data` folders and exposes them through symlinks)."""
+    root = Path(directory)
+    return sorted(p for p in root.iterdir() if p.suffix in (".yaml", ".yml") and not p.name.startswith(".") and p.is_file())
+
+
+def load_texts(texts: Iterable[tuple[str, str]]) -> tuple[PolicySet | None, list[PolicyError]]:
+    """Compile (file name, YAML text) pairs into a PolicySet, or return every error found."""
+    errors: list[PolicyError] = []
+    policies: list[Policy] = []
+    seen: dict[str, str] = {}
+    for file, text in texts:
+        try:
+            docs = [d for d in yaml.safe_load_all(text) if d is not None]
+        except yaml.YAMLError as exc:
+            mark = getattr(exc, "problem_mark", None)
+            where = f"line {mark.line + 1}, column {mark.column + 1}" if mark else None
+            errors.append(PolicyError(file, None, where, f"not valid YAML: {getattr(exc, 'problem', None) or exc}"))
+            continue
+        for doc in docs:
+            if not isinstance(doc, dict):
+                errors.append(PolicyError(file, None, None, f"each YAML document must be a policy mapping, not {type(doc).__name__}"))
+                continue
+            policy, errs = compile_policy(doc, file)
+            errors.extend(errs)
+            if policy is None:
+                continue
+            if policy.name in seen:
+                errors.append(PolicyError(file, policy.name, "name", f"duplicate policy name, also defined in {seen[policy.name]}"))
+                continue
+            seen[policy.name] = file
+            policies.append(policy)
+    if errors:
+        return None, errors
+    if not policies:
+        return None, [PolicyError("(policies)", None, None, "no policies found")]
+    return PolicySet(policies), []
+
+
+def load_dir(directory: str | os.PathLike[str]) -> tuple[PolicySet | None, list[PolicyError]]:
+    """Load every policy file of a folder, all or nothing."""
+    try:
+        files = policy_files(directory)
+    except OSError as exc:
+        return None, [PolicyError(str(directory), None, None, f"cannot read the policies folder: {exc.strerror or exc}")]
+    texts = []
+    errors = []
+    for path in files:
+        try:
+            texts.append((str(path), path.read_text(encoding="utf-8")))
+        except (OSError, UnicodeDecodeError) as exc:
+            errors.append(PolicyError(str(path), None, None, f"cannot read: {exc}"))
+    if not files:
+        return None, [PolicyError(str(directory), None, None, "no *.yaml policy files in the folder")]
+    policies, more = load_texts(texts)
+    errors.extend(more)
+    return (None, errors) if errors else (policies, [])
+
+
+def default_policies_dir() -> Path:
+    """The repository's policies/ folder (beside the package), or the image's copy."""
+    here = Path(__file__).resolve().parent.parent / "policies"
+    return here if here.is_dir() else Path("/etc/rdma-webhook/policies")

@@ -1,0 +1,142 @@
+"""AdmissionReview in and out: the envelope around a decision.
+
+`handle(body, ...)` takes the raw HTTP body and returns (HTTP status, response bytes, Decision or
+None). Every body that carries a request uid gets a well-formed `admission.k8s.io/v1` answer,
+a deny with the reason when the request itself is unusable; only a body without a uid (not JSON,
+not an AdmissionReview) gets HTTP 400, since there is nothing to answer it with.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable, Mapping
+
+import orjson
+
+from webhook import patch
+from webhook.decision import DENIED, MUTATED, Attachments, Decision, Namespace, decide, pod_name
+from webhook.policy import PolicySet
+
+API_VERSION = "admission.k8s.io/v1"
+MAX_WARNING = 256  # the API server truncates longer warnings; kubectl shows each on a line
+MAX_WARNINGS = 20
+
+
+class BadReview(Exception):
+    """A body that cannot be answered with an AdmissionReview: HTTP 400 with this message."""
+
+
+@dataclass
+class Request:
+    uid: str
+    operation: str
+    namespace: str
+    obj: Any
+    kind: str
+    resource: str
+    sub_resource: str
+    dry_run: bool
+
+
+def parse(body: bytes) -> Request:
+    """The AdmissionReview request in `body`; BadReview when there is no usable uid."""
+    try:
+        review = orjson.loads(body)
+    except orjson.JSONDecodeError as exc:
+        raise BadReview(f"request body is not valid JSON: {exc}") from None
+    if not isinstance(review, dict):
+        raise BadReview("request body is not a JSON object (expected an AdmissionReview)")
+    request = review.get("request")
+    if not isinstance(request, dict):
+        raise BadReview("AdmissionReview has no request object")
+    uid = request.get("uid")
+    if not isinstance(uid, str) or not uid:
+        raise BadReview("AdmissionReview request has no uid")
+    if review.get("apiVersion") != API_VERSION or review.get("kind") != "AdmissionReview":
+        raise EnvelopeError(uid, f"expected apiVersion {API_VERSION} kind AdmissionReview, got "
+                                 f"apiVersion {review.get('apiVersion')!r} kind {review.get('kind')!r}")
+    kind = request.get("kind") if isinstance(request.get("kind"), dict) else {}
+    resource = request.get("resource") if isinstance(request.get("resource"), dict) else {}
+    return Request(
+        uid=uid,
+        operation=str(request.get("operation") or ""),
+        namespace=str(request.get("namespace") or ""),
+        obj=request.get("object"),
+        kind=str(kind.get("kind") or ""),
+        resource=str(resource.get("resource") or ""),
+        sub_resource=str(request.get("subResource") or ""),
+        dry_run=request.get("dryRun") is True,
+    )
+
+
+class EnvelopeError(Exception):
+    """A review with a uid that is still wrong: answered with a deny saying what is wrong."""
+
+    def __init__(self, uid: str, message: str):
+        super().__init__(message)
+        self.uid, self.message = uid, message
+
+
+def _warnings(items: list[str]) -> list[str]:
+    out = [w if len(w) <= MAX_WARNING else w[: MAX_WARNING - 3] + "..." for w in items[:MAX_WARNINGS]]
+    if len(items) > MAX_WARNINGS:
+        out.append(f"... and {len(items) - MAX_WARNINGS} more warnings")
+    return out
+
+
+def deny_message(decision: Decision, obj: Any) -> str:
+    name = pod_name(obj) if isinstance(obj, dict) else "(unreadable)"
+    policy = f" (policy {decision.policy})" if decision.policy else ""
+    reasons = "; ".join(f.text() for f in decision.denials)
+    return f"rdma-webhook denied pod {name}{policy}: {reasons}"
+
+
+def response(uid: str, decision: Decision | None, obj: Any = None, message: str | None = None) -> dict[str, Any]:
+    """The AdmissionReview answer for a decision (or, without one, a deny with `message`)."""
+    resp: dict[str, Any] = {"uid": uid}
+    if decision is None:
+        resp["allowed"] = False
+        resp["status"] = {"code": 400, "reason": "BadRequest", "message": f"rdma-webhook: {message}"}
+    elif decision.outcome == DENIED:
+        resp["allowed"] = False
+        resp["status"] = {"code": 403, "reason": "Forbidden", "message": deny_message(decision, obj)}
+    else:
+        resp["allowed"] = True
+        if decision.outcome == MUTATED:
+            ops = patch.make(obj, decision.pod)
+            if ops:
+                resp["patchType"] = "JSONPatch"
+                resp["patch"] = patch.encode(ops)
+    if decision is not None and decision.warnings:
+        resp["warnings"] = _warnings(decision.warnings)
+    return {"apiVersion": API_VERSION, "kind": "AdmissionReview", "response": resp}
+
+
+NamespaceLookup = Callable[[str], Namespace | None]
+
+
+def review_request(req: Request, policies: PolicySet | None, namespace_of: NamespaceLookup,
+                   attachments: Attachments | None) -> Decision | None:
+    """The decision for a parsed request; None when the request is not about a pod at all."""
+    if req.resource and req.resource != "pods" or req.sub_resource or (req.kind and req.kind != "Pod"):
+        return None
+    ns_name = req.namespace
+    if not ns_name and isinstance(req.obj, dict) and isinstance(req.obj.get("metadata"), dict):
+        ns_name = str(req.obj["metadata"].get("namespace") or "")
+    namespace = namespace_of(ns_name) if ns_name else None
+    return decide(req.obj, namespace, policies, attachments, req.operation)
+
+
+def handle(body: bytes, policies: PolicySet | None, namespace_of: NamespaceLookup,
+           attachments: Attachments | None) -> tuple[int, dict[str, Any], Decision | None, Request | None]:
+    """(HTTP status, response document, decision, request) for one /mutate body."""
+    try:
+        req = parse(body)
+    except BadReview as exc:
+        return 400, {"error": str(exc)}, None, None
+    except EnvelopeError as exc:
+        return 200, response(exc.uid, None, message=exc.message), None, None
+    decision = review_request(req, policies, namespace_of, attachments)
+    if decision is None:
+        return 200, response(req.uid, Decision("skipped", req.obj, reason="not a pod")), None, req
+    return 200, response(req.uid, decision, req.obj), decision, req

@@ -1,0 +1,144 @@
+"""The production server: gunicorn with N worker processes, each with threads, over TLS.
+
+Why gunicorn: a pre-fork WSGI server that has done this for a decade, with graceful shutdown on
+SIGTERM (stop accepting, finish in-flight requests within `graceful_timeout`, exit), worker
+supervision and request-line/header limits; its `ssl_context` hook lets every new connection
+take the current `ReloadingContext`, which is how certificates rotate without a restart.
+
+The app is built once in the master (`preload_app`), so a bad start fails before any fork; the
+per-worker background threads (policy reload, cluster watch) start after the fork.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+import sys
+import tempfile
+from typing import Any
+
+from gunicorn.app.base import BaseApplication
+
+log = logging.getLogger("rdma_webhook.serve")
+
+
+class JsonFormatter(logging.Formatter):
+    """One JSON object per line: time, level, logger, message, and structured extras."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        doc: dict[str, Any] = {"time": self.formatTime(record, "%Y-%m-%dT%H:%M:%S"), "level": record.levelname.lower(),
+                               "logger": record.name, "msg": record.getMessage()}
+        admission = getattr(record, "admission", None)
+        if admission:
+            doc.update(admission)
+        for key in ("file", "policy", "field"):
+            if getattr(record, key, None) is not None:
+                doc[key] = getattr(record, key)
+        if record.exc_info:
+            doc["exception"] = self.formatException(record.exc_info)
+        return json.dumps(doc, ensure_ascii=False, default=str)
+
+
+def setup_logging(level: str = "INFO") -> None:
+    handler = logging.StreamHandler(sys.stdout)
+    handler.setFormatter(JsonFormatter())
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(level.upper())
+
+
+def prepare_metrics_dir() -> None:
+    """Multi-process metrics need a folder shared by the workers, empty at start; must be set
+    before `prometheus_client` creates any metric, so this runs before importing the app."""
+    path = os.environ.get("PROMETHEUS_MULTIPROC_DIR")
+    if not path:
+        path = os.path.join(tempfile.gettempdir(), f"rdma-webhook-metrics-{os.getpid()}")
+        os.environ["PROMETHEUS_MULTIPROC_DIR"] = path
+    shutil.rmtree(path, ignore_errors=True)
+    os.makedirs(path, exist_ok=True)
+
+
+class _Server(BaseApplication):
+    def __init__(self, app, options: dict[str, Any]):
+        self._app, self._options = app, options
+        super().__init__()
+
+    def load_config(self) -> None:
+        for key, value in self._options.items():
+            self.cfg.set(key, value)
+
+    def load(self):
+        return self._app
+
+
+def run(*, policies_dir: str, tls_cert: str, tls_key: str, host: str, port: int, workers: int, threads: int,
+        cluster_state: str | None, client_ca: str | None, log_level: str = "INFO") -> int:
+    setup_logging(log_level)
+    prepare_metrics_dir()
+    # Imported after the metrics folder is set, so the metrics are multi-process ones.
+    from webhook import metrics
+    from webhook.app import create_app
+    from webhook.cluster import FileClusterState
+    from webhook.policy_store import PolicyStore
+    from webhook.tls import ReloadingContext
+
+    tls = ReloadingContext(tls_cert, tls_key, client_ca)
+    store = PolicyStore(policies_dir)
+    store.reload(force=True)
+    if store.current is None:
+        log.error("no valid policies at start; serving but not ready until they are fixed")
+    if cluster_state:
+        cluster = FileClusterState.from_file(cluster_state)
+    else:
+        from webhook.cluster_api import ApiClusterState
+
+        cluster = ApiClusterState.from_environment(uses_networks=lambda: _uses_networks(store))
+    app = create_app(store, cluster)
+
+    def post_fork(server, worker) -> None:
+        store.start()
+        start = getattr(cluster, "start", None)
+        if start:
+            start()
+        metrics.CACHE_READY.set(1 if cluster.ready() else 0)
+        if store.current is not None:
+            metrics.POLICIES.set(len(store.current))
+            metrics.RELOAD_OK.set(1)
+        tls._record_expiry()
+
+    def child_exit(server, worker) -> None:
+        from prometheus_client import multiprocess
+
+        multiprocess.mark_process_dead(worker.pid)
+
+    options = {
+        "bind": [f"[{host}]:{port}" if ":" in host else f"{host}:{port}"],
+        "workers": workers,
+        "worker_class": "gthread",
+        "threads": threads,
+        "preload_app": True,
+        "certfile": tls_cert,
+        "keyfile": tls_key,
+        "ssl_context": lambda conf, default_factory: tls.get(),
+        "keepalive": 75,  # the API server reuses connections; keep them longer than its idle
+        "timeout": 30,
+        "graceful_timeout": 20,
+        "limit_request_line": 4096,
+        "limit_request_fields": 64,
+        "limit_request_field_size": 8190,
+        "accesslog": None,
+        "errorlog": "-",
+        "loglevel": "warning",
+        "post_fork": post_fork,
+        "child_exit": child_exit,
+        "proc_name": "rdma-webhook",
+    }
+    _Server(app, options).run()
+    return 0
+
+
+def _uses_networks(store) -> bool:
+    policies = store.current
+    return bool(policies) and any(p.network_name for p in policies.by_name.values())
