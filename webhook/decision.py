@@ -91,9 +91,16 @@ def shape_problem(pod: Any) -> str | None:
     return None
 
 
-def pod_name(pod: Mapping[str, Any]) -> str:
-    meta = pod.get("metadata") or {}
-    return meta.get("name") or (f"{meta['generateName']}*" if meta.get("generateName") else "(unnamed)")
+def pod_name(pod: Any) -> str:
+    """The pod's name, or its generateName with a `*` (controller-made pods have no name yet)."""
+    meta = pod.get("metadata") if isinstance(pod, dict) else None
+    if not isinstance(meta, dict):
+        return "(unnamed)"
+    if isinstance(meta.get("name"), str) and meta["name"]:
+        return meta["name"]
+    if isinstance(meta.get("generateName"), str) and meta["generateName"]:
+        return f"{meta['generateName']}*"
+    return "(unnamed)"
 
 
 def select_policy(pod: Mapping[str, Any], ns: Namespace, policies: PolicySet | None) -> tuple[Policy | None, str | None]:

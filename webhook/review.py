@@ -85,7 +85,7 @@ def _warnings(items: list[str]) -> list[str]:
 
 
 def deny_message(decision: Decision, obj: Any) -> str:
-    name = pod_name(obj) if isinstance(obj, dict) else "(unreadable)"
+    name = pod_name(obj)
     policy = f" (policy {decision.policy})" if decision.policy else ""
     reasons = "; ".join(f.text() for f in decision.denials)
     return f"rdma-webhook denied pod {name}{policy}: {reasons}"

@@ -1,0 +1,122 @@
+"""Bad input at the AdmissionReview envelope: a clear answer, never a traceback or a 500."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+import kube_objects as k
+from webhook import review
+from webhook.decision import Namespace
+
+NS = {"ml-training": Namespace("ml-training", {"rdma-webhook.io/injection": "enabled"})}
+
+
+def handle(body: bytes, policies):
+    return review.handle(body, policies, NS.get, None)
+
+
+@pytest.mark.parametrize("body,fragment", [
+    (b"", "not valid JSON"),
+    (b"{not json", "not valid JSON"),
+    (b'{"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": {"uid": "x", ', "not valid JSON"),
+    (b"[1, 2, 3]", "not a JSON object"),
+    (b'"AdmissionReview"', "not a JSON object"),
+    (b"{}", "no request object"),
+    (b'{"request": null}', "no request object"),
+    (b'{"request": {"uid": ""}}', "no uid"),
+    (b'{"request": {"uid": 42}}', "no uid"),
+    ("{\"request\": {\"uid\": \"\u0000\"".encode(), "not valid JSON"),
+    (b"\xff\xfe\x00garbage", "not valid JSON"),
+])
+def test_unanswerable_bodies_get_400(policies, body, fragment):
+    code, doc, decision, req = handle(body, policies)
+    assert code == 400 and fragment in doc["error"]
+
+
+def test_deeply_nested_body_is_a_clear_400(policies):
+    body = b'{"request": ' + b"[" * 100000 + b"]" * 100000 + b"}"
+    code, doc, _, _ = handle(body, policies)
+    assert code == 400
+
+
+def test_wrong_envelope_with_uid_is_denied_with_reason(policies):
+    rv = k.admission_review(k.pod([k.container("t")]))
+    rv["apiVersion"] = "admission.k8s.io/v1beta1"
+    code, doc, _, _ = handle(json.dumps(rv).encode(), policies)
+    assert code == 200
+    r = doc["response"]
+    assert r["uid"] == rv["request"]["uid"] and r["allowed"] is False and r["status"]["code"] == 400
+    assert "expected apiVersion admission.k8s.io/v1" in r["status"]["message"]
+
+
+@pytest.mark.parametrize("obj,fragment", [
+    (None, "not a JSON object"),
+    ("a pod", "not a JSON object"),
+    ({"kind": "Deployment", "metadata": {"labels": {"rdma-webhook.io/inject": "true"}}}, "is a 'Deployment', not a Pod"),
+    ({"kind": "Pod", "metadata": "x"}, "metadata must be an object"),
+    ({"kind": "Pod", "metadata": {"labels": {"rdma-webhook.io/inject": True}}}, "metadata.labels must map strings"),
+    ({"kind": "Pod", "metadata": {"labels": {"rdma-webhook.io/inject": "true"}}, "spec": {"containers": "trainer"}}, "spec.containers must be a list"),
+    ({"kind": "Pod", "metadata": {"labels": {"rdma-webhook.io/inject": "true"}}, "spec": {"containers": [{"name": "t", "env": {"A": "1"}}]}}, "spec.containers[0].env must be a list"),
+    ({"kind": "Pod", "metadata": {"labels": {"rdma-webhook.io/inject": "true"}}, "spec": {"containers": [{"name": "t", "resources": {"limits": ["x"]}}]}}, "resources.limits must be an object"),
+    ({"kind": "Pod", "metadata": {"labels": {"rdma-webhook.io/inject": "true"}}, "spec": {"containers": [{"name": "t", "securityContext": {"capabilities": {"add": "IPC_LOCK"}}}]}}, "capabilities must hold add/drop lists"),
+])
+def test_malformed_pods_are_denied_with_reason(policies, obj, fragment):
+    rv = k.admission_review(obj, namespace="ml-training")
+    code, doc, decision, _ = handle(json.dumps(rv).encode(), policies)
+    assert code == 200
+    r = doc["response"]
+    assert r["allowed"] is False and r["status"]["code"] == 403 and fragment in r["status"]["message"]
+
+
+@pytest.mark.parametrize("pod", [
+    {"kind": "Pod", "metadata": {"labels": {"rdma-webhook.io/inject": "true"}}},
+    {"kind": "Pod", "metadata": {"labels": {"rdma-webhook.io/inject": "true"}}, "spec": None},
+    {"kind": "Pod", "metadata": {"labels": {"rdma-webhook.io/inject": "true"}, "annotations": None}, "spec": {"containers": None}},
+    {"metadata": {"labels": {"rdma-webhook.io/inject": "true"}}, "spec": {"containers": [{"name": None, "resources": None, "env": None}]}},
+    {"kind": "Pod", "metadata": {"labels": {"rdma-webhook.io/inject": "true"}}, "spec": {"containers": [{"name": "t", "resources": {"limits": {"nvidia.com/gpu": "many"}}}]}},
+])
+def test_missing_or_null_fields_never_crash(policies, pod):
+    rv = k.admission_review(pod, namespace="ml-training")
+    code, doc, decision, _ = handle(json.dumps(rv).encode(), policies)
+    assert code == 200 and doc["response"]["uid"] == rv["request"]["uid"]
+
+
+def test_null_annotations_and_volumes_are_replaced_by_a_valid_patch(policies):
+    import base64
+
+    import jsonpatch
+
+    pod = k.pod([k.container("t")], automount=False)
+    pod["metadata"]["annotations"] = None
+    pod["spec"]["volumes"] = None
+    pod["spec"]["containers"][0]["env"] = None
+    rv = k.admission_review(pod)
+    code, doc, decision, _ = handle(json.dumps(rv).encode(), policies)
+    ops = json.loads(base64.b64decode(doc["response"]["patch"]))
+    out = jsonpatch.apply_patch(pod, ops)
+    assert out["metadata"]["annotations"]["rdma-webhook.io/status"] == "injected"
+    assert out["spec"]["volumes"][0]["emptyDir"]["medium"] == "Memory"
+
+
+def test_non_pod_resources_are_allowed_untouched(policies):
+    rv = k.admission_review({"kind": "ConfigMap"}, kind="ConfigMap", resource="configmaps")
+    code, doc, decision, _ = handle(json.dumps(rv).encode(), policies)
+    assert doc["response"] == {"uid": rv["request"]["uid"], "allowed": True}
+
+
+def test_unicode_and_control_characters(policies):
+    c = k.container("trainer", env=[{"name": "NOTE", "value": "\u2603\u0007\u202e evil \x00"}], command=["bash", "-c", "echo \u00e9t\u00e9 NCCL_NET=Socket\u2028"])
+    pod = k.pod([c], labels={"team": "\u00e9quipe"[:0] + "vision"})
+    rv = k.admission_review(pod)
+    code, doc, decision, _ = handle(json.dumps(rv).encode(), policies)
+    assert code == 200 and doc["response"]["allowed"] is False
+    assert "[command-fallback]" in doc["response"]["status"]["message"]
+    json.dumps(doc)  # serialisable
+
+
+def test_no_policies_loaded_denies_labelled_pods(policies):
+    rv = k.admission_review(k.pod([k.container("t")]))
+    code, doc, _, _ = review.handle(json.dumps(rv).encode(), None, NS.get, None)
+    assert doc["response"]["allowed"] is False and "no valid policies" in doc["response"]["status"]["message"]
