@@ -83,7 +83,7 @@ class Server:
 
 
 def start_server(tmp: Path, *, extra_args: list[str] = (), workers: int = 2, policies_src: Path = POLICIES,
-                 env: dict | None = None) -> Server:
+                 env: dict | None = None, wait_for: str = "/readyz") -> Server:
     certs = tmp / "certs"
     write_certs(certs, "rdma-webhook", "rdma-webhook", dns=["localhost"], ips=["127.0.0.1"])
     pol = tmp / "policies"
@@ -103,14 +103,14 @@ def start_server(tmp: Path, *, extra_args: list[str] = (), workers: int = 2, pol
         if proc.poll() is not None:
             raise RuntimeError(f"server exited {proc.returncode}: {log.read_text()}")
         try:
-            status, _, _ = server.request("GET", "/readyz")
+            status, _, _ = server.request("GET", wait_for)
             if status == 200:
                 return server
         except OSError:
             pass
         time.sleep(0.1)
     proc.kill()
-    raise RuntimeError(f"server not ready in 30 s: {log.read_text()}")
+    raise RuntimeError(f"server: no 200 from {wait_for} in 30 s: {log.read_text()}")
 
 
 def stop_server(server: Server) -> None:

@@ -1,0 +1,116 @@
+"""The command line as a user runs it: `review` exit codes and output, `--explain`, `certs`."""
+
+from __future__ import annotations
+
+import base64
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import yaml
+from cryptography import x509
+
+import kube_objects as k
+
+ROOT = Path(__file__).resolve().parent.parent
+STATE = str(ROOT / "examples" / "cluster-state.yaml")
+
+
+def run(*args, stdin=None):
+    return subprocess.run([sys.executable, "-m", "webhook", *args], capture_output=True, text=True, input=stdin, cwd=ROOT)
+
+
+def write(tmp_path, name, *docs):
+    path = tmp_path / name
+    path.write_text(yaml.safe_dump_all(docs, sort_keys=False))
+    return str(path)
+
+
+def test_review_prints_admission_responses_and_exit_0(tmp_path):
+    f = write(tmp_path, "jobs.yaml", k.pytorchjob_worker(), k.mpijob_launcher())
+    out = run("review", "--cluster-state", STATE, f)
+    assert out.returncode == 0, out.stderr
+    docs = [json.loads(d) for d in out.stdout.replace("}\n{", "}\x00{").split("\x00")]
+    assert len(docs) == 2 and all(d["kind"] == "AdmissionReview" for d in docs)
+    assert docs[0]["response"]["allowed"] and docs[0]["response"]["patchType"] == "JSONPatch"
+    assert docs[1]["response"]["allowed"] and "patch" not in docs[1]["response"]
+
+
+def test_review_exit_1_when_any_denied(tmp_path):
+    bad = k.pytorchjob_worker(env=[{"name": "NCCL_NET", "value": "Socket"}])
+    f = write(tmp_path, "jobs.yaml", k.pytorchjob_worker(), bad)
+    out = run("review", "--cluster-state", STATE, f)
+    assert out.returncode == 1
+    assert "NCCL_NET='Socket'" in out.stdout
+
+
+def test_review_exit_2_on_bad_input(tmp_path):
+    (tmp_path / "broken.yaml").write_text("kind: Pod\nmetadata: [\n")
+    out = run("review", str(tmp_path / "broken.yaml"))
+    assert out.returncode == 2 and "not valid YAML" in out.stderr and "Traceback" not in out.stderr
+    f = write(tmp_path, "cm.yaml", {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "x"}})
+    out = run("review", f)
+    assert out.returncode == 2 and "kind 'ConfigMap' is not supported" in out.stderr
+    out = run("review", str(tmp_path / "missing.yaml"))
+    assert out.returncode == 2 and "cannot read" in out.stderr
+
+
+def test_review_accepts_admission_reviews_json_and_stdin(tmp_path):
+    rv = k.admission_review(k.pytorchjob_worker())
+    path = tmp_path / "rv.json"
+    path.write_text(json.dumps(rv))
+    out = run("review", "--cluster-state", STATE, str(path))
+    assert out.returncode == 0 and json.loads(out.stdout)["response"]["uid"] == rv["request"]["uid"]
+    out = run("review", "--cluster-state", STATE, "-", stdin=json.dumps(k.pytorchjob_worker()))
+    assert out.returncode == 0 and json.loads(out.stdout)["response"]["allowed"]
+
+
+def test_review_without_cluster_state_assumes_opted_in(tmp_path):
+    f = write(tmp_path, "p.yaml", k.pod([k.container("trainer")], namespace="anywhere"))
+    out = run("review", f)
+    assert out.returncode == 0 and json.loads(out.stdout)["response"]["patchType"] == "JSONPatch"
+
+
+def test_explain_shows_decision_reasons_and_coloured_diff(tmp_path):
+    bad = k.pytorchjob_worker(env=[{"name": "NCCL_IB_DISABLE", "value": "1"}])
+    f = write(tmp_path, "jobs.yaml", k.pytorchjob_worker(), bad)
+    out = run("review", "--explain", "--color", "always", "--cluster-state", STATE, f)
+    assert out.returncode == 1
+    text = out.stdout
+    assert "MUTATED" in text and "DENIED" in text and "by policy erdma" in text
+    assert "NCCL_IB_DISABLE='1'" in text and "[env-fallback]" in text
+    assert "\033[32m+" in text and "aliyun/erdma: '1'" in text  # a green added line
+    assert "--- before" in text and "+++ after" in text
+    plain = run("review", "--explain", "--color", "never", "--cluster-state", STATE, f).stdout
+    assert "\033[" not in plain
+
+
+def test_explain_on_the_seed_pods():
+    pods = sorted(str(p) for p in (ROOT / "examples" / "pods").glob("*.yaml"))
+    out = run("review", "--explain", "--color", "never", "--cluster-state", STATE, *pods)
+    assert out.returncode == 1  # tcp-fallback-worker.yaml is denied
+    assert out.stdout.count("MUTATED") == 2 and out.stdout.count("DENIED") == 1 and out.stdout.count("UNCHANGED") == 1
+
+
+def test_certs_writes_a_ca_and_serving_certificate(tmp_path):
+    out = run("certs", "--service", "rdma-webhook", "--namespace", "rdma-webhook", "--out", str(tmp_path),
+              "--dns", "webhook.example.test", "--ip", "127.0.0.1")
+    assert out.returncode == 0, out.stderr
+    ca_pem = base64.b64decode(out.stdout.strip())
+    assert ca_pem == (tmp_path / "ca.crt").read_bytes()
+    cert = x509.load_pem_x509_certificate((tmp_path / "tls.crt").read_bytes())
+    ca = x509.load_pem_x509_certificate(ca_pem)
+    sans = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    assert set(sans.get_values_for_type(x509.DNSName)) == {
+        "rdma-webhook", "rdma-webhook.rdma-webhook", "rdma-webhook.rdma-webhook.svc",
+        "rdma-webhook.rdma-webhook.svc.cluster.local", "webhook.example.test"}
+    assert [str(ip) for ip in sans.get_values_for_type(x509.IPAddress)] == ["127.0.0.1"]
+    cert.verify_directly_issued_by(ca)
+    assert (tmp_path / "tls.key").stat().st_mode & 0o777 == 0o600
+    assert (tmp_path / "ca.key").stat().st_mode & 0o777 == 0o600
+
+
+def test_serve_reports_missing_files():
+    out = run("serve", "--tls-cert", "/nonexistent.crt", "--tls-key", "/nonexistent.key")
+    assert out.returncode == 2 and "no such file" in out.stderr

@@ -1,0 +1,238 @@
+"""The real server (`rdma-webhook serve`, gunicorn, 2 workers) over real TLS on loopback:
+realistic AdmissionReviews in, patches applied to the object sent, bad input answered."""
+
+from __future__ import annotations
+
+import base64
+import json
+import shutil
+import socket
+import ssl
+import time
+
+import jsonpatch
+import pytest
+
+import kube_objects as k
+from conftest import start_server, stop_server
+from webhook.certs import write_certs
+
+
+def apply(resp: dict, obj: dict) -> dict:
+    r = resp["response"]
+    if "patch" not in r:
+        return obj
+    assert r["patchType"] == "JSONPatch"
+    return jsonpatch.apply_patch(obj, json.loads(base64.b64decode(r["patch"])))
+
+
+SHAPES = {
+    "pytorchjob-worker": (k.pytorchjob_worker, "erdma", "aliyun/erdma"),
+    "mpijob-worker": (k.mpijob_worker, "erdma", "aliyun/erdma"),
+    "jobset-worker": (k.jobset_worker, "erdma", "aliyun/erdma"),
+    "lws-worker": (k.lws_worker, "sriov-roce", "openshift.io/mellanoxrdma"),
+    "seed-sriov-pod": (k.seed_sriov_pod, "sriov-roce", "openshift.io/mellanoxrdma"),
+}
+
+
+@pytest.mark.parametrize("shape", sorted(SHAPES))
+def test_training_pods_are_mutated_over_tls(server, shape):
+    make, policy, resource = SHAPES[shape]
+    pod = make()
+    review = k.admission_review(pod)
+    conn = server.connection()
+    try:
+        resp = server.review(review, conn)
+        r = resp["response"]
+        assert resp["apiVersion"] == "admission.k8s.io/v1" and resp["kind"] == "AdmissionReview"
+        assert r["uid"] == review["request"]["uid"] and r["allowed"] is True
+        out = apply(resp, pod)
+        ann = out["metadata"]["annotations"]
+        assert ann["rdma-webhook.io/status"] == "injected" and ann["rdma-webhook.io/applied-policy"] == policy
+        c = out["spec"]["containers"][0]
+        assert int(c["resources"]["limits"][resource]) >= 1
+        assert "IPC_LOCK" in c["securityContext"]["capabilities"]["add"]
+        assert any(m["mountPath"] == "/dev/shm" for m in c["volumeMounts"])
+        assert {"name": "NCCL_NET", "value": "IB"} in c["env"]
+        # reinvocation: the mutated pod comes back and gets no patch (same keep-alive connection)
+        again = server.review(k.admission_review(out), conn)
+        assert again["response"]["allowed"] and "patch" not in again["response"]
+    finally:
+        conn.close()
+
+
+def test_denied_pod_over_tls(server):
+    pod = k.pytorchjob_worker(env=[{"name": "NCCL_IB_DISABLE", "value": "1"}])
+    resp = server.review(k.admission_review(pod))
+    r = resp["response"]
+    assert r["allowed"] is False and r["status"]["code"] == 403
+    assert "container 'pytorch'" in r["status"]["message"] and "NCCL_IB_DISABLE" in r["status"]["message"]
+    assert "patch" not in r
+
+
+def test_untouched_pods_and_namespaces(server):
+    pod = k.pod([k.container("trainer")], inject=False)
+    r = server.review(k.admission_review(pod))["response"]
+    assert r["allowed"] and "patch" not in r
+    pod = k.pod([k.container("trainer")], namespace="default")  # namespace not opted in
+    r = server.review(k.admission_review(pod))["response"]
+    assert r["allowed"] and "patch" not in r
+    pod = k.pod([k.container("trainer")], namespace="team-restricted")
+    r = server.review(k.admission_review(pod))["response"]
+    assert not r["allowed"] and "[pod-security]" in r["status"]["message"]
+
+
+@pytest.mark.parametrize("body,status", [
+    (b"not json", 400), (b"", 400), (b"[]", 400), (b'{"request": {}}', 400),
+])
+def test_bad_bodies(server, body, status):
+    code, data, headers = server.request("POST", "/mutate", body)
+    assert code == status
+    assert "error" in json.loads(data)
+    assert headers["Content-Type"].startswith("application/json")
+
+
+def test_wrong_method_and_path(server):
+    assert server.request("GET", "/mutate")[0] == 405
+    code, data, _ = server.request("POST", "/nope", b"{}")
+    assert code == 404 and "error" in json.loads(data)
+
+
+def test_oversized_body_refused_without_reading_it(server):
+    """A Content-Length over the limit is answered 413 before the body is sent."""
+    ctx = server.context()
+    with socket.create_connection(("127.0.0.1", server.port), timeout=10) as raw:
+        with ctx.wrap_socket(raw, server_hostname="localhost") as s:
+            s.sendall(b"POST /mutate HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n"
+                      b"Content-Length: 104857600\r\n\r\n")
+            s.sendall(b"{" * 1024)
+            data = s.recv(65536)
+    assert data.startswith(b"HTTP/1.1 413")
+    # the server keeps serving
+    assert server.request("GET", "/healthz")[0] == 200
+
+
+def test_health_ready_metrics(server):
+    assert server.request("GET", "/healthz")[0] == 200
+    code, data, _ = server.request("GET", "/readyz")
+    assert code == 200 and json.loads(data)["policies"] == ["erdma", "sriov-roce"]
+    server.review(k.admission_review(k.pytorchjob_worker()))
+    code, data, headers = server.request("GET", "/metrics")
+    text = data.decode()
+    assert code == 200 and headers["Content-Type"].startswith("text/plain")
+    assert 'rdma_webhook_admissions_total{endpoint="mutate",outcome="mutated",policy="erdma"}' in text
+    assert "rdma_webhook_admission_duration_seconds_bucket" in text
+    assert "rdma_webhook_certificate_expiry_timestamp_seconds" in text
+    assert "rdma_webhook_policies_loaded 2.0" in text
+
+
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")
+def test_tls_versions(server):
+    """TLS 1.1 is refused by the server (its protocol_version alert, not a client-side refusal);
+    TLS 1.2 and 1.3 work."""
+    ctx = server.context()
+    ctx.maximum_version = ssl.TLSVersion.TLSv1_1
+    ctx.minimum_version = ssl.TLSVersion.TLSv1
+    try:
+        ctx.set_ciphers("ALL:@SECLEVEL=0")
+    except ssl.SSLError:
+        pass
+    with socket.create_connection(("127.0.0.1", server.port), timeout=10) as raw:
+        with pytest.raises(ssl.SSLError) as err:
+            ctx.wrap_socket(raw, server_hostname="localhost")
+    assert err.value.reason == "TLSV1_ALERT_PROTOCOL_VERSION"
+    for version in (ssl.TLSVersion.TLSv1_2, ssl.TLSVersion.TLSv1_3):
+        ctx = server.context()
+        ctx.minimum_version = ctx.maximum_version = version
+        with socket.create_connection(("127.0.0.1", server.port), timeout=10) as raw:
+            with ctx.wrap_socket(raw, server_hostname="localhost") as s:
+                assert s.version() == {ssl.TLSVersion.TLSv1_2: "TLSv1.2", ssl.TLSVersion.TLSv1_3: "TLSv1.3"}[version]
+
+
+def test_certificate_rotation_without_restart(tmp_path):
+    srv = start_server(tmp_path)
+    try:
+        old_ctx = srv.context()
+        keep = srv.connection()
+        assert srv.request("GET", "/healthz", conn=keep)[0] == 200
+        # rotate: a new CA and key pair written over the served files
+        fresh = tmp_path / "fresh"
+        write_certs(fresh, "rdma-webhook", "rdma-webhook", dns=["localhost"], ips=["127.0.0.1"])
+        for name in ("tls.key", "tls.crt"):
+            shutil.copy(fresh / name, srv.certs / f".{name}.new")
+            (srv.certs / f".{name}.new").replace(srv.certs / name)
+        shutil.copy(fresh / "ca.crt", srv.certs / "ca.crt")
+        deadline = time.monotonic() + 15
+        while True:
+            try:
+                code = srv.request("GET", "/healthz")[0]  # verifies against the new CA
+                break
+            except ssl.SSLError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.2)
+        assert code == 200
+        # the connection opened before the rotation still works
+        assert srv.request("GET", "/healthz", conn=keep)[0] == 200
+        keep.close()
+        with socket.create_connection(("127.0.0.1", srv.port), timeout=10) as raw:
+            with pytest.raises(ssl.SSLError):
+                old_ctx.wrap_socket(raw, server_hostname="localhost")
+        assert srv.proc.poll() is None
+    finally:
+        stop_server(srv)
+
+
+def test_policy_hot_reload(tmp_path):
+    srv = start_server(tmp_path)
+    try:
+        pod = k.pod([k.container("trainer")])
+        env = {e["name"]: e["value"] for e in apply(srv.review(k.admission_review(pod)), pod)["spec"]["containers"][0]["env"]}
+        assert env["NCCL_MIN_NCHANNELS"] == "16"
+        path = srv.policies_dir / "erdma.yaml"
+        text = path.read_text()
+        path.write_text(text.replace('NCCL_MIN_NCHANNELS: "16"', 'NCCL_MIN_NCHANNELS: "32"'))
+
+        def channels():
+            out = apply(srv.review(k.admission_review(pod)), pod)
+            return {e["name"]: e["value"] for e in out["spec"]["containers"][0]["env"]}["NCCL_MIN_NCHANNELS"]
+
+        deadline = time.monotonic() + 15
+        while channels() != "32":  # both workers must pick it up; poll a few times each
+            assert time.monotonic() < deadline, "valid change not in force within 15 s"
+            time.sleep(0.2)
+        for _ in range(6):
+            assert channels() == "32"
+        # an invalid change is rejected whole: the last good policies stay in force
+        path.write_text(text.replace("count: 1", "count: lots"))
+        deadline = time.monotonic() + 15
+        while "rdma_webhook_policy_reloads_total{result=\"failure\"}" not in srv.request("GET", "/metrics")[1].decode():
+            assert time.monotonic() < deadline, "reload failure not counted"
+            time.sleep(0.2)
+        for _ in range(6):
+            assert channels() == "32"
+        assert srv.request("GET", "/readyz")[0] == 200
+        assert "field device.count" in srv.log.read_text()
+    finally:
+        stop_server(srv)
+
+
+def test_start_without_valid_policies_is_not_ready(tmp_path):
+    pol = tmp_path / "policies"
+    pol.mkdir()
+    (pol / "broken.yaml").write_text("name: [")
+    srv = start_server(tmp_path, wait_for="/healthz")
+    try:
+        code, data, _ = srv.request("GET", "/readyz")
+        assert code == 503 and "no valid policies loaded" in json.loads(data)["problems"][0]
+        r = srv.review(k.admission_review(k.pod([k.container("trainer")])))["response"]
+        assert r["allowed"] is False and "no valid policies" in r["status"]["message"]
+        # fixing the folder makes it ready without a restart
+        shutil.copy("policies/erdma.yaml", pol / "erdma.yaml")
+        (pol / "broken.yaml").unlink()
+        deadline = time.monotonic() + 15
+        while srv.request("GET", "/readyz")[0] != 200:
+            assert time.monotonic() < deadline
+            time.sleep(0.2)
+    finally:
+        stop_server(srv)
