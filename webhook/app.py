@@ -1,6 +1,7 @@
 """The HTTP adapter: Flask routes around the decision.
 
     POST /mutate    AdmissionReview in, AdmissionReview out (decision -> JSON patch)
+    POST /validate  final-state guard for pods, apply-time check of workloads' pod templates
     GET  /healthz   the process is alive
     GET  /readyz    policies loaded and the cluster state synced (503 until then)
     GET  /metrics   Prometheus exposition
@@ -71,6 +72,10 @@ def create_app(store: PolicyStore, cluster: ClusterState) -> Flask:
     @app.post("/mutate")
     def mutate() -> Response:
         return admit("mutate", review.handle)
+
+    @app.post("/validate")
+    def validate() -> Response:
+        return admit("validate", review.handle_validate)
 
     @app.get("/healthz")
     def healthz() -> Response:

@@ -57,26 +57,34 @@ def _documents(path: str) -> list[Any]:
 
 
 def _as_request(doc: Any, where: str, namespace: str | None) -> dict[str, Any]:
-    """An AdmissionReview request for a document: its own request, or one made for a Pod."""
+    """An AdmissionReview request for a document: its own request, or one made for a Pod or a
+    workload kind that carries pod templates (see webhook/workloads.py)."""
+    from webhook import workloads
+
     if not isinstance(doc, dict):
-        raise InputError(f"{where}: expected a Pod or an AdmissionReview, found a {type(doc).__name__}")
+        raise InputError(f"{where}: expected a Pod, a workload or an AdmissionReview, found a {type(doc).__name__}")
     if doc.get("kind") == "AdmissionReview":
         req = doc.get("request")
         if not isinstance(req, dict) or not req.get("uid"):
             raise InputError(f"{where}: AdmissionReview without request.uid")
         return req
-    if doc.get("kind") == "Pod":
-        meta = doc.get("metadata") if isinstance(doc.get("metadata"), dict) else {}
-        ns = namespace or meta.get("namespace") or "default"
-        return {
-            "uid": f"review-{where}",
-            "kind": {"group": "", "version": "v1", "kind": "Pod"},
-            "resource": {"group": "", "version": "v1", "resource": "pods"},
-            "namespace": ns,
-            "operation": "CREATE",
-            "object": doc,
-        }
-    raise InputError(f"{where}: kind {doc.get('kind')!r} is not supported (give Pods or AdmissionReviews)")
+    kind = doc.get("kind")
+    api_version = doc.get("apiVersion") if isinstance(doc.get("apiVersion"), str) else ""
+    group = workloads.group_of(api_version)
+    if kind != "Pod" and not workloads.is_workload(group, kind):
+        known = ", ".join(sorted({k for _, k in workloads.TEMPLATES}))
+        raise InputError(f"{where}: kind {kind!r} ({api_version}) is not supported (give Pods, AdmissionReviews or {known})")
+    meta = doc.get("metadata") if isinstance(doc.get("metadata"), dict) else {}
+    ns = namespace or meta.get("namespace") or "default"
+    version = api_version.rpartition("/")[2] or "v1"
+    return {
+        "uid": f"review-{where}",
+        "kind": {"group": group, "version": version, "kind": kind},
+        "resource": {"group": group, "version": version, "resource": "pods" if kind == "Pod" else kind.lower() + "s"},
+        "namespace": ns,
+        "operation": "CREATE",
+        "object": doc,
+    }
 
 
 def _color(enabled: bool, code: str, text: str) -> str:
@@ -98,40 +106,51 @@ def _diff(before: Any, after: Any, color: bool) -> list[str]:
     return lines
 
 
+def _explain_decision(out: TextIO, indent: str, before: Any, decision, color: bool) -> None:
+    if decision.reason:
+        out.write(f"{indent}why: {decision.reason}\n")
+    for f in decision.denials:
+        out.write(f"{indent}{_color(color, '31', 'deny')} {f.text()}\n")
+    for note in decision.notes:
+        out.write(f"{indent}{_color(color, '32', 'add ')} {note}\n")
+    if decision.outcome == "mutated":
+        for line in _diff(before, decision.pod, color):
+            out.write(f"{indent}  {line}\n")
+
+
+def _verdict(color: bool, outcome: str, allowed: bool) -> str:
+    return _color(color, "31;1" if not allowed else ("32;1" if outcome == "MUTATED" else "1"), outcome)
+
+
 def _explain(out: TextIO, where: str, req: dict[str, Any], resp: dict[str, Any], decision, color: bool) -> None:
     from webhook.decision import pod_name
 
     obj = req.get("object")
+    kind = (req.get("kind") or {}).get("kind") or "Pod"
     name = pod_name(obj) if isinstance(obj, dict) else "(no object)"
     r = resp["response"]
-    if decision is None:
-        verdict = "ALLOWED (not a pod)" if r["allowed"] else "DENIED (bad request)"
-    else:
-        verdict = decision.outcome.upper()
-    verdict_color = "31;1" if not r["allowed"] else ("32;1" if verdict == "MUTATED" else "1")
+    outcome = "ALLOWED (not a pod)" if decision is None and r["allowed"] else ("DENIED (bad request)" if decision is None else decision.outcome.upper())
     policy = f" by policy {decision.policy}" if decision is not None and decision.policy else ""
-    out.write(f"{_color(color, '1', where)}: pod {req.get('namespace')}/{name}: {_color(color, verdict_color, verdict)}{policy}\n")
-    if decision is not None and decision.reason:
-        out.write(f"  why: {decision.reason}\n")
-    if not r["allowed"]:
-        if decision is not None:
-            for f in decision.denials:
-                out.write(f"  {_color(color, '31', 'deny')} {f.text()}\n")
-        else:
+    out.write(f"{_color(color, '1', where)}: {kind} {req.get('namespace')}/{name}: {_verdict(color, outcome, r['allowed'])}{policy}\n")
+    if decision is None:
+        if not r["allowed"]:
             out.write(f"  {_color(color, '31', 'deny')} {r['status']['message']}\n")
-    if decision is not None:
-        for note in decision.notes:
-            out.write(f"  {_color(color, '32', 'add ')} {note}\n")
+    elif kind == "Pod":
+        _explain_decision(out, "  ", obj, decision, color)
+    else:
+        if decision.reason:
+            out.write(f"  why: {decision.reason}\n")
+        for t in decision.templates:
+            d = t.decision
+            effect = " (denies the workload)" if t.deny else (" (a warning: workloadValidation Warn)" if d.outcome == "denied" else "")
+            by = f" by policy {d.policy}" if d.policy else ""
+            out.write(f"  {_color(color, '1', t.path)}: its pods would be "
+                      f"{_verdict(color, d.outcome.upper(), d.outcome != 'denied')}{by}{effect}\n")
+            _explain_decision(out, "    ", t.pod, d, color)
     for w in r.get("warnings", []):
         out.write(f"  {_color(color, '33', 'warn')} {w}\n")
-    if r.get("patch"):
-        import jsonpatch
-
-        ops = json.loads(base64.b64decode(r["patch"]))
-        after = jsonpatch.apply_patch(obj, ops)
-        out.write(f"  {len(ops)} patch operations; the pod before and after:\n")
-        for line in _diff(obj, after, color):
-            out.write(f"    {line}\n")
+    if kind == "Pod" and r.get("patch"):
+        out.write(f"  {len(json.loads(base64.b64decode(r['patch'])))} patch operations\n")
     out.write("\n")
 
 
@@ -171,7 +190,9 @@ def cmd_review(args: argparse.Namespace) -> int:
                 status = EXIT_BAD_INPUT
                 continue
             body = json.dumps({"apiVersion": review.API_VERSION, "kind": "AdmissionReview", "request": req}).encode()
-            code, resp, decision, _ = review.handle(body, policies, state.namespace, state.attachments())
+            is_pod = (req.get("kind") or {}).get("kind", "Pod") == "Pod"
+            handler = review.handle if is_pod else review.handle_validate
+            code, resp, decision, _ = handler(body, policies, state.namespace, state.attachments())
             if code != 200:
                 print(f"error: {where}: {resp.get('error')}", file=sys.stderr)
                 status = EXIT_BAD_INPUT

@@ -44,6 +44,7 @@ class Decision:
     warnings: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)  # what the mutation added, for people
     reason: str = ""  # why a pod was skipped or left unchanged
+    templates: list[Any] = field(default_factory=list)  # workloads: one result per pod template
 
     @property
     def allowed(self) -> bool:
@@ -208,9 +209,10 @@ def _warnings(pod: Mapping[str, Any], subject: Subject) -> list[str]:
     return out
 
 
-def decide(pod: Any, namespace: Namespace | None, policies: PolicySet | None,
-           attachments: Attachments | None = None, operation: str = "CREATE") -> Decision:
-    """Decide what happens to `pod` (the raw object as sent; never modified here)."""
+def _assess(pod: Any, namespace: Namespace | None, policies: PolicySet | None, attachments: Attachments | None,
+            operation: str, final: bool) -> Decision | tuple[Subject, list[str]]:
+    """The steps `decide` and `check_final` share: who is considered, the policy, the targets and
+    the rules. Returns a finished Decision, or the subject and warnings of a pod that passed."""
     problem = shape_problem(pod)
     if problem:
         return _deny(pod, None, "malformed-pod", f"the request's pod is malformed: {problem}")
@@ -248,13 +250,33 @@ def decide(pod: Any, namespace: Namespace | None, policies: PolicySet | None,
     if policy.network_name and isinstance(annotations.get(keys.MULTUS_NETWORKS), str) and mutation.parse_networks(annotations[keys.MULTUS_NETWORKS]) is None:
         subject.network_problem = (f"annotation {keys.MULTUS_NETWORKS} starts with '[' but is not a JSON list of "
                                    f"network objects; Multus would reject the pod. Fix the annotation")
-    denials = fallback.findings(subject)
+    denials = fallback.findings(subject, final=final)
     warnings = _warnings(pod, subject)
     if denials:
         return Decision(DENIED, pod, policy.name, denials, warnings)
+    return subject, warnings
 
+
+def decide(pod: Any, namespace: Namespace | None, policies: PolicySet | None,
+           attachments: Attachments | None = None, operation: str = "CREATE") -> Decision:
+    """Decide what happens to `pod` (the raw object as sent; never modified here)."""
+    assessed = _assess(pod, namespace, policies, attachments, operation, final=False)
+    if isinstance(assessed, Decision):
+        return assessed
+    subject, warnings = assessed
     mutated = orjson.loads(orjson.dumps(pod))  # a private deep copy, faster than copy.deepcopy
     notes = mutation.apply(mutated, subject, namespace.name, warnings)
     if mutated == pod:
-        return Decision(UNCHANGED, pod, policy.name, warnings=warnings, reason="already injected")
-    return Decision(MUTATED, mutated, policy.name, warnings=warnings, notes=notes)
+        return Decision(UNCHANGED, pod, subject.policy.name, warnings=warnings, reason="already injected")
+    return Decision(MUTATED, mutated, subject.policy.name, warnings=warnings, notes=notes)
+
+
+def check_final(pod: Any, namespace: Namespace | None, policies: PolicySet | None,
+                attachments: Attachments | None = None, operation: str = "CREATE") -> Decision:
+    """The final-state guard for a pod as it will be stored, after every mutating webhook ran:
+    the TCP-fallback rules plus the rules that the RDMA pieces are really there. No mutation."""
+    assessed = _assess(pod, namespace, policies, attachments, operation, final=True)
+    if isinstance(assessed, Decision):
+        return assessed
+    subject, warnings = assessed
+    return Decision(UNCHANGED, pod, subject.policy.name, warnings=warnings, reason="final state keeps RDMA")

@@ -211,16 +211,60 @@ RULES: tuple[Rule, ...] = (
 )
 
 
-_BY_ID = {r.id: r for r in RULES}
+# The final-state guard (`/validate` on pods, after every mutating webhook ran) also checks that
+# what the mutation adds is really there: another webhook may have run after ours.
+
+def _rule_device_missing(s: Subject) -> Iterable[Finding]:
+    res = s.device_resource
+    if not res:
+        return
+    for t in s.targets:
+        value = ((s.container(t).get("resources") or {}).get("limits") or {}).get(res)
+        if value is None:
+            yield Finding("device-missing", t.name,
+                          f"resources.limits has no {res}, so the container gets no RDMA device and NCCL uses TCP; "
+                          f"a webhook that ran after rdma-webhook may have removed it")
+
+
+def _rule_ipc_lock_missing(s: Subject) -> Iterable[Finding]:
+    for t in s.targets:
+        sc = s.container(t).get("securityContext") or {}
+        adds = (sc.get("capabilities") or {}).get("add") or ()
+        if sc.get("privileged") is not True and not any(isinstance(a, str) and a.upper() in ("IPC_LOCK", "CAP_IPC_LOCK") for a in adds):
+            yield Finding("ipc-lock-missing", t.name,
+                          "securityContext.capabilities.add lacks IPC_LOCK, which RDMA needs to pin memory")
+
+
+def _rule_enforced_env(s: Subject) -> Iterable[Finding]:
+    for t in s.targets:
+        for setting in s.policy.env:
+            if not setting.enforce:
+                continue
+            value = t.env.get(setting.name)
+            same = value is not None and (nccl.net_selected(value, (setting.value,)) if setting.name == "NCCL_NET" else value == setting.value)
+            if not same:
+                now = "unset" if value is None else repr(value)
+                yield Finding("enforced-env", t.name,
+                              f"{setting.name} is {now}, but policy {s.policy.name} pins it to {setting.value!r} so that a "
+                              f"missing RDMA device fails at start instead of running on TCP")
+
+
+FINAL_RULES: tuple[Rule, ...] = (
+    Rule("device-missing", "a GPU container has no RDMA device resource in its limits", _rule_device_missing),
+    Rule("ipc-lock-missing", "a GPU container lacks IPC_LOCK", _rule_ipc_lock_missing),
+    Rule("enforced-env", "an enforced NCCL variable (NCCL_NET above all) is missing or changed", _rule_enforced_env),
+)
+
+_BY_ID = {r.id: r for r in RULES + FINAL_RULES}
 
 
 def rule(rule_id: str) -> Rule:
     return _BY_ID[rule_id]
 
 
-def findings(subject: Subject) -> list[Finding]:
-    """Every finding of every rule, in table order."""
+def findings(subject: Subject, final: bool = False) -> list[Finding]:
+    """Every finding of every rule, in table order (with the final-state rules when `final`)."""
     out: list[Finding] = []
-    for rule in RULES:
-        out.extend(rule.check(subject))
+    for r in RULES + FINAL_RULES if final else RULES:
+        out.extend(r.check(subject))
     return out

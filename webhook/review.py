@@ -14,7 +14,7 @@ from typing import Any, Callable, Mapping
 import orjson
 
 from webhook import patch
-from webhook.decision import DENIED, MUTATED, Attachments, Decision, Namespace, decide, pod_name
+from webhook.decision import DENIED, MUTATED, Attachments, Decision, Namespace, check_final, decide, pod_name
 from webhook.policy import PolicySet
 
 API_VERSION = "admission.k8s.io/v1"
@@ -33,6 +33,7 @@ class Request:
     namespace: str
     obj: Any
     kind: str
+    group: str
     resource: str
     sub_resource: str
     dry_run: bool
@@ -63,6 +64,7 @@ def parse(body: bytes) -> Request:
         namespace=str(request.get("namespace") or ""),
         obj=request.get("object"),
         kind=str(kind.get("kind") or ""),
+        group=str(kind.get("group") or ""),
         resource=str(resource.get("resource") or ""),
         sub_resource=str(request.get("subResource") or ""),
         dry_run=request.get("dryRun") is True,
@@ -92,14 +94,15 @@ def deny_message(decision: Decision, obj: Any) -> str:
 
 
 def response(uid: str, decision: Decision | None, obj: Any = None, message: str | None = None) -> dict[str, Any]:
-    """The AdmissionReview answer for a decision (or, without one, a deny with `message`)."""
+    """The AdmissionReview answer for a decision (or, without one, a deny with `message`; with
+    one, `message` replaces the pod-worded deny message)."""
     resp: dict[str, Any] = {"uid": uid}
     if decision is None:
         resp["allowed"] = False
         resp["status"] = {"code": 400, "reason": "BadRequest", "message": f"rdma-webhook: {message}"}
     elif decision.outcome == DENIED:
         resp["allowed"] = False
-        resp["status"] = {"code": 403, "reason": "Forbidden", "message": deny_message(decision, obj)}
+        resp["status"] = {"code": 403, "reason": "Forbidden", "message": message or deny_message(decision, obj)}
     else:
         resp["allowed"] = True
         if decision.outcome == MUTATED:
@@ -115,28 +118,79 @@ def response(uid: str, decision: Decision | None, obj: Any = None, message: str 
 NamespaceLookup = Callable[[str], Namespace | None]
 
 
-def review_request(req: Request, policies: PolicySet | None, namespace_of: NamespaceLookup,
-                   attachments: Attachments | None) -> Decision | None:
-    """The decision for a parsed request; None when the request is not about a pod at all."""
-    if req.resource and req.resource != "pods" or req.sub_resource or (req.kind and req.kind != "Pod"):
-        return None
+def _is_pod(req: Request) -> bool:
+    return not req.sub_resource and (req.resource or "pods") == "pods" and (req.kind or "Pod") == "Pod"
+
+
+def _namespace(req: Request, namespace_of: NamespaceLookup) -> Namespace | None:
     ns_name = req.namespace
     if not ns_name and isinstance(req.obj, dict) and isinstance(req.obj.get("metadata"), dict):
         ns_name = str(req.obj["metadata"].get("namespace") or "")
-    namespace = namespace_of(ns_name) if ns_name else None
-    return decide(req.obj, namespace, policies, attachments, req.operation)
+    return namespace_of(ns_name) if ns_name else None
 
 
-def handle(body: bytes, policies: PolicySet | None, namespace_of: NamespaceLookup,
-           attachments: Attachments | None) -> tuple[int, dict[str, Any], Decision | None, Request | None]:
-    """(HTTP status, response document, decision, request) for one /mutate body."""
+def review_request(req: Request, policies: PolicySet | None, namespace_of: NamespaceLookup,
+                   attachments: Attachments | None) -> Decision | None:
+    """The decision for a parsed request; None when the request is not about a pod at all."""
+    if not _is_pod(req):
+        return None
+    return decide(req.obj, _namespace(req, namespace_of), policies, attachments, req.operation)
+
+
+Handled = tuple[int, dict[str, Any], Decision | None, Request | None]
+
+
+def _parsed(body: bytes) -> Request | Handled:
     try:
-        req = parse(body)
+        return parse(body)
     except BadReview as exc:
         return 400, {"error": str(exc)}, None, None
     except EnvelopeError as exc:
         return 200, response(exc.uid, None, message=exc.message), None, None
+
+
+def handle(body: bytes, policies: PolicySet | None, namespace_of: NamespaceLookup,
+           attachments: Attachments | None) -> Handled:
+    """(HTTP status, response document, decision, request) for one /mutate body."""
+    req = _parsed(body)
+    if not isinstance(req, Request):
+        return req
     decision = review_request(req, policies, namespace_of, attachments)
     if decision is None:
         return 200, response(req.uid, Decision("skipped", req.obj, reason="not a pod")), None, req
     return 200, response(req.uid, decision, req.obj), decision, req
+
+
+def validate_request(req: Request, policies: PolicySet | None, namespace_of: NamespaceLookup,
+                     attachments: Attachments | None) -> tuple[Decision | None, str | None]:
+    """(decision, deny message) for /validate: the final-state guard for a pod, the template
+    check for a workload, (None, None) for anything else."""
+    from webhook import workloads
+
+    if _is_pod(req):
+        return check_final(req.obj, _namespace(req, namespace_of), policies, attachments, req.operation), None
+    group = req.group if req.kind else workloads.group_of((req.obj or {}).get("apiVersion") if isinstance(req.obj, dict) else None)
+    kind = req.kind or ((req.obj or {}).get("kind") if isinstance(req.obj, dict) else "")
+    if not workloads.is_workload(group, kind) or req.sub_resource or req.operation not in ("CREATE", "UPDATE"):
+        return None, None
+    verdict = workloads.check_workload(req.obj, group, kind, _namespace(req, namespace_of), policies, attachments)
+    decision = Decision(verdict.outcome, req.obj, verdict.policy, verdict.denials(), verdict.warnings(),
+                        reason="" if verdict.results else "no template carries the pod opt-in label",
+                        templates=verdict.results)
+    return decision, (verdict.message() if not verdict.allowed else None)
+
+
+def handle_validate(body: bytes, policies: PolicySet | None, namespace_of: NamespaceLookup,
+                    attachments: Attachments | None) -> Handled:
+    """(HTTP status, response document, decision, request) for one /validate body. Never a
+    patch: a validating webhook only allows, denies and warns."""
+    req = _parsed(body)
+    if not isinstance(req, Request):
+        return req
+    decision, message = validate_request(req, policies, namespace_of, attachments)
+    if decision is None:
+        return 200, response(req.uid, Decision("skipped", req.obj, reason="not a pod or workload")), None, req
+    if decision.outcome == MUTATED:  # a workload whose pods will be mutated: allowed, with the summary
+        decision.outcome = "unchanged"
+        decision.reason = "pods will be mutated"
+    return 200, response(req.uid, decision, req.obj, message), decision, req
