@@ -51,7 +51,7 @@ def test_review_exit_2_on_bad_input(tmp_path):
     assert out.returncode == 2 and "not valid YAML" in out.stderr and "Traceback" not in out.stderr
     f = write(tmp_path, "cm.yaml", {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "x"}})
     out = run("review", f)
-    assert out.returncode == 2 and "kind 'ConfigMap' is not supported" in out.stderr
+    assert out.returncode == 2 and "kind 'ConfigMap' (v1) is not supported" in out.stderr
     out = run("review", str(tmp_path / "missing.yaml"))
     assert out.returncode == 2 and "cannot read" in out.stderr
 
