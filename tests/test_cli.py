@@ -114,3 +114,15 @@ def test_certs_writes_a_ca_and_serving_certificate(tmp_path):
 def test_serve_reports_missing_files():
     out = run("serve", "--tls-cert", "/nonexistent.crt", "--tls-key", "/nonexistent.key")
     assert out.returncode == 2 and "no such file" in out.stderr
+
+
+def test_certs_reuse_ca_renews_only_the_serving_certificate(tmp_path):
+    first = run("certs", "--service", "rdma-webhook", "--namespace", "rdma-webhook", "--out", str(tmp_path))
+    old_cert = (tmp_path / "tls.crt").read_bytes()
+    again = run("certs", "--service", "rdma-webhook", "--namespace", "rdma-webhook", "--out", str(tmp_path), "--reuse-ca")
+    assert again.returncode == 0 and again.stdout == first.stdout  # same caBundle
+    new = x509.load_pem_x509_certificate((tmp_path / "tls.crt").read_bytes())
+    assert (tmp_path / "tls.crt").read_bytes() != old_cert
+    new.verify_directly_issued_by(x509.load_pem_x509_certificate((tmp_path / "ca.crt").read_bytes()))
+    empty = run("certs", "--service", "s", "--namespace", "n", "--out", str(tmp_path / "none"), "--reuse-ca")
+    assert empty.returncode == 1 and "error:" in empty.stderr and "Traceback" not in empty.stderr

@@ -85,16 +85,32 @@ def _write(path: Path, data: bytes, private: bool) -> None:
     os.replace(tmp, path)  # readers never see a half-written file
 
 
+def load_ca(directory: str | os.PathLike[str]) -> tuple[x509.Certificate, ec.EllipticCurvePrivateKey]:
+    """The CA a previous run wrote into `directory` (ca.crt, ca.key)."""
+    d = Path(directory)
+    cert = x509.load_pem_x509_certificate((d / "ca.crt").read_bytes())
+    key = serialization.load_pem_private_key((d / "ca.key").read_bytes(), password=None)
+    if not isinstance(key, ec.EllipticCurvePrivateKey) or key.public_key() != cert.public_key():
+        raise ValueError(f"{d / 'ca.key'} is not the key of {d / 'ca.crt'}")
+    return cert, key
+
+
 def write_certs(out: str | os.PathLike[str], service: str, namespace: str, dns: Iterable[str] = (),
-                ips: Iterable[str] = (), days: int = 365) -> str:
-    """Write ca.crt, ca.key, tls.crt, tls.key into `out`; return the base64 caBundle."""
+                ips: Iterable[str] = (), days: int = 365, reuse_ca: bool = False) -> str:
+    """Write ca.crt, ca.key, tls.crt, tls.key into `out`; return the base64 caBundle. With
+    `reuse_ca`, renew only the serving certificate under the CA already in `out`, so the
+    webhook configurations' caBundle stays valid through the renewal."""
     outdir = Path(out)
     outdir.mkdir(parents=True, exist_ok=True)
-    ca, ca_key = make_ca(f"rdma-webhook CA ({service}.{namespace})")
+    if reuse_ca:
+        ca, ca_key = load_ca(outdir)
+    else:
+        ca, ca_key = make_ca(f"rdma-webhook CA ({service}.{namespace})")
     cert, key = make_serving(ca, ca_key, service_dns_names(service, namespace) + list(dns), ips, days)
     ca_pem = ca.public_bytes(serialization.Encoding.PEM)
-    _write(outdir / "ca.crt", ca_pem, private=False)
-    _write(outdir / "ca.key", _pem_key(ca_key), private=True)
+    if not reuse_ca:
+        _write(outdir / "ca.crt", ca_pem, private=False)
+        _write(outdir / "ca.key", _pem_key(ca_key), private=True)
     _write(outdir / "tls.key", _pem_key(key), private=True)
     _write(outdir / "tls.crt", cert.public_bytes(serialization.Encoding.PEM), private=False)
     return base64.b64encode(ca_pem).decode("ascii")

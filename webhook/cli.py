@@ -229,11 +229,12 @@ def cmd_certs(args: argparse.Namespace) -> int:
     from webhook.certs import write_certs
 
     try:
-        bundle = write_certs(args.out, args.service, args.namespace, args.dns, args.ip, args.days)
+        bundle = write_certs(args.out, args.service, args.namespace, args.dns, args.ip, args.days, args.reuse_ca)
     except (OSError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
-    print(f"wrote ca.crt, ca.key, tls.crt, tls.key to {args.out}", file=sys.stderr)
+    written = "tls.crt, tls.key" if args.reuse_ca else "ca.crt, ca.key, tls.crt, tls.key"
+    print(f"wrote {written} to {args.out}", file=sys.stderr)
     print(bundle)
     return 0
 
@@ -292,6 +293,8 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--dns", action="append", default=[], help="extra DNS name (repeatable)")
     c.add_argument("--ip", action="append", default=[], help="extra IP address (repeatable)")
     c.add_argument("--days", type=int, default=365)
+    c.add_argument("--reuse-ca", action="store_true",
+                   help="renew only the serving certificate, signed by the ca.crt/ca.key already in --out")
     c.set_defaults(func=cmd_certs)
     return p
 
