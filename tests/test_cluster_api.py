@@ -1,0 +1,321 @@
+"""`ApiClusterState` for real against `fake_apiserver`: list, watch, relist on 410, backoff,
+the one direct read, NAD tracking, stop; and one decision end to end."""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any, Callable
+
+import pytest
+from kubernetes import client
+from kubernetes.config import kube_config
+
+from fake_apiserver import FakeApiServer
+from webhook import decision, keys, metrics
+from webhook.cluster_api import ApiClusterState
+
+OPTED_IN = {keys.NS_INJECTION: keys.NS_INJECTION_ENABLED}
+RDMA_VF = {keys.NAD_RESOURCE_NAME: "example.com/rdma_vf"}
+
+
+def eventually(check: Callable[[], Any], timeout: float = 5.0, what: str = "condition") -> Any:
+    deadline = time.monotonic() + timeout
+    while True:
+        value = check()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{what} not reached within {timeout}s")
+        time.sleep(0.01)
+
+
+@pytest.fixture
+def apiserver():
+    srv = FakeApiServer().start()
+    yield srv
+    srv.close()
+
+
+@pytest.fixture
+def make_state(apiserver):
+    made: list[tuple[ApiClusterState, client.ApiClient]] = []
+
+    def make(uses_networks: Callable[[], bool] = lambda: False, **kw: Any) -> ApiClusterState:
+        cfg = client.Configuration()
+        cfg.host = apiserver.url
+        api = client.ApiClient(cfg)
+        kw = {"backoff_min": 0.02, "backoff_max": 0.2, "networks_check_interval": 0.05, **kw}
+        state = ApiClusterState(api, uses_networks, **kw)
+        made.append((state, api))
+        state.start()
+        return state
+
+    yield make
+    apiserver.lists_gate.set()
+    for state, api in made:
+        state.stop()
+        assert not [t.name for t in state.threads() if t.is_alive()]
+        api.rest_client.pool_manager.clear()
+        api.close()
+
+
+def synced(state: ApiClusterState) -> ApiClusterState:
+    eventually(state.ready, what="cache ready")
+    return state
+
+
+def test_initial_list_fills_cache_and_flips_ready(apiserver, make_state):
+    apiserver.put_namespace("team-a", OPTED_IN)
+    apiserver.put_namespace("team-b")
+    apiserver.lists_gate.clear()  # hold the list to see the state before it completes
+    state = make_state()
+    eventually(lambda: apiserver.count("list namespaces") == 1, what="list request")
+    assert not state.ready()
+    assert metrics.CACHE_READY._value.get() == 0
+    apiserver.lists_gate.set()
+    synced(state)
+    assert metrics.CACHE_READY._value.get() == 1
+    assert state.cached_namespace("team-a").labels == {"kubernetes.io/metadata.name": "team-a", **OPTED_IN}
+    assert state.namespace("team-b").labels == {"kubernetes.io/metadata.name": "team-b"}
+    assert state.attachments() is None
+    assert apiserver.count("get ") == 0 and apiserver.count("list nads") == 0
+
+
+def test_watch_applies_added_modified_deleted(apiserver, make_state):
+    state = synced(make_state())
+    apiserver.put_namespace("new")
+    eventually(lambda: state.cached_namespace("new"), what="ADDED applied")
+    apiserver.put_namespace("new", {"team": "x", **OPTED_IN})
+    eventually(lambda: (state.cached_namespace("new").labels.get("team") == "x"), what="MODIFIED applied")
+    apiserver.delete_namespace("new")
+    eventually(lambda: state.cached_namespace("new") is None, what="DELETED applied")
+    assert apiserver.count("get ") == 0
+    assert apiserver.count("list namespaces") == 1
+
+
+def test_dropped_watch_is_reestablished_without_relist(apiserver, make_state):
+    state = synced(make_state())
+    eventually(lambda: apiserver.open_watches() == 1, what="watch open")
+    apiserver.drop_watches()
+    eventually(lambda: apiserver.count("watch namespaces") >= 2 and apiserver.open_watches() == 1, what="watch re-established")
+    apiserver.put_namespace("after-drop", OPTED_IN)
+    eventually(lambda: state.cached_namespace("after-drop"), what="event after the drop")
+    assert apiserver.count("list namespaces") == 1  # resumed from its resourceVersion
+
+
+@pytest.mark.parametrize("gone_as", ["event", "http"])
+def test_gone_relists_and_catches_up_on_changes_made_while_disconnected(apiserver, make_state, gone_as):
+    apiserver.gone_as = gone_as
+    apiserver.put_namespace("doomed", OPTED_IN)
+    apiserver.put_namespace("kept")
+    state = synced(make_state())
+    apiserver.put_namespace("seen")  # some watch progress first
+    eventually(lambda: state.cached_namespace("seen"), what="watch progress")
+    with apiserver.pause_watches():
+        apiserver.delete_namespace("doomed")
+        apiserver.put_namespace("kept", {"team": "y"})
+        apiserver.put_namespace("born")
+        apiserver.compact()
+        eventually(lambda: apiserver.count("watch namespaces") >= 3, what="retries while paused")
+    eventually(lambda: state.list_count[0] == 2, what="relist")
+    assert apiserver.count("list namespaces") == 2
+    assert state.cached_namespace("doomed") is None
+    assert state.cached_namespace("kept").labels["team"] == "y"
+    assert state.cached_namespace("born") is not None
+    assert state.cached_namespace("seen") is not None
+    apiserver.put_namespace("later")
+    eventually(lambda: state.cached_namespace("later"), what="watch after relist")
+    assert apiserver.count("get ") == 0
+
+
+def test_bookmark_moves_resource_version_so_no_relist_is_needed(apiserver, make_state):
+    state = synced(make_state())
+    eventually(lambda: apiserver.open_watches() == 1, what="watch open")
+    apiserver.compact()  # history before now is gone ...
+    apiserver.bookmark()  # ... but the bookmark brings the watch up to now
+    eventually(lambda: state._ns.resource_version == str(apiserver.rv), what="bookmark applied")
+    apiserver.drop_watches()
+    eventually(lambda: apiserver.count("watch namespaces") >= 2 and apiserver.open_watches() == 1, what="re-watch")
+    apiserver.put_namespace("after-bookmark")
+    eventually(lambda: state.cached_namespace("after-bookmark"), what="event after re-watch")
+    assert apiserver.count("list namespaces") == 1
+
+
+def test_watch_failures_back_off(apiserver, make_state):
+    synced(make_state(backoff_min=0.05, backoff_max=0.4))
+    with apiserver.pause_watches():
+        start, before = time.monotonic(), apiserver.count("watch namespaces")
+        while time.monotonic() - start < 1.0:
+            time.sleep(0.02)
+        attempts = apiserver.count("watch namespaces") - before
+    # 0.05 s doubling to 0.4 s, each with jitter in [d/2, d]: 4 to 9 attempts in one second
+    assert 3 <= attempts <= 10, attempts
+
+
+def test_direct_read_of_a_namespace_not_yet_seen_happens_once_and_is_cached(apiserver, make_state):
+    state = synced(make_state())
+    with apiserver.pause_watches():  # the watch cannot deliver it
+        apiserver.put_namespace("fresh", OPTED_IN)
+        assert state.cached_namespace("fresh") is None
+        ns = state.namespace("fresh")
+        assert ns is not None and ns.labels[keys.NS_INJECTION] == keys.NS_INJECTION_ENABLED
+        assert state.namespace("fresh") == ns
+        assert state.cached_namespace("fresh") == ns
+        assert apiserver.count("get namespaces/fresh") == 1
+
+
+def test_missing_namespace_is_one_read_per_miss_window(apiserver, make_state):
+    state = synced(make_state(miss_ttl=0.3))
+    results: list[Any] = []
+    threads = [threading.Thread(target=lambda: results.append(state.namespace("ghost"))) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(5)
+    assert results == [None] * 8
+    for _ in range(20):
+        assert state.namespace("ghost") is None
+    assert apiserver.count("get namespaces/ghost") == 1
+    # after the window, one more read
+    eventually(lambda: state.namespace("ghost") is None and apiserver.count("get namespaces/ghost") == 2,
+               what="read after the miss window")
+    assert apiserver.count("get namespaces/ghost") == 2
+
+
+def test_direct_read_is_bounded_by_its_timeout(apiserver, make_state):
+    state = synced(make_state(fetch_timeout=0.3))
+    apiserver.gets_gate.clear()  # the API server does not answer
+    start = time.monotonic()
+    assert state.namespace("slow") is None
+    assert time.monotonic() - start < 1.0
+    assert state.namespace("slow") is None  # remembered: no second wait
+    apiserver.gets_gate.set()
+    assert apiserver.count("get namespaces/slow") == 1  # one attempt: no urllib3 retries
+
+
+def test_direct_read_failure_is_none():
+    cfg = client.Configuration()
+    cfg.host = "http://127.0.0.1:9"  # nothing listens there
+    state = ApiClusterState(client.ApiClient(cfg), fetch_timeout=0.5)
+    assert state.namespace("anything") is None
+    assert state.attachments() is None and not state.ready()
+
+
+def test_from_environment_uses_kubeconfig_and_connects_only_on_start(apiserver, monkeypatch, tmp_path):
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(
+        "apiVersion: v1\nkind: Config\ncurrent-context: fake\n"
+        f"clusters: [{{name: fake, cluster: {{server: '{apiserver.url}'}}}}]\n"
+        "users: [{name: fake, user: {token: t0ken}}]\n"
+        "contexts: [{name: fake, context: {cluster: fake, user: fake}}]\n")
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    # KUBECONFIG is read when kubernetes.config is imported; point its default at the file instead
+    monkeypatch.setattr(kube_config, "KUBE_CONFIG_DEFAULT_LOCATION", str(kubeconfig))
+    apiserver.put_namespace("team-a", OPTED_IN)
+    threads_before = set(threading.enumerate())
+    state = ApiClusterState.from_environment(uses_networks=lambda: False, backoff_min=0.02)
+    assert apiserver.count() == 0  # no request and no thread before the fork
+    assert not set(threading.enumerate()) - threads_before
+    try:
+        state.start()
+        synced(state)
+        assert state.namespace("team-a").labels[keys.NS_INJECTION] == keys.NS_INJECTION_ENABLED
+    finally:
+        state.stop()
+    assert not [t.name for t in state.threads() if t.is_alive()]
+
+
+def test_cache_reads_make_no_requests(apiserver, make_state):
+    for i in range(50):
+        apiserver.put_namespace(f"ns-{i}", OPTED_IN)
+    apiserver.put_nad("ns-1", "rdma-network", RDMA_VF)
+    state = synced(make_state(lambda: True))
+    before = apiserver.count()
+    for _ in range(20):
+        for i in range(50):
+            assert state.namespace(f"ns-{i}").name == f"ns-{i}"
+        assert state.attachments() is state
+        assert state.attachment("ns-1", "rdma-network")["metadata"]["annotations"] == RDMA_VF
+        assert state.attachment("ns-2", "rdma-network") is None
+    assert apiserver.count() == before
+
+
+def test_nads_are_tracked_only_when_a_policy_uses_a_network(apiserver, make_state):
+    apiserver.put_namespace("team-a", OPTED_IN)
+    apiserver.put_nad("team-a", "rdma-network", RDMA_VF)
+    wanted = {"networks": False, "asked": 0}
+
+    def uses_networks() -> bool:
+        wanted["asked"] += 1
+        return wanted["networks"]
+
+    state = synced(make_state(uses_networks))
+    eventually(lambda: wanted["asked"] >= 4, what="periodic re-check")
+    assert apiserver.count("list nads") == 0 and apiserver.count("watch nads") == 0
+    assert state.attachments() is None
+    wanted["networks"] = True  # a policy reload added a Multus network
+    eventually(lambda: state.attachments() is state, what="NAD informer synced")
+    assert state.ready()
+    assert state.attachment("team-a", "rdma-network")["metadata"]["annotations"] == RDMA_VF
+    assert apiserver.count("list nads") == 1
+    apiserver.put_nad("team-b", "rdma-network", {keys.NAD_RESOURCE_NAME: "example.com/other"})
+    eventually(lambda: state.attachment("team-b", "rdma-network"), what="NAD ADDED")
+    apiserver.delete_nad("team-a", "rdma-network")
+    eventually(lambda: state.attachment("team-a", "rdma-network") is None, what="NAD DELETED")
+
+
+def test_stop_ends_threads_promptly(apiserver, make_state):
+    state = synced(make_state(lambda: True))
+    eventually(lambda: apiserver.open_watches() == 2, what="both watches open")
+    threads = state.threads()
+    assert len(threads) == 2 and all(t.daemon for t in threads)
+    start = time.monotonic()
+    state.stop()
+    assert time.monotonic() - start < 2.0
+    assert not [t.name for t in threads if t.is_alive()]
+    eventually(lambda: apiserver.open_watches() == 0, what="watch connections closed")
+
+
+def test_stop_during_backoff(apiserver, make_state):
+    state = synced(make_state(backoff_min=5.0, backoff_max=5.0))
+    with apiserver.pause_watches():
+        eventually(lambda: apiserver.open_watches() == 0, what="the watch dropped")  # now backing off
+        start = time.monotonic()
+        state.stop()
+        assert time.monotonic() - start < 1.0
+    assert not [t.name for t in state.threads() if t.is_alive()]
+
+
+def _pod() -> dict[str, Any]:
+    return {
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": "trainer-0", "namespace": "team-a",
+                     "labels": {keys.POD_INJECT: keys.POD_INJECT_TRUE},
+                     "annotations": {keys.POD_POLICY: "sriov-roce"}},
+        "spec": {"containers": [{"name": "trainer", "image": "registry.example/trainer:1",
+                                 "resources": {"limits": {"nvidia.com/gpu": "8"}}}]},
+    }
+
+
+def test_decision_end_to_end_follows_the_nad(apiserver, make_state, policies):
+    apiserver.put_namespace("team-a", OPTED_IN)
+    apiserver.put_nad("team-a", "rdma-network", RDMA_VF)
+    state = synced(make_state(lambda: any(p.network_name for p in policies.by_name.values())))
+    before = apiserver.count()
+
+    def decide() -> decision.Decision:
+        return decision.decide(_pod(), state.namespace("team-a"), policies, state.attachments())
+
+    result = decide()
+    assert result.outcome == decision.MUTATED, (result.denials, result.warnings)
+    limits = result.pod["spec"]["containers"][0]["resources"]["limits"]
+    assert limits["example.com/rdma_vf"] == "1"
+    assert apiserver.count() == before  # the admission path asked the API apiserver nothing
+
+    apiserver.delete_nad("team-a", "rdma-network")
+    eventually(lambda: state.attachment("team-a", "rdma-network") is None, what="NAD deletion seen")
+    result = decide()
+    assert result.outcome == decision.DENIED
+    assert any(f.rule == "network-attachment" for f in result.denials), result.denials
+    assert apiserver.count() == before
