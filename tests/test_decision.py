@@ -318,9 +318,10 @@ def test_env_that_keeps_rdma_allowed(policies, env):
     (["bash", "-c", 'export NCCL_NET="socket" && python train.py'], None),
     (["python", "-c", "import os; os.environ['NCCL_IB_DISABLE'] = '1'; import train"], None),
     (["torchrun"], ["--nproc_per_node=8", "train.py", "NCCL_IB_HCA=mlx5_0"]),
+    (["sh", "-c", "NCCL_NET=$(TRANSPORT) torchrun train.py"], None),  # kubelet expands $(TRANSPORT)
 ])
 def test_command_fallback_denied(policies, command, args):
-    pod = k.pod([k.container("trainer", command=command, args=args)])
+    pod = k.pod([k.container("trainer", command=command, args=args, env=[{"name": "TRANSPORT", "value": "Socket"}])])
     resp, _, _ = respond(pod, ML, policies)
     assert not resp["allowed"] and "[command-fallback]" in resp["status"]["message"]
 

@@ -188,7 +188,7 @@ def _warnings(pod: Mapping[str, Any], subject: Subject) -> list[str]:
     spec = pod.get("spec") or {}
     pod_sc = spec.get("securityContext") if isinstance(spec.get("securityContext"), dict) else {}
     for _, c in subject.all_containers():
-        for name, value in fallback.command_settings(list(c.get("command") or ()) + list(c.get("args") or ())):
+        for name, value in fallback.command_settings(fallback.command_words(c)):
             if name == "NCCL_DEBUG" and nccl.debug_verbose(value):
                 out.append(f"{c.get('name')}: the command sets NCCL_DEBUG={value}, which logs heavily; use WARN outside debugging")
                 break
@@ -264,7 +264,7 @@ def decide(pod: Any, namespace: Namespace | None, policies: PolicySet | None,
     if isinstance(assessed, Decision):
         return assessed
     subject, warnings = assessed
-    mutated = orjson.loads(orjson.dumps(pod))  # a private deep copy, faster than copy.deepcopy
+    mutated = mutation.private_copy(pod, subject.targets)  # shares what the mutation leaves alone
     notes = mutation.apply(mutated, subject, namespace.name, warnings)
     if mutated == pod:
         return Decision(UNCHANGED, pod, subject.policy.name, warnings=warnings, reason="already injected")

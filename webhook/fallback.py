@@ -18,7 +18,7 @@ import shlex
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Iterator, Mapping
 
-from webhook import keys, nccl
+from webhook import k8s, keys, nccl
 from webhook.policy import Policy
 
 
@@ -132,9 +132,18 @@ def command_settings(words: Iterable[Any]) -> Iterator[tuple[str, str]]:
         yield name, raw
 
 
+def command_words(container: Mapping[str, Any]) -> list[str]:
+    """command + args as the kubelet runs them: `$(VAR)` expanded from the container's env."""
+    words = [w for w in list(container.get("command") or ()) + list(container.get("args") or ()) if isinstance(w, str)]
+    if any("$(" in w for w in words):
+        env, _ = k8s.effective_env(container.get("env"))
+        words = [k8s.expand(w, env) for w in words]
+    return words
+
+
 def _rule_command(s: Subject) -> Iterable[Finding]:
     for kind, c in s.all_containers():
-        words = list(c.get("command") or ()) + list(c.get("args") or ())
+        words = command_words(c)
         for name, value in command_settings(words):
             why = judge_setting(name, value, s.policy)
             if why:
