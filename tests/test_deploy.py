@@ -19,6 +19,8 @@ import sys
 from pathlib import Path
 
 import pytest
+
+from webhook.metrics import EXPORTED_METRIC_NAMES
 import yaml
 
 REPO = Path(__file__).resolve().parents[1]
@@ -27,31 +29,10 @@ NAMESPACE = "rdma-webhook"
 SERVICE = "rdma-webhook"
 DNS_NAMES = ["rdma-webhook.rdma-webhook.svc", "rdma-webhook.rdma-webhook.svc.cluster.local"]
 
-# ---------------------------------------------------------------------------
-# EXPORTED_METRICS: the sample names the server exposes on /metrics (with the
-# _total/_bucket/_sum/_count suffixes prometheus_client adds). Alerts and
-# dashboard panels may only use these (plus EXTERNAL_METRICS).
-# The source of truth is webhook.metrics.EXPORTED_METRIC_NAMES; this
-# hard-coded copy is only the fallback for a checkout without it.
-# ---------------------------------------------------------------------------
-EXPORTED_METRICS = frozenset({
-    "rdma_webhook_admissions_total",
-    "rdma_webhook_admission_duration_seconds_bucket",
-    "rdma_webhook_admission_duration_seconds_sum",
-    "rdma_webhook_admission_duration_seconds_count",
-    "rdma_webhook_http_responses_total",
-    "rdma_webhook_policy_reloads_total",
-    "rdma_webhook_policies_loaded",
-    "rdma_webhook_policy_last_reload_success",
-    "rdma_webhook_certificate_expiry_timestamp_seconds",
-    "rdma_webhook_cluster_cache_ready",
-})
-try:  # prefer the server's own list so the two can never drift
-    from webhook.metrics import EXPORTED_METRIC_NAMES as _SERVER_METRICS
-except ImportError:  # webhook.metrics absent or without the constant
-    pass
-else:
-    EXPORTED_METRICS = frozenset(_SERVER_METRICS)
+# The sample names the server exposes on /metrics: alerts and dashboard panels
+# may only use these (plus EXTERNAL_METRICS). tests/test_server.py checks that
+# the live /metrics page carries exactly these names.
+EXPORTED_METRICS = EXPORTED_METRIC_NAMES
 
 # Series the alerts/dashboard use that are not ours (kube-state-metrics).
 EXTERNAL_METRICS = frozenset({"kube_deployment_status_replicas_available"})

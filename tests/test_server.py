@@ -236,3 +236,18 @@ def test_start_without_valid_policies_is_not_ready(tmp_path):
             time.sleep(0.2)
     finally:
         stop_server(srv)
+
+
+def test_metrics_page_names_are_the_exported_list(server):
+    """The names alerts and dashboards are checked against are the names the server serves."""
+    import re
+
+    from webhook.metrics import EXPORTED_METRIC_NAMES
+
+    server.review(k.admission_review(k.pytorchjob_worker()))
+    server.request("POST", "/mutate", b"junk")
+    text = server.request("GET", "/metrics")[1].decode()
+    served = {m.group(1) for m in re.finditer(r"^(rdma_webhook_[a-z_]+)(?:\{| )", text, re.M)}
+    # policy reloads only appear once a reload happened in this process; everything else must be there
+    assert served <= EXPORTED_METRIC_NAMES
+    assert EXPORTED_METRIC_NAMES - served <= {"rdma_webhook_policy_reloads_total"}
