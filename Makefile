@@ -18,5 +18,9 @@ run: $(VENV)/.installed
 test: $(VENV)/.installed
 	$(BIN)/pytest
 
+bench: $(VENV)/.installed
+	$(BIN)/pip install --quiet -e '.[test,bench]'
+	$(BIN)/python benchmarks/run.py
+
 clean:
 	rm -rf $(VENV) certs .pytest_cache *.egg-info

@@ -153,8 +153,7 @@ def find_targets(pod: Mapping[str, Any], policy: Policy) -> list[Target]:
     for i, c in enumerate((pod.get("spec") or {}).get("containers") or ()):
         gpus = _gpu_count(c, policy.gpu_resources)
         if gpus > 0:
-            env, unknown = k8s.effective_env(c.get("env"))
-            targets.append(Target(i, str(c.get("name")), gpus, env, unknown, bool(c.get("envFrom"))))
+            targets.append(Target(i, str(c.get("name")), gpus, k8s.Env(c.get("env")), bool(c.get("envFrom"))))
     return targets
 
 
@@ -187,8 +186,8 @@ def _warnings(pod: Mapping[str, Any], subject: Subject) -> list[str]:
     out: list[str] = []
     spec = pod.get("spec") or {}
     pod_sc = spec.get("securityContext") if isinstance(spec.get("securityContext"), dict) else {}
-    for _, c in subject.all_containers():
-        for name, value in fallback.command_settings(fallback.command_words(c)):
+    for c, _, settings in subject.commands():
+        for name, value in settings:
             if name == "NCCL_DEBUG" and nccl.debug_verbose(value):
                 out.append(f"{c.get('name')}: the command sets NCCL_DEBUG={value}, which logs heavily; use WARN outside debugging")
                 break
@@ -197,7 +196,7 @@ def _warnings(pod: Mapping[str, Any], subject: Subject) -> list[str]:
             out.append(f"{t.name}: NCCL_DEBUG={t.env['NCCL_DEBUG']} logs heavily; use WARN outside debugging")
         if t.has_env_from:
             out.append(f"{t.name}: envFrom values cannot be checked for NCCL settings; the policy's env entries take precedence over them")
-        unknown = sorted(n for n in t.env_unknown if n in fallback.WATCHED)
+        unknown = [n for n in fallback.WATCHED if t.env.unknown(n)]
         if unknown:
             out.append(f"{t.name}: {', '.join(unknown)} come from valueFrom and cannot be checked")
         sc = subject.container(t).get("securityContext") or {}
@@ -264,7 +263,7 @@ def decide(pod: Any, namespace: Namespace | None, policies: PolicySet | None,
     if isinstance(assessed, Decision):
         return assessed
     subject, warnings = assessed
-    mutated = orjson.loads(orjson.dumps(pod))  # a private deep copy, faster than copy.deepcopy
+    mutated = mutation.private_copy(pod, subject.targets)  # shares what the mutation leaves alone
     notes = mutation.apply(mutated, subject, namespace.name, warnings)
     if mutated == pod:
         return Decision(UNCHANGED, pod, subject.policy.name, warnings=warnings, reason="already injected")

@@ -40,8 +40,7 @@ class Target:
     index: int
     name: str
     gpus: int
-    env: dict[str, str]  # the values its process will see from `env`, `$(VAR)`s expanded
-    env_unknown: set[str]  # names set from valueFrom, unknowable here
+    env: k8s.Env  # the values its process will see from `env`, `$(VAR)`s expanded
     has_env_from: bool
 
 
@@ -53,7 +52,7 @@ class Subject:
     targets: list[Target]
     device_resource: str | None = None
     network_problem: str | None = None
-    extras: dict[str, Any] = field(default_factory=dict)
+    _commands: list[tuple[Mapping[str, Any], str, list[tuple[str, str]]]] | None = field(default=None, repr=False)
 
     def all_containers(self) -> Iterator[tuple[str, Mapping[str, Any]]]:
         spec = self.pod.get("spec") or {}
@@ -64,6 +63,17 @@ class Subject:
 
     def container(self, t: Target) -> Mapping[str, Any]:
         return self.pod["spec"]["containers"][t.index]
+
+    def commands(self) -> list[tuple[Mapping[str, Any], str, list[tuple[str, str]]]]:
+        """(container, its command line, the NCCL settings it makes) for every container,
+        computed once per decision for the rules and the warnings."""
+        if self._commands is None:
+            self._commands = []
+            target_env = {id(self.container(t)): t.env for t in self.targets}
+            for _, c in self.all_containers():
+                words = command_words(c, target_env.get(id(c)))
+                self._commands.append((c, " ".join(words), list(command_settings(words))))
+        return self._commands
 
 
 def _fabric(policy: Policy) -> str:
@@ -132,22 +142,23 @@ def command_settings(words: Iterable[Any]) -> Iterator[tuple[str, str]]:
         yield name, raw
 
 
-def command_words(container: Mapping[str, Any]) -> list[str]:
-    """command + args as the kubelet runs them: `$(VAR)` expanded from the container's env."""
+def command_words(container: Mapping[str, Any], env: Mapping[str, str] | None = None) -> list[str]:
+    """command + args as the kubelet runs them: `$(VAR)` expanded from the container's env
+    (`env`, when the caller has it already)."""
     words = [w for w in list(container.get("command") or ()) + list(container.get("args") or ()) if isinstance(w, str)]
     if any("$(" in w for w in words):
-        env, _ = k8s.effective_env(container.get("env"))
+        if env is None:
+            env = k8s.Env(container.get("env"))
         words = [k8s.expand(w, env) for w in words]
     return words
 
 
 def _rule_command(s: Subject) -> Iterable[Finding]:
-    for kind, c in s.all_containers():
-        words = command_words(c)
-        for name, value in command_settings(words):
+    for c, line, settings in s.commands():
+        for name, value in settings:
             why = judge_setting(name, value, s.policy)
             if why:
-                note = " (mpirun -x exports it to every rank)" if "mpirun" in " ".join(map(str, words)) else ""
+                note = " (mpirun -x exports it to every rank)" if "mpirun" in line else ""
                 yield Finding("command-fallback", c.get("name"), why + f" in the command{note}")
 
 

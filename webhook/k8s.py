@@ -131,26 +131,81 @@ def expand(value: str, defined: Mapping[str, str]) -> str:
     return _REF.sub(sub, value)
 
 
-def effective_env(env: Iterable[Any] | None) -> tuple[dict[str, str], set[str]]:
-    """The environment a container's process will see from its `env` list, as kubelet builds it:
-    entries in order, later duplicates winning, each value expanded against the ones before.
+class Env:
+    """A container's `env` as its process will see it, resolved on demand: later duplicates win
+    and each value is `$(VAR)`-expanded against the entries before it, as the kubelet does.
+    Only the names a decision asks about are resolved (a training container often has dozens
+    of variables and the decision needs a handful), so the cost is one pass to index names.
 
-    Returns (known values, names whose value cannot be known here: valueFrom sources).
+    `get`/`in`/`[]` give known values; a name whose last entry is `valueFrom` (a Secret, a
+    ConfigMap, a field) has no knowable value: `unknown(name)` says so. `last` maps a name to
+    the index of its last entry in the raw list, for the mutation to find it again.
     """
-    known: dict[str, str] = {}
-    unknown: set[str] = set()
-    for item in env or ():
-        if not isinstance(item, dict):
-            continue
-        name = item.get("name")
-        if not isinstance(name, str):
-            continue
+
+    __slots__ = ("items", "last")
+
+    def __init__(self, env: Any):
+        self.items: list[Any] = env if isinstance(env, list) else []
+        self.last: dict[str, int] = {item["name"]: i for i, item in enumerate(self.items)
+                                     if type(item) is dict and type(item.get("name")) is str}
+
+    def _value(self, i: int) -> str | None:
+        item = self.items[i]
         if item.get("valueFrom") is not None:
-            known.pop(name, None)
-            unknown.add(name)
-            continue
+            return None
         value = item.get("value")
         value = "" if value is None else str(value)
-        known[name] = expand(value, known)
-        unknown.discard(name)
-    return known, unknown
+        if "$" in value:
+            value = expand(value, _Before(self, i))
+        return value
+
+    def get(self, name: str, default: Any = None) -> Any:
+        i = self.last.get(name)
+        if i is None:
+            return default
+        value = self._value(i)
+        return default if value is None else value
+
+    def __contains__(self, name: object) -> bool:
+        i = self.last.get(name)  # type: ignore[arg-type]
+        return i is not None and self.items[i].get("valueFrom") is None
+
+    def __getitem__(self, name: str) -> str:
+        value = self.get(name)
+        if value is None:
+            raise KeyError(name)
+        return value
+
+    def unknown(self, name: str) -> bool:
+        i = self.last.get(name)
+        return i is not None and self.items[i].get("valueFrom") is not None
+
+
+class _Before:
+    """The variables defined before entry `limit` (what `$(VAR)` in that entry may refer to)."""
+
+    __slots__ = ("env", "limit")
+
+    def __init__(self, env: Env, limit: int):
+        self.env, self.limit = env, limit
+
+    def _index(self, name: str) -> int | None:
+        i = self.env.last.get(name)
+        if i is not None and i < self.limit:
+            return i
+        for j in range(self.limit - 1, -1, -1):  # redefined later: find the one before `limit`
+            item = self.env.items[j]
+            if type(item) is dict and item.get("name") == name:
+                return j
+        return None
+
+    def __contains__(self, name: object) -> bool:
+        i = self._index(name)  # type: ignore[arg-type]
+        return i is not None and self.env.items[i].get("valueFrom") is None
+
+    def __getitem__(self, name: str) -> str:
+        i = self._index(name)
+        value = None if i is None else self.env._value(i)
+        if value is None:
+            raise KeyError(name)
+        return value

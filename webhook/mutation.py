@@ -19,6 +19,50 @@ from webhook.policy import Policy
 SHM_VOLUME = "rdma-webhook-dshm"
 
 
+def private_copy(pod: dict[str, Any], targets: list[Target]) -> dict[str, Any]:
+    """A copy of `pod` that `apply` may edit without touching the original: new containers for
+    everything `apply` writes into (the pod, metadata, annotations, spec, the volumes and
+    containers lists) and a deep copy of each target container; every other subtree is shared.
+    Shared subtrees are the same objects in both, so the patch diff skips them by identity
+    instead of comparing or copying the whole pod. A new write in `apply` outside these paths
+    must be added here (the patch tests would miss it otherwise: the original would change too)."""
+    copy = dict(pod)
+    meta = copy.get("metadata")
+    if isinstance(meta, dict):
+        meta = copy["metadata"] = dict(meta)
+        if isinstance(meta.get("annotations"), dict):
+            meta["annotations"] = dict(meta["annotations"])
+    spec = copy["spec"] = dict(copy["spec"])
+    if isinstance(spec.get("volumes"), list):
+        spec["volumes"] = list(spec["volumes"])
+    containers = spec["containers"] = list(spec["containers"])
+    for t in targets:
+        containers[t.index] = _container_copy(containers[t.index])
+    return copy
+
+
+def _container_copy(container: dict[str, Any]) -> dict[str, Any]:
+    """New dicts and lists along every path `apply` writes into in a target container (resources
+    limits/requests, env, securityContext.capabilities.add, volumeMounts); items and the rest
+    are shared. `add_env` replaces an env item rather than editing it, so items may be shared."""
+    c = dict(container)
+    if isinstance(c.get("resources"), dict):
+        res = c["resources"] = dict(c["resources"])
+        for section in ("limits", "requests"):
+            if isinstance(res.get(section), dict):
+                res[section] = dict(res[section])
+    for key in ("env", "volumeMounts"):
+        if isinstance(c.get(key), list):
+            c[key] = list(c[key])
+    if isinstance(c.get("securityContext"), dict):
+        sc = c["securityContext"] = dict(c["securityContext"])
+        if isinstance(sc.get("capabilities"), dict):
+            caps = sc["capabilities"] = dict(sc["capabilities"])
+            if isinstance(caps.get("add"), list):
+                caps["add"] = list(caps["add"])
+    return c
+
+
 def _dict_at(parent: dict[str, Any], key: str) -> dict[str, Any]:
     """parent[key] as a dict, created (or replacing a null) when missing."""
     value = parent.get(key)
@@ -57,7 +101,7 @@ def add_env(container: dict[str, Any], target: Target, policy: Policy, warnings:
     variables replace a different user value (with a warning)."""
     env = _list_at(container, "env")
     added: list[str] = []
-    positions = {item.get("name"): i for i, item in enumerate(env) if isinstance(item, dict)}
+    positions = target.env.last  # indices into the same list (the copy shares its items)
     for setting in policy.env:
         i = positions.get(setting.name)
         if i is None:
@@ -84,7 +128,7 @@ def add_shm(pod: dict[str, Any], targets: list[Target], policy: Policy, warnings
     spec = pod["spec"]
     size = policy.shm_bytes_for(sum(t.gpus for t in targets))
     volumes = spec.get("volumes") if isinstance(spec.get("volumes"), list) else []
-    by_name = {v.get("name"): v for v in volumes if isinstance(v, dict)}
+    by_name = {v["name"]: v for v in volumes if isinstance(v, dict) and isinstance(v.get("name"), str)}
     need_mount: list[dict[str, Any]] = []
     for t in targets:
         c = spec["containers"][t.index]
@@ -93,7 +137,7 @@ def add_shm(pod: dict[str, Any], targets: list[Target], policy: Policy, warnings
         if existing is None:
             need_mount.append(c)
             continue
-        vol = by_name.get(existing.get("name"))
+        vol = by_name.get(existing["name"]) if isinstance(existing.get("name"), str) else None
         if vol is None or not _is_memory_empty_dir(vol):
             warnings.append(f"{t.name}: /dev/shm is not a memory-backed emptyDir; NCCL and DataLoader need shared memory in RAM")
             continue

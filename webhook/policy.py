@@ -228,17 +228,24 @@ def _field_path(path: Iterable[Any]) -> str:
     return text or "(top level)"
 
 
-def _find_forbidden(node: Any, path: str = "") -> list[str]:
+def _find_forbidden(node: Any, path: str = "", seen: set[int] | None = None) -> list[str]:
+    # `seen`: YAML aliases make one object appear at many paths; walking each once keeps an
+    # alias bomb ("billion laughs") linear instead of exponential.
+    seen = set() if seen is None else seen
+    if isinstance(node, (dict, list)):
+        if id(node) in seen:
+            return []
+        seen.add(id(node))
     found = []
     if isinstance(node, dict):
         for key, value in node.items():
             here = f"{path}.{key}" if path else str(key)
             if key in _FORBIDDEN_KEYS:
                 found.append(here)
-            found.extend(_find_forbidden(value, here))
+            found.extend(_find_forbidden(value, here, seen))
     elif isinstance(node, list):
         for i, value in enumerate(node):
-            found.extend(_find_forbidden(value, f"{path}[{i}]"))
+            found.extend(_find_forbidden(value, f"{path}[{i}]", seen))
     return found
 
 
@@ -354,6 +361,24 @@ def compile_policy(doc: Any, file: str) -> tuple[Policy | None, list[PolicyError
     ), []
 
 
+class _StrictLoader(yaml.SafeLoader):
+    """yaml.SafeLoader that refuses a key given twice in one mapping (SafeLoader keeps the last
+    silently, so a second `nccl:` block would drop the first without a word)."""
+
+    def construct_mapping(self, node, deep=False):
+        if isinstance(node, yaml.MappingNode):
+            keys_seen: set[Any] = set()
+            for key_node, _ in node.value:  # the keys as written: a `<<` merge may be overridden
+                if key_node.tag == "tag:yaml.org,2002:merge":
+                    continue
+                key = self.construct_object(key_node, deep=deep)
+                if isinstance(key, (str, int, float, bool)) and key in keys_seen:
+                    raise yaml.constructor.ConstructorError(
+                        "while constructing a mapping", node.start_mark, f"found duplicate key {key!r}", key_node.start_mark)
+                keys_seen.add(key)
+        return super().construct_mapping(node, deep=deep)
+
+
 def policy_files(directory: str | os.PathLike[str]) -> list[Path]:
     """The policy files of a folder: *.yaml and *.yml, not hidden (a mounted ConfigMap keeps its
     real files in hidden `..data` folders and exposes them through symlinks)."""
@@ -368,7 +393,7 @@ def load_texts(texts: Iterable[tuple[str, str]]) -> tuple[PolicySet | None, list
     seen: dict[str, str] = {}
     for file, text in texts:
         try:
-            docs = [d for d in yaml.safe_load_all(text) if d is not None]
+            docs = [d for d in yaml.load_all(text, Loader=_StrictLoader) if d is not None]
         except yaml.YAMLError as exc:
             mark = getattr(exc, "problem_mark", None)
             where = f"line {mark.line + 1}, column {mark.column + 1}" if mark else None

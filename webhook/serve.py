@@ -11,7 +11,7 @@ per-worker background threads (policy reload, cluster watch) start after the for
 
 from __future__ import annotations
 
-import json
+import gc
 import logging
 import os
 import shutil
@@ -19,6 +19,7 @@ import sys
 import tempfile
 from typing import Any
 
+import orjson
 from gunicorn.app.base import BaseApplication
 
 log = logging.getLogger("rdma_webhook.serve")
@@ -38,7 +39,7 @@ class JsonFormatter(logging.Formatter):
                 doc[key] = getattr(record, key)
         if record.exc_info:
             doc["exception"] = self.formatException(record.exc_info)
-        return json.dumps(doc, ensure_ascii=False, default=str)
+        return orjson.dumps(doc, default=str, option=orjson.OPT_NON_STR_KEYS).decode()  # UTF-8 as is, like ensure_ascii=False
 
 
 def setup_logging(level: str = "INFO") -> None:
@@ -113,14 +114,32 @@ def run(*, policies_dir: str, tls_cert: str, tls_key: str, host: str, port: int,
 
         multiprocess.mark_process_dead(worker.pid)
 
+    gc.freeze()  # what the master built is shared with the forks, never scanned by the GC again
+    if os.environ.get("RDMA_WEBHOOK_SERVER", "gunicorn") == "granian":  # a measured candidate, see benchmarks/
+        def loader(_target=None):
+            post_fork(None, None)
+            return app
+
+        run_granian(app, host=host, port=port, workers=workers, threads=threads, tls_cert=tls_cert, tls_key=tls_key,
+                    client_ca=client_ca, target_loader=loader)
+        return 0
+    run_gunicorn(app, host=host, port=port, workers=workers, threads=threads, tls=tls,
+                 post_fork=post_fork, child_exit=child_exit)
+    return 0
+
+
+def gunicorn_options(*, host: str, port: int, workers: int, threads: int, tls, post_fork=None,
+                     child_exit=None) -> dict[str, Any]:
+    """The gunicorn settings `serve` runs with (also used by benchmarks/floor.py, so the floor
+    is served exactly like the webhook)."""
     options = {
         "bind": [f"[{host}]:{port}" if ":" in host else f"{host}:{port}"],
         "workers": workers,
         "worker_class": "gthread",
         "threads": threads,
         "preload_app": True,
-        "certfile": tls_cert,
-        "keyfile": tls_key,
+        "certfile": tls.cert_file,
+        "keyfile": tls.key_file,
         "ssl_context": lambda conf, default_factory: tls.get(),
         "keepalive": 75,  # the API server reuses connections; keep them longer than its idle
         "timeout": 30,
@@ -131,12 +150,48 @@ def run(*, policies_dir: str, tls_cert: str, tls_key: str, host: str, port: int,
         "accesslog": None,
         "errorlog": "-",
         "loglevel": "warning",
-        "post_fork": post_fork,
-        "child_exit": child_exit,
         "proc_name": "rdma-webhook",
     }
-    _Server(app, options).run()
-    return 0
+    if post_fork:
+        options["post_fork"] = post_fork
+    if child_exit:
+        options["child_exit"] = child_exit
+    return options
+
+
+def run_gunicorn(app, *, host: str, port: int, workers: int, threads: int, tls=None, tls_cert: str | None = None,
+                 tls_key: str | None = None, client_ca: str | None = None, post_fork=None, child_exit=None) -> None:
+    if tls is None:
+        from webhook.tls import ReloadingContext
+
+        tls = ReloadingContext(tls_cert, tls_key, client_ca)
+    _Server(app, gunicorn_options(host=host, port=port, workers=workers, threads=threads, tls=tls,
+                                  post_fork=post_fork, child_exit=child_exit)).run()
+
+
+def run_granian(target, *, host: str, port: int, workers: int, threads: int, tls_cert: str, tls_key: str,
+                client_ca: str | None = None, target_loader=None) -> None:
+    """granian (Rust HTTP and rustls TLS, Python only for the WSGI call) with the closest
+    settings it has; measured in benchmarks/ as a candidate, see benchmarks/README.md for what
+    it cannot do that `serve` promises."""
+    from pathlib import Path
+
+    from granian import Granian
+    from granian.constants import HTTPModes, Interfaces
+    from granian.http import HTTP1Settings
+
+    kw: dict[str, Any] = {}
+    if client_ca:
+        kw.update(ssl_ca=Path(client_ca), ssl_client_verify=True)
+    server = Granian(target, address=host, port=port, interface=Interfaces.WSGI, workers=workers,
+                     blocking_threads=threads, http=HTTPModes.http1,
+                     http1_settings=HTTP1Settings(header_read_timeout=10_000, keep_alive=True),
+                     ssl_cert=Path(tls_cert), ssl_key=Path(tls_key), ssl_protocol_min="tls1.2",
+                     workers_kill_timeout=20, log_level="warning", **kw)
+    if target_loader is not None:
+        server.serve(target_loader=target_loader)
+    else:
+        server.serve()
 
 
 def _uses_networks(store) -> bool:

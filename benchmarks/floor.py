@@ -1,0 +1,53 @@
+"""The floors: a minimal Flask app that parses the AdmissionReview and answers allowed:true with
+no patch, served exactly like `rdma-webhook serve` would serve the real one (same worker count,
+same TLS settings), on gunicorn gthread or on granian.
+
+    python benchmarks/floor.py --server gunicorn|granian --port P --tls-cert F --tls-key F [--workers N] [--threads N]
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import orjson
+from flask import Flask, Response, request
+
+app = Flask("floor")
+
+
+@app.post("/mutate")
+def mutate() -> Response:
+    review = orjson.loads(request.get_data(cache=False))
+    doc = {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+           "response": {"uid": review["request"]["uid"], "allowed": True}}
+    return Response(orjson.dumps(doc), mimetype="application/json")
+
+
+@app.get("/readyz")
+def readyz() -> Response:
+    return Response(b'{"status":"ready"}', mimetype="application/json")
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--server", choices=("gunicorn", "granian"), required=True)
+    ap.add_argument("--host", default="127.0.0.1")
+    ap.add_argument("--port", type=int, required=True)
+    ap.add_argument("--tls-cert", required=True)
+    ap.add_argument("--tls-key", required=True)
+    ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--threads", type=int, default=4)
+    args = ap.parse_args()
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+    from webhook import serve
+
+    runner = serve.run_gunicorn if args.server == "gunicorn" else serve.run_granian
+    runner(app if args.server == "gunicorn" else "floor:app", host=args.host, port=args.port, workers=args.workers,
+           threads=args.threads, tls_cert=args.tls_cert, tls_key=args.tls_key, client_ca=None)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

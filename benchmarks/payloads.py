@@ -1,0 +1,92 @@
+"""The AdmissionReviews the benchmarks send: a realistic mix built with tests/kube_objects.py.
+
+Pods as training operators make them, padded the way real ones are (more env, volumes, labels,
+annotations), so bodies land between 5 and 20 KB. The mix per 20 requests:
+
+    8  pytorchjob-worker  PyTorchJob worker, erdma policy           -> mutated
+    4  mpijob-worker      MPIJob worker, erdma policy                -> mutated
+    3  denied             PyTorchJob worker with NCCL_IB_DISABLE=1   -> denied (403 in the review)
+    3  untouched          ordinary pod without the inject label      -> allowed, no patch
+    2  lws-sriov          LeaderWorkerSet worker, sriov-roce + Multus -> mutated
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "tests"))
+
+import kube_objects as k  # noqa: E402
+
+
+def _pad(pod: dict[str, Any], n_env: int = 30, n_vols: int = 4, n_labels: int = 8, n_ann: int = 6) -> dict[str, Any]:
+    """Grow a pod the way production ones grow: app env, config volumes, team labels, annotations."""
+    meta = pod["metadata"]
+    labels = meta.setdefault("labels", {})
+    for i in range(n_labels):
+        labels[f"team.example.com/label-{i}"] = f"value-{i}-{'x' * 12}"
+    ann = meta.setdefault("annotations", {})
+    for i in range(n_ann):
+        ann[f"example.com/annotation-{i}"] = f"some operator state {i} " + "y" * 60
+    spec = pod["spec"]
+    vols = spec.setdefault("volumes", [])
+    for c in spec["containers"]:
+        env = c.setdefault("env", [])
+        for i in range(n_env):
+            env.append({"name": f"APP_SETTING_{i:02d}", "value": f"/opt/app/config/setting-{i}/" + "v" * 24})
+        env.append({"name": "POD_IP", "valueFrom": {"fieldRef": {"apiVersion": "v1", "fieldPath": "status.podIP"}}})
+        mounts = c.setdefault("volumeMounts", [])
+        for i in range(n_vols):
+            mounts.append({"name": f"config-{i}", "mountPath": f"/etc/app/config-{i}", "readOnly": True})
+    for i in range(n_vols):
+        vols.append({"name": f"config-{i}", "configMap": {"name": f"trainer-config-{i}", "defaultMode": 420}})
+    spec.setdefault("nodeSelector", {"node.kubernetes.io/instance-type": "ecs.ebmgn8i.32xlarge"})
+    spec.setdefault("affinity", {"podAntiAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [
+        {"weight": 100, "podAffinityTerm": {"topologyKey": "kubernetes.io/hostname", "labelSelector": {
+            "matchLabels": {"training.kubeflow.org/job-name": meta.get("name", "job")}}}}]}})
+    meta["ownerReferences"] = [{"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob", "name": "llama-finetune",
+                                "uid": "8c0f7a52-0000-4000-8000-00000000beef", "controller": True,
+                                "blockOwnerDeletion": True}]
+    return pod
+
+
+def shapes() -> dict[str, dict[str, Any]]:
+    """One pod per shape, padded."""
+    return {
+        "pytorchjob-worker": _pad(k.pytorchjob_worker(gpus=8)),
+        "mpijob-worker": _pad(k.mpijob_worker(), n_env=50, n_vols=8),
+        "denied": _pad(k.pytorchjob_worker(env=[{"name": "NCCL_IB_DISABLE", "value": "1"}])),
+        "untouched": _pad(k.pod([k.container("web", "nginx:1.27", gpus=None)], inject=False, namespace="default"), n_env=20),
+        "lws-sriov": _pad(k.lws_worker(), n_env=80, n_vols=10, n_labels=20),
+        # the 4.5 KB review of the issue's reference figures (no padding)
+        "pytorchjob-worker-plain": k.pytorchjob_worker(),
+    }
+
+
+MIX = [("pytorchjob-worker", 8), ("mpijob-worker", 4), ("denied", 3), ("untouched", 3), ("lws-sriov", 2)]
+
+
+def bodies() -> dict[str, bytes]:
+    return {name: json.dumps(k.admission_review(pod, uid=f"bench-{name}")).encode() for name, pod in shapes().items()}
+
+
+def mix() -> list[tuple[str, bytes]]:
+    """The request sequence a load generator cycles through (20 entries, interleaved)."""
+    b = bodies()
+    seq: list[tuple[str, bytes]] = []
+    counts = dict(MIX)
+    while any(counts.values()):
+        for name, _ in MIX:
+            if counts[name]:
+                seq.append((name, b[name]))
+                counts[name] -= 1
+    return seq
+
+
+if __name__ == "__main__":
+    for name, body in bodies().items():
+        print(f"{name:26s} {len(body):6d} bytes")

@@ -1,0 +1,669 @@
+"""Hostile and broken input against the real server over TLS (`rdma-webhook serve`), plus the
+security properties of the admission contract.
+
+Every case checks the same thing: a clear 4xx (JSON `{"error": ...}`) or a well-formed
+AdmissionReview answer, never a 5xx, never a decision-core exception turned into an
+"internal error" deny; and after each case the server still answers and its process is alive.
+
+Written against behaviour, not the server implementation (gunicorn today; it may change):
+slow clients, idle connections, bodies over the limit with and without Content-Length, client
+certificate authentication, and what reaches the log.
+"""
+
+from __future__ import annotations
+
+import copy
+import datetime as dt
+import http.client
+import json
+import shutil
+import socket
+import ssl
+import textwrap
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+import conftest
+import kube_objects as k
+import strategies as S
+from conftest import start_server, stop_server
+from webhook.app import MAX_BODY
+from webhook.certs import make_ca
+from webhook.policy import load_texts
+
+# -- helpers ------------------------------------------------------------------------------------
+
+
+def check_answer(status: int, data: bytes, uid: str | None = None) -> dict[str, Any]:
+    """A 4xx with a JSON error, or a 200 AdmissionReview (allowed, or denied with a 4xx status
+    and a message). Never a 5xx; never a decision-core crash dressed as a deny."""
+    assert status < 500, (status, data[:300])
+    doc = json.loads(data)
+    if status != 200:
+        assert 400 <= status < 500 and isinstance(doc.get("error"), str) and doc["error"], (status, doc)
+        return doc
+    assert doc["apiVersion"] == "admission.k8s.io/v1" and doc["kind"] == "AdmissionReview", doc
+    r = doc["response"]
+    if uid is not None:
+        assert r["uid"] == uid
+    assert isinstance(r["allowed"], bool)
+    if not r["allowed"]:
+        assert 400 <= r["status"]["code"] < 500 and isinstance(r["status"]["message"], str) and r["status"]["message"]
+        assert "internal error" not in r["status"]["message"], r["status"]["message"]
+    return doc
+
+
+def check_alive(srv: conftest.Server, within: float = 5.0) -> None:
+    assert srv.proc.poll() is None, f"server exited {srv.proc.returncode}"
+    start = time.monotonic()
+    status, _, _ = srv.request("GET", "/healthz", conn=srv.connection(timeout=within))
+    assert status == 200 and time.monotonic() - start < within
+
+
+def tls_socket(srv: conftest.Server, timeout: float = 10, ctx: ssl.SSLContext | None = None) -> ssl.SSLSocket:
+    raw = socket.create_connection(("127.0.0.1", srv.port), timeout=timeout)
+    try:
+        return (ctx or srv.context()).wrap_socket(raw, server_hostname="localhost")
+    except BaseException:
+        raw.close()
+        raise
+
+
+def read_response(sock: ssl.SSLSocket, deadline: float) -> tuple[int, bytes]:
+    """(status, body) of one HTTP/1.1 response with a Content-Length; (0, b"") when the server
+    closed without one."""
+    data = b""
+    while True:
+        head_end = data.find(b"\r\n\r\n")
+        if head_end >= 0:
+            head = data[:head_end].decode("latin-1")
+            length = next((int(line.split(":", 1)[1]) for line in head.split("\r\n") if line.lower().startswith("content-length:")), 0)
+            if len(data) >= head_end + 4 + length:
+                return int(head.split()[1]), data[head_end + 4: head_end + 4 + length]
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"no complete response; got {data[:200]!r}")
+        try:
+            chunk = sock.recv(65536)
+        except (ssl.SSLError, OSError):
+            chunk = b""
+        if not chunk:
+            return 0, data
+        data += chunk
+
+
+def streamed(srv: conftest.Server, head: bytes, parts, timeout: float = 30) -> tuple[int, bytes, int]:
+    """Send `head` then `parts` from a thread while reading the answer: the server may answer
+    (and stop reading) before the client has sent everything. Returns (status, body, bytes sent)."""
+    sock = tls_socket(srv, timeout=timeout)
+    sent = [0]
+
+    def send() -> None:
+        try:
+            sock.sendall(head)
+            for part in parts:
+                sock.sendall(part)
+                sent[0] += len(part)
+        except OSError:
+            pass  # the server answered and closed: expected for a refused body
+
+    th = threading.Thread(target=send, daemon=True)
+    th.start()
+    try:
+        status, body = read_response(sock, time.monotonic() + timeout)
+    finally:
+        sock.close()
+        th.join(10)
+    return status, body, sent[0]
+
+
+def review_body(obj: Any, **kw) -> tuple[bytes, str]:
+    rv = k.admission_review(obj, **kw)
+    return json.dumps(rv).encode(), rv["request"]["uid"]
+
+
+# -- unreadable, truncated, nested, wrongly typed ---------------------------------------------
+
+_VALID, _UID = review_body(k.pytorchjob_worker(), uid="hostile-uid")
+BODIES = {
+    "not-json": b"this is not json",
+    "truncated-review": _VALID[: len(_VALID) // 2],
+    "truncated-at-1": _VALID[:1],
+    "nested-100k-brackets": b"[" * 100_000 + b"]" * 100_000,
+    "nested-100k-in-request": b'{"request": ' + b"[" * 100_000 + b"]" * 100_000 + b"}",
+    "nested-100k-objects": b'{"a":' * 100_000 + b"1" + b"}" * 100_000,
+    "nested-100k-in-object": _VALID.replace(b'"spec": {', b'"x": ' + b"[" * 100_000 + b"]" * 100_000 + b', "spec": {', 1),
+    "unclosed-100k": b"[" * 100_000,
+    "invalid-utf8": b'{"request": {"uid": "\xff\xfe"}}',
+    "lone-surrogate": b'{"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": {"uid": "\\ud800"}}',
+    "nul-bytes": b"\x00" * 1024,
+    "bom": b"\xef\xbb\xbf" + _VALID,
+    "nan": b'{"request": {"uid": NaN}}',
+    "huge-number": b'{"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": {"uid": "u", "object": 1e999999}}',
+    "huge-int": b'{"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": {"uid": "u", "object": ' + b"9" * 5000 + b"}}",
+    "duplicate-keys": _VALID[:-1] + b', "request": {"uid": "second", "object": null}}',
+    "null": b"null",
+    "string": b'"AdmissionReview"',
+    "empty-object": b"{}",
+    "request-list": b'{"request": []}',
+    "uid-object": b'{"request": {"uid": {"a": 1}}}',
+    "object-string": b'{"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": {"uid": "u", "object": "pod"}}',
+    "kind-is-list": b'{"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": {"uid": "u", "kind": [], "resource": 7, "operation": {}}}',
+    "v1beta1": _VALID.replace(b"admission.k8s.io/v1", b"admission.k8s.io/v1beta1", 1),
+    "long-uid": b'{"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": {"uid": "' + b"u" * 1_000_000 + b'"}}',
+    "many-keys": b'{"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": {"uid": "u", "object": {'
+                 + b",".join(b'"k%d": %d' % (i, i) for i in range(100_000)) + b"}}}",
+}
+
+
+@pytest.mark.parametrize("name", sorted(BODIES))
+def test_unreadable_and_odd_bodies(server, name):
+    status, data, headers = server.request("POST", "/mutate", BODIES[name])
+    check_answer(status, data)
+    assert headers["Content-Type"].startswith("application/json")
+    check_alive(server)
+
+
+WRONG = [None, 0, -1, 1.5, True, "", "x", [], {}, ["x"], {"a": 1}, "\x00\u202e\U0001F600", 10**30]
+
+
+def _paths(node: Any, path: tuple = ()):
+    yield path
+    if isinstance(node, dict):
+        for key, value in node.items():
+            yield from _paths(value, path + (key,))
+    elif isinstance(node, list):
+        for i, value in enumerate(node):
+            yield from _paths(value, path + (i,))
+
+
+def _replace(doc: Any, path: tuple, value: Any) -> Any:
+    doc = copy.deepcopy(doc)
+    node = doc
+    for key in path[:-1]:
+        node = node[key]
+    node[path[-1]] = value
+    return doc
+
+
+def _rich_pod() -> dict[str, Any]:
+    c = k.container("trainer", gpus=4, env=[{"name": "NCCL_DEBUG", "value": "INFO"},
+                                            {"name": "RANK", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}}],
+                    command=["/bin/bash", "-c"], args=["export NCCL_IB_DISABLE=0\ntorchrun train.py"],
+                    envFrom=[{"configMapRef": {"name": "x"}, "prefix": "APP_"}],
+                    securityContext={"capabilities": {"add": ["SYS_PTRACE"], "drop": ["ALL"]}, "runAsUser": 0},
+                    volumeMounts=[{"name": "dshm", "mountPath": "/dev/shm"}], limits={"aliyun/erdma": "1", "cpu": "8"})
+    side = k.container("sidecar", "busybox:1.36", gpus=None)
+    init = k.container("fetch", "busybox:1.36", gpus=None, command=["sh", "-c", "true"])
+    return k.pod([c, side], init_containers=[init], namespace="ai-training", name="hostile-0", generate_name=None,
+                 annotations={"rdma-webhook.io/policy": "sriov-roce", "k8s.v1.cni.cncf.io/networks": '[{"name": "other"}]'},
+                 volumes=[{"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": "1Gi"}}])
+
+
+def test_wrong_types_everywhere(server):
+    """Every node of a rich review replaced, one at a time, by values of every JSON type: each
+    answer is a 4xx or a well-formed AdmissionReview, and no decision-core exception."""
+    rv = k.admission_review(_rich_pod(), uid="typed")
+    paths = [p for p in _paths(rv) if p and p != ("request", "uid")]
+    conn = server.connection()
+    n = 0
+    started = time.monotonic()
+    try:
+        for path in paths:
+            for wrong in WRONG:
+                status, data, _ = server.request("POST", "/mutate", json.dumps(_replace(rv, path, wrong)).encode(), conn=conn)
+                doc = check_answer(status, data)
+                if status == 200 and path[:1] == ("request",):
+                    assert doc["response"]["uid"] == "typed", path
+                n += 1
+    finally:
+        conn.close()
+    assert n > 500 and time.monotonic() - started < 120
+    check_alive(server)
+
+
+def test_unicode_and_control_characters(server):
+    weird = ["\x00", "\x1b[31mred", "line\nbreak\r\n", "\u202eevil\u202c", "\U0001F600", "日本語", "\ufeff", "\\", '"quoted"', "\ud7ff", "$(X)", "\t"]
+    env = [{"name": f"V{i}", "value": w} for i, w in enumerate(weird)] + [{"name": "NCCL_NET", "value": "I\u0299"}]
+    c = k.container("trainer", env=env, command=["/bin/sh", "-c", "echo " + " ".join(weird) + "\nexport NCCL_DEBUG=INFO\u00a0"])
+    cases = [
+        k.pod([c]),
+        k.pod([k.container("trainer")], name="pod-\u202e\n\x00", generate_name=None),
+        k.pod([k.container("tr\u0430iner")], labels={"rdma-webhook.io/inject": "true", "x\ny": "\x00"}),
+        k.pod([k.container("trainer")], annotations={"rdma-webhook.io/policy": "erdma\x00", "k8s.v1.cni.cncf.io/networks": "rdma\u2028network"}),
+        k.pod([k.container("trainer")], namespace="ml-training\n{\"level\":\"error\"}"),
+    ]
+    for pod in cases:
+        body, uid = review_body(pod)
+        status, data, _ = server.request("POST", "/mutate", body)
+        check_answer(status, data, uid)
+        check_alive(server)
+    # a control character in a value never breaks the one-JSON-object-per-line log
+    for line in server.log.read_text(encoding="utf-8", errors="replace").splitlines():
+        if line.startswith("{"):
+            json.loads(line)
+
+
+# -- bodies over the limit ------------------------------------------------------------------------
+
+_HEAD = b"POST /mutate HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n"
+
+
+def test_oversized_content_length_variants(server):
+    """Content-Length one over the limit: 413 before the body is sent. Malformed lengths: 4xx."""
+    status, body, sent = streamed(server, _HEAD + b"Content-Length: %d\r\n\r\n" % (MAX_BODY + 1), iter([b"{" * 1024]), timeout=15)
+    assert status == 413 and sent <= 1024, (status, body)
+    for bad in (b"-1", b"abc", b"1, 2", b"99999999999999999999999"):
+        status, body, _ = streamed(server, _HEAD + b"Content-Length: " + bad + b"\r\n\r\n", iter([b"{}"]), timeout=15)
+        assert 400 <= status < 500 or status == 0, (bad, status, body)  # 0: closed without an answer
+        check_alive(server)
+    # Content-Length and Transfer-Encoding together (request smuggling shape): refused or read
+    # as chunked, never a 5xx
+    status, body, _ = streamed(server, _HEAD + b"Content-Length: 4\r\nTransfer-Encoding: chunked\r\n\r\n", iter([b"2\r\n{}\r\n0\r\n\r\n"]), timeout=15)
+    assert status == 0 or status < 500, (status, body)
+    check_alive(server)
+
+
+def _chunks(total: int, size: int = 64 * 1024, fill: bytes = b" "):
+    sent = 0
+    while sent < total:
+        n = min(size, total - sent)
+        yield b"%x\r\n" % n + fill * n + b"\r\n"
+        sent += n
+    yield b"0\r\n\r\n"
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "FINDING (server, webhook/app.py admit): a chunked body without Content-Length is read only up to "
+    "MAX_BODY and the truncated prefix is decided on: a valid review followed by 4 MiB of spaces is "
+    "answered 200, anything else 400 'not valid JSON', never 413. Remove this marker when fixed."))
+def test_oversized_chunked_body_is_refused_with_413(server):
+    review, uid = review_body(k.pod([k.container("trainer")]))
+    head = _HEAD + b"Transfer-Encoding: chunked\r\n\r\n"
+    # a valid review padded with whitespace past the limit: must be refused, not decided on
+    status, body, sent = streamed(server, head, iter([b"%x\r\n" % len(review) + review + b"\r\n", *_chunks(MAX_BODY + 1024 * 1024)]))
+    check_alive(server)
+    assert status == 413, (status, body[:200])
+    assert sent < MAX_BODY + 1024 * 1024, "the server read the whole oversized body"
+
+
+def test_chunked_body_under_the_limit_is_answered(server):
+    review, uid = review_body(k.pytorchjob_worker())
+    status, body, _ = streamed(server, _HEAD + b"Transfer-Encoding: chunked\r\n\r\n",
+                               iter([b"%x\r\n" % len(review) + review + b"\r\n0\r\n\r\n"]))
+    doc = check_answer(status, body, uid)
+    assert doc["response"]["allowed"] and "patch" in doc["response"]
+
+
+# -- slow and idle clients ------------------------------------------------------------------------
+
+@pytest.fixture
+def own_server(tmp_path):
+    srv = start_server(tmp_path)
+    yield srv
+    stop_server(srv)
+
+
+def _probe(srv: conftest.Server, budget: float) -> float:
+    """One review over a fresh connection; its round-trip time (raises past `budget`)."""
+    body, uid = review_body(k.pytorchjob_worker())
+    start = time.monotonic()
+    status, data, _ = srv.request("POST", "/mutate", body, conn=srv.connection(timeout=budget))
+    check_answer(status, data, uid)
+    return time.monotonic() - start
+
+
+SLOW_CLIENTS = 12  # more than the 2 workers x 4 threads the server runs today
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "FINDING (server, webhook/serve.py gunicorn gthread): each connection that trickles its request "
+    "holds one of the 2x4 worker threads with no read timeout, so 8 slow clients (1 byte/s) make the "
+    "webhook unreachable (new TLS handshakes time out) for as long as they trickle. Remove this marker "
+    "when fixed."))
+def test_slow_clients_do_not_starve_others(own_server):
+    """While SLOW_CLIENTS trickle a request body one byte a second, other clients are served
+    within 3 s each; the trickling requests are cut (or answered) within 35 s, since the API
+    server gives up on a webhook call after at most 30 s anyway."""
+    srv = own_server
+    stop = threading.Event()
+    ended: dict[int, float] = {}
+    start = time.monotonic()
+
+    def trickle(i: int) -> None:
+        try:
+            sock = tls_socket(srv, timeout=5)
+        except OSError:
+            ended[i] = -1.0  # could not even connect: counted below
+            return
+        try:
+            sock.sendall(_HEAD + b"Content-Length: 100000\r\n\r\n")
+            sock.settimeout(1.0)
+            while not stop.is_set() and time.monotonic() - start < 36:
+                sock.sendall(b" ")
+                try:
+                    if sock.recv(1024) == b"":
+                        break  # the server closed it
+                    break  # the server answered (e.g. 408)
+                except (TimeoutError, socket.timeout, ssl.SSLWantReadError):
+                    continue
+        except OSError:
+            pass
+        finally:
+            ended[i] = time.monotonic() - start
+            sock.close()
+
+    threads = [threading.Thread(target=trickle, args=(i,), daemon=True) for i in range(SLOW_CLIENTS)]
+    for th in threads:
+        th.start()
+    try:
+        time.sleep(1.0)
+        worst = 0.0
+        while time.monotonic() - start < 12:
+            worst = max(worst, _probe(srv, budget=3.0))
+            time.sleep(0.5)
+        assert worst < 3.0
+        for th in threads:
+            th.join(40)
+        assert all(0 <= t < 35 for t in ended.values()), f"slow clients still connected: {ended}"
+    finally:
+        stop.set()
+        for th in threads:
+            th.join(5)
+    check_alive(srv)
+
+
+IDLE = 200
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "FINDING (server, webhook/serve.py gunicorn gthread): a TLS connection that completes the handshake "
+    "and sends nothing holds a worker thread; with 8 such connections new clients wait (handshake "
+    "timeouts), so 200 idle connections cannot even be opened. Remove this marker when fixed."))
+def test_many_idle_connections_do_not_block_others(own_server):
+    """IDLE TLS connections (handshake done, nothing sent) and as many raw TCP ones stay open
+    while normal requests keep being answered within 3 s each."""
+    srv = own_server
+    idle: list[socket.socket] = []
+    try:
+        for _ in range(IDLE // 2):
+            idle.append(socket.create_connection(("127.0.0.1", srv.port), timeout=5))
+        opened = time.monotonic()
+        for _ in range(IDLE):
+            idle.append(tls_socket(srv, timeout=5))
+            if len(idle) % 25 == 0:
+                _probe(srv, budget=3.0)
+        assert time.monotonic() - opened < 30
+        for _ in range(10):
+            assert _probe(srv, budget=3.0) < 3.0
+            time.sleep(0.2)
+    finally:
+        for s in idle:
+            s.close()
+    check_alive(srv)
+
+
+def test_idle_keepalive_connections_do_not_block_others(own_server):
+    """Connections that made a request and stay open (the API server's keep-alive pool) do
+    not hold the server: 100 of them open, new clients are served promptly."""
+    srv = own_server
+    conns = []
+    try:
+        for _ in range(100):
+            c = srv.connection(timeout=5)
+            assert srv.request("GET", "/healthz", conn=c)[0] == 200
+            conns.append(c)
+        for _ in range(5):
+            assert _probe(srv, budget=3.0) < 3.0
+        # and the kept-alive ones still work
+        for c in conns[:10]:
+            assert srv.request("GET", "/healthz", conn=c)[0] == 200
+    finally:
+        for c in conns:
+            c.close()
+    check_alive(srv)
+
+
+# -- client certificate authentication ------------------------------------------------------------
+
+def _client_cert(ca: x509.Certificate, ca_key, name: str) -> tuple[bytes, bytes]:
+    key = ec.generate_private_key(ec.SECP256R1())
+    now = dt.datetime.now(dt.timezone.utc)
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, name)]))
+        .issuer_name(ca.subject).public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - dt.timedelta(minutes=5)).not_valid_after(now + dt.timedelta(days=1))
+        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+        .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.CLIENT_AUTH]), critical=False)
+        .sign(ca_key, hashes.SHA256())
+    )
+    return (cert.public_bytes(serialization.Encoding.PEM),
+            key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()))
+
+
+@pytest.fixture(scope="module")
+def mtls(tmp_path_factory, request):
+    tmp = tmp_path_factory.mktemp("mtls")
+    ca, ca_key = make_ca("apiserver client CA")
+    other, other_key = make_ca("some other CA")
+    (tmp / "client-ca.crt").write_bytes(ca.public_bytes(serialization.Encoding.PEM))
+    files = {}
+    for label, (issuer, issuer_key) in {"good": (ca, ca_key), "other": (other, other_key)}.items():
+        crt, key = _client_cert(issuer, issuer_key, f"kube-apiserver-{label}")
+        (tmp / f"{label}.crt").write_bytes(crt)
+        (tmp / f"{label}.key").write_bytes(key)
+        files[label] = (str(tmp / f"{label}.crt"), str(tmp / f"{label}.key"))
+    # start_server polls /readyz with Server.context(): give that context the good client cert
+    original = conftest.Server.context
+
+    def with_cert(self):
+        ctx = original(self)
+        ctx.load_cert_chain(*files["good"])
+        return ctx
+
+    conftest.Server.context = with_cert
+    try:
+        srv = start_server(tmp, extra_args=["--client-ca", str(tmp / "client-ca.crt")])
+    finally:
+        conftest.Server.context = original
+    yield srv, files, original
+    stop_server(srv)
+
+
+def _mtls_request(srv, ctx: ssl.SSLContext) -> int:
+    with tls_socket(srv, ctx=ctx) as s:
+        s.sendall(b"GET /healthz HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")
+        status, _ = read_response(s, time.monotonic() + 10)
+        return status
+
+
+def test_client_certificate_required(mtls):
+    srv, files, plain_context = mtls
+    # no client certificate: the handshake fails (under TLS 1.3 the server's alert arrives on
+    # the first read, so the failure may surface there instead of in wrap_socket)
+    with pytest.raises((ssl.SSLError, ConnectionResetError, BrokenPipeError)):
+        status = _mtls_request(srv, plain_context(srv))
+        if status == 0:
+            raise ssl.SSLError("closed without an answer")
+    # a certificate from another CA: refused the same way
+    ctx = plain_context(srv)
+    ctx.load_cert_chain(*files["other"])
+    with pytest.raises((ssl.SSLError, ConnectionResetError, BrokenPipeError)):
+        status = _mtls_request(srv, ctx)
+        if status == 0:
+            raise ssl.SSLError("closed without an answer")
+    for version in (ssl.TLSVersion.TLSv1_2, ssl.TLSVersion.TLSv1_3):
+        ctx = plain_context(srv)
+        ctx.load_cert_chain(*files["other"])
+        ctx.minimum_version = ctx.maximum_version = version
+        with pytest.raises((ssl.SSLError, ConnectionResetError, BrokenPipeError)):
+            if _mtls_request(srv, ctx) == 0:
+                raise ssl.SSLError("closed without an answer")
+    # the right CA: served
+    ctx = plain_context(srv)
+    ctx.load_cert_chain(*files["good"])
+    assert _mtls_request(srv, ctx) == 200
+    body, uid = review_body(k.pytorchjob_worker())
+    conn = http.client.HTTPSConnection("localhost", srv.port, context=ctx, timeout=10)
+    try:
+        conn.request("POST", "/mutate", body=body, headers={"Content-Type": "application/json"})
+        resp = conn.getresponse()
+        doc = check_answer(resp.status, resp.read(), uid)
+    finally:
+        conn.close()
+    assert doc["response"]["allowed"] and "patch" in doc["response"]
+    assert srv.proc.poll() is None
+
+
+# -- security: policy scoping, opt-in, logs --------------------------------------------------------
+
+RESTRICTED_POLICY = textwrap.dedent("""\
+    apiVersion: rdma-webhook.io/v1alpha1
+    kind: RdmaPolicy
+    name: llm-only
+    description: only for namespaces labelled team=llm
+    priority: 0
+    namespaceSelector: {matchLabels: {team: llm}}
+    fabric: {kind: erdma, ncclNet: [IB], hcaDevices: ["erdma_[0-1]"]}
+    device: {resource: aliyun/erdma, count: 1}
+    shm: {sizeLimit: 16Gi}
+    nccl:
+      NCCL_NET: {value: IB, enforce: true}
+""")
+
+
+@pytest.fixture(scope="module")
+def sec_server(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("security")
+    pol = tmp / "policies"
+    shutil.copytree(S.ROOT / "policies", pol)
+    (pol / "llm-only.yaml").write_text(RESTRICTED_POLICY)
+    state = tmp / "cluster-state.yaml"
+    state.write_text((S.ROOT / "examples" / "cluster-state.yaml").read_text().rstrip() + "\n" + S._EXTRA_STATE.strip("\n") + "\n")
+    srv = start_server(tmp, extra_args=["--cluster-state", str(state)])
+    yield srv
+    stop_server(srv)
+
+
+def test_policy_the_namespace_may_not_use_is_denied(sec_server):
+    pod = k.pod([k.container("trainer")], annotations={"rdma-webhook.io/policy": "llm-only"})
+    r = sec_server.review(k.admission_review(pod))["response"]
+    assert r["allowed"] is False and r["status"]["code"] == 403
+    assert "'llm-only'" in r["status"]["message"] and "may not be used in namespace 'ml-training'" in r["status"]["message"]
+    assert "[no-policy]" in r["status"]["message"] and "patch" not in r
+    # a namespace label naming it does not help either
+    pod = k.pod([k.container("trainer")], namespace="bad-default")
+    r = sec_server.review(k.admission_review(pod))["response"]
+    assert r["allowed"] is False and "[no-policy]" in r["status"]["message"]
+
+
+@pytest.mark.parametrize("namespace", ["default", "opted-out", "kube-system"])
+def test_pod_label_without_namespace_opt_in_changes_nothing(sec_server, namespace):
+    """The pod label alone (with a policy annotation, a fallback setting, hostNetwork) never
+    mutates or denies in a namespace without the opt-in label; an unknown namespace is denied
+    (fail closed: its opt-in cannot be checked) rather than mutated."""
+    c = k.container("trainer", env=[{"name": "NCCL_IB_DISABLE", "value": "1"}])
+    pod = k.pod([c], namespace=namespace, annotations={"rdma-webhook.io/policy": "erdma"}, hostNetwork=True)
+    r = sec_server.review(k.admission_review(pod))["response"]
+    if namespace == "kube-system":  # not in the cluster state
+        assert r["allowed"] is False and "[namespace-unknown]" in r["status"]["message"] and "patch" not in r
+    else:
+        assert r["allowed"] is True and "patch" not in r and "status" not in r
+
+
+def test_no_secrets_or_pod_specs_in_logs(sec_server):
+    marker = S.SECRET_MARKER
+    jwt = "eyJhbGciOiJSUzI1NiIsImtpZCI6IjEifQ.eyJzdWIiOiJzeXN0ZW06c2VydmljZWFjY291bnQifQ.c2lnbmF0dXJl"
+    secret_env = [{"name": "API_TOKEN", "value": marker}, {"name": "HF_TOKEN", "value": jwt},
+                  {"name": "DB_PASSWORD", "valueFrom": {"secretKeyRef": {"name": "db", "key": marker}}}]
+    volumes = [{"name": "sa-token", "projected": {"sources": [{"serviceAccountToken": {"audience": marker, "path": "token"}}]}},
+               {"name": "creds", "secret": {"secretName": "creds-" + marker.lower()}}]
+    mounts = [{"name": "sa-token", "mountPath": "/var/run/secrets/tokens"}, {"name": "creds", "mountPath": "/creds"}]
+    pods = [
+        k.pod([k.container("trainer", env=secret_env, volumeMounts=mounts, command=["sh", "-c", f"echo {marker}"])], volumes=volumes),
+        # denied: the deny message quotes the offending value back to the user, never to the log
+        k.pod([k.container("trainer", env=secret_env + [{"name": "NCCL_NET", "value": marker}])]),
+        k.pod([k.container("trainer", env=[{"name": "NCCL_IB_HCA", "value": marker}],
+                           command=["mpirun", "-x", f"NCCL_IB_DISABLE={marker}"])], namespace="ai-training"),
+        k.pod([k.container("trainer", env=secret_env)], annotations={"rdma-webhook.io/policy": marker.lower()}),
+        # malformed pod and envelope errors
+        {"kind": "Pod", "metadata": {"labels": {"rdma-webhook.io/inject": "true"}}, "spec": {"containers": {"x": marker}}},
+    ]
+    answers = []
+    for pod in pods:
+        answers.append(sec_server.review(k.admission_review(pod))["response"])
+    rv = k.admission_review(pods[0])
+    rv["apiVersion"] = "admission.k8s.io/v0"  # envelope error: the log names the apiVersion, not the pod
+    sec_server.request("POST", "/mutate", json.dumps(rv).encode())
+    sec_server.request("POST", "/mutate", json.dumps(rv).encode()[:-10])  # truncated: 400
+    assert any(marker in (a.get("status") or {}).get("message", "") for a in answers), "the user sees the value"
+    time.sleep(0.5)
+    log = sec_server.log.read_text(encoding="utf-8", errors="replace")
+    assert '"outcome":"denied"' in log.replace(" ", "") and '"outcome":"mutated"' in log.replace(" ", "")
+    for needle in (marker, marker.lower(), jwt, "serviceAccountToken", "kube-api-access", "secretKeyRef", '"containers"',
+                   '"env"', '"spec"', "nvcr.io", "terminationMessagePath"):
+        assert needle not in log, f"{needle!r} appears in the server log at the default level"
+
+
+# -- broken policy files (what tests/test_policy.py does not cover) --------------------------------
+
+_GOOD = RESTRICTED_POLICY.replace("llm-only", "p").replace("{matchLabels: {team: llm}}", "{}")
+
+
+@pytest.mark.parametrize("mutate,expect", [
+    (lambda t: t.replace("priority: 0", "priority: high"), "field priority"),
+    (lambda t: t.replace("priority: 0", "priority: 0\ngpuResources: nvidia.com/gpu"), "field gpuResources"),
+    (lambda t: t.replace("priority: 0", "priority: 0\ngpuResources: [nvidia.com/gpu, GPU]"), "field gpuResources[1]: 'GPU' is not a valid extended resource name"),
+    (lambda t: t.replace("priority: 0", "priority: 0\ngpuResources: [kubernetes.io/gpu]"), "field gpuResources[0]"),
+    (lambda t: t.replace("fabric: {kind: erdma, ncclNet: [IB], hcaDevices: [\"erdma_[0-1]\"]}", "fabric: erdma"), "field fabric"),
+    (lambda t: t.replace("nccl:\n  NCCL_NET: {value: IB, enforce: true}", "nccl: [NCCL_NET=IB]"), "field nccl"),
+    (lambda t: t.replace("NCCL_NET: {value: IB, enforce: true}", "NCCL_NET: {value: IB, enforce: yes please}"), "field nccl.NCCL_NET"),
+    (lambda t: t.replace("NCCL_NET: {value: IB, enforce: true}", "NCCL_NET: 1"), "field nccl.NCCL_NET"),
+    (lambda t: t.replace("NCCL_NET: {value: IB, enforce: true}", "NCCL_NET: {value: IB, enforce: true}\n  1NCCL_X: a"), "field nccl.1NCCL_X: not a valid environment variable name"),
+    (lambda t: t.replace("NCCL_NET: {value: IB, enforce: true}", "NCCL_NET: {value: IB, enforce: true}\n  'NCCL X': a"), "field nccl.NCCL X: not a valid environment variable name"),
+    (lambda t: t.replace("NCCL_NET: {value: IB, enforce: true}", "NCCL_NET: {value: IB, enforce: true}\n  NCCL_IB_DISABLE: '0x1'"), "field nccl.NCCL_IB_DISABLE"),
+    (lambda t: t.replace("shm: {sizeLimit: 16Gi}", "shm: {perGpu: 8GB}"), "field shm.perGpu: '8GB' is not a Kubernetes quantity"),
+    (lambda t: t.replace("shm: {sizeLimit: 16Gi}", "shm: {perGpu: 8Gi, max: lots}"), "field shm.max: 'lots' is not a Kubernetes quantity"),
+    (lambda t: t.replace("shm: {sizeLimit: 16Gi}", "shm: {sizeLimit: 1.5}"), "field shm.sizeLimit"),
+    (lambda t: t.replace("shm: {sizeLimit: 16Gi}", "shm: {sizeLimit: 500m}"), "field shm.sizeLimit: '500m' must be a positive whole number of bytes"),
+    (lambda t: t.replace("shm: {sizeLimit: 16Gi}", "shm: {sizeLimit: [16Gi]}"), "field shm.sizeLimit"),
+    (lambda t: t.replace("device: {resource: aliyun/erdma, count: 1}", "device: {resource: aliyun/erdma, count: 1, extra: 2}"), "field device.extra: unknown field(s) 'extra'"),
+    (lambda t: t.replace("device: {resource: aliyun/erdma, count: 1}", "device: {resource: 'aliyun/er dma', count: 1}"), "field device.resource"),
+    (lambda t: t.replace("device: {resource: aliyun/erdma, count: 1}", "device: {resource: aliyun/erdma, count: 1}\nnetwork: {name: RDMA_net}"), "field network.name"),
+    (lambda t: t.replace("device: {resource: aliyun/erdma, count: 1}", "device: {resource: aliyun/erdma, count: 1}\nnetwork: {name: n, interface: a-very-long-interface-name}"), "field network.interface"),
+    (lambda t: t.replace("priority: 0", "priority: 0\npriority: 5"), "found duplicate key 'priority'"),
+    (lambda t: t.replace("NCCL_NET: {value: IB, enforce: true}", "NCCL_NET: {value: IB, enforce: true}\n  NCCL_NET: Socket"), "found duplicate key 'NCCL_NET'"),
+    (lambda t: t.replace("priority: 0", "priority: 0\nspec: {containers: [{securityContext: {privileged: true}}]}"), "field spec.containers[0].securityContext.privileged"),
+    (lambda t: t.replace("priority: 0", "priority: 0\nhostIPC: true"), "field hostIPC: policies may not ask"),
+    (lambda t: "- " + t.replace("\n", "\n  "), "each YAML document must be a policy mapping"),
+    (lambda t: t + "\t: tab", "not valid YAML"),
+])
+def test_broken_policy_rejected_with_file_policy_and_field(mutate, expect):
+    text = mutate(_GOOD)
+    policies, errors = load_texts([("team/broken.yaml", text)])
+    assert policies is None
+    messages = [str(e) for e in errors]
+    assert any(expect in m for m in messages), messages
+    assert all(m.startswith("team/broken.yaml") for m in messages), messages
+
+
+def test_duplicate_policy_names_in_one_file_and_alias_bomb():
+    policies, errors = load_texts([("a.yaml", _GOOD + "---\n" + _GOOD)])
+    assert policies is None and [str(e) for e in errors] == ["a.yaml: policy 'p': field name: duplicate policy name, also defined in a.yaml"]
+    # a YAML alias bomb (9^12 nodes when expanded) is rejected quickly, not walked
+    bomb = "x0: &a0 [q, q, q, q, q, q, q, q, q]\n" + "".join(
+        f"x{i}: &a{i} [{', '.join([f'*a{i - 1}'] * 9)}]\n" for i in range(1, 12))
+    text = _GOOD + "extra:\n" + "".join("  " + line + "\n" for line in bomb.splitlines())
+    start = time.monotonic()
+    policies, errors = load_texts([("bomb.yaml", text)])
+    assert policies is None and time.monotonic() - start < 5
+    assert any("field extra: unknown field(s) 'extra'" in str(e) for e in errors)

@@ -1,0 +1,53 @@
+"""The JSON Patch diff: for any two JSON documents, the patch turns the first into the second
+(applied by the `jsonpatch` library, RFC 6902), and equal documents give no operations."""
+
+from __future__ import annotations
+
+import copy
+
+import jsonpatch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from webhook import patch
+
+keys = st.text(alphabet="ab/~c-.0", min_size=0, max_size=4)
+leaves = st.one_of(st.none(), st.booleans(), st.integers(-5, 5), st.text(max_size=3))
+docs = st.recursive(leaves, lambda inner: st.one_of(st.lists(inner, max_size=4), st.dictionaries(keys, inner, max_size=4)),
+                    max_leaves=20)
+
+
+@settings(max_examples=400, deadline=None)
+@given(docs, docs)
+def test_patch_turns_a_into_b(a, b):
+    if type(a) is not type(b) and not (isinstance(a, (dict, list)) and isinstance(b, (dict, list))):
+        pass
+    ops = patch.make(a, b)
+    result = jsonpatch.apply_patch(copy.deepcopy(a), ops)
+    assert result == b and _same_types(result, b)
+
+
+@settings(max_examples=200, deadline=None)
+@given(docs)
+def test_equal_documents_give_no_patch(a):
+    assert patch.make(a, copy.deepcopy(a)) == []
+
+
+def _same_types(x, y) -> bool:
+    if type(x) is not type(y):
+        return False
+    if isinstance(x, dict):
+        return x.keys() == y.keys() and all(_same_types(x[k], y[k]) for k in x)
+    if isinstance(x, list):
+        return len(x) == len(y) and all(_same_types(p, q) for p, q in zip(x, y))
+    return True
+
+
+def test_escapes_and_parents():
+    a = {"metadata": {}, "spec": {"containers": [{"name": "t"}]}}
+    b = {"metadata": {"annotations": {"rdma-webhook.io/status": "injected"}},
+         "spec": {"containers": [{"name": "t", "env": [{"name": "NCCL_NET", "value": "IB"}]}], "volumes": [{"name": "v"}]}}
+    ops = patch.make(a, b)
+    assert {"op": "add", "path": "/metadata/annotations", "value": {"rdma-webhook.io/status": "injected"}} in ops
+    assert {"op": "add", "path": "/spec/volumes", "value": [{"name": "v"}]} in ops
+    assert patch.make({"a/b~c": 1}, {"a/b~c": 2}) == [{"op": "replace", "path": "/a~1b~0c", "value": 2}]
