@@ -32,7 +32,8 @@ def readyz() -> Response:
 
 def main() -> int:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--server", choices=("gunicorn", "granian"), required=True)
+    ap.add_argument("--server", choices=("gunicorn", "gevent", "granian"), required=True,
+                    help="gunicorn: gthread, the issue's reference floor; gevent: the webhook's own stack")
     ap.add_argument("--host", default="127.0.0.1")
     ap.add_argument("--port", type=int, required=True)
     ap.add_argument("--tls-cert", required=True)
@@ -43,9 +44,20 @@ def main() -> int:
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
     from webhook import serve
 
-    runner = serve.run_gunicorn if args.server == "gunicorn" else serve.run_granian
-    runner(app if args.server == "gunicorn" else "floor:app", host=args.host, port=args.port, workers=args.workers,
-           threads=args.threads, tls_cert=args.tls_cert, tls_key=args.tls_key, client_ca=None)
+    if args.server == "granian":
+        serve.run_granian("floor:app", host=args.host, port=args.port, workers=args.workers, threads=args.threads,
+                          tls_cert=args.tls_cert, tls_key=args.tls_key)
+        return 0
+    if args.server == "gevent":
+        from gevent import monkey
+
+        monkey.patch_all()
+    from webhook.tls import ServingTLS
+
+    tls = ServingTLS(args.tls_cert, args.tls_key)
+    worker = "gthread" if args.server == "gunicorn" else "webhook.worker.Worker"
+    serve._Server(app, serve.gunicorn_options(host=args.host, port=args.port, workers=args.workers, tls=tls,
+                                              worker_class=worker, threads=args.threads)).run()
     return 0
 
 

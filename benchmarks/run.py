@@ -4,9 +4,11 @@
     .venv/bin/python benchmarks/run.py --quick         # shorter phases, for a smoke run
 
 Targets, all with the same worker count, threads, TLS settings and client:
-    webhook-gunicorn   `rdma-webhook serve` as shipped (gunicorn gthread)
+    webhook-gunicorn   `rdma-webhook serve` as shipped (gunicorn with its gevent worker, webhook/worker.py)
     webhook-granian    `rdma-webhook serve` with RDMA_WEBHOOK_SERVER=granian (candidate)
-    floor-gunicorn     minimal Flask app (parse the review, answer allowed:true), gunicorn gthread
+    floor-gunicorn     minimal Flask app (parse the review, answer allowed:true), gunicorn gthread:
+                       the issue's reference floor
+    floor-gevent       the same minimal app on the webhook's own stack (gunicorn + webhook.worker)
     floor-granian      the same minimal app under granian
     go-peer            /work/shared/bench/go-peer, if built (--go-peer PATH; never part of the repo)
 
@@ -231,7 +233,7 @@ def main() -> int:
     ap.add_argument("--latency-seconds", type=float, default=20)
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--threads", type=int, default=4)
-    ap.add_argument("--targets", default="floor-gunicorn,webhook-gunicorn,floor-granian,webhook-granian,go-peer")
+    ap.add_argument("--targets", default="floor-gunicorn,floor-gevent,webhook-gunicorn,floor-granian,webhook-granian,go-peer")
     ap.add_argument("--go-peer", default="/tmp/go-peer", help="path to a built go-peer binary (skipped if absent)")
     ap.add_argument("--no-burst", action="store_true")
     ap.add_argument("--no-decision", action="store_true")
@@ -276,7 +278,8 @@ def main() -> int:
         return Target("go-peer", [args.go_peer, "-addr", f"127.0.0.1:{port}", "-cert", cert, "-key", key], None, port)
 
     makers = {"webhook-gunicorn": lambda: webhook("gunicorn"), "webhook-granian": lambda: webhook("granian"),
-              "floor-gunicorn": lambda: floor("gunicorn"), "floor-granian": lambda: floor("granian"), "go-peer": go_peer}
+              "floor-gunicorn": lambda: floor("gunicorn"), "floor-gevent": lambda: floor("gevent"),
+              "floor-granian": lambda: floor("granian"), "go-peer": go_peer}
     report: dict = {"machine": machine(), "command": " ".join(sys.argv), "settings": {
         "workers": args.workers, "threads": args.threads, "wrk": "2 threads, 8 connections", "seconds": args.seconds,
         "rates": args.rates, "latency_seconds": args.latency_seconds,
@@ -327,7 +330,8 @@ def render(r: dict) -> str:
         lines.append(f"| {name} | {x['throughput_rps']:.0f} | {x['wrk_cpu_s']} | {x['cpu_s_per_1000']} | {lat} | "
                      f"{', '.join(str(v) for v in x['peak_rss_mb_per_worker'])} | {x['non_2xx']} |")
     lines.append("")
-    for wh, fl in (("webhook-gunicorn", "floor-gunicorn"), ("webhook-granian", "floor-gunicorn"), ("webhook-granian", "floor-granian")):
+    for wh, fl in (("webhook-gunicorn", "floor-gunicorn"), ("webhook-gunicorn", "floor-gevent"),
+                   ("webhook-granian", "floor-gunicorn"), ("webhook-granian", "floor-granian")):
         if wh in t and fl in t:
             a, b = t[wh], t[fl]
             parts = [f"throughput {a['throughput_rps'] / b['throughput_rps']:.2f}x",

@@ -251,3 +251,69 @@ def test_metrics_page_names_are_the_exported_list(server):
     # policy reloads only appear once a reload happened in this process; everything else must be there
     assert served <= EXPORTED_METRIC_NAMES
     assert EXPORTED_METRIC_NAMES - served <= {"rdma_webhook_policy_reloads_total"}
+
+
+def test_graceful_shutdown_under_traffic_loses_no_request(tmp_path):
+    """SIGTERM while 8 clients send admissions back to back: every request that reached the
+    server is answered in full (200); afterwards new connections are refused and the process
+    exits within the graceful timeout. A request is lost if it was sent and no answer came."""
+    import http.client
+    import signal
+    import threading
+
+    srv = start_server(tmp_path)
+    body = json.dumps(k.admission_review(k.pytorchjob_worker())).encode()
+    counts = {"answered": 0, "lost": 0, "refused": 0, "bad": 0}
+    lock = threading.Lock()
+    stop = threading.Event()
+    T0 = [0.0]
+
+    def client() -> None:
+        conn = None
+        while not stop.is_set():
+            fresh = conn is None
+            try:
+                conn = conn or srv.connection(timeout=10)
+                conn.request("POST", "/mutate", body=body, headers={"Content-Type": "application/json"})
+            except OSError:  # could not connect or send: the request never reached the server
+                with lock:
+                    counts["refused"] += 1
+                conn = None
+                time.sleep(0.05)
+                continue
+            try:
+                resp = conn.getresponse()
+                data = resp.read()
+                ok = resp.status == 200 and json.loads(data)["response"]["allowed"]
+                with lock:
+                    counts["answered" if ok else "bad"] += 1
+                if resp.will_close:
+                    conn.close()
+                    conn = None
+            except (OSError, http.client.HTTPException) as exc:
+                with lock:
+                    counts["lost"] += 1
+                    counts.setdefault("lost_errors", []).append(f"{exc!r} fresh={fresh} t={time.monotonic() - T0[0]:.3f}")
+                conn = None
+
+    threads = [threading.Thread(target=client, daemon=True) for _ in range(8)]
+    for th in threads:
+        th.start()
+    try:
+        time.sleep(2.0)
+        before = counts["answered"]
+        T0[0] = time.monotonic()
+        srv.proc.send_signal(signal.SIGTERM)
+        t0 = time.monotonic()
+        srv.proc.wait(30)
+        exited_after = time.monotonic() - t0
+        time.sleep(0.5)
+    finally:
+        stop.set()
+        for th in threads:
+            th.join(15)
+        stop_server(srv)
+    assert before > 50, counts
+    assert counts["lost"] == 0 and counts["bad"] == 0, json.dumps(counts)
+    assert counts["refused"] > 0, counts  # the listener really closed
+    assert srv.proc.returncode == 0 and exited_after < 25, (srv.proc.returncode, exited_after)

@@ -14,6 +14,7 @@ error while deciding is answered with a deny that says so, and logged with its t
 from __future__ import annotations
 
 import logging
+import sys
 import time
 from typing import Any
 
@@ -35,7 +36,15 @@ _JSON = "application/json"
 
 def _json(doc: Any, status: int = 200) -> Response:
     metrics.RESPONSES.labels(str(status)).inc()
+    if status == 413:  # the rest of the body stays unread: close the connection, do not drain it
+        _close_after_response()
     return Response(orjson.dumps(doc), status=status, mimetype=_JSON)
+
+
+def _close_after_response() -> None:
+    worker = sys.modules.get("webhook.worker")  # loaded only inside the production worker
+    if worker is not None:
+        worker.close_after_response()
 
 
 def create_app(store: PolicyStore, cluster: ClusterState) -> Flask:
@@ -50,7 +59,13 @@ def create_app(store: PolicyStore, cluster: ClusterState) -> Flask:
         if request.content_length is not None and request.content_length > MAX_BODY:
             metrics.ADMISSIONS.labels(endpoint, "error", "").inc()
             return _json({"error": f"request body over {MAX_BODY} bytes"}, 413)
-        body = request.get_data(cache=False)
+        if request.content_length is None:  # chunked: read one byte past the limit to know
+            body = request.environ["wsgi.input"].read(MAX_BODY + 1)
+            if len(body) > MAX_BODY:
+                metrics.ADMISSIONS.labels(endpoint, "error", "").inc()
+                return _json({"error": f"request body over {MAX_BODY} bytes"}, 413)
+        else:
+            body = request.get_data(cache=False)
         try:
             status, doc, decision, req = handler(body, store.current, namespace_of, cluster.attachments())
         except Exception as exc:  # a bug must not become a 500: deny (fail closed) and say so

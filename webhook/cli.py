@@ -242,6 +242,11 @@ def cmd_certs(args: argparse.Namespace) -> int:
 # -- serve -------------------------------------------------------------------------------------
 
 def cmd_serve(args: argparse.Namespace) -> int:
+    # The server runs on gevent (webhook/worker.py): patch the standard library before anything
+    # imports ssl, socket or threading, so every socket and thread in the process cooperates.
+    from gevent import monkey
+
+    monkey.patch_all()
     from webhook import serve
 
     for label, path in (("--tls-cert", args.tls_cert), ("--tls-key", args.tls_key), ("--client-ca", args.client_ca),
@@ -250,7 +255,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
             print(f"error: {label} {path}: no such file", file=sys.stderr)
             return 2
     return serve.run(policies_dir=_policies_dir(args.policies), tls_cert=args.tls_cert, tls_key=args.tls_key,
-                     host=args.host, port=args.port, workers=args.workers, threads=args.threads,
+                     host=args.host, port=args.port, workers=args.workers, threads=4,
                      cluster_state=args.cluster_state, client_ca=args.client_ca, log_level=args.log_level)
 
 
@@ -265,8 +270,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--client-ca", help="require client certificates signed by this CA (API server authentication)")
     s.add_argument("--host", default="0.0.0.0")
     s.add_argument("--port", type=int, default=8443)
-    s.add_argument("--workers", type=int, default=2, help="worker processes")
-    s.add_argument("--threads", type=int, default=4, help="threads per worker")
+    s.add_argument("--workers", type=int, default=2, help="worker processes (each serves many connections)")
     s.add_argument("--cluster-state", help="read namespaces and NetworkAttachmentDefinitions from this YAML file instead of the API server")
     s.add_argument("--log-level", default="INFO")
     s.set_defaults(func=cmd_serve)

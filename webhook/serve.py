@@ -1,12 +1,17 @@
-"""The production server: gunicorn with N worker processes, each with threads, over TLS.
+"""The production server: gunicorn with N worker processes over TLS, gevent inside each.
 
 Why gunicorn: a pre-fork WSGI server that has done this for a decade, with graceful shutdown on
 SIGTERM (stop accepting, finish in-flight requests within `graceful_timeout`, exit), worker
-supervision and request-line/header limits; its `ssl_context` hook lets every new connection
-take the current `ReloadingContext`, which is how certificates rotate without a restart.
+supervision and request-line/header limits. Why its gevent worker (`webhook.worker`): a
+greenlet per connection, so idle or slow clients cannot take the capacity the API server needs,
+with deadlines on the handshake, the headers and each request. Its `ssl_context` hook hands the
+server `webhook.tls.ServingTLS`, which wraps every connection with one live context that is
+reloaded in place when the certificate files change.
 
-The app is built once in the master (`preload_app`), so a bad start fails before any fork; the
-per-worker background threads (policy reload, cluster watch) start after the fork.
+`serve` patches the standard library for gevent before anything else is imported (see
+`webhook.cli`). The app is built once in the master (`preload_app`), so a bad start fails before
+any fork; the per-worker background greenlets (policy reload, cluster watch) start after the
+fork, once the worker has set up its event loop.
 """
 
 from __future__ import annotations
@@ -83,9 +88,9 @@ def run(*, policies_dir: str, tls_cert: str, tls_key: str, host: str, port: int,
     from webhook.app import create_app
     from webhook.cluster import FileClusterState
     from webhook.policy_store import PolicyStore
-    from webhook.tls import ReloadingContext
+    from webhook.tls import ServingTLS
 
-    tls = ReloadingContext(tls_cert, tls_key, client_ca)
+    tls = ServingTLS(tls_cert, tls_key, client_ca)
     store = PolicyStore(policies_dir)
     store.reload(force=True)
     if store.current is None:
@@ -95,10 +100,14 @@ def run(*, policies_dir: str, tls_cert: str, tls_key: str, host: str, port: int,
     else:
         from webhook.cluster_api import ApiClusterState
 
-        cluster = ApiClusterState.from_environment(uses_networks=lambda: _uses_networks(store))
+        try:
+            cluster = ApiClusterState.from_environment(uses_networks=lambda: _uses_networks(store))
+        except Exception as exc:  # no in-cluster config and no kubeconfig
+            log.error("cannot reach the Kubernetes API (%s); run in a cluster, set KUBECONFIG, or pass --cluster-state FILE", exc)
+            return 2
     app = create_app(store, cluster)
 
-    def post_fork(server, worker) -> None:
+    def post_worker_init(worker) -> None:
         store.start()
         start = getattr(cluster, "start", None)
         if start:
@@ -107,7 +116,13 @@ def run(*, policies_dir: str, tls_cert: str, tls_key: str, host: str, port: int,
         if store.current is not None:
             metrics.POLICIES.set(len(store.current))
             metrics.RELOAD_OK.set(1)
-        tls._record_expiry()
+        tls.record_expiry()
+
+    def worker_exit(server, worker) -> None:
+        store.stop()
+        stop = getattr(cluster, "stop", None)
+        if stop:
+            stop()
 
     def child_exit(server, worker) -> None:
         from prometheus_client import multiprocess
@@ -117,30 +132,32 @@ def run(*, policies_dir: str, tls_cert: str, tls_key: str, host: str, port: int,
     gc.freeze()  # what the master built is shared with the forks, never scanned by the GC again
     if os.environ.get("RDMA_WEBHOOK_SERVER", "gunicorn") == "granian":  # a measured candidate, see benchmarks/
         def loader(_target=None):
-            post_fork(None, None)
+            post_worker_init(None)
             return app
 
         run_granian(app, host=host, port=port, workers=workers, threads=threads, tls_cert=tls_cert, tls_key=tls_key,
                     client_ca=client_ca, target_loader=loader)
         return 0
-    run_gunicorn(app, host=host, port=port, workers=workers, threads=threads, tls=tls,
-                 post_fork=post_fork, child_exit=child_exit)
+    options = gunicorn_options(host=host, port=port, workers=workers, tls=tls)
+    options.update(post_worker_init=post_worker_init, worker_exit=worker_exit, child_exit=child_exit)
+    _Server(app, options).run()
     return 0
 
 
-def gunicorn_options(*, host: str, port: int, workers: int, threads: int, tls, post_fork=None,
-                     child_exit=None) -> dict[str, Any]:
-    """The gunicorn settings `serve` runs with (also used by benchmarks/floor.py, so the floor
-    is served exactly like the webhook)."""
-    options = {
+def gunicorn_options(*, host: str, port: int, workers: int, tls, worker_class: str = "webhook.worker.Worker",
+                     threads: int = 1) -> dict[str, Any]:
+    """The gunicorn settings `serve` runs with (benchmarks/floor.py serves its floors with the
+    same settings, and the issue's reference floor with worker_class "gthread")."""
+    return {
         "bind": [f"[{host}]:{port}" if ":" in host else f"{host}:{port}"],
         "workers": workers,
-        "worker_class": "gthread",
-        "threads": threads,
+        "worker_class": worker_class,
+        "threads": threads,  # gthread only
+        "worker_connections": 1000,  # gevent: open connections per worker
         "preload_app": True,
         "certfile": tls.cert_file,
         "keyfile": tls.key_file,
-        "ssl_context": lambda conf, default_factory: tls.get(),
+        "ssl_context": lambda conf, default_factory: tls,
         "keepalive": 75,  # the API server reuses connections; keep them longer than its idle
         "timeout": 30,
         "graceful_timeout": 20,
@@ -152,21 +169,6 @@ def gunicorn_options(*, host: str, port: int, workers: int, threads: int, tls, p
         "loglevel": "warning",
         "proc_name": "rdma-webhook",
     }
-    if post_fork:
-        options["post_fork"] = post_fork
-    if child_exit:
-        options["child_exit"] = child_exit
-    return options
-
-
-def run_gunicorn(app, *, host: str, port: int, workers: int, threads: int, tls=None, tls_cert: str | None = None,
-                 tls_key: str | None = None, client_ca: str | None = None, post_fork=None, child_exit=None) -> None:
-    if tls is None:
-        from webhook.tls import ReloadingContext
-
-        tls = ReloadingContext(tls_cert, tls_key, client_ca)
-    _Server(app, gunicorn_options(host=host, port=port, workers=workers, threads=threads, tls=tls,
-                                  post_fork=post_fork, child_exit=child_exit)).run()
 
 
 def run_granian(target, *, host: str, port: int, workers: int, threads: int, tls_cert: str, tls_key: str,

@@ -1,21 +1,28 @@
 """The serving TLS context: TLS 1.2 or newer, forward-secret AEAD ciphers only, optional client
 certificate authentication, and certificate rotation without a restart.
 
-`ReloadingContext.get()` is called for every new connection. It re-reads the certificate and key
-when their files change on disk (a stat of each file per new connection, a few microseconds; the
-API server keeps its connections alive, so new ones are rare), builds a fresh context and swaps it
-in; connections already open keep theirs. Checking on every new connection, rather than at most
-once a second per worker, means no worker hands out the old certificate after the files changed. A half-written or mismatched pair is logged
-and ignored until it is whole, so a rotation never drops the server to no certificate.
+One live `ssl.SSLContext` per worker serves every connection. When the certificate or key files
+change on disk (a mounted Secret renewed by cert-manager or by `rdma-webhook certs`), the new
+pair is first loaded into a throw-away context; only if that succeeds is it loaded into the live
+context in place (`load_cert_chain` replaces the chain and key for every later handshake), from
+a private snapshot of the files so that the pair checked is the pair served. A half-written or
+mismatched pair is logged and ignored until it changes again, so a rotation never leaves the
+server without a certificate, and connections already open keep theirs. The files are checked
+(one stat each) on every new connection, so no worker hands out the old certificate after the
+files changed. The worker is single-threaded (gevent), so no handshake runs while the context
+is being reloaded.
+
+Client CAs (`--client-ca`) are added on change; removing a CA from the trust store takes a
+restart (OpenSSL cannot drop a loaded CA from a live context).
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import shutil
 import ssl
-import threading
-import time
+import tempfile
 
 from cryptography import x509
 
@@ -45,16 +52,15 @@ def certificate_expiry(cert_file: str) -> float:
     return cert.not_valid_after_utc.timestamp()
 
 
-class ReloadingContext:
-    def __init__(self, cert_file: str, key_file: str, client_ca: str | None = None, check_every: float = 0.0):
+class ServingTLS:
+    """The live context and its reload. `wrap_socket` is what the server calls per connection."""
+
+    def __init__(self, cert_file: str, key_file: str, client_ca: str | None = None):
         self.cert_file, self.key_file, self.client_ca = cert_file, key_file, client_ca
-        self.check_every = check_every
-        self._lock = threading.Lock()
-        self._next_check = 0.0
         self._stamp = self._file_stamp()
         self._bad_stamp: tuple | None = None  # a pair that failed to load: not retried until it changes
-        self._ctx = build_context(cert_file, key_file, client_ca)
-        self._record_expiry()
+        self.context = build_context(cert_file, key_file, client_ca)
+        self.record_expiry()
 
     def _file_stamp(self) -> tuple:
         stamp = []
@@ -67,29 +73,44 @@ class ReloadingContext:
                     stamp.append(None)
         return tuple(stamp)
 
-    def _record_expiry(self) -> None:
+    def record_expiry(self) -> None:
         try:
             metrics.CERT_EXPIRY.set(certificate_expiry(self.cert_file))
         except (OSError, ValueError):
             pass
 
-    def get(self) -> ssl.SSLContext:
-        now = time.monotonic()
-        if now < self._next_check:
-            return self._ctx
-        with self._lock:
-            if now < self._next_check:
-                return self._ctx
-            self._next_check = now + self.check_every
-            stamp = self._file_stamp()
-            if stamp != self._stamp and stamp != self._bad_stamp:
-                try:
-                    ctx = build_context(self.cert_file, self.key_file, self.client_ca)
-                except (OSError, ssl.SSLError, ValueError) as exc:
-                    self._bad_stamp = stamp
-                    log.warning("new certificate not loaded yet (%s); still serving the previous one", exc)
+    def refresh(self) -> bool:
+        """Load the files into the live context if they changed and are a valid pair."""
+        stamp = self._file_stamp()
+        if stamp == self._stamp or stamp == self._bad_stamp:
+            return False
+        snapshot = tempfile.mkdtemp(prefix="rdma-webhook-tls-")
+        try:
+            paths = []
+            for name, path in (("tls.crt", self.cert_file), ("tls.key", self.key_file), ("ca.crt", self.client_ca)):
+                if path:
+                    shutil.copyfile(path, os.path.join(snapshot, name))
+                    paths.append(os.path.join(snapshot, name))
                 else:
-                    self._ctx, self._stamp = ctx, stamp
-                    self._record_expiry()
-                    log.info("serving certificate reloaded from %s", self.cert_file)
-        return self._ctx
+                    paths.append(None)
+            cert, key, ca = paths
+            build_context(cert, key, ca)  # the whole pair must load before the live context changes
+            self.context.load_cert_chain(cert, key)
+            if ca:
+                self.context.load_verify_locations(cafile=ca)
+        except (OSError, ssl.SSLError, ValueError) as exc:
+            self._bad_stamp = stamp
+            log.warning("new certificate not loaded (%s); still serving the previous one", exc)
+            return False
+        finally:
+            shutil.rmtree(snapshot, ignore_errors=True)
+        self._stamp = stamp
+        self.record_expiry()
+        log.info("serving certificate reloaded from %s", self.cert_file)
+        return True
+
+    def wrap_socket(self, sock, server_side: bool = True, **kwargs):
+        """Wrap an accepted socket without handshaking (the worker handshakes under a timer)."""
+        self.refresh()
+        kwargs["do_handshake_on_connect"] = False
+        return self.context.wrap_socket(sock, server_side=server_side, **kwargs)
