@@ -178,11 +178,15 @@ def bench_target(t: Target, work: Path, lua: Path, bodies: list[bytes], args) ->
     t.start(work / f"{t.name}.log")
     try:
         out: dict = {"workers": len(t.workers())}
-        run_wrk(t.port, lua, 2)  # warm-up: imports, caches, TLS sessions
+        run_wrk(t.port, lua, 2, conns=args.connections)  # warm-up: imports, caches, TLS sessions
         pids = proc_tree(t.proc.pid)
         c0 = cpu_seconds(pids)
-        sat = run_wrk(t.port, lua, args.seconds)
+        per0 = {p: cpu_seconds([p]) for p in t.workers()}
+        sat = run_wrk(t.port, lua, args.seconds, conns=args.connections)
         c1 = cpu_seconds(pids)
+        # how the load spread over the workers (a pre-fork server can give all of a few
+        # keep-alive connections to one worker): CPU seconds of each during saturation
+        out["worker_cpu_s"] = [round(cpu_seconds([p]) - c, 2) for p, c in per0.items()]
         out["throughput_rps"] = sat.get("rps")
         out["requests"] = sat.get("requests")
         out["non_2xx"] = sat.get("non_2xx", 0)
@@ -232,7 +236,9 @@ def main() -> int:
     ap.add_argument("--rates", default="200,500", help="open-loop offered rates, comma separated")
     ap.add_argument("--latency-seconds", type=float, default=20)
     ap.add_argument("--workers", type=int, default=2)
-    ap.add_argument("--threads", type=int, default=4)
+    ap.add_argument("--threads", type=int, default=4, help="threads per worker of the gthread floor")
+    ap.add_argument("--connections", type=int, default=8,
+                    help="wrk keep-alive connections (8 in the issue; a pre-fork server may give them all to one worker)")
     ap.add_argument("--targets", default="floor-gunicorn,floor-gevent,webhook-gunicorn,floor-granian,webhook-granian,go-peer")
     ap.add_argument("--go-peer", default="/tmp/go-peer", help="path to a built go-peer binary (skipped if absent)")
     ap.add_argument("--no-burst", action="store_true")
@@ -262,7 +268,7 @@ def main() -> int:
         port = free_port()
         return Target(f"webhook-{server}", [PY, "-m", "webhook", "serve", "--policies", str(ROOT / "policies"),
                                             "--tls-cert", cert, "--tls-key", key, "--host", "127.0.0.1", "--port", str(port),
-                                            "--workers", str(workers), "--threads", str(args.threads),
+                                            "--workers", str(workers),
                                             "--cluster-state", str(ROOT / "examples" / "cluster-state.yaml"),
                                             "--log-level", "INFO"],
                       {"RDMA_WEBHOOK_SERVER": server, "PROMETHEUS_MULTIPROC_DIR": str(work / f"metrics-{server}-{port}")}, port)
@@ -281,7 +287,7 @@ def main() -> int:
               "floor-gunicorn": lambda: floor("gunicorn"), "floor-gevent": lambda: floor("gevent"),
               "floor-granian": lambda: floor("granian"), "go-peer": go_peer}
     report: dict = {"machine": machine(), "command": " ".join(sys.argv), "settings": {
-        "workers": args.workers, "threads": args.threads, "wrk": "2 threads, 8 connections", "seconds": args.seconds,
+        "workers": args.workers, "threads": args.threads, "wrk": f"2 threads, {args.connections} connections", "seconds": args.seconds,
         "rates": args.rates, "latency_seconds": args.latency_seconds,
         "mix": {name: sum(1 for n, _ in seq if n == name) for name, _ in seq},
         "body_bytes": {name: len(b) for name, b in seq}}, "targets": {}}
@@ -321,13 +327,14 @@ def render(r: dict) -> str:
              f"command: `{r['command']}`", ""]
     t = r["targets"]
     rates = [str(x) for x in r["settings"]["rates"]]
-    head = "| target | req/s | wrk CPU s | server CPU s / 1000 | " + " | ".join(
+    head = "| target | req/s | worker CPU s | wrk CPU s | server CPU s / 1000 | " + " | ".join(
         f"p50 / p99 / p99.9 ms @ {float(x):.0f}/s" for x in rates) + " | peak RSS MB per worker | non-2xx |"
     lines += [head, "|" + " --- |" * (head.count("|") - 1)]
     for name, x in t.items():
         lat = " | ".join(f"{x['latency'][k]['p50_ms']:.2f} / {x['latency'][k]['p99_ms']:.2f} / {x['latency'][k]['p999_ms']:.2f}"
                          + (f" ({x['latency'][k]['errors']} err)" if x['latency'][k]['errors'] else "") for k in rates)
-        lines.append(f"| {name} | {x['throughput_rps']:.0f} | {x['wrk_cpu_s']} | {x['cpu_s_per_1000']} | {lat} | "
+        lines.append(f"| {name} | {x['throughput_rps']:.0f} | {', '.join(str(v) for v in x.get('worker_cpu_s', []))} | "
+                     f"{x['wrk_cpu_s']} | {x['cpu_s_per_1000']} | {lat} | "
                      f"{', '.join(str(v) for v in x['peak_rss_mb_per_worker'])} | {x['non_2xx']} |")
     lines.append("")
     for wh, fl in (("webhook-gunicorn", "floor-gunicorn"), ("webhook-gunicorn", "floor-gevent"),
