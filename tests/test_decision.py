@@ -28,6 +28,9 @@ def respond(pod, ns, policies, attachments=None):
     body = k.body(k.admission_review(pod, namespace=ns.name if ns else "nowhere"))
     code, doc, decision, _ = review.handle(body, policies, namespaces.get, attachments)
     assert code == 200
+    before = copy.deepcopy(pod)
+    decide(pod, ns, policies, attachments)  # the same decision on the caller's own object
+    assert pod == before, "the decision changed the pod it was given"
     resp = doc["response"]
     patched = copy.deepcopy(pod)
     if "patch" in resp:

@@ -22,7 +22,6 @@ import ssl
 import textwrap
 import threading
 import time
-from pathlib import Path
 from typing import Any
 
 import pytest

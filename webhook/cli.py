@@ -17,7 +17,6 @@ from typing import Any, Iterable, TextIO
 
 import yaml
 
-from webhook import keys
 
 EXIT_OK, EXIT_DENIED, EXIT_BAD_INPUT = 0, 1, 2
 

@@ -14,7 +14,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Protocol
 
-import orjson
 
 from webhook import fallback, k8s, keys, mutation, nccl
 from webhook.fallback import Finding, Subject, Target

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 from decimal import Decimal
-from typing import Any, Callable, Iterable, Mapping
+from typing import Any, Callable, Mapping
 
 from kubernetes.utils.quantity import parse_quantity as _parse_quantity
 

@@ -20,12 +20,14 @@ SHM_VOLUME = "rdma-webhook-dshm"
 
 
 def private_copy(pod: dict[str, Any], targets: list[Target]) -> dict[str, Any]:
-    """A copy of `pod` that `apply` may edit without touching the original: new containers for
-    everything `apply` writes into (the pod, metadata, annotations, spec, the volumes and
-    containers lists) and a deep copy of each target container; every other subtree is shared.
-    Shared subtrees are the same objects in both, so the patch diff skips them by identity
-    instead of comparing or copying the whole pod. A new write in `apply` outside these paths
-    must be added here (the patch tests would miss it otherwise: the original would change too)."""
+    """A copy of `pod` that `apply` may edit without touching the original: new dicts and lists
+    for everything `apply` writes into (the pod, metadata, annotations, spec, the volumes and
+    containers lists, and in each target container the paths of `_container_copy`); every
+    other subtree is shared. Shared subtrees are the same objects in both, so the patch diff
+    skips them by identity instead of comparing or copying the whole pod. A new write in
+    `apply` outside these paths must be added here: otherwise it would change the pod as sent
+    too, and the patch would miss it (tests/test_decision.py checks, for every decision it
+    makes, that the pod as sent is unchanged)."""
     copy = dict(pod)
     meta = copy.get("metadata")
     if isinstance(meta, dict):

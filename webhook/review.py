@@ -9,7 +9,7 @@ not an AdmissionReview) gets HTTP 400, since there is nothing to answer it with.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping
+from typing import Any, Callable
 
 import orjson
 
