@@ -164,7 +164,7 @@ def _rule_command(s: Subject) -> Iterable[Finding]:
 
 def _drops_ipc_lock(container: Mapping[str, Any]) -> bool:
     caps = ((container.get("securityContext") or {}).get("capabilities") or {})
-    return any(isinstance(d, str) and d.upper() in ("IPC_LOCK", "CAP_IPC_LOCK") for d in caps.get("drop") or ())
+    return k8s.has_capability(caps.get("drop"), keys.IPC_LOCK)
 
 
 def _rule_ipc_lock_dropped(s: Subject) -> Iterable[Finding]:
@@ -249,8 +249,8 @@ def _rule_device_missing(s: Subject) -> Iterable[Finding]:
 def _rule_ipc_lock_missing(s: Subject) -> Iterable[Finding]:
     for t in s.targets:
         sc = s.container(t).get("securityContext") or {}
-        adds = (sc.get("capabilities") or {}).get("add") or ()
-        if sc.get("privileged") is not True and not any(isinstance(a, str) and a.upper() in ("IPC_LOCK", "CAP_IPC_LOCK") for a in adds):
+        adds = (sc.get("capabilities") or {}).get("add")
+        if sc.get("privileged") is not True and not k8s.has_capability(adds, keys.IPC_LOCK):
             yield Finding("ipc-lock-missing", t.name,
                           "securityContext.capabilities.add lacks IPC_LOCK, which RDMA needs to pin memory")
 

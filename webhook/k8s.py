@@ -69,6 +69,13 @@ def is_extended_resource_name(name: str) -> str | None:
     return None
 
 
+def has_capability(items: Any, name: str) -> bool:
+    """Whether a capabilities add/drop list names `name`, with or without the `CAP_` prefix and
+    in any case, as the container runtimes accept it."""
+    wanted = {name.upper(), "CAP_" + name.upper()}
+    return isinstance(items, list) and any(isinstance(i, str) and i.upper() in wanted for i in items)
+
+
 def is_env_name(name: str) -> bool:
     return isinstance(name, str) and bool(_ENV_NAME.match(name))
 

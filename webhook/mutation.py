@@ -169,7 +169,7 @@ def add_ipc_lock(container: dict[str, Any]) -> bool:
     """IPC_LOCK in capabilities.add (never twice, never `privileged`)."""
     caps = _dict_at(_dict_at(container, "securityContext"), "capabilities")
     add = _list_at(caps, "add")
-    if any(isinstance(a, str) and a.upper() in ("IPC_LOCK", "CAP_IPC_LOCK") for a in add):
+    if k8s.has_capability(add, keys.IPC_LOCK):
         return False
     add.append(keys.IPC_LOCK)
     return True
