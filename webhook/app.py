@@ -56,16 +56,15 @@ def create_app(store: PolicyStore, cluster: ClusterState) -> Flask:
 
     def admit(endpoint: str, handler) -> Response:
         start = time.perf_counter()
-        if request.content_length is not None and request.content_length > MAX_BODY:
-            metrics.ADMISSIONS.labels(endpoint, "error", "").inc()
-            return _json({"error": f"request body over {MAX_BODY} bytes"}, 413)
         if request.content_length is None:  # chunked: read one byte past the limit to know
             body = request.environ["wsgi.input"].read(MAX_BODY + 1)
-            if len(body) > MAX_BODY:
-                metrics.ADMISSIONS.labels(endpoint, "error", "").inc()
-                return _json({"error": f"request body over {MAX_BODY} bytes"}, 413)
-        else:
+        elif request.content_length <= MAX_BODY:
             body = request.get_data(cache=False)
+        else:
+            body = None  # refused unread
+        if body is None or len(body) > MAX_BODY:
+            metrics.ADMISSIONS.labels(endpoint, "error", "").inc()
+            return _json({"error": f"request body over {MAX_BODY} bytes"}, 413)
         try:
             status, doc, decision, req = handler(body, store.current, namespace_of, cluster.attachments())
         except Exception as exc:  # a bug must not become a 500: deny (fail closed) and say so

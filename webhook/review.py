@@ -174,8 +174,12 @@ def validate_request(req: Request, policies: PolicySet | None, namespace_of: Nam
     if not workloads.is_workload(group, kind) or req.sub_resource or req.operation not in ("CREATE", "UPDATE"):
         return None, None
     verdict = workloads.check_workload(req.obj, group, kind, _namespace(req, namespace_of), policies, attachments)
-    decision = Decision(verdict.outcome, req.obj, verdict.policy, verdict.denials(), verdict.warnings(),
-                        reason="" if verdict.results else "no template carries the pod opt-in label",
+    # A validating webhook never patches: a workload whose pods will be mutated is allowed as is,
+    # with the summary of what they will get among its warnings.
+    outcome, reason = verdict.outcome, "" if verdict.results else "no template carries the pod opt-in label"
+    if outcome == MUTATED:
+        outcome, reason = "unchanged", "pods will be mutated"
+    decision = Decision(outcome, req.obj, verdict.policy, verdict.denials(), verdict.warnings(), reason=reason,
                         templates=verdict.results)
     return decision, (verdict.message() if not verdict.allowed else None)
 
@@ -190,7 +194,4 @@ def handle_validate(body: bytes, policies: PolicySet | None, namespace_of: Names
     decision, message = validate_request(req, policies, namespace_of, attachments)
     if decision is None:
         return 200, response(req.uid, Decision("skipped", req.obj, reason="not a pod or workload")), None, req
-    if decision.outcome == MUTATED:  # a workload whose pods will be mutated: allowed, with the summary
-        decision.outcome = "unchanged"
-        decision.reason = "pods will be mutated"
     return 200, response(req.uid, decision, req.obj, message), decision, req
