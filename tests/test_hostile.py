@@ -16,6 +16,7 @@ import copy
 import datetime as dt
 import http.client
 import json
+import select
 import shutil
 import socket
 import ssl
@@ -76,10 +77,9 @@ def tls_socket(srv: conftest.Server, timeout: float = 10, ctx: ssl.SSLContext | 
         raise
 
 
-def read_response(sock: ssl.SSLSocket, deadline: float) -> tuple[int, bytes]:
-    """(status, body) of one HTTP/1.1 response with a Content-Length; (0, b"") when the server
-    closed without one."""
-    data = b""
+def read_response(sock: ssl.SSLSocket, deadline: float, data: bytes = b"") -> tuple[int, bytes]:
+    """(status, body) of one HTTP/1.1 response with a Content-Length (`data`: what was already
+    read of it); (0, b"") when the server closed without one."""
     while True:
         head_end = data.find(b"\r\n\r\n")
         if head_end >= 0:
@@ -99,28 +99,46 @@ def read_response(sock: ssl.SSLSocket, deadline: float) -> tuple[int, bytes]:
 
 
 def streamed(srv: conftest.Server, head: bytes, parts, timeout: float = 30) -> tuple[int, bytes, int]:
-    """Send `head` then `parts` from a thread while reading the answer: the server may answer
-    (and stop reading) before the client has sent everything. Returns (status, body, bytes sent)."""
+    """Send `head` then `parts`, stopping as soon as the server answers (it may answer and stop
+    reading before the client has sent everything), then read the answer. One thread only: an
+    SSL socket must not be read and written from two threads at once (OpenSSL is not safe for
+    that; it crashed the interpreter here). Returns (status, body, bytes of `parts` sent)."""
     sock = tls_socket(srv, timeout=timeout)
-    sent = [0]
-
-    def send() -> None:
+    sent = 0
+    deadline = time.monotonic() + timeout
+    early = b""
+    try:
+        sock.settimeout(1.0)  # a server that stopped reading fills the buffers: stop sending then
         try:
             sock.sendall(head)
             for part in parts:
+                early = _read_ready(sock)
+                if early:
+                    break  # the server answered early
                 sock.sendall(part)
-                sent[0] += len(part)
-        except OSError:
-            pass  # the server answered and closed: expected for a refused body
-
-    th = threading.Thread(target=send, daemon=True)
-    th.start()
-    try:
-        status, body = read_response(sock, time.monotonic() + timeout)
+                sent += len(part)
+        except OSError:  # includes the send timeout, a reset and a closed pipe
+            pass
+        sock.settimeout(timeout)
+        status, body = read_response(sock, deadline, early)
     finally:
         sock.close()
-        th.join(10)
-    return status, body, sent[0]
+    return status, body, sent
+
+
+def _read_ready(sock: ssl.SSLSocket) -> bytes:
+    """Answer bytes already there, without waiting (TLS records that carry no data, such as
+    session tickets, are consumed and give b"")."""
+    if not select.select([sock], [], [], 0)[0] and not sock.pending():
+        return b""
+    timeout = sock.gettimeout()
+    sock.setblocking(False)
+    try:
+        return sock.recv(65536)
+    except (ssl.SSLWantReadError, BlockingIOError):
+        return b""
+    finally:
+        sock.settimeout(timeout)
 
 
 def review_body(obj: Any, **kw) -> tuple[bytes, str]:
