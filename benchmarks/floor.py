@@ -43,10 +43,17 @@ def main() -> int:
     args = ap.parse_args()
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
     from webhook import serve
+    from webhook.app import wsgi
 
+    # On the webhook's own stacks the floor is served the way `serve` serves the webhook
+    # (webhook.app.wsgi: the answer handed over in one piece); the gthread reference floor is
+    # plain Flask.
+    own = wsgi(app)
     if args.server == "granian":
-        serve.run_granian("floor:app", host=args.host, port=args.port, workers=args.workers, threads=args.threads,
-                          tls_cert=args.tls_cert, tls_key=args.tls_key)
+        from webhook.cli import GRANIAN_THREADS  # the webhook's own granian setting, not gthread's
+
+        serve.run_granian("floor:app", host=args.host, port=args.port, workers=args.workers, threads=GRANIAN_THREADS,
+                          tls_cert=args.tls_cert, tls_key=args.tls_key, target_loader=lambda _target=None: own)
         return 0
     if args.server == "gevent":
         from gevent import monkey
@@ -56,7 +63,7 @@ def main() -> int:
 
     tls = ServingTLS(args.tls_cert, args.tls_key)
     worker = "gthread" if args.server == "gunicorn" else "webhook.worker.Worker"
-    serve._Server(app, serve.gunicorn_options(host=args.host, port=args.port, workers=args.workers, tls=tls,
+    serve._Server(app if args.server == "gunicorn" else own, serve.gunicorn_options(host=args.host, port=args.port, workers=args.workers, tls=tls,
                                               worker_class=worker, threads=args.threads)).run()
     return 0
 

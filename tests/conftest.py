@@ -65,13 +65,13 @@ class Server:
         return http.client.HTTPSConnection("localhost", self.port, context=self.context(), timeout=timeout)
 
     def request(self, method: str, path: str, body: bytes | None = None, headers: dict | None = None,
-                conn: http.client.HTTPSConnection | None = None) -> tuple[int, bytes, dict]:
+                conn: http.client.HTTPSConnection | None = None) -> tuple[int, bytes, http.client.HTTPMessage]:
         own = conn is None
         conn = conn or self.connection()
         try:
             conn.request(method, path, body=body, headers={"Content-Type": "application/json", **(headers or {})})
             resp = conn.getresponse()
-            return resp.status, resp.read(), dict(resp.getheaders())
+            return resp.status, resp.read(), resp.headers  # header names are case-insensitive
         finally:
             if own:
                 conn.close()

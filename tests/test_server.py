@@ -16,6 +16,7 @@ import pytest
 import kube_objects as k
 from conftest import start_server, stop_server
 from webhook.certs import write_certs
+from webhook.decision import pod_name
 
 
 def apply(resp: dict, obj: dict) -> dict:
@@ -124,6 +125,30 @@ def test_health_ready_metrics(server):
     assert "rdma_webhook_admission_duration_seconds_bucket" in text
     assert "rdma_webhook_certificate_expiry_timestamp_seconds" in text
     assert "rdma_webhook_policies_loaded 2.0" in text
+
+
+def test_one_log_line_per_admission(server):
+    """Each admission writes one JSON line with the same head as every other log line (time,
+    level, logger, msg) and what happened, without the pod's spec."""
+    pod = k.pytorchjob_worker()
+    review = k.admission_review(pod)
+    uid = review["request"]["uid"]
+    assert server.review(review)["response"]["allowed"]
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline:
+        lines = [json.loads(line) for line in server.log.read_text().splitlines()
+                 if line.startswith("{") and uid in line]
+        if lines:
+            break
+        time.sleep(0.05)
+    assert len(lines) == 1, lines
+    line = lines[0]
+    assert time.strptime(line["time"], "%Y-%m-%dT%H:%M:%S")
+    assert {k: line[k] for k in ("level", "logger", "msg", "endpoint", "outcome", "policy", "namespace", "operation")} == {
+        "level": "info", "logger": "rdma_webhook.admission", "msg": "admission", "endpoint": "mutate",
+        "outcome": "mutated", "policy": "erdma", "namespace": review["request"]["namespace"], "operation": "CREATE"}
+    assert line["pod"] == pod_name(pod) and line["ms"] > 0
+    assert "NCCL" not in json.dumps(line) and "containers" not in line
 
 
 @pytest.mark.filterwarnings("ignore::DeprecationWarning")

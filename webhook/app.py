@@ -22,7 +22,7 @@ import orjson
 from flask import Flask, Response, request
 from werkzeug.exceptions import HTTPException
 
-from webhook import metrics, review
+from webhook import logs, metrics, review
 from webhook.cluster import ClusterState
 from webhook.decision import pod_name
 from webhook.policy_store import PolicyStore
@@ -35,7 +35,7 @@ _JSON = "application/json"
 
 
 def _json(doc: Any, status: int = 200) -> Response:
-    metrics.RESPONSES.labels(str(status)).inc()
+    metrics.child(metrics.RESPONSES, str(status)).inc()
     if status == 413:  # the rest of the body stays unread: close the connection, do not drain it
         _close_after_response()
     return Response(orjson.dumps(doc), status=status, mimetype=_JSON)
@@ -56,14 +56,17 @@ def create_app(store: PolicyStore, cluster: ClusterState) -> Flask:
 
     def admit(endpoint: str, handler) -> Response:
         start = time.perf_counter()
-        if request.content_length is None:  # chunked: read one byte past the limit to know
+        # The body straight from the server's stream (werkzeug's wrapper reads it in chunks and
+        # costs ~5% of an admission); chunked: one byte past the limit, to know it is over.
+        length = request.content_length
+        if length is None:
             body = request.environ["wsgi.input"].read(MAX_BODY + 1)
-        elif request.content_length <= MAX_BODY:
-            body = request.get_data(cache=False)
+        elif length <= MAX_BODY:
+            body = request.environ["wsgi.input"].read(length) if length else b""
         else:
             body = None  # refused unread
         if body is None or len(body) > MAX_BODY:
-            metrics.ADMISSIONS.labels(endpoint, "error", "").inc()
+            metrics.child(metrics.ADMISSIONS, endpoint, "error", "").inc()
             return _json({"error": f"request body over {MAX_BODY} bytes"}, 413)
         try:
             status, doc, decision, req = handler(body, store.current, namespace_of, cluster.attachments())
@@ -77,10 +80,9 @@ def create_app(store: PolicyStore, cluster: ClusterState) -> Flask:
         elapsed = time.perf_counter() - start
         outcome = decision.outcome if decision else ("error" if status != 200 or not doc.get("response", {}).get("allowed") else "skipped")
         policy = (decision.policy or "") if decision else ""
-        metrics.ADMISSIONS.labels(endpoint, outcome, policy).inc()
-        metrics.DURATION.labels(endpoint).observe(elapsed)
-        if log.isEnabledFor(logging.INFO):
-            log.info("admission", extra={"admission": _log_fields(endpoint, req, decision, doc, outcome, elapsed)})
+        metrics.child(metrics.ADMISSIONS, endpoint, outcome, policy).inc()
+        metrics.child(metrics.DURATION, endpoint).observe(elapsed)
+        logs.admission(_log_fields(endpoint, req, decision, doc, outcome, elapsed))
         return _json(doc, status)
 
     @app.post("/mutate")
@@ -121,6 +123,24 @@ def create_app(store: PolicyStore, cluster: ClusterState) -> Flask:
         return _json({"error": "internal error"}, 503)
 
     return app
+
+
+def wsgi(app: Flask):
+    """The WSGI callable the server runs: the Flask app, its answer handed over as one bytes
+    item. Every answer here is a small JSON document; a one-item list lets the server send it
+    in one write with its length known (granian takes a list without iterating in Python;
+    Flask's own answer is an iterator, which cost granian a fifth of its time per request)."""
+
+    def call(environ, start_response):
+        chunks = app(environ, start_response)
+        try:
+            return [b"".join(chunks)]
+        finally:
+            close = getattr(chunks, "close", None)
+            if close is not None:
+                close()
+
+    return call
 
 
 def _uid_of(body: bytes) -> str | None:

@@ -37,6 +37,19 @@ EXPORTED_METRIC_NAMES = frozenset({
 })
 
 
+_children: dict[tuple[object, ...], object] = {}
+
+
+def child(metric, *labels: str):
+    """`metric.labels(*labels)`, remembered: `labels()` checks and locks on every call, and the
+    label sets here are few (endpoints, outcomes, policies, status codes)."""
+    key = (metric, *labels)
+    found = _children.get(key)
+    if found is None:
+        found = _children[key] = metric.labels(*labels)
+    return found
+
+
 def exposition() -> tuple[bytes, str]:
     """The metrics page: aggregated over workers in multi-process mode."""
     if MULTIPROCESS:

@@ -20,39 +20,14 @@ import gc
 import logging
 import os
 import shutil
-import sys
 import tempfile
 from typing import Any
 
-import orjson
 from gunicorn.app.base import BaseApplication
 
+from webhook.logs import setup_logging
+
 log = logging.getLogger("rdma_webhook.serve")
-
-
-class JsonFormatter(logging.Formatter):
-    """One JSON object per line: time, level, logger, message, and structured extras."""
-
-    def format(self, record: logging.LogRecord) -> str:
-        doc: dict[str, Any] = {"time": self.formatTime(record, "%Y-%m-%dT%H:%M:%S"), "level": record.levelname.lower(),
-                               "logger": record.name, "msg": record.getMessage()}
-        admission = getattr(record, "admission", None)
-        if admission:
-            doc.update(admission)
-        for key in ("file", "policy", "field"):
-            if getattr(record, key, None) is not None:
-                doc[key] = getattr(record, key)
-        if record.exc_info:
-            doc["exception"] = self.formatException(record.exc_info)
-        return orjson.dumps(doc, default=str, option=orjson.OPT_NON_STR_KEYS).decode()  # UTF-8 as is, like ensure_ascii=False
-
-
-def setup_logging(level: str = "INFO") -> None:
-    handler = logging.StreamHandler(sys.stdout)
-    handler.setFormatter(JsonFormatter())
-    root = logging.getLogger()
-    root.handlers[:] = [handler]
-    root.setLevel(level.upper())
 
 
 def prepare_metrics_dir() -> None:
@@ -85,7 +60,7 @@ def run(*, policies_dir: str, tls_cert: str, tls_key: str, host: str, port: int,
     prepare_metrics_dir()
     # Imported after the metrics folder is set, so the metrics are multi-process ones.
     from webhook import metrics
-    from webhook.app import create_app
+    from webhook.app import create_app, wsgi
     from webhook.cluster import FileClusterState
     from webhook.policy_store import PolicyStore
     from webhook.tls import ServingTLS
@@ -105,7 +80,7 @@ def run(*, policies_dir: str, tls_cert: str, tls_key: str, host: str, port: int,
         except Exception as exc:  # no in-cluster config and no kubeconfig
             log.error("cannot reach the Kubernetes API (%s); run in a cluster, set KUBECONFIG, or pass --cluster-state FILE", exc)
             return 2
-    app = create_app(store, cluster)
+    app = wsgi(create_app(store, cluster))
 
     def post_worker_init(worker) -> None:
         store.start()
