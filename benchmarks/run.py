@@ -180,13 +180,16 @@ def bench_target(t: Target, work: Path, lua: Path, bodies: list[bytes], args) ->
         out: dict = {"workers": len(t.workers())}
         run_wrk(t.port, lua, 2, conns=args.connections)  # warm-up: imports, caches, TLS sessions
         pids = proc_tree(t.proc.pid)
-        c0 = cpu_seconds(pids)
-        per0 = {p: cpu_seconds([p]) for p in t.workers()}
-        sat = run_wrk(t.port, lua, args.seconds, conns=args.connections)
-        c1 = cpu_seconds(pids)
-        # how the load spread over the workers (a pre-fork server can give all of a few
-        # keep-alive connections to one worker): CPU seconds of each during saturation
-        out["worker_cpu_s"] = [round(cpu_seconds([p]) - c, 2) for p, c in per0.items()]
+        sat, c0, c1, spread = _saturate(t, pids, lua, args)
+        if _lopsided(spread):
+            # A pre-fork server can hand all of a few keep-alive connections to one worker,
+            # which halves its throughput on 2 cores: measure once more and keep the better
+            # run (for a floor this makes the webhook's ratio smaller, never larger).
+            out["lopsided_run"] = {"rps": sat.get("rps"), "worker_cpu_s": spread}
+            again = _saturate(t, pids, lua, args)
+            if (again[0].get("rps") or 0) > (sat.get("rps") or 0):
+                sat, c0, c1, spread = again
+        out["worker_cpu_s"] = spread
         out["throughput_rps"] = sat.get("rps")
         out["requests"] = sat.get("requests")
         out["non_2xx"] = sat.get("non_2xx", 0)
@@ -204,6 +207,20 @@ def bench_target(t: Target, work: Path, lua: Path, bodies: list[bytes], args) ->
         return out
     finally:
         t.stop()
+
+
+def _saturate(t: Target, pids: list[int], lua: Path, args) -> tuple[dict, float, float, list[float]]:
+    """One saturation phase: wrk's result, the server's CPU seconds before and after, and how
+    the load spread over the workers (each one's CPU seconds during the phase)."""
+    c0 = cpu_seconds(pids)
+    per0 = {p: cpu_seconds([p]) for p in t.workers()}
+    sat = run_wrk(t.port, lua, args.seconds, conns=args.connections)
+    c1 = cpu_seconds(pids)
+    return sat, c0, c1, [round(cpu_seconds([p]) - c, 2) for p, c in per0.items()]
+
+
+def _lopsided(spread: list[float]) -> bool:
+    return len(spread) > 1 and sum(spread) > 0 and max(spread) > 0.8 * sum(spread)
 
 
 def burst(make_target, work: Path, bodies: list[bytes], workers: int) -> dict:
@@ -337,6 +354,11 @@ def render(r: dict) -> str:
                      f"{x['wrk_cpu_s']} | {x['cpu_s_per_1000']} | {lat} | "
                      f"{', '.join(str(v) for v in x['peak_rss_mb_per_worker'])} | {x['non_2xx']} |")
     lines.append("")
+    for name, x in t.items():
+        if "lopsided_run" in x:
+            lr = x["lopsided_run"]
+            lines.append(f"- {name}: the first saturation run was lopsided ({lr['rps']:.0f} req/s, worker CPU s "
+                         f"{', '.join(str(v) for v in lr['worker_cpu_s'])}); the better of two runs is shown")
     for wh, fl in (("webhook-gunicorn", "floor-gunicorn"), ("webhook-gunicorn", "floor-gevent"),
                    ("webhook-granian", "floor-gunicorn"), ("webhook-granian", "floor-granian")):
         if wh in t and fl in t:

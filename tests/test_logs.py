@@ -1,0 +1,64 @@
+"""The log lines: one JSON object per line, the admission line on its direct path."""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+
+import pytest
+
+from webhook import logs
+
+
+@pytest.fixture
+def stdout_file(tmp_path, monkeypatch):
+    """A real file for stdout (the direct path writes to its file descriptor); the test swaps
+    it in with `monkeypatch.setattr(sys, "stdout", ...)` itself, since pytest's own capture
+    replaces sys.stdout again when the test starts. The logging set-up is put back afterwards."""
+    root = logging.getLogger()
+    handlers, level, writer = root.handlers[:], root.level, logs._writer
+    path = tmp_path / "stdout"
+    with open(path, "w", encoding="utf-8") as fh:
+        yield path, fh
+    root.handlers[:], logs._writer = handlers, writer
+    root.setLevel(level)
+
+
+def _lines(path) -> list[dict]:
+    # split on newlines only: U+2028 stays raw inside a JSON string, and str.splitlines would cut there
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").split("\n") if line]
+
+
+def test_admission_and_ordinary_lines_share_one_shape(stdout_file, monkeypatch):
+    stdout_file, fh = stdout_file
+    monkeypatch.setattr(sys, "stdout", fh)
+    logs.setup_logging("INFO")
+    logging.getLogger("rdma_webhook.policy").warning("policy file rejected", extra={"file": "a.yaml"})
+    sys.stdout.flush()
+    logs.admission({"endpoint": "mutate", "outcome": "denied", "pod": "evil\n{\"level\":\"error\"}\u2028", "ms": 0.2})
+    logging.getLogger("rdma_webhook.serve").info("after")
+    sys.stdout.flush()
+    first, admission, last = _lines(stdout_file)
+    assert first["level"] == "warning" and first["file"] == "a.yaml" and first["msg"] == "policy file rejected"
+    assert admission["level"] == "info" and admission["logger"] == "rdma_webhook.admission" and admission["msg"] == "admission"
+    assert admission["pod"] == "evil\n{\"level\":\"error\"}\u2028" and admission["outcome"] == "denied"
+    assert set(first) >= {"time", "level", "logger", "msg"} and admission["time"][:4] == first["time"][:4]
+    assert last["msg"] == "after"
+
+
+def test_admission_lines_follow_the_level(stdout_file, monkeypatch):
+    stdout_file, fh = stdout_file
+    monkeypatch.setattr(sys, "stdout", fh)
+    logs.setup_logging("WARNING")
+    logs.admission({"endpoint": "mutate", "outcome": "mutated"})
+    sys.stdout.flush()
+    assert stdout_file.read_text() == ""
+
+
+def test_admission_before_setup_goes_through_logging(caplog, monkeypatch):
+    monkeypatch.setattr(logs, "_writer", None)
+    with caplog.at_level(logging.INFO, logger="rdma_webhook.admission"):
+        logs.admission({"endpoint": "validate", "outcome": "skipped"})
+    (record,) = caplog.records
+    assert record.admission == {"endpoint": "validate", "outcome": "skipped"}
