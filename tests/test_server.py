@@ -342,3 +342,55 @@ def test_graceful_shutdown_under_traffic_loses_no_request(tmp_path):
     assert counts["lost"] == 0 and counts["bad"] == 0, json.dumps(counts)
     assert counts["refused"] > 0, counts  # the listener really closed
     assert srv.proc.returncode == 0 and exited_after < 25, (srv.proc.returncode, exited_after)
+
+
+def test_one_write_per_response_holds_only_the_header_block():
+    """webhook.worker._OneWrite: gunicorn's first write of a response (the header block) goes
+    out with the first body bytes; a response with no body is sent by flush(); nothing else is
+    delayed or reordered."""
+    from webhook.worker import _OneWrite
+
+    class Sock:
+        def __init__(self):
+            self.sent: list[bytes] = []
+
+        def sendall(self, data):
+            self.sent.append(bytes(data))
+
+        def send(self, data):
+            self.sent.append(b"send:" + bytes(data))
+            return len(data)
+
+    sock = Sock()
+    out = _OneWrite(sock)
+    out.send(b"HTTP/1.1 100 Continue\r\n\r\n")  # not through sendall: never held
+    out.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 4\r\n\r\n")
+    assert sock.sent == [b"send:HTTP/1.1 100 Continue\r\n\r\n"]
+    out.sendall(memoryview(b"ab"))
+    out.sendall(b"cd")
+    out.flush()
+    assert sock.sent[1:] == [b"HTTP/1.1 200 OK\r\nContent-Length: 4\r\n\r\nab", b"cd"]
+
+    sock = Sock()
+    out = _OneWrite(sock)
+    out.sendall(b"HTTP/1.1 204 No Content\r\n\r\n")
+    assert sock.sent == []
+    out.flush()
+    out.flush()
+    assert sock.sent == [b"HTTP/1.1 204 No Content\r\n\r\n"]
+
+
+def test_answers_without_a_body_are_sent(server):
+    """A HEAD answer is the header block alone: it must still go out (held by the worker until
+    the request is done), and the connection stays usable."""
+    conn = server.connection()
+    try:
+        for _ in range(2):
+            conn.request("HEAD", "/healthz")
+            resp = conn.getresponse()
+            assert resp.status == 200 and resp.read() == b""
+        conn.request("GET", "/healthz")
+        resp = conn.getresponse()
+        assert resp.status == 200 and json.loads(resp.read()) == {"status": "ok"}
+    finally:
+        conn.close()

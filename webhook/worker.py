@@ -62,8 +62,9 @@ class Worker(GeventWorker):
         deadline.start()
         me = gevent.getcurrent()
         _serving[me] = req
+        out = _OneWrite(sock)
         try:
-            return super().handle_request(listener_name, req, sock, addr)
+            return super().handle_request(listener_name, req, out, addr)
         except gevent.Timeout as exc:
             if exc is not deadline:
                 raise
@@ -71,8 +72,42 @@ class Worker(GeventWorker):
             _close(sock)
             raise StopIteration() from None
         finally:
+            out.flush()
             deadline.close()
             _serving.pop(me, None)
+
+
+class _OneWrite:
+    """The client socket as gunicorn's response sees it, for one request: gunicorn sends the
+    header block and the body in two writes, each its own TLS record and system call (a sixth of
+    a worker's time under load went to `SSLSocket.send`, benchmarks/profile.py). The header
+    block, always the first write of a response, is held and sent with the first body bytes;
+    `flush()` sends whatever is still held (a response without a body, an error answer) when
+    the request is done. Everything else goes straight to the socket."""
+
+    __slots__ = ("_sock", "_held", "_first")
+
+    def __init__(self, sock):
+        self._sock, self._held, self._first = sock, None, True
+
+    def sendall(self, data) -> None:
+        if self._first:
+            self._first, self._held = False, bytes(data)
+            return
+        if self._held is not None:
+            data, self._held = self._held + data, None
+        self._sock.sendall(data)
+
+    def flush(self) -> None:
+        held, self._held = self._held, None
+        if held is not None:
+            try:
+                self._sock.sendall(held)
+            except OSError:  # the connection is gone; gunicorn has dealt with it
+                pass
+
+    def __getattr__(self, name):
+        return getattr(self._sock, name)
 
 
 class _NamedListener:
