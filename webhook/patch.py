@@ -70,17 +70,21 @@ def _diff(a: Any, b: Any, path: str, ops: list[dict[str, Any]]) -> None:
             if key not in a:
                 ops.append({"op": "add", "path": f"{path}/{_escape(key)}", "value": value})
             else:
-                if not _same(a[key], value):
-                    _diff(a[key], value, f"{path}/{_escape(key)}", ops)
+                old = a[key]
+                if old is not value:
+                    t = type(value)
+                    if t is dict or t is list:
+                        _diff(old, value, f"{path}/{_escape(key)}", ops)
+                    elif type(old) is not t or old != value:
+                        ops.append({"op": "replace", "path": f"{path}/{_escape(key)}", "value": value})
         return
     if ta is list and tb is list:
         common = min(len(a), len(b))
-        if len(b) >= len(a) and _same(a, b[:common]):  # the usual case: items appended
-            for i in range(common, len(b)):
-                ops.append({"op": "add", "path": f"{path}/{i}", "value": b[i]})
+        if len(b) >= len(a) and (all(map(is_, a, b)) or _same(a, b[:common])):  # the usual case: items appended
+            ops.extend([{"op": "add", "path": f"{path}/{i}", "value": b[i]} for i in range(common, len(b))])
             return
         for i in range(common):
-            if not _same(a[i], b[i]):
+            if a[i] is not b[i] and not _same(a[i], b[i]):
                 _diff(a[i], b[i], f"{path}/{i}", ops)
         for i in range(common, len(b)):
             ops.append({"op": "add", "path": f"{path}/{i}", "value": b[i]})
