@@ -12,6 +12,7 @@ on a private copy. The JSON patch is derived afterwards from the pod as sent and
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from itertools import repeat
 from typing import Any, Mapping, Protocol
 
 
@@ -55,39 +56,51 @@ def _deny(pod: Any, policy: str | None, rule: str, message: str, warnings: list[
 
 
 def shape_problem(pod: Any) -> str | None:
-    """What makes `pod` unusable as a Pod object (None when the fields we read have sane types)."""
+    """What makes `pod` unusable as a Pod object (None when the fields we read have sane types).
+    Every request passes here first, so each field is looked up once."""
     if not isinstance(pod, dict):
         return "the object is not a JSON object"
     if pod.get("kind") not in (None, "Pod"):
         return f"the object is a {pod.get('kind')!r}, not a Pod"
-    for key in ("metadata", "spec"):
-        if pod.get(key) is not None and not isinstance(pod.get(key), dict):
-            return f"{key} must be an object"
-    meta = pod.get("metadata") or {}
+    meta, spec = pod.get("metadata"), pod.get("spec")
+    if meta is not None and not isinstance(meta, dict):
+        return "metadata must be an object"
+    if spec is not None and not isinstance(spec, dict):
+        return "spec must be an object"
     for key in ("labels", "annotations"):
-        value = meta.get(key)
-        if value is not None and (not isinstance(value, dict) or not all(isinstance(v, str) for v in value.values())):
+        value = (meta or {}).get(key)
+        if value is not None and (not isinstance(value, dict) or not all(map(isinstance, value.values(), repeat(str)))):
             return f"metadata.{key} must map strings to strings"
-    spec = pod.get("spec") or {}
+    spec = spec or {}
     for key in ("containers", "initContainers", "volumes"):
         value = spec.get(key)
-        if value is not None and (not isinstance(value, list) or not all(isinstance(v, dict) for v in value)):
+        if value is not None and (not isinstance(value, list) or not all(map(isinstance, value, repeat(dict)))):
             return f"spec.{key} must be a list of objects"
     for kind in ("containers", "initContainers"):
         for i, c in enumerate(spec.get(kind) or ()):
-            for key in ("resources", "securityContext"):
-                if c.get(key) is not None and not isinstance(c.get(key), dict):
-                    return f"spec.{kind}[{i}].{key} must be an object"
-            for key in ("env", "envFrom", "volumeMounts", "command", "args"):
-                if c.get(key) is not None and not isinstance(c.get(key), list):
-                    return f"spec.{kind}[{i}].{key} must be a list"
-            for key in ("limits", "requests"):
-                sect = (c.get("resources") or {}).get(key)
-                if sect is not None and not isinstance(sect, dict):
-                    return f"spec.{kind}[{i}].resources.{key} must be an object"
-            caps = (c.get("securityContext") or {}).get("capabilities")
-            if caps is not None and (not isinstance(caps, dict) or any(caps.get(k) is not None and not isinstance(caps.get(k), list) for k in ("add", "drop"))):
-                return f"spec.{kind}[{i}].securityContext.capabilities must hold add/drop lists"
+            problem = _container_shape_problem(c)
+            if problem:
+                return f"spec.{kind}[{i}].{problem}"
+    return None
+
+
+def _container_shape_problem(c: dict[str, Any]) -> str | None:
+    resources, sc = c.get("resources"), c.get("securityContext")
+    if resources is not None and not isinstance(resources, dict):
+        return "resources must be an object"
+    if sc is not None and not isinstance(sc, dict):
+        return "securityContext must be an object"
+    for key in ("env", "envFrom", "volumeMounts", "command", "args"):
+        value = c.get(key)
+        if value is not None and not isinstance(value, list):
+            return f"{key} must be a list"
+    for key in ("limits", "requests") if resources else ():
+        sect = resources.get(key)
+        if sect is not None and not isinstance(sect, dict):
+            return f"resources.{key} must be an object"
+    caps = sc.get("capabilities") if sc else None
+    if caps is not None and (not isinstance(caps, dict) or any(caps.get(k) is not None and not isinstance(caps.get(k), list) for k in ("add", "drop"))):
+        return "securityContext.capabilities must hold add/drop lists"
     return None
 
 
@@ -191,8 +204,9 @@ def _warnings(pod: Mapping[str, Any], subject: Subject) -> list[str]:
                 out.append(f"{c.get('name')}: the command sets NCCL_DEBUG={value}, which logs heavily; use WARN outside debugging")
                 break
     for t in subject.targets:
-        if nccl.debug_verbose(t.env.get("NCCL_DEBUG")):
-            out.append(f"{t.name}: NCCL_DEBUG={t.env['NCCL_DEBUG']} logs heavily; use WARN outside debugging")
+        debug = t.env.get("NCCL_DEBUG")
+        if nccl.debug_verbose(debug):
+            out.append(f"{t.name}: NCCL_DEBUG={debug} logs heavily; use WARN outside debugging")
         if t.has_env_from:
             out.append(f"{t.name}: envFrom values cannot be checked for NCCL settings; the policy's env entries take precedence over them")
         unknown = [n for n in fallback.WATCHED if t.env.unknown(n)]

@@ -65,14 +65,21 @@ class Subject:
         return self.pod["spec"]["containers"][t.index]
 
     def commands(self) -> list[tuple[Mapping[str, Any], str, list[tuple[str, str]]]]:
-        """(container, its command line, the NCCL settings it makes) for every container,
-        computed once per decision for the rules and the warnings."""
+        """(container, its command line, the NCCL settings it makes) for every container whose
+        command or args make any, computed once per decision for the rules and the warnings."""
         if self._commands is None:
             self._commands = []
-            target_env = {id(self.container(t)): t.env for t in self.targets}
+            target_env: dict[int, k8s.Env] | None = None
             for _, c in self.all_containers():
+                if not c.get("command") and not c.get("args"):
+                    continue
+                if target_env is None:  # `$(VAR)` in a target expands against the env we have
+                    target_env = {id(self.container(t)): t.env for t in self.targets}
                 words = command_words(c, target_env.get(id(c)))
-                self._commands.append((c, " ".join(words), list(command_settings(words))))
+                line = " ".join(words)
+                settings = list(_settings_in(line))
+                if settings:
+                    self._commands.append((c, line, settings))
         return self._commands
 
 
@@ -82,8 +89,28 @@ def _fabric(policy: Policy) -> str:
 
 # -- the judgement of single NCCL settings, shared by env and command checks --------------------
 
+_JUDGED: dict[tuple[int, str, str], tuple[Policy, str | None]] = {}
+_JUDGED_MAX = 4096
+
+
 def judge_setting(name: str, value: str, policy: Policy) -> str | None:
-    """Why NCCL setting name=value sends this pod to TCP (or leaves it without RDMA), or None."""
+    """Why NCCL setting name=value sends this pod to TCP (or leaves it without RDMA), or None.
+
+    Remembered per (policy, name, value): the pods of a job repeat the same few settings. The
+    key holds the policy's id and the entry the policy itself, so a reloaded policy never meets
+    an answer given for another object at the same address."""
+    key = (id(policy), name, value)
+    hit = _JUDGED.get(key)
+    if hit is not None and hit[0] is policy:
+        return hit[1]
+    why = _judge(name, value, policy)
+    if len(_JUDGED) >= _JUDGED_MAX:
+        _JUDGED.clear()
+    _JUDGED[key] = (policy, why)
+    return why
+
+
+def _judge(name: str, value: str, policy: Policy) -> str | None:
     if name == "NCCL_IB_DISABLE" and nccl.ib_disabled(value):
         return (f"NCCL_IB_DISABLE={value!r} turns NCCL's IB/RoCE transport off, so NCCL runs on TCP sockets "
                 f"(NET/Socket); remove it or set it to 0")
@@ -107,8 +134,9 @@ _SCANNED = WATCHED + ("NCCL_DEBUG",)  # NCCL_DEBUG only for a warning
 def _rule_env(s: Subject) -> Iterable[Finding]:
     for t in s.targets:
         for name in WATCHED:
-            if name in t.env:
-                why = judge_setting(name, t.env[name], s.policy)
+            value = t.env.get(name)
+            if value is not None:
+                why = judge_setting(name, value, s.policy)
                 if why:
                     yield Finding("env-fallback", t.name, why + " in env")
 
@@ -124,7 +152,10 @@ _ASSIGN = re.compile(
 
 def command_settings(words: Iterable[Any]) -> Iterator[tuple[str, str]]:
     """The NCCL settings (watched ones and NCCL_DEBUG) a container's command and args make, in order."""
-    text = " ".join(w for w in words if isinstance(w, str))
+    return _settings_in(" ".join(w for w in words if isinstance(w, str)))
+
+
+def _settings_in(text: str) -> Iterator[tuple[str, str]]:
     if "NCCL_" not in text:
         return
     for m in _ASSIGN.finditer(text):
@@ -146,10 +177,10 @@ def command_words(container: Mapping[str, Any], env: Mapping[str, str] | None = 
     """command + args as the kubelet runs them: `$(VAR)` expanded from the container's env
     (`env`, when the caller has it already)."""
     words = [w for w in list(container.get("command") or ()) + list(container.get("args") or ()) if isinstance(w, str)]
-    if any("$(" in w for w in words):
+    if "$(" in "\0".join(words):  # "\0" between words: only a `$(` within one word counts
         if env is None:
             env = k8s.Env(container.get("env"))
-        words = [k8s.expand(w, env) for w in words]
+        words = [k8s.expand(w, env) if "$" in w else w for w in words]
     return words
 
 

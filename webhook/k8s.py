@@ -72,8 +72,10 @@ def is_extended_resource_name(name: str) -> str | None:
 def has_capability(items: Any, name: str) -> bool:
     """Whether a capabilities add/drop list names `name`, with or without the `CAP_` prefix and
     in any case, as the container runtimes accept it."""
+    if not isinstance(items, list) or not items:
+        return False
     wanted = {name.upper(), "CAP_" + name.upper()}
-    return isinstance(items, list) and any(isinstance(i, str) and i.upper() in wanted for i in items)
+    return any(isinstance(i, str) and i.upper() in wanted for i in items)
 
 
 def is_env_name(name: str) -> bool:
@@ -142,19 +144,22 @@ class Env:
     """A container's `env` as its process will see it, resolved on demand: later duplicates win
     and each value is `$(VAR)`-expanded against the entries before it, as the kubelet does.
     Only the names a decision asks about are resolved (a training container often has dozens
-    of variables and the decision needs a handful), so the cost is one pass to index names.
+    of variables and the decision needs a handful), so the cost is one pass to index names;
+    each name is resolved once (the rules, the command scan and the warnings ask about the same
+    few names).
 
     `get`/`in`/`[]` give known values; a name whose last entry is `valueFrom` (a Secret, a
     ConfigMap, a field) has no knowable value: `unknown(name)` says so. `last` maps a name to
     the index of its last entry in the raw list, for the mutation to find it again.
     """
 
-    __slots__ = ("items", "last")
+    __slots__ = ("items", "last", "_resolved")
 
     def __init__(self, env: Any):
         self.items: list[Any] = env if isinstance(env, list) else []
         self.last: dict[str, int] = {item["name"]: i for i, item in enumerate(self.items)
                                      if type(item) is dict and type(item.get("name")) is str}
+        self._resolved: dict[str, str | None] = {}  # name -> value, None for valueFrom
 
     def _value(self, i: int) -> str | None:
         item = self.items[i]
@@ -167,15 +172,17 @@ class Env:
         return value
 
     def get(self, name: str, default: Any = None) -> Any:
-        i = self.last.get(name)
-        if i is None:
-            return default
-        value = self._value(i)
+        try:
+            value = self._resolved[name]
+        except KeyError:
+            i = self.last.get(name)
+            if i is None:
+                return default
+            value = self._resolved[name] = self._value(i)
         return default if value is None else value
 
     def __contains__(self, name: object) -> bool:
-        i = self.last.get(name)  # type: ignore[arg-type]
-        return i is not None and self.items[i].get("valueFrom") is None
+        return self.get(name) is not None  # type: ignore[arg-type]
 
     def __getitem__(self, name: str) -> str:
         value = self.get(name)
@@ -184,8 +191,7 @@ class Env:
         return value
 
     def unknown(self, name: str) -> bool:
-        i = self.last.get(name)
-        return i is not None and self.items[i].get("valueFrom") is not None
+        return name in self.last and self.get(name) is None
 
 
 class _Before:
