@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 from decimal import Decimal
+from functools import lru_cache
 from typing import Any, Callable, Mapping
 
 from kubernetes.utils.quantity import parse_quantity as _parse_quantity
@@ -31,6 +32,7 @@ def parse_quantity(value: Any) -> Decimal:
         raise ValueError(f"{value!r} is not a quantity") from exc
 
 
+@lru_cache(maxsize=256)  # a handful of sizes per policy, asked on every mutation
 def format_bytes(n: int) -> str:
     """A byte count in the largest binary unit that divides it exactly (64Gi, 512Mi, 1000)."""
     for unit, size in (("Ti", 1 << 40), ("Gi", 1 << 30), ("Mi", 1 << 20), ("Ki", 1 << 10)):
@@ -127,17 +129,22 @@ _REF = re.compile(r"\$\$|\$\(([^)]*)\)")
 
 def expand(value: str, defined: Mapping[str, str]) -> str:
     """Kubernetes `$(VAR)` expansion (third_party/forked/golang/expansion): `$$` is a literal `$`,
-    `$(NAME)` becomes NAME's value if NAME is defined earlier, else stays as written."""
+    `$(NAME)` becomes NAME's value if NAME is defined earlier, else stays as written.
+    `defined.get(NAME)` gives the value, None when NAME has none that is known."""
     if "$" not in value:
         return value
+    parts = _REF.split(value)  # text, then per reference its name (None for `$$`) and text
+    for i in range(1, len(parts), 2):
+        name = parts[i]
+        if name is None:
+            parts[i] = "$"
+        else:
+            known = defined.get(name)
+            parts[i] = f"$({name})" if known is None else known
+    return "".join(parts)
 
-    def sub(m: re.Match[str]) -> str:
-        if m.group(0) == "$$":
-            return "$"
-        name = m.group(1)
-        return defined[name] if name in defined else m.group(0)
 
-    return _REF.sub(sub, value)
+_UNRESOLVED = object()
 
 
 class Env:
@@ -172,9 +179,8 @@ class Env:
         return value
 
     def get(self, name: str, default: Any = None) -> Any:
-        try:
-            value = self._resolved[name]
-        except KeyError:
+        value = self._resolved.get(name, _UNRESOLVED)
+        if value is _UNRESOLVED:
             i = self.last.get(name)
             if i is None:
                 return default
@@ -212,13 +218,6 @@ class _Before:
                 return j
         return None
 
-    def __contains__(self, name: object) -> bool:
-        i = self._index(name)  # type: ignore[arg-type]
-        return i is not None and self.env.items[i].get("valueFrom") is None
-
-    def __getitem__(self, name: str) -> str:
+    def get(self, name: str) -> str | None:
         i = self._index(name)
-        value = None if i is None else self.env._value(i)
-        if value is None:
-            raise KeyError(name)
-        return value
+        return None if i is None else self.env._value(i)

@@ -124,6 +124,14 @@ def _is_memory_empty_dir(volume: dict[str, Any]) -> bool:
     return isinstance(ed, dict) and ed.get("medium") == "Memory"
 
 
+def _shm_mount(mounts: list[Any]) -> dict[str, Any] | None:
+    """The first mount at /dev/shm (with or without a trailing slash)."""
+    for m in mounts:
+        if isinstance(m, dict) and str(m.get("mountPath", "")).rstrip("/") == keys.SHM_PATH:
+            return m
+    return None
+
+
 def add_shm(pod: dict[str, Any], targets: list[Target], policy: Policy, warnings: list[str]) -> str | None:
     """A memory-backed emptyDir at /dev/shm for every target container that mounts nothing there.
     One pod volume serves them all; its size counts every GPU of the pod's target containers."""
@@ -135,7 +143,7 @@ def add_shm(pod: dict[str, Any], targets: list[Target], policy: Policy, warnings
     for t in targets:
         c = spec["containers"][t.index]
         mounts = c.get("volumeMounts") if isinstance(c.get("volumeMounts"), list) else []
-        existing = next((m for m in mounts if isinstance(m, dict) and str(m.get("mountPath", "")).rstrip("/") == keys.SHM_PATH), None)
+        existing = _shm_mount(mounts)
         if existing is None:
             need_mount.append(c)
             continue
