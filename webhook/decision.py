@@ -153,10 +153,15 @@ def _gpu_count(container: Mapping[str, Any], gpu_resources: tuple[str, ...]) -> 
         values = resources.get(section) or {}
         for res in gpu_resources:
             if res in values:
-                try:
-                    best = max(best, int(k8s.parse_quantity(values[res])))
-                except ValueError:
-                    pass
+                value = values[res]
+                if type(value) is str and value.isdecimal() and value.isascii():  # "8": the usual form
+                    count = int(value)
+                else:
+                    try:
+                        count = int(k8s.parse_quantity(value))
+                    except ValueError:
+                        continue
+                best = max(best, count)
     return best
 
 

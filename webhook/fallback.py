@@ -69,13 +69,12 @@ class Subject:
         command or args make any, computed once per decision for the rules and the warnings."""
         if self._commands is None:
             self._commands = []
-            target_env: dict[int, k8s.Env] | None = None
             for _, c in self.all_containers():
                 if not c.get("command") and not c.get("args"):
                     continue
-                if target_env is None:  # `$(VAR)` in a target expands against the env we have
-                    target_env = {id(self.container(t)): t.env for t in self.targets}
-                words = command_words(c, target_env.get(id(c)))
+                # `$(VAR)` in a target expands against the env the decision resolved already
+                env = next((t.env for t in self.targets if self.container(t) is c), None)
+                words = command_words(c, env)
                 line = " ".join(words)
                 settings = list(_settings_in(line))
                 if settings:

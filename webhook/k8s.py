@@ -164,8 +164,8 @@ class Env:
 
     def __init__(self, env: Any):
         self.items: list[Any] = env if isinstance(env, list) else []
-        self.last: dict[str, int] = {item["name"]: i for i, item in enumerate(self.items)
-                                     if type(item) is dict and type(item.get("name")) is str}
+        self.last: dict[str, int] = {name: i for i, item in enumerate(self.items)
+                                     if type(item) is dict and type(name := item.get("name")) is str}
         self._resolved: dict[str, str | None] = {}  # name -> value, None for valueFrom
 
     def _value(self, i: int) -> str | None:

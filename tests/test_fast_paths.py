@@ -1,0 +1,91 @@
+"""The shortcuts the decision core takes for speed give the answers of the plain rules they stand
+in for: `$(VAR)` expansion by split against the kubelet's regex substitution, the memoised env
+against a fresh resolution, the remembered setting judgements against a reloaded policy, the
+digit fast path of the GPU count against the quantity parser, the command scan's `$(` test."""
+
+from __future__ import annotations
+
+import re
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import kube_objects as k
+from webhook import decision, fallback, k8s
+from webhook.policy import load_dir
+from strategies import ROOT
+
+_REF = re.compile(r"\$\$|\$\(([^)]*)\)")
+
+
+def _expand_by_sub(value: str, defined: dict[str, str]) -> str:
+    """The substitution as first written (third_party/forked/golang/expansion)."""
+    def sub(m: re.Match[str]) -> str:
+        if m.group(0) == "$$":
+            return "$"
+        return defined[m.group(1)] if m.group(1) in defined else m.group(0)
+    return _REF.sub(sub, value)
+
+
+_text = st.text(alphabet="$()AB_x ", max_size=16)
+
+
+@settings(max_examples=500, deadline=None)
+@given(_text, st.dictionaries(st.sampled_from(["A", "B", "AB", "", "x y"]), st.text(alphabet="$()A_", max_size=4), max_size=3))
+def test_expand_matches_the_regex_substitution(value, defined):
+    assert k8s.expand(value, defined) == _expand_by_sub(value, defined)
+
+
+_env_items = st.lists(st.one_of(
+    st.builds(lambda n, v: {"name": n, "value": v}, st.sampled_from("ABCD"), _text),
+    st.builds(lambda n: {"name": n, "valueFrom": {"fieldRef": {"fieldPath": "x"}}}, st.sampled_from("ABCD")),
+    st.builds(lambda n: {"name": n}, st.sampled_from("ABCD")),
+    st.sampled_from([None, "junk", {"name": 5}])), max_size=8)
+
+
+@settings(max_examples=300, deadline=None)
+@given(_env_items, st.lists(st.sampled_from("ABCDE"), max_size=12))
+def test_env_answers_do_not_depend_on_the_order_of_questions(items, asked):
+    env = k8s.Env(items)
+    for name in asked:  # asked in any order, repeatedly: same answers as a fresh Env
+        fresh = k8s.Env(items)
+        assert env.get(name) == fresh.get(name)
+        assert (name in env) == (name in k8s.Env(items))
+        assert env.unknown(name) == k8s.Env(items).unknown(name)
+
+
+def test_judgement_is_remembered_per_policy_object():
+    policies, _ = load_dir(ROOT / "policies")
+    erdma = policies.get("erdma")
+    first = fallback.judge_setting("NCCL_NET", "Socket", erdma)
+    assert first and fallback.judge_setting("NCCL_NET", "Socket", erdma) == first
+    reloaded, _ = load_dir(ROOT / "policies")  # an equal policy, another object: judged afresh
+    assert fallback.judge_setting("NCCL_NET", "Socket", reloaded.get("erdma")) == first
+    assert fallback.judge_setting("NCCL_IB_DISABLE", "0", erdma) is None
+    assert fallback.judge_setting("NCCL_IB_DISABLE", "0x1", erdma)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.one_of(st.integers(-3, 100), st.text(alphabet="0123456789mKiGx.٣²-", max_size=4), st.booleans(), st.none()))
+def test_gpu_count_fast_path_agrees_with_the_quantity_parser(value):
+    c = {"resources": {"limits": {"nvidia.com/gpu": value}}}
+    try:
+        expected = max(0, int(k8s.parse_quantity(value)))
+    except (ValueError, ArithmeticError):
+        expected = None  # the parser's own answer (ValueError skips, others propagate)
+    try:
+        got = decision._gpu_count(c, ("nvidia.com/gpu",))
+    except ArithmeticError:
+        got = None
+    if expected is None:
+        assert got in (0, None)
+    else:
+        assert got == expected
+
+
+def test_command_scan_expands_only_a_reference_within_one_word():
+    # "$" ending one word and "(" starting the next is no reference: `$$` stays unexpanded then
+    c = k.container("launcher", gpus=None, command=["sh", "-c", "x$", "(NCCL_IB_DISABLE=1)", "$$"])
+    assert fallback.command_words(c) == ["sh", "-c", "x$", "(NCCL_IB_DISABLE=1)", "$$"]
+    c = k.container("launcher", gpus=None, command=["echo", "$(A)", "$$"], env=[{"name": "A", "value": "NCCL_NET=Socket"}])
+    assert fallback.command_words(c) == ["echo", "NCCL_NET=Socket", "$"]
