@@ -80,7 +80,7 @@ class Worker(GeventWorker):
 class _OneWrite:
     """The client socket as gunicorn's response sees it, for one request: gunicorn sends the
     header block and the body in two writes, each its own TLS record and system call (a sixth of
-    a worker's time under load went to `SSLSocket.send`, benchmarks/profile.py). The header
+    a worker's time under load went to `SSLSocket.send`, benchmarks/hotpath.py). The header
     block, always the first write of a response, is held and sent with the first body bytes;
     `flush()` sends whatever is still held (a response without a body, an error answer) when
     the request is done. Everything else goes straight to the socket."""

@@ -1,7 +1,7 @@
 """Where a worker's time goes under saturation: py-spy on one worker of `rdma-webhook serve`
 while wrk sends the benchmark mix, summarised as the frames that hold the most samples.
 
-    .venv/bin/python benchmarks/profile.py [--server gunicorn|granian] [--seconds 10] [--top 25]
+    .venv/bin/python benchmarks/hotpath.py [--server gunicorn|granian] [--seconds 10] [--top 25]
 
 Prints two tables, by share of samples: "own" (the frame on top of the stack, where the time is
 spent) and "inclusive" (every frame on the stack, what the time is spent under). Writes the raw
