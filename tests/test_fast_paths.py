@@ -63,6 +63,13 @@ def test_judgement_is_remembered_per_policy_object():
     assert fallback.judge_setting("NCCL_NET", "Socket", reloaded.get("erdma")) == first
     assert fallback.judge_setting("NCCL_IB_DISABLE", "0", erdma) is None
     assert fallback.judge_setting("NCCL_IB_DISABLE", "0x1", erdma)
+    # the memo lives on the policy (gone with it after a reload) and stays bounded
+    assert erdma.judged[("NCCL_IB_DISABLE", "0")] is None
+    assert ("NCCL_NET", "Socket") in erdma.judged
+    for i in range(3 * fallback._JUDGED_MAX):
+        fallback.judge_setting("NCCL_IB_HCA", f"mlx5_{i}", erdma)
+    assert len(erdma.judged) <= fallback._JUDGED_MAX
+    assert fallback.judge_setting("NCCL_IB_DISABLE", "0x1", erdma)
 
 
 @settings(max_examples=300, deadline=None)

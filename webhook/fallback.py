@@ -88,24 +88,20 @@ def _fabric(policy: Policy) -> str:
 
 # -- the judgement of single NCCL settings, shared by env and command checks --------------------
 
-_JUDGED: dict[tuple[int, str, str], tuple[Policy, str | None]] = {}
-_JUDGED_MAX = 4096
+_JUDGED_MAX = 1024  # per policy; a flood of distinct values cannot grow it further
 
 
 def judge_setting(name: str, value: str, policy: Policy) -> str | None:
     """Why NCCL setting name=value sends this pod to TCP (or leaves it without RDMA), or None.
-
-    Remembered per (policy, name, value): the pods of a job repeat the same few settings. The
-    key holds the policy's id and the entry the policy itself, so a reloaded policy never meets
-    an answer given for another object at the same address."""
-    key = (id(policy), name, value)
-    hit = _JUDGED.get(key)
-    if hit is not None and hit[0] is policy:
-        return hit[1]
+    Remembered per policy (`Policy.judged`): the pods of a job repeat the same few settings."""
+    judged = policy.judged
+    key = (name, value)
+    if key in judged:
+        return judged[key]
     why = _judge(name, value, policy)
-    if len(_JUDGED) >= _JUDGED_MAX:
-        _JUDGED.clear()
-    _JUDGED[key] = (policy, why)
+    if len(judged) >= _JUDGED_MAX:
+        judged.clear()
+    judged[key] = why
     return why
 
 

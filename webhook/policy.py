@@ -168,6 +168,10 @@ class Policy:
     env: tuple[EnvSetting, ...]
     workload_validation: str
     allows_namespace: Any = field(repr=False, compare=False)  # Selector over namespace labels
+    # Judgements of NCCL settings under this policy, (name, value) -> reason or None, filled by
+    # webhook.fallback.judge_setting: the pods of a job repeat the same few settings. Kept here
+    # so they go away with the policy when a reload replaces it.
+    judged: dict[tuple[str, str], str | None] = field(default_factory=dict, repr=False, compare=False)
 
     def device_count_for(self, gpus: int) -> int:
         return self.device_count * gpus if self.device_per_gpu else self.device_count
