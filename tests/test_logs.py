@@ -62,3 +62,20 @@ def test_admission_before_setup_goes_through_logging(caplog, monkeypatch):
         logs.admission({"endpoint": "validate", "outcome": "skipped"})
     (record,) = caplog.records
     assert record.admission == {"endpoint": "validate", "outcome": "skipped"}
+
+
+def test_a_stdout_without_a_descriptor_falls_back_to_logging(monkeypatch):
+    import io
+
+    root = logging.getLogger()
+    handlers, level, writer = root.handlers[:], root.level, logs._writer
+    buffer = io.StringIO()
+    monkeypatch.setattr(sys, "stdout", buffer)
+    try:
+        logs.setup_logging("INFO")
+        logs.admission({"endpoint": "mutate", "outcome": "mutated"})
+    finally:
+        root.handlers[:], logs._writer = handlers, writer
+        root.setLevel(level)
+    (line,) = [json.loads(x) for x in buffer.getvalue().splitlines()]
+    assert line["msg"] == "admission" and line["outcome"] == "mutated" and line["logger"] == "rdma_webhook.admission"

@@ -70,8 +70,14 @@ def setup_logging(level: str = "INFO") -> None:
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level.upper())
-    sys.stdout.flush()
-    _writer = _AdmissionWriter(sys.stdout.fileno()) if _log.isEnabledFor(logging.INFO) else _disabled
+    if not _log.isEnabledFor(logging.INFO):
+        _writer = _disabled
+        return
+    try:
+        sys.stdout.flush()
+        _writer = _AdmissionWriter(sys.stdout.fileno())
+    except (AttributeError, OSError, ValueError):  # a stdout without a file descriptor: plain logging
+        _writer = None
 
 
 def _disabled(fields: dict[str, Any]) -> None:
