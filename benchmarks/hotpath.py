@@ -17,15 +17,13 @@ import collections
 import shutil
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from payloads import mix  # noqa: E402
-from run import PY, ROOT, Target, free_port, run_wrk, write_lua  # noqa: E402
+from run import PY, run_wrk, webhook_target, work_dir  # noqa: E402
 
 
 def summarise(raw: str, top: int) -> str:
@@ -61,18 +59,10 @@ def main() -> int:
             print(f"{tool} not found (wrk: apt-get install -y wrk; py-spy: pip install -e '.[bench]')", file=sys.stderr)
             return 2
     spy = shutil.which("py-spy") or str(Path(PY).parent / "py-spy")
-    work = Path(tempfile.mkdtemp(prefix="rdma-webhook-profile-"))
-    from webhook.certs import write_certs
-
-    write_certs(work / "certs", "rdma-webhook", "rdma-webhook", dns=["localhost"], ips=["127.0.0.1"])
+    work, _ = work_dir("rdma-webhook-profile-")
     lua = work / "mix.lua"
-    write_lua(lua, [b for _, b in mix()])
-    port = free_port()
-    target = Target(f"webhook-{args.server}", [
-        PY, "-m", "webhook", "serve", "--policies", str(ROOT / "policies"), "--tls-cert", str(work / "certs" / "tls.crt"),
-        "--tls-key", str(work / "certs" / "tls.key"), "--host", "127.0.0.1", "--port", str(port), "--workers", "2",
-        "--cluster-state", str(ROOT / "examples" / "cluster-state.yaml"), "--log-level", "INFO"],
-        {"RDMA_WEBHOOK_SERVER": args.server, "PROMETHEUS_MULTIPROC_DIR": str(work / "metrics")}, port)
+    target = webhook_target(args.server, 2, work)
+    port = target.port
     target.start(work / "server.log")
     raw_path = HERE / "results" / f"profile-{args.server}.txt"
     raw_path.parent.mkdir(parents=True, exist_ok=True)

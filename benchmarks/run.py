@@ -137,6 +137,30 @@ class Target:
                 self.proc.wait()
 
 
+def work_dir(prefix: str) -> tuple[Path, list[tuple[str, bytes]]]:
+    """A fresh folder with a CA and serving certificate for 127.0.0.1 (certs/) and the wrk
+    script cycling the request mix (mix.lua); also returns the mix."""
+    from webhook.certs import write_certs
+
+    work = Path(tempfile.mkdtemp(prefix=prefix))
+    write_certs(work / "certs", "rdma-webhook", "rdma-webhook", dns=["localhost"], ips=["127.0.0.1"])
+    seq = mix()
+    write_lua(work / "mix.lua", [b for _, b in seq])
+    return work, seq
+
+
+def webhook_target(server: str, workers: int, work: Path) -> Target:
+    """`rdma-webhook serve` on the shipped policies and the example cluster state, on a free
+    port, with the certificates of `work_dir` (RDMA_WEBHOOK_SERVER=server)."""
+    port = free_port()
+    return Target(f"webhook-{server}", [PY, "-m", "webhook", "serve", "--policies", str(ROOT / "policies"),
+                                        "--tls-cert", str(work / "certs" / "tls.crt"), "--tls-key", str(work / "certs" / "tls.key"),
+                                        "--host", "127.0.0.1", "--port", str(port), "--workers", str(workers),
+                                        "--cluster-state", str(ROOT / "examples" / "cluster-state.yaml"),
+                                        "--log-level", "INFO"],
+                  {"RDMA_WEBHOOK_SERVER": server, "PROMETHEUS_MULTIPROC_DIR": str(work / f"metrics-{server}-{port}")}, port)
+
+
 def write_lua(path: Path, bodies: list[bytes], stop_after: int | None = None) -> None:
     parts = ["local bodies = {"]
     for b in bodies:
@@ -271,24 +295,13 @@ def main() -> int:
         print("wrk not found: apt-get install -y wrk", file=sys.stderr)
         return 2
 
-    work = Path(tempfile.mkdtemp(prefix="rdma-webhook-bench-"))
-    from webhook.certs import write_certs
-
-    write_certs(work / "certs", "rdma-webhook", "rdma-webhook", dns=["localhost"], ips=["127.0.0.1"])
+    work, seq = work_dir("rdma-webhook-bench-")
     cert, key = str(work / "certs" / "tls.crt"), str(work / "certs" / "tls.key")
-    seq = mix()
     bodies = [b for _, b in seq]
     lua = work / "mix.lua"
-    write_lua(lua, bodies)
 
     def webhook(server: str, workers: int = args.workers) -> Target:
-        port = free_port()
-        return Target(f"webhook-{server}", [PY, "-m", "webhook", "serve", "--policies", str(ROOT / "policies"),
-                                            "--tls-cert", cert, "--tls-key", key, "--host", "127.0.0.1", "--port", str(port),
-                                            "--workers", str(workers),
-                                            "--cluster-state", str(ROOT / "examples" / "cluster-state.yaml"),
-                                            "--log-level", "INFO"],
-                      {"RDMA_WEBHOOK_SERVER": server, "PROMETHEUS_MULTIPROC_DIR": str(work / f"metrics-{server}-{port}")}, port)
+        return webhook_target(server, workers, work)
 
     def floor(server: str) -> Target:
         port = free_port()
