@@ -50,9 +50,8 @@ def main() -> int:
     # plain Flask.
     own = wsgi(app)
     if args.server == "granian":
-        from webhook.cli import GRANIAN_THREADS  # the webhook's own granian setting, not gthread's
-
-        serve.run_granian("floor:app", host=args.host, port=args.port, workers=args.workers, threads=GRANIAN_THREADS,
+        # granian's own thread count (serve.GRANIAN_THREADS), as for the webhook; --threads is gthread's
+        serve.run_granian("floor:app", host=args.host, port=args.port, workers=args.workers,
                           tls_cert=args.tls_cert, tls_key=args.tls_key, target_loader=lambda _target=None: own)
         return 0
     if args.server == "gevent":

@@ -240,11 +240,6 @@ def cmd_certs(args: argparse.Namespace) -> int:
 
 # -- serve -------------------------------------------------------------------------------------
 
-# Python threads per worker of the granian candidate: with 1 the worker idles while granian hands
-# over the next request, with 4 the threads contend for the GIL (benchmarks/README.md).
-GRANIAN_THREADS = 2
-
-
 def cmd_serve(args: argparse.Namespace) -> int:
     # The server runs on gevent (webhook/worker.py): patch the standard library before anything
     # imports ssl, socket or threading, so every socket and thread in the process cooperates.
@@ -261,7 +256,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
             print(f"error: {label} {path}: no such file", file=sys.stderr)
             return 2
     return serve.run(policies_dir=_policies_dir(args.policies), tls_cert=args.tls_cert, tls_key=args.tls_key,
-                     host=args.host, port=args.port, workers=args.workers, threads=GRANIAN_THREADS,
+                     host=args.host, port=args.port, workers=args.workers,
                      cluster_state=args.cluster_state, client_ca=args.client_ca, log_level=args.log_level)
 
 

@@ -76,7 +76,7 @@ class Subject:
                 env = next((t.env for t in self.targets if self.container(t) is c), None)
                 words = command_words(c, env)
                 line = " ".join(words)
-                settings = list(_settings_in(line))
+                settings = list(command_settings(line))
                 if settings:
                     self._commands.append((c, line, settings))
         return self._commands
@@ -145,12 +145,8 @@ _ASSIGN = re.compile(
 )
 
 
-def command_settings(words: Iterable[Any]) -> Iterator[tuple[str, str]]:
-    """The NCCL settings (watched ones and NCCL_DEBUG) a container's command and args make, in order."""
-    return _settings_in(" ".join(w for w in words if isinstance(w, str)))
-
-
-def _settings_in(text: str) -> Iterator[tuple[str, str]]:
+def command_settings(text: str) -> Iterator[tuple[str, str]]:
+    """The NCCL settings (watched ones and NCCL_DEBUG) a command line makes, in order."""
     if "NCCL_" not in text:
         return
     for m in _ASSIGN.finditer(text):

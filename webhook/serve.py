@@ -54,7 +54,7 @@ class _Server(BaseApplication):
         return self._app
 
 
-def run(*, policies_dir: str, tls_cert: str, tls_key: str, host: str, port: int, workers: int, threads: int,
+def run(*, policies_dir: str, tls_cert: str, tls_key: str, host: str, port: int, workers: int,
         cluster_state: str | None, client_ca: str | None, log_level: str = "INFO") -> int:
     setup_logging(log_level)
     prepare_metrics_dir()
@@ -110,7 +110,7 @@ def run(*, policies_dir: str, tls_cert: str, tls_key: str, host: str, port: int,
             post_worker_init(None)
             return app
 
-        run_granian(app, host=host, port=port, workers=workers, threads=threads, tls_cert=tls_cert, tls_key=tls_key,
+        run_granian(app, host=host, port=port, workers=workers, tls_cert=tls_cert, tls_key=tls_key,
                     client_ca=client_ca, target_loader=loader)
         return 0
     options = gunicorn_options(host=host, port=port, workers=workers, tls=tls)
@@ -146,7 +146,12 @@ def gunicorn_options(*, host: str, port: int, workers: int, tls, worker_class: s
     }
 
 
-def run_granian(target, *, host: str, port: int, workers: int, threads: int, tls_cert: str, tls_key: str,
+# Python threads per worker of the granian candidate: with 1 the worker idles while granian hands
+# over the next request, with 4 the threads contend for the GIL (benchmarks/README.md).
+GRANIAN_THREADS = 2
+
+
+def run_granian(target, *, host: str, port: int, workers: int, tls_cert: str, tls_key: str,
                 client_ca: str | None = None, target_loader=None) -> None:
     """granian (Rust HTTP and rustls TLS, Python only for the WSGI call) with the closest
     settings it has; measured in benchmarks/ as a candidate, see benchmarks/README.md for what
@@ -161,7 +166,7 @@ def run_granian(target, *, host: str, port: int, workers: int, threads: int, tls
     if client_ca:
         kw.update(ssl_ca=Path(client_ca), ssl_client_verify=True)
     server = Granian(target, address=host, port=port, interface=Interfaces.WSGI, workers=workers,
-                     blocking_threads=threads, http=HTTPModes.http1,
+                     blocking_threads=GRANIAN_THREADS, http=HTTPModes.http1,
                      http1_settings=HTTP1Settings(header_read_timeout=10_000, keep_alive=True),
                      ssl_cert=Path(tls_cert), ssl_key=Path(tls_key), ssl_protocol_min="tls1.2",
                      workers_kill_timeout=20, log_level="warning", **kw)
