@@ -1,9 +1,9 @@
 """Logs: one JSON object per line on stdout, for the cluster's log collector.
 
 Everything goes through the standard `logging` module with `JsonFormatter`, except the one line
-per admission, which `admission()` writes itself: a `logging` call costs about 12 µs (a
-LogRecord, the caller's frame, the handler lock, a flush), a tenth of a whole decision, on the
-path of every pod creation. The admission line has the same shape (time, level, logger, msg,
+per admission, which `admission()` writes itself: a `logging` call cost 24 µs per request (a
+LogRecord, the caller's frame, the handler lock, a flush; benchmarks/README.md), a third of a
+whole decision, on the path of every pod creation. The admission line has the same shape (time, level, logger, msg,
 then its fields) and goes to the same stream in one `write` of a whole line, so lines from both
 paths never interleave. It is written only when the `rdma_webhook.admission` logger is enabled
 for INFO, which `setup_logging` reads once.
@@ -70,22 +70,18 @@ def setup_logging(level: str = "INFO") -> None:
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level.upper())
-    if not _log.isEnabledFor(logging.INFO):
-        _writer = _disabled
-        return
-    try:
-        sys.stdout.flush()
-        _writer = _AdmissionWriter(sys.stdout.fileno())
-    except (AttributeError, OSError, ValueError):  # a stdout without a file descriptor: plain logging
-        _writer = None
-
-
-def _disabled(fields: dict[str, Any]) -> None:
-    return None
+    _writer = None
+    if _log.isEnabledFor(logging.INFO):
+        try:
+            sys.stdout.flush()
+            _writer = _AdmissionWriter(sys.stdout.fileno())
+        except (AttributeError, OSError, ValueError):  # a stdout without a file descriptor: plain logging
+            pass
 
 
 def admission(fields: dict[str, Any]) -> None:
-    """Log one admission. Before `setup_logging` (tests, embedding) through `logging` as usual."""
+    """Log one admission: on the direct path once `setup_logging` set it up, else (before it,
+    in tests, or with INFO off) through `logging`, which also applies the level."""
     if _writer is not None:
         _writer(fields)
     elif _log.isEnabledFor(logging.INFO):
