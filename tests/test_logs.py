@@ -12,17 +12,24 @@ from webhook import logs
 
 
 @pytest.fixture
-def stdout_file(tmp_path, monkeypatch):
-    """A real file for stdout (the direct path writes to its file descriptor); the test swaps
-    it in with `monkeypatch.setattr(sys, "stdout", ...)` itself, since pytest's own capture
-    replaces sys.stdout again when the test starts. The logging set-up is put back afterwards."""
+def logging_restored():
+    """The logging set-up (root handlers and level, the admission writer) put back afterwards,
+    since these tests call `setup_logging`."""
     root = logging.getLogger()
     handlers, level, writer = root.handlers[:], root.level, logs._writer
+    yield
+    root.handlers[:], logs._writer = handlers, writer
+    root.setLevel(level)
+
+
+@pytest.fixture
+def stdout_file(tmp_path, logging_restored):
+    """A real file for stdout (the direct path writes to its file descriptor); the test swaps
+    it in with `monkeypatch.setattr(sys, "stdout", ...)` itself, since pytest's own capture
+    replaces sys.stdout again when the test starts."""
     path = tmp_path / "stdout"
     with open(path, "w", encoding="utf-8") as fh:
         yield path, fh
-    root.handlers[:], logs._writer = handlers, writer
-    root.setLevel(level)
 
 
 def _lines(path) -> list[dict]:
@@ -64,18 +71,12 @@ def test_admission_before_setup_goes_through_logging(caplog, monkeypatch):
     assert record.admission == {"endpoint": "validate", "outcome": "skipped"}
 
 
-def test_a_stdout_without_a_descriptor_falls_back_to_logging(monkeypatch):
+def test_a_stdout_without_a_descriptor_falls_back_to_logging(logging_restored, monkeypatch):
     import io
 
-    root = logging.getLogger()
-    handlers, level, writer = root.handlers[:], root.level, logs._writer
     buffer = io.StringIO()
     monkeypatch.setattr(sys, "stdout", buffer)
-    try:
-        logs.setup_logging("INFO")
-        logs.admission({"endpoint": "mutate", "outcome": "mutated"})
-    finally:
-        root.handlers[:], logs._writer = handlers, writer
-        root.setLevel(level)
+    logs.setup_logging("INFO")
+    logs.admission({"endpoint": "mutate", "outcome": "mutated"})
     (line,) = [json.loads(x) for x in buffer.getvalue().splitlines()]
     assert line["msg"] == "admission" and line["outcome"] == "mutated" and line["logger"] == "rdma_webhook.admission"
