@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import re
 import shlex
+from itertools import repeat
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Iterator, Mapping
 
@@ -54,31 +55,31 @@ class Subject:
     network_problem: str | None = None
     _commands: list[tuple[Mapping[str, Any], str, list[tuple[str, str]]]] | None = field(default=None, repr=False)
 
-    def all_containers(self) -> Iterator[tuple[str, Mapping[str, Any]]]:
-        spec = self.pod.get("spec") or {}
-        for kind in ("initContainers", "containers"):
-            for c in spec.get(kind) or ():
-                if isinstance(c, dict):
-                    yield kind, c
-
     def container(self, t: Target) -> Mapping[str, Any]:
         return self.pod["spec"]["containers"][t.index]
 
     def commands(self) -> list[tuple[Mapping[str, Any], str, list[tuple[str, str]]]]:
         """(container, its command line, the NCCL settings it makes) for every container whose
-        command or args make any, computed once per decision for the rules and the warnings."""
+        command or args make any, computed once per decision for the rules and the warnings.
+        Plain loops, no generators: this runs for every labelled pod."""
         if self._commands is None:
             self._commands = []
-            for _, c in self.all_containers():
-                if not c.get("command") and not c.get("args"):
-                    continue
-                # `$(VAR)` in a target expands against the env the decision resolved already
-                env = next((t.env for t in self.targets if self.container(t) is c), None)
-                words = command_words(c, env)
-                line = " ".join(words)
-                settings = list(command_settings(line))
-                if settings:
-                    self._commands.append((c, line, settings))
+            spec = self.pod.get("spec") or {}
+            for kind in ("initContainers", "containers"):
+                for i, c in enumerate(spec.get(kind) or ()):
+                    if type(c) is not dict or not (c.get("command") or c.get("args")):
+                        continue
+                    # `$(VAR)` in a target expands against the env the decision resolved already
+                    env = None
+                    if kind == "containers":
+                        for t in self.targets:
+                            if t.index == i:
+                                env = t.env
+                    line = " ".join(command_words(c, env))
+                    if "NCCL_" in line:
+                        settings = list(command_settings(line))
+                        if settings:
+                            self._commands.append((c, line, settings))
         return self._commands
 
 
@@ -167,7 +168,9 @@ def command_settings(text: str) -> Iterator[tuple[str, str]]:
 def command_words(container: Mapping[str, Any], env: Mapping[str, str] | None = None) -> list[str]:
     """command + args as the kubelet runs them: `$(VAR)` expanded from the container's env
     (`env`, when the caller has it already)."""
-    words = [w for w in list(container.get("command") or ()) + list(container.get("args") or ()) if isinstance(w, str)]
+    words = [*(container.get("command") or ()), *(container.get("args") or ())]
+    if not all(map(isinstance, words, repeat(str))):
+        words = [w for w in words if isinstance(w, str)]
     if "$(" in "\0".join(words):  # "\0" between words: only a `$(` within one word counts
         if env is None:
             env = k8s.Env(container.get("env"))
