@@ -1,8 +1,8 @@
 """The floors: a minimal Flask app that parses the AdmissionReview and answers allowed:true with
 no patch, served exactly like `rdma-webhook serve` would serve the real one (same worker count,
-same TLS settings), on gunicorn gthread or on granian.
+same TLS settings), on gunicorn gthread or gevent, or on granian (WSGI or RSGI).
 
-    python benchmarks/floor.py --server gunicorn|granian --port P --tls-cert F --tls-key F [--workers N] [--threads N]
+    python benchmarks/floor.py --server gunicorn|gevent|granian|granian-rsgi --port P --tls-cert F --tls-key F [--workers N] [--threads N]
 """
 
 from __future__ import annotations
@@ -30,9 +30,16 @@ def readyz() -> Response:
     return Response(b'{"status":"ready"}', mimetype="application/json")
 
 
+def _rsgi_loader(_target=None):
+    from webhook.app import wsgi
+    from webhook.rsgi import Front
+
+    return Front(wsgi(app))
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--server", choices=("gunicorn", "gevent", "granian"), required=True,
+    ap.add_argument("--server", choices=("gunicorn", "gevent", "granian", "granian-rsgi"), required=True,
                     help="gunicorn: gthread, the issue's reference floor; gevent: the webhook's own stack")
     ap.add_argument("--host", default="127.0.0.1")
     ap.add_argument("--port", type=int, required=True)
@@ -49,10 +56,12 @@ def main() -> int:
     # (webhook.app.wsgi: the answer handed over in one piece); the gthread reference floor is
     # plain Flask.
     own = wsgi(app)
-    if args.server == "granian":
+    if args.server in ("granian", "granian-rsgi"):
         # granian's own thread count (serve.GRANIAN_THREADS), as for the webhook; --threads is gthread's
+        rsgi = args.server == "granian-rsgi"
         serve.run_granian("floor:app", host=args.host, port=args.port, workers=args.workers,
-                          tls_cert=args.tls_cert, tls_key=args.tls_key, target_loader=lambda _target=None: own)
+                          tls_cert=args.tls_cert, tls_key=args.tls_key, target_loader=_rsgi_loader if rsgi else lambda _target=None: own,
+                          rsgi=rsgi)
         return 0
     if args.server == "gevent":
         from gevent import monkey

@@ -5,11 +5,13 @@
 
 Targets, all with the same worker count, threads, TLS settings and client:
     webhook-gunicorn   `rdma-webhook serve` as shipped (gunicorn with its gevent worker, webhook/worker.py)
-    webhook-granian    `rdma-webhook serve` with RDMA_WEBHOOK_SERVER=granian (candidate)
+    webhook-granian    `rdma-webhook serve` with RDMA_WEBHOOK_SERVER=granian (candidate: WSGI threads)
+    webhook-granian-rsgi  the same with RDMA_WEBHOOK_SERVER=granian-rsgi (candidate: webhook/rsgi.py)
     floor-gunicorn     minimal Flask app (parse the review, answer allowed:true), gunicorn gthread:
                        the issue's reference floor
     floor-gevent       the same minimal app on the webhook's own stack (gunicorn + webhook.worker)
-    floor-granian      the same minimal app under granian
+    floor-granian      the same minimal app under granian (WSGI)
+    floor-granian-rsgi the same minimal app under granian through webhook/rsgi.py
     go-peer            /work/shared/bench/go-peer, if built (--go-peer PATH; never part of the repo)
 
 Per target: saturated throughput (wrk, 2 threads, 8 keep-alive connections, the request mix of
@@ -280,7 +282,8 @@ def main() -> int:
     ap.add_argument("--threads", type=int, default=4, help="threads per worker of the gthread floor")
     ap.add_argument("--connections", type=int, default=8,
                     help="wrk keep-alive connections (8 in the issue; a pre-fork server may give them all to one worker)")
-    ap.add_argument("--targets", default="floor-gunicorn,floor-gevent,webhook-gunicorn,floor-granian,webhook-granian,go-peer")
+    ap.add_argument("--targets", default="floor-gunicorn,floor-gevent,webhook-gunicorn,floor-granian,webhook-granian,"
+                                         "floor-granian-rsgi,webhook-granian-rsgi,go-peer")
     ap.add_argument("--go-peer", default="/tmp/go-peer", help="path to a built go-peer binary (skipped if absent)")
     ap.add_argument("--no-burst", action="store_true")
     ap.add_argument("--no-decision", action="store_true")
@@ -313,9 +316,11 @@ def main() -> int:
         port = free_port()
         return Target("go-peer", [args.go_peer, "-addr", f"127.0.0.1:{port}", "-cert", cert, "-key", key], None, port)
 
-    makers = {"webhook-gunicorn": lambda: webhook("gunicorn"), "webhook-granian": lambda: webhook("granian"),
-              "floor-gunicorn": lambda: floor("gunicorn"), "floor-gevent": lambda: floor("gevent"),
-              "floor-granian": lambda: floor("granian"), "go-peer": go_peer}
+    makers = {"go-peer": go_peer, "floor-gunicorn": lambda: floor("gunicorn"), "floor-gevent": lambda: floor("gevent")}
+    for server in ("granian", "granian-rsgi"):
+        makers[f"floor-{server}"] = lambda s=server: floor(s)
+    for server in ("gunicorn", "granian", "granian-rsgi"):
+        makers[f"webhook-{server}"] = lambda s=server: webhook(s)
     report: dict = {"machine": machine(), "command": " ".join(sys.argv), "settings": {
         "workers": args.workers, "threads": args.threads, "wrk": f"2 threads, {args.connections} connections", "seconds": args.seconds,
         "rates": args.rates, "latency_seconds": args.latency_seconds,
@@ -373,7 +378,8 @@ def render(r: dict) -> str:
             lines.append(f"- {name}: the first saturation run was lopsided ({lr['rps']:.0f} req/s, worker CPU s "
                          f"{', '.join(str(v) for v in lr['worker_cpu_s'])}); the better of two runs is shown")
     for wh, fl in (("webhook-gunicorn", "floor-gunicorn"), ("webhook-gunicorn", "floor-gevent"),
-                   ("webhook-granian", "floor-gunicorn"), ("webhook-granian", "floor-granian")):
+                   ("webhook-granian", "floor-gunicorn"), ("webhook-granian", "floor-granian"),
+                   ("webhook-granian-rsgi", "floor-gunicorn"), ("webhook-granian-rsgi", "floor-granian-rsgi")):
         if wh in t and fl in t:
             a, b = t[wh], t[fl]
             parts = [f"throughput {a['throughput_rps'] / b['throughput_rps']:.2f}x",

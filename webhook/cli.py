@@ -243,8 +243,13 @@ def cmd_certs(args: argparse.Namespace) -> int:
 def cmd_serve(args: argparse.Namespace) -> int:
     # The server runs on gevent (webhook/worker.py): patch the standard library before anything
     # imports ssl, socket or threading, so every socket and thread in the process cooperates.
-    # Not for the granian candidate (benchmarks only), whose Rust threads must stay real threads.
-    if os.environ.get("RDMA_WEBHOOK_SERVER", "gunicorn") != "granian":
+    # Not for the granian candidates (benchmarks only), whose Rust threads must stay real threads
+    # and whose workers run no gevent hub (a patched `threading` would never run the policy watcher).
+    server = os.environ.get("RDMA_WEBHOOK_SERVER", "gunicorn")
+    if server not in ("gunicorn", "granian", "granian-rsgi"):
+        print(f"error: RDMA_WEBHOOK_SERVER={server!r}: expected gunicorn (the default), granian or granian-rsgi", file=sys.stderr)
+        return 2
+    if server == "gunicorn":
         from gevent import monkey
 
         monkey.patch_all()

@@ -105,13 +105,20 @@ def run(*, policies_dir: str, tls_cert: str, tls_key: str, host: str, port: int,
         multiprocess.mark_process_dead(worker.pid)
 
     gc.freeze()  # what the master built is shared with the forks, never scanned by the GC again
-    if os.environ.get("RDMA_WEBHOOK_SERVER", "gunicorn") == "granian":  # a measured candidate, see benchmarks/
+    server = os.environ.get("RDMA_WEBHOOK_SERVER", "gunicorn")
+    if server in ("granian", "granian-rsgi"):  # measured candidates, see benchmarks/README.md
+        rsgi = server == "granian-rsgi"
+
         def loader(_target=None):
             post_worker_init(None)
+            if rsgi:
+                from webhook.rsgi import Front
+
+                return Front(app)
             return app
 
         run_granian(app, host=host, port=port, workers=workers, tls_cert=tls_cert, tls_key=tls_key,
-                    client_ca=client_ca, target_loader=loader)
+                    client_ca=client_ca, target_loader=loader, rsgi=rsgi)
         return 0
     options = gunicorn_options(host=host, port=port, workers=workers, tls=tls)
     options.update(post_worker_init=post_worker_init, worker_exit=worker_exit, child_exit=child_exit)
@@ -152,21 +159,25 @@ GRANIAN_THREADS = 2
 
 
 def run_granian(target, *, host: str, port: int, workers: int, tls_cert: str, tls_key: str,
-                client_ca: str | None = None, target_loader=None) -> None:
-    """granian (Rust HTTP and rustls TLS, Python only for the WSGI call) with the closest
-    settings it has; measured in benchmarks/ as a candidate, see benchmarks/README.md for what
-    it cannot do that `serve` promises."""
+                client_ca: str | None = None, target_loader=None, rsgi: bool = False) -> None:
+    """granian (Rust HTTP and rustls TLS, Python only for the app) with the closest settings it
+    has; measured in benchmarks/ as a candidate, see benchmarks/README.md for what it cannot do
+    that `serve` promises. WSGI: the app runs in GRANIAN_THREADS threads per worker. RSGI
+    (`rsgi`, the loader returns a `webhook.rsgi.Front`): one uvloop event loop thread per worker."""
     from pathlib import Path
 
     from granian import Granian
-    from granian.constants import HTTPModes, Interfaces
+    from granian.constants import HTTPModes, Interfaces, Loops
     from granian.http import HTTP1Settings
 
     kw: dict[str, Any] = {}
     if client_ca:
         kw.update(ssl_ca=Path(client_ca), ssl_client_verify=True)
-    server = Granian(target, address=host, port=port, interface=Interfaces.WSGI, workers=workers,
-                     blocking_threads=GRANIAN_THREADS, http=HTTPModes.http1,
+    if rsgi:
+        kw.update(interface=Interfaces.RSGI, loop=Loops.uvloop)
+    else:
+        kw.update(interface=Interfaces.WSGI, blocking_threads=GRANIAN_THREADS)
+    server = Granian(target, address=host, port=port, workers=workers, http=HTTPModes.http1,
                      http1_settings=HTTP1Settings(header_read_timeout=10_000, keep_alive=True),
                      ssl_cert=Path(tls_cert), ssl_key=Path(tls_key), ssl_protocol_min="tls1.2",
                      workers_kill_timeout=20, log_level="warning", **kw)
