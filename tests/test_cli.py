@@ -116,6 +116,12 @@ def test_serve_reports_missing_files():
     assert out.returncode == 2 and "no such file" in out.stderr
 
 
+def test_serve_refuses_an_unknown_server(monkeypatch):
+    monkeypatch.setenv("RDMA_WEBHOOK_SERVER", "uwsgi")
+    out = run("serve", "--tls-cert", "/nonexistent.crt", "--tls-key", "/nonexistent.key")
+    assert out.returncode == 2 and "RDMA_WEBHOOK_SERVER='uwsgi'" in out.stderr
+
+
 def test_certs_reuse_ca_renews_only_the_serving_certificate(tmp_path):
     first = run("certs", "--service", "rdma-webhook", "--namespace", "rdma-webhook", "--out", str(tmp_path))
     old_cert = (tmp_path / "tls.crt").read_bytes()
