@@ -10,7 +10,10 @@ so nothing else would have run in the meantime anyway.
 
 What is handed to the app is a plain WSGI environ with the body in a BytesIO; the answer goes
 back in one `response_bytes` call. A body over the limit or too slow is answered here (413,
-408) and the connection is closed.
+408) and the connection is closed. Needs Python 3.11 or newer (`asyncio.timeout`).
+
+Not production-ready (benchmarks/README.md): granian reads the certificate once per worker, so a
+rotation needs a worker respawn, which `serve` does not do.
 """
 
 from __future__ import annotations
