@@ -15,8 +15,8 @@ from __future__ import annotations
 
 import re
 import shlex
-from itertools import repeat
 from dataclasses import dataclass, field
+from itertools import repeat
 from typing import Any, Callable, Iterable, Iterator, Mapping
 
 from webhook import k8s, keys, nccl
@@ -75,6 +75,7 @@ class Subject:
                         for t in self.targets:
                             if t.index == i:
                                 env = t.env
+                                break
                     line = " ".join(command_words(c, env))
                     if "NCCL_" in line:
                         settings = list(command_settings(line))
