@@ -30,13 +30,6 @@ def readyz() -> Response:
     return Response(b'{"status":"ready"}', mimetype="application/json")
 
 
-def _rsgi_loader(_target=None):
-    from webhook.app import wsgi
-    from webhook.rsgi import Front
-
-    return Front(wsgi(app))
-
-
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--server", choices=("gunicorn", "gevent", "granian", "granian-rsgi"), required=True,
@@ -58,10 +51,9 @@ def main() -> int:
     own = wsgi(app)
     if args.server in ("granian", "granian-rsgi"):
         # granian's own thread count (serve.GRANIAN_THREADS), as for the webhook; --threads is gthread's
-        rsgi = args.server == "granian-rsgi"
         serve.run_granian("floor:app", host=args.host, port=args.port, workers=args.workers,
-                          tls_cert=args.tls_cert, tls_key=args.tls_key, target_loader=_rsgi_loader if rsgi else lambda _target=None: own,
-                          rsgi=rsgi)
+                          tls_cert=args.tls_cert, tls_key=args.tls_key, target_loader=lambda _target=None: own,
+                          rsgi=args.server == "granian-rsgi")
         return 0
     if args.server == "gevent":
         from gevent import monkey

@@ -107,18 +107,12 @@ def run(*, policies_dir: str, tls_cert: str, tls_key: str, host: str, port: int,
     gc.freeze()  # what the master built is shared with the forks, never scanned by the GC again
     server = os.environ.get("RDMA_WEBHOOK_SERVER", "gunicorn")
     if server in ("granian", "granian-rsgi"):  # measured candidates, see benchmarks/README.md
-        rsgi = server == "granian-rsgi"
-
         def loader(_target=None):
             post_worker_init(None)
-            if rsgi:
-                from webhook.rsgi import Front
-
-                return Front(app)
             return app
 
         run_granian(app, host=host, port=port, workers=workers, tls_cert=tls_cert, tls_key=tls_key,
-                    client_ca=client_ca, target_loader=loader, rsgi=rsgi)
+                    client_ca=client_ca, target_loader=loader, rsgi=server == "granian-rsgi")
         return 0
     options = gunicorn_options(host=host, port=port, workers=workers, tls=tls)
     options.update(post_worker_init=post_worker_init, worker_exit=worker_exit, child_exit=child_exit)
@@ -163,7 +157,8 @@ def run_granian(target, *, host: str, port: int, workers: int, tls_cert: str, tl
     """granian (Rust HTTP and rustls TLS, Python only for the app) with the closest settings it
     has; measured in benchmarks/ as a candidate, see benchmarks/README.md for what it cannot do
     that `serve` promises. WSGI: the app runs in GRANIAN_THREADS threads per worker. RSGI
-    (`rsgi`, the loader returns a `webhook.rsgi.Front`): one uvloop event loop thread per worker."""
+    (`rsgi`): one uvloop event loop thread per worker, the WSGI app that `target_loader` returns
+    behind a `webhook.rsgi.Front`."""
     from pathlib import Path
 
     from granian import Granian
@@ -175,6 +170,9 @@ def run_granian(target, *, host: str, port: int, workers: int, tls_cert: str, tl
         kw.update(ssl_ca=Path(client_ca), ssl_client_verify=True)
     if rsgi:
         kw.update(interface=Interfaces.RSGI, loop=Loops.uvloop)
+        if target_loader is None:
+            raise ValueError("the RSGI candidate needs a target_loader that returns the WSGI app")
+        target_loader = _behind_rsgi_front(target_loader)
     else:
         kw.update(interface=Interfaces.WSGI, blocking_threads=GRANIAN_THREADS)
     server = Granian(target, address=host, port=port, workers=workers, http=HTTPModes.http1,
@@ -185,6 +183,17 @@ def run_granian(target, *, host: str, port: int, workers: int, tls_cert: str, tl
         server.serve(target_loader=target_loader)
     else:
         server.serve()
+
+
+def _behind_rsgi_front(load_wsgi):
+    """A granian target loader that puts the WSGI app `load_wsgi` returns behind the RSGI front."""
+
+    def load(_target=None):
+        from webhook.rsgi import Front
+
+        return Front(load_wsgi(_target))
+
+    return load
 
 
 def _uses_networks(store) -> bool:
