@@ -17,7 +17,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from run import HERE, PY, Target, bench_target, free_port, webhook_target, work_dir  # noqa: E402
+from run import bench_target, floor_target, webhook_target, work_dir  # noqa: E402
 
 
 def main() -> int:
@@ -28,17 +28,11 @@ def main() -> int:
     ap.add_argument("--workers", type=int, default=2)
     args = ap.parse_args()
     work, seq = work_dir("rdma-webhook-interleave-")
-    cert, key = str(work / "certs" / "tls.crt"), str(work / "certs" / "tls.key")
     phase = SimpleNamespace(seconds=args.seconds, connections=args.connections, rates=[], latency_seconds=0)
     results: dict[str, list[float]] = {}
     for name in args.targets.split(","):
         kind, server = name.split("-", 1)
-        if kind == "floor":
-            port = free_port()
-            t = Target(name, [PY, str(HERE / "floor.py"), "--server", server, "--port", str(port), "--tls-cert", cert,
-                              "--tls-key", key, "--workers", str(args.workers), "--threads", "4"], None, port)
-        else:
-            t = webhook_target(server, args.workers, work)
+        t = floor_target(server, args.workers, 4, work) if kind == "floor" else webhook_target(server, args.workers, work)
         r = bench_target(t, work, work / "mix.lua", [b for _, b in seq], phase)
         results.setdefault(name, []).append(r["throughput_rps"])
         print(f"{name:24s} {r['throughput_rps']:8.0f} req/s  {r['cpu_s_per_1000']:.3f} CPU ms/admission  "

@@ -163,6 +163,14 @@ def webhook_target(server: str, workers: int, work: Path) -> Target:
                   {"RDMA_WEBHOOK_SERVER": server, "PROMETHEUS_MULTIPROC_DIR": str(work / f"metrics-{server}-{port}")}, port)
 
 
+def floor_target(server: str, workers: int, threads: int, work: Path) -> Target:
+    """benchmarks/floor.py on `server`, on a free port, with the certificates of `work_dir`."""
+    port = free_port()
+    return Target(f"floor-{server}", [PY, str(HERE / "floor.py"), "--server", server, "--port", str(port),
+                                      "--tls-cert", str(work / "certs" / "tls.crt"), "--tls-key", str(work / "certs" / "tls.key"),
+                                      "--workers", str(workers), "--threads", str(threads)], None, port)
+
+
 def write_lua(path: Path, bodies: list[bytes], stop_after: int | None = None) -> None:
     parts = ["local bodies = {"]
     for b in bodies:
@@ -307,10 +315,7 @@ def main() -> int:
         return webhook_target(server, workers, work)
 
     def floor(server: str) -> Target:
-        port = free_port()
-        return Target(f"floor-{server}", [PY, str(HERE / "floor.py"), "--server", server, "--port", str(port),
-                                          "--tls-cert", cert, "--tls-key", key, "--workers", str(args.workers),
-                                          "--threads", str(args.threads)], None, port)
+        return floor_target(server, args.workers, args.threads, work)
 
     def go_peer() -> Target:
         port = free_port()
