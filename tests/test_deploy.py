@@ -756,6 +756,10 @@ def test_containerfile():
     assert len(froms) >= 2, "multi-stage build"
     assert ("USER", "65532:65532") in instructions
     assert ("EXPOSE", "8443") in instructions
+    build_stage = instructions[:[i for i, (word, _) in enumerate(instructions) if word == "FROM"][1]]
+    assert any(word == "RUN" and "gcc" in rest for word, rest in build_stage), "mypyc needs a compiler to build the wheel"
+    assert any(word == "COPY" and "setup.py" in rest.split() for word, rest in build_stage)
+    assert any(word == "RUN" and "webhook.compiled()" in rest for word, rest in build_stage), "the image checks its core is compiled"
     assert ("ENTRYPOINT", '["rdma-webhook"]') in instructions
     [cmd] = [rest for word, rest in instructions if word == "CMD"]
     assert json.loads(cmd) == SERVE_ARGS

@@ -94,13 +94,18 @@ def _container_shape_problem(c: dict[str, Any]) -> str | None:
         value = c.get(key)
         if value is not None and not isinstance(value, list):
             return f"{key} must be a list"
-    for key in ("limits", "requests") if resources else ():
-        sect = resources.get(key)
-        if sect is not None and not isinstance(sect, dict):
-            return f"resources.{key} must be an object"
+    if resources:
+        for key in ("limits", "requests"):
+            sect = resources.get(key)
+            if sect is not None and not isinstance(sect, dict):
+                return f"resources.{key} must be an object"
     caps = sc.get("capabilities") if sc else None
-    if caps is not None and (not isinstance(caps, dict) or any(caps.get(k) is not None and not isinstance(caps.get(k), list) for k in ("add", "drop"))):
-        return "securityContext.capabilities must hold add/drop lists"
+    if caps is not None:
+        if not isinstance(caps, dict):
+            return "securityContext.capabilities must hold add/drop lists"
+        for key in ("add", "drop"):
+            if caps.get(key) is not None and not isinstance(caps[key], list):
+                return "securityContext.capabilities must hold add/drop lists"
     return None
 
 
@@ -202,7 +207,9 @@ def resolve_network(policy: Policy, pod_ns: str, attachments: Attachments | None
 def _warnings(pod: Mapping[str, Any], subject: Subject) -> list[str]:
     out: list[str] = []
     spec = pod.get("spec") or {}
-    pod_sc = spec.get("securityContext") if isinstance(spec.get("securityContext"), dict) else {}
+    pod_sc = spec.get("securityContext")
+    if not isinstance(pod_sc, dict):
+        pod_sc = {}
     for c, _, settings in subject.commands():
         for name, value in settings:
             if name == "NCCL_DEBUG" and nccl.debug_verbose(value):
@@ -281,6 +288,7 @@ def decide(pod: Any, namespace: Namespace | None, policies: PolicySet | None,
     if isinstance(assessed, Decision):
         return assessed
     subject, warnings = assessed
+    assert namespace is not None  # _assess answers a pod without a namespace with a Decision
     mutated = mutation.private_copy(pod, subject.targets)  # shares what the mutation leaves alone
     notes = mutation.apply(mutated, subject, namespace.name, warnings)
     if mutated == pod:

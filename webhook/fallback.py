@@ -70,7 +70,7 @@ class Subject:
                     if type(c) is not dict or not (c.get("command") or c.get("args")):
                         continue
                     # `$(VAR)` in a target expands against the env the decision resolved already
-                    env = None
+                    env: k8s.Env | None = None
                     if kind == "containers":
                         for t in self.targets:
                             if t.index == i:
@@ -166,7 +166,7 @@ def command_settings(text: str) -> Iterator[tuple[str, str]]:
         yield name, raw
 
 
-def command_words(container: Mapping[str, Any], env: Mapping[str, str] | None = None) -> list[str]:
+def command_words(container: Mapping[str, Any], env: k8s.Lookup | None = None) -> list[str]:
     """command + args as the kubelet runs them: `$(VAR)` expanded from the container's env
     (`env`, when the caller has it already)."""
     words = [*(container.get("command") or ()), *(container.get("args") or ())]

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import re
 from decimal import Decimal
-from functools import lru_cache
+from functools import lru_cache, partial
 from itertools import count, repeat
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Mapping, Protocol
 
 from kubernetes.utils.quantity import parse_quantity as _parse_quantity
 
@@ -97,24 +97,49 @@ def compile_selector(sel: Mapping[str, Any] | None) -> Selector:
     In, NotIn, Exists and DoesNotExist. NotIn and DoesNotExist match an absent key.
     """
     sel = sel or {}
-    checks: list[Callable[[Mapping[str, str]], bool]] = []
+    checks: list[Selector] = []
     for key, value in (sel.get("matchLabels") or {}).items():
-        checks.append(lambda labels, k=key, v=value: labels.get(k) == v)
+        checks.append(partial(_label_is, key, value))
     for expr in sel.get("matchExpressions") or []:
         key, op, values = expr["key"], expr["operator"], frozenset(expr.get("values") or ())
         if op == "In":
-            checks.append(lambda labels, k=key, vs=values: k in labels and labels[k] in vs)
+            checks.append(partial(_label_in, key, values))
         elif op == "NotIn":
-            checks.append(lambda labels, k=key, vs=values: k not in labels or labels[k] not in vs)
+            checks.append(partial(_label_not_in, key, values))
         elif op == "Exists":
-            checks.append(lambda labels, k=key: k in labels)
+            checks.append(partial(_label_exists, key))
         elif op == "DoesNotExist":
-            checks.append(lambda labels, k=key: k not in labels)
+            checks.append(partial(_label_absent, key))
         else:  # the policy schema rejects other operators before we get here
             raise ValueError(f"unknown selector operator {op!r}")
-    if not checks:
-        return lambda labels: True
-    return lambda labels: all(check(labels) for check in checks)
+    return partial(_all_of, tuple(checks))
+
+
+def _label_is(key: str, value: str, labels: Mapping[str, str]) -> bool:
+    return labels.get(key) == value
+
+
+def _label_in(key: str, values: frozenset[str], labels: Mapping[str, str]) -> bool:
+    return key in labels and labels[key] in values
+
+
+def _label_not_in(key: str, values: frozenset[str], labels: Mapping[str, str]) -> bool:
+    return key not in labels or labels[key] not in values
+
+
+def _label_exists(key: str, labels: Mapping[str, str]) -> bool:
+    return key in labels
+
+
+def _label_absent(key: str, labels: Mapping[str, str]) -> bool:
+    return key not in labels
+
+
+def _all_of(checks: tuple[Selector, ...], labels: Mapping[str, str]) -> bool:
+    for check in checks:
+        if not check(labels):
+            return False
+    return True
 
 
 def selector_size(sel: Mapping[str, Any] | None) -> int:
@@ -128,7 +153,16 @@ def selector_size(sel: Mapping[str, Any] | None) -> int:
 _REF = re.compile(r"\$\$|\$\(([^)]*)\)")
 
 
-def expand(value: str, defined: Mapping[str, str]) -> str:
+class Lookup(Protocol):
+    """What `$(VAR)` expansion reads: a variable's value, None when it has none that is known."""
+
+    def get(self, name: str) -> str | None: ...
+
+
+_dict_get: Callable[[Any, str], Any] = dict.get  # for map(); typed once, since dict.get is overloaded
+
+
+def expand(value: str, defined: Lookup | Mapping[str, str]) -> str:
     """Kubernetes `$(VAR)` expansion (third_party/forked/golang/expansion): `$$` is a literal `$`,
     `$(NAME)` becomes NAME's value if NAME is defined earlier, else stays as written.
     `defined.get(NAME)` gives the value, None when NAME has none that is known."""
@@ -166,7 +200,7 @@ class Env:
     def __init__(self, env: Any):
         self.items: list[Any] = env if isinstance(env, list) else []
         try:  # every item an object: the index is built in C; later duplicates overwrite earlier
-            self.last: dict[str, int] = dict(zip(map(dict.get, self.items, repeat("name")), count()))
+            self.last: dict[str, int] = dict(zip(map(_dict_get, self.items, repeat("name")), count()))
         except TypeError:  # an item that is not an object, or a name that cannot be a key
             self.last = {name: i for i, item in enumerate(self.items)
                          if type(item) is dict and type(name := item.get("name")) is str}

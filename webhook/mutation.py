@@ -227,7 +227,7 @@ def add_network(pod: dict[str, Any], policy: Policy, pod_ns: str) -> str | None:
             entry["interface"] = policy.network_interface
         annotations[keys.MULTUS_NETWORKS] = json.dumps(entries + [entry], separators=(",", ":"))
     else:
-        ref = f"{policy.network_namespace}/{policy.network_name}" if policy.network_namespace else policy.network_name
+        ref = f"{policy.network_namespace}/{policy.network_name}" if policy.network_namespace else f"{policy.network_name}"
         if policy.network_interface:
             ref += f"@{policy.network_interface}"
         annotations[keys.MULTUS_NETWORKS] = ",".join(entries + [ref])

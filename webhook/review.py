@@ -56,8 +56,12 @@ def parse(body: bytes) -> Request:
     if review.get("apiVersion") != API_VERSION or review.get("kind") != "AdmissionReview":
         raise EnvelopeError(uid, f"expected apiVersion {API_VERSION} kind AdmissionReview, got "
                                  f"apiVersion {review.get('apiVersion')!r} kind {review.get('kind')!r}")
-    kind = request.get("kind") if isinstance(request.get("kind"), dict) else {}
-    resource = request.get("resource") if isinstance(request.get("resource"), dict) else {}
+    kind = request.get("kind")
+    if not isinstance(kind, dict):
+        kind = {}
+    resource = request.get("resource")
+    if not isinstance(resource, dict):
+        resource = {}
     return Request(
         uid=uid,
         operation=str(request.get("operation") or ""),
@@ -143,10 +147,10 @@ Handled = tuple[int, dict[str, Any], Decision | None, Request | None]
 def _parsed(body: bytes) -> Request | Handled:
     try:
         return parse(body)
-    except BadReview as exc:
-        return 400, {"error": str(exc)}, None, None
-    except EnvelopeError as exc:
-        return 200, response(exc.uid, None, message=exc.message), None, None
+    except BadReview as bad:
+        return 400, {"error": str(bad)}, None, None
+    except EnvelopeError as wrong:  # a name of its own: mypyc types an except variable once
+        return 200, response(wrong.uid, None, message=wrong.message), None, None
 
 
 def handle(body: bytes, policies: PolicySet | None, namespace_of: NamespaceLookup,
@@ -169,8 +173,9 @@ def validate_request(req: Request, policies: PolicySet | None, namespace_of: Nam
 
     if _is_pod(req):
         return check_final(req.obj, _namespace(req, namespace_of), policies, attachments, req.operation), None
-    group = req.group if req.kind else workloads.group_of((req.obj or {}).get("apiVersion") if isinstance(req.obj, dict) else None)
-    kind = req.kind or ((req.obj or {}).get("kind") if isinstance(req.obj, dict) else "")
+    obj = req.obj if isinstance(req.obj, dict) else {}
+    group = req.group if req.kind else workloads.group_of(obj.get("apiVersion"))
+    kind = req.kind or str(obj.get("kind") or "")
     if not workloads.is_workload(group, kind) or req.sub_resource or req.operation not in ("CREATE", "UPDATE"):
         return None, None
     verdict = workloads.check_workload(req.obj, group, kind, _namespace(req, namespace_of), policies, attachments)

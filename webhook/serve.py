@@ -65,6 +65,12 @@ def run(*, policies_dir: str, tls_cert: str, tls_key: str, host: str, port: int,
     from webhook.policy_store import PolicyStore
     from webhook.tls import ServingTLS
 
+    import webhook
+    from webhook import review  # noqa: F401  (the decision core, imported to report how it runs)
+
+    compiled = webhook.compiled()
+    log.info("decision core: %s", f"compiled with mypyc ({', '.join(compiled)})" if compiled else
+             "interpreted (built with RDMA_WEBHOOK_PURE_PYTHON=1 or from source without `make compile`)")
     tls = ServingTLS(tls_cert, tls_key, client_ca)
     store = PolicyStore(policies_dir)
     store.reload(force=True)
