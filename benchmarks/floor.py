@@ -1,8 +1,8 @@
 """The floors: a minimal Flask app that parses the AdmissionReview and answers allowed:true with
 no patch, served exactly like `rdma-webhook serve` would serve the real one (same worker count,
-same TLS settings), on gunicorn gthread or gevent, or on granian (WSGI or RSGI).
+same TLS settings), on gunicorn gthread, on the webhook's own uvicorn workers, or on granian.
 
-    python benchmarks/floor.py --server gunicorn|gevent|granian|granian-rsgi --port P --tls-cert F --tls-key F [--workers N] [--threads N]
+    python benchmarks/floor.py --server gunicorn|uvicorn|granian --port P --tls-cert F --tls-key F [--workers N] [--threads N]
 """
 
 from __future__ import annotations
@@ -32,8 +32,8 @@ def readyz() -> Response:
 
 def main() -> int:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--server", choices=("gunicorn", "gevent", "granian", "granian-rsgi"), required=True,
-                    help="gunicorn: gthread, the issue's reference floor; gevent: the webhook's own stack")
+    ap.add_argument("--server", choices=("gunicorn", "uvicorn", "granian"), required=True,
+                    help="gunicorn: gthread, the issue's reference floor; uvicorn: the webhook's own stack")
     ap.add_argument("--host", default="127.0.0.1")
     ap.add_argument("--port", type=int, required=True)
     ap.add_argument("--tls-cert", required=True)
@@ -49,22 +49,18 @@ def main() -> int:
     # (webhook.app.wsgi: the answer handed over in one piece); the gthread reference floor is
     # plain Flask.
     own = wsgi(app)
-    if args.server in ("granian", "granian-rsgi"):
+    if args.server == "granian":
         # granian's own thread count (serve.GRANIAN_THREADS), as for the webhook; --threads is gthread's
         serve.run_granian("floor:app", host=args.host, port=args.port, workers=args.workers,
-                          tls_cert=args.tls_cert, tls_key=args.tls_key, target_loader=lambda _target=None: own,
-                          rsgi=args.server == "granian-rsgi")
+                          tls_cert=args.tls_cert, tls_key=args.tls_key, target_loader=lambda _target=None: own)
         return 0
-    if args.server == "gevent":
-        from gevent import monkey
-
-        monkey.patch_all()
     from webhook.tls import ServingTLS
 
     tls = ServingTLS(args.tls_cert, args.tls_key)
-    worker = "gthread" if args.server == "gunicorn" else "webhook.worker.Worker"
-    serve._Server(app if args.server == "gunicorn" else own, serve.gunicorn_options(host=args.host, port=args.port, workers=args.workers, tls=tls,
-                                              worker_class=worker, threads=args.threads)).run()
+    options = serve.gunicorn_options(host=args.host, port=args.port, workers=args.workers, tls=tls, threads=args.threads)
+    if args.server == "gunicorn":
+        options["worker_class"] = "gthread"
+    serve._Server(app if args.server == "gunicorn" else own, options).run()
     return 0
 
 

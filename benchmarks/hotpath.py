@@ -1,7 +1,7 @@
 """Where a worker's time goes under saturation: py-spy on one worker of `rdma-webhook serve`
 while wrk sends the benchmark mix, summarised as the frames that hold the most samples.
 
-    .venv/bin/python benchmarks/hotpath.py [--server gunicorn|granian] [--seconds 10] [--top 25]
+    .venv/bin/python benchmarks/hotpath.py [--server uvicorn|granian] [--seconds 10] [--top 25]
 
 Prints two tables, by share of samples: "own" (the frame on top of the stack, where the time is
 spent) and "inclusive" (every frame on the stack, what the time is spent under). Writes the raw
@@ -49,7 +49,7 @@ def summarise(raw: str, top: int) -> str:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--server", choices=("gunicorn", "granian"), default="gunicorn")
+    ap.add_argument("--server", choices=("uvicorn", "granian"), default="uvicorn")
     ap.add_argument("--seconds", type=int, default=10)
     ap.add_argument("--connections", type=int, default=32)
     ap.add_argument("--top", type=int, default=25)

@@ -1,7 +1,7 @@
 """Saturation only, several phases per target in the order given, to see through a noisy machine:
 the ratios of `run.py` come from one phase each, and on a shared VM one phase can lose a third.
 
-    .venv/bin/python benchmarks/interleave.py floor-gunicorn,webhook-gunicorn,webhook-granian,webhook-granian-rsgi,...
+    .venv/bin/python benchmarks/interleave.py floor-gunicorn,webhook-uvicorn,webhook-granian,floor-uvicorn,...
         [--seconds 10] [--connections 32]
 
 A target may appear several times; each phase starts its server afresh. Prints req/s and server

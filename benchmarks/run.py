@@ -4,14 +4,12 @@
     .venv/bin/python benchmarks/run.py --quick         # shorter phases, for a smoke run
 
 Targets, all with the same worker count, threads, TLS settings and client:
-    webhook-gunicorn   `rdma-webhook serve` as shipped (gunicorn with its gevent worker, webhook/worker.py)
+    webhook-uvicorn    `rdma-webhook serve` as shipped (gunicorn master, uvicorn workers, webhook/uvworker.py)
     webhook-granian    `rdma-webhook serve` with RDMA_WEBHOOK_SERVER=granian (candidate: WSGI threads)
-    webhook-granian-rsgi  the same with RDMA_WEBHOOK_SERVER=granian-rsgi (candidate: webhook/rsgi.py)
     floor-gunicorn     minimal Flask app (parse the review, answer allowed:true), gunicorn gthread:
                        the issue's reference floor
-    floor-gevent       the same minimal app on the webhook's own stack (gunicorn + webhook.worker)
+    floor-uvicorn      the same minimal app on the webhook's own stack (webhook.uvworker + webhook.asgi)
     floor-granian      the same minimal app under granian (WSGI)
-    floor-granian-rsgi the same minimal app under granian through webhook/rsgi.py
     go-peer            /work/shared/bench/go-peer, if built (--go-peer PATH; never part of the repo)
 
 Per target: saturated throughput (wrk, 2 threads, 8 keep-alive connections, the request mix of
@@ -290,8 +288,7 @@ def main() -> int:
     ap.add_argument("--threads", type=int, default=4, help="threads per worker of the gthread floor")
     ap.add_argument("--connections", type=int, default=8,
                     help="wrk keep-alive connections (8 in the issue; a pre-fork server may give them all to one worker)")
-    ap.add_argument("--targets", default="floor-gunicorn,floor-gevent,webhook-gunicorn,floor-granian,webhook-granian,"
-                                         "floor-granian-rsgi,webhook-granian-rsgi,go-peer")
+    ap.add_argument("--targets", default="floor-gunicorn,floor-uvicorn,webhook-uvicorn,floor-granian,webhook-granian,go-peer")
     ap.add_argument("--go-peer", default="/tmp/go-peer", help="path to a built go-peer binary (skipped if absent)")
     ap.add_argument("--no-burst", action="store_true")
     ap.add_argument("--no-decision", action="store_true")
@@ -321,10 +318,9 @@ def main() -> int:
         port = free_port()
         return Target("go-peer", [args.go_peer, "-addr", f"127.0.0.1:{port}", "-cert", cert, "-key", key], None, port)
 
-    makers = {"go-peer": go_peer, "floor-gunicorn": lambda: floor("gunicorn"), "floor-gevent": lambda: floor("gevent")}
-    for server in ("granian", "granian-rsgi"):
+    makers = {"go-peer": go_peer, "floor-gunicorn": lambda: floor("gunicorn")}
+    for server in ("uvicorn", "granian"):
         makers[f"floor-{server}"] = lambda s=server: floor(s)
-    for server in ("gunicorn", "granian", "granian-rsgi"):
         makers[f"webhook-{server}"] = lambda s=server: webhook(s)
     report: dict = {"machine": machine(), "command": " ".join(sys.argv), "settings": {
         "workers": args.workers, "threads": args.threads, "wrk": f"2 threads, {args.connections} connections", "seconds": args.seconds,
@@ -340,7 +336,7 @@ def main() -> int:
         print(json.dumps(report["targets"][name]), file=sys.stderr, flush=True)
     if not args.no_burst:
         report["burst"] = {}
-        for server in ("gunicorn", "granian"):
+        for server in ("uvicorn", "granian"):
             for w in (1, 2):
                 print(f"== burst {server} {w} worker(s)", file=sys.stderr, flush=True)
                 report["burst"][f"webhook-{server}-{w}"] = burst(lambda n, s=server: webhook(s, n), work, bodies, w)
@@ -382,9 +378,8 @@ def render(r: dict) -> str:
             lr = x["lopsided_run"]
             lines.append(f"- {name}: the first saturation run was lopsided ({lr['rps']:.0f} req/s, worker CPU s "
                          f"{', '.join(str(v) for v in lr['worker_cpu_s'])}); the better of two runs is shown")
-    for wh, fl in (("webhook-gunicorn", "floor-gunicorn"), ("webhook-gunicorn", "floor-gevent"),
-                   ("webhook-granian", "floor-gunicorn"), ("webhook-granian", "floor-granian"),
-                   ("webhook-granian-rsgi", "floor-gunicorn"), ("webhook-granian-rsgi", "floor-granian-rsgi")):
+    for wh, fl in (("webhook-uvicorn", "floor-gunicorn"), ("webhook-uvicorn", "floor-uvicorn"),
+                   ("webhook-granian", "floor-gunicorn"), ("webhook-granian", "floor-granian")):
         if wh in t and fl in t:
             a, b = t[wh], t[fl]
             parts = [f"throughput {a['throughput_rps'] / b['throughput_rps']:.2f}x",

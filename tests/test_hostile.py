@@ -341,7 +341,7 @@ SLOW_CLIENTS = 12  # more than the 2 workers x 4 threads the server runs today
 
 def test_slow_clients_do_not_starve_others(own_server):
     """While SLOW_CLIENTS trickle a request body one byte a second, other clients are served
-    within 3 s each; the trickling requests are cut within webhook.worker.REQUEST_TIMEOUT (10 s;
+    within 3 s each; the trickling requests are cut within webhook.asgi.REQUEST_TIMEOUT (10 s;
     the API server gives up on a webhook call after timeoutSeconds <= 10 anyway) plus a margin."""
     srv = own_server
     stop = threading.Event()
@@ -389,6 +389,45 @@ def test_slow_clients_do_not_starve_others(own_server):
         for th in threads:
             th.join(5)
     check_alive(srv)
+
+
+def test_oversized_request_head_is_refused_with_431(server):
+    """Request line and headers over webhook.uvworker.MAX_HEAD (64 KiB; httptools has no limit
+    of its own): 431 and the connection closed, and the server keeps serving."""
+    from webhook.uvworker import MAX_HEAD
+
+    head = b"POST /mutate HTTP/1.1\r\nHost: localhost\r\n"
+    head += b"".join(b"X-Fill-%03d: %s\r\n" % (i, b"a" * 1000) for i in range(MAX_HEAD // 1000 + 4))
+    with tls_socket(server) as s:
+        s.sendall(head)  # never finished: no blank line
+        status, body = read_response(s, time.monotonic() + 10)
+        assert status == 431 and b"over 65536 bytes" in body, (status, body[:200])
+        s.settimeout(5)
+        assert s.recv(1) == b""  # closed
+    check_alive(server)
+
+
+def test_slow_request_head_is_cut(server):
+    """A request line and headers trickled a line a second are cut within
+    webhook.asgi.REQUEST_TIMEOUT (10 s) of their first byte, plus a margin."""
+    start = time.monotonic()
+    with tls_socket(server) as s:
+        s.sendall(b"POST /mutate HTTP/1.1\r\n")
+        s.settimeout(1.0)
+        closed = None
+        while time.monotonic() - start < 20:
+            try:
+                s.sendall(b"X-Slow: 1\r\n")
+                if s.recv(1024) == b"":
+                    closed = time.monotonic() - start
+                    break
+            except (TimeoutError, socket.timeout, ssl.SSLWantReadError):
+                continue
+            except OSError:
+                closed = time.monotonic() - start
+                break
+    assert closed is not None and 9 <= closed < 14, closed
+    check_alive(server)
 
 
 IDLE = 200

@@ -14,7 +14,6 @@ error while deciding is answered with a deny that says so, and logged with its t
 from __future__ import annotations
 
 import logging
-import sys
 import time
 from typing import Any
 
@@ -36,15 +35,7 @@ _JSON = "application/json"
 
 def _json(doc: Any, status: int = 200) -> Response:
     metrics.child(metrics.RESPONSES, str(status)).inc()
-    if status == 413:  # the rest of the body stays unread: close the connection, do not drain it
-        _close_after_response()
     return Response(orjson.dumps(doc), status=status, mimetype=_JSON)
-
-
-def _close_after_response() -> None:
-    worker = sys.modules.get("webhook.worker")  # loaded only inside the production worker
-    if worker is not None:
-        worker.close_after_response()
 
 
 def create_app(store: PolicyStore, cluster: ClusterState) -> Flask:

@@ -241,19 +241,13 @@ def cmd_certs(args: argparse.Namespace) -> int:
 # -- serve -------------------------------------------------------------------------------------
 
 def cmd_serve(args: argparse.Namespace) -> int:
-    # The server runs on gevent (webhook/worker.py): patch the standard library before anything
-    # imports ssl, socket or threading, so every socket and thread in the process cooperates.
-    # Not for the granian candidates (benchmarks only), whose Rust threads must stay real threads
-    # and whose workers run no gevent hub (a patched `threading` would never run the policy watcher).
-    server = os.environ.get("RDMA_WEBHOOK_SERVER", "gunicorn")
-    if server not in ("gunicorn", "granian", "granian-rsgi"):
-        print(f"error: RDMA_WEBHOOK_SERVER={server!r}: expected gunicorn (the default), granian or granian-rsgi", file=sys.stderr)
-        return 2
-    if server == "gunicorn":
-        from gevent import monkey
-
-        monkey.patch_all()
     from webhook import serve
+
+    server = os.environ.get("RDMA_WEBHOOK_SERVER", serve.SERVERS[0])
+    if server not in serve.SERVERS:
+        print(f"error: RDMA_WEBHOOK_SERVER={server!r}: expected one of {', '.join(serve.SERVERS)} "
+              f"({serve.SERVERS[0]} is the default)", file=sys.stderr)
+        return 2
 
     for label, path in (("--tls-cert", args.tls_cert), ("--tls-key", args.tls_key), ("--client-ca", args.client_ca),
                         ("--cluster-state", args.cluster_state)):

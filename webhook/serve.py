@@ -1,17 +1,17 @@
-"""The production server: gunicorn with N worker processes over TLS, gevent inside each.
+"""The production server: gunicorn's master over N worker processes, each running uvicorn on
+uvloop (`webhook.uvworker`) with the Flask app behind `webhook.asgi.Front`, over TLS.
 
-Why gunicorn: a pre-fork WSGI server that has done this for a decade, with graceful shutdown on
-SIGTERM (stop accepting, finish in-flight requests within `graceful_timeout`, exit), worker
-supervision and request-line/header limits. Why its gevent worker (`webhook.worker`): a
-greenlet per connection, so idle or slow clients cannot take the capacity the API server needs,
-with deadlines on the handshake, the headers and each request. Its `ssl_context` hook hands the
-server `webhook.tls.ServingTLS`, which wraps every connection with one live context that is
-reloaded in place when the certificate files change.
+Why gunicorn as the master: pre-fork with the app built once (`preload_app`, so a bad start
+fails before any fork), worker supervision, graceful shutdown on SIGTERM (stop accepting, finish
+in-flight requests within `graceful_timeout`, exit) and request-line/header limits. Why uvicorn
+workers: one event loop thread per worker with uvloop's TLS and httptools' parser in C, so idle
+or slow clients hold a protocol object each, not a thread, at 0.34 ms of CPU per admission where
+gunicorn's gevent worker took 0.48 (benchmarks/README.md). Its `ssl_context` setting hands the
+worker `webhook.tls.ServingTLS`, one live context per worker, reloaded in place when the
+certificate files change.
 
-`serve` patches the standard library for gevent before anything else is imported (see
-`webhook.cli`). The app is built once in the master (`preload_app`), so a bad start fails before
-any fork; the per-worker background greenlets (policy reload, cluster watch) start after the
-fork, once the worker has set up its event loop.
+The per-worker background threads (policy reload, cluster watch) start after the fork, in
+gunicorn's `post_worker_init`.
 """
 
 from __future__ import annotations
@@ -28,6 +28,11 @@ from gunicorn.app.base import BaseApplication
 from webhook.logs import setup_logging
 
 log = logging.getLogger("rdma_webhook.serve")
+
+
+# RDMA_WEBHOOK_SERVER: the first is what `serve` runs; granian (Rust HTTP and TLS) is measured in
+# benchmarks/ as a candidate and lacks in-place certificate reload (benchmarks/README.md).
+SERVERS = ("uvicorn", "granian")
 
 
 def prepare_metrics_dir() -> None:
@@ -111,14 +116,13 @@ def run(*, policies_dir: str, tls_cert: str, tls_key: str, host: str, port: int,
         multiprocess.mark_process_dead(worker.pid)
 
     gc.freeze()  # what the master built is shared with the forks, never scanned by the GC again
-    server = os.environ.get("RDMA_WEBHOOK_SERVER", "gunicorn")
-    if server in ("granian", "granian-rsgi"):  # measured candidates, see benchmarks/README.md
+    if os.environ.get("RDMA_WEBHOOK_SERVER", SERVERS[0]) == "granian":  # a measured candidate
         def loader(_target=None):
             post_worker_init(None)
             return app
 
         run_granian(app, host=host, port=port, workers=workers, tls_cert=tls_cert, tls_key=tls_key,
-                    client_ca=client_ca, target_loader=loader, rsgi=server == "granian-rsgi")
+                    client_ca=client_ca, target_loader=loader)
         return 0
     options = gunicorn_options(host=host, port=port, workers=workers, tls=tls)
     options.update(post_worker_init=post_worker_init, worker_exit=worker_exit, child_exit=child_exit)
@@ -126,7 +130,7 @@ def run(*, policies_dir: str, tls_cert: str, tls_key: str, host: str, port: int,
     return 0
 
 
-def gunicorn_options(*, host: str, port: int, workers: int, tls, worker_class: str = "webhook.worker.Worker",
+def gunicorn_options(*, host: str, port: int, workers: int, tls, worker_class: str = "webhook.uvworker.Worker",
                      threads: int = 1) -> dict[str, Any]:
     """The gunicorn settings `serve` runs with (benchmarks/floor.py serves its floors with the
     same settings, and the issue's reference floor with worker_class "gthread")."""
@@ -135,7 +139,6 @@ def gunicorn_options(*, host: str, port: int, workers: int, tls, worker_class: s
         "workers": workers,
         "worker_class": worker_class,
         "threads": threads,  # gthread only
-        "worker_connections": 1000,  # gevent: open connections per worker
         "preload_app": True,
         "certfile": tls.cert_file,
         "keyfile": tls.key_file,
@@ -159,29 +162,21 @@ GRANIAN_THREADS = 2
 
 
 def run_granian(target, *, host: str, port: int, workers: int, tls_cert: str, tls_key: str,
-                client_ca: str | None = None, target_loader=None, rsgi: bool = False) -> None:
-    """granian (Rust HTTP and rustls TLS, Python only for the app) with the closest settings it
-    has; measured in benchmarks/ as a candidate, see benchmarks/README.md for what it cannot do
-    that `serve` promises. WSGI: the app runs in GRANIAN_THREADS threads per worker. RSGI
-    (`rsgi`): one uvloop event loop thread per worker, the WSGI app that `target_loader` returns
-    behind a `webhook.rsgi.Front`."""
+                client_ca: str | None = None, target_loader=None) -> None:
+    """granian's WSGI interface (Rust HTTP and rustls TLS, Python only for the app, in
+    GRANIAN_THREADS threads per worker) with the closest settings it has; measured in benchmarks/
+    as a candidate, see benchmarks/README.md for what it cannot do that `serve` promises."""
     from pathlib import Path
 
     from granian import Granian
-    from granian.constants import HTTPModes, Interfaces, Loops
+    from granian.constants import HTTPModes, Interfaces
     from granian.http import HTTP1Settings
 
     kw: dict[str, Any] = {}
     if client_ca:
         kw.update(ssl_ca=Path(client_ca), ssl_client_verify=True)
-    if rsgi:
-        kw.update(interface=Interfaces.RSGI, loop=Loops.uvloop)
-        if target_loader is None:
-            raise ValueError("the RSGI candidate needs a target_loader that returns the WSGI app")
-        target_loader = _behind_rsgi_front(target_loader)
-    else:
-        kw.update(interface=Interfaces.WSGI, blocking_threads=GRANIAN_THREADS)
     server = Granian(target, address=host, port=port, workers=workers, http=HTTPModes.http1,
+                     interface=Interfaces.WSGI, blocking_threads=GRANIAN_THREADS,
                      http1_settings=HTTP1Settings(header_read_timeout=10_000, keep_alive=True),
                      ssl_cert=Path(tls_cert), ssl_key=Path(tls_key), ssl_protocol_min="tls1.2",
                      workers_kill_timeout=20, log_level="warning", **kw)
@@ -189,17 +184,6 @@ def run_granian(target, *, host: str, port: int, workers: int, tls_cert: str, tl
         server.serve(target_loader=target_loader)
     else:
         server.serve()
-
-
-def _behind_rsgi_front(load_wsgi):
-    """A granian target loader that puts the WSGI app `load_wsgi` returns behind the RSGI front."""
-
-    def load(_target=None):
-        from webhook.rsgi import Front
-
-        return Front(load_wsgi(_target))
-
-    return load
 
 
 def _uses_networks(store) -> bool:

@@ -9,8 +9,8 @@ a private snapshot of the files so that the pair checked is the pair served. A h
 mismatched pair is logged and ignored until it changes again, so a rotation never leaves the
 server without a certificate, and connections already open keep theirs. The files are checked
 (one stat each) on every new connection, so no worker hands out the old certificate after the
-files changed. The worker is single-threaded (gevent), so no handshake runs while the context
-is being reloaded.
+files changed (`webhook.uvworker.Connection` asks before each new connection's TLS session is
+made). The worker is one event loop thread, so no handshake runs while the context is reloaded.
 
 Client CAs (`--client-ca`) are added on change; removing a CA from the trust store takes a
 restart (OpenSSL cannot drop a loaded CA from a live context).

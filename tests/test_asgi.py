@@ -1,0 +1,119 @@
+"""webhook/asgi.py, the ASGI front uvicorn serves, driven the way uvicorn drives it: a scope, a
+`receive` that hands out the body in messages and a `send` that collects the answer. The front
+over real TLS is tested in test_server.py and test_hostile.py."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+from webhook.asgi import Front
+
+
+def scope(method="POST", path="/mutate", query=b"", headers=()):
+    return {"type": "http", "http_version": "1.1", "method": method, "path": path, "query_string": query,
+            "scheme": "https", "server": ("127.0.0.1", 8443), "client": ("10.0.0.9", 51234),
+            "headers": [(k.encode(), v.encode()) for k, v in headers]}
+
+
+def drive(front, sc, messages, pause_after=None):
+    """Run the front; `messages` are what receive returns in turn; after them receive waits
+    forever (a client that stopped sending)."""
+    sent = []
+    queue = list(messages)
+
+    async def receive():
+        if queue:
+            return queue.pop(0)
+        await asyncio.sleep(3600)
+
+    async def send(message):
+        sent.append(message)
+
+    asyncio.run(front(sc, receive, send))
+    return sent
+
+
+def answer(sent):
+    start, body = sent
+    assert start["type"] == "http.response.start" and body["type"] == "http.response.body"
+    return start["status"], dict(start["headers"]), body["body"]
+
+
+def echo_app(seen):
+    def app(environ, start_response):
+        seen.append(environ)
+        body = environ["wsgi.input"].read()
+        status = "413 Request Entity Too Large" if body == b"big" else "200 OK"
+        start_response(status, [("Content-Type", "application/json"), ("X-Len", str(len(body)))])
+        return [json.dumps({"got": body.decode()}).encode()]
+    return app
+
+
+def test_body_in_pieces_reaches_the_app_as_one_wsgi_request():
+    seen = []
+    sent = drive(Front(echo_app(seen)), scope(query=b"timeout=10s", headers=[("content-type", "application/json"),
+                                                                             ("x-forwarded-for", "a"), ("x-forwarded-for", "b")]),
+                 [{"type": "http.request", "body": b'{"a":', "more_body": True},
+                  {"type": "http.request", "body": b"", "more_body": True},
+                  {"type": "http.request", "body": b"1}", "more_body": False}])
+    status, headers, body = answer(sent)
+    assert status == 200 and json.loads(body) == {"got": '{"a":1}'}
+    assert headers[b"content-type"] == b"application/json" and headers[b"x-len"] == b"7"
+    assert b"connection" not in headers
+    env = seen[0]
+    assert (env["REQUEST_METHOD"], env["PATH_INFO"], env["QUERY_STRING"]) == ("POST", "/mutate", "timeout=10s")
+    assert env["CONTENT_TYPE"] == "application/json" and env["CONTENT_LENGTH"] == "7"
+    assert env["HTTP_X_FORWARDED_FOR"] == "a,b" and env["REMOTE_ADDR"] == "10.0.0.9"
+    assert (env["SERVER_NAME"], env["SERVER_PORT"], env["wsgi.url_scheme"]) == ("127.0.0.1", "8443", "https")
+
+
+def test_declared_length_over_the_limit_is_refused_unread():
+    seen = []
+    sent = drive(Front(echo_app(seen), max_body=10), scope(headers=[("content-length", "11")]), [])
+    status, headers, body = answer(sent)
+    assert status == 413 and headers[b"connection"] == b"close" and b"over 10 bytes" in body and not seen
+
+
+def test_chunked_body_over_the_limit_is_refused_as_it_arrives():
+    seen = []
+    sent = drive(Front(echo_app(seen), max_body=10),
+                 scope(headers=[("transfer-encoding", "chunked")]),
+                 [{"type": "http.request", "body": b"x" * 6, "more_body": True},
+                  {"type": "http.request", "body": b"x" * 6, "more_body": True}])  # then silence
+    status, headers, _ = answer(sent)
+    assert status == 413 and headers[b"connection"] == b"close" and not seen
+
+
+def test_a_body_that_stops_arriving_gets_408():
+    seen = []
+    sent = drive(Front(echo_app(seen), timeout=0.2), scope(headers=[("content-length", "100")]),
+                 [{"type": "http.request", "body": b"x", "more_body": True}])
+    status, headers, body = answer(sent)
+    assert status == 408 and headers[b"connection"] == b"close" and b"not received in time" in body and not seen
+
+
+def test_a_client_that_disconnects_is_not_answered():
+    seen = []
+    sent = drive(Front(echo_app(seen)), scope(), [{"type": "http.request", "body": b"x", "more_body": True},
+                                                  {"type": "http.disconnect"}])
+    assert sent == [] and not seen
+
+
+def test_a_413_from_the_app_closes_the_connection():
+    sent = drive(Front(echo_app([])), scope(), [{"type": "http.request", "body": b"big", "more_body": False}])
+    status, headers, _ = answer(sent)
+    assert status == 413 and headers[b"connection"] == b"close"
+
+
+def test_other_scopes_are_ignored():
+    sent = []
+
+    async def never():
+        raise AssertionError("receive called")
+
+    async def send(message):
+        sent.append(message)
+
+    asyncio.run(Front(echo_app([]))({"type": "lifespan"}, never, send))
+    assert sent == []
