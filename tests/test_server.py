@@ -372,6 +372,52 @@ def test_graceful_shutdown_under_traffic_loses_no_request(tmp_path):
     assert srv.proc.returncode == 0 and exited_after < 25, (srv.proc.returncode, exited_after)
 
 
+def test_one_write_per_response_holds_only_the_header_block():
+    """webhook.uvworker._OneWrite: a response's header block goes out with its body in one
+    write; an interim 100 Continue is not held; a response without a body is sent by flush()
+    or close(); nothing else is delayed or reordered."""
+    from webhook.uvworker import _OneWrite
+
+    class Transport:
+        def __init__(self):
+            self.sent: list[bytes] = []
+            self.closed = False
+
+        def write(self, data):
+            self.sent.append(bytes(data))
+
+        def close(self):
+            self.closed = True
+
+        def is_closing(self):
+            return self.closed
+
+    t = Transport()
+    out = _OneWrite(t)
+    out.write(b"HTTP/1.1 100 Continue\r\n\r\n")
+    out.write(b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n")
+    assert t.sent == [b"HTTP/1.1 100 Continue\r\n\r\n"]
+    out.write(b"2\r\nab\r\n")
+    out.write(b"0\r\n\r\n")  # ends like a header block, but is not the first write: not held
+    out.flush()
+    assert t.sent[1:] == [b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n2\r\nab\r\n", b"0\r\n\r\n"]
+    assert not out.is_closing()  # everything else is the transport's
+
+    t = Transport()
+    out = _OneWrite(t)
+    out.write(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\n")
+    assert t.sent == []
+    out.flush()
+    out.flush()
+    assert t.sent == [b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\n"]
+
+    t = Transport()
+    out = _OneWrite(t)
+    out.write(b"HTTP/1.1 204 No Content\r\n\r\n")
+    out.close()
+    assert t.sent == [b"HTTP/1.1 204 No Content\r\n\r\n"] and t.closed
+
+
 def test_answers_without_a_body_are_sent(server):
     """A HEAD answer is the header block alone: it must still go out, and the connection stays
     usable."""

@@ -243,7 +243,7 @@ def cmd_certs(args: argparse.Namespace) -> int:
 def cmd_serve(args: argparse.Namespace) -> int:
     from webhook import serve
 
-    server = os.environ.get("RDMA_WEBHOOK_SERVER", serve.SERVERS[0])
+    server = os.environ.get("RDMA_WEBHOOK_SERVER") or serve.SERVERS[0]
     if server not in serve.SERVERS:
         print(f"error: RDMA_WEBHOOK_SERVER={server!r}: expected one of {', '.join(serve.SERVERS)} "
               f"({serve.SERVERS[0]} is the default)", file=sys.stderr)

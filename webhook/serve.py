@@ -116,7 +116,7 @@ def run(*, policies_dir: str, tls_cert: str, tls_key: str, host: str, port: int,
         multiprocess.mark_process_dead(worker.pid)
 
     gc.freeze()  # what the master built is shared with the forks, never scanned by the GC again
-    if os.environ.get("RDMA_WEBHOOK_SERVER", SERVERS[0]) == "granian":  # a measured candidate
+    if os.environ.get("RDMA_WEBHOOK_SERVER") == "granian":  # a measured candidate
         def loader(_target=None):
             post_worker_init(None)
             return app

@@ -96,8 +96,52 @@ class Connection(HttpToolsProtocol):
             self._head_deadline.cancel()
             self._head_deadline = None
         super().on_headers_complete()
-        if self.stopping and self.cycle is not None:
-            self.cycle.keep_alive = False
+        cycle = self.cycle
+        if cycle is not None and cycle.transport is self.transport:  # the cycle made for this request
+            out = cycle.transport = _OneWrite(self.transport)
+            done = cycle.on_response
+
+            def on_response() -> None:  # the response is complete: whatever is held goes out
+                out.flush()
+                done()
+
+            cycle.on_response = on_response
+            if self.stopping:
+                cycle.keep_alive = False
+
+
+class _OneWrite:
+    """The transport as one request's response cycle sees it. uvicorn writes a response's header
+    block and its body in two `write` calls, and uvloop's TLS layer makes each its own TLS record
+    and system call (9% of a worker's samples under load, benchmarks/hotpath.py). The header
+    block is held and sent with the body (or alone when the response is complete without one); an
+    interim `100 Continue` goes straight out."""
+
+    __slots__ = ("_transport", "_held", "_first")
+
+    def __init__(self, transport):
+        self._transport, self._held, self._first = transport, None, True
+
+    def write(self, data: bytes) -> None:
+        if self._first and not data.startswith(b"HTTP/1.1 100 "):
+            self._first, self._held = False, data  # the header block: the first write of a response
+            return
+        if self._held is not None:
+            data, self._held = self._held + data, None
+        self._transport.write(data)
+
+    def flush(self) -> None:
+        """Send what is held (the header block of a response without a body, as for HEAD)."""
+        if self._held is not None:
+            self._transport.write(self._held)
+            self._held = None
+
+    def close(self) -> None:
+        self.flush()
+        self._transport.close()
+
+    def __getattr__(self, name):
+        return getattr(self._transport, name)
 
 
 def connection_class(tls) -> type[Connection]:
@@ -111,8 +155,9 @@ class _Server(Server):
 
 
 class Worker(UvicornWorker):
+    # proxy_headers off: the API server connects directly, and X-Forwarded-* must not be believed
     CONFIG_KWARGS = {"loop": "uvloop", "http": "httptools", "lifespan": "off", "access_log": False,
-                     "server_header": False}
+                     "server_header": False, "proxy_headers": False}
 
     async def _serve(self) -> None:
         # gunicorn's `ssl_context` setting is how `serve` hands over its ServingTLS; the context
