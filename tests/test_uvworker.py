@@ -1,0 +1,134 @@
+"""webhook/uvworker.py's connection, driven on an event loop with a fake transport: the bounds
+and the gentle stop it adds to uvicorn's protocol. Over real TLS the same code serves every test
+in test_server.py, test_hostile.py and test_soak.py; here the timers are shortened so that the
+cases that take 75 s in production (an idle connection) take milliseconds."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from uvicorn.config import Config
+from uvicorn.server import ServerState
+
+from webhook import uvworker
+
+REQUEST = b"POST /mutate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 2\r\n\r\n{}"
+
+
+class Transport:
+    def __init__(self):
+        self.out = bytearray()
+        self.closed = False
+
+    def write(self, data):
+        assert not self.closed, "write after close"
+        self.out += data
+
+    def close(self):
+        self.closed = True
+
+    def is_closing(self):
+        return self.closed
+
+    def get_extra_info(self, name, default=None):
+        return {"sockname": ("127.0.0.1", 8443), "peername": ("10.0.0.9", 50000)}.get(name, default)
+
+    def pause_reading(self):
+        pass
+
+    def resume_reading(self):
+        pass
+
+
+async def ok_app(scope, receive, send):
+    while (await receive()).get("more_body"):
+        pass
+    await send({"type": "http.response.start", "status": 200, "headers": [(b"content-length", b"2")]})
+    await send({"type": "http.response.body", "body": b"ok"})
+
+
+def connect(loop, keep_alive=75.0):
+    cls = uvworker.connection_class(None)
+    config = Config(app=ok_app, http=cls, lifespan="off", loop="asyncio", timeout_keep_alive=keep_alive)
+    config.load()
+    conn = cls(config=config, server_state=ServerState(), app_state={}, _loop=loop)
+    transport = Transport()
+    conn.connection_made(transport)
+    return cls, conn, transport
+
+
+@pytest.fixture
+def loop():
+    loop = asyncio.new_event_loop()
+    yield loop
+    loop.close()
+
+
+def settle(loop, seconds):
+    loop.run_until_complete(asyncio.sleep(seconds))
+
+
+def test_a_connection_that_never_sends_a_request_is_closed_after_the_keep_alive_time(loop):
+    _, _, transport = connect(loop, keep_alive=0.05)
+    settle(loop, 0.2)
+    assert transport.closed and transport.out == b""
+
+
+def test_a_request_is_answered_in_one_write_and_the_connection_kept(loop):
+    _, conn, transport = connect(loop)
+    conn.data_received(REQUEST)
+    settle(loop, 0.05)
+    assert transport.out.startswith(b"HTTP/1.1 200 OK\r\n") and transport.out.endswith(b"\r\n\r\nok")
+    assert b"connection: close" not in transport.out and not transport.closed
+
+
+def test_a_slow_request_head_is_cut(loop, monkeypatch):
+    monkeypatch.setattr(uvworker, "REQUEST_TIMEOUT", 0.05)
+    _, conn, transport = connect(loop)
+    conn.data_received(b"POST /mutate HTTP/1.1\r\nHost: x\r\n")
+    settle(loop, 0.2)
+    assert transport.closed and transport.out == b""
+
+
+def test_an_oversized_request_head_gets_431(loop):
+    _, conn, transport = connect(loop)
+    conn.data_received(b"POST /mutate HTTP/1.1\r\n")
+    filler = b"X-Fill: " + b"a" * 1000 + b"\r\n"
+    for _ in range(uvworker.MAX_HEAD // len(filler) + 2):
+        if transport.closed:
+            break
+        conn.data_received(filler)
+    assert transport.closed and transport.out.startswith(b"HTTP/1.1 431 ")
+
+
+def test_stop_answers_the_next_request_with_close_and_closes_idle_connections_after_a_pause(loop, monkeypatch):
+    monkeypatch.setattr(uvworker, "DRAIN_IDLE", 0.1)
+    cls, busy, busy_t = connect(loop)
+    _, idle, idle_t = connect(loop)
+    for conn in (busy, idle):
+        conn.data_received(REQUEST)
+    settle(loop, 0.05)
+    cls.stopping = True  # what _Server.shutdown does before uvicorn calls shutdown() on each
+    for conn in (busy, idle):
+        conn.shutdown()
+    assert not busy_t.closed and not idle_t.closed  # not at once: a request may be on its way
+    busy.data_received(REQUEST)  # it was: answered, with Connection: close, then closed
+    settle(loop, 0.05)
+    assert busy_t.out.count(b"HTTP/1.1 200 OK") == 2 and busy_t.out.rstrip(b"ok").endswith(b"connection: close\r\n\r\n")
+    assert busy_t.closed and not idle_t.closed
+    settle(loop, 0.15)
+    assert idle_t.closed and idle_t.out.count(b"HTTP/1.1 200 OK") == 1
+
+
+def test_a_connection_accepted_during_the_stop_is_drained_too(loop, monkeypatch):
+    monkeypatch.setattr(uvworker, "DRAIN_IDLE", 0.05)
+    cls = uvworker.connection_class(None)
+    cls.stopping = True
+    config = Config(app=ok_app, http=cls, lifespan="off", loop="asyncio")
+    config.load()
+    conn = cls(config=config, server_state=ServerState(), app_state={}, _loop=loop)
+    transport = Transport()
+    conn.connection_made(transport)
+    settle(loop, 0.15)
+    assert transport.closed
