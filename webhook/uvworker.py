@@ -18,7 +18,9 @@ What is ours on top of uvicorn's protocol (`Connection`):
   gunicorn's own workers do;
 - bounds uvicorn leaves out: a connection that never sends a request is closed after the
   keep-alive time (75 s), a request line and headers must arrive within REQUEST_TIMEOUT and
-  MAX_HEAD bytes (431 otherwise); the body is bounded by `Front` (10 s, 3 MiB).
+  MAX_HEAD bytes (431 otherwise); the body is bounded by `Front` (10 s, 3 MiB);
+- one write per response (`_OneWrite`): the header block goes out with the body, one TLS record
+  and one system call instead of two.
 uvicorn's own limit for a stop is set 2 s under gunicorn's `graceful_timeout`, so the worker
 exits on its own and runs its exit hooks. The TLS handshake is bounded by uvloop's default
 (60 s); a handshaking client holds a transport, not a thread.
@@ -45,7 +47,8 @@ _TOO_LARGE = (b"HTTP/1.1 431 Request Header Fields Too Large\r\ncontent-type: ap
 
 
 class Connection(HttpToolsProtocol):
-    """uvicorn's HTTP/1.1 protocol with the certificate check and the gentle stop."""
+    """uvicorn's HTTP/1.1 protocol with the certificate check, the bounds, one write per response
+    and the gentle stop."""
 
     tls = None  # the worker's ServingTLS, set on the subclass `connection_class` makes
     stopping = False  # set on that subclass when the worker begins to stop (`_Server.shutdown`)
