@@ -76,11 +76,12 @@ class Connection(HttpToolsProtocol):
             if self._head_bytes > MAX_HEAD:
                 self.transport.write(_TOO_LARGE)
                 self.transport.close()
+            elif self._head_deadline is None:  # armed only for a head split over several reads
+                self._head_deadline = self.loop.call_later(REQUEST_TIMEOUT, self._head_too_slow)
 
     def on_message_begin(self) -> None:
         super().on_message_begin()
         self._in_head, self._head_bytes = True, 0
-        self._head_deadline = self.loop.call_later(REQUEST_TIMEOUT, self._head_too_slow)
 
     def _head_too_slow(self) -> None:
         if self._in_head and not self.transport.is_closing():
