@@ -3,7 +3,7 @@ uvloop (`webhook.uvworker`) with the Flask app behind `webhook.asgi.Front`, over
 
 Why gunicorn as the master: pre-fork with the app built once (`preload_app`, so a bad start
 fails before any fork), worker supervision, graceful shutdown on SIGTERM (stop accepting, finish
-in-flight requests within `graceful_timeout`, exit) and request-line/header limits. Why uvicorn
+in-flight requests within `graceful_timeout`, exit). Why uvicorn
 workers: one event loop thread per worker with uvloop's TLS and httptools' parser in C, so idle
 or slow clients hold a protocol object each, not a thread, at 0.34 ms of CPU per admission where
 gunicorn's gevent worker took 0.48 (benchmarks/README.md). Its `ssl_context` setting hands the
@@ -146,6 +146,8 @@ def gunicorn_options(*, host: str, port: int, workers: int, tls, worker_class: s
         "keepalive": 75,  # the API server reuses connections; keep them longer than its idle
         "timeout": 30,
         "graceful_timeout": 20,
+        # gunicorn's own parser only (the gthread reference floor); uvicorn's requests are bounded
+        # by webhook.uvworker.MAX_HEAD
         "limit_request_line": 4096,
         "limit_request_fields": 64,
         "limit_request_field_size": 8190,

@@ -110,7 +110,9 @@ class ServingTLS:
         return True
 
     def wrap_socket(self, sock, server_side: bool = True, **kwargs):
-        """Wrap an accepted socket without handshaking (the worker handshakes under a timer)."""
+        """Wrap an accepted socket without handshaking. gunicorn's own workers call this through
+        its `ssl_context` setting (the gthread reference floor in benchmarks/); `serve`'s uvicorn
+        worker takes `context` itself and calls `refresh()` per connection."""
         self.refresh()
         kwargs["do_handshake_on_connect"] = False
         return self.context.wrap_socket(sock, server_side=server_side, **kwargs)
