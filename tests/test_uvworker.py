@@ -48,8 +48,9 @@ async def ok_app(scope, receive, send):
     await send({"type": "http.response.body", "body": b"ok"})
 
 
-def connect(loop, keep_alive=75.0):
+def connect(loop, keep_alive=75.0, stopping=False):
     cls = uvworker.connection_class(None)
+    cls.stopping = stopping
     config = Config(app=ok_app, http=cls, lifespan="off", loop="asyncio", timeout_keep_alive=keep_alive)
     config.load()
     conn = cls(config=config, server_state=ServerState(), app_state={}, _loop=loop)
@@ -123,12 +124,6 @@ def test_stop_answers_the_next_request_with_close_and_closes_idle_connections_af
 
 def test_a_connection_accepted_during_the_stop_is_drained_too(loop, monkeypatch):
     monkeypatch.setattr(uvworker, "DRAIN_IDLE", 0.05)
-    cls = uvworker.connection_class(None)
-    cls.stopping = True
-    config = Config(app=ok_app, http=cls, lifespan="off", loop="asyncio")
-    config.load()
-    conn = cls(config=config, server_state=ServerState(), app_state={}, _loop=loop)
-    transport = Transport()
-    conn.connection_made(transport)
+    _, _, transport = connect(loop, stopping=True)
     settle(loop, 0.15)
     assert transport.closed
