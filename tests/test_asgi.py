@@ -7,7 +7,8 @@ from __future__ import annotations
 import asyncio
 import json
 
-from webhook.asgi import Front
+from webhook import asgi
+from webhook.asgi import BODY_COMPLETE, Front
 
 
 def scope(method="POST", path="/mutate", query=b"", headers=()):
@@ -117,3 +118,22 @@ def test_other_scopes_are_ignored():
 
     asyncio.run(Front(echo_app([]))({"type": "lifespan"}, never, send))
     assert sent == []
+
+
+def test_the_body_deadline_is_armed_only_when_the_body_may_still_be_on_its_way(monkeypatch):
+    armed = []
+    real = asyncio.timeout
+
+    def timeout(delay):
+        armed.append(delay)
+        return real(delay)
+
+    monkeypatch.setattr(asgi.asyncio, "timeout", timeout)
+    body = [{"type": "http.request", "body": b"{}", "more_body": False}]
+    for complete in (True, False):
+        sc = scope(headers=[("content-length", "2")])
+        if complete:
+            sc[BODY_COMPLETE] = True
+        seen = []
+        assert answer(drive(Front(echo_app(seen), timeout=7.0), sc, list(body)))[0] == 200
+    assert armed == [7.0]  # only for the scope without the mark

@@ -12,6 +12,7 @@ from uvicorn.config import Config
 from uvicorn.server import ServerState
 
 from webhook import uvworker
+from webhook.asgi import BODY_COMPLETE
 
 REQUEST = b"POST /mutate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 2\r\n\r\n{}"
 
@@ -48,10 +49,10 @@ async def ok_app(scope, receive, send):
     await send({"type": "http.response.body", "body": b"ok"})
 
 
-def connect(loop, keep_alive=75.0, stopping=False):
+def connect(loop, keep_alive=75.0, stopping=False, app=ok_app):
     cls = uvworker.connection_class(None)
     cls.stopping = stopping
-    config = Config(app=ok_app, http=cls, lifespan="off", loop="asyncio", timeout_keep_alive=keep_alive)
+    config = Config(app=app, http=cls, lifespan="off", loop="asyncio", timeout_keep_alive=keep_alive)
     config.load()
     conn = cls(config=config, server_state=ServerState(), app_state={}, _loop=loop)
     transport = Transport()
@@ -127,3 +128,21 @@ def test_a_connection_accepted_during_the_stop_is_drained_too(loop, monkeypatch)
     _, _, transport = connect(loop, stopping=True)
     settle(loop, 0.15)
     assert transport.closed
+
+
+def test_the_scope_says_whether_the_body_was_complete_before_the_app_ran(loop):
+    seen = []
+
+    async def app(scope, receive, send):
+        seen.append(scope.get(BODY_COMPLETE, False))
+        await ok_app(scope, receive, send)
+
+    _, conn, transport = connect(loop, app=app)
+    conn.data_received(REQUEST)  # head and body in one read: Front needs no deadline
+    settle(loop, 0.05)
+    head, body = REQUEST[:-1], REQUEST[-1:]
+    conn.data_received(head)  # the body's last byte still missing when the app starts
+    settle(loop, 0.05)
+    conn.data_received(body)
+    settle(loop, 0.05)
+    assert seen == [True, False] and transport.out.count(b"HTTP/1.1 200 OK") == 2

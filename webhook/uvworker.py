@@ -19,6 +19,8 @@ What is ours on top of uvicorn's protocol (`Connection`):
 - bounds uvicorn leaves out: a connection that never sends a request is closed after the
   keep-alive time (75 s), a request line and headers must arrive within REQUEST_TIMEOUT and
   MAX_HEAD bytes (431 otherwise); the body is bounded by `Front` (10 s, 3 MiB);
+- the scope of a request whose body was complete before the app ran is marked
+  (`asgi.BODY_COMPLETE`), so `Front` arms no body deadline for it;
 - one write per response (`_OneWrite`): the header block goes out with the body, one TLS record
   and one system call instead of two.
 uvicorn's own limit for a stop is set 2 s under gunicorn's `graceful_timeout`, so the worker
@@ -35,7 +37,7 @@ from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 from uvicorn.server import Server
 from uvicorn_worker import UvicornWorker
 
-from webhook.asgi import REQUEST_TIMEOUT, Front
+from webhook.asgi import BODY_COMPLETE, REQUEST_TIMEOUT, Front
 
 DRAIN_IDLE = 1.0
 # The request line and headers of one request (an API server's are about 300 bytes); httptools
@@ -82,6 +84,10 @@ class Connection(HttpToolsProtocol):
     def on_message_begin(self) -> None:
         super().on_message_begin()
         self._in_head, self._head_bytes = True, 0
+
+    def on_message_complete(self) -> None:
+        super().on_message_complete()
+        self.scope[BODY_COMPLETE] = True  # `Front` need not arm its body deadline
 
     def _head_too_slow(self) -> None:
         if self._in_head and not self.transport.is_closing():
