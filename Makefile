@@ -22,6 +22,7 @@ $(VENV)/.installed: pyproject.toml
 # mypyc reads every module's types, so any change under webhook/ rebuilds (about 45 s).
 $(VENV)/.compiled: $(VENV)/.installed setup.py $(wildcard webhook/*.py)
 	$(BIN)/python setup.py --quiet build_ext --inplace
+	touch webhook/*.so *__mypyc.*.so  # setuptools skips relinking when mypyc's C is unchanged: the build is current
 	touch $@
 
 compile: $(VENV)/.compiled

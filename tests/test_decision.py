@@ -409,3 +409,19 @@ def test_operator_pod_shapes(policies, make):
     assert out["metadata"]["labels"] == pod["metadata"]["labels"]
     c0, o0 = pod["spec"]["containers"][0], out["spec"]["containers"][0]
     assert o0["env"][: len(c0.get("env", []))] == c0.get("env", [])
+
+
+@pytest.mark.parametrize("text, settings", [
+    ("export NCCL_NET=Socket", [("NCCL_NET", "Socket")]),
+    ('export NCCL_NET=Soc"ket"', [("NCCL_NET", "Socket")]),  # the shell joins quoted parts of a word
+    ("export NCCL_NET=So'ck'et", [("NCCL_NET", "Socket")]),
+    ("NCCL_IB_DISABLE=\\1 torchrun", [("NCCL_IB_DISABLE", "1")]),  # a backslash escapes the next character
+    ("export NCCL_NET='Socket'", [("NCCL_NET", "Socket")]),
+    ('export NCCL_NET=So"ck', [("NCCL_NET", 'So"ck')]),  # unbalanced: kept as written
+    ("export NCCL_IB_DISABLE=$FLAG", []),
+    ("echo hello", []),
+])
+def test_command_settings_read_words_as_the_shell_does(text, settings):
+    from webhook.fallback import command_settings
+
+    assert list(command_settings(text)) == settings

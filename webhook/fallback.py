@@ -156,9 +156,9 @@ def command_settings(text: str) -> Iterator[tuple[str, str]]:
         raw = m.group(2) if m.group(1) else m.group(4)
         if raw[:1] in ("'", '"'):
             raw = raw[1:-1]
-        else:
+        elif "\\" in raw or "'" in raw or '"' in raw:  # a shell word with escapes or inner quotes
             try:
-                raw = "".join(shlex.split(raw)) if raw else raw
+                raw = "".join(shlex.split(raw))
             except ValueError:
                 pass
         if "$" in raw:  # a shell variable: its value is not known here

@@ -27,6 +27,11 @@ def parse_quantity(value: Any) -> Decimal:
         return Decimal(value)
     if not isinstance(value, (str, float)):
         raise ValueError(f"{value!r} is not a quantity")
+    return _general_quantity(value)
+
+
+@lru_cache(maxsize=1024)  # the same few sizes ("64Gi", "500m") come with every pod of a job
+def _general_quantity(value: str | float) -> Decimal:
     try:
         return _parse_quantity(value)
     except Exception as exc:  # the client raises ValueError and, for some strings, others
