@@ -67,3 +67,10 @@ def test_every_request_gets_the_same_read_only_null_session(cluster):
     assert len(seen) == 2 and seen[0] is seen[1] and isinstance(seen[0], flask.sessions.NullSession)
     assert "Set-Cookie" not in client.get("/probe").headers
     assert isinstance(app, WebhookFlask)
+
+
+def test_answers_are_one_bytes_body_and_head_gets_none(client):
+    get, head = client.get("/healthz"), client.head("/healthz")
+    assert get.data == b'{"status":"ok"}' and get.headers["Content-Length"] == str(len(get.data))
+    assert head.status_code == 200 and head.data == b"" and head.headers["Content-Length"] == str(len(get.data))
+    assert get.headers["Content-Type"] == "application/json"

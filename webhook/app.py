@@ -37,7 +37,9 @@ _JSON = "application/json"
 
 def _json(doc: Any, status: int = 200) -> Response:
     metrics.child(metrics.RESPONSES, str(status)).inc()
-    return Response(orjson.dumps(doc), status=status, content_type=_JSON)
+    # direct_passthrough: the body is one bytes object, handed to the server as it is (werkzeug
+    # would otherwise wrap it in an encoding generator and a closing iterator)
+    return Response(orjson.dumps(doc), status=status, content_type=_JSON, direct_passthrough=True)
 
 
 class _NoSessions(SessionInterface):
