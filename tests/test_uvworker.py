@@ -146,3 +146,65 @@ def test_the_scope_says_whether_the_body_was_complete_before_the_app_ran(loop):
     conn.data_received(body)
     settle(loop, 0.05)
     assert seen == [True, False] and transport.out.count(b"HTTP/1.1 200 OK") == 2
+
+
+_PROBE = """
+import sys
+
+import flask
+
+from webhook import serve
+from webhook.app import wsgi
+from webhook.tls import ServingTLS
+
+app = flask.Flask("probe")
+
+
+@app.get("/probe")
+def probe():
+    flask.g.n = flask.g.get("n", 0) + 1
+    return str(flask.g.n)
+
+
+tls = ServingTLS(sys.argv[2], sys.argv[3])
+serve._Server(wsgi(app), serve.gunicorn_options(host="127.0.0.1", port=int(sys.argv[1]), workers=1, tls=tls)).run()
+"""
+
+
+def test_the_worker_serves_every_request_in_one_application_context(tmp_path):
+    """Over TLS through gunicorn and uvloop: the application context the worker pushes before its
+    server starts is the one each request's task sees (a per-request context would start `g`
+    empty every time)."""
+    import http.client
+    import ssl
+    import subprocess
+    import sys
+    import time
+
+    from conftest import ROOT, free_port
+    from webhook.certs import write_certs
+
+    write_certs(tmp_path, "probe", "probe", dns=["localhost"], ips=["127.0.0.1"])
+    (tmp_path / "probe.py").write_text(_PROBE)
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, str(tmp_path / "probe.py"), str(port), str(tmp_path / "tls.crt"),
+                             str(tmp_path / "tls.key")], cwd=str(ROOT), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    ctx = ssl.create_default_context(cafile=str(tmp_path / "ca.crt"))
+    try:
+        seen = []
+        deadline = time.monotonic() + 30
+        while len(seen) < 3 and time.monotonic() < deadline:
+            conn = http.client.HTTPSConnection("localhost", port, context=ctx, timeout=5)
+            try:
+                for _ in range(2 if seen else 1):  # a kept-alive connection and fresh ones
+                    conn.request("GET", "/probe")
+                    seen.append(conn.getresponse().read().decode())
+            except OSError:
+                assert proc.poll() is None, proc.stderr.read().decode()
+                time.sleep(0.1)
+            finally:
+                conn.close()
+        assert seen == ["1", "2", "3"]
+    finally:
+        proc.terminate()
+        proc.wait(30)

@@ -174,6 +174,7 @@ def wsgi(app: Flask):
             if close is not None:
                 close()
 
+    call.flask = app  # type: ignore[attr-defined]  # for the worker's one application context (webhook.uvworker)
     return call
 
 

@@ -173,6 +173,15 @@ class Worker(UvicornWorker):
         # gunicorn's `ssl_context` setting is how `serve` hands over its ServingTLS; the context
         # uvicorn builds itself from gunicorn's certfile/keyfile is replaced by its live one.
         tls = self.cfg.ssl_context(self.cfg, None) if self.cfg.is_ssl else None
+        flask_app = getattr(self.wsgi, "flask", None)  # set by webhook.app.wsgi
+        if flask_app is not None:
+            # One application context for the worker's life, pushed before the server starts:
+            # every connection and request task copies the context from here, and Flask pushes
+            # an application context per request only when none of its app is current. Saves
+            # the context, its `g`, two signals and a URL adapter per request (27K instructions
+            # of 1,143K); the app keeps no per-request state in `g` and has no appcontext
+            # teardown functions.
+            flask_app.app_context().push()
         self.config.app = Front(self.wsgi)
         self.config.http = connection_class(tls)
         self.config.timeout_graceful_shutdown = max(1, self.cfg.graceful_timeout - 2)
