@@ -6,8 +6,8 @@
     GET  /readyz    policies loaded and the cluster state synced (503 until then)
     GET  /metrics   Prometheus exposition
 
-Nothing here decides anything; it reads the body (bounded), asks `webhook.review`, records the
-metrics and writes one JSON log line per admission. No request may end in a 500: an unexpected
+Nothing here decides anything; it reads the body (bounded), asks `webhook.review`, and records
+the metrics and one JSON log line per admission (`webhook.batch`). No request may end in a 500: an unexpected
 error while deciding is answered with a deny that says so, and logged with its traceback.
 """
 
@@ -23,7 +23,8 @@ from flask.sessions import NullSession, SessionInterface
 from werkzeug.exceptions import HTTPException
 from werkzeug.routing import MapAdapter
 
-from webhook import logs, metrics, review
+from webhook import metrics, review
+from webhook.batch import Batch
 from webhook.cluster import ClusterState
 from webhook.decision import pod_name
 from webhook.policy_store import PolicyStore
@@ -37,6 +38,10 @@ _JSON = "application/json"
 
 def _json(doc: Any, status: int = 200) -> Response:
     metrics.child(metrics.RESPONSES, str(status)).inc()
+    return _response(doc, status)
+
+
+def _response(doc: Any, status: int) -> Response:
     # direct_passthrough: the body is one bytes object, handed to the server as it is (werkzeug
     # would otherwise wrap it in an encoding generator and a closing iterator)
     return Response(orjson.dumps(doc), status=status, content_type=_JSON, direct_passthrough=True)
@@ -83,6 +88,7 @@ class WebhookFlask(Flask):
 
 def create_app(store: PolicyStore, cluster: ClusterState) -> Flask:
     app = WebhookFlask("rdma_webhook")
+    batch = Batch()  # the metrics and log line of each admission, written once per loop pass
     app.config["MAX_CONTENT_LENGTH"] = MAX_BODY
 
     def namespace_of(name: str):
@@ -114,10 +120,8 @@ def create_app(store: PolicyStore, cluster: ClusterState) -> Flask:
         elapsed = time.perf_counter() - start
         outcome = decision.outcome if decision else ("error" if status != 200 or not doc.get("response", {}).get("allowed") else "skipped")
         policy = (decision.policy or "") if decision else ""
-        metrics.child(metrics.ADMISSIONS, endpoint, outcome, policy).inc()
-        metrics.child(metrics.DURATION, endpoint).observe(elapsed)
-        logs.admission(_log_fields(endpoint, req, decision, doc, outcome, elapsed))
-        return _json(doc, status)
+        batch.record(endpoint, outcome, policy, status, elapsed, _log_fields(endpoint, req, decision, doc, outcome, elapsed))
+        return _response(doc, status)
 
     @app.post("/mutate")
     def mutate() -> Response:

@@ -3,9 +3,10 @@
 Everything goes through the standard `logging` module with `JsonFormatter`, except the one line
 per admission, which `admission()` writes itself: a `logging` call cost 24 µs per request (a
 LogRecord, the caller's frame, the handler lock, a flush; benchmarks/README.md), a third of a
-whole decision, on the path of every pod creation. The admission line has the same shape (time, level, logger, msg,
-then its fields) and goes to the same stream in one `write` of a whole line, so lines from both
-paths never interleave. It is written only when the `rdma_webhook.admission` logger is enabled
+whole decision, on the path of every pod creation. The admission line has the same shape (time,
+level, logger, msg, then its fields) and goes to the same stream in whole lines, one `write` for
+the lines of all admissions one pass of the event loop answered (`webhook.batch`), so lines from
+both paths never interleave. It is written only when the `rdma_webhook.admission` logger is enabled
 for INFO, which `setup_logging` reads once.
 """
 
@@ -43,18 +44,19 @@ class JsonFormatter(logging.Formatter):
 
 
 class _AdmissionWriter:
-    """Writes admission lines straight to a file descriptor, with the time string cached per second."""
+    """Writes admission lines straight to a file descriptor, with the time string cached per
+    second; several lines go out in one `write` (each line whole, so they never interleave)."""
 
     def __init__(self, fd: int):
         self.fd, self._second, self._stamp = fd, -1, ""
 
-    def __call__(self, fields: dict[str, Any]) -> None:
+    def __call__(self, many: list[dict[str, Any]]) -> None:
         now = int(time.time())
         if now != self._second:
             self._second, self._stamp = now, time.strftime(_TIME_FORMAT, time.localtime(now))
-        doc = {"time": self._stamp, "level": "info", "logger": ADMISSION_LOGGER, "msg": "admission"}
-        doc.update(fields)
-        data = memoryview(orjson.dumps(doc, default=str, option=orjson.OPT_APPEND_NEWLINE))
+        head = {"time": self._stamp, "level": "info", "logger": ADMISSION_LOGGER, "msg": "admission"}
+        lines = [orjson.dumps({**head, **fields}, default=str, option=orjson.OPT_APPEND_NEWLINE) for fields in many]
+        data = memoryview(lines[0] if len(lines) == 1 else b"".join(lines))
         while data:
             data = data[os.write(self.fd, data):]
 
@@ -82,7 +84,15 @@ def setup_logging(level: str = "INFO") -> None:
 def admission(fields: dict[str, Any]) -> None:
     """Log one admission: on the direct path once `setup_logging` set it up, else (before it,
     in tests, or with INFO off) through `logging`, which also applies the level."""
+    admissions([fields])
+
+
+def admissions(many: list[dict[str, Any]]) -> None:
+    """Log several admissions, in order: one `write` on the direct path (`webhook.batch`)."""
+    if not many:
+        return
     if _writer is not None:
-        _writer(fields)
+        _writer(many)
     elif _log.isEnabledFor(logging.INFO):
-        _log.info("admission", extra={"admission": fields})
+        for fields in many:
+            _log.info("admission", extra={"admission": fields})
