@@ -29,9 +29,18 @@ def test_env_redefinition_refers_to_the_previous_value():
     assert env["P"] == "/a:/b"
 
 
+def test_env_finds_indexed_and_other_names_alike():
+    env = k8s.Env([{"name": "NCCL_NET", "value": "IB"}, {"name": "MODE", "value": "x"}, {"name": "NCCL_NET", "value": "$(NCCL_NET)-$(MODE)"},
+                   {"name": "MODE", "value": "y"}, {"name": "NCCL_IB_HCA", "valueFrom": {"secretKeyRef": {"name": "s", "key": "k"}}}])
+    assert env["NCCL_NET"] == "IB-x"  # the earlier NCCL_NET and MODE, as the kubelet expands
+    assert env.index("NCCL_NET") == 2 and env.index("MODE") == 3 and env.index("NCCL_NET", 2) == 0 and env.index("MODE", 3) == 1
+    assert env.unknown("NCCL_IB_HCA") and not env.unknown("NCCL_DEBUG") and env.index("NCCL_DEBUG") is None
+    assert env["MODE"] == "y" and env.index("NCCL_NET", 0) is None
+
+
 def test_env_tolerates_junk_entries():
     env = k8s.Env([None, "x", {"name": 5, "value": "v"}, {"value": "no name"}, {"name": "OK", "value": 7}])
-    assert env["OK"] == "7" and len(env.last) == 1
+    assert env["OK"] == "7" and env.index("OK") == 4 and env.index("5") is None and env.index("") is None
     assert k8s.Env(None).get("A") is None
 
 

@@ -11,8 +11,8 @@ from __future__ import annotations
 import re
 from decimal import Decimal
 from functools import lru_cache, partial
-from itertools import count, repeat
-from typing import Any, Callable, Mapping, Protocol
+from itertools import repeat
+from typing import Any, Callable, Final, Mapping, Protocol
 
 from kubernetes.utils.quantity import parse_quantity as _parse_quantity
 
@@ -164,9 +164,6 @@ class Lookup(Protocol):
     def get(self, name: str) -> str | None: ...
 
 
-_dict_get: Callable[[Any, str], Any] = dict.get  # for map(); typed once, since dict.get is overloaded
-
-
 def expand(value: str, defined: Lookup | Mapping[str, str]) -> str:
     """Kubernetes `$(VAR)` expansion (third_party/forked/golang/expansion): `$$` is a literal `$`,
     `$(NAME)` becomes NAME's value if NAME is defined earlier, else stays as written.
@@ -184,32 +181,60 @@ def expand(value: str, defined: Lookup | Mapping[str, str]) -> str:
     return "".join(parts)
 
 
+_dict_get: Callable[[Any, str], Any] = dict.get  # for map(); typed once, since dict.get is overloaded
 _UNRESOLVED = object()
+_INDEXED: Final = "NCCL_"  # the names `Env` indexes up front
 
 
 class Env:
     """A container's `env` as its process will see it, resolved on demand: later duplicates win
     and each value is `$(VAR)`-expanded against the entries before it, as the kubelet does.
     Only the names a decision asks about are resolved (a training container often has dozens
-    of variables and the decision needs a handful), so the cost is one pass to index names;
-    each name is resolved once (the rules, the command scan and the warnings ask about the same
-    few names).
+    of variables and the decision needs a handful), and each name is resolved once (the rules,
+    the command scan and the warnings ask about the same few names).
+
+    Finding a name: the decision asks mostly about NCCL_ variables (the rules, the warnings, the
+    policy's block), so only those are indexed, in one pass that hashes nothing else; any other
+    name (a `$(MASTER_ADDR)` in a command) is found by a scan from the end. Indexing every name
+    hashed each of a padded worker's 41 names, 38K of the decision's 224K instructions, for
+    the two or three other names a pod's command asks about.
 
     `get`/`in`/`[]` give known values; a name whose last entry is `valueFrom` (a Secret, a
-    ConfigMap, a field) has no knowable value: `unknown(name)` says so. `last` maps a name to
-    the index of its last entry in the raw list, for the mutation to find it again.
+    ConfigMap, a field) has no knowable value: `unknown(name)` says so. `index(name)` is the
+    position of a name's last entry in the raw list, for the mutation to find it again.
     """
 
-    __slots__ = ("items", "last", "_resolved")
+    __slots__ = ("items", "_names", "_nccl", "_resolved")
 
     def __init__(self, env: Any):
         self.items: list[Any] = env if isinstance(env, list) else []
-        try:  # every item an object: the index is built in C; later duplicates overwrite earlier
-            self.last: dict[str, int] = dict(zip(map(_dict_get, self.items, repeat("name")), count()))
-        except TypeError:  # an item that is not an object, or a name that cannot be a key
-            self.last = {name: i for i, item in enumerate(self.items)
-                         if type(item) is dict and type(name := item.get("name")) is str}
+        try:  # every item an object: the names are read in C
+            names: list[Any] = list(map(_dict_get, self.items, repeat("name")))
+        except TypeError:  # an item that is not an object
+            names = [item.get("name") if isinstance(item, dict) else None for item in self.items]
+        self._names = names
+        nccl: dict[str, int] = {}  # later duplicates overwrite earlier
+        i = 0
+        for name in names:
+            if isinstance(name, str) and name.startswith(_INDEXED):
+                nccl[name] = i
+            i += 1
+        self._nccl = nccl
         self._resolved: dict[str, str | None] = {}  # name -> value, None for valueFrom
+
+    def index(self, name: str, limit: int = -1) -> int | None:
+        """The position of the last entry named `name` (before `limit`, when given)."""
+        if name.startswith(_INDEXED):
+            i = self._nccl.get(name)
+            if i is None or limit < 0 or i < limit:
+                return i
+        names = self._names
+        j = len(names) if limit < 0 else limit
+        while j > 0:
+            j -= 1
+            if names[j] == name:
+                return j
+        return None
 
     def _value(self, i: int) -> str | None:
         item = self.items[i]
@@ -224,7 +249,7 @@ class Env:
     def get(self, name: str, default: Any = None) -> Any:
         value = self._resolved.get(name, _UNRESOLVED)
         if value is _UNRESOLVED:
-            i = self.last.get(name)
+            i = self.index(name)
             if i is None:
                 return default
             value = self._resolved[name] = self._value(i)
@@ -240,7 +265,7 @@ class Env:
         return value
 
     def unknown(self, name: str) -> bool:
-        return name in self.last and self.get(name) is None
+        return self.index(name) is not None and self.get(name) is None
 
 
 class _Before:
@@ -251,16 +276,6 @@ class _Before:
     def __init__(self, env: Env, limit: int):
         self.env, self.limit = env, limit
 
-    def _index(self, name: str) -> int | None:
-        i = self.env.last.get(name)
-        if i is not None and i < self.limit:
-            return i
-        for j in range(self.limit - 1, -1, -1):  # redefined later: find the one before `limit`
-            item = self.env.items[j]
-            if type(item) is dict and item.get("name") == name:
-                return j
-        return None
-
     def get(self, name: str) -> str | None:
-        i = self._index(name)
+        i = self.env.index(name, self.limit)
         return None if i is None else self.env._value(i)

@@ -103,9 +103,8 @@ def add_env(container: dict[str, Any], target: Target, policy: Policy, warnings:
     variables replace a different user value (with a warning)."""
     env = _list_at(container, "env")
     added: list[str] = []
-    positions = target.env.last  # indices into the same list (the copy shares its items)
     for setting in policy.env:
-        i = positions.get(setting.name)
+        i = target.env.index(setting.name)  # into the same list (the copy shares its items)
         if i is None:
             env.append({"name": setting.name, "value": setting.value})
             added.append(setting.name)
