@@ -12,7 +12,6 @@ on a private copy. The JSON patch is derived afterwards from the pod as sent and
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from itertools import repeat
 from typing import Any, Mapping, Protocol
 
 
@@ -69,12 +68,12 @@ def shape_problem(pod: Any) -> str | None:
         return "spec must be an object"
     for key in ("labels", "annotations"):
         value = (meta or {}).get(key)
-        if value is not None and (not isinstance(value, dict) or not all(map(isinstance, value.values(), repeat(str)))):
+        if value is not None and (not isinstance(value, dict) or not k8s.all_str(value.values())):
             return f"metadata.{key} must map strings to strings"
     spec = spec or {}
     for key in ("containers", "initContainers", "volumes"):
         value = spec.get(key)
-        if value is not None and (not isinstance(value, list) or not all(map(isinstance, value, repeat(dict)))):
+        if value is not None and (not isinstance(value, list) or not k8s.all_dict(value)):
             return f"spec.{key} must be a list of objects"
     for kind in ("containers", "initContainers"):
         for i, c in enumerate(spec.get(kind) or ()):

@@ -16,7 +16,6 @@ from __future__ import annotations
 import re
 import shlex
 from dataclasses import dataclass, field
-from itertools import repeat
 from typing import Any, Callable, Iterable, Iterator, Mapping
 
 from webhook import k8s, keys, nccl
@@ -170,7 +169,7 @@ def command_words(container: Mapping[str, Any], env: k8s.Lookup | None = None) -
     """command + args as the kubelet runs them: `$(VAR)` expanded from the container's env
     (`env`, when the caller has it already)."""
     words = [*(container.get("command") or ()), *(container.get("args") or ())]
-    if not all(map(isinstance, words, repeat(str))):
+    if not k8s.all_str(words):
         words = [w for w in words if isinstance(w, str)]
     if "$(" in "\0".join(words):  # "\0" between words: only a `$(` within one word counts
         if env is None:

@@ -27,12 +27,12 @@ the mutation never inserts there.
 
 Equality is JSON equality, not Python's: `1 == 1.0 == True` in Python, so two subtrees that
 `==` calls equal are confirmed by walking them with type checks, unless they are the very same
-object, the usual case for what the mutation shares.
+object, the usual case for what the mutation shares. The walks are plain loops: compiled, each is
+a C loop, where `all(map(operator.is_, a, b))` looked up its builtins by name on every call.
 """
 
 from __future__ import annotations
 
-from operator import is_
 from typing import Any
 
 import orjson
@@ -55,9 +55,29 @@ def _same(a: Any, b: Any) -> bool:
     if type(a) is not type(b) or a != b:
         return False
     if type(a) is list:
-        return all(map(is_, a, b)) or all(x is y or _same(x, y) for x, y in zip(a, b))
+        la: list[Any] = a
+        lb: list[Any] = b
+        for i in range(len(la)):  # equal lengths: `==` said so
+            x, y = la[i], lb[i]
+            if x is not y and not _same(x, y):
+                return False
+        return True
     if type(a) is dict:
-        return all(map(is_, a.values(), map(b.__getitem__, a))) or all(v is b[k] or _same(v, b[k]) for k, v in a.items())
+        da: dict[Any, Any] = a
+        db: dict[Any, Any] = b
+        for k, v in da.items():  # the same keys: `==` said so
+            w = db[k]
+            if v is not w and not _same(v, w):
+                return False
+        return True
+    return True
+
+
+def _shares_prefix(a: list[Any], b: list[Any]) -> bool:
+    """The items of `a` are the very objects at the same positions of `b` (b at least as long)."""
+    for i in range(len(a)):
+        if a[i] is not b[i]:
+            return False
     return True
 
 
@@ -82,7 +102,7 @@ def _diff(a: Any, b: Any, path: str, ops: list[dict[str, Any]]) -> None:
     if ta is list and tb is list:
         common = min(len(a), len(b))
         # The usual case, items appended: the common part is the same objects, or equal.
-        if len(b) >= len(a) and (all(map(is_, a, b)) or _same(a, b[:common])):
+        if len(b) >= len(a) and (_shares_prefix(a, b) or _same(a, b[:common])):
             ops.extend([{"op": "add", "path": f"{path}/{i}", "value": b[i]} for i in range(common, len(b))])
             return
         for i in range(common):
