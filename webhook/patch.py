@@ -84,37 +84,46 @@ def _shares_prefix(a: list[Any], b: list[Any]) -> bool:
 def _diff(a: Any, b: Any, path: str, ops: list[dict[str, Any]]) -> None:
     ta, tb = type(a), type(b)
     if ta is dict and tb is dict:
-        for key in a:
-            if key not in b:
-                ops.append({"op": "remove", "path": f"{path}/{_escape(key)}"})
-        for key, value in b.items():
-            if key not in a:
-                ops.append({"op": "add", "path": f"{path}/{_escape(key)}", "value": value})
-            else:
-                old = a[key]
-                if old is not value:
-                    t = type(value)
-                    if t is dict or t is list:
-                        _diff(old, value, f"{path}/{_escape(key)}", ops)
-                    elif type(old) is not t or old != value:
-                        ops.append({"op": "replace", "path": f"{path}/{_escape(key)}", "value": value})
-        return
-    if ta is list and tb is list:
-        common = min(len(a), len(b))
-        # The usual case, items appended: the common part is the same objects, or equal.
-        if len(b) >= len(a) and (_shares_prefix(a, b) or _same(a, b[:common])):
-            ops.extend([{"op": "add", "path": f"{path}/{i}", "value": b[i]} for i in range(common, len(b))])
-            return
-        for i in range(common):
-            if a[i] is not b[i] and not _same(a[i], b[i]):
-                _diff(a[i], b[i], f"{path}/{i}", ops)
-        for i in range(common, len(b)):
-            ops.append({"op": "add", "path": f"{path}/{i}", "value": b[i]})
-        for i in range(len(a) - 1, common - 1, -1):
-            ops.append({"op": "remove", "path": f"{path}/{i}"})
-        return
-    if ta is not tb or a != b:
+        _diff_dicts(a, b, path, ops)
+    elif ta is list and tb is list:
+        _diff_lists(a, b, path, ops)
+    elif ta is not tb or a != b:
         ops.append({"op": "replace", "path": path, "value": b})
+
+
+# Typed as dict and list (checked by the caller), so that compiled, the loops walk the dict's
+# entries and index the list directly, not through the generic iterator protocol (a tuple per
+# item of `items()`, an iterator per loop: a fifth of the patch's instructions).
+def _diff_dicts(a: dict[str, Any], b: dict[str, Any], path: str, ops: list[dict[str, Any]]) -> None:
+    for key in a:
+        if key not in b:
+            ops.append({"op": "remove", "path": f"{path}/{_escape(key)}"})
+    for key, value in b.items():
+        if key not in a:
+            ops.append({"op": "add", "path": f"{path}/{_escape(key)}", "value": value})
+        else:
+            old = a[key]
+            if old is not value:
+                t = type(value)
+                if t is dict or t is list:
+                    _diff(old, value, f"{path}/{_escape(key)}", ops)
+                elif type(old) is not t or old != value:
+                    ops.append({"op": "replace", "path": f"{path}/{_escape(key)}", "value": value})
+
+
+def _diff_lists(a: list[Any], b: list[Any], path: str, ops: list[dict[str, Any]]) -> None:
+    common = min(len(a), len(b))
+    # The usual case, items appended: the common part is the same objects, or equal.
+    if len(b) >= len(a) and (_shares_prefix(a, b) or _same(a, b[:common])):
+        ops.extend([{"op": "add", "path": f"{path}/{i}", "value": b[i]} for i in range(common, len(b))])
+        return
+    for i in range(common):
+        if a[i] is not b[i] and not _same(a[i], b[i]):
+            _diff(a[i], b[i], f"{path}/{i}", ops)
+    for i in range(common, len(b)):
+        ops.append({"op": "add", "path": f"{path}/{i}", "value": b[i]})
+    for i in range(len(a) - 1, common - 1, -1):
+        ops.append({"op": "remove", "path": f"{path}/{i}"})
 
 
 def make(original: Any, mutated: Any) -> list[dict[str, Any]]:
