@@ -43,7 +43,7 @@ def test_admission_and_ordinary_lines_share_one_shape(stdout_file, monkeypatch):
     logs.setup_logging("INFO")
     logging.getLogger("rdma_webhook.policy").warning("policy file rejected", extra={"file": "a.yaml"})
     sys.stdout.flush()
-    logs.admission({"endpoint": "mutate", "outcome": "denied", "pod": "evil\n{\"level\":\"error\"}\u2028", "ms": 0.2})
+    logs.admissions([{"endpoint": "mutate", "outcome": "denied", "pod": "evil\n{\"level\":\"error\"}\u2028", "ms": 0.2}])
     logging.getLogger("rdma_webhook.serve").info("after")
     sys.stdout.flush()
     first, admission, last = _lines(stdout_file)
@@ -58,7 +58,7 @@ def test_admission_lines_follow_the_level(stdout_file, monkeypatch):
     stdout_file, fh = stdout_file
     monkeypatch.setattr(sys, "stdout", fh)
     logs.setup_logging("WARNING")
-    logs.admission({"endpoint": "mutate", "outcome": "mutated"})
+    logs.admissions([{"endpoint": "mutate", "outcome": "mutated"}])
     sys.stdout.flush()
     assert stdout_file.read_text() == ""
 
@@ -66,7 +66,7 @@ def test_admission_lines_follow_the_level(stdout_file, monkeypatch):
 def test_admission_before_setup_goes_through_logging(caplog, monkeypatch):
     monkeypatch.setattr(logs, "_writer", None)
     with caplog.at_level(logging.INFO, logger="rdma_webhook.admission"):
-        logs.admission({"endpoint": "validate", "outcome": "skipped"})
+        logs.admissions([{"endpoint": "validate", "outcome": "skipped"}])
     (record,) = caplog.records
     assert record.admission == {"endpoint": "validate", "outcome": "skipped"}
 
@@ -77,6 +77,6 @@ def test_a_stdout_without_a_descriptor_falls_back_to_logging(logging_restored, m
     buffer = io.StringIO()
     monkeypatch.setattr(sys, "stdout", buffer)
     logs.setup_logging("INFO")
-    logs.admission({"endpoint": "mutate", "outcome": "mutated"})
+    logs.admissions([{"endpoint": "mutate", "outcome": "mutated"}])
     (line,) = [json.loads(x) for x in buffer.getvalue().splitlines()]
     assert line["msg"] == "admission" and line["outcome"] == "mutated" and line["logger"] == "rdma_webhook.admission"

@@ -229,11 +229,9 @@ class Env:
         names: list[Any] = [item.get("name") if isinstance(item, dict) else None for item in self.items]
         self._names = names
         nccl: dict[str, int] = {}  # later duplicates overwrite earlier
-        i = 0
-        for name in names:
+        for i, name in enumerate(names):
             if isinstance(name, str) and name.startswith(_INDEXED):
                 nccl[name] = i
-            i += 1
         self._nccl = nccl
         self._resolved: dict[str, str | None] = {}  # name -> value, None for valueFrom
 

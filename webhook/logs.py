@@ -1,7 +1,7 @@
 """Logs: one JSON object per line on stdout, for the cluster's log collector.
 
 Everything goes through the standard `logging` module with `JsonFormatter`, except the one line
-per admission, which `admission()` writes itself: a `logging` call cost 24 µs per request (a
+per admission, which `admissions()` writes itself: a `logging` call cost 24 µs per request (a
 LogRecord, the caller's frame, the handler lock, a flush; benchmarks/README.md), a third of a
 whole decision, on the path of every pod creation. The admission line has the same shape (time,
 level, logger, msg, then its fields) and goes to the same stream in whole lines, one `write` for
@@ -81,14 +81,10 @@ def setup_logging(level: str = "INFO") -> None:
             pass
 
 
-def admission(fields: dict[str, Any]) -> None:
-    """Log one admission: on the direct path once `setup_logging` set it up, else (before it,
-    in tests, or with INFO off) through `logging`, which also applies the level."""
-    admissions([fields])
-
-
 def admissions(many: list[dict[str, Any]]) -> None:
-    """Log several admissions, in order: one `write` on the direct path (`webhook.batch`)."""
+    """Log admissions, in order: on the direct path once `setup_logging` set it up, one `write`
+    for all of them (`webhook.batch` hands over those of one loop pass), else (before it, in
+    tests, or with INFO off) through `logging`, which also applies the level."""
     if not many:
         return
     if _writer is not None:
