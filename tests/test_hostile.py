@@ -268,6 +268,22 @@ def test_unicode_and_control_characters(server):
             json.loads(line)
 
 
+
+def test_pathological_variable_references_are_answered_within_the_api_server_timeout(server):
+    """`$(` repeated to near the body limit, in a command argument and in an NCCL variable's
+    value: both are `$(VAR)`-expanded, and the answer comes within the client's 10 s (the API
+    server's webhook timeout). The expansion used to be a regex split that, from every `$(`,
+    scanned ahead for a `)`: quadratic, 443 s of a worker's CPU for 400 KB of `$(` (measured)."""
+    junk = "$(" * 400_000
+    c = k.container("trainer", gpus=8, env=[{"name": "NCCL_DEBUG", "value": junk + "$(A" * 1000 + ")"}],
+                    command=["torchrun", junk, "$(NCCL_DEBUG)"])
+    body, uid = review_body(k.pod([c]))
+    assert 1_500_000 < len(body) < MAX_BODY
+    status, data, _ = server.request("POST", "/mutate", body)
+    doc = check_answer(status, data, uid)
+    assert status == 200 and doc["response"]["allowed"] is True, doc
+    check_alive(server)
+
 # -- bodies over the limit ------------------------------------------------------------------------
 
 _HEAD = b"POST /mutate HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n"

@@ -17,7 +17,7 @@ from typing import Any, Mapping, Protocol
 
 from webhook import fallback, k8s, keys, mutation, nccl
 from webhook.fallback import Finding, Subject, Target
-from webhook.policy import Policy, PolicySet
+from webhook.policy_model import Policy, PolicySet
 
 SKIPPED, UNCHANGED, MUTATED, DENIED = "skipped", "unchanged", "mutated", "denied"
 
@@ -260,7 +260,7 @@ def _assess(pod: Any, namespace: Namespace | None, policies: PolicySet | None, a
         # every worker to TCP: the command rules apply to every labelled pod.
         subject = Subject(pod, policy, namespace.labels, [])
         warnings = _warnings(pod, subject)
-        denials = list(fallback.rule("command-fallback").check(subject))
+        denials = fallback.rule("command-fallback").check(subject)
         if denials:
             return Decision(DENIED, pod, policy.name, denials, warnings)
         gpu = "/".join(policy.gpu_resources)

@@ -16,10 +16,10 @@ from __future__ import annotations
 import re
 import shlex
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, Iterator, Mapping
+from typing import Any, Callable, Iterator, Mapping
 
 from webhook import k8s, keys, nccl
-from webhook.policy import Policy
+from webhook.policy_model import Policy
 
 
 @dataclass(frozen=True)
@@ -127,14 +127,16 @@ WATCHED = ("NCCL_IB_DISABLE", "NCCL_NET", "NCCL_IB_HCA")
 _SCANNED = WATCHED + ("NCCL_DEBUG",)  # NCCL_DEBUG only for a warning
 
 
-def _rule_env(s: Subject) -> Iterable[Finding]:
+def _rule_env(s: Subject) -> list[Finding]:
+    out: list[Finding] = []
     for t in s.targets:
         for name in WATCHED:
             value = t.env.get(name)
             if value is not None:
                 why = judge_setting(name, value, s.policy)
                 if why:
-                    yield Finding("env-fallback", t.name, why + " in env")
+                    out.append(Finding("env-fallback", t.name, why + " in env"))
+    return out
 
 
 # Assignments of the watched variables in a shell line, an `env` call, `mpirun -x NAME=value`,
@@ -178,13 +180,15 @@ def command_words(container: Mapping[str, Any], env: k8s.Lookup | None = None) -
     return words
 
 
-def _rule_command(s: Subject) -> Iterable[Finding]:
+def _rule_command(s: Subject) -> list[Finding]:
+    out: list[Finding] = []
     for c, line, settings in s.commands():
         for name, value in settings:
             why = judge_setting(name, value, s.policy)
             if why:
                 note = " (mpirun -x exports it to every rank)" if "mpirun" in line else ""
-                yield Finding("command-fallback", c.get("name"), why + f" in the command{note}")
+                out.append(Finding("command-fallback", c.get("name"), why + f" in the command{note}"))
+    return out
 
 
 def _drops_ipc_lock(container: Mapping[str, Any]) -> bool:
@@ -192,57 +196,62 @@ def _drops_ipc_lock(container: Mapping[str, Any]) -> bool:
     return k8s.has_capability(caps.get("drop"), keys.IPC_LOCK)
 
 
-def _rule_ipc_lock_dropped(s: Subject) -> Iterable[Finding]:
+def _rule_ipc_lock_dropped(s: Subject) -> list[Finding]:
+    out: list[Finding] = []
     for t in s.targets:
         if _drops_ipc_lock(s.container(t)):
-            yield Finding("ipc-lock-dropped", t.name,
-                          "securityContext.capabilities.drop lists IPC_LOCK, which RDMA needs to pin memory "
-                          "(ibv_reg_mr fails and NCCL falls back to TCP); remove IPC_LOCK from drop "
-                          "(dropping ALL is fine)")
+            out.append(Finding("ipc-lock-dropped", t.name,
+                               "securityContext.capabilities.drop lists IPC_LOCK, which RDMA needs to pin memory "
+                               "(ibv_reg_mr fails and NCCL falls back to TCP); remove IPC_LOCK from drop "
+                               "(dropping ALL is fine)"))
+    return out
 
 
-def _rule_host_network(s: Subject) -> Iterable[Finding]:
-    if s.policy.network_name and (s.pod.get("spec") or {}).get("hostNetwork") is True:
-        yield Finding("host-network", None,
-                      f"hostNetwork: true, but the {s.policy.name} policy attaches the Multus network "
-                      f"{s.policy.network_name!r} and Multus does not attach networks to host-network pods; "
-                      f"remove hostNetwork")
+def _rule_host_network(s: Subject) -> list[Finding]:
+    if not s.policy.network_name or (s.pod.get("spec") or {}).get("hostNetwork") is not True:
+        return []
+    return [Finding("host-network", None,
+                    f"hostNetwork: true, but the {s.policy.name} policy attaches the Multus network "
+                    f"{s.policy.network_name!r} and Multus does not attach networks to host-network pods; "
+                    f"remove hostNetwork")]
 
 
-def _rule_pod_security(s: Subject) -> Iterable[Finding]:
+def _rule_pod_security(s: Subject) -> list[Finding]:
     level = s.namespace_labels.get(keys.PSA_ENFORCE)
-    if level in ("baseline", "restricted"):
-        yield Finding("pod-security", None,
-                      f"the namespace enforces the {level!r} Pod Security Standard, which rejects the IPC_LOCK "
-                      f"capability RDMA needs; ask the platform team for a namespace at the 'privileged' level "
-                      f"(label {keys.PSA_ENFORCE}) or run the job elsewhere")
+    if level not in ("baseline", "restricted"):
+        return []
+    return [Finding("pod-security", None,
+                    f"the namespace enforces the {level!r} Pod Security Standard, which rejects the IPC_LOCK "
+                    f"capability RDMA needs; ask the platform team for a namespace at the 'privileged' level "
+                    f"(label {keys.PSA_ENFORCE}) or run the job elsewhere")]
 
 
-def _rule_device_zero(s: Subject) -> Iterable[Finding]:
+def _rule_device_zero(s: Subject) -> list[Finding]:
     res = s.device_resource
     if not res:
-        return
+        return []
+    out: list[Finding] = []
     for t in s.targets:
         resources = s.container(t).get("resources") or {}
         for section in ("limits", "requests"):
             value = (resources.get(section) or {}).get(res)
             if value is not None and str(value).strip() in ("0", "0.0", "0m", "-0"):
-                yield Finding("device-zero", t.name,
-                              f"resources.{section} sets {res}: {value!r}, an explicit zero, so the container gets no "
-                              f"RDMA device and NCCL uses TCP; remove it and the policy adds the right count")
+                out.append(Finding("device-zero", t.name,
+                                   f"resources.{section} sets {res}: {value!r}, an explicit zero, so the container gets no "
+                                   f"RDMA device and NCCL uses TCP; remove it and the policy adds the right count"))
                 break
+    return out
 
 
-def _rule_network(s: Subject) -> Iterable[Finding]:
-    if s.network_problem:
-        yield Finding("network-attachment", None, s.network_problem)
+def _rule_network(s: Subject) -> list[Finding]:
+    return [Finding("network-attachment", None, s.network_problem)] if s.network_problem else []
 
 
 @dataclass(frozen=True)
 class Rule:
     id: str
     summary: str
-    check: Callable[[Subject], Iterable[Finding]]
+    check: Callable[[Subject], list[Finding]]
 
 
 RULES: tuple[Rule, ...] = (
@@ -259,28 +268,33 @@ RULES: tuple[Rule, ...] = (
 # The final-state guard (`/validate` on pods, after every mutating webhook ran) also checks that
 # what the mutation adds is really there: another webhook may have run after ours.
 
-def _rule_device_missing(s: Subject) -> Iterable[Finding]:
+def _rule_device_missing(s: Subject) -> list[Finding]:
     res = s.device_resource
     if not res:
-        return
+        return []
+    out: list[Finding] = []
     for t in s.targets:
         value = ((s.container(t).get("resources") or {}).get("limits") or {}).get(res)
         if value is None:
-            yield Finding("device-missing", t.name,
-                          f"resources.limits has no {res}, so the container gets no RDMA device and NCCL uses TCP; "
-                          f"a webhook that ran after rdma-webhook may have removed it")
+            out.append(Finding("device-missing", t.name,
+                               f"resources.limits has no {res}, so the container gets no RDMA device and NCCL uses TCP; "
+                               f"a webhook that ran after rdma-webhook may have removed it"))
+    return out
 
 
-def _rule_ipc_lock_missing(s: Subject) -> Iterable[Finding]:
+def _rule_ipc_lock_missing(s: Subject) -> list[Finding]:
+    out: list[Finding] = []
     for t in s.targets:
         sc = s.container(t).get("securityContext") or {}
         adds = (sc.get("capabilities") or {}).get("add")
         if sc.get("privileged") is not True and not k8s.has_capability(adds, keys.IPC_LOCK):
-            yield Finding("ipc-lock-missing", t.name,
-                          "securityContext.capabilities.add lacks IPC_LOCK, which RDMA needs to pin memory")
+            out.append(Finding("ipc-lock-missing", t.name,
+                               "securityContext.capabilities.add lacks IPC_LOCK, which RDMA needs to pin memory"))
+    return out
 
 
-def _rule_enforced_env(s: Subject) -> Iterable[Finding]:
+def _rule_enforced_env(s: Subject) -> list[Finding]:
+    out: list[Finding] = []
     for t in s.targets:
         for setting in s.policy.env:
             if not setting.enforce:
@@ -289,9 +303,10 @@ def _rule_enforced_env(s: Subject) -> Iterable[Finding]:
             same = value is not None and (nccl.net_selected(value, (setting.value,)) if setting.name == "NCCL_NET" else value == setting.value)
             if not same:
                 now = "unset" if value is None else repr(value)
-                yield Finding("enforced-env", t.name,
-                              f"{setting.name} is {now}, but policy {s.policy.name} pins it to {setting.value!r} so that a "
-                              f"missing RDMA device fails at start instead of running on TCP")
+                out.append(Finding("enforced-env", t.name,
+                                   f"{setting.name} is {now}, but policy {s.policy.name} pins it to {setting.value!r} so that a "
+                                   f"missing RDMA device fails at start instead of running on TCP"))
+    return out
 
 
 FINAL_RULES: tuple[Rule, ...] = (

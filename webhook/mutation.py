@@ -14,7 +14,7 @@ from typing import Any
 
 from webhook import k8s, keys
 from webhook.fallback import Subject, Target
-from webhook.policy import Policy
+from webhook.policy_model import Policy
 
 SHM_VOLUME = "rdma-webhook-dshm"
 

@@ -15,7 +15,7 @@ import orjson
 
 from webhook import patch
 from webhook.decision import DENIED, MUTATED, Attachments, Decision, Namespace, check_final, decide, pod_name
-from webhook.policy import PolicySet
+from webhook.policy_model import PolicySet
 
 API_VERSION = "admission.k8s.io/v1"
 MAX_WARNING = 256  # the API server truncates longer warnings; kubectl shows each on a line
