@@ -206,7 +206,11 @@ def expand(value: str, defined: Lookup | Mapping[str, str]) -> str:
             if close < i + 2:  # each `)` is looked for once: linear even for "$($($(..."
                 close = value.find(")", i + 2)
             if close >= 0:
-                known = defined.get(value[i + 2:close])
+                name = value[i + 2:close]
+                if isinstance(defined, Env):  # the command scan's case: compiled, a direct call
+                    known = defined.get(name)
+                else:  # through the protocol: a generic method call
+                    known = defined.get(name)
                 if known is not None:
                     parts.append(value[done:i])
                     parts.append(known)
@@ -245,12 +249,17 @@ class Env:
 
     def __init__(self, env: Any):
         self.items: list[Any] = env if isinstance(env, list) else []
-        names: list[Any] = [item.get("name") if isinstance(item, dict) else None for item in self.items]
-        self._names = names
+        names: list[Any] = []
         nccl: dict[str, int] = {}  # later duplicates overwrite earlier
-        for i, name in enumerate(names):
-            if isinstance(name, str) and name.startswith(_INDEXED):
-                nccl[name] = i
+        for item in self.items:
+            name: Any = None
+            if isinstance(item, dict):
+                entry: dict[str, Any] = item  # typed, so compiled code reads it without a method call
+                name = entry.get("name")
+                if isinstance(name, str) and name.startswith(_INDEXED):
+                    nccl[name] = len(names)
+            names.append(name)
+        self._names = names
         self._nccl = nccl
         self._resolved: dict[str, str | None] = {}  # name -> value, None for valueFrom
 
@@ -264,12 +273,13 @@ class Env:
         j = len(names) if limit < 0 else limit
         while j > 0:
             j -= 1
-            if names[j] == name:
+            n = names[j]
+            if isinstance(n, str) and n == name:  # narrowed: compiled, a string comparison
                 return j
         return None
 
     def _value(self, i: int) -> str | None:
-        item = self.items[i]
+        item: dict[str, Any] = self.items[i]  # a named entry: a dict
         if item.get("valueFrom") is not None:
             return None
         value = item.get("value")
