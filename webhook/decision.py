@@ -31,7 +31,7 @@ class Attachments(Protocol):
 @dataclass(frozen=True)
 class Namespace:
     name: str
-    labels: Mapping[str, str]
+    labels: dict[str, str]
 
 
 @dataclass
@@ -61,16 +61,17 @@ def shape_problem(pod: Any) -> str | None:
         return "the object is not a JSON object"
     if pod.get("kind") not in (None, "Pod"):
         return f"the object is a {pod.get('kind')!r}, not a Pod"
-    meta, spec = pod.get("metadata"), pod.get("spec")
-    if meta is not None and not isinstance(meta, dict):
+    found_meta, found_spec = pod.get("metadata"), pod.get("spec")
+    if found_meta is not None and not isinstance(found_meta, dict):
         return "metadata must be an object"
-    if spec is not None and not isinstance(spec, dict):
+    if found_spec is not None and not isinstance(found_spec, dict):
         return "spec must be an object"
+    meta: dict[str, Any] = found_meta or {}  # typed: compiled, direct dict calls from here on
+    spec: dict[str, Any] = found_spec or {}
     for key in ("labels", "annotations"):
-        value = (meta or {}).get(key)
+        value = meta.get(key)
         if value is not None and (not isinstance(value, dict) or not k8s.all_str(value.values())):
             return f"metadata.{key} must map strings to strings"
-    spec = spec or {}
     for key in ("containers", "initContainers", "volumes"):
         value = spec.get(key)
         if value is not None and (not isinstance(value, list) or not k8s.all_dict(value)):
@@ -120,13 +121,18 @@ def pod_name(pod: Any) -> str:
     return "(unnamed)"
 
 
-def select_policy(pod: Mapping[str, Any], ns: Namespace, policies: PolicySet | None) -> tuple[Policy | None, str | None]:
+def _annotations(pod: dict[str, Any]) -> dict[str, str]:
+    meta: dict[str, Any] = pod.get("metadata") or {}
+    found: dict[str, str] = meta.get("annotations") or {}
+    return found
+
+
+def select_policy(pod: dict[str, Any], ns: Namespace, policies: PolicySet | None) -> tuple[Policy | None, str | None]:
     """(policy, None) or (None, why no policy applies): pod annotation, else namespace label,
     else the highest-precedence policy whose namespace selector matches."""
     if not policies:
         return None, "the webhook has no valid policies loaded; ask the platform team to check `rdma-webhook policy lint`"
-    annotations = (pod.get("metadata") or {}).get("annotations") or {}
-    asked = annotations.get(keys.POD_POLICY)
+    asked = _annotations(pod).get(keys.POD_POLICY)
     if asked is not None:
         policy = policies.get(asked)
         if policy is None:
@@ -150,11 +156,11 @@ def select_policy(pod: Mapping[str, Any], ns: Namespace, policies: PolicySet | N
     return policy, None
 
 
-def _gpu_count(container: Mapping[str, Any], gpu_resources: tuple[str, ...]) -> int:
-    resources = container.get("resources") or {}
+def _gpu_count(container: dict[str, Any], gpu_resources: tuple[str, ...]) -> int:
+    resources: dict[str, Any] = container.get("resources") or {}
     best = 0
     for section in ("limits", "requests"):
-        values = resources.get(section) or {}
+        values: dict[str, Any] = resources.get(section) or {}
         for res in gpu_resources:
             if res in values:
                 value = values[res]
@@ -169,9 +175,11 @@ def _gpu_count(container: Mapping[str, Any], gpu_resources: tuple[str, ...]) -> 
     return best
 
 
-def find_targets(pod: Mapping[str, Any], policy: Policy) -> list[Target]:
+def find_targets(pod: dict[str, Any], policy: Policy) -> list[Target]:
     targets = []
-    for i, c in enumerate((pod.get("spec") or {}).get("containers") or ()):
+    spec: dict[str, Any] = pod.get("spec") or {}
+    containers: list[dict[str, Any]] = spec.get("containers") or []
+    for i, c in enumerate(containers):
         gpus = _gpu_count(c, policy.gpu_resources)
         if gpus > 0:
             targets.append(Target(i, str(c.get("name")), gpus, k8s.Env(c.get("env")), bool(c.get("envFrom"))))
@@ -203,12 +211,11 @@ def resolve_network(policy: Policy, pod_ns: str, attachments: Attachments | None
                   f"interface without an RDMA device")
 
 
-def _warnings(pod: Mapping[str, Any], subject: Subject) -> list[str]:
+def _warnings(pod: dict[str, Any], subject: Subject) -> list[str]:
     out: list[str] = []
-    spec = pod.get("spec") or {}
-    pod_sc = spec.get("securityContext")
-    if not isinstance(pod_sc, dict):
-        pod_sc = {}
+    spec: dict[str, Any] = pod.get("spec") or {}
+    found = spec.get("securityContext")
+    pod_sc: dict[str, Any] = found if isinstance(found, dict) else {}
     for c, _, settings in subject.commands():
         for name, value in settings:
             if name == "NCCL_DEBUG" and nccl.debug_verbose(value):
@@ -223,7 +230,7 @@ def _warnings(pod: Mapping[str, Any], subject: Subject) -> list[str]:
         unknown = [n for n in fallback.WATCHED if t.env.unknown(n)]
         if unknown:
             out.append(f"{t.name}: {', '.join(unknown)} come from valueFrom and cannot be checked")
-        sc = subject.container(t).get("securityContext") or {}
+        sc: dict[str, Any] = subject.container(t).get("securityContext") or {}
         non_root = sc.get("runAsNonRoot", pod_sc.get("runAsNonRoot")) is True
         user = sc.get("runAsUser", pod_sc.get("runAsUser"))
         if non_root or (isinstance(user, int) and user != 0):
@@ -239,7 +246,11 @@ def _assess(pod: Any, namespace: Namespace | None, policies: PolicySet | None, a
     problem = shape_problem(pod)
     if problem:
         return _deny(pod, None, "malformed-pod", f"the request's pod is malformed: {problem}")
-    labels = (pod.get("metadata") or {}).get("labels") or {}
+    # From here on the pod has the shape `shape_problem` checked: typed as dicts and lists, so
+    # that compiled code reads them with direct dict calls instead of generic method calls.
+    checked: dict[str, Any] = pod
+    meta: dict[str, Any] = checked.get("metadata") or {}
+    labels: dict[str, str] = meta.get("labels") or {}
     if operation != "CREATE":
         return Decision(SKIPPED, pod, reason=f"operation {operation}, only CREATE is considered")
     if labels.get(keys.POD_INJECT) != keys.POD_INJECT_TRUE:
@@ -269,7 +280,7 @@ def _assess(pod: Any, namespace: Namespace | None, policies: PolicySet | None, a
 
     resource, net_problem = resolve_network(policy, namespace.name, attachments)
     subject = Subject(pod, policy, namespace.labels, targets, resource, net_problem)
-    annotations = (pod.get("metadata") or {}).get("annotations") or {}
+    annotations = _annotations(pod)
     if policy.network_name and isinstance(annotations.get(keys.MULTUS_NETWORKS), str) and mutation.parse_networks(annotations[keys.MULTUS_NETWORKS]) is None:
         subject.network_problem = (f"annotation {keys.MULTUS_NETWORKS} starts with '[' but is not a JSON list of "
                                    f"network objects; Multus would reject the pod. Fix the annotation")

@@ -16,7 +16,7 @@ from __future__ import annotations
 import re
 import shlex
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterator, Mapping
+from typing import Any, Callable, Iterator
 
 from webhook import k8s, keys, nccl
 from webhook.policy_model import Policy
@@ -46,27 +46,30 @@ class Target:
 
 @dataclass
 class Subject:
-    pod: Mapping[str, Any]
+    pod: dict[str, Any]  # of the shape `decision.shape_problem` checked
     policy: Policy
-    namespace_labels: Mapping[str, str]
+    namespace_labels: dict[str, str]
     targets: list[Target]
     device_resource: str | None = None
     network_problem: str | None = None
-    _commands: list[tuple[Mapping[str, Any], str, list[tuple[str, str]]]] | None = field(default=None, repr=False)
+    _commands: list[tuple[dict[str, Any], str, list[tuple[str, str]]]] | None = field(default=None, repr=False)
 
-    def container(self, t: Target) -> Mapping[str, Any]:
-        return self.pod["spec"]["containers"][t.index]
+    def container(self, t: Target) -> dict[str, Any]:
+        spec: dict[str, Any] = self.pod["spec"]
+        containers: list[dict[str, Any]] = spec["containers"]
+        return containers[t.index]
 
-    def commands(self) -> list[tuple[Mapping[str, Any], str, list[tuple[str, str]]]]:
+    def commands(self) -> list[tuple[dict[str, Any], str, list[tuple[str, str]]]]:
         """(container, its command line, the NCCL settings it makes) for every container whose
         command or args make any, computed once per decision for the rules and the warnings.
         Plain loops, no generators: this runs for every labelled pod."""
         if self._commands is None:
             self._commands = []
-            spec = self.pod.get("spec") or {}
+            spec: dict[str, Any] = self.pod.get("spec") or {}
             for kind in ("initContainers", "containers"):
-                for i, c in enumerate(spec.get(kind) or ()):
-                    if type(c) is not dict or not (c.get("command") or c.get("args")):
+                containers: list[dict[str, Any]] = spec.get(kind) or []
+                for i, c in enumerate(containers):
+                    if not (c.get("command") or c.get("args")):
                         continue
                     # `$(VAR)` in a target expands against the env the decision resolved already
                     env: k8s.Env | None = None
@@ -167,7 +170,7 @@ def command_settings(text: str) -> Iterator[tuple[str, str]]:
         yield name, raw
 
 
-def command_words(container: Mapping[str, Any], env: k8s.Lookup | None = None) -> list[str]:
+def command_words(container: dict[str, Any], env: k8s.Lookup | None = None) -> list[str]:
     """command + args as the kubelet runs them: `$(VAR)` expanded from the container's env
     (`env`, when the caller has it already)."""
     words = [*(container.get("command") or ()), *(container.get("args") or ())]
@@ -191,8 +194,9 @@ def _rule_command(s: Subject) -> list[Finding]:
     return out
 
 
-def _drops_ipc_lock(container: Mapping[str, Any]) -> bool:
-    caps = ((container.get("securityContext") or {}).get("capabilities") or {})
+def _drops_ipc_lock(container: dict[str, Any]) -> bool:
+    sc: dict[str, Any] = container.get("securityContext") or {}
+    caps: dict[str, Any] = sc.get("capabilities") or {}
     return k8s.has_capability(caps.get("drop"), keys.IPC_LOCK)
 
 
@@ -232,9 +236,10 @@ def _rule_device_zero(s: Subject) -> list[Finding]:
         return []
     out: list[Finding] = []
     for t in s.targets:
-        resources = s.container(t).get("resources") or {}
+        resources: dict[str, Any] = s.container(t).get("resources") or {}
         for section in ("limits", "requests"):
-            value = (resources.get(section) or {}).get(res)
+            values: dict[str, Any] = resources.get(section) or {}
+            value = values.get(res)
             if value is not None and str(value).strip() in ("0", "0.0", "0m", "-0"):
                 out.append(Finding("device-zero", t.name,
                                    f"resources.{section} sets {res}: {value!r}, an explicit zero, so the container gets no "
