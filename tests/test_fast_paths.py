@@ -6,6 +6,7 @@ digit fast path of the GPU count against the quantity parser, the command scan's
 from __future__ import annotations
 
 import re
+import shlex
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -96,3 +97,47 @@ def test_command_scan_expands_only_a_reference_within_one_word():
     assert fallback.command_words(c) == ["sh", "-c", "x$", "(NCCL_IB_DISABLE=1)", "$$"]
     c = k.container("launcher", gpus=None, command=["echo", "$(A)", "$$"], env=[{"name": "A", "value": "NCCL_NET=Socket"}])
     assert fallback.command_words(c) == ["echo", "NCCL_NET=Socket", "$"]
+
+
+
+# The assignment scan as first written: one regex with the word-start lookbehind first, tried at
+# every character; the value read as a shell word the same way.
+_ASSIGN_FIRST = re.compile(
+    r"(?<![A-Za-z0-9_])(" + "|".join(fallback._SCANNED) + r")=(\"[^\"]*\"|'[^']*'|[^\s;&|)`]*)"
+    r"|environ\[\s*[\"'](" + "|".join(fallback._SCANNED) + r")[\"']\s*\]\s*=\s*(\"[^\"]*\"|'[^']*')")
+
+
+def _settings_as_first_written(text: str) -> list[tuple[str, str]]:
+    out = []
+    for m in _ASSIGN_FIRST.finditer(text):
+        name, raw = (m.group(1), m.group(2)) if m.group(1) else (m.group(3), m.group(4))
+        if raw[:1] in ("'", '"'):
+            raw = raw[1:-1]
+        elif "\\" in raw or "'" in raw or '"' in raw:
+            try:
+                raw = "".join(shlex.split(raw))
+            except ValueError:
+                pass
+        if "$" not in raw:
+            out.append((name, raw))
+    return out
+
+
+_command_text = st.lists(st.sampled_from(["NCCL_NET", "NCCL_IB_DISABLE", "NCCL_DEBUG", "NCCL_NETX", "NCCL_", "X", "_",
+                                          "=", "1", "IB", " ", ";", "'", '"', "\\", "environ[", "]", "os.", "\n", "$", "é"]),
+                         max_size=16).map("".join)
+
+
+@settings(max_examples=2000, deadline=None)
+@given(_command_text)
+def test_command_scan_finds_what_the_single_regex_found(text):
+    """The literal-first shell regex (with the os.environ form only for a text that mentions
+    environ) reads the same settings, in the same order, as the one regex it replaced."""
+    assert fallback.command_settings(text) == _settings_as_first_written(text)
+
+
+def test_command_scan_examples_agree_with_the_single_regex():
+    for text in ['export NCCL_DEBUG=INFO\nexport NCCL_NET=IB\ntorchrun x.py', "XNCCL_NET=IB NCCL_NET=Socket",
+                 "_NCCL_NET=1;NCCL_IB_DISABLE='1'", 'os.environ["NCCL_NET"] = "NCCL_IB_DISABLE=1"',
+                 "éNCCL_NET=x NCCL_NETX=1", 'NCCL_NET="environ[\'NCCL_NET\']=\'x\'"']:
+        assert fallback.command_settings(text) == _settings_as_first_written(text), text
