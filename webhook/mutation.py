@@ -126,27 +126,48 @@ def _is_memory_empty_dir(volume: dict[str, Any]) -> bool:
 def _shm_mount(mounts: list[Any]) -> dict[str, Any] | None:
     """The first mount at /dev/shm (with or without a trailing slash)."""
     for m in mounts:
-        if isinstance(m, dict) and str(m.get("mountPath", "")).rstrip("/") == keys.SHM_PATH:
-            return m
+        if isinstance(m, dict):
+            path = m.get("mountPath")
+            if isinstance(path, str) and path.startswith(keys.SHM_PATH) and path.rstrip("/") == keys.SHM_PATH:
+                return m
+    return None
+
+
+def _volume(volumes: list[Any], name: str) -> dict[str, Any] | None:
+    """The volume named `name`; the last of several, as a name -> volume map built from the list
+    would hold. A scan: a pod has a handful of volumes and one or two names are asked."""
+    i = len(volumes)
+    while i > 0:
+        i -= 1
+        v = volumes[i]
+        if isinstance(v, dict):
+            found = v.get("name")
+            if isinstance(found, str) and found == name:
+                return v
     return None
 
 
 def add_shm(pod: dict[str, Any], targets: list[Target], policy: Policy, warnings: list[str]) -> str | None:
     """A memory-backed emptyDir at /dev/shm for every target container that mounts nothing there.
     One pod volume serves them all; its size counts every GPU of the pod's target containers."""
-    spec = pod["spec"]
-    size = policy.shm_bytes_for(sum(t.gpus for t in targets))
-    volumes = spec.get("volumes") if isinstance(spec.get("volumes"), list) else []
-    by_name = {v["name"]: v for v in volumes if isinstance(v, dict) and isinstance(v.get("name"), str)}
+    spec: dict[str, Any] = pod["spec"]
+    containers: list[dict[str, Any]] = spec["containers"]
+    gpus = 0
+    for t in targets:
+        gpus += t.gpus
+    size = policy.shm_bytes_for(gpus)
+    found = spec.get("volumes")
+    volumes: list[Any] = found if isinstance(found, list) else []
     need_mount: list[dict[str, Any]] = []
     for t in targets:
-        c = spec["containers"][t.index]
-        mounts = c.get("volumeMounts") if isinstance(c.get("volumeMounts"), list) else []
-        existing = _shm_mount(mounts)
+        c = containers[t.index]
+        mounts = c.get("volumeMounts")
+        existing = _shm_mount(mounts) if isinstance(mounts, list) else None
         if existing is None:
             need_mount.append(c)
             continue
-        vol = by_name.get(existing["name"]) if isinstance(existing.get("name"), str) else None
+        mount_name = existing.get("name")
+        vol = _volume(volumes, mount_name) if isinstance(mount_name, str) else None
         if vol is None or not _is_memory_empty_dir(vol):
             warnings.append(f"{t.name}: /dev/shm is not a memory-backed emptyDir; NCCL and DataLoader need shared memory in RAM")
             continue
@@ -162,14 +183,17 @@ def add_shm(pod: dict[str, Any], targets: list[Target], policy: Policy, warnings
         return None
     name = SHM_VOLUME
     n = 1
-    while name in by_name and not _is_memory_empty_dir(by_name[name]):
+    same = _volume(volumes, name)
+    while same is not None and not _is_memory_empty_dir(same):
         name = f"{SHM_VOLUME}-{n}"
         n += 1
-    if name not in by_name:
-        _list_at(spec, "volumes").append({"name": name, "emptyDir": {"medium": "Memory", "sizeLimit": k8s.format_bytes(size)}})
+        same = _volume(volumes, name)
+    text = k8s.format_bytes(size)
+    if same is None:
+        _list_at(spec, "volumes").append({"name": name, "emptyDir": {"medium": "Memory", "sizeLimit": text}})
     for c in need_mount:
         _list_at(c, "volumeMounts").append({"name": name, "mountPath": keys.SHM_PATH})
-    return f"/dev/shm: memory-backed emptyDir {k8s.format_bytes(size)}"
+    return f"/dev/shm: memory-backed emptyDir {text}"
 
 
 def add_ipc_lock(container: dict[str, Any]) -> bool:
@@ -237,7 +261,8 @@ def apply(pod: dict[str, Any], subject: Subject, pod_ns: str, warnings: list[str
     """Apply the whole policy to `pod` (a private copy). Returns what was added, for people."""
     policy = subject.policy
     notes: list[str] = []
-    containers = pod["spec"]["containers"]
+    spec: dict[str, Any] = pod["spec"]
+    containers: list[dict[str, Any]] = spec["containers"]
     for t in subject.targets:
         c = containers[t.index]
         what = []
