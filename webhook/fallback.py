@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import re
 import shlex
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Callable
 
 from webhook import k8s, keys, nccl
@@ -33,26 +33,31 @@ class Finding:
         return f"{where}{self.message} [{self.rule}]"
 
 
-@dataclass
 class Target:
-    """A container that gets RDMA: it asks for a GPU."""
+    """A container that gets RDMA: it asks for a GPU. (Target and Subject are plain classes, not
+    dataclasses: see `decision.Decision`.)"""
 
-    index: int
-    name: str
-    gpus: int
-    env: k8s.Env  # the values its process will see from `env`, `$(VAR)`s expanded
-    has_env_from: bool
+    def __init__(self, index: int, name: str, gpus: int, env: k8s.Env, has_env_from: bool):
+        self.index = index
+        self.name = name
+        self.gpus = gpus
+        self.env = env  # the values its process will see from `env`, `$(VAR)`s expanded
+        self.has_env_from = has_env_from
 
 
-@dataclass
 class Subject:
-    pod: dict[str, Any]  # of the shape `decision.shape_problem` checked
-    policy: Policy
-    namespace_labels: dict[str, str]
-    targets: list[Target]
-    device_resource: str | None = None
-    network_problem: str | None = None
-    _commands: list[tuple[dict[str, Any], str, list[tuple[str, str]]]] | None = field(default=None, repr=False)
+    """What the rules look at: the pod (of the shape `decision.shape_problem` checked), the
+    policy, the namespace's labels, the targets and what the decision resolved."""
+
+    def __init__(self, pod: dict[str, Any], policy: Policy, namespace_labels: dict[str, str], targets: list[Target],
+                 device_resource: str | None = None, network_problem: str | None = None):
+        self.pod = pod
+        self.policy = policy
+        self.namespace_labels = namespace_labels
+        self.targets = targets
+        self.device_resource = device_resource
+        self.network_problem = network_problem
+        self._commands: list[tuple[dict[str, Any], str, list[tuple[str, str]]]] | None = None
 
     def container(self, t: Target) -> dict[str, Any]:
         spec: dict[str, Any] = self.pod["spec"]
