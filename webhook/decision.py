@@ -290,7 +290,7 @@ def _assess(pod: Any, namespace: Namespace | None, policies: PolicySet | None, a
 
     resource, net_problem = resolve_network(policy, namespace.name, attachments)
     subject = Subject(pod, policy, namespace.labels, targets, resource, net_problem)
-    annotations = _annotations(pod)
+    annotations: dict[str, str] = meta.get("annotations") or {}
     if policy.network_name and isinstance(annotations.get(keys.MULTUS_NETWORKS), str) and mutation.parse_networks(annotations[keys.MULTUS_NETWORKS]) is None:
         subject.network_problem = (f"annotation {keys.MULTUS_NETWORKS} starts with '[' but is not a JSON list of "
                                    f"network objects; Multus would reject the pod. Fix the annotation")
