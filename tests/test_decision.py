@@ -168,18 +168,33 @@ def test_sriov_adds_network_and_resource_from_attachment(policies):
     assert env_of(c)["NCCL_SOCKET_IFNAME"] == "net1"
 
 
-@pytest.mark.parametrize("existing,expected", [
-    ("other-net", "other-net,rdma-network@net1"),
-    ("other-net, ai-training/rdma-network", "other-net, ai-training/rdma-network"),
-    ("rdma-network@net1", "rdma-network@net1"),
-    ('[{"name":"other-net"}]', '[{"name":"other-net"},{"name":"rdma-network","interface":"net1"}]'),
-    ('[{"name":"rdma-network","namespace":"ai-training"}]', '[{"name":"rdma-network","namespace":"ai-training"}]'),
+# Multus names an attachment without an interface net<position> and refuses a duplicate name, so
+# the policy's network never takes a name an existing attachment has, and NCCL_SOCKET_IFNAME
+# names the interface the pod really gets.
+@pytest.mark.parametrize("existing,expected,ifname", [
+    ("other-net", "other-net,rdma-network@net2", "net2"),
+    ("other-net, ai-training/rdma-network", "other-net, ai-training/rdma-network", "net2"),
+    ("rdma-network@net1", "rdma-network@net1", "net1"),
+    ("rdma-network@rdma0", "rdma-network@rdma0", "rdma0"),
+    ("other-net@net1", "other-net@net1,rdma-network@net2", "net2"),
+    ('[{"name":"other-net"}]', '[{"name":"other-net"},{"name":"rdma-network","interface":"net2"}]', "net2"),
+    ('[{"name":"other-net","interface":"net2"}]', '[{"name":"other-net","interface":"net2"},{"name":"rdma-network","interface":"net1"}]', "net1"),
+    ('[{"name":"rdma-network","namespace":"ai-training"}]', '[{"name":"rdma-network","namespace":"ai-training"}]', "net1"),
 ])
-def test_multus_annotation_merge(policies, existing, expected):
+def test_multus_annotation_merge(policies, existing, expected, ifname):
     state = FileClusterState([AI], [NAD])
     pod = k.pod([k.container("trainer")], namespace="ai-training", annotations={keys.MULTUS_NETWORKS: existing})
     resp, out, d = mutate_twice(pod, AI, policies, state)
     assert out["metadata"]["annotations"][keys.MULTUS_NETWORKS] == expected
+    assert env_of(out["spec"]["containers"][0])["NCCL_SOCKET_IFNAME"] == ifname
+
+
+def test_multus_duplicate_interface_names_denied(policies):
+    state = FileClusterState([AI], [NAD])
+    pod = k.pod([k.container("trainer")], namespace="ai-training", annotations={keys.MULTUS_NETWORKS: "a,b@net1"})
+    d = decide(pod, AI, policies, state)
+    assert d.outcome == "denied" and [f.rule for f in d.denials] == ["multus-annotation"]
+    assert "'net1'" in d.denials[0].message
 
 
 def test_seed_lws_worker_keeps_hand_written_lines(policies):
@@ -189,6 +204,7 @@ def test_seed_lws_worker_keeps_hand_written_lines(policies):
     c = out["spec"]["containers"][0]
     # the user's own resource stays; the attachment's is added beside it
     assert c["resources"]["limits"]["openshift.io/mellanoxrdma"] == "1"
+    assert c["resources"]["limits"]["example.com/rdma_vf"] == "1"
     assert c["securityContext"]["capabilities"]["add"] == ["IPC_LOCK"]
     assert [v["name"] for v in out["spec"]["volumes"] if "emptyDir" in v] == ["dshm"]
     assert out["metadata"]["annotations"][keys.MULTUS_NETWORKS] == "rdma-network"
@@ -199,7 +215,8 @@ def test_missing_attachment_and_attachment_without_resource_denied(policies):
     resp, _, _ = respond(pod, AI, policies, FileClusterState([AI], []))
     assert not resp["allowed"] and "NetworkAttachmentDefinition ai-training/rdma-network does not exist" in resp["status"]["message"]
     from webhook.policy import load_texts
-    text = open("policies/sriov-roce.yaml").read().replace("  resource: openshift.io/mellanoxrdma\n", "")
+    text = open("policies/sriov-roce.yaml").read().replace("    resource: openshift.io/mellanoxrdma\n", "")
+    assert "mellanoxrdma" not in text.split("networks:")[1].split("shm:")[0]
     ps, errors = load_texts([("s.yaml", text)])
     assert errors == []
     bare = copy.deepcopy(NAD)
@@ -217,7 +234,8 @@ def test_host_network_denied_with_multus(policies):
 def test_bad_json_network_annotation_denied(policies):
     pod = k.pod([k.container("trainer")], namespace="ai-training", annotations={keys.MULTUS_NETWORKS: "[{oops"})
     resp, _, _ = respond(pod, AI, policies, FileClusterState([AI], [NAD]))
-    assert not resp["allowed"] and "not a JSON list" in resp["status"]["message"]
+    assert not resp["allowed"] and "nor a JSON list of network objects" in resp["status"]["message"]
+    assert "[multus-annotation]" in resp["status"]["message"]
 
 
 # -- who is considered, and which policy -------------------------------------------------------

@@ -43,9 +43,9 @@ def errors_of(text, file="f.yaml"):
 
 
 def test_shipped_policies_load(policies):
-    assert set(policies.by_name) == {"erdma", "sriov-roce"}
+    assert set(policies.by_name) == {"erdma", "sriov-roce", "sriov-roce-8rail", "ib-shared", "efa", "oke-roce-host"}
     erdma = policies.get("erdma")
-    assert erdma.device_resource == "aliyun/erdma" and erdma.device_count == 1
+    assert [(d.resource, d.count, d.per_gpu) for d in erdma.devices] == [("aliyun/erdma", 1, False)]
     env = {e.name: e for e in erdma.env}
     assert env["NCCL_NET"].value == "IB" and env["NCCL_NET"].enforce
     assert env["NCCL_IB_HCA"].value == "erdma" and env["NCCL_IB_GID_INDEX"].value == "1"
@@ -54,8 +54,16 @@ def test_shipped_policies_load(policies):
     assert env["NCCL_DEBUG"].value == "WARN"
     sriov = policies.get("sriov-roce")
     senv = {e.name: e.value for e in sriov.env}
-    assert sriov.network_name == "rdma-network" and sriov.device_resource == "openshift.io/mellanoxrdma"
-    assert senv["NCCL_SOCKET_IFNAME"] == "net1" and senv["NCCL_NET"] == "IB"
+    assert [(n.name, n.interface, n.resource) for n in sriov.networks] == [("rdma-network", "net1", "openshift.io/mellanoxrdma")]
+    assert senv["NCCL_SOCKET_IFNAME"] == "{interface}" and senv["NCCL_NET"] == "IB"
+    assert sriov.host_network == "Forbidden" and erdma.host_network == "Allowed"
+    rails = policies.get("sriov-roce-8rail")
+    assert [n.interface for n in rails.networks] == [f"net{i}" for i in range(1, 9)]
+    efa = policies.get("efa")
+    assert efa.fabric.transport == "libfabric" and efa.fabric.providers == ("efa",)
+    assert {e.name: e.value for e in efa.env if e.enforce} == {"NCCL_NET": "AWS Libfabric", "FI_PROVIDER": "efa"}
+    oke = policies.get("oke-roce-host")
+    assert oke.host_network == "Required" and oke.host_fabric()
     assert senv["NCCL_IB_GID_INDEX"] == "3" and senv["NCCL_NET_GDR_LEVEL"] == "SYS"
     # every shipped policy pins NCCL_NET, enforced
     for p in policies.by_name.values():
@@ -83,9 +91,9 @@ def test_every_shipped_value_cites_a_source():
     (lambda t: t.replace("sizeLimit: 16Gi", "sizeLimit: lots"), "field shm.sizeLimit: 'lots' is not a Kubernetes quantity"),
     (lambda t: t.replace("sizeLimit: 16Gi", "sizeLimit: 16Gi, perGpu: 1Gi"), "field shm: give exactly one"),
     (lambda t: t.replace("namespaceSelector: {}", "namespaceSelector: {matchExpressions: [{key: a, operator: Like}]}"), "field namespaceSelector.matchExpressions[0].operator"),
-    (lambda t: t.replace("NCCL_IB_HCA: erdma", "NCCL_IB_HCA: mlx5"), "selects none of the fabric's devices"),
-    (lambda t: t.replace("NCCL_IB_HCA: erdma", "NCCL_IB_DISABLE: '1'"), "disables the IB/RoCE transport"),
-    (lambda t: t.replace("{value: IB, enforce: true}", "Socket"), "field nccl.NCCL_NET: 'Socket' is not a transport of this fabric"),
+    (lambda t: t.replace("NCCL_IB_HCA: erdma", "NCCL_IB_HCA: mlx5"), "field nccl.NCCL_IB_HCA: NCCL_IB_HCA='mlx5' selects none of the p policy's erdma fabric's devices"),
+    (lambda t: t.replace("NCCL_IB_HCA: erdma", "NCCL_IB_DISABLE: '1'"), "turns NCCL's IB/RoCE transport off"),
+    (lambda t: t.replace("{value: IB, enforce: true}", "Socket"), "field nccl.NCCL_NET: NCCL_NET='Socket' forces NCCL's TCP socket transport (NET/Socket)"),
     (lambda t: t.replace("priority: 0", "priority: 0\nprivileged: true"), "field privileged: policies may not ask for privileged"),
     (lambda t: t.replace("device: {resource: aliyun/erdma, count: 1}", "device: {resource: aliyun/erdma, count: 1, hostPath: /dev}"), "field device.hostPath: policies may not ask"),
     (lambda t: t.replace("name: p", "name: Bad_Name"), "must be a DNS-1123 label"),

@@ -134,8 +134,8 @@ def check_mutation(pod: dict[str, Any], out: dict[str, Any], decision: Any) -> N
     owned = {keys.STATUS, keys.APPLIED_POLICY, keys.MULTUS_NETWORKS}
     assert {k: v for k, v in ann.items() if k not in owned} == {k: v for k, v in oann.items() if k not in owned}
     if oann.get(keys.MULTUS_NETWORKS) != ann.get(keys.MULTUS_NETWORKS):
-        assert policy is not None and policy.network_name
-        assert policy.network_name in oann[keys.MULTUS_NETWORKS]
+        assert policy is not None and policy.networks
+        assert all(n.name in oann[keys.MULTUS_NETWORKS] for n in policy.networks)
         if ann.get(keys.MULTUS_NETWORKS, "").strip():
             # merged in the form the user wrote, keeping what was there
             form = "json" if ann[keys.MULTUS_NETWORKS].strip().startswith("[") else "csv"
@@ -172,17 +172,24 @@ def check_mutation(pod: dict[str, Any], out: dict[str, Any], decision: Any) -> N
             now = (oc.get("resources") or {}).get(section) or {}
             assert {r: q for r, q in now.items() if r in have} == have
             for r in set(now) - set(have):
-                assert r in (policy.device_resource, "example.com/rdma_vf", "openshift.io/mellanoxrdma"), r
+                assert r in (*policy.resources(), "example.com/rdma_vf", "openshift.io/mellanoxrdma"), r
         # env: every user entry keeps its place and value unless the policy enforces that variable
         enforced = {e.name: e.value for e in policy.env if e.enforce}
         policy_env = {e.name: e.value for e in policy.env}
         env, oenv = c.get("env") or [], oc.get("env") or []
         assert len(oenv) >= len(env)
+        interfaces = multus_interfaces(oann.get(keys.MULTUS_NETWORKS))
+        templated = {e.name for e in policy.env if e.templated}
         for before, after in zip(env, oenv):
             if before != after:
-                assert before["name"] in enforced and after == {"name": before["name"], "value": enforced[before["name"]]}, (before, after)
+                assert before["name"] in enforced and after["name"] == before["name"], (before, after)
+                if before["name"] not in templated:
+                    assert after == {"name": before["name"], "value": enforced[before["name"]]}, (before, after)
         for extra in oenv[len(env):]:
-            assert extra == {"name": extra["name"], "value": policy_env[extra["name"]]}
+            if extra["name"] in templated:  # names an interface the pod really has
+                assert set(extra) == {"name", "value"} and extra["value"] in interfaces, (extra, interfaces)
+            else:
+                assert extra == {"name": extra["name"], "value": policy_env[extra["name"]]}
         # mounts: the ones sent stay; the addition is /dev/shm from a memory-backed emptyDir
         ms, oms = c.get("volumeMounts") or [], oc.get("volumeMounts") or []
         assert oms[: len(ms)] == ms
@@ -193,6 +200,22 @@ def check_mutation(pod: dict[str, Any], out: dict[str, Any], decision: Any) -> N
     if added_volumes:
         used = {m["name"] for c in ospec["containers"] for m in c.get("volumeMounts") or ()}
         assert added_volumes <= used, "a volume was added that nothing mounts"
+    if oann.get(keys.MULTUS_NETWORKS) != ann.get(keys.MULTUS_NETWORKS):
+        # Multus refuses duplicate interface names: every attachment of the patched pod has its own
+        names = multus_interfaces(oann[keys.MULTUS_NETWORKS])
+        assert len(names) == len(set(names)) and not {"eth0", "lo"} & set(names), names
+
+
+def multus_interfaces(value: Any) -> list[str]:
+    """The interface names Multus gives the attachments of an annotation (independently of
+    webhook.multus): an explicit name, else net<position>."""
+    if not isinstance(value, str) or not value.strip():
+        return []
+    text = value.strip()
+    if text.startswith("["):
+        return [e.get("interface") or f"net{i + 1}" for i, e in enumerate(json.loads(text))]
+    parts = [p.strip() for p in text.split(",") if p.strip()]
+    return [p.split("@", 1)[1] if "@" in p and p.split("@", 1)[1] else f"net{i + 1}" for i, p in enumerate(parts)]
 
 
 def _gpu(c: dict[str, Any], resource: str) -> bool:
@@ -294,12 +317,15 @@ def test_opted_in_pods_without_fallback_settings_are_mutated(pod):
     assert r["allowed"], r.get("status")
     _, _, out = send(pod)
     policy = POLICIES.get(decision.policy)
-    nad = STATE.attachment(policy.network_namespace or ns, policy.network_name) if policy.network_name else None
-    resource = ((nad or {}).get("metadata", {}).get("annotations") or {}).get(keys.NAD_RESOURCE_NAME) or policy.device_resource
+    resources = [d.resource for d in policy.devices]
+    for n in policy.networks:
+        nad = STATE.attachment(n.namespace or ns, n.name)
+        resources.append(((nad or {}).get("metadata", {}).get("annotations") or {}).get(keys.NAD_RESOURCE_NAME) or n.resource)
     for c in out["spec"]["containers"]:
         if not any(_gpu(c, g) for g in policy.gpu_resources):
             continue
-        assert int(c["resources"]["limits"][resource]) >= 1 and c["resources"]["requests"][resource] == c["resources"]["limits"][resource]
+        for resource in resources:
+            assert int(c["resources"]["limits"][resource]) >= 1 and c["resources"]["requests"][resource] == c["resources"]["limits"][resource]
         assert any(a.upper() in ("IPC_LOCK", "CAP_IPC_LOCK") for a in _caps(c, "add"))
         assert any(m["mountPath"].rstrip("/") == "/dev/shm" for m in c.get("volumeMounts") or ())
         env = {e["name"]: e for e in c["env"]}

@@ -217,9 +217,30 @@ def cmd_lint(args: argparse.Namespace) -> int:
         print(f"{len(errors)} problem(s) found; no policy was loaded", file=sys.stderr)
         return 1
     for p in sorted(policies.by_name.values(), key=lambda p: p.name):
-        net = f", network {p.network_name}" if p.network_name else ""
-        print(f"ok  {p.name}  ({p.fabric_kind}, {p.device_resource or 'resource from attachment'}{net})  {p.source}")
+        print(f"ok  {p.name}  ({p.summary()})  {p.source}")
     return 0
+
+
+def cmd_migrate(args: argparse.Namespace) -> int:
+    """Print each v1alpha1 policy of the files as the v1alpha2 document that means the same
+    (v1alpha2 documents are printed unchanged); exit 1 when a file has an invalid policy."""
+    from webhook.policy import API_VERSION_V1ALPHA1, PolicyError, compile_policy, migrate_v1alpha1, read_documents
+
+    out: list[Any] = []
+    status = EXIT_OK
+    for path in args.files:
+        docs, errors = read_documents(path)
+        for doc in docs:
+            policy, errs = compile_policy(doc, path)
+            errors.extend(errs)
+            if policy is not None:
+                out.append(migrate_v1alpha1(doc) if doc.get("apiVersion") == API_VERSION_V1ALPHA1 else doc)
+        for err in errors:
+            print(f"error: {err}", file=sys.stderr)
+            status = EXIT_DENIED
+    if out:
+        sys.stdout.write(yaml.safe_dump_all(out, sort_keys=False, width=100))
+    return status
 
 
 # -- certs -------------------------------------------------------------------------------------
@@ -289,6 +310,9 @@ def build_parser() -> argparse.ArgumentParser:
     lint = polsub.add_parser("lint", help="validate the policy files of a folder")
     lint.add_argument("dir")
     lint.set_defaults(func=cmd_lint)
+    mig = polsub.add_parser("migrate", help="print v1alpha1 policy files as v1alpha2 (comments are not kept)")
+    mig.add_argument("files", nargs="+", metavar="FILE")
+    mig.set_defaults(func=cmd_migrate)
 
     c = sub.add_parser("certs", help="write a CA and a serving certificate for the webhook Service")
     c.add_argument("--service", required=True)

@@ -15,9 +15,10 @@ from dataclasses import dataclass
 from typing import Any, Mapping, Protocol
 
 
-from webhook import fallback, k8s, keys, mutation, nccl
+from webhook import fallback, k8s, keys, multus, mutation, nccl
 from webhook.fallback import Finding, Subject, Target
-from webhook.policy_model import Policy, PolicySet
+from webhook.policy_model import Device, Policy, PolicySet
+from webhook.transports import WARN
 
 SKIPPED, UNCHANGED, MUTATED, DENIED = "skipped", "unchanged", "mutated", "denied"
 
@@ -82,7 +83,7 @@ def shape_problem(pod: Any) -> str | None:
         value = meta.get(key)
         if value is not None and (not isinstance(value, dict) or not k8s.all_str(value.values())):
             return f"metadata.{key} must map strings to strings"
-    for key in ("containers", "initContainers", "volumes"):
+    for key in ("containers", "initContainers", "volumes", "resourceClaims"):
         value = spec.get(key)
         if value is not None and (not isinstance(value, list) or not k8s.all_dict(value)):
             return f"spec.{key} must be a list of objects"
@@ -109,6 +110,9 @@ def _container_shape_problem(c: dict[str, Any]) -> str | None:
             sect = resources.get(key)
             if sect is not None and not isinstance(sect, dict):
                 return f"resources.{key} must be an object"
+        claims = resources.get("claims")
+        if claims is not None and not isinstance(claims, list):
+            return "resources.claims must be a list"
     caps = sc.get("capabilities") if sc else None
     if caps is not None:
         if not isinstance(caps, dict):
@@ -196,34 +200,109 @@ def find_targets(pod: dict[str, Any], policy: Policy) -> list[Target]:
     return targets
 
 
-def resolve_network(policy: Policy, pod_ns: str, attachments: Attachments | None) -> tuple[str | None, str | None]:
-    """(device resource, problem): the NetworkAttachmentDefinition's resourceName annotation when
-    the cluster state has it, else the policy's resource."""
-    if not policy.network_name:
-        return policy.device_resource, None
-    net_ns = policy.network_namespace or pod_ns
-    if attachments is None:  # cluster state not known (offline review without a state file)
-        if policy.device_resource:
-            return policy.device_resource, None
-        return None, (f"the {policy.name} policy takes its device resource from NetworkAttachmentDefinition "
-                      f"{net_ns}/{policy.network_name}, which cannot be looked up here")
-    nad = attachments.attachment(net_ns, policy.network_name)
-    if nad is None:
-        return None, (f"NetworkAttachmentDefinition {net_ns}/{policy.network_name} does not exist, so Multus cannot attach "
-                      f"the RDMA network and NCCL would use TCP; ask the platform team to create it in {net_ns!r}")
-    resource = ((nad.get("metadata") or {}).get("annotations") or {}).get(keys.NAD_RESOURCE_NAME)
-    if resource:
-        return resource, None
-    if policy.device_resource:
-        return policy.device_resource, None
-    return None, (f"NetworkAttachmentDefinition {net_ns}/{policy.network_name} names no device resource "
-                  f"({keys.NAD_RESOURCE_NAME}) and the {policy.name} policy gives none: the pod would get an "
-                  f"interface without an RDMA device")
+def _network_devices(policy: Policy, pod_ns: str, attachments: Attachments | None, problems: list[Finding]) -> list[Device]:
+    """The device resource behind each of the policy's networks: the NetworkAttachmentDefinition's
+    resourceName annotation when the cluster state has it, else the network's `resource`."""
+    out: list[Device] = []
+    for n in policy.networks:
+        net_ns = n.namespace or pod_ns
+        resource = None
+        if attachments is None:  # cluster state not known (offline review without a state file)
+            if n.resource is None:
+                problems.append(Finding("network-attachment", None,
+                                        f"the {policy.name} policy takes its device resource from NetworkAttachmentDefinition "
+                                        f"{net_ns}/{n.name}, which cannot be looked up here"))
+                continue
+            resource = n.resource
+        else:
+            nad = attachments.attachment(net_ns, n.name)
+            if nad is None:
+                problems.append(Finding("network-attachment", None,
+                                        f"NetworkAttachmentDefinition {net_ns}/{n.name} does not exist, so Multus cannot attach "
+                                        f"the RDMA network and NCCL would use TCP; ask the platform team to create it in {net_ns!r}"))
+                continue
+            resource = ((nad.get("metadata") or {}).get("annotations") or {}).get(keys.NAD_RESOURCE_NAME) or n.resource
+            if not resource:
+                problems.append(Finding("network-attachment", None,
+                                        f"NetworkAttachmentDefinition {net_ns}/{n.name} names no device resource "
+                                        f"({keys.NAD_RESOURCE_NAME}) and the {policy.name} policy gives none: the pod would get an "
+                                        f"interface without an RDMA device"))
+                continue
+        out.append(policy.network_device(n, resource))
+    return out
+
+
+def _fitting(resource: str, policy: Policy, policies: PolicySet, ns: Namespace, by: dict[str, list[Policy]]) -> str:
+    """How to fix a pod that brings another fabric's device: the policy that provides it here."""
+    for other in by.get(resource) or ():
+        if other.name != policy.name and other.allows_namespace(ns.labels):
+            return f"select policy {other.name} with the annotation {keys.POD_POLICY}: {other.name}"
+    return "no policy of this namespace provides it; remove it, or ask the platform team for a policy of that fabric"
+
+
+def _check_fabric(pod: dict[str, Any], policy: Policy, policies: PolicySet, ns: Namespace, targets: list[Target],
+                  devices: list[Device], problems: list[Finding]) -> str | None:
+    """Mark targets that already have this fabric's device by another name, deny another fabric's
+    device or claim, and return the pod's resourceClaims entry of this fabric's claim (None when
+    the policy claims nothing; the policy's own entry name when the pod has none yet)."""
+    provided = [d.resource for d in devices]
+    provided.extend(policy.resources())  # the policy's own, also when the attachment names another
+    for t in targets:
+        resources: dict[str, Any] = (_container(pod, t.index).get("resources") or {})
+        seen: list[str] = []
+        for section in ("limits", "requests"):
+            values: dict[str, Any] = resources.get(section) or {}
+            for res in values:
+                if res in provided or res in policy.gpu_resources or res in seen:
+                    continue
+                seen.append(res)
+                if res in policy.equivalent_resources:
+                    t.has_fabric = True
+                elif policies.is_rdma_resource(res):
+                    mine = ", ".join(policy.resources()) or (f"a DRA claim ({policy.claim.template})" if policy.claim else "the host's devices")
+                    problems.append(Finding("fabric-mismatch", t.name,
+                                            f"this pod requests {res}, another fabric's RDMA device; policy {policy.name} provides "
+                                            f"{mine}; {_fitting(res, policy, policies, ns, policies.by_resource)}"))
+    spec: dict[str, Any] = pod.get("spec") or {}
+    claims: list[dict[str, Any]] = spec.get("resourceClaims") or []
+    entry = policy.claim.name if policy.claim is not None else None
+    for c in claims:
+        template = c.get("resourceClaimTemplateName") or c.get("resourceClaimName")
+        if not isinstance(template, str):
+            continue
+        if policy.claim is not None and (template == policy.claim.template or template in policy.claim.equivalent):
+            entry = str(c.get("name"))
+        elif template in policies.by_claim_template:
+            problems.append(Finding("fabric-mismatch", None,
+                                    f"this pod claims {template}, another fabric's RDMA NIC; policy {policy.name} provides "
+                                    f"{', '.join(policy.resources()) or 'another claim'}; "
+                                    f"{_fitting(template, policy, policies, ns, policies.by_claim_template)}"))
+    return entry
+
+
+def _container(pod: dict[str, Any], index: int) -> dict[str, Any]:
+    spec: dict[str, Any] = pod["spec"]
+    containers: list[dict[str, Any]] = spec["containers"]
+    return containers[index]
+
+
+def _ifname_matches(value: str, secondary: list[str]) -> bool:
+    """Whether NCCL_SOCKET_IFNAME=value keeps an interface of the pod (NCCL's prefix/`=`exact
+    grammar, as for NCCL_IB_HCA; an exclusion list `^...` always leaves one)."""
+    flt = nccl.parse_hca(value)
+    if flt.exclude or not flt.entries:
+        return True
+    for name in ("eth0", "lo", *secondary):
+        if nccl.hca_selects(flt, name):
+            return True
+    return False
 
 
 def _warnings(pod: dict[str, Any], subject: Subject) -> list[str]:
     out: list[str] = []
     spec: dict[str, Any] = pod.get("spec") or {}
+    on_host = spec.get("hostNetwork") is True  # the host's interfaces: not known here
+    secondary: list[str] = subject.networks.pod_interfaces if subject.networks is not None else []
     found = spec.get("securityContext")
     pod_sc: dict[str, Any] = found if isinstance(found, dict) else {}
     for c, _, settings in subject.commands():
@@ -237,9 +316,20 @@ def _warnings(pod: dict[str, Any], subject: Subject) -> list[str]:
             out.append(f"{t.name}: NCCL_DEBUG={debug} logs heavily; use WARN outside debugging")
         if t.has_env_from:
             out.append(f"{t.name}: envFrom values cannot be checked for NCCL settings; the policy's env entries take precedence over them")
-        unknown = [n for n in fallback.WATCHED if t.env.unknown(n)]
+        unknown = [n for n in subject.policy.watched if t.env.unknown(n)]
         if unknown:
             out.append(f"{t.name}: {', '.join(unknown)} come from valueFrom and cannot be checked")
+        for name in subject.policy.watched:
+            value = t.env.get(name)
+            if value is not None:
+                why = fallback.judge_setting(name, value, subject.policy)
+                if why is not None and why[0] == WARN:
+                    out.append(f"{t.name}: {why[1]}")
+        ifname = t.env.get("NCCL_SOCKET_IFNAME")
+        if ifname is not None and not on_host and not _ifname_matches(ifname, secondary):
+            have = ", ".join(["eth0", *secondary])
+            out.append(f"{t.name}: NCCL_SOCKET_IFNAME={ifname!r} names no interface the pod will have ({have}), so NCCL's "
+                       f"bootstrap cannot start; remove it or name one of those")
         sc: dict[str, Any] = subject.container(t).get("securityContext") or {}
         non_root = sc.get("runAsNonRoot", pod_sc.get("runAsNonRoot")) is True
         user = sc.get("runAsUser", pod_sc.get("runAsUser"))
@@ -288,12 +378,21 @@ def _assess(pod: Any, namespace: Namespace | None, policies: PolicySet | None, a
         warnings.insert(0, f"no container requests a GPU ({gpu}); left unchanged (an MPI launcher needs no RDMA device)")
         return Decision(UNCHANGED, pod, policy.name, warnings=warnings, reason="no GPU container")
 
-    resource, net_problem = resolve_network(policy, namespace.name, attachments)
-    subject = Subject(pod, policy, namespace.labels, targets, resource, net_problem)
+    problems: list[Finding] = []
+    devices = list(policy.devices)
+    if policy.networks:
+        devices.extend(_network_devices(policy, namespace.name, attachments, problems))
+    assert policies is not None  # select_policy found one
+    claim_entry = _check_fabric(checked, policy, policies, namespace, targets, devices, problems)
     annotations: dict[str, str] = meta.get("annotations") or {}
-    if policy.network_name and isinstance(annotations.get(keys.MULTUS_NETWORKS), str) and mutation.parse_networks(annotations[keys.MULTUS_NETWORKS]) is None:
-        subject.network_problem = (f"annotation {keys.MULTUS_NETWORKS} starts with '[' but is not a JSON list of "
-                                   f"network objects; Multus would reject the pod. Fix the annotation")
+    plan: multus.Plan | None = None
+    if policy.networks or keys.MULTUS_NETWORKS in annotations:
+        plan = multus.plan(annotations.get(keys.MULTUS_NETWORKS), policy.networks, namespace.name)
+        if plan.problem is not None:
+            if policy.networks:
+                problems.append(Finding("multus-annotation", None, f"{keys.MULTUS_NETWORKS}: {plan.problem}"))
+            plan = None
+    subject = Subject(pod, policy, namespace.labels, targets, devices, problems, plan, claim_entry)
     denials = fallback.findings(subject, final=final)
     warnings = _warnings(pod, subject)
     if denials:

@@ -18,8 +18,9 @@ import shlex
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from webhook import k8s, keys, nccl
-from webhook.policy_model import Policy
+from webhook import k8s, keys, multus, nccl
+from webhook.policy_model import Device, Policy
+from webhook.transports import DENY
 
 
 @dataclass(frozen=True)
@@ -43,6 +44,9 @@ class Target:
         self.gpus = gpus
         self.env = env  # the values its process will see from `env`, `$(VAR)`s expanded
         self.has_env_from = has_env_from
+        # It already has this fabric's device by another name (the policy's equivalentResources,
+        # or the pod claims an equivalent DRA template): the policy's devices are not added.
+        self.has_fabric = False
 
 
 class Subject:
@@ -50,13 +54,18 @@ class Subject:
     policy, the namespace's labels, the targets and what the decision resolved."""
 
     def __init__(self, pod: dict[str, Any], policy: Policy, namespace_labels: dict[str, str], targets: list[Target],
-                 device_resource: str | None = None, network_problem: str | None = None):
+                 devices: list[Device] | None = None, problems: list[Finding] | None = None,
+                 networks: multus.Plan | None = None, claim_entry: str | None = None):
         self.pod = pod
         self.policy = policy
         self.namespace_labels = namespace_labels
         self.targets = targets
-        self.device_resource = device_resource
-        self.network_problem = network_problem
+        # The device resources every target gets: the policy's rails and each network's
+        # resource as its NetworkAttachmentDefinition names it.
+        self.devices: list[Device] = [] if devices is None else devices
+        self.problems: list[Finding] = [] if problems is None else problems  # found while resolving
+        self.networks = networks  # the Multus annotation as it will be, and the interface names
+        self.claim_entry = claim_entry  # the spec.resourceClaims entry the targets reference
         self._commands: list[tuple[dict[str, Any], str, list[tuple[str, str]]]] | None = None
 
     def container(self, t: Target) -> dict[str, Any]:
@@ -91,59 +100,41 @@ class Subject:
         return self._commands
 
 
-def _fabric(policy: Policy) -> str:
-    return f"the {policy.name} policy's {policy.fabric_kind} fabric"
-
-
-# -- the judgement of single NCCL settings, shared by env and command checks --------------------
+# -- the judgement of single settings, shared by env and command checks ---------------------
 
 _JUDGED_MAX = 1024  # per policy; a flood of distinct values cannot grow it further
 
 
-def judge_setting(name: str, value: str, policy: Policy) -> str | None:
-    """Why NCCL setting name=value sends this pod to TCP (or leaves it without RDMA), or None.
-    Remembered per policy (`Policy.judged`): the pods of a job repeat the same few settings."""
+def judge_setting(name: str, value: str, policy: Policy) -> tuple[str, str] | None:
+    """(severity, why) when setting name=value sends this pod to TCP (`transports.DENY`) or costs
+    RDMA a feature (`transports.WARN`) on the policy's transport, else None. Remembered per
+    policy (`Policy.judged`): the pods of a job repeat the same few settings."""
     judged = policy.judged
     key = (name, value)
     if key in judged:
         return judged[key]
-    why = _judge(name, value, policy)
+    why: tuple[str, str] | None = None
+    for sig in policy.signatures:
+        if sig.variable == name:
+            found = sig.judge(value, policy.fabric)
+            if found:
+                why = (sig.severity, found)
+                break
     if len(judged) >= _JUDGED_MAX:
         judged.clear()
     judged[key] = why
     return why
 
 
-def _judge(name: str, value: str, policy: Policy) -> str | None:
-    if name == "NCCL_IB_DISABLE" and nccl.ib_disabled(value):
-        return (f"NCCL_IB_DISABLE={value!r} turns NCCL's IB/RoCE transport off, so NCCL runs on TCP sockets "
-                f"(NET/Socket); remove it or set it to 0")
-    if name == "NCCL_NET" and not nccl.net_selected(value, policy.nccl_nets):
-        if value.casefold() == "socket":
-            why = "forces NCCL's TCP socket transport (NET/Socket)"
-        else:
-            why = f"names a transport that {_fabric(policy)} does not provide ({'/'.join(policy.nccl_nets)})"
-        return f"NCCL_NET={value!r} {why}; remove it and let the policy set NCCL_NET={policy.nccl_nets[0]}"
-    if name == "NCCL_IB_HCA" and not nccl.hca_selected_devices(value, policy.hca_devices):
-        sample = ", ".join(policy.hca_devices[:2])
-        return (f"NCCL_IB_HCA={value!r} selects none of {_fabric(policy)}'s devices ({sample}, ...), so NCCL "
-                f"finds no RDMA device and uses TCP; remove it or name those devices")
-    return None
-
-
-WATCHED = ("NCCL_IB_DISABLE", "NCCL_NET", "NCCL_IB_HCA")
-_SCANNED = WATCHED + ("NCCL_DEBUG",)  # NCCL_DEBUG only for a warning
-
-
 def _rule_env(s: Subject) -> list[Finding]:
     out: list[Finding] = []
     for t in s.targets:
-        for name in WATCHED:
+        for name in s.policy.watched:
             value = t.env.get(name)
             if value is not None:
                 why = judge_setting(name, value, s.policy)
-                if why:
-                    out.append(Finding("env-fallback", t.name, why + " in env"))
+                if why is not None and why[0] == DENY:
+                    out.append(Finding("env-fallback", t.name, why[1] + " in env"))
     return out
 
 
@@ -153,6 +144,7 @@ def _rule_env(s: Subject) -> list[Finding]:
 # start with a lookbehind placed after it, so the regex engine jumps from one `NCCL_` to the next
 # with its literal-prefix search instead of trying the lookbehind at every character (4x faster on
 # a launcher's line). The os.environ form is added only for a text that mentions `environ`.
+_SCANNED = ("NCCL_IB_DISABLE", "NCCL_NET", "NCCL_IB_HCA", "NCCL_NET_PLUGIN", "NCCL_DEBUG")  # NCCL_DEBUG only for a warning
 _SHELL = (r"NCCL_(?<![A-Za-z0-9_]NCCL_)(" + "|".join(n[len("NCCL_"):] for n in _SCANNED) + r")="
           r"(\"[^\"]*\"|'[^']*'|[^\s;&|)`]*)")
 _PYTHON = r"environ\[\s*[\"'](" + "|".join(_SCANNED) + r")[\"']\s*\]\s*=\s*(\"[^\"]*\"|'[^']*')"
@@ -200,9 +192,9 @@ def _rule_command(s: Subject) -> list[Finding]:
     for c, line, settings in s.commands():
         for name, value in settings:
             why = judge_setting(name, value, s.policy)
-            if why:
+            if why is not None and why[0] == DENY:
                 note = " (mpirun -x exports it to every rank)" if "mpirun" in line else ""
-                out.append(Finding("command-fallback", c.get("name"), why + f" in the command{note}"))
+                out.append(Finding("command-fallback", c.get("name"), why[1] + f" in the command{note}"))
     return out
 
 
@@ -224,12 +216,48 @@ def _rule_ipc_lock_dropped(s: Subject) -> list[Finding]:
 
 
 def _rule_host_network(s: Subject) -> list[Finding]:
-    if not s.policy.network_name or (s.pod.get("spec") or {}).get("hostNetwork") is not True:
+    mode = s.policy.host_network
+    on_host = (s.pod.get("spec") or {}).get("hostNetwork") is True
+    if mode == "Forbidden" and on_host:
+        if s.policy.networks:
+            names = ", ".join(repr(n.name) for n in s.policy.networks)
+            why = f"attaches the Multus network(s) {names} and Multus does not attach networks to host-network pods"
+        else:
+            why = "does not reach its fabric through the host's interfaces"
+        return [Finding("host-network", None, f"hostNetwork: true, but the {s.policy.name} policy {why}; remove hostNetwork")]
+    if mode == "Required" and not on_host:
+        return [Finding("host-network", None,
+                        f"the {s.policy.name} policy's {s.policy.fabric.kind} fabric is reached through the host's "
+                        f"interfaces, and without hostNetwork: true the pod sees only its own eth0, so NCCL finds no "
+                        f"RDMA device and uses TCP; set hostNetwork: true (and dnsPolicy: ClusterFirstWithHostNet)")]
+    return []
+
+
+def _host_devices_visible(container: dict[str, Any]) -> bool:
+    sc: dict[str, Any] = container.get("securityContext") or {}
+    if sc.get("privileged") is True:
+        return True
+    mounts: list[Any] = container.get("volumeMounts") or []
+    for m in mounts:
+        if isinstance(m, dict) and str(m.get("mountPath", "")).rstrip("/") == "/dev/infiniband":
+            return True
+    return False
+
+
+def _rule_host_devices(s: Subject) -> list[Finding]:
+    """A fabric with no device plugin, network or claim: the RDMA devices are the host's, and a
+    container only sees /dev/infiniband when it is privileged or mounts it (the webhook never
+    adds either)."""
+    if not s.policy.host_fabric():
         return []
-    return [Finding("host-network", None,
-                    f"hostNetwork: true, but the {s.policy.name} policy attaches the Multus network "
-                    f"{s.policy.network_name!r} and Multus does not attach networks to host-network pods; "
-                    f"remove hostNetwork")]
+    out: list[Finding] = []
+    for t in s.targets:
+        if not _host_devices_visible(s.container(t)):
+            out.append(Finding("host-rdma-devices", t.name,
+                               f"the {s.policy.name} policy's RDMA devices come from the host without a device plugin, "
+                               f"and this container neither mounts /dev/infiniband nor runs privileged, so NCCL finds no "
+                               f"RDMA device and uses TCP; mount the host's /dev/infiniband (hostPath) into it"))
+    return out
 
 
 def _rule_pod_security(s: Subject) -> list[Finding]:
@@ -242,26 +270,32 @@ def _rule_pod_security(s: Subject) -> list[Finding]:
                     f"(label {keys.PSA_ENFORCE}) or run the job elsewhere")]
 
 
+_ZERO = ("0", "0.0", "0m", "-0")
+
+
 def _rule_device_zero(s: Subject) -> list[Finding]:
-    res = s.device_resource
-    if not res:
+    if not s.devices:
         return []
     out: list[Finding] = []
     for t in s.targets:
+        if t.has_fabric:
+            continue
         resources: dict[str, Any] = s.container(t).get("resources") or {}
-        for section in ("limits", "requests"):
-            values: dict[str, Any] = resources.get(section) or {}
-            value = values.get(res)
-            if value is not None and str(value).strip() in ("0", "0.0", "0m", "-0"):
-                out.append(Finding("device-zero", t.name,
-                                   f"resources.{section} sets {res}: {value!r}, an explicit zero, so the container gets no "
-                                   f"RDMA device and NCCL uses TCP; remove it and the policy adds the right count"))
-                break
+        for d in s.devices:
+            res = d.resource
+            for section in ("limits", "requests"):
+                values: dict[str, Any] = resources.get(section) or {}
+                value = values.get(res)
+                if value is not None and str(value).strip() in _ZERO:
+                    out.append(Finding("device-zero", t.name,
+                                       f"resources.{section} sets {res}: {value!r}, an explicit zero, so the container gets no "
+                                       f"RDMA device and NCCL uses TCP; remove it and the policy adds the right count"))
+                    break
     return out
 
 
-def _rule_network(s: Subject) -> list[Finding]:
-    return [Finding("network-attachment", None, s.network_problem)] if s.network_problem else []
+def _rule_problems(s: Subject) -> list[Finding]:
+    return s.problems
 
 
 @dataclass(frozen=True)
@@ -275,10 +309,13 @@ RULES: tuple[Rule, ...] = (
     Rule("env-fallback", "a GPU container's env disables IB, forces NCCL_NET off the fabric, or filters out every RDMA device", _rule_env),
     Rule("command-fallback", "the same settings made in the command or args of any container (export, env, mpirun -x, os.environ)", _rule_command),
     Rule("ipc-lock-dropped", "a GPU container drops IPC_LOCK explicitly", _rule_ipc_lock_dropped),
-    Rule("host-network", "hostNetwork on a policy that needs a Multus network", _rule_host_network),
+    Rule("host-network", "hostNetwork on a policy whose fabric is not the host's (Multus networks), or none on one that requires it", _rule_host_network),
+    Rule("host-rdma-devices", "a host-network fabric's GPU container that cannot see the host's /dev/infiniband", _rule_host_devices),
     Rule("pod-security", "the namespace enforces the baseline or restricted Pod Security Standard", _rule_pod_security),
-    Rule("device-zero", "a GPU container sets the RDMA device resource to zero", _rule_device_zero),
-    Rule("network-attachment", "the policy's network has no NetworkAttachmentDefinition, or it names no device resource", _rule_network),
+    Rule("device-zero", "a GPU container sets an RDMA device resource to zero", _rule_device_zero),
+    Rule("resolved", "found while resolving the fabric for this pod: a missing NetworkAttachmentDefinition or one "
+                     "without a device resource (network-attachment), an unreadable or conflicting Multus annotation "
+                     "(multus-annotation), another fabric's device or claim (fabric-mismatch)", _rule_problems),
 )
 
 
@@ -286,16 +323,23 @@ RULES: tuple[Rule, ...] = (
 # what the mutation adds is really there: another webhook may have run after ours.
 
 def _rule_device_missing(s: Subject) -> list[Finding]:
-    res = s.device_resource
-    if not res:
-        return []
     out: list[Finding] = []
     for t in s.targets:
-        value = ((s.container(t).get("resources") or {}).get("limits") or {}).get(res)
-        if value is None:
-            out.append(Finding("device-missing", t.name,
-                               f"resources.limits has no {res}, so the container gets no RDMA device and NCCL uses TCP; "
-                               f"a webhook that ran after rdma-webhook may have removed it"))
+        if t.has_fabric:
+            continue
+        limits = (s.container(t).get("resources") or {}).get("limits") or {}
+        for d in s.devices:
+            if limits.get(d.resource) is None:
+                out.append(Finding("device-missing", t.name,
+                                   f"resources.limits has no {d.resource}, so the container gets no RDMA device and NCCL uses "
+                                   f"TCP; a webhook that ran after rdma-webhook may have removed it"))
+        entry = s.claim_entry
+        if entry is not None and not t.has_fabric:
+            claims = (s.container(t).get("resources") or {}).get("claims") or []
+            if not any(isinstance(c, dict) and c.get("name") == entry for c in claims):
+                out.append(Finding("device-missing", t.name,
+                                   f"resources.claims does not reference the pod's {entry!r} claim, so the container "
+                                   f"gets no RDMA NIC and NCCL uses TCP"))
     return out
 
 
@@ -317,17 +361,18 @@ def _rule_enforced_env(s: Subject) -> list[Finding]:
             if not setting.enforce:
                 continue
             value = t.env.get(setting.name)
-            same = value is not None and (nccl.net_selected(value, (setting.value,)) if setting.name == "NCCL_NET" else value == setting.value)
+            want = setting.render(s.networks.interfaces) if s.networks is not None else setting.value
+            same = value is not None and (nccl.net_selected(value, (want,)) if setting.name == "NCCL_NET" else value == want)
             if not same:
                 now = "unset" if value is None else repr(value)
                 out.append(Finding("enforced-env", t.name,
-                                   f"{setting.name} is {now}, but policy {s.policy.name} pins it to {setting.value!r} so that a "
+                                   f"{setting.name} is {now}, but policy {s.policy.name} pins it to {want!r} so that a "
                                    f"missing RDMA device fails at start instead of running on TCP"))
     return out
 
 
 FINAL_RULES: tuple[Rule, ...] = (
-    Rule("device-missing", "a GPU container has no RDMA device resource in its limits", _rule_device_missing),
+    Rule("device-missing", "a GPU container lacks one of the policy's RDMA device resources in its limits, or its DRA claim", _rule_device_missing),
     Rule("ipc-lock-missing", "a GPU container lacks IPC_LOCK", _rule_ipc_lock_missing),
     Rule("enforced-env", "an enforced NCCL variable (NCCL_NET above all) is missing or changed", _rule_enforced_env),
 )

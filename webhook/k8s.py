@@ -60,6 +60,10 @@ def is_dns1123_label(name: str) -> bool:
     return isinstance(name, str) and len(name) <= 63 and bool(_DNS1123_LABEL.match(name))
 
 
+def is_dns1123_subdomain(name: str) -> bool:
+    return isinstance(name, str) and len(name) <= 253 and bool(_DNS1123_SUBDOMAIN.match(name))
+
+
 def is_extended_resource_name(name: str) -> str | None:
     """None if `name` is a valid extended resource name (domain/name, outside kubernetes.io),
     else what is wrong with it (apimachinery IsQualifiedName plus the extended-resource rules)."""

@@ -9,7 +9,6 @@ return short notes (for warnings and `--explain`); they never decide to deny, wh
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from webhook import k8s, keys
@@ -35,8 +34,9 @@ def private_copy(pod: dict[str, Any], targets: list[Target]) -> dict[str, Any]:
         if isinstance(meta.get("annotations"), dict):
             meta["annotations"] = dict(meta["annotations"])
     spec = copy["spec"] = dict(copy["spec"])
-    if isinstance(spec.get("volumes"), list):
-        spec["volumes"] = list(spec["volumes"])
+    for key in ("volumes", "resourceClaims"):
+        if isinstance(spec.get(key), list):
+            spec[key] = list(spec[key])
     containers = spec["containers"] = list(spec["containers"])
     for t in targets:
         containers[t.index] = _container_copy(containers[t.index])
@@ -53,6 +53,8 @@ def _container_copy(container: dict[str, Any]) -> dict[str, Any]:
         for section in ("limits", "requests"):
             if isinstance(res.get(section), dict):
                 res[section] = dict(res[section])
+        if isinstance(res.get("claims"), list):
+            res["claims"] = list(res["claims"])
     for key in ("env", "volumeMounts"):
         if isinstance(c.get(key), list):
             c[key] = list(c[key])
@@ -98,29 +100,39 @@ def add_device(container: dict[str, Any], resource: str, count: int) -> str | No
     return f"{resource}: {limits[resource]}" if changed else None
 
 
-def add_env(container: dict[str, Any], target: Target, policy: Policy, warnings: list[str]) -> list[str]:
+def add_env(container: dict[str, Any], target: Target, policy: Policy, interfaces: list[str], warnings: list[str]) -> list[str]:
     """The policy's NCCL block: added where the container does not set a variable; enforced
-    variables replace a different user value (with a warning)."""
+    variables replace a different user value (with a warning). A value naming the pod's Multus
+    interfaces gets the names the pod will really have (`interfaces`, see webhook.multus)."""
     env = _list_at(container, "env")
     added: list[str] = []
     for setting in policy.env:
+        value = setting.render(interfaces) if setting.templated else setting.value
         i = target.env.index(setting.name)  # into the same list (the copy shares its items)
         if i is None:
-            env.append({"name": setting.name, "value": setting.value})
+            env.append({"name": setting.name, "value": value})
             added.append(setting.name)
             continue
         item = env[i]
-        if setting.enforce and (item.get("valueFrom") is not None or item.get("value") != setting.value):
+        if setting.enforce and (item.get("valueFrom") is not None or item.get("value") != value):
             before = "a valueFrom source" if item.get("valueFrom") is not None else repr(item.get("value"))
-            env[i] = {"name": setting.name, "value": setting.value}
+            env[i] = {"name": setting.name, "value": value}
             added.append(setting.name)
-            warnings.append(f"{target.name}: {setting.name} is enforced by policy {policy.name}: {before} replaced by {setting.value!r}")
+            warnings.append(f"{target.name}: {setting.name} is enforced by policy {policy.name}: {before} replaced by {value!r}")
     return added
 
 
 def _is_memory_empty_dir(volume: dict[str, Any]) -> bool:
     ed = volume.get("emptyDir")
     return isinstance(ed, dict) and ed.get("medium") == "Memory"
+
+
+def _is_host_shm(volume: dict[str, Any]) -> bool:
+    """A hostPath of the node's /dev/shm: the node's own tmpfs, memory like a Memory emptyDir
+    (shared with the node and without a pod-level size limit, which the policy cannot check)."""
+    hp = volume.get("hostPath")
+    path = hp.get("path") if isinstance(hp, dict) else None
+    return isinstance(path, str) and path.rstrip("/") == keys.SHM_PATH
 
 
 def _shm_mount(mounts: list[Any]) -> dict[str, Any] | None:
@@ -168,6 +180,8 @@ def add_shm(pod: dict[str, Any], targets: list[Target], policy: Policy, warnings
             continue
         mount_name = existing.get("name")
         vol = _volume(volumes, mount_name) if isinstance(mount_name, str) else None
+        if vol is not None and _is_host_shm(vol):
+            continue
         if vol is None or not _is_memory_empty_dir(vol):
             warnings.append(f"{t.name}: /dev/shm is not a memory-backed emptyDir; NCCL and DataLoader need shared memory in RAM")
             continue
@@ -206,55 +220,24 @@ def add_ipc_lock(container: dict[str, Any]) -> bool:
     return True
 
 
-def parse_networks(value: str) -> tuple[str, list[Any]] | None:
-    """The Multus networks annotation as (form, entries): "json" with a list of selection
-    objects, or "csv" with [namespace/]name[@interface] strings. None when it is unreadable."""
-    text = value.strip()
-    if text.startswith("["):
-        try:
-            entries = json.loads(text)
-        except ValueError:
-            return None
-        if not isinstance(entries, list) or not all(isinstance(e, dict) for e in entries):
-            return None
-        return "json", entries
-    return "csv", [part.strip() for part in text.split(",") if part.strip()]
-
-
-def _entry_key(entry: Any, pod_ns: str) -> tuple[str, str]:
-    if isinstance(entry, dict):
-        return str(entry.get("namespace") or pod_ns), str(entry.get("name"))
-    ref = entry.split("@", 1)[0]
-    ns, _, name = ref.rpartition("/")
-    return ns or pod_ns, name
-
-
-def add_network(pod: dict[str, Any], policy: Policy, pod_ns: str) -> str | None:
-    """The policy's network in the Multus annotation, merged with what the pod lists (same form,
-    existing entries kept, no duplicates)."""
-    annotations = _dict_at(_dict_at(pod, "metadata"), "annotations")
-    net_ns = policy.network_namespace or pod_ns
-    want = (net_ns, policy.network_name)
-    current = annotations.get(keys.MULTUS_NETWORKS)
-    parsed = parse_networks(current) if isinstance(current, str) else ("csv", [])
-    if parsed is None:  # fallback rule reports it; leave the annotation as the user wrote it
-        return None
-    form, entries = parsed
-    if any(_entry_key(e, pod_ns) == want for e in entries):
-        return None
-    if form == "json":
-        entry: dict[str, Any] = {"name": policy.network_name}
-        if policy.network_namespace:
-            entry["namespace"] = policy.network_namespace
-        if policy.network_interface:
-            entry["interface"] = policy.network_interface
-        annotations[keys.MULTUS_NETWORKS] = json.dumps(entries + [entry], separators=(",", ":"))
-    else:
-        ref = f"{policy.network_namespace}/{policy.network_name}" if policy.network_namespace else f"{policy.network_name}"
-        if policy.network_interface:
-            ref += f"@{policy.network_interface}"
-        annotations[keys.MULTUS_NETWORKS] = ",".join(entries + [ref])
-    return f"network {net_ns}/{policy.network_name}"
+def add_claim(pod: dict[str, Any], container: dict[str, Any], policy: Policy, entry: str) -> bool:
+    """The policy's DRA claim: the pod-level `spec.resourceClaims` entry (unless the pod has one
+    of this fabric already, then `entry` is its name) and the container's reference to it."""
+    claim = policy.claim
+    if claim is None:
+        return False
+    spec: dict[str, Any] = pod["spec"]
+    changed = False
+    if entry == claim.name:
+        claims = _list_at(spec, "resourceClaims")
+        if not any(isinstance(c, dict) and c.get("name") == entry for c in claims):
+            claims.append({"name": claim.name, "resourceClaimTemplateName": claim.template})
+            changed = True
+    refs = _list_at(_dict_at(container, "resources"), "claims")
+    if not any(isinstance(r, dict) and r.get("name") == entry for r in refs):
+        refs.append({"name": entry})
+        changed = True
+    return changed
 
 
 def apply(pod: dict[str, Any], subject: Subject, pod_ns: str, warnings: list[str]) -> list[str]:
@@ -263,14 +246,20 @@ def apply(pod: dict[str, Any], subject: Subject, pod_ns: str, warnings: list[str
     notes: list[str] = []
     spec: dict[str, Any] = pod["spec"]
     containers: list[dict[str, Any]] = spec["containers"]
+    plan = subject.networks
+    interfaces: list[str] = plan.interfaces if plan is not None else []
     for t in subject.targets:
         c = containers[t.index]
         what = []
-        if subject.device_resource:
-            dev = add_device(c, subject.device_resource, policy.device_count_for(t.gpus))
-            if dev:
-                what.append(dev)
-        env = add_env(c, t, policy, warnings)
+        if not t.has_fabric:
+            for d in subject.devices:
+                dev = add_device(c, d.resource, d.count_for(t.gpus))
+                if dev:
+                    what.append(dev)
+            entry = subject.claim_entry
+            if entry is not None and add_claim(pod, c, policy, entry):
+                what.append(f"DRA claim {entry}")
+        env = add_env(c, t, policy, interfaces, warnings)
         if env:
             what.append(f"{len(env)} NCCL variables")
         if add_ipc_lock(c):
@@ -280,10 +269,9 @@ def apply(pod: dict[str, Any], subject: Subject, pod_ns: str, warnings: list[str
     shm = add_shm(pod, subject.targets, policy, warnings)
     if shm:
         notes.append(shm)
-    if policy.network_name:
-        net = add_network(pod, policy, pod_ns)
-        if net:
-            notes.append(net)
+    if plan is not None and plan.value is not None:
+        _dict_at(_dict_at(pod, "metadata"), "annotations")[keys.MULTUS_NETWORKS] = plan.value
+        notes.extend(plan.added)
     annotations = _dict_at(_dict_at(pod, "metadata"), "annotations")
     if notes or annotations.get(keys.STATUS) != keys.STATUS_INJECTED or annotations.get(keys.APPLIED_POLICY) != policy.name:
         annotations[keys.STATUS] = keys.STATUS_INJECTED

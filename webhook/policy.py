@@ -19,10 +19,11 @@ from typing import Any, Iterable
 import jsonschema
 import yaml
 
-from webhook import k8s, nccl
-from webhook.policy_model import EnvSetting, Policy, PolicySet
+from webhook import k8s, transports
+from webhook.policy_model import Claim, Device, EnvSetting, Network, Policy, PolicySet
 
-API_VERSION = "rdma-webhook.io/v1alpha1"
+API_VERSION = "rdma-webhook.io/v1alpha2"  # what policies are written in; v1alpha1 is migrated at load
+API_VERSION_V1ALPHA1 = "rdma-webhook.io/v1alpha1"
 
 _QUANTITY = {"type": ["string", "integer"]}
 _SELECTOR = {
@@ -46,13 +47,13 @@ _SELECTOR = {
     },
 }
 
-SCHEMA: dict[str, Any] = {
+SCHEMA_V1ALPHA1: dict[str, Any] = {
     "$schema": "https://json-schema.org/draft/2020-12/schema",
     "type": "object",
     "additionalProperties": False,
     "required": ["apiVersion", "kind", "name", "description", "namespaceSelector", "fabric", "device", "shm", "nccl"],
     "properties": {
-        "apiVersion": {"const": API_VERSION},
+        "apiVersion": {"const": API_VERSION_V1ALPHA1},
         "kind": {"const": "RdmaPolicy"},
         "name": {"type": "string", "minLength": 1, "maxLength": 63},
         "description": {"type": "string", "minLength": 1},
@@ -111,7 +112,83 @@ SCHEMA: dict[str, Any] = {
         "workloadValidation": {"enum": ["Deny", "Warn"]},
     },
 }
-_VALIDATOR = jsonschema.Draft202012Validator(SCHEMA)
+_NCCL_BLOCK = SCHEMA_V1ALPHA1["properties"]["nccl"]
+_COUNT = {"type": "integer", "minimum": 1, "maximum": 64}
+_IFNAME = {"type": "string", "pattern": "^[A-Za-z0-9_.-]{1,15}$"}
+
+# v1alpha2: the fabric as data. A fabric is a transport (whose fallback signatures live in
+# webhook/transports.py), zero or more device-plugin resources (rails), zero or more Multus
+# networks, or a DRA claim, and a host-network mode.
+SCHEMA: dict[str, Any] = {
+    "$schema": "https://json-schema.org/draft/2020-12/schema",
+    "type": "object",
+    "additionalProperties": False,
+    "required": ["apiVersion", "kind", "name", "description", "namespaceSelector", "fabric", "shm", "nccl"],
+    "properties": {
+        "apiVersion": {"const": API_VERSION},
+        "kind": {"const": "RdmaPolicy"},
+        "name": {"type": "string", "minLength": 1, "maxLength": 63},
+        "description": {"type": "string", "minLength": 1},
+        "priority": {"type": "integer"},
+        "namespaceSelector": _SELECTOR,
+        "gpuResources": {"type": "array", "minItems": 1, "items": {"type": "string"}},
+        "fabric": {
+            "type": "object",
+            "additionalProperties": False,
+            "required": ["kind", "ncclNet"],
+            "properties": {
+                "kind": {"type": "string", "pattern": "^[a-z0-9]([-a-z0-9]*[a-z0-9])?$", "maxLength": 63},
+                "transport": {"enum": sorted(transports.TRANSPORTS)},
+                "ncclNet": {"type": "array", "minItems": 1, "items": {"type": "string", "minLength": 1}},
+                "hcaDevices": {"type": "array", "minItems": 1, "items": {"type": "string", "minLength": 1}},
+                "providers": {"type": "array", "minItems": 1, "items": {"type": "string", "minLength": 1}},
+                "netPlugins": {"type": "array", "minItems": 1, "items": {"type": "string", "minLength": 1}},
+            },
+        },
+        "devices": {
+            "type": "array",
+            "items": {
+                "type": "object",
+                "additionalProperties": False,
+                "required": ["resource"],
+                "properties": {"resource": {"type": "string"}, "count": _COUNT, "perGpu": {"type": "boolean"}},
+            },
+        },
+        "equivalentResources": {"type": "array", "items": {"type": "string"}},
+        "networks": {
+            "type": "array",
+            "items": {
+                "type": "object",
+                "additionalProperties": False,
+                "required": ["name"],
+                "properties": {
+                    "name": {"type": "string"},
+                    "namespace": {"type": "string"},
+                    "interface": _IFNAME,
+                    "resource": {"type": "string"},
+                    "count": _COUNT,
+                    "perGpu": {"type": "boolean"},
+                },
+            },
+        },
+        "claim": {
+            "type": "object",
+            "additionalProperties": False,
+            "required": ["name", "template"],
+            "properties": {
+                "name": {"type": "string"},
+                "template": {"type": "string"},
+                "equivalentTemplates": {"type": "array", "items": {"type": "string"}},
+            },
+        },
+        "hostNetwork": {"enum": ["Forbidden", "Allowed", "Required"]},
+        "shm": SCHEMA_V1ALPHA1["properties"]["shm"],
+        "nccl": _NCCL_BLOCK,
+        "workloadValidation": {"enum": ["Deny", "Warn"]},
+    },
+}
+_VALIDATORS = {API_VERSION: jsonschema.Draft202012Validator(SCHEMA),
+               API_VERSION_V1ALPHA1: jsonschema.Draft202012Validator(SCHEMA_V1ALPHA1)}
 
 # Fields a policy may never carry: the webhook only ever grants IPC_LOCK, never these.
 _FORBIDDEN_KEYS = {"privileged", "hostNetwork", "hostPID", "hostIPC", "hostPath", "capabilities", "allowPrivilegeEscalation"}
@@ -165,6 +242,8 @@ def _find_forbidden(node: Any, path: str = "", seen: set[int] | None = None) -> 
     if isinstance(node, dict):
         for key, value in node.items():
             here = f"{path}.{key}" if path else str(key)
+            if here == "hostNetwork" and isinstance(value, str):
+                continue  # v1alpha2's mode (Forbidden/Allowed/Required): what pods must do, never added
             if key in _FORBIDDEN_KEYS:
                 found.append(here)
             found.extend(_find_forbidden(value, here, seen))
@@ -188,44 +267,130 @@ def _quantity_bytes(value: Any, file: str, name: str, fld: str, errors: list[Pol
     return int(q)
 
 
-def compile_policy(doc: Any, file: str) -> tuple[Policy | None, list[PolicyError]]:
-    """Validate one policy document and compile it; (None, errors) when it is invalid."""
-    name = doc.get("name") if isinstance(doc, dict) and isinstance(doc.get("name"), str) else None
+def migrate_v1alpha1(doc: dict[str, Any]) -> dict[str, Any]:
+    """A valid v1alpha1 policy as the v1alpha2 document that means the same (`policy migrate`
+    prints it; the loader compiles v1alpha1 files through it). The one device and the one
+    network become a list of one; a network keeps the device as its fallback resource (as
+    v1alpha1 did when the NetworkAttachmentDefinition names none); an NCCL_SOCKET_IFNAME equal to
+    the network's interface becomes `{interface}`, the name the pod will really have."""
+    out: dict[str, Any] = {}
+    for key, value in doc.items():
+        if key in ("device", "network", "fabric", "nccl"):
+            continue
+        out[key] = value
+    out["apiVersion"] = API_VERSION
+    fabric = doc["fabric"]
+    out["fabric"] = {"kind": fabric["kind"], "transport": "ib-verbs", "ncclNet": list(fabric["ncclNet"]),
+                     "hcaDevices": list(fabric["hcaDevices"])}
+    device = doc.get("device") or {}
+    network = doc.get("network")
+    amount = {k: device[k] for k in ("count", "perGpu") if k in device}
+    if network is not None:
+        net = dict(network)
+        if device.get("resource"):
+            net["resource"] = device["resource"]
+        net.update(amount)
+        out["networks"] = [net]
+        out["hostNetwork"] = "Forbidden"
+    elif device.get("resource"):
+        out["devices"] = [{"resource": device["resource"], **amount}]
+    nccl_block = dict(doc["nccl"])
+    iface = (network or {}).get("interface")
+    if iface and nccl_block.get("NCCL_SOCKET_IFNAME") == iface:
+        nccl_block["NCCL_SOCKET_IFNAME"] = "{interface}"
+    out["nccl"] = nccl_block
+    return out
+
+
+def _schema_errors(doc: Any, file: str, name: str | None) -> list[PolicyError]:
     errors: list[PolicyError] = []
-    for bad in _find_forbidden(doc):
-        errors.append(PolicyError(file, name, bad, "policies may not ask for privileged mode, host namespaces, hostPath or capabilities (the webhook only ever adds IPC_LOCK)"))
-    for err in sorted(_VALIDATOR.iter_errors(doc), key=lambda e: list(e.absolute_path)):
+    version = doc.get("apiVersion") if isinstance(doc, dict) else None
+    validator = _VALIDATORS.get(version) if isinstance(version, str) else None
+    if validator is None:
+        return [PolicyError(file, name, "apiVersion", f"{version!r} is not a policy version this webhook reads "
+                                                      f"({API_VERSION} or {API_VERSION_V1ALPHA1})")]
+    for err in sorted(validator.iter_errors(doc), key=lambda e: list(e.absolute_path)):
         if err.validator == "additionalProperties" and isinstance(err.instance, dict):
             extra = sorted(k for k in set(err.instance) - set(err.schema.get("properties", {})) if k not in _FORBIDDEN_KEYS)
             if extra:  # forbidden keys were reported above, more clearly
                 errors.append(PolicyError(file, name, _field_path(list(err.absolute_path) + extra[:1]), f"unknown field(s) {', '.join(map(repr, extra))}"))
         else:
             errors.append(PolicyError(file, name, _field_path(err.absolute_path), err.message))
+    return errors
+
+
+def _check_resource(res: str, fld: str, file: str, name: str | None, errors: list[PolicyError]) -> None:
+    problem = k8s.is_extended_resource_name(res)
+    if problem:
+        errors.append(PolicyError(file, name, fld, f"{res!r} is not a valid extended resource name: {problem}"))
+
+
+def compile_policy(doc: Any, file: str) -> tuple[Policy | None, list[PolicyError]]:
+    """Validate one policy document (v1alpha2, or v1alpha1 migrated) and compile it; (None,
+    errors) when it is invalid."""
+    name = doc.get("name") if isinstance(doc, dict) and isinstance(doc.get("name"), str) else None
+    errors: list[PolicyError] = []
+    for bad in _find_forbidden(doc):
+        errors.append(PolicyError(file, name, bad, "policies may not ask for privileged mode, host namespaces, hostPath or capabilities (the webhook only ever adds IPC_LOCK)"))
+    errors.extend(_schema_errors(doc, file, name))
     if errors:
         return None, errors
+    if doc["apiVersion"] == API_VERSION_V1ALPHA1:
+        v1_device = doc["device"]
+        if v1_device.get("resource") is None and doc.get("network") is None:
+            return None, [PolicyError(file, name, "device.resource", "required when the policy has no Multus network to take the resource from")]
+        doc = migrate_v1alpha1(doc)
 
     if not k8s.is_dns1123_label(name):
         errors.append(PolicyError(file, name, "name", "must be a DNS-1123 label (lowercase letters, digits and '-')"))
     gpu_resources = tuple(doc.get("gpuResources") or ("nvidia.com/gpu",))
     for i, res in enumerate(gpu_resources):
-        problem = k8s.is_extended_resource_name(res)
-        if problem:
-            errors.append(PolicyError(file, name, f"gpuResources[{i}]", f"{res!r} is not a valid extended resource name: {problem}"))
+        _check_resource(res, f"gpuResources[{i}]", file, name, errors)
 
-    device = doc["device"]
-    resource = device.get("resource")
-    if resource is not None:
-        problem = k8s.is_extended_resource_name(resource)
-        if problem:
-            errors.append(PolicyError(file, name, "device.resource", f"{resource!r} is not a valid extended resource name: {problem}"))
-    network = doc.get("network")
-    if network is not None:
-        if not k8s.is_dns1123_label(network["name"]):
-            errors.append(PolicyError(file, name, "network.name", f"{network['name']!r} is not a valid NetworkAttachmentDefinition name"))
-        if "namespace" in network and not k8s.is_dns1123_label(network["namespace"]):
-            errors.append(PolicyError(file, name, "network.namespace", f"{network['namespace']!r} is not a valid namespace name"))
-    if resource is None and network is None:
-        errors.append(PolicyError(file, name, "device.resource", "required when the policy has no Multus network to take the resource from"))
+    devices = []
+    for i, d in enumerate(doc.get("devices") or ()):
+        _check_resource(d["resource"], f"devices[{i}].resource", file, name, errors)
+        devices.append(Device(d["resource"], int(d.get("count", 1)), bool(d.get("perGpu", False))))
+    if len({d.resource for d in devices}) != len(devices):
+        errors.append(PolicyError(file, name, "devices", "a resource is listed twice; give each rail its own resource"))
+    equivalent = tuple(doc.get("equivalentResources") or ())
+    for i, res in enumerate(equivalent):
+        _check_resource(res, f"equivalentResources[{i}]", file, name, errors)
+
+    networks = []
+    interfaces: set[str] = set()
+    for i, n in enumerate(doc.get("networks") or ()):
+        if not k8s.is_dns1123_label(n["name"]):
+            errors.append(PolicyError(file, name, f"networks[{i}].name", f"{n['name']!r} is not a valid NetworkAttachmentDefinition name"))
+        if "namespace" in n and not k8s.is_dns1123_label(n["namespace"]):
+            errors.append(PolicyError(file, name, f"networks[{i}].namespace", f"{n['namespace']!r} is not a valid namespace name"))
+        if n.get("resource") is not None:
+            _check_resource(n["resource"], f"networks[{i}].resource", file, name, errors)
+        iface = n.get("interface")
+        if iface is not None:
+            if iface in interfaces or iface in ("eth0", "lo"):
+                errors.append(PolicyError(file, name, f"networks[{i}].interface", f"{iface!r} is taken (by another network, or eth0/lo of the pod network)"))
+            interfaces.add(iface)
+        networks.append(Network(n["name"], n.get("namespace"), iface, n.get("resource"), int(n.get("count", 1)), bool(n.get("perGpu", False))))
+    if len({(n.namespace, n.name) for n in networks}) != len(networks):
+        errors.append(PolicyError(file, name, "networks", "a network is listed twice"))
+
+    claim = None
+    if doc.get("claim") is not None:
+        c = doc["claim"]
+        if not k8s.is_dns1123_label(c["name"]):
+            errors.append(PolicyError(file, name, "claim.name", f"{c['name']!r} must be a DNS-1123 label (the pod's resourceClaims entry)"))
+        for fld, template in [("claim.template", c["template"]), *((f"claim.equivalentTemplates[{i}]", t) for i, t in enumerate(c.get("equivalentTemplates") or ()))]:
+            if not k8s.is_dns1123_subdomain(template):
+                errors.append(PolicyError(file, name, fld, f"{template!r} is not a valid ResourceClaimTemplate name"))
+        claim = Claim(c["name"], c["template"], tuple(c.get("equivalentTemplates") or ()))
+
+    host_network = doc.get("hostNetwork") or ("Forbidden" if networks else "Allowed")
+    if host_network == "Required" and networks:
+        errors.append(PolicyError(file, name, "hostNetwork", "Required with Multus networks: Multus attaches no networks to host-network pods"))
+    if not devices and not networks and claim is None and host_network != "Required":
+        errors.append(PolicyError(file, name, "devices", "the policy gives no device resource, Multus network or DRA claim: "
+                                                         "give one, or set hostNetwork: Required for a fabric reached through the host's interfaces"))
 
     shm = doc["shm"]
     if ("sizeLimit" in shm) == ("perGpu" in shm):
@@ -236,11 +401,21 @@ def compile_policy(doc: Any, file: str) -> tuple[Policy | None, list[PolicyError
     shm_per_gpu = _quantity_bytes(shm.get("perGpu"), file, name, "shm.perGpu", errors)
     shm_max = _quantity_bytes(shm.get("max"), file, name, "shm.max", errors)
 
-    fabric = doc["fabric"]
-    devices = _expand_devices(fabric["hcaDevices"])
-    nets = tuple(fabric["ncclNet"])
+    fab = doc["fabric"]
+    transport = fab.get("transport", "ib-verbs")
+    nets = tuple(fab["ncclNet"])
     if any(n.casefold() == "socket" for n in nets):
         errors.append(PolicyError(file, name, "fabric.ncclNet", "'Socket' is NCCL's TCP transport, not an RDMA fabric"))
+    if transport == "ib-verbs" and not fab.get("hcaDevices"):
+        errors.append(PolicyError(file, name, "fabric.hcaDevices", "required for the ib-verbs transport (the device names NCCL_IB_HCA must keep)"))
+    if transport == "libfabric" and not fab.get("providers"):
+        errors.append(PolicyError(file, name, "fabric.providers", "required for the libfabric transport (the FI_PROVIDER values that are RDMA, e.g. efa)"))
+    for fld in ("hcaDevices", "providers"):
+        if fld in fab and transport != ("ib-verbs" if fld == "hcaDevices" else "libfabric"):
+            errors.append(PolicyError(file, name, f"fabric.{fld}", f"not read by the {transport} transport"))
+    fabric = transports.Fabric(str(name), fab["kind"], transport, nets, _expand_devices(fab.get("hcaDevices") or ()),
+                               tuple(fab.get("providers") or ()), tuple(fab.get("netPlugins") or ()))
+    table = transports.signatures(transport)
 
     env: list[EnvSetting] = []
     for var, spec in doc["nccl"].items():
@@ -248,14 +423,16 @@ def compile_policy(doc: Any, file: str) -> tuple[Policy | None, list[PolicyError
         if not k8s.is_env_name(var):
             errors.append(PolicyError(file, name, f"nccl.{var}", "not a valid environment variable name"))
             continue
-        env.append(EnvSetting(var, value, enforce))
+        templated = "{interface" in value
+        if templated and not networks:
+            errors.append(PolicyError(file, name, f"nccl.{var}", "{interface}/{interfaces} name the policy's Multus interfaces, and it has no networks"))
+        env.append(EnvSetting(var, value, enforce, templated))
         # The policy's own block must not be what sends NCCL to TCP.
-        if var == "NCCL_IB_DISABLE" and nccl.ib_disabled(value):
-            errors.append(PolicyError(file, name, f"nccl.{var}", f"{value!r} disables the IB/RoCE transport"))
-        if var == "NCCL_NET" and not nccl.net_selected(value, nets):
-            errors.append(PolicyError(file, name, f"nccl.{var}", f"{value!r} is not a transport of this fabric ({', '.join(nets)})"))
-        if var == "NCCL_IB_HCA" and not nccl.hca_selected_devices(value, devices):
-            errors.append(PolicyError(file, name, f"nccl.{var}", f"{value!r} selects none of the fabric's devices ({', '.join(devices[:4])}...)"))
+        for sig in table:
+            if sig.variable == var and sig.severity == transports.DENY and not templated:
+                why = sig.judge(value, fabric)
+                if why:
+                    errors.append(PolicyError(file, name, f"nccl.{var}", why))
     if errors:
         return None, errors
 
@@ -268,15 +445,14 @@ def compile_policy(doc: Any, file: str) -> tuple[Policy | None, list[PolicyError
         selector_spec=selector_spec,
         selector_size=k8s.selector_size(selector_spec),
         gpu_resources=gpu_resources,
-        fabric_kind=fabric["kind"],
-        nccl_nets=nets,
-        hca_devices=devices,
-        device_resource=resource,
-        device_count=int(device.get("count", 1)),
-        device_per_gpu=bool(device.get("perGpu", False)),
-        network_name=network["name"] if network else None,
-        network_namespace=network.get("namespace") if network else None,
-        network_interface=network.get("interface") if network else None,
+        fabric=fabric,
+        signatures=table,
+        watched=tuple(sig.variable for sig in table),
+        devices=tuple(devices),
+        networks=tuple(networks),
+        claim=claim,
+        equivalent_resources=equivalent,
+        host_network=host_network,
         shm_fixed=shm_fixed,
         shm_per_gpu=shm_per_gpu,
         shm_max=shm_max,
@@ -309,6 +485,20 @@ def policy_files(directory: str | os.PathLike[str]) -> list[Path]:
     real files in hidden `..data` folders and exposes them through symlinks)."""
     root = Path(directory)
     return sorted(p for p in root.iterdir() if p.suffix in (".yaml", ".yml") and not p.name.startswith(".") and p.is_file())
+
+
+def read_documents(path: str) -> tuple[list[Any], list[PolicyError]]:
+    """The YAML documents of one policy file (not null), or why it cannot be read."""
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        return [], [PolicyError(path, None, None, f"cannot read: {exc}")]
+    try:
+        return [d for d in yaml.load_all(text, Loader=_StrictLoader) if d is not None], []
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"line {mark.line + 1}, column {mark.column + 1}" if mark else None
+        return [], [PolicyError(path, None, where, f"not valid YAML: {getattr(exc, 'problem', None) or exc}")]
 
 
 def load_texts(texts: Iterable[tuple[str, str]]) -> tuple[PolicySet | None, list[PolicyError]]:

@@ -15,6 +15,8 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any, Iterable, Mapping
 
+from webhook.transports import WELL_KNOWN_RDMA, WELL_KNOWN_RDMA_PREFIXES, Fabric, Signature
+
 
 
 @dataclass(frozen=True)
@@ -22,6 +24,51 @@ class EnvSetting:
     name: str
     value: str
     enforce: bool
+    templated: bool = False  # the value names the pod's Multus interfaces: {interface}, {interfaces}
+
+    def render(self, interfaces: list[str]) -> str:
+        """The value as this pod gets it: `{interfaces}` is every policy network's interface
+        name as the pod will really have it (comma separated), `{interface}` the first."""
+        if not self.templated:
+            return self.value
+        first = interfaces[0] if interfaces else ""
+        return self.value.replace("{interfaces}", ",".join(interfaces)).replace("{interface}", first)
+
+
+@dataclass(frozen=True)
+class Device:
+    """A device-plugin resource every target container gets (one rail, or the fabric's NIC)."""
+
+    resource: str
+    count: int
+    per_gpu: bool
+
+    def count_for(self, gpus: int) -> int:
+        return self.count * gpus if self.per_gpu else self.count
+
+
+@dataclass(frozen=True)
+class Network:
+    """A Multus network the pod is attached to. Its device resource comes from the
+    NetworkAttachmentDefinition's resourceName annotation, else from `resource`."""
+
+    name: str
+    namespace: str | None
+    interface: str | None  # the interface name wanted; another is chosen when the pod has it already
+    resource: str | None
+    count: int
+    per_gpu: bool
+
+
+@dataclass(frozen=True)
+class Claim:
+    """A NIC claimed through Dynamic Resource Allocation: the pod-level `spec.resourceClaims`
+    entry `name` made from the ResourceClaimTemplate `template`, referenced by every target's
+    `resources.claims`. `equivalent` templates are claims of the same fabric the pod may bring."""
+
+    name: str
+    template: str
+    equivalent: tuple[str, ...]
 
 
 @dataclass(frozen=True)
@@ -35,28 +82,72 @@ class Policy:
     selector_spec: Mapping[str, Any]
     selector_size: int
     gpu_resources: tuple[str, ...]
-    fabric_kind: str
-    nccl_nets: tuple[str, ...]
-    hca_devices: tuple[str, ...]
-    device_resource: str | None
-    device_count: int
-    device_per_gpu: bool
-    network_name: str | None
-    network_namespace: str | None
-    network_interface: str | None
+    fabric: Fabric  # kind, transport and what its signatures compare with
+    signatures: tuple[Signature, ...]  # the transport's fallback table (webhook.transports)
+    watched: tuple[str, ...]  # the variables those signatures judge
+    devices: tuple[Device, ...]
+    networks: tuple[Network, ...]
+    claim: Claim | None
+    equivalent_resources: tuple[str, ...]  # requests that already give a container this fabric's device
+    host_network: str  # Forbidden | Allowed | Required
     shm_fixed: int | None
     shm_per_gpu: int | None
     shm_max: int | None
     env: tuple[EnvSetting, ...]
     workload_validation: str
     allows_namespace: Any = field(repr=False, compare=False)  # Selector over namespace labels
-    # Judgements of NCCL settings under this policy, (name, value) -> reason or None, filled by
-    # webhook.fallback.judge_setting: the pods of a job repeat the same few settings. Kept here
-    # so they go away with the policy when a reload replaces it.
-    judged: dict[tuple[str, str], str | None] = field(default_factory=dict, repr=False, compare=False)
+    # Judgements of settings under this policy, (name, value) -> (severity, reason) or None,
+    # filled by webhook.fallback.judge_setting: the pods of a job repeat the same few settings.
+    # Kept here so they go away with the policy when a reload replaces it.
+    judged: dict[tuple[str, str], tuple[str, str] | None] = field(default_factory=dict, repr=False, compare=False)
+    resolved: dict[tuple[str, str, str], Device] = field(default_factory=dict, repr=False, compare=False)
 
-    def device_count_for(self, gpus: int) -> int:
-        return self.device_count * gpus if self.device_per_gpu else self.device_count
+    @property
+    def fabric_kind(self) -> str:
+        return self.fabric.kind
+
+    @property
+    def nccl_nets(self) -> tuple[str, ...]:
+        return self.fabric.nccl_nets
+
+    @property
+    def hca_devices(self) -> tuple[str, ...]:
+        return self.fabric.hca_devices
+
+    def resources(self) -> tuple[str, ...]:
+        """Every device resource the policy can give (rails and the networks' fallbacks)."""
+        out = [d.resource for d in self.devices]
+        out.extend(n.resource for n in self.networks if n.resource)
+        return tuple(out)
+
+    def network_device(self, network: Network, resource: str) -> Device:
+        """The Device of `network` when its resource is `resource`, made once per pair: the
+        decision asks for the same few on every pod (a dataclass built per request runs the
+        interpreted __init__ the dataclasses module generated)."""
+        key = (network.namespace or "", network.name, resource)
+        found = self.resolved.get(key)
+        if found is None:
+            found = Device(resource, network.count, network.per_gpu)
+            if len(self.resolved) < 256:
+                self.resolved[key] = found
+        return found
+
+    def summary(self) -> str:
+        """One line for people: fabric, transport and what a target gets."""
+        parts = [f"{self.fabric.kind} over {self.fabric.transport}"]
+        if self.devices:
+            parts.append(", ".join(f"{d.resource} x{d.count}{'/GPU' if d.per_gpu else ''}" for d in self.devices))
+        if self.networks:
+            parts.append("networks " + ", ".join(n.name for n in self.networks))
+        if self.claim is not None:
+            parts.append(f"DRA claim {self.claim.template}")
+        if self.host_network != "Forbidden":
+            parts.append(f"hostNetwork {self.host_network}")
+        return "; ".join(parts)
+
+    def host_fabric(self) -> bool:
+        """No device plugin, network or claim: the RDMA devices come from the host."""
+        return not self.devices and not self.networks and self.claim is None
 
     def shm_bytes_for(self, gpus: int) -> int:
         if self.shm_fixed is not None:
@@ -76,6 +167,26 @@ class PolicySet:
         # file order.
         self._ranked = sorted(self.by_name.values(), key=lambda p: (-p.priority, -p.selector_size, p.name))
         self._auto = lru_cache(maxsize=4096)(self._auto_uncached)
+        # Which policies provide a device resource or a claim template: a pod that brings one
+        # of another fabric is denied with the name of the policy that fits it.
+        self.by_resource: dict[str, list[Policy]] = {}
+        self.by_claim_template: dict[str, list[Policy]] = {}
+        for p in self._ranked:
+            for res in (*p.resources(), *p.equivalent_resources):
+                self.by_resource.setdefault(res, []).append(p)
+            if p.claim is not None:
+                for template in (p.claim.template, *p.claim.equivalent):
+                    self.by_claim_template.setdefault(template, []).append(p)
+
+    def is_rdma_resource(self, resource: str) -> bool:
+        """Whether a container resource is an RDMA device: one a loaded policy gives, or a
+        well-known RDMA device-plugin resource (webhook.transports.WELL_KNOWN_RDMA)."""
+        if resource in self.by_resource or resource in WELL_KNOWN_RDMA:
+            return True
+        for prefix in WELL_KNOWN_RDMA_PREFIXES:
+            if resource.startswith(prefix):
+                return True
+        return False
 
     def __len__(self) -> int:
         return len(self.by_name)

@@ -190,4 +190,4 @@ def run_granian(target, *, host: str, port: int, workers: int, tls_cert: str, tl
 
 def _uses_networks(store) -> bool:
     policies = store.current
-    return bool(policies) and any(p.network_name for p in policies.by_name.values())
+    return bool(policies) and any(p.networks for p in policies.by_name.values())
