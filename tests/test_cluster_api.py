@@ -301,7 +301,7 @@ def _pod() -> dict[str, Any]:
 def test_decision_end_to_end_follows_the_nad(apiserver, make_state, policies):
     apiserver.put_namespace("team-a", OPTED_IN)
     apiserver.put_nad("team-a", "rdma-network", RDMA_VF)
-    state = synced(make_state(lambda: any(p.network_name for p in policies.by_name.values())))
+    state = synced(make_state(lambda: any(p.networks for p in policies.by_name.values())))
     before = apiserver.count()
 
     def decide() -> decision.Decision:

@@ -213,7 +213,10 @@ def multus_interfaces(value: Any) -> list[str]:
         return []
     text = value.strip()
     if text.startswith("["):
-        return [e.get("interface") or f"net{i + 1}" for i, e in enumerate(json.loads(text))]
+        entries = _json_or_none(text)
+        if not isinstance(entries, list) or not all(isinstance(e, dict) for e in entries):
+            return []  # not a list Multus reads (the pod's own; denied where a policy needs the annotation)
+        return [e.get("interface") or f"net{i + 1}" for i, e in enumerate(entries)]
     parts = [p.strip() for p in text.split(",") if p.strip()]
     return [p.split("@", 1)[1] if "@" in p and p.split("@", 1)[1] else f"net{i + 1}" for i, p in enumerate(parts)]
 

@@ -319,12 +319,12 @@ def _warnings(pod: dict[str, Any], subject: Subject) -> list[str]:
         unknown = [n for n in subject.policy.watched if t.env.unknown(n)]
         if unknown:
             out.append(f"{t.name}: {', '.join(unknown)} come from valueFrom and cannot be checked")
-        for name in subject.policy.watched:
-            value = t.env.get(name)
-            if value is not None:
-                why = fallback.judge_setting(name, value, subject.policy)
-                if why is not None and why[0] == WARN:
-                    out.append(f"{t.name}: {why[1]}")
+        for var in subject.policy.watched:
+            setting = t.env.get(var)
+            if setting is not None:
+                judged = fallback.judge_setting(var, setting, subject.policy)
+                if judged is not None and judged[0] == WARN:
+                    out.append(f"{t.name}: {judged[1]}")
         ifname = t.env.get("NCCL_SOCKET_IFNAME")
         if ifname is not None and not on_host and not _ifname_matches(ifname, secondary):
             have = ", ".join(["eth0", *secondary])

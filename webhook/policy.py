@@ -302,6 +302,17 @@ def migrate_v1alpha1(doc: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def _v1alpha1_field(field: str | None) -> str | None:
+    """A v1alpha2 field path of a migrated v1alpha1 policy, as the v1alpha1 file names it."""
+    if field is None:
+        return None
+    for v2, v1 in (("devices[0].", "device."), ("networks[0].resource", "device.resource"),
+                   ("networks[0].count", "device.count"), ("networks[0].perGpu", "device.perGpu"), ("networks[0].", "network.")):
+        if field.startswith(v2):
+            return v1 + field[len(v2):]
+    return field
+
+
 def _schema_errors(doc: Any, file: str, name: str | None) -> list[PolicyError]:
     errors: list[PolicyError] = []
     version = doc.get("apiVersion") if isinstance(doc, dict) else None
@@ -339,7 +350,11 @@ def compile_policy(doc: Any, file: str) -> tuple[Policy | None, list[PolicyError
         v1_device = doc["device"]
         if v1_device.get("resource") is None and doc.get("network") is None:
             return None, [PolicyError(file, name, "device.resource", "required when the policy has no Multus network to take the resource from")]
-        doc = migrate_v1alpha1(doc)
+        policy, errors = compile_policy(migrate_v1alpha1(doc), file)
+        for err in errors:  # name the fields as the v1alpha1 file has them
+            err.field = _v1alpha1_field(err.field)
+            err.args = (str(err),)
+        return policy, errors
 
     if not k8s.is_dns1123_label(name):
         errors.append(PolicyError(file, name, "name", "must be a DNS-1123 label (lowercase letters, digits and '-')"))
