@@ -245,15 +245,14 @@ def _check_fabric(pod: dict[str, Any], policy: Policy, policies: PolicySet, ns: 
     """Mark targets that already have this fabric's device by another name, deny another fabric's
     device or claim, and return the pod's resourceClaims entry of this fabric's claim (None when
     the policy claims nothing; the policy's own entry name when the pod has none yet)."""
-    provided = [d.resource for d in devices]
-    provided.extend(policy.resources())  # the policy's own, also when the attachment names another
+    own = policy.own_resources  # the policy's own, also when the attachment names another
     for t in targets:
         resources: dict[str, Any] = (_container(pod, t.index).get("resources") or {})
         seen: list[str] = []
         for section in ("limits", "requests"):
             values: dict[str, Any] = resources.get(section) or {}
             for res in values:
-                if res in provided or res in policy.gpu_resources or res in seen:
+                if res in own or res in policy.gpu_resources or res in seen or _resolved(res, devices):
                     continue
                 seen.append(res)
                 if res in policy.equivalent_resources:
@@ -280,22 +279,41 @@ def _check_fabric(pod: dict[str, Any], policy: Policy, policies: PolicySet, ns: 
     return entry
 
 
+def _resolved(resource: str, devices: list[Device]) -> bool:
+    for d in devices:
+        if d.resource == resource:
+            return True
+    return False
+
+
 def _container(pod: dict[str, Any], index: int) -> dict[str, Any]:
     spec: dict[str, Any] = pod["spec"]
     containers: list[dict[str, Any]] = spec["containers"]
     return containers[index]
 
 
+_IFNAME_SEEN: dict[tuple[str, str], bool] = {}
+
+
 def _ifname_matches(value: str, secondary: list[str]) -> bool:
     """Whether NCCL_SOCKET_IFNAME=value keeps an interface of the pod (NCCL's prefix/`=`exact
-    grammar, as for NCCL_IB_HCA; an exclusion list `^...` always leaves one)."""
+    grammar, as for NCCL_IB_HCA; an exclusion list `^...` always leaves one). Remembered: the
+    pods of a job repeat one value and one set of interfaces."""
+    key = (value, ",".join(secondary))
+    known = _IFNAME_SEEN.get(key)
+    if known is not None:
+        return known
     flt = nccl.parse_hca(value)
-    if flt.exclude or not flt.entries:
-        return True
-    for name in ("eth0", "lo", *secondary):
-        if nccl.hca_selects(flt, name):
-            return True
-    return False
+    found = flt.exclude or not flt.entries
+    if not found:
+        for name in ("eth0", "lo", *secondary):
+            if nccl.hca_selects(flt, name):
+                found = True
+                break
+    if len(_IFNAME_SEEN) >= 1024:
+        _IFNAME_SEEN.clear()
+    _IFNAME_SEEN[key] = found
+    return found
 
 
 def _warnings(pod: dict[str, Any], subject: Subject) -> list[str]:
@@ -319,7 +337,7 @@ def _warnings(pod: dict[str, Any], subject: Subject) -> list[str]:
         unknown = [n for n in subject.policy.watched if t.env.unknown(n)]
         if unknown:
             out.append(f"{t.name}: {', '.join(unknown)} come from valueFrom and cannot be checked")
-        for var in subject.policy.watched:
+        for var in subject.policy.warned:
             setting = t.env.get(var)
             if setting is not None:
                 judged = fallback.judge_setting(var, setting, subject.policy)

@@ -85,11 +85,13 @@ class Policy:
     fabric: Fabric  # kind, transport and what its signatures compare with
     signatures: tuple[Signature, ...]  # the transport's fallback table (webhook.transports)
     watched: tuple[str, ...]  # the variables those signatures judge
+    warned: tuple[str, ...]  # those of them whose signature only warns
     devices: tuple[Device, ...]
     networks: tuple[Network, ...]
     claim: Claim | None
     equivalent_resources: tuple[str, ...]  # requests that already give a container this fabric's device
     host_network: str  # Forbidden | Allowed | Required
+    own_resources: tuple[str, ...]  # the devices' resources and the networks' fallback resources
     shm_fixed: int | None
     shm_per_gpu: int | None
     shm_max: int | None
@@ -115,10 +117,9 @@ class Policy:
         return self.fabric.hca_devices
 
     def resources(self) -> tuple[str, ...]:
-        """Every device resource the policy can give (rails and the networks' fallbacks)."""
-        out = [d.resource for d in self.devices]
-        out.extend(n.resource for n in self.networks if n.resource)
-        return tuple(out)
+        """Every device resource the policy can give (rails and the networks' fallbacks), or
+        that counts as its device (equivalentResources): computed once, at load."""
+        return self.own_resources
 
     def network_device(self, network: Network, resource: str) -> Device:
         """The Device of `network` when its resource is `resource`, made once per pair: the
@@ -172,7 +173,7 @@ class PolicySet:
         self.by_resource: dict[str, list[Policy]] = {}
         self.by_claim_template: dict[str, list[Policy]] = {}
         for p in self._ranked:
-            for res in (*p.resources(), *p.equivalent_resources):
+            for res in (*p.own_resources, *p.equivalent_resources):
                 self.by_resource.setdefault(res, []).append(p)
             if p.claim is not None:
                 for template in (p.claim.template, *p.claim.equivalent):
