@@ -45,7 +45,7 @@ def make_state(apiserver):
         cfg = client.Configuration()
         cfg.host = apiserver.url
         api = client.ApiClient(cfg)
-        kw = {"backoff_min": 0.02, "backoff_max": 0.2, "networks_check_interval": 0.05, **kw}
+        kw = {"backoff_min": 0.02, "backoff_max": 0.2, "networks_check_interval": 0.05, "watch_runtimes": False, **kw}
         state = ApiClusterState(api, uses_networks, **kw)
         made.append((state, api))
         state.start()
