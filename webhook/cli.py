@@ -204,7 +204,7 @@ def _explain(out: TextIO, where: str, req: dict[str, Any], resp: dict[str, Any],
             out.write(f"  why: {decision.reason}\n")
         for t in decision.templates:
             d = t.decision
-            effect = " (denies the workload)" if t.deny else (" (a warning: workloadValidation Warn)" if d.outcome == "denied" else "")
+            effect = " (denies the workload)" if t.deny else (f" (a warning: {t.why_not})" if d.outcome == "denied" else "")
             by = f" by policy {d.policy}" if d.policy else ""
             out.write(f"  {_color(color, '1', t.path)}: its pods would be "
                       f"{_verdict(color, d.outcome.upper(), d.outcome != 'denied')}{by}{effect}\n")
@@ -334,6 +334,8 @@ def cmd_review(args: argparse.Namespace) -> int:
                                         "messages": [f.text() for f in t.decision.denials]} for t in decision.templates]
                 if not r["allowed"]:
                     record["outcome"] = "denied"
+                elif any(t.decision.outcome == "mutated" for t in decision.templates):
+                    record["outcome"] = "mutated"  # a workload: its pods will be
             records.append(record)
             if args.explain:
                 _explain(sys.stdout, where, req, resp, decision, color)

@@ -486,6 +486,7 @@ class TemplateResult:
     pod: Any  # the pod built from the template, as the decision saw it
     decision: Decision
     deny: bool  # its findings deny the workload (policy workloadValidation: Deny)
+    why_not: str = ""  # why a denied template does not deny the workload
 
 
 @dataclass
@@ -588,9 +589,11 @@ def check_workload(obj: Any, group: str, kind: str, namespace: Namespace | None,
             continue
         targeted.append(policy is not None and shape_problem(pod) is None and bool(find_targets(pod, policy)))
         deny = decision.outcome == DENIED and (policy is None or policy.workload_validation == "Deny")
-        verdict.results.append(TemplateResult(path, pod, decision, deny))
+        why_not = "workloadValidation Warn" if decision.outcome == DENIED and not deny else ""
+        verdict.results.append(TemplateResult(path, pod, decision, deny, why_not))
     if not any(targeted):
         for r, has_target in zip(verdict.results, targeted):
             if r.deny and not has_target and r.decision.policy is not None:
-                r.deny = False  # no template of this workload gets RDMA: the launcher's settings only warn
+                # no template of this workload gets RDMA: the launcher's settings only warn
+                r.deny, r.why_not = False, "no template of this workload gets RDMA"
     return verdict
