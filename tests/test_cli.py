@@ -167,3 +167,43 @@ def test_version_and_help_describe_every_flag():
         assert flags or cmd == ["policy", "lint"], cmd
         for block in flags:  # each flag's help says its default (or that it is required)
             assert "default" in block or "required" in block, (cmd, block)
+
+
+def test_make_run_says_listening_only_once_ready(tmp_path):
+    """scripts/run-local.sh (what `make run` runs) prints its "listening on" line only when
+    /readyz answers 200, and stops the server on SIGTERM."""
+    import os
+    import signal
+    import socket
+    import ssl
+    import time
+    import urllib.request
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = {**os.environ, "PORT": str(port), "CERTS": str(tmp_path / "certs"),
+           "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}",
+           "PROMETHEUS_MULTIPROC_DIR": str(tmp_path / "metrics")}
+    proc = subprocess.Popen(["bash", str(ROOT / "scripts" / "run-local.sh")], stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, env=env, start_new_session=True)
+    try:
+        seen = []
+        deadline = time.monotonic() + 90
+        for line in proc.stdout:
+            seen.append(line)
+            if "listening on" in line:
+                ctx = ssl.create_default_context(cafile=str(tmp_path / "certs" / "ca.crt"))
+                with urllib.request.urlopen(f"https://localhost:{port}/readyz", context=ctx, timeout=5) as r:
+                    assert r.status == 200  # already ready when the line appears
+                break
+            assert time.monotonic() < deadline, "".join(seen)
+        else:
+            raise AssertionError("no 'listening on' line:\n" + "".join(seen))
+        assert sum("listening on" in line for line in seen) == 1
+        os.kill(proc.pid, signal.SIGTERM)
+        assert proc.wait(30) == 0
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()

@@ -85,7 +85,8 @@ def test_every_shipped_value_cites_a_source():
     (lambda t: t.replace("namespaceSelector: {}", "namespaceSelector: {matchExpressions: [{key: a, operator: Like}]}"), "field namespaceSelector.matchExpressions[0].operator"),
     (lambda t: t.replace("NCCL_IB_HCA: erdma", "NCCL_IB_HCA: mlx5"), "selects none of the fabric's devices"),
     (lambda t: t.replace("NCCL_IB_HCA: erdma", "NCCL_IB_DISABLE: '1'"), "disables the IB/RoCE transport"),
-    (lambda t: t.replace("{value: IB, enforce: true}", "Socket"), "field nccl.NCCL_NET: 'Socket' is not a transport of this fabric"),
+    (lambda t: t.replace("{value: IB, enforce: true}", "Socket"), "field nccl.NCCL_NET: 'Socket' is NCCL's TCP fallback (NET/Socket): every rank would run on TCP sockets, without RDMA; set it to this fabric's transport (IB), enforced"),
+    (lambda t: t.replace("{value: IB, enforce: true}", "Simple"), "field nccl.NCCL_NET: 'Simple' is not a transport of this fabric (IB)"),
     (lambda t: t.replace("priority: 0", "priority: 0\nprivileged: true"), "field privileged: policies may not ask for privileged"),
     (lambda t: t.replace("device: {resource: aliyun/erdma, count: 1}", "device: {resource: aliyun/erdma, count: 1, hostPath: /dev}"), "field device.hostPath: policies may not ask"),
     (lambda t: t.replace("name: p", "name: Bad_Name"), "must be a DNS-1123 label"),
@@ -192,3 +193,28 @@ def test_namespace_keys_are_the_contract():
     assert keys.NS_INJECTION == "rdma-webhook.io/injection" and keys.POD_INJECT == "rdma-webhook.io/inject"
     assert keys.POD_POLICY == "rdma-webhook.io/policy" and keys.NS_POLICY == "rdma-webhook.io/policy"
     assert keys.STATUS == "rdma-webhook.io/status" and keys.APPLIED_POLICY == "rdma-webhook.io/applied-policy"
+
+
+def test_lint_reports_every_problem_of_a_file_in_one_run():
+    text = (good().replace("priority: 0", "priority: 0\nfavourite: yes\nflavour: mint")
+            .replace("sizeLimit: 16Gi", "sizeLimit: lots").replace("NCCL_IB_HCA: erdma", "NCCL_IB_HCA: mlx5")
+            .replace("count: 1", "count: one"))
+    errors = errors_of(text)
+    for expect in ("unknown field(s) 'favourite', 'flavour'", "field device.count", "field shm.sizeLimit: 'lots'",
+                   "field nccl.NCCL_IB_HCA: 'mlx5' selects none"):
+        assert sum(expect in e for e in errors) == 1, (expect, errors)
+
+
+def test_yaml_syntax_errors_name_the_line_not_a_field():
+    errors = errors_of(good().replace("name: p", "name: p\n  bad: [", 1))
+    assert len(errors) == 1 and "field" not in errors[0]
+    assert errors[0].startswith("f.yaml: line ") and "not valid YAML" in errors[0]
+
+
+def test_lint_warns_on_nccl_block_keys_that_are_not_nccl_variables(tmp_path):
+    (tmp_path / "p.yaml").write_text(good("fine").replace("NCCL_IB_HCA: erdma", "NCCL_IB_HCA: erdma\n  UCX_NET_DEVICES: mlx5_0:1"))
+    out = subprocess.run([sys.executable, "-m", "webhook", "policy", "lint", str(tmp_path)], capture_output=True, text=True)
+    assert out.returncode == 0 and "ok  fine" in out.stdout  # a warning, not an error
+    assert "warning:" in out.stderr and "field nccl.UCX_NET_DEVICES: not an NCCL variable" in out.stderr
+    clean = subprocess.run([sys.executable, "-m", "webhook", "policy", "lint", str(ROOT / "policies")], capture_output=True, text=True)
+    assert "warning:" not in clean.stderr

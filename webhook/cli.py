@@ -351,10 +351,39 @@ def cmd_review(args: argparse.Namespace) -> int:
 
 # -- policy lint -------------------------------------------------------------------------------
 
+def _lint_warnings(directory: str) -> list[str]:
+    """What is valid but probably not meant: keys of a policy's NCCL block that are not NCCL
+    variables (the block only ever sets NCCL_* variables' meaning; UCX_*, GLOO_* and the like
+    are injected as given, but belong in the pod spec)."""
+    from webhook.policy import policy_files
+
+    out = []
+    try:
+        files = policy_files(directory)
+    except OSError:
+        return out
+    for path in files:
+        try:
+            docs = list(yaml.safe_load_all(path.read_text(encoding="utf-8")))
+        except (OSError, UnicodeDecodeError, yaml.YAMLError):
+            continue  # reported as an error by the load
+        for doc in docs:
+            block = doc.get("nccl") if isinstance(doc, dict) else None
+            name = doc.get("name") if isinstance(doc, dict) else None
+            for key in block if isinstance(block, dict) else ():
+                if isinstance(key, str) and not key.startswith("NCCL_"):
+                    out.append(f"{path}: policy {name!r}: field nccl.{key}: not an NCCL variable (NCCL reads only "
+                               f"NCCL_* variables); set it in the pod spec, or check the spelling")
+    return out
+
+
 def cmd_lint(args: argparse.Namespace) -> int:
     from webhook.policy import load_dir
 
     policies, errors = load_dir(args.dir)
+    warnings = _lint_warnings(args.dir)
+    for warning in warnings:
+        print(f"warning: {warning}", file=sys.stderr)
     if policies is None:
         for err in errors:
             print(f"error: {err}", file=sys.stderr)

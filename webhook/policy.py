@@ -174,8 +174,16 @@ def _find_forbidden(node: Any, path: str = "", seen: set[int] | None = None) -> 
     return found
 
 
+def _obj(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
+
+
+def _strs(value: Any) -> list[str]:
+    return [v for v in value if isinstance(v, str)] if isinstance(value, list) else []
+
+
 def _quantity_bytes(value: Any, file: str, name: str, fld: str, errors: list[PolicyError]) -> int | None:
-    if value is None:
+    if value is None or not isinstance(value, (str, int, float)):
         return None
     try:
         q = k8s.parse_quantity(value)
@@ -201,34 +209,36 @@ def compile_policy(doc: Any, file: str) -> tuple[Policy | None, list[PolicyError
                 errors.append(PolicyError(file, name, _field_path(list(err.absolute_path) + extra[:1]), f"unknown field(s) {', '.join(map(repr, extra))}"))
         else:
             errors.append(PolicyError(file, name, _field_path(err.absolute_path), err.message))
-    if errors:
+    if not isinstance(doc, dict):
         return None, errors
+    # The checks below run even after schema errors, on whatever has the right type, so that one
+    # lint run reports every problem of a file (values of a wrong type were reported above).
 
-    if not k8s.is_dns1123_label(name):
+    if isinstance(name, str) and not k8s.is_dns1123_label(name):
         errors.append(PolicyError(file, name, "name", "must be a DNS-1123 label (lowercase letters, digits and '-')"))
-    gpu_resources = tuple(doc.get("gpuResources") or ("nvidia.com/gpu",))
+    gpu_resources = tuple(_strs(doc.get("gpuResources")) or ("nvidia.com/gpu",))
     for i, res in enumerate(gpu_resources):
         problem = k8s.is_extended_resource_name(res)
         if problem:
             errors.append(PolicyError(file, name, f"gpuResources[{i}]", f"{res!r} is not a valid extended resource name: {problem}"))
 
-    device = doc["device"]
-    resource = device.get("resource")
+    device = _obj(doc.get("device"))
+    resource = device.get("resource") if isinstance(device.get("resource"), str) else None
     if resource is not None:
         problem = k8s.is_extended_resource_name(resource)
         if problem:
             errors.append(PolicyError(file, name, "device.resource", f"{resource!r} is not a valid extended resource name: {problem}"))
-    network = doc.get("network")
+    network = doc.get("network") if isinstance(doc.get("network"), dict) else None
     if network is not None:
-        if not k8s.is_dns1123_label(network["name"]):
+        if isinstance(network.get("name"), str) and not k8s.is_dns1123_label(network["name"]):
             errors.append(PolicyError(file, name, "network.name", f"{network['name']!r} is not a valid NetworkAttachmentDefinition name"))
-        if "namespace" in network and not k8s.is_dns1123_label(network["namespace"]):
+        if isinstance(network.get("namespace"), str) and not k8s.is_dns1123_label(network["namespace"]):
             errors.append(PolicyError(file, name, "network.namespace", f"{network['namespace']!r} is not a valid namespace name"))
-    if resource is None and network is None:
+    if resource is None and network is None and "device" in doc and "resource" not in device:
         errors.append(PolicyError(file, name, "device.resource", "required when the policy has no Multus network to take the resource from"))
 
-    shm = doc["shm"]
-    if ("sizeLimit" in shm) == ("perGpu" in shm):
+    shm = _obj(doc.get("shm"))
+    if "shm" in doc and ("sizeLimit" in shm) == ("perGpu" in shm):
         errors.append(PolicyError(file, name, "shm", "give exactly one of sizeLimit (fixed) or perGpu (with an optional max)"))
     if "max" in shm and "perGpu" not in shm:
         errors.append(PolicyError(file, name, "shm.max", "only meaningful with shm.perGpu"))
@@ -236,25 +246,31 @@ def compile_policy(doc: Any, file: str) -> tuple[Policy | None, list[PolicyError
     shm_per_gpu = _quantity_bytes(shm.get("perGpu"), file, name, "shm.perGpu", errors)
     shm_max = _quantity_bytes(shm.get("max"), file, name, "shm.max", errors)
 
-    fabric = doc["fabric"]
-    devices = _expand_devices(fabric["hcaDevices"])
-    nets = tuple(fabric["ncclNet"])
+    fabric = _obj(doc.get("fabric"))
+    devices = _expand_devices(_strs(fabric.get("hcaDevices")))
+    nets = tuple(_strs(fabric.get("ncclNet")))
     if any(n.casefold() == "socket" for n in nets):
         errors.append(PolicyError(file, name, "fabric.ncclNet", "'Socket' is NCCL's TCP transport, not an RDMA fabric"))
 
     env: list[EnvSetting] = []
-    for var, spec in doc["nccl"].items():
+    for var, spec in _obj(doc.get("nccl")).items():
+        if not isinstance(spec, str) and not (isinstance(spec, dict) and isinstance(spec.get("value"), str)):
+            continue  # reported by the schema
         value, enforce = (spec, False) if isinstance(spec, str) else (spec["value"], bool(spec.get("enforce", False)))
-        if not k8s.is_env_name(var):
+        if not isinstance(var, str) or not k8s.is_env_name(var):
             errors.append(PolicyError(file, name, f"nccl.{var}", "not a valid environment variable name"))
             continue
         env.append(EnvSetting(var, value, enforce))
         # The policy's own block must not be what sends NCCL to TCP.
         if var == "NCCL_IB_DISABLE" and nccl.ib_disabled(value):
             errors.append(PolicyError(file, name, f"nccl.{var}", f"{value!r} disables the IB/RoCE transport"))
-        if var == "NCCL_NET" and not nccl.net_selected(value, nets):
+        if var == "NCCL_NET" and value.strip().casefold() == "socket":
+            errors.append(PolicyError(file, name, f"nccl.{var}", f"{value!r} is NCCL's TCP fallback (NET/Socket): every rank "
+                                      f"would run on TCP sockets, without RDMA; set it to this fabric's transport "
+                                      f"({', '.join(nets) or 'IB'}), enforced"))
+        elif var == "NCCL_NET" and nets and not nccl.net_selected(value, nets):
             errors.append(PolicyError(file, name, f"nccl.{var}", f"{value!r} is not a transport of this fabric ({', '.join(nets)})"))
-        if var == "NCCL_IB_HCA" and not nccl.hca_selected_devices(value, devices):
+        if var == "NCCL_IB_HCA" and devices and not nccl.hca_selected_devices(value, devices):
             errors.append(PolicyError(file, name, f"nccl.{var}", f"{value!r} selects none of the fabric's devices ({', '.join(devices[:4])}...)"))
     if errors:
         return None, errors
@@ -321,8 +337,8 @@ def load_texts(texts: Iterable[tuple[str, str]]) -> tuple[PolicySet | None, list
             docs = [d for d in yaml.load_all(text, Loader=_StrictLoader) if d is not None]
         except yaml.YAMLError as exc:
             mark = getattr(exc, "problem_mark", None)
-            where = f"line {mark.line + 1}, column {mark.column + 1}" if mark else None
-            errors.append(PolicyError(file, None, where, f"not valid YAML: {getattr(exc, 'problem', None) or exc}"))
+            where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
+            errors.append(PolicyError(file, None, None, f"{where}not valid YAML: {getattr(exc, 'problem', None) or exc}"))
             continue
         for doc in docs:
             if not isinstance(doc, dict):
