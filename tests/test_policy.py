@@ -218,3 +218,23 @@ def test_lint_warns_on_nccl_block_keys_that_are_not_nccl_variables(tmp_path):
     assert "warning:" in out.stderr and "field nccl.UCX_NET_DEVICES: not an NCCL variable" in out.stderr
     clean = subprocess.run([sys.executable, "-m", "webhook", "policy", "lint", str(ROOT / "policies")], capture_output=True, text=True)
     assert "warning:" not in clean.stderr
+
+
+def test_shipped_policies_and_examples_cite_public_documents():
+    """Every source a shipped policy cites is defined in its header with a title and a public
+    URL; nothing points at files outside this repository."""
+    import re
+
+    for path in sorted((ROOT / "policies").glob("*.yaml")):
+        text = path.read_text()
+        header = text[: text.index("apiVersion:")]
+        defined = dict(re.findall(r"^#\s+\[([A-Z-]+)\]\s+(.*(?:\n#\s{4,}.*)*)", header, re.M))
+        assert defined, path.name
+        for tag, body in defined.items():
+            assert "https://" in body and '"' in body or "source, https://" in body, (path.name, tag, body)
+        comments = "\n".join(line.split("#", 1)[1] for line in text[len(header):].splitlines() if "#" in line)
+        used = set(re.findall(r"\[([A-Z][A-Z-]+)[,\]; ]", comments))
+        assert used and used <= set(defined), (path.name, used - set(defined))
+    for path in [*sorted((ROOT / "policies").glob("*.yaml")), *sorted((ROOT / "examples").rglob("*.*"))]:
+        text = path.read_text().lower()
+        assert "seed" not in text.replace("seed-sriov-pod", "") and "shared/" not in text, path
