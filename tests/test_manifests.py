@@ -236,3 +236,24 @@ def test_any_operation_but_create_is_allowed_untouched(manifests_server, path, o
         assert r == {"uid": review["request"]["uid"], "allowed": True}, (operation, obj, r)
     # the same denied pod on CREATE is still denied: the test would pass on a webhook that allows all
     assert _post(manifests_server, path, _review(denied_pod))["allowed"] is False
+
+
+def test_deploy_readme_log_filter_matches_what_the_server_writes(manifests_server):
+    """deploy/README.md tells operators to `grep PATTERN` the server's log for admissions: the
+    pattern must match the lines the server really writes (and only those)."""
+    import re
+    import time
+
+    readme = (ROOT / "deploy" / "README.md").read_text()
+    pattern = re.search(r"logs deploy/rdma-webhook \| grep '([^']+)'", readme).group(1)
+    review = _review(next(d for d in yaml.safe_load_all((MANIFESTS / "allowed" / "jobset.yaml").read_text()) if d))
+    _post(manifests_server, "/validate", review)
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline:
+        lines = [line for line in manifests_server.log.read_text().splitlines() if review["request"]["uid"] in line]
+        if lines:
+            break
+        time.sleep(0.05)
+    assert len(lines) == 1 and pattern in lines[0], (pattern, lines)
+    others = [line for line in manifests_server.log.read_text().splitlines() if line.startswith("{") and pattern in line]
+    assert all(json.loads(line)["msg"] == "admission" for line in others)
