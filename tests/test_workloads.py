@@ -432,3 +432,24 @@ def test_nesting_paths_and_depth():
         node["spec"]["components"].append({"template": child})
         node = child
     assert workloads.expand(loop, "workload.codeflare.dev", "AppWrapper").templates == []
+
+
+def test_embedded_manifests_are_bounded(policies):
+    big = "kind: Pod\nmetadata: {}\n" + "# padding\n" * 40000  # ~400 KB of text
+    wf = obj("argoproj.io/v1alpha1", "Workflow", {"templates": [{"name": "r", "resource": {"manifest": big}}]})
+    r = validate(wf, policies)  # not parsed at all: a note says so
+    assert r["allowed"] is True and any("KiB of text, not checked" in w for w in r["warnings"])
+    # an alias bomb within the limit parses to shared objects and is walked along paths only
+    bomb = "a: &a [x, x, x, x, x, x, x, x, x]\n" + "".join(
+        f"{c}: &{c} [*{p}, *{p}, *{p}, *{p}, *{p}, *{p}, *{p}, *{p}, *{p}]\n" for p, c in zip("abcdefgh", "bcdefghi"))
+    wf["spec"]["templates"][0]["resource"]["manifest"] = "apiVersion: batch/v1\nkind: Job\nspec:\n  template: {}\n" + bomb
+    assert validate(wf, policies)["allowed"] is True
+
+
+def test_trainer_release_setting(monkeypatch):
+    monkeypatch.delenv(workloads.TRAINER_RELEASE_ENV, raising=False)
+    assert workloads.trainer_release() == workloads.DEFAULT_TRAINER_RELEASE == "v2.3"
+    monkeypatch.setenv(workloads.TRAINER_RELEASE_ENV, "v2.1")
+    assert workloads.trainer_release() == "v2.1"
+    monkeypatch.setenv(workloads.TRAINER_RELEASE_ENV, "v9")
+    assert workloads.trainer_release() == "v2.3"
