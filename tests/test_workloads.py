@@ -453,3 +453,21 @@ def test_trainer_release_setting(monkeypatch):
     assert workloads.trainer_release() == "v2.1"
     monkeypatch.setenv(workloads.TRAINER_RELEASE_ENV, "v9")
     assert workloads.trainer_release() == "v2.3"
+
+
+def test_appwrapper_of_an_unknown_kind_is_read_through_its_pod_sets(policies):
+    custom = {"apiVersion": "example.com/v1", "kind": "TrainingThing", "metadata": {"name": "t"},
+              "spec": {"roles": [{"pods": {"template": tmpl(env=BAD_ENV)}}, {"pods": {"template": tmpl()}}]}}
+    aw = obj("workload.codeflare.dev/v1beta2", "AppWrapper", {"components": [{
+        "podSets": [{"replicas": 2, "path": "template.spec.roles[0].pods.template"},
+                    {"replicas": 1, "path": "template.spec.roles[1].pods.template"},
+                    {"replicas": 1, "path": "template.spec.roles[7].pods.template"}],
+        "template": custom}]})
+    r = validate(aw, policies)
+    assert r["allowed"] is False
+    assert "spec.components[0].template.spec.roles[0].pods.template, container 'trainer'" in r["status"]["message"]
+    assert "roles[1]" not in r["status"]["message"]
+    # a known kind is read by its own entry, not its podSets
+    aw["spec"]["components"][0]["template"] = pytorchjob(worker_env=BAD_ENV)
+    r = validate(aw, policies)
+    assert "spec.components[0].template.spec.pytorchReplicaSpecs.Worker.template" in r["status"]["message"]

@@ -54,8 +54,11 @@ class Nested:
 
 @dataclass(frozen=True)
 class Embedded:
-    """The value at `path` is a whole Kubernetes object (a mapping or its YAML text)."""
+    """The value at `path` is a whole Kubernetes object (a mapping or its YAML text). With
+    `pod_sets`, for an object of a kind this table does not know, the sibling field of that name
+    lists where its pod templates are (AppWrapper's podSets[].path, relative to the component)."""
     path: str
+    pod_sets: str = ""
 
 
 @dataclass(frozen=True)
@@ -334,7 +337,7 @@ TEMPLATES: dict[tuple[str, str], tuple[Source, ...]] = {
     ("ray.io", "RayCluster"): ("spec.headGroupSpec.template", "spec.workerGroupSpecs[].template"),
     ("ray.io", "RayJob"): (Nested("spec.rayClusterSpec", "ray.io", "RayCluster", spec=True), "spec.submitterPodTemplate"),
     ("ray.io", "RayService"): (Nested("spec.rayClusterConfig", "ray.io", "RayCluster", spec=True),),
-    ("workload.codeflare.dev", "AppWrapper"): (Embedded("spec.components[].template"),),
+    ("workload.codeflare.dev", "AppWrapper"): (Embedded("spec.components[].template", pod_sets="podSets"),),
     ("workloads.x-k8s.io", "RoleBasedGroup"): (Converted("spec.roles[]", _rbg_role),),
     ("argoproj.io", "Workflow"): (_argo("spec.templates"), Embedded("spec.templates[].resource.manifest")),
     ("argoproj.io", "WorkflowTemplate"): (_argo("spec.templates"), Embedded("spec.templates[].resource.manifest")),
@@ -378,8 +381,19 @@ def expand(obj: Any, group: str, kind: str, runtimes: Runtimes | None = None, na
                                namespace, release, _depth + 1)
                 _merge(out, inner, path, drop_spec=source.spec)
         elif isinstance(source, Embedded):
-            for path, value in _walk(obj, source.path.split("."), ""):
-                _embedded(out, path, value, runtimes, namespace, release, _depth)
+            parent, _, field_name = source.path.rpartition(".")
+            for item_path, item in _walk(obj, parent.split("."), ""):
+                value = item.get(field_name) if isinstance(item, dict) else None
+                if value is None:
+                    continue
+                path = f"{item_path}.{field_name}"
+                if not _embedded(out, path, value, runtimes, namespace, release, _depth) and source.pod_sets:
+                    for pod_set in item.get(source.pod_sets) or () if isinstance(item, dict) else ():
+                        where = pod_set.get("path") if isinstance(pod_set, dict) else None
+                        if isinstance(where, str) and where:
+                            template = _at(item, where)
+                            if template is not None:
+                                out.templates.append((f"{item_path}.{where}", template))
         elif isinstance(source, Converted):
             for path, value in (_walk(obj, source.path.split("."), "") if source.path.endswith("[]")
                                 else [(source.path, _get(obj, source.path.split(".")))]):
@@ -406,24 +420,42 @@ _YAML_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
 def _embedded(out: Expansion, path: str, value: Any, runtimes: Runtimes | None, namespace: str,
-              release: str | None, depth: int) -> None:
+              release: str | None, depth: int) -> bool:
+    """Expand an embedded object; False when its kind is not one this table knows."""
     if isinstance(value, str):
         if len(value) > MAX_EMBEDDED_YAML:
             out.notes.append(f"{path}: over {MAX_EMBEDDED_YAML // 1024} KiB of text, not checked")
-            return
+            return True
         try:
             value = yaml.load(value, Loader=_YAML_LOADER)  # noqa: S506 - a safe loader
         except yaml.YAMLError:
             out.notes.append(f"{path}: not valid YAML, not checked")
-            return
+            return True
     if not isinstance(value, dict):
-        return
+        return False
     kind = str(value.get("kind") or "")
     group = group_of(value.get("apiVersion"))
     if kind == "Pod" and group == "":
         out.templates.append((path, {"metadata": value.get("metadata"), "spec": value.get("spec")}))
     elif is_workload(group, kind):
         _merge(out, expand(value, group, kind, runtimes, namespace, release, depth + 1), path, drop_spec=False)
+    else:
+        return False
+    return True
+
+
+def _at(node: Any, path: str) -> Any:
+    """The value at a dotted path with optional list indexes (`a.b[0].c`), None when absent."""
+    for part in path.split("."):
+        name, _, index = part.partition("[")
+        node = node.get(name) if isinstance(node, dict) and name else (node if not name else None)
+        while index:
+            number, _, rest = index.partition("]")
+            if not number.isdigit() or not isinstance(node, list) or int(number) >= len(node):
+                return None
+            node = node[int(number)]
+            index = rest[1:] if rest.startswith("[") else ""
+    return node
 
 
 def _trainjob(out: Expansion, obj: dict[str, Any], runtimes: Runtimes | None, namespace: str, release: str | None) -> None:
