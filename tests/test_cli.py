@@ -207,3 +207,18 @@ def test_make_run_says_listening_only_once_ready(tmp_path):
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
+
+
+def test_review_refuses_unrendered_templates(tmp_path):
+    """`nvidia.com/gpu: $GPU_PER_NODE` is no GPU to the decision: offline it is bad input, not a pass."""
+    pod = k.pytorchjob_worker()
+    pod["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] = "$GPU_PER_NODE"
+    out = run("review", "--cluster-state", STATE, write(tmp_path, "pod.yaml", pod))
+    assert out.returncode == 2 and "'$GPU_PER_NODE' is not a quantity" in out.stderr and "render it first" in out.stderr
+    job = {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "j", "namespace": "ml-training"},
+           "spec": {"template": {"metadata": {"labels": {"rdma-webhook.io/inject": "true"}}, "spec": {"containers": [
+               {"name": "t", "image": "x", "resources": {"limits": {"nvidia.com/gpu": "{{ .Values.gpus }}"}}}]}}}}
+    out = run("review", "--cluster-state", STATE, write(tmp_path, "job.yaml", job))
+    assert out.returncode == 2 and "spec.template, container 't': resources.limits.nvidia.com/gpu" in out.stderr
+    job["spec"]["template"]["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] = 8
+    assert run("review", "--cluster-state", STATE, write(tmp_path, "job.yaml", job)).returncode == 0

@@ -216,6 +216,29 @@ def _explain(out: TextIO, where: str, req: dict[str, Any], resp: dict[str, Any],
     out.write("\n")
 
 
+def _unrendered(templates: list[tuple[str, Any]]) -> list[str]:
+    """Resource quantities that are not quantities (`nvidia.com/gpu: $GPU_PER_NODE`, `{{ .gpus }}`):
+    a manifest not rendered yet, whose GPU containers the decision could not recognise."""
+    from webhook import k8s
+
+    out = []
+    for path, template in templates:
+        spec = template.get("spec") if isinstance(template, dict) else None
+        for kind in ("containers", "initContainers"):
+            for c in (spec.get(kind) if isinstance(spec, dict) and isinstance(spec.get(kind), list) else ()):
+                resources = c.get("resources") if isinstance(c, dict) else None
+                for section in ("limits", "requests"):
+                    values = resources.get(section) if isinstance(resources, dict) else None
+                    for name, value in (values.items() if isinstance(values, dict) else ()):
+                        try:
+                            k8s.parse_quantity(value)
+                        except ValueError:
+                            where = f"{path}, " if path else ""
+                            out.append(f"{where}container {c.get('name')!r}: resources.{section}.{name}={value!r} "
+                                       f"is not a quantity (an unrendered template?); render it first")
+    return out
+
+
 NO_STATE_NOTE = ("note: no --cluster-state: every namespace is taken as opted in ({injection}=enabled) with no "
                  "other labels, NetworkAttachmentDefinitions as unknown and Trainer runtimes as those in the input; "
                  "policies chosen by namespace labels may differ from the cluster's. Pass --cluster-state "
@@ -305,11 +328,17 @@ def cmd_review(args: argparse.Namespace) -> int:
                     record)
                 continue
             if kind_of != "Pod" and workloads.is_workload(group_of, kind_of):
-                unresolved = workloads.expand(obj, group_of, kind_of, runtimes, ns).unresolved
-                if unresolved:
-                    bad(f"{where}: " + "; ".join(unresolved) + " (give the runtime in the input, or in --cluster-state)",
+                found = workloads.expand(obj, group_of, kind_of, runtimes, ns)
+                if found.unresolved:
+                    bad(f"{where}: " + "; ".join(found.unresolved) + " (give the runtime in the input, or in --cluster-state)",
                         record)
                     continue
+                unrendered = _unrendered(found.templates)
+            else:
+                unrendered = _unrendered([("", obj)]) if isinstance(obj, dict) else []
+            if unrendered:
+                bad(f"{where}: " + "; ".join(unrendered), record)
+                continue
             body = json.dumps({"apiVersion": review.API_VERSION, "kind": "AdmissionReview", "request": req}).encode()
             is_pod = kind_of == "Pod"
             if is_pod:
@@ -444,7 +473,8 @@ EXIT_CODES = """exit status:
   0  every document allowed (or not checked: kinds that hold no pods)
   1  any pod or workload denied
   2  bad input: unreadable or invalid YAML, a malformed object or review, a namespace missing from
-     --cluster-state, a TrainJob whose runtime is not given, an unknown kind with --strict"""
+     --cluster-state, a TrainJob whose runtime is not given, a resource quantity that is not one
+     (an unrendered template), an unknown kind with --strict"""
 
 
 def _version() -> str:
