@@ -7,6 +7,8 @@ Plain HTTP on 127.0.0.1 (an ephemeral port), one thread per connection:
     GET /api/v1/namespaces/{name}                            get (404 Status when missing)
     GET /apis/k8s.cni.cncf.io/v1/network-attachment-definitions            list
     GET /apis/k8s.cni.cncf.io/v1/network-attachment-definitions?watch=true watch
+    GET /apis/trainer.kubeflow.org/v1alpha1/{trainingruntimes,clustertrainingruntimes}  list, watch
+        (404 unless `trainer` is set: a cluster without Kubeflow Trainer)
 
 Objects share one global resourceVersion, as in etcd. Every change is appended to an event log;
 a watch sends the log entries after its resourceVersion, then waits for more. Test-side controls:
@@ -33,8 +35,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Iterator
 from urllib.parse import parse_qs, urlsplit
 
-NS, NAD = "namespaces", "nads"
+NS, NAD, TR, CTR = "namespaces", "nads", "trainingruntimes", "clustertrainingruntimes"
 NAD_PREFIX = "/apis/k8s.cni.cncf.io/v1/network-attachment-definitions"
+TRAINER_PREFIX = "/apis/trainer.kubeflow.org/v1alpha1/"
 _NS_ITEM = re.compile(r"^/api/v1/namespaces/([^/]+)$")
 
 
@@ -48,8 +51,9 @@ class FakeApiServer:
         self.cond = threading.Condition()
         self.rv = 100
         self.compacted = 0  # a watch from a resourceVersion below this gets 410 Gone
-        self.objects: dict[str, dict[Any, dict[str, Any]]] = {NS: {}, NAD: {}}
-        self.log: dict[str, list[tuple[int, str, dict[str, Any]]]] = {NS: [], NAD: []}
+        self.objects: dict[str, dict[Any, dict[str, Any]]] = {NS: {}, NAD: {}, TR: {}, CTR: {}}
+        self.log: dict[str, list[tuple[int, str, dict[str, Any]]]] = {NS: [], NAD: [], TR: [], CTR: []}
+        self.trainer = False  # serve the Trainer runtime kinds (else 404, as without the CRDs)
         self.requests: collections.Counter[str] = collections.Counter()
         self.gone_as = "event"  # or "http"
         self.lists_gate = threading.Event()  # clear it to hold list requests until it is set again
@@ -117,6 +121,15 @@ class FakeApiServer:
     def delete_nad(self, namespace: str, name: str) -> None:
         self._change(NAD, (namespace, name), None)
 
+    def put_runtime(self, obj: dict[str, Any]) -> None:
+        """Store a TrainingRuntime or ClusterTrainingRuntime (by its kind)."""
+        meta = obj["metadata"]
+        kind = CTR if obj["kind"] == "ClusterTrainingRuntime" else TR
+        self._change(kind, meta["name"] if kind == CTR else (meta["namespace"], meta["name"]), obj)
+
+    def delete_runtime(self, kind: str, name: str, namespace: str = "") -> None:
+        self._change(CTR if kind == "ClusterTrainingRuntime" else TR, name if not namespace else (namespace, name), None)
+
     def bookmark(self) -> None:
         """A BOOKMARK at the current resourceVersion on every kind's open watches."""
         with self.cond:
@@ -163,8 +176,9 @@ class FakeApiServer:
         with self.cond:
             items = [copy.deepcopy(o) for o in self.objects[kind].values()]
             rv = self.rv
-        list_kind = "NamespaceList" if kind == NS else "NetworkAttachmentDefinitionList"
-        api_version = "v1" if kind == NS else "k8s.cni.cncf.io/v1"
+        list_kind = {NS: "NamespaceList", NAD: "NetworkAttachmentDefinitionList", TR: "TrainingRuntimeList",
+                     CTR: "ClusterTrainingRuntimeList"}[kind]
+        api_version = {NS: "v1", NAD: "k8s.cni.cncf.io/v1"}.get(kind, "trainer.kubeflow.org/v1alpha1")
         return {"kind": list_kind, "apiVersion": api_version, "metadata": {"resourceVersion": str(rv)}, "items": items}
 
     def _watch(self, handler: "BaseHTTPRequestHandler", kind: str, query: dict[str, list[str]]) -> None:
@@ -259,6 +273,8 @@ def _handler_for(server: FakeApiServer) -> type[BaseHTTPRequestHandler]:
             query = parse_qs(url.query)
             watching = (query.get("watch") or [""])[0] == "true"
             kind = NS if url.path == "/api/v1/namespaces" else NAD if url.path == NAD_PREFIX else None
+            if url.path.startswith(TRAINER_PREFIX) and url.path[len(TRAINER_PREFIX):] in (TR, CTR) and server.trainer:
+                kind = url.path[len(TRAINER_PREFIX):]
             item = _NS_ITEM.match(url.path)
             if kind:
                 label = f"{'watch' if watching else 'list'} {kind}"

@@ -49,9 +49,13 @@ def test_review_exit_2_on_bad_input(tmp_path):
     (tmp_path / "broken.yaml").write_text("kind: Pod\nmetadata: [\n")
     out = run("review", str(tmp_path / "broken.yaml"))
     assert out.returncode == 2 and "not valid YAML" in out.stderr and "Traceback" not in out.stderr
-    f = write(tmp_path, "cm.yaml", {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "x"}})
+    f = write(tmp_path, "widget.yaml", {"apiVersion": "example.com/v1", "kind": "Widget", "metadata": {"name": "x"}})
+    out = run("review", "--strict", f)
+    assert out.returncode == 2 and "unknown kind" in out.stderr and "--strict" in out.stderr
+    assert run("review", f).returncode == 0  # listed as not checked without --strict
+    f = write(tmp_path, "scalar.yaml", "just a string")
     out = run("review", f)
-    assert out.returncode == 2 and "kind 'ConfigMap' (v1) is not supported" in out.stderr
+    assert out.returncode == 2 and "expected a Kubernetes object" in out.stderr and "Traceback" not in out.stderr
     out = run("review", str(tmp_path / "missing.yaml"))
     assert out.returncode == 2 and "cannot read" in out.stderr
 
@@ -131,4 +135,90 @@ def test_certs_reuse_ca_renews_only_the_serving_certificate(tmp_path):
     assert (tmp_path / "tls.crt").read_bytes() != old_cert
     new.verify_directly_issued_by(x509.load_pem_x509_certificate((tmp_path / "ca.crt").read_bytes()))
     empty = run("certs", "--service", "s", "--namespace", "n", "--out", str(tmp_path / "none"), "--reuse-ca")
-    assert empty.returncode == 1 and "error:" in empty.stderr and "Traceback" not in empty.stderr
+    assert empty.returncode == 1 and "drop --reuse-ca" in empty.stderr and "Traceback" not in empty.stderr
+    assert not (tmp_path / "none").exists()
+
+
+def test_certs_refuses_to_replace_a_ca_without_force(tmp_path):
+    first = run("certs", "--service", "rdma-webhook", "--namespace", "rdma-webhook", "--out", str(tmp_path))
+    assert first.returncode == 0 and "stdout: the base64 CA bundle" in first.stderr
+    ca = (tmp_path / "ca.crt").read_bytes()
+    again = run("certs", "--service", "rdma-webhook", "--namespace", "rdma-webhook", "--out", str(tmp_path))
+    assert again.returncode == 1 and again.stdout == "" and "--reuse-ca" in again.stderr and "--force" in again.stderr
+    assert (tmp_path / "ca.crt").read_bytes() == ca  # untouched
+    forced = run("certs", "--service", "rdma-webhook", "--namespace", "rdma-webhook", "--out", str(tmp_path), "--force")
+    assert forced.returncode == 0 and (tmp_path / "ca.crt").read_bytes() != ca
+    assert base64.b64decode(forced.stdout.strip()) == (tmp_path / "ca.crt").read_bytes()
+
+
+def test_version_and_help_describe_every_flag():
+    import re
+
+    out = run("--version")
+    assert out.returncode == 0 and re.match(r"rdma-webhook \d+\.\d+", out.stdout)
+    for cmd in (["serve"], ["review"], ["policy", "lint"], ["certs"]):
+        out = run(*cmd, "--help")
+        assert out.returncode == 0, out.stderr
+        text = " ".join(out.stdout.split())
+        assert "exit status" in text, cmd
+        section = out.stdout.split("options:", 1)[1]
+        blocks = re.split(r"\n(?=  -)", section)
+        flags = [b for b in blocks if b.lstrip().startswith("--") and not b.lstrip().startswith("--help")]
+        assert flags or cmd == ["policy", "lint"], cmd
+        for block in flags:  # each flag's help says its default (or that it is required)
+            assert "default" in block or "required" in block, (cmd, block)
+
+
+def test_make_run_says_listening_only_once_ready(tmp_path):
+    """scripts/run-local.sh (what `make run` runs) prints its "listening on" line only when
+    /readyz answers 200, and stops the server on SIGTERM."""
+    import os
+    import signal
+    import socket
+    import ssl
+    import time
+    import urllib.request
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = {**os.environ, "PORT": str(port), "CERTS": str(tmp_path / "certs"),
+           "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}",
+           "PROMETHEUS_MULTIPROC_DIR": str(tmp_path / "metrics")}
+    proc = subprocess.Popen(["bash", str(ROOT / "scripts" / "run-local.sh")], stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, env=env, start_new_session=True)
+    try:
+        seen = []
+        deadline = time.monotonic() + 90
+        for line in proc.stdout:
+            seen.append(line)
+            if "listening on" in line:
+                ctx = ssl.create_default_context(cafile=str(tmp_path / "certs" / "ca.crt"))
+                with urllib.request.urlopen(f"https://localhost:{port}/readyz", context=ctx, timeout=5) as r:
+                    assert r.status == 200  # already ready when the line appears
+                break
+            assert time.monotonic() < deadline, "".join(seen)
+        else:
+            raise AssertionError("no 'listening on' line:\n" + "".join(seen))
+        assert sum("listening on" in line for line in seen) == 1
+        os.kill(proc.pid, signal.SIGTERM)
+        assert proc.wait(30) == 0
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+
+
+def test_review_refuses_unrendered_templates(tmp_path):
+    """`nvidia.com/gpu: $GPU_PER_NODE` is no GPU to the decision: offline it is bad input, not a pass."""
+    pod = k.pytorchjob_worker()
+    pod["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] = "$GPU_PER_NODE"
+    out = run("review", "--cluster-state", STATE, write(tmp_path, "pod.yaml", pod))
+    assert out.returncode == 2 and "'$GPU_PER_NODE' is not a quantity" in out.stderr and "render it first" in out.stderr
+    job = {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "j", "namespace": "ml-training"},
+           "spec": {"template": {"metadata": {"labels": {"rdma-webhook.io/inject": "true"}}, "spec": {"containers": [
+               {"name": "t", "image": "x", "resources": {"limits": {"nvidia.com/gpu": "{{ .Values.gpus }}"}}}]}}}}
+    out = run("review", "--cluster-state", STATE, write(tmp_path, "job.yaml", job))
+    assert out.returncode == 2 and "spec.template, container 't': resources.limits.nvidia.com/gpu" in out.stderr
+    job["spec"]["template"]["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] = 8
+    assert run("review", "--cluster-state", STATE, write(tmp_path, "job.yaml", job)).returncode == 0

@@ -45,7 +45,7 @@ def make_state(apiserver):
         cfg = client.Configuration()
         cfg.host = apiserver.url
         api = client.ApiClient(cfg)
-        kw = {"backoff_min": 0.02, "backoff_max": 0.2, "networks_check_interval": 0.05, **kw}
+        kw = {"backoff_min": 0.02, "backoff_max": 0.2, "networks_check_interval": 0.05, "watch_runtimes": False, **kw}
         state = ApiClusterState(api, uses_networks, **kw)
         made.append((state, api))
         state.start()
@@ -319,3 +319,46 @@ def test_decision_end_to_end_follows_the_nad(apiserver, make_state, policies):
     assert result.outcome == decision.DENIED
     assert any(f.rule == "network-attachment" for f in result.denials), result.denials
     assert apiserver.count() == before
+
+
+def _runtime(kind: str, name: str, namespace: str | None = None, image: str = "torch:1") -> dict[str, Any]:
+    meta: dict[str, Any] = {"name": name, "managedFields": [{"manager": "kubectl"}]}
+    if namespace:
+        meta["namespace"] = namespace
+    return {"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": kind, "metadata": meta,
+            "spec": {"template": {"spec": {"replicatedJobs": [{"name": "node", "template": {"spec": {"template": {
+                "spec": {"containers": [{"name": "node", "image": image}]}}}}}]}}}}
+
+
+def test_trainer_runtimes_are_listed_and_watched(apiserver, make_state):
+    apiserver.trainer = True
+    apiserver.put_namespace("team-a", OPTED_IN)
+    apiserver.put_runtime(_runtime("ClusterTrainingRuntime", "torch-distributed"))
+    apiserver.put_runtime(_runtime("TrainingRuntime", "deepspeed", "team-a"))
+    state = synced(make_state(watch_runtimes=True))
+    runtimes = eventually(state.runtimes, what="runtimes listed")
+    assert runtimes.cluster_training_runtime("torch-distributed")["spec"]["template"]
+    assert runtimes.training_runtime("team-a", "deepspeed")["metadata"] == {"name": "deepspeed", "namespace": "team-a"}
+    assert runtimes.training_runtime("team-b", "deepspeed") is None
+    # changes arrive through the watch
+    apiserver.put_runtime(_runtime("ClusterTrainingRuntime", "torch-distributed", image="torch:2"))
+    apiserver.put_runtime(_runtime("TrainingRuntime", "jax", "team-a"))
+    eventually(lambda: runtimes.training_runtime("team-a", "jax") is not None, what="new runtime")
+    eventually(lambda: runtimes.cluster_training_runtime("torch-distributed")["spec"]["template"]["spec"]
+               ["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]["containers"][0]["image"] == "torch:2",
+               what="modified runtime")
+    apiserver.delete_runtime("TrainingRuntime", "deepspeed", "team-a")
+    eventually(lambda: runtimes.training_runtime("team-a", "deepspeed") is None, what="deleted runtime")
+    assert apiserver.count("list trainingruntimes") == 1 and apiserver.count("list clustertrainingruntimes") == 1
+
+
+def test_without_trainer_crds_runtimes_are_unknown_and_readiness_unaffected(apiserver, make_state, caplog):
+    import logging
+
+    caplog.set_level(logging.INFO, logger="rdma_webhook.cluster")
+    apiserver.put_namespace("team-a", OPTED_IN)
+    state = synced(make_state(watch_runtimes=True, backoff_max=0.2))
+    eventually(lambda: apiserver.count("other /apis/trainer.kubeflow.org") >= 4, what="404s")
+    assert state.ready() and state.runtimes() is None
+    assert sum("CRD not installed" in r.getMessage() for r in caplog.records) == 2  # once per kind, not per retry
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING and "trainingruntimes" in r.getMessage()]

@@ -140,10 +140,17 @@ def test_ipc_lock_added_once(policies):
 
 
 def test_enforced_variable_replaces_user_value_with_warning(policies):
+    # NCCL compares NCCL_NET case-insensitively (strcasecmp): `ib` is IB, kept without a word
     pod = k.pod([k.container("trainer", env=[{"name": "NCCL_NET", "value": "ib"}])])
     resp, out, d = mutate_twice(pod, ML, policies)
+    assert env_of(out["spec"]["containers"][0])["NCCL_NET"] == "ib"
+    assert not any("NCCL_NET" in w for w in resp.get("warnings", []))
+    # a value the webhook cannot see is replaced, with a warning
+    source = {"configMapKeyRef": {"name": "nccl", "key": "net"}}
+    pod = k.pod([k.container("trainer", env=[{"name": "NCCL_NET", "valueFrom": source}])])
+    resp, out, d = mutate_twice(pod, ML, policies)
     assert env_of(out["spec"]["containers"][0])["NCCL_NET"] == "IB"
-    assert any("NCCL_NET is enforced" in w for w in resp["warnings"])
+    assert any("NCCL_NET is enforced by policy erdma: a valueFrom source replaced by 'IB'" in w for w in resp["warnings"])
 
 
 def test_multi_rail_device_count_follows_gpus(policies):

@@ -80,9 +80,19 @@ WORKLOAD_RESOURCES = {
     ("jobset.x-k8s.io", "v1alpha2", "jobsets"),
     ("kubeflow.org", "v1", "pytorchjobs"), ("kubeflow.org", "v1", "mpijobs"),
     ("kubeflow.org", "v2beta1", "mpijobs"),
+    ("kubeflow.org", "v1", "tfjobs"), ("kubeflow.org", "v1", "paddlejobs"), ("kubeflow.org", "v1", "xgboostjobs"),
+    ("kubeflow.org", "v1", "jaxjobs"),
+    ("trainer.kubeflow.org", "v1alpha1", "trainjobs"), ("trainer.kubeflow.org", "v1alpha1", "trainingruntimes"),
+    ("trainer.kubeflow.org", "v1alpha1", "clustertrainingruntimes"),
     ("leaderworkerset.x-k8s.io", "v1", "leaderworkersets"),
-    ("batch.volcano.sh", "v1alpha1", "jobs"),
+    ("batch.volcano.sh", "v1alpha1", "jobs"), ("batch.volcano.sh", "v1alpha1", "cronjobs"),
+    ("ray.io", "v1", "rayclusters"), ("ray.io", "v1", "rayjobs"), ("ray.io", "v1", "rayservices"),
+    ("workload.codeflare.dev", "v1beta2", "appwrappers"),
+    ("workloads.x-k8s.io", "v1alpha1", "rolebasedgroups"),
+    ("argoproj.io", "v1alpha1", "workflows"), ("argoproj.io", "v1alpha1", "workflowtemplates"),
+    ("argoproj.io", "v1alpha1", "cronworkflows"), ("argoproj.io", "v1alpha1", "clusterworkflowtemplates"),
 }
+CLUSTER_SCOPED_RESOURCES = {"clustertrainingruntimes", "clusterworkflowtemplates"}
 
 
 # ---------------------------------------------------------------------------
@@ -290,6 +300,7 @@ def test_rbac_is_read_only_on_namespaces_and_nads():
     assert rules == [
         (("",), ("namespaces",), ("get", "list", "watch")),
         (("k8s.cni.cncf.io",), ("network-attachment-definitions",), ("get", "list", "watch")),
+        (("trainer.kubeflow.org",), ("trainingruntimes", "clustertrainingruntimes"), ("get", "list", "watch")),
     ]
     for r in role["rules"]:
         assert not set(r) - {"apiGroups", "resources", "verbs"}, r  # no resourceNames/nonResourceURLs surprises
@@ -513,14 +524,18 @@ def test_validating_workload_webhook():
     assert "objectSelector" not in hook  # the pod template carries the label, not the workload
     covered = set()
     for rule in hook["rules"]:
-        assert rule["operations"] == ["CREATE", "UPDATE"], rule
-        assert rule["scope"] == "Namespaced", rule
+        assert rule["operations"] == ["CREATE"], rule  # anything else is allowed untouched
+        cluster = set(rule["resources"]) <= CLUSTER_SCOPED_RESOURCES
+        assert rule["scope"] == ("Cluster" if cluster else "Namespaced"), rule
         for group in rule["apiGroups"]:
             for version in rule["apiVersions"]:
                 for resource in rule["resources"]:
                     assert "/" not in resource, "subresources (status, scale) must not be matched"
                     covered.add((group, version, resource))
     assert covered == WORKLOAD_RESOURCES
+    # every kind the server checks is routed to it, and nothing else
+    from webhook import workloads
+    assert {(g, r) for g, _, r in covered} == {(g, k.lower() + "s") for g, k in workloads.TEMPLATES}
     assert {"name": "not-webhook-namespace", "expression": NAMESPACE_CEL} in hook["matchConditions"]
 
 

@@ -94,6 +94,7 @@ def test_every_shipped_value_cites_a_source():
     (lambda t: t.replace("NCCL_IB_HCA: erdma", "NCCL_IB_HCA: mlx5"), "field nccl.NCCL_IB_HCA: NCCL_IB_HCA='mlx5' selects none of the p policy's erdma fabric's devices"),
     (lambda t: t.replace("NCCL_IB_HCA: erdma", "NCCL_IB_DISABLE: '1'"), "turns NCCL's IB/RoCE transport off"),
     (lambda t: t.replace("{value: IB, enforce: true}", "Socket"), "field nccl.NCCL_NET: NCCL_NET='Socket' forces NCCL's TCP socket transport (NET/Socket)"),
+    (lambda t: t.replace("{value: IB, enforce: true}", "Simple"), "field nccl.NCCL_NET: NCCL_NET='Simple' names a transport that the p policy's erdma fabric does not provide (IB)"),
     (lambda t: t.replace("priority: 0", "priority: 0\nprivileged: true"), "field privileged: policies may not ask for privileged"),
     (lambda t: t.replace("device: {resource: aliyun/erdma, count: 1}", "device: {resource: aliyun/erdma, count: 1, hostPath: /dev}"), "field device.hostPath: policies may not ask"),
     (lambda t: t.replace("name: p", "name: Bad_Name"), "must be a DNS-1123 label"),
@@ -200,3 +201,48 @@ def test_namespace_keys_are_the_contract():
     assert keys.NS_INJECTION == "rdma-webhook.io/injection" and keys.POD_INJECT == "rdma-webhook.io/inject"
     assert keys.POD_POLICY == "rdma-webhook.io/policy" and keys.NS_POLICY == "rdma-webhook.io/policy"
     assert keys.STATUS == "rdma-webhook.io/status" and keys.APPLIED_POLICY == "rdma-webhook.io/applied-policy"
+
+
+def test_lint_reports_every_problem_of_a_file_in_one_run():
+    text = (good().replace("priority: 0", "priority: 0\nfavourite: yes\nflavour: mint")
+            .replace("sizeLimit: 16Gi", "sizeLimit: lots").replace("NCCL_IB_HCA: erdma", "NCCL_IB_HCA: mlx5")
+            .replace("count: 1", "count: one"))
+    errors = errors_of(text)
+    for expect in ("unknown field(s) 'favourite', 'flavour'", "field device.count", "field shm.sizeLimit: 'lots'",
+                   "field nccl.NCCL_IB_HCA: NCCL_IB_HCA='mlx5' selects none"):
+        assert sum(expect in e for e in errors) == 1, (expect, errors)
+
+
+def test_yaml_syntax_errors_name_the_line_not_a_field():
+    errors = errors_of(good().replace("name: p", "name: p\n  bad: [", 1))
+    assert len(errors) == 1 and "field" not in errors[0]
+    assert errors[0].startswith("f.yaml: line ") and "not valid YAML" in errors[0]
+
+
+def test_lint_warns_on_nccl_block_keys_that_are_not_nccl_variables(tmp_path):
+    (tmp_path / "p.yaml").write_text(good("fine").replace("NCCL_IB_HCA: erdma", "NCCL_IB_HCA: erdma\n  UCX_NET_DEVICES: mlx5_0:1"))
+    out = subprocess.run([sys.executable, "-m", "webhook", "policy", "lint", str(tmp_path)], capture_output=True, text=True)
+    assert out.returncode == 0 and "ok  fine" in out.stdout  # a warning, not an error
+    assert "warning:" in out.stderr and "field nccl.UCX_NET_DEVICES: not a variable of the fabric's transport" in out.stderr
+    clean = subprocess.run([sys.executable, "-m", "webhook", "policy", "lint", str(ROOT / "policies")], capture_output=True, text=True)
+    assert "warning:" not in clean.stderr
+
+
+def test_shipped_policies_and_examples_cite_public_documents():
+    """Every source a shipped policy cites is defined in its header with a title and a public
+    URL; nothing points at files outside this repository."""
+    import re
+
+    for path in sorted((ROOT / "policies").glob("*.yaml")):
+        text = path.read_text()
+        header = text[: text.index("apiVersion:")]
+        defined = dict(re.findall(r"^#\s+\[([A-Z-]+)\]\s+(.*(?:\n#\s{4,}.*)*)", header, re.M))
+        assert defined, path.name
+        for tag, body in defined.items():
+            assert "https://" in body and '"' in body or "source, https://" in body, (path.name, tag, body)
+        comments = "\n".join(line.split("#", 1)[1] for line in text[len(header):].splitlines() if "#" in line)
+        used = set(re.findall(r"\[([A-Z][A-Z-]+)[,\]; ]", comments))
+        assert used and used <= set(defined), (path.name, used - set(defined))
+    for path in [*sorted((ROOT / "policies").glob("*.yaml")), *sorted((ROOT / "examples").rglob("*.*"))]:
+        text = path.read_text().lower()
+        assert "seed" not in text.replace("seed-sriov-pod", "") and "shared/" not in text, path

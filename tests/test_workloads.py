@@ -108,7 +108,13 @@ def test_every_issue_kind_is_in_the_table():
     assert set(workloads.TEMPLATES) == {
         ("batch", "Job"), ("batch", "CronJob"), ("apps", "Deployment"), ("apps", "StatefulSet"), ("apps", "ReplicaSet"),
         ("apps", "DaemonSet"), ("jobset.x-k8s.io", "JobSet"), ("kubeflow.org", "PyTorchJob"), ("kubeflow.org", "MPIJob"),
-        ("leaderworkerset.x-k8s.io", "LeaderWorkerSet"), ("batch.volcano.sh", "Job")}
+        ("kubeflow.org", "TFJob"), ("kubeflow.org", "PaddleJob"), ("kubeflow.org", "XGBoostJob"), ("kubeflow.org", "JAXJob"),
+        ("trainer.kubeflow.org", "TrainJob"), ("trainer.kubeflow.org", "TrainingRuntime"),
+        ("trainer.kubeflow.org", "ClusterTrainingRuntime"),
+        ("leaderworkerset.x-k8s.io", "LeaderWorkerSet"), ("batch.volcano.sh", "Job"), ("batch.volcano.sh", "CronJob"),
+        ("ray.io", "RayCluster"), ("ray.io", "RayJob"), ("ray.io", "RayService"), ("workload.codeflare.dev", "AppWrapper"),
+        ("workloads.x-k8s.io", "RoleBasedGroup"), ("argoproj.io", "Workflow"), ("argoproj.io", "WorkflowTemplate"),
+        ("argoproj.io", "ClusterWorkflowTemplate"), ("argoproj.io", "CronWorkflow")}
 
 
 @pytest.mark.parametrize("kind", sorted(KINDS))
@@ -132,9 +138,13 @@ def test_good_workload_passes_with_mutation_summary(policies, kind):
     assert BAD_PATH[kind] in summary[0]
 
 
-def test_update_is_checked_too(policies):
-    assert validate(pytorchjob(worker_env=BAD_ENV), policies, operation="UPDATE")["allowed"] is False
-    assert validate(pytorchjob(worker_env=BAD_ENV), policies, operation="DELETE")["allowed"] is True
+def test_only_create_is_checked(policies):
+    # Any other operation is allowed untouched (issue 16, point 5): pods made from an updated
+    # template still meet /mutate and the final-state guard when they are created.
+    assert validate(pytorchjob(worker_env=BAD_ENV), policies)["allowed"] is False
+    for op in ("UPDATE", "DELETE", "CONNECT"):
+        r = validate(pytorchjob(worker_env=BAD_ENV), policies, operation=op)
+        assert r["allowed"] is True and "warnings" not in r and "status" not in r
 
 
 def test_unlabelled_templates_are_not_checked(policies):
@@ -252,3 +262,212 @@ def test_review_cli_on_workload_manifests(tmp_path):
     assert "spec.pytorchReplicaSpecs.Worker.template: its pods would be MUTATED by policy erdma" in out.stdout
     assert "spec.leaderWorkerTemplate.workerTemplate: its pods would be DENIED by policy erdma (denies the workload)" in out.stdout
     assert "+        aliyun/erdma: '1'" in out.stdout
+
+
+# -- templates inside templates, and TrainJob's runtime ------------------------------------------
+
+def test_strategic_merge_as_the_api_machinery_merges_pod_templates():
+    base = {"metadata": {"labels": {"a": "1", "b": "2"}}, "spec": {
+        "containers": [{"name": "node", "image": "x", "env": [{"name": "A", "value": "1"}, {"name": "B", "value": "2"}],
+                        "volumeMounts": [{"name": "v", "mountPath": "/data"}], "args": ["--x"]}],
+        "tolerations": [{"key": "gpu"}]}}
+    patch = {"metadata": {"labels": {"b": None, "c": "3"}}, "spec": {
+        "containers": [{"name": "node", "env": [{"name": "B", "value": "two"}, {"name": "C", "value": "3"}],
+                        "args": ["--y"]}, {"name": "sidecar", "image": "s"}],
+        "tolerations": [{"key": "rdma"}]}}
+    out = workloads.strategic_merge(base, patch)
+    assert out["metadata"]["labels"] == {"a": "1", "c": "3"}
+    node, sidecar = out["spec"]["containers"]
+    assert node["env"] == [{"name": "A", "value": "1"}, {"name": "B", "value": "two"}, {"name": "C", "value": "3"}]
+    assert node["args"] == ["--y"] and node["image"] == "x" and node["volumeMounts"] == [{"name": "v", "mountPath": "/data"}]
+    assert sidecar == {"name": "sidecar", "image": "s"}
+    assert out["spec"]["tolerations"] == [{"key": "rdma"}]  # no merge key: replaced
+    assert base["spec"]["containers"][0]["env"][1]["value"] == "2"  # inputs untouched
+    gone = workloads.strategic_merge(base, {"spec": {"containers": [{"name": "node", "$patch": "delete"}]}})
+    assert gone["spec"]["containers"] == []
+
+
+RUNTIME = {"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "ClusterTrainingRuntime", "metadata": {"name": "torch"},
+           "spec": {"mlPolicy": {"numNodes": 1, "torch": {}}, "template": {"spec": {"replicatedJobs": [
+               {"name": "node", "template": {"metadata": {"labels": {workloads.ANCESTOR_LABEL: "trainer"}},
+                                             "spec": {"template": tmpl("node", gpus=8, env=[{"name": "NCCL_DEBUG", "value": "WARN"}])}}},
+               {"name": "sidecar-job", "template": {"spec": {"template": tmpl("helper", gpus=0)}}}]}}}}
+
+
+def trainjob(**spec):
+    return obj("trainer.kubeflow.org/v1alpha1", "TrainJob", {"runtimeRef": {"name": "torch"}, **spec})
+
+
+def pods(job, release, runtime=RUNTIME):
+    return dict(workloads.trainjob_pods(job, runtime, release))
+
+
+@pytest.mark.parametrize("release", workloads.TRAINER_RELEASES)
+def test_trainer_fields_go_to_the_node_container_of_the_trainer_job(release):
+    job = trainjob(trainer={"image": "mine:1", "command": ["torchrun"], "args": ["a.py"],
+                            "env": [{"name": "NCCL_IB_DISABLE", "value": "1"}, {"name": "NCCL_DEBUG", "value": "INFO"}]})
+    node = pods(job, release)["node"]["spec"]["containers"][0]
+    assert (node["image"], node["command"], node["args"]) == ("mine:1", ["torchrun"], ["a.py"])
+    assert node["env"] == [{"name": "NCCL_DEBUG", "value": "INFO"}, {"name": "NCCL_IB_DISABLE", "value": "1"}]
+    helper = pods(job, release)["sidecar-job"]["spec"]["containers"][0]
+    assert helper["image"] == "registry.example/trainer:v1" and "env" not in helper  # not the trainer's job
+    assert RUNTIME["spec"]["template"]["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]["containers"][0]["image"] \
+        == "registry.example/trainer:v1"  # the runtime is not modified
+
+
+def test_resources_per_node_replaced_up_to_v2_2_merged_from_v2_3():
+    runtime = copy.deepcopy(RUNTIME)
+    node = runtime["spec"]["template"]["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]["containers"][0]
+    node["resources"] = {"limits": {"nvidia.com/gpu": "8", "aliyun/erdma": "1"}}
+    job = trainjob(trainer={"resourcesPerNode": {"limits": {"nvidia.com/gpu": "4", "memory": "1Ti"}}})
+    for release in ("v2.0", "v2.1", "v2.2"):
+        assert pods(job, release, runtime)["node"]["spec"]["containers"][0]["resources"] == \
+            {"limits": {"nvidia.com/gpu": "4", "memory": "1Ti"}}, release
+    assert pods(job, "v2.3", runtime)["node"]["spec"]["containers"][0]["resources"] == \
+        {"limits": {"nvidia.com/gpu": "4", "aliyun/erdma": "1", "memory": "1Ti"}}
+
+
+def test_each_release_reads_its_own_override_field():
+    bad = [{"name": "NCCL_NET", "value": "Socket"}]
+    v20 = trainjob(podSpecOverrides=[{"targetJobs": [{"name": "node"}], "containers": [{"name": "node", "env": bad}]}])
+    v21 = trainjob(podTemplateOverrides=[{"targetJobs": [{"name": "node"}], "metadata": {"labels": {"team": "a"}},
+                                          "spec": {"containers": [{"name": "node", "env": bad}]}}])
+    v22 = trainjob(runtimePatches=[{"manager": "me", "trainingRuntimeSpec": {"template": {"spec": {"replicatedJobs": [
+        {"name": "node", "template": {"spec": {"template": {"spec": {"containers": [{"name": "node", "env": bad}]}}}}}]}}}}])
+    for job, release in ((v20, "v2.0"), (v21, "v2.1"), (v22, "v2.2"), (v22, "v2.3")):
+        for other in workloads.TRAINER_RELEASES:
+            env = pods(job, other)["node"]["spec"]["containers"][0]["env"]
+            applies = workloads._OVERRIDES[other] == workloads._OVERRIDES[release]
+            assert ({"name": "NCCL_NET", "value": "Socket"} in env) is applies, (release, other)
+    assert pods(v21, "v2.1")["node"]["metadata"]["labels"] == {keys.POD_INJECT: "true", "team": "a"}
+    # and the check says which field a release ignores
+    verdict = workloads.check_workload(v21, "trainer.kubeflow.org", "TrainJob", ML, None, None,
+                                       _Runtimes(), release="v2.3")
+    assert any("spec.podTemplateOverrides is not read by Trainer v2.3" in n for n in verdict.notes)
+
+
+class _Runtimes:
+    def training_runtime(self, namespace, name):
+        return None
+
+    def cluster_training_runtime(self, name):
+        return RUNTIME if name == "torch" else None
+
+
+def test_trainjob_at_validate_runtime_known_unknown_and_untracked(policies):
+    bad = trainjob(trainer={"env": [{"name": "NCCL_IB_DISABLE", "value": "1"}]})
+    rv = review_of(bad, bad["apiVersion"], "TrainJob")
+    body = json.dumps(rv).encode()
+    _, doc, _, _ = review.handle_validate(body, policies, STATE.namespace, None, _Runtimes())
+    assert doc["response"]["allowed"] is False
+    assert "ClusterTrainingRuntime/torch replicatedJobs[node], container 'node': NCCL_IB_DISABLE='1'" in doc["response"]["status"]["message"]
+    for runtimes, says in ((None, "cannot be looked up here"), (FileClusterState([ML], []).runtimes(), "is not known")):
+        _, doc, _, _ = review.handle_validate(body, policies, STATE.namespace, None, runtimes)
+        r = doc["response"]
+        assert r["allowed"] is True and any(says in w for w in r["warnings"]), r
+
+
+def test_cluster_scoped_runtime_is_checked_without_a_namespace(policies):
+    rt = copy.deepcopy(RUNTIME)
+    rv = review_of(rt, rt["apiVersion"], "ClusterTrainingRuntime")
+    rv["request"]["namespace"] = ""
+    _, doc, _, _ = review.handle_validate(json.dumps(rv).encode(), policies, STATE.namespace, None)
+    assert doc["response"]["allowed"] is True and doc["response"]["warnings"][0].startswith("rdma-webhook will inject")
+    pod = rt["spec"]["template"]["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]
+    pod["spec"]["containers"][0]["env"] = BAD_ENV
+    rv["request"]["object"] = rt
+    _, doc, _, _ = review.handle_validate(json.dumps(rv).encode(), policies, STATE.namespace, None)
+    assert doc["response"]["allowed"] is False and "NCCL_NET='Socket'" in doc["response"]["status"]["message"]
+
+
+def test_argo_steps_scripts_container_sets_and_workflow_pod_metadata(policies):
+    wf = obj("argoproj.io/v1alpha1", "Workflow", {
+        "podMetadata": {"labels": INJECT},
+        "templates": [
+            {"name": "dag", "dag": {"tasks": [{"name": "a", "template": "script"}]}},
+            {"name": "script", "script": {"image": "python", "command": ["bash"],
+                                          "source": "export NCCL_IB_DISABLE=1\npython train.py",
+                                          "resources": {"limits": {"nvidia.com/gpu": "8"}}}},
+            {"name": "set", "containerSet": {"containers": [
+                {"name": "a", "image": "x", "resources": {"limits": {"nvidia.com/gpu": "8"}}},
+                {"name": "b", "image": "y", "env": BAD_ENV, "resources": {"limits": {"nvidia.com/gpu": "8"}}}]}},
+            {"name": "cpu", "metadata": {"labels": {keys.POD_INJECT: "false"}}, "container": {"image": "x", "env": BAD_ENV}},
+            {"name": "broken", "resource": {"action": "create", "manifest": "kind: [unclosed"}}]})
+    r = validate(wf, policies)
+    msg = r["status"]["message"]
+    assert r["allowed"] is False
+    assert "spec.templates[script], container 'main'" in msg and "[command-fallback]" in msg
+    assert "spec.templates[set], container 'b'" in msg and "container 'a'" not in msg
+    assert "templates[cpu]" not in msg and "templates[dag]" not in msg
+    assert any("resource.manifest: not valid YAML" in w for w in r["warnings"])
+
+
+def test_rolebasedgroup_lws_patches_make_leader_and_worker(policies):
+    rbg = obj("workloads.x-k8s.io/v1alpha1", "RoleBasedGroup", {"roles": [
+        {"name": "decode", "leaderWorkerSet": {"size": 2, "patchLeaderTemplate": {"metadata": {"labels": {"role": "leader"}}},
+                                               "patchWorkerTemplate": {"spec": {"containers": [{"name": "sglang", "env": BAD_ENV}]}}},
+         "template": tmpl("sglang", gpus=8)}]})
+    found = dict(workloads.expand(rbg, "workloads.x-k8s.io", "RoleBasedGroup").templates)
+    leader = found["spec.roles[decode].leaderWorkerSet.patchLeaderTemplate"]
+    worker = found["spec.roles[decode].leaderWorkerSet.patchWorkerTemplate"]
+    assert leader["metadata"]["labels"] == {**INJECT, "role": "leader"} and "env" not in leader["spec"]["containers"][0]
+    assert worker["spec"]["containers"][0]["env"] == BAD_ENV and worker["spec"]["containers"][0]["image"]
+    r = validate(rbg, policies)
+    assert r["allowed"] is False and "patchWorkerTemplate, container 'sglang'" in r["status"]["message"]
+    assert "patchLeaderTemplate" not in r["status"]["message"]
+
+
+def test_nesting_paths_and_depth():
+    inner = {"apiVersion": "ray.io/v1", "kind": "RayService", "metadata": {"name": "s"},
+             "spec": {"rayClusterConfig": {"headGroupSpec": {"template": tmpl()}, "workerGroupSpecs": [{"groupName": "g", "template": tmpl()}]}}}
+    aw = obj("workload.codeflare.dev/v1beta2", "AppWrapper", {"components": [{"template": inner}]})
+    paths = [p for p, _ in workloads.expand(aw, "workload.codeflare.dev", "AppWrapper").templates]
+    assert paths == ["spec.components[0].template.spec.rayClusterConfig.headGroupSpec.template",
+                     "spec.components[0].template.spec.rayClusterConfig.workerGroupSpecs[g].template"]
+    # an AppWrapper that wraps itself forever ends
+    loop = obj("workload.codeflare.dev/v1beta2", "AppWrapper", {"components": []})
+    node = loop
+    for _ in range(50):
+        child = obj("workload.codeflare.dev/v1beta2", "AppWrapper", {"components": []})
+        node["spec"]["components"].append({"template": child})
+        node = child
+    assert workloads.expand(loop, "workload.codeflare.dev", "AppWrapper").templates == []
+
+
+def test_embedded_manifests_are_bounded(policies):
+    big = "kind: Pod\nmetadata: {}\n" + "# padding\n" * 40000  # ~400 KB of text
+    wf = obj("argoproj.io/v1alpha1", "Workflow", {"templates": [{"name": "r", "resource": {"manifest": big}}]})
+    r = validate(wf, policies)  # not parsed at all: a note says so
+    assert r["allowed"] is True and any("KiB of text, not checked" in w for w in r["warnings"])
+    # an alias bomb within the limit parses to shared objects and is walked along paths only
+    bomb = "a: &a [x, x, x, x, x, x, x, x, x]\n" + "".join(
+        f"{c}: &{c} [*{p}, *{p}, *{p}, *{p}, *{p}, *{p}, *{p}, *{p}, *{p}]\n" for p, c in zip("abcdefgh", "bcdefghi"))
+    wf["spec"]["templates"][0]["resource"]["manifest"] = "apiVersion: batch/v1\nkind: Job\nspec:\n  template: {}\n" + bomb
+    assert validate(wf, policies)["allowed"] is True
+
+
+def test_trainer_release_setting(monkeypatch):
+    monkeypatch.delenv(workloads.TRAINER_RELEASE_ENV, raising=False)
+    assert workloads.trainer_release() == workloads.DEFAULT_TRAINER_RELEASE == "v2.3"
+    monkeypatch.setenv(workloads.TRAINER_RELEASE_ENV, "v2.1")
+    assert workloads.trainer_release() == "v2.1"
+    monkeypatch.setenv(workloads.TRAINER_RELEASE_ENV, "v9")
+    assert workloads.trainer_release() == "v2.3"
+
+
+def test_appwrapper_of_an_unknown_kind_is_read_through_its_pod_sets(policies):
+    custom = {"apiVersion": "example.com/v1", "kind": "TrainingThing", "metadata": {"name": "t"},
+              "spec": {"roles": [{"pods": {"template": tmpl(env=BAD_ENV)}}, {"pods": {"template": tmpl()}}]}}
+    aw = obj("workload.codeflare.dev/v1beta2", "AppWrapper", {"components": [{
+        "podSets": [{"replicas": 2, "path": "template.spec.roles[0].pods.template"},
+                    {"replicas": 1, "path": "template.spec.roles[1].pods.template"},
+                    {"replicas": 1, "path": "template.spec.roles[7].pods.template"}],
+        "template": custom}]})
+    r = validate(aw, policies)
+    assert r["allowed"] is False
+    assert "spec.components[0].template.spec.roles[0].pods.template, container 'trainer'" in r["status"]["message"]
+    assert "roles[1]" not in r["status"]["message"]
+    # a known kind is read by its own entry, not its podSets
+    aw["spec"]["components"][0]["template"] = pytorchjob(worker_env=BAD_ENV)
+    r = validate(aw, policies)
+    assert "spec.components[0].template.spec.pytorchReplicaSpecs.Worker.template" in r["status"]["message"]

@@ -94,7 +94,7 @@ def create_app(store: PolicyStore, cluster: ClusterState) -> Flask:
     def namespace_of(name: str):
         return cluster.namespace(name)
 
-    def admit(endpoint: str, handler) -> Response:
+    def admit(endpoint: str, handler, *extra: Any) -> Response:
         start = time.perf_counter()
         # The body straight from the server's stream (werkzeug's wrapper reads it in chunks and
         # costs ~5% of an admission); chunked: one byte past the limit, to know it is over.
@@ -109,7 +109,7 @@ def create_app(store: PolicyStore, cluster: ClusterState) -> Flask:
             metrics.child(metrics.ADMISSIONS, endpoint, "error", "").inc()
             return _json({"error": f"request body over {MAX_BODY} bytes"}, 413)
         try:
-            status, doc, decision, req = handler(body, store.current, namespace_of, cluster.attachments())
+            status, doc, decision, req = handler(body, store.current, namespace_of, cluster.attachments(), *extra)
         except Exception as exc:  # a bug must not become a 500: deny (fail closed) and say so
             log.exception("internal error while deciding")
             uid = _uid_of(body)
@@ -129,7 +129,7 @@ def create_app(store: PolicyStore, cluster: ClusterState) -> Flask:
 
     @app.post("/validate")
     def validate() -> Response:
-        return admit("validate", review.handle_validate)
+        return admit("validate", review.handle_validate, cluster.runtimes())
 
     @app.get("/healthz")
     def healthz() -> Response:

@@ -95,15 +95,29 @@ def load_ca(directory: str | os.PathLike[str]) -> tuple[x509.Certificate, ec.Ell
     return cert, key
 
 
+class CertsError(Exception):
+    """A refusal with a message that says what to do."""
+
+
 def write_certs(out: str | os.PathLike[str], service: str, namespace: str, dns: Iterable[str] = (),
-                ips: Iterable[str] = (), days: int = 365, reuse_ca: bool = False) -> str:
+                ips: Iterable[str] = (), days: int = 365, reuse_ca: bool = False, force: bool = False) -> str:
     """Write ca.crt, ca.key, tls.crt, tls.key into `out`; return the base64 caBundle. With
     `reuse_ca`, renew only the serving certificate under the CA already in `out`, so the
-    webhook configurations' caBundle stays valid through the renewal."""
+    webhook configurations' caBundle stays valid through the renewal. A CA already in `out` is
+    replaced only with `force`: a new CA invalidates every caBundle deployed with the old one."""
     outdir = Path(out)
+    has_ca = (outdir / "ca.crt").exists() or (outdir / "ca.key").exists()
+    if reuse_ca and not has_ca:
+        raise CertsError(f"{outdir}: no ca.crt/ca.key to reuse; drop --reuse-ca to create a new CA")
+    if not reuse_ca and has_ca and not force:
+        raise CertsError(f"{outdir} already holds a CA: a new one invalidates every caBundle deployed with it. "
+                         f"Renew the serving certificate with --reuse-ca, or replace the CA with --force")
     outdir.mkdir(parents=True, exist_ok=True)
     if reuse_ca:
-        ca, ca_key = load_ca(outdir)
+        try:
+            ca, ca_key = load_ca(outdir)
+        except FileNotFoundError as exc:
+            raise CertsError(f"{exc.filename}: missing; drop --reuse-ca to create a new CA") from None
     else:
         ca, ca_key = make_ca(f"rdma-webhook CA ({service}.{namespace})")
     cert, key = make_serving(ca, ca_key, service_dns_names(service, namespace) + list(dns), ips, days)

@@ -33,6 +33,48 @@ class InputError(Exception):
     pass
 
 
+# Kinds that hold no pod template: listed as "not checked", they never change the exit status
+# (kustomize and Helm output always carries them next to the training job).
+COMPANION_KINDS = frozenset({
+    # core and built-in APIs
+    "Namespace", "Service", "Endpoints", "EndpointSlice", "ConfigMap", "Secret", "ServiceAccount",
+    "PersistentVolume", "PersistentVolumeClaim", "StorageClass", "VolumeAttachment", "CSIDriver", "LimitRange",
+    "ResourceQuota", "PriorityClass", "RuntimeClass", "Ingress", "IngressClass", "NetworkPolicy",
+    "PodDisruptionBudget", "HorizontalPodAutoscaler", "Role", "RoleBinding", "ClusterRole", "ClusterRoleBinding",
+    "CustomResourceDefinition", "APIService", "MutatingWebhookConfiguration", "ValidatingWebhookConfiguration",
+    "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding", "Lease", "CertificateSigningRequest",
+    "FlowSchema", "PriorityLevelConfiguration", "Event",
+    # Dynamic Resource Allocation
+    "ResourceClaim", "ResourceClaimTemplate", "DeviceClass", "ResourceSlice",
+    # Kueue
+    "ResourceFlavor", "ClusterQueue", "LocalQueue", "WorkloadPriorityClass", "AdmissionCheck", "Topology",
+    "Cohort", "ProvisioningRequestConfig", "MultiKueueConfig", "MultiKueueCluster",
+    # Volcano, Multus, Gateway API, cert-manager, Prometheus operator, Kustomize, KEDA, Argo
+    "Queue", "PodGroup", "NetworkAttachmentDefinition", "Gateway", "GatewayClass", "HTTPRoute", "GRPCRoute",
+    "Certificate", "Issuer", "ClusterIssuer", "ServiceMonitor", "PodMonitor", "PrometheusRule", "Kustomization",
+    "ScaledObject", "TriggerAuthentication", "WorkflowEventBinding", "EventSource", "Sensor",
+    # rdma-webhook's own policy
+    "RdmaPolicy",
+})
+
+
+def _input_files(paths: list[str]) -> list[str]:
+    """The files to read: each argument, directories walked recursively for *.yaml, *.yml and
+    *.json (hidden entries skipped), `-` for stdin."""
+    out: list[str] = []
+    for path in paths:
+        if path != "-" and os.path.isdir(path):
+            found = []
+            for root, dirs, files in os.walk(path):
+                dirs[:] = sorted(d for d in dirs if not d.startswith("."))
+                found.extend(os.path.join(root, f) for f in files
+                             if not f.startswith(".") and f.endswith((".yaml", ".yml", ".json")))
+            out.extend(sorted(found))
+        else:
+            out.append(path)
+    return out
+
+
 def _documents(path: str) -> list[Any]:
     try:
         if path == "-":
@@ -48,20 +90,22 @@ def _documents(path: str) -> list[Any]:
         raise InputError(f"{path}: not valid YAML or JSON: {exc}") from None
     out: list[Any] = []
     for doc in docs:
-        if isinstance(doc, dict) and doc.get("kind") == "List":
-            out.extend(doc.get("items") or [])
+        if isinstance(doc, dict) and isinstance(doc.get("kind"), str) and doc["kind"].endswith("List") \
+                and isinstance(doc.get("items"), list):
+            out.extend(doc["items"])
         else:
             out.append(doc)
     return out
 
 
-def _as_request(doc: Any, where: str, namespace: str | None) -> dict[str, Any]:
+def _as_request(doc: Any, where: str, namespace: str | None) -> dict[str, Any] | None:
     """An AdmissionReview request for a document: its own request, or one made for a Pod or a
-    workload kind that carries pod templates (see webhook/workloads.py)."""
+    workload kind that carries pod templates (see webhook/workloads.py); None for a kind that
+    holds no pods."""
     from webhook import workloads
 
     if not isinstance(doc, dict):
-        raise InputError(f"{where}: expected a Pod, a workload or an AdmissionReview, found a {type(doc).__name__}")
+        raise InputError(f"{where}: expected a Kubernetes object or an AdmissionReview, found a {type(doc).__name__}")
     if doc.get("kind") == "AdmissionReview":
         req = doc.get("request")
         if not isinstance(req, dict) or not req.get("uid"):
@@ -71,10 +115,10 @@ def _as_request(doc: Any, where: str, namespace: str | None) -> dict[str, Any]:
     api_version = doc.get("apiVersion") if isinstance(doc.get("apiVersion"), str) else ""
     group = workloads.group_of(api_version)
     if kind != "Pod" and not workloads.is_workload(group, kind):
-        known = ", ".join(sorted({k for _, k in workloads.TEMPLATES}))
-        raise InputError(f"{where}: kind {kind!r} ({api_version}) is not supported (give Pods, AdmissionReviews or {known})")
+        return None
     meta = doc.get("metadata") if isinstance(doc.get("metadata"), dict) else {}
-    ns = namespace or meta.get("namespace") or "default"
+    cluster_scoped = (group, kind) in workloads.CLUSTER_SCOPED
+    ns = "" if cluster_scoped else (namespace or meta.get("namespace") or "default")
     version = api_version.rpartition("/")[2] or "v1"
     return {
         "uid": f"review-{where}",
@@ -84,6 +128,25 @@ def _as_request(doc: Any, where: str, namespace: str | None) -> dict[str, Any]:
         "operation": "CREATE",
         "object": doc,
     }
+
+
+def _record(path: str, index: int, doc: Any) -> dict[str, Any]:
+    """The `--output json` record of one document, before its outcome is known."""
+    meta = doc.get("metadata") if isinstance(doc, dict) and isinstance(doc.get("metadata"), dict) else {}
+    if isinstance(doc, dict) and doc.get("kind") == "AdmissionReview" and isinstance(doc.get("request"), dict):
+        req = doc["request"]
+        obj = req.get("object") if isinstance(req.get("object"), dict) else {}
+        meta = obj.get("metadata") if isinstance(obj.get("metadata"), dict) else {}
+        kind = (req.get("kind") or {}).get("kind") if isinstance(req.get("kind"), dict) else None
+        return {"file": path, "document": index, "kind": "AdmissionReview", "apiVersion": doc.get("apiVersion"),
+                "objectKind": kind, "namespace": req.get("namespace") or meta.get("namespace"),
+                "name": meta.get("name") or meta.get("generateName"), "outcome": "error", "allowed": False,
+                "policy": None, "rules": [], "messages": [], "warnings": [], "templates": []}
+    return {"file": path, "document": index,
+            "kind": doc.get("kind") if isinstance(doc, dict) else None,
+            "apiVersion": doc.get("apiVersion") if isinstance(doc, dict) else None,
+            "objectKind": None, "namespace": meta.get("namespace"), "name": meta.get("name") or meta.get("generateName"),
+            "outcome": "error", "allowed": False, "policy": None, "rules": [], "messages": [], "warnings": [], "templates": []}
 
 
 def _color(enabled: bool, code: str, text: str) -> str:
@@ -141,7 +204,7 @@ def _explain(out: TextIO, where: str, req: dict[str, Any], resp: dict[str, Any],
             out.write(f"  why: {decision.reason}\n")
         for t in decision.templates:
             d = t.decision
-            effect = " (denies the workload)" if t.deny else (" (a warning: workloadValidation Warn)" if d.outcome == "denied" else "")
+            effect = " (denies the workload)" if t.deny else (f" (a warning: {t.why_not})" if d.outcome == "denied" else "")
             by = f" by policy {d.policy}" if d.policy else ""
             out.write(f"  {_color(color, '1', t.path)}: its pods would be "
                       f"{_verdict(color, d.outcome.upper(), d.outcome != 'denied')}{by}{effect}\n")
@@ -153,64 +216,207 @@ def _explain(out: TextIO, where: str, req: dict[str, Any], resp: dict[str, Any],
     out.write("\n")
 
 
+def _unrendered(templates: list[tuple[str, Any]]) -> list[str]:
+    """Resource quantities that are not quantities (`nvidia.com/gpu: $GPU_PER_NODE`, `{{ .gpus }}`):
+    a manifest not rendered yet, whose GPU containers the decision could not recognise."""
+    from webhook import k8s
+
+    out = []
+    for path, template in templates:
+        spec = template.get("spec") if isinstance(template, dict) else None
+        for kind in ("containers", "initContainers"):
+            for c in (spec.get(kind) if isinstance(spec, dict) and isinstance(spec.get(kind), list) else ()):
+                resources = c.get("resources") if isinstance(c, dict) else None
+                for section in ("limits", "requests"):
+                    values = resources.get(section) if isinstance(resources, dict) else None
+                    for name, value in (values.items() if isinstance(values, dict) else ()):
+                        try:
+                            k8s.parse_quantity(value)
+                        except ValueError:
+                            where = f"{path}, " if path else ""
+                            out.append(f"{where}container {c.get('name')!r}: resources.{section}.{name}={value!r} "
+                                       f"is not a quantity (an unrendered template?); render it first")
+    return out
+
+
+NO_STATE_NOTE = ("note: no --cluster-state: every namespace is taken as opted in ({injection}=enabled) with no "
+                 "other labels, NetworkAttachmentDefinitions as unknown and Trainer runtimes as those in the input; "
+                 "policies chosen by namespace labels may differ from the cluster's. Pass --cluster-state "
+                 "(kubectl get ns,net-attach-def,trainingruntimes,clustertrainingruntimes -A -o yaml) to decide as "
+                 "the cluster does")
+
+
 def cmd_review(args: argparse.Namespace) -> int:
-    from webhook import review
-    from webhook.cluster import AssumedClusterState, ClusterStateError, FileClusterState
+    from webhook import keys, review, workloads
+    from webhook.cluster import AssumedClusterState, ClusterStateError, FileClusterState, RuntimeStore, is_runtime
     from webhook.policy import load_dir
 
+    os.environ[workloads.TRAINER_RELEASE_ENV] = args.trainer_release
     policies, errors = load_dir(_policies_dir(args.policies))
     if policies is None:
         for err in errors:
             print(f"error: {err}", file=sys.stderr)
         return EXIT_BAD_INPUT
+    state: FileClusterState | AssumedClusterState
+    runtimes = RuntimeStore()
     if args.cluster_state:
         try:
             state = FileClusterState.from_file(args.cluster_state)
         except ClusterStateError as exc:
             print(f"error: {exc}", file=sys.stderr)
             return EXIT_BAD_INPUT
+        runtimes.update(state.runtimes())
     else:
         state = AssumedClusterState()
+        print(NO_STATE_NOTE.format(injection=keys.NS_INJECTION), file=sys.stderr)
     color = args.color == "always" or (args.color == "auto" and sys.stdout.isatty() and not os.environ.get("NO_COLOR"))
     status = EXIT_OK
-    for path in args.files:
+    records: list[dict[str, Any]] = []
+
+    def bad(message: str, record: dict[str, Any] | None = None) -> None:
+        nonlocal status
+        print(f"error: {message}", file=sys.stderr)
+        status = EXIT_BAD_INPUT
+        if record is not None:
+            record["outcome"], record["messages"] = "error", [message]
+            records.append(record)
+
+    # Every input first: a TrainJob's runtime may come later in the same file, or in another one.
+    inputs: list[tuple[str, list[Any]]] = []
+    for path in _input_files(args.files):
         try:
             docs = _documents(path)
         except InputError as exc:
-            print(f"error: {exc}", file=sys.stderr)
-            status = EXIT_BAD_INPUT
+            bad(str(exc), {**_record(path, 0, None), "document": 0})
             continue
+        inputs.append((path, docs))
+        for doc in docs:
+            if is_runtime(doc):
+                runtimes.add(doc, args.namespace or "default")
+
+    for path, docs in inputs:
         for i, doc in enumerate(docs, 1):
             where = f"{path}#{i}" if len(docs) > 1 else path
+            record = _record(path, i, doc)
             try:
                 req = _as_request(doc, where, args.namespace)
             except InputError as exc:
-                print(f"error: {exc}", file=sys.stderr)
-                status = EXIT_BAD_INPUT
+                bad(str(exc), record)
+                continue
+            if req is None:
+                kind = doc.get("kind")
+                known = isinstance(kind, str) and kind in COMPANION_KINDS
+                why = ("holds no pods" if known else
+                       "unknown kind: pods it may create are not checked" if kind else "not a Kubernetes object (no kind)")
+                record.update(outcome="not-checked", allowed=True, messages=[why])
+                records.append(record)
+                if args.strict and not known:
+                    bad(f"{where}: {why} ({kind!r}, {doc.get('apiVersion')!r}); --strict refuses unknown kinds")
+                    record["outcome"] = "error"
+                elif args.explain:
+                    sys.stdout.write(f"{_color(color, '1', where)}: {kind} {(doc.get('metadata') or {}).get('name') if isinstance(doc.get('metadata'), dict) else ''}: not checked ({why})\n\n")
+                elif args.output == "review":
+                    print(f"{where}: {kind}: not checked ({why})", file=sys.stderr)
+                continue
+            kind_of = (req.get("kind") or {}).get("kind", "Pod") if isinstance(req.get("kind"), dict) else "Pod"
+            group_of = (req.get("kind") or {}).get("group", "") if isinstance(req.get("kind"), dict) else ""
+            obj = req.get("object")
+            ns = str(req.get("namespace") or "")
+            if args.cluster_state and ns and state.namespace(ns) is None and req.get("operation", "CREATE") == "CREATE":
+                bad(f"{where}: namespace {ns!r} is not in {args.cluster_state}: add it to the cluster-state file "
+                    f"(kubectl get namespace {ns} -o yaml >> {args.cluster_state}), or name another with --namespace",
+                    record)
+                continue
+            if kind_of != "Pod" and workloads.is_workload(group_of, kind_of):
+                found = workloads.expand(obj, group_of, kind_of, runtimes, ns)
+                if found.unresolved:
+                    bad(f"{where}: " + "; ".join(found.unresolved) + " (give the runtime in the input, or in --cluster-state)",
+                        record)
+                    continue
+                unrendered = _unrendered(found.templates)
+            else:
+                unrendered = _unrendered([("", obj)]) if isinstance(obj, dict) else []
+            if unrendered:
+                bad(f"{where}: " + "; ".join(unrendered), record)
                 continue
             body = json.dumps({"apiVersion": review.API_VERSION, "kind": "AdmissionReview", "request": req}).encode()
-            is_pod = (req.get("kind") or {}).get("kind", "Pod") == "Pod"
-            handler = review.handle if is_pod else review.handle_validate
-            code, resp, decision, _ = handler(body, policies, state.namespace, state.attachments())
+            is_pod = kind_of == "Pod"
+            if is_pod:
+                code, resp, decision, _ = review.handle(body, policies, state.namespace, state.attachments())
+            else:
+                code, resp, decision, _ = review.handle_validate(body, policies, state.namespace, state.attachments(),
+                                                                 runtimes)
             if code != 200:
-                print(f"error: {where}: {resp.get('error')}", file=sys.stderr)
-                status = EXIT_BAD_INPUT
+                bad(f"{where}: {resp.get('error')}", record)
                 continue
+            r = resp["response"]
+            record.update(allowed=r["allowed"], warnings=list(r.get("warnings") or []))
+            if decision is None:
+                record.update(outcome="denied" if not r["allowed"] else "skipped",
+                              messages=[r["status"]["message"]] if not r["allowed"] else [])
+            else:
+                record.update(outcome=decision.outcome, policy=decision.policy,
+                              rules=sorted({f.rule for f in decision.denials}),
+                              messages=[f.text() for f in decision.denials])
+                record["templates"] = [{"path": t.path, "outcome": t.decision.outcome, "policy": t.decision.policy,
+                                        "deniesWorkload": t.deny, "rules": sorted({f.rule for f in t.decision.denials}),
+                                        "messages": [f.text() for f in t.decision.denials]} for t in decision.templates]
+                if not r["allowed"]:
+                    record["outcome"] = "denied"
+                elif any(t.decision.outcome == "mutated" for t in decision.templates):
+                    record["outcome"] = "mutated"  # a workload: its pods will be
+            records.append(record)
             if args.explain:
                 _explain(sys.stdout, where, req, resp, decision, color)
-            else:
+            elif args.output == "review":
                 sys.stdout.write(json.dumps(resp, indent=2) + "\n")
-            if not resp["response"]["allowed"] and status == EXIT_OK:
+            if not r["allowed"] and status == EXIT_OK:
                 status = EXIT_DENIED
+    if args.output == "json" and not args.explain:
+        for record in records:
+            sys.stdout.write(json.dumps(record, sort_keys=True) + "\n")
     return status
 
 
 # -- policy lint -------------------------------------------------------------------------------
 
+def _lint_warnings(directory: str) -> list[str]:
+    """What is valid but probably not meant: keys of a policy's NCCL block that are not NCCL
+    variables (the block only ever sets NCCL_* variables' meaning; UCX_*, GLOO_* and the like
+    are injected as given, but belong in the pod spec)."""
+    from webhook.policy import policy_files
+
+    out = []
+    try:
+        files = policy_files(directory)
+    except OSError:
+        return out
+    for path in files:
+        try:
+            docs = list(yaml.safe_load_all(path.read_text(encoding="utf-8")))
+        except (OSError, UnicodeDecodeError, yaml.YAMLError):
+            continue  # reported as an error by the load
+        for doc in docs:
+            block = doc.get("nccl") if isinstance(doc, dict) else None
+            name = doc.get("name") if isinstance(doc, dict) else None
+            fabric = doc.get("fabric") if isinstance(doc, dict) else None
+            transport = fabric.get("transport") if isinstance(fabric, dict) else None
+            # libfabric reads FI_* variables: a libfabric policy pins its provider with them
+            read = ("NCCL_", "FI_") if transport == "libfabric" else ("NCCL_",)
+            for key in block if isinstance(block, dict) else ():
+                if isinstance(key, str) and not key.startswith(read):
+                    out.append(f"{path}: policy {name!r}: field nccl.{key}: not a variable of the fabric's transport "
+                               f"(NCCL reads NCCL_*, libfabric FI_*); set it in the pod spec, or check the spelling")
+    return out
+
+
 def cmd_lint(args: argparse.Namespace) -> int:
     from webhook.policy import load_dir
 
     policies, errors = load_dir(args.dir)
+    warnings = _lint_warnings(args.dir)
+    for warning in warnings:
+        print(f"warning: {warning}", file=sys.stderr)
     if policies is None:
         for err in errors:
             print(f"error: {err}", file=sys.stderr)
@@ -246,15 +452,20 @@ def cmd_migrate(args: argparse.Namespace) -> int:
 # -- certs -------------------------------------------------------------------------------------
 
 def cmd_certs(args: argparse.Namespace) -> int:
-    from webhook.certs import write_certs
+    from webhook.certs import CertsError, write_certs
 
     try:
-        bundle = write_certs(args.out, args.service, args.namespace, args.dns, args.ip, args.days, args.reuse_ca)
-    except (OSError, ValueError) as exc:
+        bundle = write_certs(args.out, args.service, args.namespace, args.dns, args.ip, args.days, args.reuse_ca,
+                             force=args.force)
+    except CertsError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
+    except (OSError, ValueError) as exc:
+        print(f"error: {args.out}: {getattr(exc, 'strerror', None) or exc}", file=sys.stderr)
+        return 1
     written = "tls.crt, tls.key" if args.reuse_ca else "ca.crt, ca.key, tls.crt, tls.key"
-    print(f"wrote {written} to {args.out}", file=sys.stderr)
+    print(f"wrote {written} to {args.out}; stdout: the base64 CA bundle, for the webhook configurations' caBundle",
+          file=sys.stderr)
     print(bundle)
     return 0
 
@@ -264,6 +475,9 @@ def cmd_certs(args: argparse.Namespace) -> int:
 def cmd_serve(args: argparse.Namespace) -> int:
     from webhook import serve
 
+    from webhook import workloads
+
+    os.environ[workloads.TRAINER_RELEASE_ENV] = args.trainer_release  # the workers inherit it
     server = os.environ.get("RDMA_WEBHOOK_SERVER") or serve.SERVERS[0]
     if server not in serve.SERVERS:
         print(f"error: RDMA_WEBHOOK_SERVER={server!r}: expected one of {', '.join(serve.SERVERS)} "
@@ -280,49 +494,111 @@ def cmd_serve(args: argparse.Namespace) -> int:
                      cluster_state=args.cluster_state, client_ca=args.client_ca, log_level=args.log_level)
 
 
-def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="rdma-webhook", description="RDMA injection webhook for GPU training pods.")
-    sub = p.add_subparsers(dest="command", required=True)
+EXIT_CODES = """exit status:
+  0  every document allowed (or not checked: kinds that hold no pods)
+  1  any pod or workload denied
+  2  bad input: unreadable or invalid YAML, a malformed object or review, a namespace missing from
+     --cluster-state, a TrainJob whose runtime is not given, a resource quantity that is not one
+     (an unrendered template), an unknown kind with --strict"""
 
-    s = sub.add_parser("serve", help="serve the admission webhook over HTTPS")
-    s.add_argument("--policies", help="policies folder (default: the repository's policies/)")
-    s.add_argument("--tls-cert", required=True)
-    s.add_argument("--tls-key", required=True)
-    s.add_argument("--client-ca", help="require client certificates signed by this CA (API server authentication)")
-    s.add_argument("--host", default="0.0.0.0")
-    s.add_argument("--port", type=int, default=8443)
-    s.add_argument("--workers", type=int, default=2, help="worker processes (each serves many connections)")
-    s.add_argument("--cluster-state", help="read namespaces and NetworkAttachmentDefinitions from this YAML file instead of the API server")
-    s.add_argument("--log-level", default="INFO")
+
+def _version() -> str:
+    try:
+        from importlib.metadata import version
+
+        return version("rdma-webhook")
+    except Exception:
+        return "unknown"
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from webhook import workloads
+
+    raw = argparse.RawDescriptionHelpFormatter
+    p = argparse.ArgumentParser(prog="rdma-webhook", description="RDMA injection webhook for GPU training pods.",
+                                epilog="`rdma-webhook COMMAND --help` describes each command, its flags and exit codes.",
+                                formatter_class=raw)
+    p.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
+    sub = p.add_subparsers(dest="command", required=True, metavar="{serve,review,policy,certs}")
+
+    s = sub.add_parser("serve", help="serve the admission webhook over HTTPS", formatter_class=raw,
+                       description="Serve POST /mutate and /validate (AdmissionReview v1), /healthz, /readyz and "
+                                   "/metrics over TLS.",
+                       epilog="exit status: 0 after a clean shutdown (SIGTERM), 2 on a bad flag or a missing file, "
+                              "1 when the server fails to start")
+    s.add_argument("--policies", metavar="DIR", help="policies folder, reloaded on change (default: the repository's policies/)")
+    s.add_argument("--tls-cert", required=True, metavar="FILE", help="serving certificate, PEM (required; reloaded when it changes)")
+    s.add_argument("--tls-key", required=True, metavar="FILE", help="its private key, PEM (required)")
+    s.add_argument("--client-ca", metavar="FILE", help="require client certificates signed by this CA (API server authentication; default: none required)")
+    s.add_argument("--host", default="0.0.0.0", help="address to listen on (default: %(default)s)")
+    s.add_argument("--port", type=int, default=8443, help="port to listen on (default: %(default)s)")
+    s.add_argument("--workers", type=int, default=2, help="worker processes, each serving many connections (default: %(default)s)")
+    s.add_argument("--cluster-state", metavar="FILE",
+                   help="read namespaces, NetworkAttachmentDefinitions and Trainer runtimes from this YAML file instead "
+                        "of watching the API server (default: the API server, in-cluster or kubeconfig)")
+    s.add_argument("--log-level", default="INFO", help="DEBUG, INFO, WARNING or ERROR (default: %(default)s)")
+    s.add_argument("--trainer-release", choices=workloads.TRAINER_RELEASES, default=workloads.trainer_release(),
+                   help="the Kubeflow Trainer release whose rules make a TrainJob's pods from its runtime "
+                        f"(default: ${workloads.TRAINER_RELEASE_ENV}, else %(default)s)")
     s.set_defaults(func=cmd_serve)
 
-    r = sub.add_parser("review", help="run the admission decision offline on manifests")
-    r.add_argument("files", nargs="+", help="Pod manifests or AdmissionReviews (YAML or JSON; - for stdin)")
-    r.add_argument("--policies", help="policies folder (default: the repository's policies/)")
-    r.add_argument("--cluster-state", help="namespaces and NetworkAttachmentDefinitions (kubectl get ns,net-attach-def -A -o yaml)")
-    r.add_argument("--namespace", help="namespace for Pod manifests that name none (default: their own, else 'default')")
-    r.add_argument("--explain", action="store_true", help="print the decision, reasons and a diff for people")
-    r.add_argument("--color", choices=("auto", "always", "never"), default="auto")
+    r = sub.add_parser("review", help="run the admission decision offline on manifests (a CI gate)",
+                       formatter_class=raw, epilog=EXIT_CODES,
+                       description="Run the decision the server runs on every Pod, workload and AdmissionReview of "
+                                   "the given files, directories (read recursively: *.yaml, *.yml, *.json) or stdin (-). "
+                                   "Kinds that hold no pods (Services, ConfigMaps, RBAC, CRDs, Kueue and DRA objects...) "
+                                   "are listed as not checked. Without --cluster-state every namespace is taken as "
+                                   "opted in with no other labels (said on stderr).")
+    r.add_argument("files", nargs="+", metavar="PATH", help="manifest files or directories (YAML or JSON); - for stdin")
+    r.add_argument("--policies", metavar="DIR", help="policies folder (default: the repository's policies/)")
+    r.add_argument("--cluster-state", metavar="FILE",
+                   help="namespaces, NetworkAttachmentDefinitions and Trainer runtimes "
+                        "(kubectl get ns,net-attach-def,trainingruntimes,clustertrainingruntimes -A -o yaml); "
+                        "a namespace missing from it is bad input (default: none, see above)")
+    r.add_argument("--namespace", metavar="NS", help="namespace for objects that name none (default: their own, else 'default')")
+    r.add_argument("--explain", action="store_true", help="print the decision, reasons and a diff for people (default: off)")
+    r.add_argument("--output", choices=("review", "json"), default="review",
+                   help="review: the AdmissionReview answer of each checked document; json: one JSON record per "
+                        "line and document (file, document, kind, name, outcome, rules, messages, templates), "
+                        "schema in webhook/review-output.schema.json (default: %(default)s; --explain prints text)")
+    r.add_argument("--strict", action="store_true",
+                   help="exit 2 on a kind that is neither checked nor known to hold no pods (default: listed as not checked)")
+    r.add_argument("--color", choices=("auto", "always", "never"), default="auto",
+                   help="colour --explain output (default: %(default)s: when stdout is a terminal and NO_COLOR is unset)")
+    r.add_argument("--trainer-release", choices=workloads.TRAINER_RELEASES, default=workloads.trainer_release(),
+                   help="the Kubeflow Trainer release whose rules make a TrainJob's pods from its runtime "
+                        f"(default: ${workloads.TRAINER_RELEASE_ENV}, else %(default)s)")
     r.set_defaults(func=cmd_review)
 
-    pol = sub.add_parser("policy", help="policy tools")
-    polsub = pol.add_subparsers(dest="policy_command", required=True)
-    lint = polsub.add_parser("lint", help="validate the policy files of a folder")
-    lint.add_argument("dir")
+    pol = sub.add_parser("policy", help="policy tools", description="Policy tools.")
+    polsub = pol.add_subparsers(dest="policy_command", required=True, metavar="{lint}")
+    lint = polsub.add_parser("lint", help="validate the policy files of a folder", formatter_class=raw,
+                             description="Validate every policy file of a folder, reporting every problem of every file.",
+                             epilog="exit status: 0 all policies valid (warnings allowed), 1 any problem")
+    lint.add_argument("dir", metavar="DIR", help="the policies folder")
     lint.set_defaults(func=cmd_lint)
     mig = polsub.add_parser("migrate", help="print v1alpha1 policy files as v1alpha2 (comments are not kept)")
     mig.add_argument("files", nargs="+", metavar="FILE")
     mig.set_defaults(func=cmd_migrate)
 
-    c = sub.add_parser("certs", help="write a CA and a serving certificate for the webhook Service")
-    c.add_argument("--service", required=True)
-    c.add_argument("--namespace", required=True)
-    c.add_argument("--out", required=True)
-    c.add_argument("--dns", action="append", default=[], help="extra DNS name (repeatable)")
-    c.add_argument("--ip", action="append", default=[], help="extra IP address (repeatable)")
-    c.add_argument("--days", type=int, default=365)
+    c = sub.add_parser("certs", help="write a CA and a serving certificate for the webhook Service", formatter_class=raw,
+                       description="Write ca.crt, ca.key, tls.crt and tls.key (keys 0600) into --out. stdout carries "
+                                   "only the base64 CA bundle, for the webhook configurations' caBundle; messages go "
+                                   "to stderr.",
+                       epilog="exit status: 0 written, 1 refused or failed (an existing CA without --force, "
+                              "--reuse-ca without a CA, an unwritable folder), 2 on a bad flag")
+    c.add_argument("--service", required=True, help="the webhook Service's name (required)")
+    c.add_argument("--namespace", required=True, help="the Service's namespace (required)")
+    c.add_argument("--out", required=True, metavar="DIR", help="folder to write into, created if missing (required)")
+    c.add_argument("--dns", action="append", default=[], metavar="NAME", help="extra DNS name (repeatable; default: none)")
+    c.add_argument("--ip", action="append", default=[], metavar="IP", help="extra IP address (repeatable; default: none)")
+    c.add_argument("--days", type=int, default=365, help="serving certificate validity in days (default: %(default)s)")
     c.add_argument("--reuse-ca", action="store_true",
-                   help="renew only the serving certificate, signed by the ca.crt/ca.key already in --out")
+                   help="renew only the serving certificate, signed by the ca.crt/ca.key already in --out, so "
+                        "deployed caBundles stay valid (default: off)")
+    c.add_argument("--force", action="store_true",
+                   help="replace a CA already in --out; every caBundle deployed with the old one stops working "
+                        "(default: off: refused)")
     c.set_defaults(func=cmd_certs)
     return p
 

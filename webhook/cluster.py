@@ -1,4 +1,5 @@
-"""Cluster state: the namespaces and NetworkAttachmentDefinitions a decision looks at.
+"""Cluster state: the namespaces, NetworkAttachmentDefinitions and Kubeflow Trainer runtimes
+(TrainingRuntime, ClusterTrainingRuntime: what a TrainJob's pods are made of) a decision looks at.
 
 One small interface, `ClusterState`, with in-memory lookups only: the admission path never waits
 on the network. Two sources implement it: `FileClusterState` (a YAML file, as
@@ -17,6 +18,45 @@ from webhook import keys
 from webhook.decision import Namespace
 
 NAD_KIND = "NetworkAttachmentDefinition"
+TRAINER_GROUP = "trainer.kubeflow.org"
+RUNTIME_KINDS = ("TrainingRuntime", "ClusterTrainingRuntime")
+
+
+def is_runtime(obj: Any) -> bool:
+    """A Kubeflow Trainer TrainingRuntime or ClusterTrainingRuntime."""
+    return (isinstance(obj, dict) and obj.get("kind") in RUNTIME_KINDS and isinstance(obj.get("apiVersion"), str)
+            and obj["apiVersion"].startswith(TRAINER_GROUP + "/"))
+
+
+class RuntimeStore:
+    """Trainer runtimes by (namespace, name) and by name: `webhook.workloads.Runtimes`."""
+
+    def __init__(self, objects: Iterable[Mapping[str, Any]] = (), default_namespace: str = "default"):
+        self.namespaced: dict[tuple[str, str], dict[str, Any]] = {}
+        self.cluster: dict[str, dict[str, Any]] = {}
+        for obj in objects:
+            self.add(obj, default_namespace)
+
+    def add(self, obj: Mapping[str, Any], default_namespace: str = "default") -> None:
+        meta = obj.get("metadata") if isinstance(obj.get("metadata"), dict) else {}
+        name = str(meta.get("name") or "")
+        if obj.get("kind") == "ClusterTrainingRuntime":
+            self.cluster[name] = dict(obj)
+        else:
+            self.namespaced[(str(meta.get("namespace") or default_namespace), name)] = dict(obj)
+
+    def update(self, other: "RuntimeStore") -> None:
+        self.namespaced.update(other.namespaced)
+        self.cluster.update(other.cluster)
+
+    def __len__(self) -> int:
+        return len(self.namespaced) + len(self.cluster)
+
+    def training_runtime(self, namespace: str, name: str) -> dict[str, Any] | None:
+        return self.namespaced.get((namespace, name))
+
+    def cluster_training_runtime(self, name: str) -> dict[str, Any] | None:
+        return self.cluster.get(name)
 
 
 class ClusterStateError(Exception):
@@ -35,6 +75,9 @@ class ClusterState(Protocol):
 
     def attachment(self, namespace: str, name: str) -> Mapping[str, Any] | None:
         """The NetworkAttachmentDefinition, None when it does not exist."""
+
+    def runtimes(self) -> Any:
+        """The Trainer runtimes (`webhook.workloads.Runtimes`), None when they are not known."""
 
 
 def _objects(doc: Any) -> Iterable[Mapping[str, Any]]:
@@ -57,9 +100,11 @@ def namespace_from(obj: Mapping[str, Any]) -> Namespace:
 
 
 class FileClusterState:
-    """Namespaces and NetworkAttachmentDefinitions read once from a YAML file."""
+    """Namespaces, NetworkAttachmentDefinitions and Trainer runtimes read once from a YAML file."""
 
-    def __init__(self, namespaces: Iterable[Namespace], attachments: Iterable[Mapping[str, Any]]):
+    def __init__(self, namespaces: Iterable[Namespace], attachments: Iterable[Mapping[str, Any]],
+                 runtimes: Iterable[Mapping[str, Any]] = ()):
+        self._runtimes = RuntimeStore(runtimes)
         self._namespaces = {ns.name: ns for ns in namespaces}
         self._nads = {}
         for nad in attachments:
@@ -70,6 +115,7 @@ class FileClusterState:
     def from_text(cls, text: str, source: str = "cluster state") -> "FileClusterState":
         namespaces: list[Namespace] = []
         nads: list[Mapping[str, Any]] = []
+        runtimes: list[Mapping[str, Any]] = []
         try:
             docs = list(yaml.safe_load_all(text))
         except yaml.YAMLError as exc:
@@ -84,9 +130,11 @@ class FileClusterState:
                         namespaces.append(namespace_from(obj))
                     elif kind == NAD_KIND:
                         nads.append(obj)
+                    elif is_runtime(obj):
+                        runtimes.append(obj)
         except ClusterStateError as exc:
             raise ClusterStateError(f"{source}: {exc}") from None
-        return cls(namespaces, nads)
+        return cls(namespaces, nads, runtimes)
 
     @classmethod
     def from_file(cls, path: str) -> "FileClusterState":
@@ -108,6 +156,9 @@ class FileClusterState:
     def attachment(self, namespace: str, name: str) -> Mapping[str, Any] | None:
         return self._nads.get((namespace, name))
 
+    def runtimes(self) -> RuntimeStore:
+        return self._runtimes
+
 
 class AssumedClusterState:
     """No cluster state: every namespace is taken as opted in (labels as given), attachments as
@@ -126,4 +177,7 @@ class AssumedClusterState:
         return None
 
     def attachment(self, namespace: str, name: str) -> None:
+        return None
+
+    def runtimes(self) -> None:
         return None

@@ -1,4 +1,5 @@
-"""Cluster state from the API server: list+watch of Namespaces and NetworkAttachmentDefinitions.
+"""Cluster state from the API server: list+watch of Namespaces, NetworkAttachmentDefinitions and
+Kubeflow Trainer runtimes (TrainingRuntime, ClusterTrainingRuntime).
 
 Why a cache: an admission webhook sits in the API server's request path with a hard timeout, and
 every pod creation in the cluster goes through it. Asking the API server about the pod's
@@ -23,6 +24,11 @@ NetworkAttachmentDefinitions are watched only once `uses_networks()` says a load
 Multus network (re-checked every few seconds, so a policy reload that adds one starts the NAD
 informer). Until they are tracked and listed, `attachments()` is None: the decision then takes
 the device resource from the policy instead of denying for a network it cannot see.
+
+Trainer runtimes are watched from the start, for `/validate` to check a TrainJob's pods (made
+from the runtime it references). They never hold up readiness: until both are listed, or while
+the Trainer CRDs are not installed (404, looked for again every `backoff_max` seconds, logged
+once), `runtimes()` is None and a TrainJob gets a warning instead of a check.
 
 Lists, the direct read and watch events are handled as plain JSON (`_preload_content=False`,
 orjson; watches with `return_type="object"`): building the client's models and converting them
@@ -50,7 +56,9 @@ from webhook.decision import Namespace
 log = logging.getLogger("rdma_webhook.cluster")
 
 NAD_GROUP, NAD_VERSION, NAD_PLURAL = "k8s.cni.cncf.io", "v1", "network-attachment-definitions"
-GONE = 410
+TRAINER_GROUP, TRAINER_VERSION = "trainer.kubeflow.org", "v1alpha1"
+TR_PLURAL, CTR_PLURAL = "trainingruntimes", "clustertrainingruntimes"
+GONE, NOT_FOUND = 410, 404
 
 
 def _ns_key(obj: Mapping[str, Any]) -> str:
@@ -69,6 +77,18 @@ def _nad_value(obj: Mapping[str, Any]) -> dict[str, Any]:
                          "annotations": dict(meta.get("annotations") or {})}}
 
 
+def _tr_key(obj: Mapping[str, Any]) -> tuple[str, str]:
+    meta = obj["metadata"]
+    return str(meta.get("namespace") or ""), str(meta["name"])
+
+
+def _runtime_value(obj: Mapping[str, Any]) -> dict[str, Any]:
+    """What a TrainJob's check reads of a runtime: kind, name and spec (no status, no managed fields)."""
+    meta = obj.get("metadata") or {}
+    return {"apiVersion": obj.get("apiVersion"), "kind": obj.get("kind"),
+            "metadata": {"name": meta.get("name"), "namespace": meta.get("namespace")}, "spec": obj.get("spec")}
+
+
 def _describe(exc: BaseException) -> str:
     if isinstance(exc, ApiException):
         return f"HTTP {exc.status} {exc.reason}".strip()
@@ -84,8 +104,11 @@ class _Informer:
     """One resource kind: list, then watch, into `items` (read lock-free by request threads)."""
 
     def __init__(self, owner: "ApiClusterState", kind: str, list_call: Callable[..., Any], args: tuple[Any, ...],
-                 key: Callable[[Mapping[str, Any]], Hashable], value: Callable[[Mapping[str, Any]], Any]):
+                 key: Callable[[Mapping[str, Any]], Hashable], value: Callable[[Mapping[str, Any]], Any],
+                 optional: bool = False):
         self.owner, self.kind, self.list_call, self.args, self.key, self.value = owner, kind, list_call, args, key, value
+        self.optional = optional  # a CRD that may not be installed: a 404 is expected, not an error
+        self.absent_logged = False
         self.items: dict[Hashable, Any] = {}
         self.synced = False  # the first list completed
         self.resource_version: str | None = None
@@ -120,6 +143,13 @@ class _Informer:
                         log.info("%s: resourceVersion %s expired; listing again", self.kind, stale)
                         continue
                     error: BaseException = exc  # 410 straight after a list: back off
+                elif exc.status == NOT_FOUND and self.optional:
+                    if not self.absent_logged:
+                        self.absent_logged = True
+                        log.info("%s: not served by this cluster (CRD not installed); looking again every %.0fs",
+                                 self.kind, owner.backoff_max)
+                    owner._stopping.wait(owner.backoff_max)
+                    continue
                 else:
                     error = exc
             except Exception as exc:  # connection refused or broken, read timeout, bad JSON ...
@@ -184,8 +214,9 @@ class ApiClusterState:
     def __init__(self, api_client: client.ApiClient, uses_networks: Callable[[], bool] = lambda: False, *,
                  watch_timeout: int = 300, backoff_min: float = 0.5, backoff_max: float = 30.0,
                  networks_check_interval: float = 5.0, fetch_timeout: float = 2.0, miss_ttl: float = 5.0,
-                 connect_timeout: float = 5.0):
+                 connect_timeout: float = 5.0, watch_runtimes: bool = True):
         self.uses_networks = uses_networks
+        self.watch_runtimes = watch_runtimes
         self.watch_timeout, self.backoff_min, self.backoff_max = int(watch_timeout), backoff_min, backoff_max
         self.networks_check_interval, self.fetch_timeout, self.miss_ttl = networks_check_interval, fetch_timeout, miss_ttl
         self.connect_timeout = connect_timeout
@@ -199,6 +230,11 @@ class ApiClusterState:
         self._ns = _Informer(self, "namespaces", self._core.list_namespace, (), _ns_key, namespace_from)
         self._nads = _Informer(self, NAD_PLURAL, custom.list_cluster_custom_object,
                                (NAD_GROUP, NAD_VERSION, NAD_PLURAL), _nad_key, _nad_value)
+        self._runtime_informers = (
+            _Informer(self, TR_PLURAL, custom.list_cluster_custom_object, (TRAINER_GROUP, TRAINER_VERSION, TR_PLURAL),
+                      _tr_key, _runtime_value, optional=True),
+            _Informer(self, CTR_PLURAL, custom.list_cluster_custom_object, (TRAINER_GROUP, TRAINER_VERSION, CTR_PLURAL),
+                      lambda obj: str(obj["metadata"]["name"]), _runtime_value, optional=True))
         self._tracking_nads = False
         self._started = False
         self._stopping = threading.Event()
@@ -229,6 +265,9 @@ class ApiClusterState:
         self._record_ready()
         self._ns.start()
         self._threads.append(self._ns.thread)  # type: ignore[arg-type]
+        for informer in self._runtime_informers if self.watch_runtimes else ():
+            informer.start()
+            self._threads.append(informer.thread)  # type: ignore[arg-type]
         if not self._maybe_track_networks():
             checker = threading.Thread(target=self._check_networks, name="watch-policy-networks", daemon=True)
             checker.start()
@@ -240,7 +279,7 @@ class ApiClusterState:
         deadline = time.monotonic() + timeout
         for thread in self._threads:
             while thread.is_alive() and time.monotonic() < deadline:
-                for informer in (self._ns, self._nads):
+                for informer in (self._ns, self._nads, *self._runtime_informers):
                     if informer.watch is not None:  # shuts an open watch's socket; repeated in case one was opening
                         informer.watch.stop()
                 thread.join(0.05)
@@ -294,6 +333,16 @@ class ApiClusterState:
 
     def attachment(self, namespace: str, name: str) -> Mapping[str, Any] | None:
         return self._nads.items.get((namespace, name))
+
+    def runtimes(self) -> "ApiClusterState | None":
+        """Self (as `webhook.workloads.Runtimes`) once both runtime kinds are listed, else None."""
+        return self if self.watch_runtimes and all(i.synced for i in self._runtime_informers) else None
+
+    def training_runtime(self, namespace: str, name: str) -> dict[str, Any] | None:
+        return self._runtime_informers[0].items.get((namespace, name))
+
+    def cluster_training_runtime(self, name: str) -> dict[str, Any] | None:
+        return self._runtime_informers[1].items.get(name)
 
     # --- for tests and diagnostics ----------------------------------------------------------------
 

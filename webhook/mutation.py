@@ -114,7 +114,10 @@ def add_env(container: dict[str, Any], target: Target, policy: Policy, interface
             added.append(setting.name)
             continue
         item = env[i]
-        if setting.enforce and (item.get("valueFrom") is not None or item.get("value") != value):
+        same = item.get("valueFrom") is None and (  # NCCL compares NCCL_NET case-insensitively: ib is IB
+            item.get("value") == value or (setting.name == "NCCL_NET" and isinstance(item.get("value"), str)
+                                           and item["value"].casefold() == value.casefold()))
+        if setting.enforce and not same:
             before = "a valueFrom source" if item.get("valueFrom") is not None else repr(item.get("value"))
             env[i] = {"name": setting.name, "value": value}
             added.append(setting.name)

@@ -11,6 +11,7 @@ file, the policy and the field, and no `PolicySet`, so a reload never half-appli
 
 from __future__ import annotations
 
+import copy
 import os
 import re
 from pathlib import Path
@@ -253,8 +254,16 @@ def _find_forbidden(node: Any, path: str = "", seen: set[int] | None = None) -> 
     return found
 
 
+def _obj(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
+
+
+def _strs(value: Any) -> list[str]:
+    return [v for v in value if isinstance(v, str)] if isinstance(value, list) else []
+
+
 def _quantity_bytes(value: Any, file: str, name: str, fld: str, errors: list[PolicyError]) -> int | None:
-    if value is None:
+    if value is None or not isinstance(value, (str, int, float)):
         return None
     try:
         q = k8s.parse_quantity(value)
@@ -330,6 +339,45 @@ def _schema_errors(doc: Any, file: str, name: str | None) -> list[PolicyError]:
     return errors
 
 
+def _without_invalid(doc: Any) -> dict[str, Any] | None:
+    """`doc` without the fields its schema refuses (unknown keys, wrong types or values; a list
+    item goes with its list), or None when that leaves no valid document (a required field
+    missing or refused)."""
+    if not isinstance(doc, dict) or _find_forbidden(doc):
+        return None
+    validator = _VALIDATORS.get(doc.get("apiVersion")) if isinstance(doc.get("apiVersion"), str) else None
+    if validator is None:
+        return None
+    rest = copy.deepcopy(doc)
+    for err in validator.iter_errors(doc):
+        path = list(err.absolute_path)
+        if err.validator == "additionalProperties" and isinstance(err.instance, dict):
+            node = _node(rest, path)
+            if isinstance(node, dict):
+                for key in set(err.instance) - set(err.schema.get("properties", {})):
+                    node.pop(key, None)
+            continue
+        while path and isinstance(path[-1], int):
+            path.pop()
+        if len(path) < 1:
+            return None
+        parent = _node(rest, path[:-1])
+        if isinstance(parent, dict):
+            parent.pop(path[-1], None)
+    return rest if validator.is_valid(rest) else None
+
+
+def _node(doc: Any, path: list[Any]) -> Any:
+    for part in path:
+        if isinstance(doc, dict):
+            doc = doc.get(part)
+        elif isinstance(doc, list) and isinstance(part, int) and part < len(doc):
+            doc = doc[part]
+        else:
+            return None
+    return doc
+
+
 def _check_resource(res: str, fld: str, file: str, name: str | None, errors: list[PolicyError]) -> None:
     problem = k8s.is_extended_resource_name(res)
     if problem:
@@ -345,6 +393,13 @@ def compile_policy(doc: Any, file: str) -> tuple[Policy | None, list[PolicyError
         errors.append(PolicyError(file, name, bad, "policies may not ask for privileged mode, host namespaces, hostPath or capabilities (the webhook only ever adds IPC_LOCK)"))
     errors.extend(_schema_errors(doc, file, name))
     if errors:
+        # One lint run reports every problem of a file: the checks below also run on what is
+        # left once the fields the schema refused are taken out (when that leaves a valid
+        # document), and their findings are added.
+        rest = _without_invalid(doc)
+        if rest is not None:
+            seen = {str(e) for e in errors}
+            errors.extend(e for e in compile_policy(rest, file)[1] if str(e) not in seen)
         return None, errors
     if doc["apiVersion"] == API_VERSION_V1ALPHA1:
         v1_device = doc["device"]
@@ -356,9 +411,9 @@ def compile_policy(doc: Any, file: str) -> tuple[Policy | None, list[PolicyError
             err.args = (str(err),)
         return policy, errors
 
-    if not k8s.is_dns1123_label(name):
+    if isinstance(name, str) and not k8s.is_dns1123_label(name):
         errors.append(PolicyError(file, name, "name", "must be a DNS-1123 label (lowercase letters, digits and '-')"))
-    gpu_resources = tuple(doc.get("gpuResources") or ("nvidia.com/gpu",))
+    gpu_resources = tuple(_strs(doc.get("gpuResources")) or ("nvidia.com/gpu",))
     for i, res in enumerate(gpu_resources):
         _check_resource(res, f"gpuResources[{i}]", file, name, errors)
 
@@ -407,8 +462,8 @@ def compile_policy(doc: Any, file: str) -> tuple[Policy | None, list[PolicyError
         errors.append(PolicyError(file, name, "devices", "the policy gives no device resource, Multus network or DRA claim: "
                                                          "give one, or set hostNetwork: Required for a fabric reached through the host's interfaces"))
 
-    shm = doc["shm"]
-    if ("sizeLimit" in shm) == ("perGpu" in shm):
+    shm = _obj(doc.get("shm"))
+    if "shm" in doc and ("sizeLimit" in shm) == ("perGpu" in shm):
         errors.append(PolicyError(file, name, "shm", "give exactly one of sizeLimit (fixed) or perGpu (with an optional max)"))
     if "max" in shm and "perGpu" not in shm:
         errors.append(PolicyError(file, name, "shm.max", "only meaningful with shm.perGpu"))
@@ -433,9 +488,11 @@ def compile_policy(doc: Any, file: str) -> tuple[Policy | None, list[PolicyError
     table = transports.signatures(transport)
 
     env: list[EnvSetting] = []
-    for var, spec in doc["nccl"].items():
+    for var, spec in _obj(doc.get("nccl")).items():
+        if not isinstance(spec, str) and not (isinstance(spec, dict) and isinstance(spec.get("value"), str)):
+            continue  # reported by the schema
         value, enforce = (spec, False) if isinstance(spec, str) else (spec["value"], bool(spec.get("enforce", False)))
-        if not k8s.is_env_name(var):
+        if not isinstance(var, str) or not k8s.is_env_name(var):
             errors.append(PolicyError(file, name, f"nccl.{var}", "not a valid environment variable name"))
             continue
         templated = "{interface" in value
@@ -528,8 +585,8 @@ def load_texts(texts: Iterable[tuple[str, str]]) -> tuple[PolicySet | None, list
             docs = [d for d in yaml.load_all(text, Loader=_StrictLoader) if d is not None]
         except yaml.YAMLError as exc:
             mark = getattr(exc, "problem_mark", None)
-            where = f"line {mark.line + 1}, column {mark.column + 1}" if mark else None
-            errors.append(PolicyError(file, None, where, f"not valid YAML: {getattr(exc, 'problem', None) or exc}"))
+            where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
+            errors.append(PolicyError(file, None, None, f"{where}not valid YAML: {getattr(exc, 'problem', None) or exc}"))
             continue
         for doc in docs:
             if not isinstance(doc, dict):

@@ -148,6 +148,16 @@ def review_request(req: Request, policies: PolicySet | None, namespace_of: Names
 Handled = tuple[int, dict[str, Any], Decision | None, Request | None]
 
 
+def _other_operation(req: Request) -> Handled | None:
+    """Any operation other than CREATE (UPDATE, DELETE, CONNECT) is allowed untouched, whatever
+    its object (a DELETE's is null), before any other check: a webhook that routes DELETE by
+    mistake must never stop a pod or a job from being deleted."""
+    if req.operation == "CREATE":
+        return None
+    decision = Decision("skipped", req.obj, reason=f"operation {req.operation or '(none)'}: only CREATE is considered")
+    return 200, response(req.uid, decision), decision, req
+
+
 def _parsed(body: bytes) -> Request | Handled:
     try:
         return parse(body)
@@ -163,6 +173,9 @@ def handle(body: bytes, policies: PolicySet | None, namespace_of: NamespaceLooku
     req = _parsed(body)
     if not isinstance(req, Request):
         return req
+    other = _other_operation(req)
+    if other is not None:
+        return other
     decision = review_request(req, policies, namespace_of, attachments)
     if decision is None:
         return 200, response(req.uid, Decision("skipped", req.obj, reason="not a pod")), None, req
@@ -170,9 +183,10 @@ def handle(body: bytes, policies: PolicySet | None, namespace_of: NamespaceLooku
 
 
 def validate_request(req: Request, policies: PolicySet | None, namespace_of: NamespaceLookup,
-                     attachments: Attachments | None) -> tuple[Decision | None, str | None]:
+                     attachments: Attachments | None, runtimes: Any = None) -> tuple[Decision | None, str | None]:
     """(decision, deny message) for /validate: the final-state guard for a pod, the template
-    check for a workload, (None, None) for anything else."""
+    check for a workload, (None, None) for anything else. `runtimes` looks up Kubeflow Trainer
+    runtimes for TrainJobs (webhook.workloads.Runtimes; None: not tracked)."""
     from webhook import workloads
 
     if _is_pod(req):
@@ -180,12 +194,14 @@ def validate_request(req: Request, policies: PolicySet | None, namespace_of: Nam
     obj = req.obj if isinstance(req.obj, dict) else {}
     group = req.group if req.kind else workloads.group_of(obj.get("apiVersion"))
     kind = req.kind or str(obj.get("kind") or "")
-    if not workloads.is_workload(group, kind) or req.sub_resource or req.operation not in ("CREATE", "UPDATE"):
+    if not workloads.is_workload(group, kind) or req.sub_resource:
         return None, None
-    verdict = workloads.check_workload(req.obj, group, kind, _namespace(req, namespace_of), policies, attachments)
+    verdict = workloads.check_workload(req.obj, group, kind, _namespace(req, namespace_of), policies, attachments,
+                                       runtimes)
     # A validating webhook never patches: a workload whose pods will be mutated is allowed as is,
     # with the summary of what they will get among its warnings.
-    outcome, reason = verdict.outcome, "" if verdict.results else "no template carries the pod opt-in label"
+    outcome, reason = verdict.outcome, "" if verdict.results else (
+        verdict.unresolved[0] if verdict.unresolved else "no template carries the pod opt-in label")
     if outcome == MUTATED:
         outcome, reason = "unchanged", "pods will be mutated"
     decision = Decision(outcome, req.obj, verdict.policy, verdict.denials(), verdict.warnings(), reason=reason,
@@ -194,13 +210,16 @@ def validate_request(req: Request, policies: PolicySet | None, namespace_of: Nam
 
 
 def handle_validate(body: bytes, policies: PolicySet | None, namespace_of: NamespaceLookup,
-                    attachments: Attachments | None) -> Handled:
+                    attachments: Attachments | None, runtimes: Any = None) -> Handled:
     """(HTTP status, response document, decision, request) for one /validate body. Never a
     patch: a validating webhook only allows, denies and warns."""
     req = _parsed(body)
     if not isinstance(req, Request):
         return req
-    decision, message = validate_request(req, policies, namespace_of, attachments)
+    other = _other_operation(req)
+    if other is not None:
+        return other
+    decision, message = validate_request(req, policies, namespace_of, attachments, runtimes)
     if decision is None:
         return 200, response(req.uid, Decision("skipped", req.obj, reason="not a pod or workload")), None, req
     return 200, response(req.uid, decision, req.obj, message), decision, req

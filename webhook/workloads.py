@@ -4,27 +4,316 @@ would meet.
 When the webhook denies a pod that a controller creates, the person who ran `kubectl apply` sees
 nothing: the controller retries in the background and the job hangs with a FailedCreate event.
 So `/validate` (and `rdma-webhook review`) run the very same decision on every labelled pod
-template of a Job, PyTorchJob, MPIJob, JobSet, LeaderWorkerSet, ... and answer at submit time:
-the reasons its pods would be denied (a deny by default, warnings where the policy says
-`workloadValidation: Warn`), else one short warning listing what will be injected.
+template of a Job, PyTorchJob, MPIJob, JobSet, LeaderWorkerSet, RayCluster, TrainJob, ... and
+answer at submit time: the reasons its pods would be denied (a deny by default, warnings where
+the policy says `workloadValidation: Warn`), else one short warning listing what will be injected.
 
-`TEMPLATES` is the whole knowledge of kinds: one line per kind, a path per pod template. In a
-path, `*` walks every value of a map (the key names the template, e.g. Worker) and `[]` every
-item of a list (its `name` names it). Adding a kind is adding a line.
+`TEMPLATES` is the whole knowledge of kinds: one entry per kind, one source per pod template.
+A source is a path to a PodTemplateSpec; in a path, `*` walks every value of a map (the key
+names the template, e.g. Worker) and `[]` every item of a list (its `name`, else `groupName`,
+names it). Templates inside templates are sources too, one general mechanism each:
+
+- `Nested(path, group, kind)`: the value is an object of another kind (Volcano CronJob's
+  jobTemplate is a Volcano Job; RayJob's rayClusterSpec is a RayCluster's spec), whose own
+  entry applies, its paths under this one;
+- `Embedded(path)`: the value is a whole Kubernetes object, or its YAML text (AppWrapper
+  components, Argo resource steps), checked by its own apiVersion and kind;
+- `Converted(path, build)`: the value is not a PodTemplateSpec but a controller builds pods
+  from it (Argo steps, RoleBasedGroup roles with leader/worker patches);
+- `TrainJobPods()`: a Kubeflow TrainJob's pods come from the runtime it references, with the
+  TrainJob's overrides applied as the Trainer release in use applies them (see `trainjob_pods`).
+
+Adding a kind is adding an entry.
 """
 
 from __future__ import annotations
 
+import copy
+import os
 from dataclasses import dataclass, field
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator, Protocol
+
+import yaml
 
 from webhook import keys
-from webhook.decision import DENIED, MUTATED, Attachments, Decision, Namespace, decide
+from webhook.decision import DENIED, MUTATED, Attachments, Decision, Namespace, decide, find_targets, shape_problem
 from webhook.fallback import Finding
 from webhook.policy import PolicySet
 
-# (API group, kind) -> paths to the pod templates (PodTemplateSpec) inside the object.
-TEMPLATES: dict[tuple[str, str], tuple[str, ...]] = {
+TRAINER_GROUP = "trainer.kubeflow.org"
+
+
+@dataclass(frozen=True)
+class Nested:
+    """The value at `path` is an object of (group, kind), or that object's spec when `spec`."""
+    path: str
+    group: str
+    kind: str
+    spec: bool = False
+
+
+@dataclass(frozen=True)
+class Embedded:
+    """The value at `path` is a whole Kubernetes object (a mapping or its YAML text). With
+    `pod_sets`, for an object of a kind this table does not know, the sibling field of that name
+    lists where its pod templates are (AppWrapper's podSets[].path, relative to the component)."""
+    path: str
+    pod_sets: str = ""
+
+
+@dataclass(frozen=True)
+class Converted:
+    """The value at `path` becomes pod templates through `build(value, whole object)`, which
+    yields (path suffix, PodTemplateSpec)."""
+    path: str
+    build: Callable[[Any, dict[str, Any]], Iterator[tuple[str, Any]]]
+
+
+@dataclass(frozen=True)
+class TrainJobPods:
+    """A TrainJob: the pods of the runtime it references, with its overrides applied."""
+
+
+Source = str | Nested | Embedded | Converted | TrainJobPods
+
+
+# -- strategic merge patch, the subset pod templates use ---------------------------------------
+
+# The merge keys of the lists the Kubernetes API merges by key (patchMergeKey in k8s.io/api);
+# every other list is replaced whole, as a strategic merge patch does.
+MERGE_KEYS = {"containers": "name", "initContainers": "name", "ephemeralContainers": "name", "env": "name",
+              "volumes": "name", "volumeMounts": "mountPath", "ports": "containerPort", "imagePullSecrets": "name",
+              "schedulingGates": "name", "resourceClaims": "name", "claims": "name", "hostAliases": "ip"}
+
+
+def strategic_merge(base: Any, patch: Any, key: str = "") -> Any:
+    """`patch` applied to `base` as the API machinery's strategic merge patch does for pod
+    templates: maps merge recursively (null deletes a key), lists with a merge key merge item
+    by item (`$patch: delete` removes one), other lists and scalars replace. A new object."""
+    if isinstance(patch, dict):
+        if patch.get("$patch") == "replace":
+            return {k: copy.deepcopy(v) for k, v in patch.items() if k != "$patch"}
+        out = copy.deepcopy(base) if isinstance(base, dict) else {}
+        for k, v in patch.items():
+            if k.startswith("$"):
+                continue
+            if v is None:
+                out.pop(k, None)
+            else:
+                out[k] = strategic_merge(out.get(k), v, k)
+        return out
+    merge_key = MERGE_KEYS.get(key)
+    if isinstance(patch, list) and merge_key and isinstance(base, list):
+        out_list = copy.deepcopy(base)
+        for item in patch:
+            if not isinstance(item, dict) or merge_key not in item:
+                out_list.append(copy.deepcopy(item))
+                continue
+            at = next((i for i, b in enumerate(out_list) if isinstance(b, dict) and b.get(merge_key) == item[merge_key]), None)
+            if item.get("$patch") == "delete":
+                if at is not None:
+                    del out_list[at]
+            elif at is None:
+                out_list.append(strategic_merge({}, item))
+            else:
+                out_list[at] = strategic_merge(out_list[at], item)
+        return out_list
+    return copy.deepcopy(patch)
+
+
+# -- Kubeflow Trainer: the pods of a TrainJob ---------------------------------------------------
+
+class Runtimes(Protocol):
+    """TrainingRuntimes (namespaced) and ClusterTrainingRuntimes, as the cluster state knows them."""
+
+    def training_runtime(self, namespace: str, name: str) -> dict[str, Any] | None: ...
+
+    def cluster_training_runtime(self, name: str) -> dict[str, Any] | None: ...
+
+
+# Trainer releases whose TrainJob-to-JobSet rules are modelled (kubeflow/trainer, pkg/runtime/core
+# trainingruntime.go and pkg/runtime/framework/plugins/jobset/builder.go at each tag):
+#   v2.0  spec.podSpecOverrides: a strategic merge patch of each target job's pod spec
+#   v2.1  spec.podTemplateOverrides: the same of the pod template (metadata labels/annotations, spec)
+#   v2.2  spec.runtimePatches[].trainingRuntimeSpec.template.spec.replicatedJobs[]: a strategic
+#         merge patch of the job template
+#   v2.3  as v2.2, except that trainer.resourcesPerNode is merged into the `node` container's
+#         resources (MergeResourceRequirements); up to v2.2 it replaces them whole, so a device
+#         the runtime requests disappears when resourcesPerNode does not repeat it.
+# Fields a release does not know are pruned by the API server (structural CRD schemas): ignored.
+TRAINER_RELEASES = ("v2.0", "v2.1", "v2.2", "v2.3")
+DEFAULT_TRAINER_RELEASE = "v2.3"
+TRAINER_RELEASE_ENV = "RDMA_WEBHOOK_TRAINER_RELEASE"
+_OVERRIDES = {"v2.0": "podSpecOverrides", "v2.1": "podTemplateOverrides", "v2.2": "runtimePatches", "v2.3": "runtimePatches"}
+ANCESTOR_LABEL = "trainer.kubeflow.org/trainjob-ancestor-step"
+NODE = "node"  # the trainer's job and container name in every runtime
+
+
+def trainer_release() -> str:
+    release = os.environ.get(TRAINER_RELEASE_ENV) or DEFAULT_TRAINER_RELEASE
+    return release if release in TRAINER_RELEASES else DEFAULT_TRAINER_RELEASE
+
+
+def runtime_ref(trainjob: dict[str, Any]) -> tuple[str, str]:
+    """(kind, name) of the runtime a TrainJob references (kind defaults to ClusterTrainingRuntime)."""
+    spec = trainjob.get("spec") if isinstance(trainjob.get("spec"), dict) else {}
+    ref = spec.get("runtimeRef") if isinstance(spec.get("runtimeRef"), dict) else {}
+    return str(ref.get("kind") or "ClusterTrainingRuntime"), str(ref.get("name") or "")
+
+
+def _container(pod_spec: Any, name: str) -> dict[str, Any] | None:
+    if not isinstance(pod_spec, dict) or not isinstance(pod_spec.get("containers"), list):
+        return None
+    return next((c for c in pod_spec["containers"] if isinstance(c, dict) and c.get("name") == name), None)
+
+
+def _upsert_env(container: dict[str, Any], env: Any) -> None:
+    if not isinstance(env, list):
+        return
+    current = container.get("env") if isinstance(container.get("env"), list) else []
+    container["env"] = strategic_merge(current, [e for e in env if isinstance(e, dict)], "env")
+
+
+def trainjob_pods(trainjob: dict[str, Any], runtime: dict[str, Any], release: str) -> Iterator[tuple[str, Any]]:
+    """(replicated job name, PodTemplateSpec) for each job of the JobSet the Trainer controller of
+    `release` builds from `runtime` for `trainjob`. What matters to the decision is modelled:
+    labels and annotations, containers' image, command, args, env and resources, volumes and
+    security contexts. Not modelled: the env the ML policy plugins add (PET_*, OMPI_*: no NCCL
+    variable), replica counts, initializer storage variables."""
+    spec = trainjob.get("spec") if isinstance(trainjob.get("spec"), dict) else {}
+    rt_spec = runtime.get("spec") if isinstance(runtime.get("spec"), dict) else {}
+    template = rt_spec.get("template") if isinstance(rt_spec.get("template"), dict) else {}
+    jobset_spec = copy.deepcopy(template.get("spec")) if isinstance(template.get("spec"), dict) else {}
+    jobs = [j for j in jobset_spec.get("replicatedJobs") or () if isinstance(j, dict)]
+    overrides = spec.get(_OVERRIDES[release])
+    for override in overrides if isinstance(overrides, list) else ():
+        if not isinstance(override, dict):
+            continue
+        if release == "v2.0":
+            targets = {t.get("name") for t in override.get("targetJobs") or () if isinstance(t, dict)}
+            patch = {k: v for k, v in override.items() if k != "targetJobs"}
+            for job in jobs:
+                if job.get("name") in targets:
+                    pod = job.setdefault("template", {}).setdefault("spec", {}).setdefault("template", {})
+                    pod["spec"] = strategic_merge(pod.get("spec"), patch)
+        elif release == "v2.1":
+            targets = {t.get("name") for t in override.get("targetJobs") or () if isinstance(t, dict)}
+            meta = override.get("metadata") if isinstance(override.get("metadata"), dict) else {}
+            patch = {"metadata": {k: meta[k] for k in ("labels", "annotations") if k in meta}}
+            if isinstance(override.get("spec"), dict):
+                patch["spec"] = override["spec"]
+            for job in jobs:
+                if job.get("name") in targets:
+                    job_spec = job.setdefault("template", {}).setdefault("spec", {})
+                    job_spec["template"] = strategic_merge(job_spec.get("template"), patch)
+        else:
+            rt_patch = override.get("trainingRuntimeSpec") if isinstance(override.get("trainingRuntimeSpec"), dict) else {}
+            js_patch = rt_patch.get("template") if isinstance(rt_patch.get("template"), dict) else {}
+            js_spec = js_patch.get("spec") if isinstance(js_patch.get("spec"), dict) else {}
+            for rj in js_spec.get("replicatedJobs") or ():
+                if not isinstance(rj, dict) or not isinstance(rj.get("template"), dict):
+                    continue
+                for job in jobs:
+                    if job.get("name") == rj.get("name"):
+                        job["template"] = strategic_merge(job.get("template"), rj["template"])
+    trainer = spec.get("trainer") if isinstance(spec.get("trainer"), dict) else {}
+    ml = rt_spec.get("mlPolicy") if isinstance(rt_spec.get("mlPolicy"), dict) else {}
+    mpi = ml.get("mpi") if isinstance(ml.get("mpi"), dict) else {}
+    for job in jobs:
+        job_template = job.get("template") if isinstance(job.get("template"), dict) else {}
+        job_labels = (job_template.get("metadata") or {}).get("labels") if isinstance(job_template.get("metadata"), dict) else None
+        is_trainer = isinstance(job_labels, dict) and job_labels.get(ANCESTOR_LABEL) == "trainer"
+        pod = (job_template.get("spec") or {}).get("template") if isinstance(job_template.get("spec"), dict) else None
+        node = _container(pod.get("spec") if isinstance(pod, dict) else None, NODE)
+        if node is not None and (is_trainer or (mpi.get("runLauncherAsNode") is True and job.get("name") == NODE)):
+            if is_trainer:
+                for key in ("image", "command", "args"):
+                    if trainer.get(key) is not None:
+                        node[key] = copy.deepcopy(trainer[key])
+            resources = trainer.get("resourcesPerNode")
+            if isinstance(resources, dict) and (resources.get("limits") is not None or resources.get("requests") is not None):
+                if release == "v2.3":
+                    node["resources"] = strategic_merge(node.get("resources"), resources)
+                else:
+                    node["resources"] = {k: copy.deepcopy(resources[k]) for k in ("limits", "requests") if resources.get(k) is not None}
+            _upsert_env(node, trainer.get("env"))
+        yield str(job.get("name") or ""), pod
+
+
+# -- walking the table ----------------------------------------------------------------------------
+
+@dataclass
+class Expansion:
+    """What `expand` found in one object: its pod templates, the references it could not
+    resolve (a TrainJob's runtime) and notes for people."""
+    templates: list[tuple[str, Any]] = field(default_factory=list)
+    unresolved: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+
+def _argo_template(step: Any, workflow: dict[str, Any], wf_spec: Any) -> Iterator[tuple[str, Any]]:
+    """The pod Argo makes for one template of a Workflow: its container (renamed `main`, as the
+    executor does) or script, its containerSet, sidecars and init containers, with the
+    workflow's podMetadata, volumes and security context under the template's own."""
+    if not isinstance(step, dict):
+        return
+    main: list[Any] = []
+    if isinstance(step.get("container"), dict):
+        main = [{**step["container"], "name": "main"}]
+    elif isinstance(step.get("script"), dict):
+        script = dict(step["script"])
+        source = script.pop("source", None)
+        if isinstance(source, str):  # the executor runs the source through the command
+            script["args"] = [*(script.get("args") or []), source] if isinstance(script.get("args"), list) else [source]
+        main = [{**script, "name": "main"}]
+    elif isinstance(step.get("containerSet"), dict) and isinstance(step["containerSet"].get("containers"), list):
+        main = list(step["containerSet"]["containers"])
+    if not main:
+        return
+    spec_all = wf_spec if isinstance(wf_spec, dict) else {}
+    meta = strategic_merge(spec_all.get("podMetadata") or {}, step.get("metadata") or {})
+    pod_spec: dict[str, Any] = {"containers": main + [s for s in step.get("sidecars") or () if isinstance(s, dict)]}
+    if isinstance(step.get("initContainers"), list):
+        pod_spec["initContainers"] = step["initContainers"]
+    volumes = [*(spec_all.get("volumes") or []), *(step.get("volumes") or [])]
+    if volumes:
+        pod_spec["volumes"] = volumes
+    for key in ("securityContext", "nodeSelector", "tolerations", "hostNetwork"):
+        value = step.get(key, spec_all.get(key))
+        if value is not None:
+            pod_spec[key] = value
+    yield "", {"metadata": meta, "spec": pod_spec}
+
+
+def _argo(path: str) -> Converted:
+    def build(templates: Any, obj: dict[str, Any]) -> Iterator[tuple[str, Any]]:
+        wf_spec = _get(obj, path.rsplit(".", 1)[0].split("."))
+        for step in templates if isinstance(templates, list) else ():
+            name = step.get("name") if isinstance(step, dict) else None
+            for suffix, pod in _argo_template(step, obj, wf_spec):
+                yield f"[{name}]{suffix}", pod
+    return Converted(path, build)
+
+
+def _rbg_role(role: Any, obj: dict[str, Any]) -> Iterator[tuple[str, Any]]:
+    """A RoleBasedGroup role: its template; for a LeaderWorkerSet role, the leader and worker
+    templates its patches make of it (strategic merge, as the RBG controller applies them)."""
+    if not isinstance(role, dict):
+        return
+    base = role.get("template")
+    lws = role.get("leaderWorkerSet") if isinstance(role.get("leaderWorkerSet"), dict) else None
+    if lws is None or not (lws.get("patchLeaderTemplate") or lws.get("patchWorkerTemplate")):
+        if base is not None:
+            yield ".template", base
+        return
+    for which in ("patchLeaderTemplate", "patchWorkerTemplate"):
+        yield f".leaderWorkerSet.{which}", strategic_merge(base or {}, lws.get(which) or {})
+
+
+_REPLICAS = "spec.{}ReplicaSpecs.*.template"
+
+# (API group, kind) -> where its pod templates are.
+TEMPLATES: dict[tuple[str, str], tuple[Source, ...]] = {
     ("batch", "Job"): ("spec.template",),
     ("batch", "CronJob"): ("spec.jobTemplate.spec.template",),
     ("apps", "Deployment"): ("spec.template",),
@@ -32,12 +321,33 @@ TEMPLATES: dict[tuple[str, str], tuple[str, ...]] = {
     ("apps", "ReplicaSet"): ("spec.template",),
     ("apps", "DaemonSet"): ("spec.template",),
     ("jobset.x-k8s.io", "JobSet"): ("spec.replicatedJobs[].template.spec.template",),
-    ("kubeflow.org", "PyTorchJob"): ("spec.pytorchReplicaSpecs.*.template",),
-    ("kubeflow.org", "MPIJob"): ("spec.mpiReplicaSpecs.*.template",),  # v1 and v2beta1 alike
+    ("kubeflow.org", "PyTorchJob"): (_REPLICAS.format("pytorch"),),
+    ("kubeflow.org", "MPIJob"): (_REPLICAS.format("mpi"),),  # v1 and v2beta1 alike
+    ("kubeflow.org", "TFJob"): (_REPLICAS.format("tf"),),
+    ("kubeflow.org", "PaddleJob"): (_REPLICAS.format("paddle"),),
+    ("kubeflow.org", "XGBoostJob"): (_REPLICAS.format("xgb"),),
+    ("kubeflow.org", "JAXJob"): (_REPLICAS.format("jax"),),
+    (TRAINER_GROUP, "TrainJob"): (TrainJobPods(),),
+    (TRAINER_GROUP, "TrainingRuntime"): ("spec.template.spec.replicatedJobs[].template.spec.template",),
+    (TRAINER_GROUP, "ClusterTrainingRuntime"): ("spec.template.spec.replicatedJobs[].template.spec.template",),
     ("leaderworkerset.x-k8s.io", "LeaderWorkerSet"): ("spec.leaderWorkerTemplate.leaderTemplate",
                                                        "spec.leaderWorkerTemplate.workerTemplate"),
     ("batch.volcano.sh", "Job"): ("spec.tasks[].template",),
+    ("batch.volcano.sh", "CronJob"): (Nested("spec.jobTemplate", "batch.volcano.sh", "Job"),),
+    ("ray.io", "RayCluster"): ("spec.headGroupSpec.template", "spec.workerGroupSpecs[].template"),
+    ("ray.io", "RayJob"): (Nested("spec.rayClusterSpec", "ray.io", "RayCluster", spec=True), "spec.submitterPodTemplate"),
+    ("ray.io", "RayService"): (Nested("spec.rayClusterConfig", "ray.io", "RayCluster", spec=True),),
+    ("workload.codeflare.dev", "AppWrapper"): (Embedded("spec.components[].template", pod_sets="podSets"),),
+    ("workloads.x-k8s.io", "RoleBasedGroup"): (Converted("spec.roles[]", _rbg_role),),
+    ("argoproj.io", "Workflow"): (_argo("spec.templates"), Embedded("spec.templates[].resource.manifest")),
+    ("argoproj.io", "WorkflowTemplate"): (_argo("spec.templates"), Embedded("spec.templates[].resource.manifest")),
+    ("argoproj.io", "ClusterWorkflowTemplate"): (_argo("spec.templates"), Embedded("spec.templates[].resource.manifest")),
+    ("argoproj.io", "CronWorkflow"): (_argo("spec.workflowSpec.templates"),
+                                      Embedded("spec.workflowSpec.templates[].resource.manifest")),
 }
+
+# Kinds without a namespace: their templates are checked against any opted-in namespace.
+CLUSTER_SCOPED = {(TRAINER_GROUP, "ClusterTrainingRuntime"), ("argoproj.io", "ClusterWorkflowTemplate")}
 
 
 def group_of(api_version: Any) -> str:
@@ -48,10 +358,132 @@ def is_workload(group: str, kind: str) -> bool:
     return (group, kind) in TEMPLATES
 
 
+def _get(node: Any, parts: list[str]) -> Any:
+    for part in parts:
+        if not isinstance(node, dict):
+            return None
+        node = node.get(part)
+    return node
+
+
+def expand(obj: Any, group: str, kind: str, runtimes: Runtimes | None = None, namespace: str = "",
+           release: str | None = None, _depth: int = 0) -> Expansion:
+    """Every pod template of a workload object, through nested and embedded objects."""
+    out = Expansion()
+    if not isinstance(obj, dict) or _depth > 8:
+        return out
+    for source in TEMPLATES.get((group, kind), ()):
+        if isinstance(source, str):
+            out.templates.extend(_walk(obj, source.split("."), ""))
+        elif isinstance(source, Nested):
+            for path, value in _walk(obj, source.path.split("."), ""):
+                inner = expand({"spec": value} if source.spec else value, source.group, source.kind, runtimes,
+                               namespace, release, _depth + 1)
+                _merge(out, inner, path, drop_spec=source.spec)
+        elif isinstance(source, Embedded):
+            parent, _, field_name = source.path.rpartition(".")
+            for item_path, item in _walk(obj, parent.split("."), ""):
+                value = item.get(field_name) if isinstance(item, dict) else None
+                if value is None:
+                    continue
+                path = f"{item_path}.{field_name}"
+                if not _embedded(out, path, value, runtimes, namespace, release, _depth) and source.pod_sets:
+                    for pod_set in item.get(source.pod_sets) or () if isinstance(item, dict) else ():
+                        where = pod_set.get("path") if isinstance(pod_set, dict) else None
+                        if isinstance(where, str) and where:
+                            template = _at(item, where)
+                            if template is not None:
+                                out.templates.append((f"{item_path}.{where}", template))
+        elif isinstance(source, Converted):
+            for path, value in (_walk(obj, source.path.split("."), "") if source.path.endswith("[]")
+                                else [(source.path, _get(obj, source.path.split(".")))]):
+                for suffix, template in source.build(value, obj):
+                    out.templates.append((f"{path}{suffix}", template))
+        elif isinstance(source, TrainJobPods):
+            _trainjob(out, obj, runtimes, namespace, release)
+    return out
+
+
+def _merge(out: Expansion, inner: Expansion, prefix: str, drop_spec: bool) -> None:
+    for path, template in inner.templates:
+        if drop_spec and path.startswith("spec."):
+            path = path[len("spec."):]
+        out.templates.append((f"{prefix}.{path}", template))
+    out.unresolved.extend(inner.unresolved)
+    out.notes.extend(inner.notes)
+
+
+# An embedded manifest (an Argo resource step's text) is parsed on the admission path: bounded,
+# and with libyaml's parser when PyYAML has it (pure-Python YAML parses about 1 MB/s).
+MAX_EMBEDDED_YAML = 256 * 1024
+_YAML_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
+def _embedded(out: Expansion, path: str, value: Any, runtimes: Runtimes | None, namespace: str,
+              release: str | None, depth: int) -> bool:
+    """Expand an embedded object; False when its kind is not one this table knows."""
+    if isinstance(value, str):
+        if len(value) > MAX_EMBEDDED_YAML:
+            out.notes.append(f"{path}: over {MAX_EMBEDDED_YAML // 1024} KiB of text, not checked")
+            return True
+        try:
+            value = yaml.load(value, Loader=_YAML_LOADER)  # noqa: S506 - a safe loader
+        except yaml.YAMLError:
+            out.notes.append(f"{path}: not valid YAML, not checked")
+            return True
+    if not isinstance(value, dict):
+        return False
+    kind = str(value.get("kind") or "")
+    group = group_of(value.get("apiVersion"))
+    if kind == "Pod" and group == "":
+        out.templates.append((path, {"metadata": value.get("metadata"), "spec": value.get("spec")}))
+    elif is_workload(group, kind):
+        _merge(out, expand(value, group, kind, runtimes, namespace, release, depth + 1), path, drop_spec=False)
+    else:
+        return False
+    return True
+
+
+def _at(node: Any, path: str) -> Any:
+    """The value at a dotted path with optional list indexes (`a.b[0].c`), None when absent."""
+    for part in path.split("."):
+        name, _, index = part.partition("[")
+        node = node.get(name) if isinstance(node, dict) and name else (node if not name else None)
+        while index:
+            number, _, rest = index.partition("]")
+            if not number.isdigit() or not isinstance(node, list) or int(number) >= len(node):
+                return None
+            node = node[int(number)]
+            index = rest[1:] if rest.startswith("[") else ""
+    return node
+
+
+def _trainjob(out: Expansion, obj: dict[str, Any], runtimes: Runtimes | None, namespace: str, release: str | None) -> None:
+    rt_kind, rt_name = runtime_ref(obj)
+    where = f"runtime {rt_kind} {rt_name!r}"
+    if rt_kind not in ("TrainingRuntime", "ClusterTrainingRuntime") or not rt_name:
+        out.unresolved.append(f"spec.runtimeRef names {where}, not a TrainingRuntime or ClusterTrainingRuntime")
+        return
+    runtime = None
+    if runtimes is not None:
+        runtime = (runtimes.training_runtime(namespace, rt_name) if rt_kind == "TrainingRuntime"
+                   else runtimes.cluster_training_runtime(rt_name))
+    if runtime is None:
+        scope = f" in namespace {namespace!r}" if rt_kind == "TrainingRuntime" else ""
+        known = "is not known" if runtimes is not None else "cannot be looked up here"
+        out.unresolved.append(f"{where}{scope} {known}, so the pods of this TrainJob cannot be checked")
+        return
+    release = release or trainer_release()
+    for other, since in (("podSpecOverrides", "v2.0"), ("podTemplateOverrides", "v2.1"), ("runtimePatches", "v2.2")):
+        if other != _OVERRIDES[release] and obj.get("spec", {}).get(other):
+            out.notes.append(f"spec.{other} is not read by Trainer {release} (the release this check models), so it is ignored")
+    for job, pod in trainjob_pods(obj, runtime, release):
+        out.templates.append((f"{rt_kind}/{rt_name} replicatedJobs[{job}]", pod))
+
+
 def templates(obj: dict[str, Any], group: str, kind: str) -> Iterator[tuple[str, Any]]:
     """(path as people read it, pod template) for every template of a workload object."""
-    for pattern in TEMPLATES.get((group, kind), ()):
-        yield from _walk(obj, pattern.split("."), "")
+    yield from expand(obj, group, kind).templates
 
 
 def _walk(node: Any, parts: list[str], path: str) -> Iterator[tuple[str, Any]]:
@@ -68,7 +500,7 @@ def _walk(node: Any, parts: list[str], path: str) -> Iterator[tuple[str, Any]]:
         items = node.get(head[:-2]) if isinstance(node, dict) else None
         if isinstance(items, list):
             for i, item in enumerate(items):
-                name = item.get("name") if isinstance(item, dict) else None
+                name = (item.get("name") or item.get("groupName")) if isinstance(item, dict) else None
                 label = name if isinstance(name, str) and name else str(i)
                 yield from _walk(item, rest, f"{path}.{head[:-2]}[{label}]".lstrip("."))
         return
@@ -95,6 +527,7 @@ class TemplateResult:
     pod: Any  # the pod built from the template, as the decision saw it
     decision: Decision
     deny: bool  # its findings deny the workload (policy workloadValidation: Deny)
+    why_not: str = ""  # why a denied template does not deny the workload
 
 
 @dataclass
@@ -102,6 +535,8 @@ class WorkloadVerdict:
     kind: str
     name: str
     results: list[TemplateResult] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)  # warnings about the workload as a whole
+    unresolved: list[str] = field(default_factory=list)  # references that could not be followed
 
     @property
     def allowed(self) -> bool:
@@ -135,12 +570,15 @@ class WorkloadVerdict:
                 + "; ".join(parts))
 
     def warnings(self) -> list[str]:
-        """One short warning summing up what the pods will get, then each template's own."""
+        """One short warning summing up what the pods will get, then the workload's own, then
+        each template's."""
         out = []
         injected = [f"{r.path} ({r.decision.policy}): " + ", ".join(r.decision.notes)
                     for r in self.results if r.decision.outcome == MUTATED]
         if injected:
             out.append("rdma-webhook will inject " + "; ".join(injected))
+        out.extend(self.unresolved)
+        out.extend(self.notes)
         for r in self.results:
             d = r.decision
             if d.outcome == DENIED and not r.deny:
@@ -149,16 +587,36 @@ class WorkloadVerdict:
         return out
 
 
+# Denials that depend on the namespace, which a cluster-scoped object (a ClusterTrainingRuntime)
+# does not have: its templates are checked against an opted-in namespace without labels, and
+# these become warnings (the TrainJob that uses the runtime is checked in its own namespace).
+_NAMESPACE_RULES = ("no-policy", "namespace-unknown")
+ANY_NAMESPACE = Namespace("(any namespace)", {keys.NS_INJECTION: keys.NS_INJECTION_ENABLED})
+
+
 def check_workload(obj: Any, group: str, kind: str, namespace: Namespace | None, policies: PolicySet | None,
-                   attachments: Attachments | None) -> WorkloadVerdict:
-    """What the labelled pod templates of a workload would meet, template by template."""
+                   attachments: Attachments | None, runtimes: Runtimes | None = None,
+                   release: str | None = None) -> WorkloadVerdict:
+    """What the labelled pod templates of a workload would meet, template by template.
+
+    A template without a target container (an MPI launcher) is judged only when the workload
+    has a template with one: a launcher's `mpirun -x NCCL_IB_DISABLE=1` sends the workers to
+    TCP, but when no template of the workload gets RDMA (workers that request `amd.com/gpu`
+    under a policy for `nvidia.com/gpu`) it concerns no pod of this policy, so it is a warning."""
     meta = obj.get("metadata") if isinstance(obj, dict) and isinstance(obj.get("metadata"), dict) else {}
     name = meta.get("name") or (f"{meta['generateName']}*" if meta.get("generateName") else "(unnamed)")
     verdict = WorkloadVerdict(kind, str(name))
     if not isinstance(obj, dict):
         return verdict
+    cluster_scoped = (group, kind) in CLUSTER_SCOPED
+    if cluster_scoped and namespace is None:
+        namespace = ANY_NAMESPACE
     ns_name = namespace.name if namespace else str(meta.get("namespace") or "")
-    for path, template in templates(obj, group, kind):
+    found = expand(obj, group, kind, runtimes, ns_name, release)
+    verdict.notes.extend(found.notes)
+    verdict.unresolved.extend(found.unresolved)
+    targeted: list[bool] = []
+    for path, template in found.templates:
         labels = ((template.get("metadata") or {}).get("labels") or {}) if isinstance(template, dict) else {}
         if not isinstance(labels, dict) or labels.get(keys.POD_INJECT) != keys.POD_INJECT_TRUE:
             continue
@@ -167,6 +625,16 @@ def check_workload(obj: Any, group: str, kind: str, namespace: Namespace | None,
         if decision.outcome == "skipped":
             continue
         policy = policies.get(decision.policy) if policies and decision.policy else None
+        if cluster_scoped and decision.outcome == DENIED and all(f.rule in _NAMESPACE_RULES for f in decision.denials):
+            verdict.notes.extend(f"{path}: checked without a namespace: {f.message}" for f in decision.denials)
+            continue
+        targeted.append(policy is not None and shape_problem(pod) is None and bool(find_targets(pod, policy)))
         deny = decision.outcome == DENIED and (policy is None or policy.workload_validation == "Deny")
-        verdict.results.append(TemplateResult(path, pod, decision, deny))
+        why_not = "workloadValidation Warn" if decision.outcome == DENIED and not deny else ""
+        verdict.results.append(TemplateResult(path, pod, decision, deny, why_not))
+    if not any(targeted):
+        for r, has_target in zip(verdict.results, targeted):
+            if r.deny and not has_target and r.decision.policy is not None:
+                # no template of this workload gets RDMA: the launcher's settings only warn
+                r.deny, r.why_not = False, "no template of this workload gets RDMA"
     return verdict
