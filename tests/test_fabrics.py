@@ -410,3 +410,39 @@ def test_served_fabric_mismatch(server):
     r = server.review(k.admission_review(pod, namespace="eks-training"))["response"]
     assert not r["allowed"] and r["status"]["code"] == 403
     assert "select policy efa" in r["status"]["message"] and "[fabric-mismatch]" in r["status"]["message"]
+
+
+# -- who is checked: every container that can run NCCL (issue 16, point 4) ----------------------
+
+@pytest.mark.parametrize("extra", [
+    {"env": [{"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"}, {"name": "NCCL_IB_DISABLE", "value": "1"}],
+     "securityContext": {"privileged": True}},
+    {"env": [{"name": "NCCL_NET", "value": "Socket"}], "resources": {"claims": [{"name": "gpus"}]}},
+])
+def test_containers_that_see_gpus_without_requesting_one_are_checked(policies, extra):
+    bench = k.container("nccl-bench", gpus=None, **{k_: v for k_, v in extra.items() if k_ != "resources"})
+    if "resources" in extra:
+        bench["resources"] = extra["resources"]
+    claims = {"resourceClaims": [{"name": "gpus", "resourceClaimTemplateName": "gpu-template"}]} if "resources" in extra else {}
+    pod = k.pod([bench], **claims)
+    resp, _, d = respond(pod, ML, policies)
+    assert not resp["allowed"] and [f.rule for f in d.denials] == ["env-fallback"], resp
+    assert "container 'nccl-bench'" in resp["status"]["message"]
+
+
+@pytest.mark.parametrize("value", ["void", "none", ""])
+def test_nvidia_visible_devices_void_or_none_sees_no_gpu(policies, value):
+    env = [{"name": "NVIDIA_VISIBLE_DEVICES", "value": value}, {"name": "NCCL_IB_DISABLE", "value": "1"}]
+    resp, _, d = respond(k.pod([k.container("cpu-only", gpus=None, env=env)]), ML, policies)
+    assert resp["allowed"] and d.outcome == "unchanged"
+
+
+def test_runtime_gpu_container_beside_a_target_is_checked_not_mutated(policies):
+    side = k.container("side", gpus=None, env=[{"name": "NVIDIA_VISIBLE_DEVICES", "value": "0,1"}])
+    pod = k.pod([k.container("trainer"), side])
+    resp, out = mutated(pod, ML, policies)
+    assert out["spec"]["containers"][1] == pod["spec"]["containers"][1]  # checked, nothing added
+    assert env_of(out["spec"]["containers"][0])["NCCL_NET"] == "IB"
+    side["env"].append({"name": "NCCL_NET", "value": "Socket"})
+    resp, _, d = respond(k.pod([k.container("trainer"), side]), ML, policies)
+    assert not resp["allowed"] and [f.container for f in d.denials] == ["side"]

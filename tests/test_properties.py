@@ -317,6 +317,11 @@ def test_opted_in_pods_without_fallback_settings_are_mutated(pod):
     if decision.policy == "sriov-roce" and ns in ("ml-training", "team-erdma", "pss-privileged"):
         assert not r["allowed"] and "[network-attachment]" in r["status"]["message"]  # no NAD there
         return
+    names = multus_interfaces(ann.get(keys.MULTUS_NETWORKS))
+    if len(names) != len(set(names)) and POLICIES.get(decision.policy).networks:
+        # the pod's own list gives two attachments one name: Multus would not start it
+        assert not r["allowed"] and "[multus-annotation]" in r["status"]["message"]
+        return
     assert r["allowed"], r.get("status")
     _, _, out = send(pod)
     policy = POLICIES.get(decision.policy)

@@ -200,6 +200,39 @@ def find_targets(pod: dict[str, Any], policy: Policy) -> list[Target]:
     return targets
 
 
+_NO_GPUS = ("", "void", "none")
+
+
+def _sees_gpus_otherwise(c: dict[str, Any]) -> bool:
+    """A container that runs NCCL on GPUs without requesting one by resource: it references a
+    DRA claim (GPUs allocated through Dynamic Resource Allocation), or the NVIDIA container
+    runtime gives it GPUs through NVIDIA_VISIBLE_DEVICES (`all` or a list; `void`/`none` give
+    none), the pattern of privileged vendor benchmarks."""
+    resources: dict[str, Any] = c.get("resources") or {}
+    if resources.get("claims"):
+        return True
+    env: list[Any] = c.get("env") or []
+    for e in env:
+        if isinstance(e, dict) and e.get("name") == "NVIDIA_VISIBLE_DEVICES":
+            value = e.get("value")
+            return isinstance(value, str) and value.strip().lower() not in _NO_GPUS
+    return False
+
+
+def find_checked(pod: dict[str, Any], targets: list[Target]) -> list[Target]:
+    """The containers besides the targets whose NCCL settings are checked: those that see GPUs
+    another way (`_sees_gpus_otherwise`). They are checked, not mutated: the policy's devices
+    and block go to containers that request a GPU."""
+    spec: dict[str, Any] = pod.get("spec") or {}
+    containers: list[dict[str, Any]] = spec.get("containers") or []
+    out: list[Target] = []
+    taken = [t.index for t in targets]
+    for i, c in enumerate(containers):
+        if i not in taken and _sees_gpus_otherwise(c):
+            out.append(Target(i, str(c.get("name")), 0, k8s.Env(c.get("env")), bool(c.get("envFrom"))))
+    return out
+
+
 def _network_devices(policy: Policy, pod_ns: str, attachments: Attachments | None, problems: list[Finding]) -> list[Device]:
     """The device resource behind each of the policy's networks: the NetworkAttachmentDefinition's
     resourceName annotation when the cluster state has it, else the network's `resource`."""
@@ -384,12 +417,15 @@ def _assess(pod: Any, namespace: Namespace | None, policies: PolicySet | None, a
         return _deny(pod, None, "no-policy", why or "no policy applies")
 
     targets = find_targets(pod, policy)
+    others = find_checked(checked, targets)
     if not targets:
         # No container gets RDMA, but a launcher's `mpirun -x NCCL_IB_DISABLE=1` still sends
-        # every worker to TCP: the command rules apply to every labelled pod.
+        # every worker to TCP: the command rules apply to every labelled pod, and the env rule
+        # to containers that see GPUs without requesting one.
         subject = Subject(pod, policy, namespace.labels, [])
+        subject.others = others
         warnings = _warnings(pod, subject)
-        denials = fallback.rule("command-fallback").check(subject)
+        denials = fallback.rule("env-fallback").check(subject) + fallback.rule("command-fallback").check(subject)
         if denials:
             return Decision(DENIED, pod, policy.name, denials, warnings)
         gpu = "/".join(policy.gpu_resources)
@@ -411,6 +447,7 @@ def _assess(pod: Any, namespace: Namespace | None, policies: PolicySet | None, a
                 problems.append(Finding("multus-annotation", None, f"{keys.MULTUS_NETWORKS}: {plan.problem}"))
             plan = None
     subject = Subject(pod, policy, namespace.labels, targets, devices, problems, plan, claim_entry)
+    subject.others = others
     denials = fallback.findings(subject, final=final)
     warnings = _warnings(pod, subject)
     if denials:

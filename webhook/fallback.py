@@ -66,6 +66,9 @@ class Subject:
         self.problems: list[Finding] = [] if problems is None else problems  # found while resolving
         self.networks = networks  # the Multus annotation as it will be, and the interface names
         self.claim_entry = claim_entry  # the spec.resourceClaims entry the targets reference
+        # Containers that see GPUs without requesting one (a DRA claim, NVIDIA_VISIBLE_DEVICES):
+        # their settings are checked like the targets', nothing is added to them.
+        self.others: list[Target] = []
         self._commands: list[tuple[dict[str, Any], str, list[tuple[str, str]]]] | None = None
 
     def container(self, t: Target) -> dict[str, Any]:
@@ -128,7 +131,7 @@ def judge_setting(name: str, value: str, policy: Policy) -> tuple[str, str] | No
 
 def _rule_env(s: Subject) -> list[Finding]:
     out: list[Finding] = []
-    for t in s.targets:
+    for t in s.targets + s.others if s.others else s.targets:
         for name in s.policy.watched:
             value = t.env.get(name)
             if value is not None:
@@ -306,7 +309,7 @@ class Rule:
 
 
 RULES: tuple[Rule, ...] = (
-    Rule("env-fallback", "a GPU container's env disables IB, forces NCCL_NET off the fabric, or filters out every RDMA device", _rule_env),
+    Rule("env-fallback", "the env of a container that can run NCCL (a GPU by resource, by DRA claim or through NVIDIA_VISIBLE_DEVICES) makes a fallback setting of the policy's transport", _rule_env),
     Rule("command-fallback", "the same settings made in the command or args of any container (export, env, mpirun -x, os.environ)", _rule_command),
     Rule("ipc-lock-dropped", "a GPU container drops IPC_LOCK explicitly", _rule_ipc_lock_dropped),
     Rule("host-network", "hostNetwork on a policy whose fabric is not the host's (Multus networks), or none on one that requires it", _rule_host_network),

@@ -36,7 +36,7 @@ from typing import Any, Callable, Iterator, Protocol
 import yaml
 
 from webhook import keys
-from webhook.decision import DENIED, MUTATED, Attachments, Decision, Namespace, decide, find_targets, shape_problem
+from webhook.decision import DENIED, MUTATED, Attachments, Decision, Namespace, decide, find_checked, find_targets, shape_problem
 from webhook.fallback import Finding
 from webhook.policy import PolicySet
 
@@ -628,7 +628,8 @@ def check_workload(obj: Any, group: str, kind: str, namespace: Namespace | None,
         if cluster_scoped and decision.outcome == DENIED and all(f.rule in _NAMESPACE_RULES for f in decision.denials):
             verdict.notes.extend(f"{path}: checked without a namespace: {f.message}" for f in decision.denials)
             continue
-        targeted.append(policy is not None and shape_problem(pod) is None and bool(find_targets(pod, policy)))
+        targeted.append(policy is not None and shape_problem(pod) is None
+                        and bool(find_targets(pod, policy) or find_checked(pod, [])))  # GPUs by resource, claim or runtime
         deny = decision.outcome == DENIED and (policy is None or policy.workload_validation == "Deny")
         why_not = "workloadValidation Warn" if decision.outcome == DENIED and not deny else ""
         verdict.results.append(TemplateResult(path, pod, decision, deny, why_not))
