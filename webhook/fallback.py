@@ -13,12 +13,10 @@ NCCL_NET case-insensitively, NCCL_IB_HCA with NCCL's own filter grammar.
 
 from __future__ import annotations
 
-import re
-import shlex
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from webhook import k8s, keys, nccl
+from webhook import commands, k8s, keys, nccl
 from webhook.policy_model import Policy
 
 
@@ -64,31 +62,43 @@ class Subject:
         containers: list[dict[str, Any]] = spec["containers"]
         return containers[t.index]
 
-    def commands(self) -> list[tuple[dict[str, Any], str, list[tuple[str, str]]]]:
-        """(container, its command line, the NCCL settings it makes) for every container whose
-        command or args make any, computed once per decision for the rules and the warnings.
-        Plain loops, no generators: this runs for every labelled pod."""
-        if self._commands is None:
-            self._commands = []
-            spec: dict[str, Any] = self.pod.get("spec") or {}
-            for kind in ("initContainers", "containers"):
-                containers: list[dict[str, Any]] = spec.get(kind) or []
-                for i, c in enumerate(containers):
-                    if not (c.get("command") or c.get("args")):
-                        continue
-                    # `$(VAR)` in a target expands against the env the decision resolved already
-                    env: k8s.Env | None = None
-                    if kind == "containers":
-                        for t in self.targets:
-                            if t.index == i:
-                                env = t.env
-                                break
-                    line = " ".join(command_words(c, env))
-                    if "NCCL_" in line:
-                        settings = command_settings(line)
-                        if settings:
-                            self._commands.append((c, line, settings))
-        return self._commands
+    def commands(self, names: frozenset[str] | None = None) -> list[tuple[dict[str, Any], str, list[tuple[str, str]]]]:
+        """(container, its command line, the settings of `names` it makes) for every container
+        whose command or args make any, read as the shell and the launchers read them
+        (`webhook.commands`). For the default names (SCANNED_NAMES) computed once per decision,
+        for the rules and the warnings. Plain loops, no generators: this runs for every
+        labelled pod, and only a command that mentions one of the names is read further."""
+        wanted = SCANNED_NAMES if names is None else names
+        if wanted is SCANNED_NAMES and self._commands is not None:
+            return self._commands
+        found: list[tuple[dict[str, Any], str, list[tuple[str, str]]]] = []
+        budget: commands.Budget | None = None  # one per decision: linear whatever the scripts
+        spec: dict[str, Any] = self.pod.get("spec") or {}
+        for kind in ("initContainers", "containers"):
+            containers: list[dict[str, Any]] = spec.get(kind) or []
+            for i, c in enumerate(containers):
+                if not (c.get("command") or c.get("args")):
+                    continue
+                # `$(VAR)` in a target expands against the env the decision resolved already
+                env: k8s.Env | None = None
+                if kind == "containers":
+                    for t in self.targets:
+                        if t.index == i:
+                            env = t.env
+                            break
+                words = command_words(c, env)
+                line = " ".join(words)
+                if commands.mentions(line, wanted):
+                    if env is None:
+                        env = k8s.Env(c.get("env"))
+                    if budget is None:
+                        budget = commands.Budget()
+                    settings = commands.settings(words, wanted, env, budget)
+                    if settings:
+                        found.append((c, line, settings))
+        if wanted is SCANNED_NAMES:
+            self._commands = found
+        return found
 
 
 def _fabric(policy: Policy) -> str:
@@ -147,39 +157,14 @@ def _rule_env(s: Subject) -> list[Finding]:
     return out
 
 
-# Assignments of the watched variables in a shell line, an `env` call, `mpirun -x NAME=value`,
-# `export NAME=value` or Python's os.environ: `NAME=` must start a word (so NCCL_NET_GDR_LEVEL= or
-# MY_NCCL_NET= do not count). The shell form begins with the literal `NCCL_` and checks the word
-# start with a lookbehind placed after it, so the regex engine jumps from one `NCCL_` to the next
-# with its literal-prefix search instead of trying the lookbehind at every character (4x faster on
-# a launcher's line). The os.environ form is added only for a text that mentions `environ`.
-_SHELL = (r"NCCL_(?<![A-Za-z0-9_]NCCL_)(" + "|".join(n[len("NCCL_"):] for n in _SCANNED) + r")="
-          r"(\"[^\"]*\"|'[^']*'|[^\s;&|)`]*)")
-_PYTHON = r"environ\[\s*[\"'](" + "|".join(_SCANNED) + r")[\"']\s*\]\s*=\s*(\"[^\"]*\"|'[^']*')"
-_SHELL_ASSIGN = re.compile(_SHELL)
-_ANY_ASSIGN = re.compile(_SHELL + "|" + _PYTHON)
+# The names a command is read for by default (`Subject.commands`, `command_settings`): the
+# watched ones and NCCL_DEBUG. How a command is read: `webhook.commands`.
+SCANNED_NAMES: frozenset[str] = frozenset(_SCANNED)
 
 
-def command_settings(text: str) -> list[tuple[str, str]]:
-    """The NCCL settings (watched ones and NCCL_DEBUG) a command line makes, in order."""
-    found: list[tuple[str, str]] = []
-    if "NCCL_" not in text:
-        return found
-    for m in (_ANY_ASSIGN if "environ" in text else _SHELL_ASSIGN).finditer(text):
-        suffix = m.group(1)
-        name: str = "NCCL_" + suffix if suffix else m.group(3)
-        raw: str = m.group(2) if suffix else m.group(4)
-        if raw[:1] in ("'", '"'):
-            raw = raw[1:-1]
-        elif "\\" in raw or "'" in raw or '"' in raw:  # a shell word with escapes or inner quotes
-            try:
-                raw = "".join(shlex.split(raw))
-            except ValueError:
-                pass
-        if "$" in raw:  # a shell variable: its value is not known here
-            continue
-        found.append((name, raw))
-    return found
+def command_settings(text: str, names: frozenset[str] = SCANNED_NAMES, env: k8s.Lookup | None = None) -> list[tuple[str, str]]:
+    """The settings of `names` a shell script makes for the processes it starts, in order."""
+    return commands.settings(text, names, env)
 
 
 def command_words(container: dict[str, Any], env: k8s.Lookup | None = None) -> list[str]:
