@@ -161,6 +161,9 @@ def test_launchers_env_and_nested_commands(argv, expected):
     ("declare -x NCCL_NET=Socket; python t.py", [("NCCL_NET", "Socket")]),
     ("export NCCL_NET='Socket' # NCCL_NET=IB\npython t.py", [("NCCL_NET", "Socket")]),
     ("export NCCL_IB_HCA; python t.py", []),  # the env's own value: the env rules judge it
+    ("bash -s <<EOF\nexport NCCL_IB_DISABLE=1\npython t.py\nEOF", [("NCCL_IB_DISABLE", "1")]),  # a heredoc fed to a shell
+    ("python3 <<'EOF'\nimport os\nos.environ['NCCL_NET'] = 'Socket'\nEOF", [("NCCL_NET", "Socket")]),
+    ("export NCCL_NET=Socket; cat <<EOF | python t.py\nx\nEOF", [("NCCL_NET", "Socket")]),
 ])
 def test_scripts(script, expected):
     assert commands.settings(script, NAMES, Env(HCA="eth0", NCCL_IB_HCA="mlx5_0")) == expected

@@ -297,9 +297,10 @@ class _Converter:
                 for child in children[1:]:
                     self.statement(child, rest, depth + 1)
                 items.append(Block(MAYBE, rest))
-        elif t in ("negated_command", "redirected_statement"):
-            body = node.child_by_field_name("body") if t == "redirected_statement" else None
-            for child in ([body] if body is not None else node.named_children):
+        elif t == "redirected_statement":
+            self.redirected(node, items, depth)
+        elif t == "negated_command":
+            for child in node.named_children:
                 self.statement(child, items, depth + 1)
         elif t in ("if_statement", "while_statement", "until_statement", "for_statement", "c_style_for_statement",
                    "case_statement", "function_definition", "elif_clause", "else_clause", "case_item"):
@@ -323,6 +324,35 @@ class _Converter:
                     self.statement(child, maybe, depth + 1)
             items.append(Block(MAYBE, maybe))
         # anything else (comments, heredoc bodies, [[ ]], (( ))) starts no process and sets nothing
+
+    def redirected(self, node: Any, items: list[Any], depth: int) -> None:
+        """`cmd <<EOF ... EOF` and `cat <<EOF | cmd`: a shell or Python fed a heredoc runs its
+        body as a script (read as `sh -c body`); a pipeline after the heredoc's start runs too.
+        Any other heredoc body is data."""
+        body = node.child_by_field_name("body")
+        script: str | None = None
+        later: list[Any] = []
+        for child in node.named_children:
+            if child.type != "heredoc_redirect":
+                continue
+            for part in child.named_children:
+                if part.type == "heredoc_body":
+                    script = part.text.decode("utf-8", "replace")
+                elif part.type in ("pipeline", "command", "list", "redirected_statement"):
+                    later.append(part)
+        if body is not None:
+            before = len(items)
+            self.statement(body, items, depth + 1)
+            if script is not None and len(items) == before + 1 and isinstance(items[-1], Cmd):
+                cmd: Cmd = items[-1]
+                program = cmd.words[0] if cmd.words else []
+                name = program[0].rsplit("/", 1)[-1] if len(program) == 1 and isinstance(program[0], str) else ""
+                if name in SHELLS or _PYTHON_NAME.match(name):
+                    cmd.words = [program, ["-c"], [script]]
+        for part in later:
+            sub: list[Any] = []
+            self.statement(part, sub, depth + 1)
+            items.append(Block(SUB, sub))
 
     def command(self, node: Any, depth: int) -> Cmd:
         t: str = node.type
