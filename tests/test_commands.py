@@ -86,7 +86,8 @@ def test_mpirun_x_name_takes_an_earlier_export(policies):
 @pytest.mark.parametrize("flag", ["-genv", "-env"])
 def test_mpich_and_intel_mpi_env_flags(policies, flag):
     pod = launcher_pod(["-n", "16", "-ppn", "8", flag, "NCCL_IB_HCA", "eth0", "python", "train.py"], command=("mpiexec",))
-    assert "NCCL_IB_HCA='eth0'" in denied(pod, policies)
+    msg = denied(pod, policies)
+    assert "NCCL_IB_HCA='eth0'" in msg and "(mpiexec exports it to every rank)" in msg
 
 
 def test_examples_over_tls(server, policies):

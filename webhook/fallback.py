@@ -180,14 +180,23 @@ def command_words(container: dict[str, Any], env: k8s.Lookup | None = None) -> l
     return words
 
 
+def _launcher_note(line: str) -> str:
+    """Which MPI launcher of the command line passes the setting to every rank, if any."""
+    for word in line.split():
+        base = word.rsplit("/", 1)[-1]
+        if base in commands.LAUNCHERS:
+            flag = " -x" if base == "mpirun" and " -x " in line else ""
+            return f" ({base}{flag} exports it to every rank)"
+    return ""
+
+
 def _rule_command(s: Subject) -> list[Finding]:
     out: list[Finding] = []
     for c, line, settings in s.commands():
         for name, value in settings:
             why = judge_setting(name, value, s.policy)
             if why:
-                note = " (mpirun -x exports it to every rank)" if "mpirun" in line else ""
-                out.append(Finding("command-fallback", c.get("name"), why + f" in the command{note}"))
+                out.append(Finding("command-fallback", c.get("name"), why + f" in the command{_launcher_note(line)}"))
     return out
 
 
