@@ -287,9 +287,9 @@ def test_a_pod_full_of_large_distinct_scripts_stays_linear(policies):
     reading, so a 3 MiB pod of distinct scripts costs what its regex scan costs."""
     commands._PARSED.clear()
     commands._READ.clear()
-    body = "export NCCL_DEBUG=WARN\n" + "".join(f"echo step {i}; torchrun t.py --seed {i}\n" for i in range(1500))
+    body = "export NCCL_DEBUG=WARN\n" + "".join(f"echo step {i}; torchrun t.py --seed {i}\n" for i in range(700))
     assert len(body) < commands.MAX_PARSED
-    containers = [k.container(f"c{i}", gpus=None, command=["/bin/bash", "-c", f"# {i}\n" + body]) for i in range(60)]
+    containers = [k.container(f"c{i}", gpus=None, command=["/bin/bash", "-c", f"# {i}\n" + body]) for i in range(100)]
     pod = k.pod(containers)
     assert len(json.dumps(pod)) > 2_500_000
     t0 = time.process_time()

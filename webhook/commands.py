@@ -89,7 +89,7 @@ _DECLARE: Final = frozenset({"export", "declare", "typeset", "local", "readonly"
 _PYTHON_NAME: Final = re.compile(r"python[0-9.]*$")
 _NAME: Final = re.compile(r"[A-Za-z_][A-Za-z0-9_]*$")
 
-MAX_PARSED: Final = 64 * 1024  # bytes of one script; a longer one gets the textual reading
+MAX_PARSED: Final = 32 * 1024  # bytes of one script; a longer one gets the textual reading
 _MAX_DEPTH: Final = 12  # nested `bash -c`/`eval`/`python -c` and syntax nesting, per command
 _CACHE_MAX: Final = 256  # parsed scripts remembered (per process); cleared when full
 
@@ -494,7 +494,7 @@ class Budget:
 
     __slots__ = ("parse_bytes", "steps")
 
-    def __init__(self, parse_bytes: int = 128 * 1024, steps: int = 200_000):
+    def __init__(self, parse_bytes: int = 64 * 1024, steps: int = 200_000):
         self.parse_bytes = parse_bytes
         self.steps = steps
 
