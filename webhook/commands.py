@@ -259,11 +259,6 @@ def parse_script(text: str) -> Block | None:
     return block
 
 
-_SKIPPED_STATEMENTS: Final = frozenset({"comment", "heredoc_body", "heredoc_start", "heredoc_end", "test_command",
-                                        "file_redirect", "heredoc_redirect", "herestring_redirect", "arithmetic_expansion",
-                                        "compound_statement_end"})
-
-
 class _Converter:
     """tree-sitter-bash's tree -> Block/Cmd. Node kinds as in the grammar's node-types.json."""
 
