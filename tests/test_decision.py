@@ -345,7 +345,7 @@ def test_env_that_keeps_rdma_allowed(policies, env):
     (["env", "NCCL_NET=Socket", "python", "train.py"], None),
     (["bash", "-c", 'export NCCL_NET="socket" && python train.py'], None),
     (["python", "-c", "import os; os.environ['NCCL_IB_DISABLE'] = '1'; import train"], None),
-    (["torchrun"], ["--nproc_per_node=8", "train.py", "NCCL_IB_HCA=mlx5_0"]),
+    (["torchrun"], ["--nproc_per_node=8", "--no-python", "bash", "-c", "NCCL_IB_HCA=mlx5_0 python train.py"]),
     (["sh", "-c", "NCCL_NET=$(TRANSPORT) torchrun train.py"], None),  # kubelet expands $(TRANSPORT)
 ])
 def test_command_fallback_denied(policies, command, args):
@@ -363,7 +363,8 @@ def test_mpirun_in_launcher_denied(policies):
 
 
 @pytest.mark.parametrize("text", ["export NCCL_NET_GDR_LEVEL=SYS", "MY_NCCL_NET=Socket run", "export NCCL_IB_DISABLE=$FLAG",
-                                  "NCCL_IB_DISABLE=0 torchrun", "echo NCCL_NET=IB"])
+                                  "NCCL_IB_DISABLE=0 torchrun", "echo NCCL_NET=IB", "echo NCCL_NET=Socket",
+                                  "torchrun train.py NCCL_IB_HCA=mlx5_0"])  # an argument of a program sets nothing
 def test_commands_that_keep_rdma_allowed(policies, text):
     mutate_twice(k.pod([k.container("trainer", command=["bash", "-c", text])]), ML, policies)
 
@@ -449,4 +450,5 @@ def test_operator_pod_shapes(policies, make):
 def test_command_settings_read_words_as_the_shell_does(text, settings):
     from webhook.fallback import command_settings
 
-    assert list(command_settings(text)) == settings
+    # what the process started after the assignment sees
+    assert list(command_settings(text + "\ntorchrun train.py")) == settings

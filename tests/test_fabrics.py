@@ -446,3 +446,27 @@ def test_runtime_gpu_container_beside_a_target_is_checked_not_mutated(policies):
     side["env"].append({"name": "NCCL_NET", "value": "Socket"})
     resp, _, d = respond(k.pod([k.container("trainer"), side]), ML, policies)
     assert not resp["allowed"] and [f.container for f in d.denials] == ["side"]
+
+
+# -- a transport's own variables in commands: read for the policy's names ------------------------
+
+@pytest.mark.parametrize("script,denied", [
+    ("mpirun -np 16 -x FI_PROVIDER=tcp -x NCCL_DEBUG=WARN /opt/nccl-tests/build/all_reduce_perf -b 8 -e 2G", True),
+    ("export FI_PROVIDER=sockets; torchrun train.py", True),
+    ("export NCCL_NET_PLUGIN=none && python train.py", True),
+    ("# export FI_PROVIDER=tcp\nmpirun -x FI_PROVIDER=efa all_reduce_perf", False),
+    ("echo 'never FI_PROVIDER=tcp'; torchrun train.py", False),
+])
+def test_efa_command_settings_are_judged_by_the_libfabric_table(policies, script, denied):
+    pod = efa_worker()
+    pod["spec"]["containers"][0]["command"] = ["bash", "-c", script]
+    resp, _, d = respond(pod, EKS, policies)
+    assert resp["allowed"] is not denied, resp
+    if denied:
+        assert [f.rule for f in d.denials] == ["command-fallback"]
+
+
+def test_fi_provider_in_an_ib_verbs_command_is_not_a_fallback(policies):
+    pod = k.pod([k.container("t", command=["bash", "-c", "export FI_PROVIDER=tcp; torchrun train.py"])])
+    resp, _, _ = respond(pod, ML, policies)  # erdma: libfabric is not its transport
+    assert resp["allowed"], resp.get("status")

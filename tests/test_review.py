@@ -107,7 +107,7 @@ def test_non_pod_resources_are_allowed_untouched(policies):
 
 
 def test_unicode_and_control_characters(policies):
-    c = k.container("trainer", env=[{"name": "NOTE", "value": "\u2603\u0007\u202e evil \x00"}], command=["bash", "-c", "echo \u00e9t\u00e9 NCCL_NET=Socket\u2028"])
+    c = k.container("trainer", env=[{"name": "NOTE", "value": "\u2603\u0007\u202e evil \x00"}], command=["bash", "-c", "echo \u00e9t\u00e9 NCCL_NET=Socket\u2028; export NCCL_NET=Socket # \u202e\ntorchrun t.py"])
     pod = k.pod([c], labels={"team": "\u00e9quipe"[:0] + "vision"})
     rv = k.admission_review(pod)
     code, doc, decision, _ = handle(json.dumps(rv).encode(), policies)

@@ -7,7 +7,7 @@ __version__ = "0.1.0"
 
 # The decision core, compiled to C extensions with mypyc when the package is built (setup.py).
 # Same source either way; compiled, a decision takes about half the time (benchmarks/README.md).
-COMPILED_MODULES = ("keys", "k8s", "nccl", "transports", "policy_model", "multus", "fallback", "decision", "mutation", "patch", "review")
+COMPILED_MODULES = ("keys", "k8s", "nccl", "transports", "policy_model", "multus", "commands", "fallback", "decision", "mutation", "patch", "review")
 
 
 def compiled() -> list[str]:

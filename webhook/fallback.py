@@ -13,14 +13,12 @@ NCCL_NET case-insensitively, NCCL_IB_HCA with NCCL's own filter grammar.
 
 from __future__ import annotations
 
-import re
-import shlex
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from webhook import k8s, keys, multus, nccl
+from webhook import commands, k8s, keys, multus, nccl
 from webhook.policy_model import Device, Policy
-from webhook.transports import DENY
+from webhook.transports import DENY, TRANSPORTS
 
 
 @dataclass(frozen=True)
@@ -76,31 +74,43 @@ class Subject:
         containers: list[dict[str, Any]] = spec["containers"]
         return containers[t.index]
 
-    def commands(self) -> list[tuple[dict[str, Any], str, list[tuple[str, str]]]]:
-        """(container, its command line, the NCCL settings it makes) for every container whose
-        command or args make any, computed once per decision for the rules and the warnings.
-        Plain loops, no generators: this runs for every labelled pod."""
-        if self._commands is None:
-            self._commands = []
-            spec: dict[str, Any] = self.pod.get("spec") or {}
-            for kind in ("initContainers", "containers"):
-                containers: list[dict[str, Any]] = spec.get(kind) or []
-                for i, c in enumerate(containers):
-                    if not (c.get("command") or c.get("args")):
-                        continue
-                    # `$(VAR)` in a target expands against the env the decision resolved already
-                    env: k8s.Env | None = None
-                    if kind == "containers":
-                        for t in self.targets:
-                            if t.index == i:
-                                env = t.env
-                                break
-                    line = " ".join(command_words(c, env))
-                    if "NCCL_" in line:
-                        settings = command_settings(line)
-                        if settings:
-                            self._commands.append((c, line, settings))
-        return self._commands
+    def commands(self, names: frozenset[str] | None = None) -> list[tuple[dict[str, Any], str, list[tuple[str, str]]]]:
+        """(container, its command line, the settings of `names` it makes) for every container
+        whose command or args make any, read as the shell and the launchers read them
+        (`webhook.commands`). For the default names (SCANNED_NAMES) computed once per decision,
+        for the rules and the warnings. Plain loops, no generators: this runs for every
+        labelled pod, and only a command that mentions one of the names is read further."""
+        wanted = self.policy.scanned if names is None else names
+        if names is None and self._commands is not None:
+            return self._commands
+        found: list[tuple[dict[str, Any], str, list[tuple[str, str]]]] = []
+        budget: commands.Budget | None = None  # one per decision: linear whatever the scripts
+        spec: dict[str, Any] = self.pod.get("spec") or {}
+        for kind in ("initContainers", "containers"):
+            containers: list[dict[str, Any]] = spec.get(kind) or []
+            for i, c in enumerate(containers):
+                if not (c.get("command") or c.get("args")):
+                    continue
+                # `$(VAR)` in a target expands against the env the decision resolved already
+                env: k8s.Env | None = None
+                if kind == "containers":
+                    for t in self.targets:
+                        if t.index == i:
+                            env = t.env
+                            break
+                words = command_words(c, env)
+                line = " ".join(words)
+                if commands.mentions(line, wanted):
+                    if env is None:
+                        env = k8s.Env(c.get("env"))
+                    if budget is None:
+                        budget = commands.Budget()
+                    settings = commands.settings(words, wanted, env, budget)
+                    if settings:
+                        found.append((c, line, settings))
+        if names is None:
+            self._commands = found
+        return found
 
 
 # -- the judgement of single settings, shared by env and command checks ---------------------
@@ -141,40 +151,18 @@ def _rule_env(s: Subject) -> list[Finding]:
     return out
 
 
-# Assignments of the watched variables in a shell line, an `env` call, `mpirun -x NAME=value`,
-# `export NAME=value` or Python's os.environ: `NAME=` must start a word (so NCCL_NET_GDR_LEVEL= or
-# MY_NCCL_NET= do not count). The shell form begins with the literal `NCCL_` and checks the word
-# start with a lookbehind placed after it, so the regex engine jumps from one `NCCL_` to the next
-# with its literal-prefix search instead of trying the lookbehind at every character (4x faster on
-# a launcher's line). The os.environ form is added only for a text that mentions `environ`.
-_SCANNED = ("NCCL_IB_DISABLE", "NCCL_NET", "NCCL_IB_HCA", "NCCL_NET_PLUGIN", "NCCL_DEBUG")  # NCCL_DEBUG only for a warning
-_SHELL = (r"NCCL_(?<![A-Za-z0-9_]NCCL_)(" + "|".join(n[len("NCCL_"):] for n in _SCANNED) + r")="
-          r"(\"[^\"]*\"|'[^']*'|[^\s;&|)`]*)")
-_PYTHON = r"environ\[\s*[\"'](" + "|".join(_SCANNED) + r")[\"']\s*\]\s*=\s*(\"[^\"]*\"|'[^']*')"
-_SHELL_ASSIGN = re.compile(_SHELL)
-_ANY_ASSIGN = re.compile(_SHELL + "|" + _PYTHON)
+# Every variable a transport's table judges, and NCCL_DEBUG (for a warning): what a command is
+# read for when no policy narrows it. A decision reads each command for its policy's
+# `Policy.scanned`. How a command is read: `webhook.commands`.
+_SCANNED = tuple(sorted({sig.variable for table in TRANSPORTS.values() for sig in table} | {"NCCL_DEBUG"}))
+# The names a command is read for by default (`Subject.commands`, `command_settings`): the
+# watched ones and NCCL_DEBUG. How a command is read: `webhook.commands`.
+SCANNED_NAMES: frozenset[str] = frozenset(_SCANNED)
 
 
-def command_settings(text: str) -> list[tuple[str, str]]:
-    """The NCCL settings (watched ones and NCCL_DEBUG) a command line makes, in order."""
-    found: list[tuple[str, str]] = []
-    if "NCCL_" not in text:
-        return found
-    for m in (_ANY_ASSIGN if "environ" in text else _SHELL_ASSIGN).finditer(text):
-        suffix = m.group(1)
-        name: str = "NCCL_" + suffix if suffix else m.group(3)
-        raw: str = m.group(2) if suffix else m.group(4)
-        if raw[:1] in ("'", '"'):
-            raw = raw[1:-1]
-        elif "\\" in raw or "'" in raw or '"' in raw:  # a shell word with escapes or inner quotes
-            try:
-                raw = "".join(shlex.split(raw))
-            except ValueError:
-                pass
-        if "$" in raw:  # a shell variable: its value is not known here
-            continue
-        found.append((name, raw))
-    return found
+def command_settings(text: str, names: frozenset[str] = SCANNED_NAMES, env: k8s.Lookup | None = None) -> list[tuple[str, str]]:
+    """The settings of `names` a shell script makes for the processes it starts, in order."""
+    return commands.settings(text, names, env)
 
 
 def command_words(container: dict[str, Any], env: k8s.Lookup | None = None) -> list[str]:
@@ -190,14 +178,23 @@ def command_words(container: dict[str, Any], env: k8s.Lookup | None = None) -> l
     return words
 
 
+def _launcher_note(line: str) -> str:
+    """Which MPI launcher of the command line passes the setting to every rank, if any."""
+    for word in line.split():
+        base = word.rsplit("/", 1)[-1]
+        if base in commands.LAUNCHERS:
+            flag = " -x" if base == "mpirun" and " -x " in line else ""
+            return f" ({base}{flag} exports it to every rank)"
+    return ""
+
+
 def _rule_command(s: Subject) -> list[Finding]:
     out: list[Finding] = []
     for c, line, settings in s.commands():
         for name, value in settings:
             why = judge_setting(name, value, s.policy)
             if why is not None and why[0] == DENY:
-                note = " (mpirun -x exports it to every rank)" if "mpirun" in line else ""
-                out.append(Finding("command-fallback", c.get("name"), why[1] + f" in the command{note}"))
+                out.append(Finding("command-fallback", c.get("name"), why[1] + f" in the command{_launcher_note(line)}"))
     return out
 
 

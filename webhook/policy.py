@@ -521,6 +521,7 @@ def compile_policy(doc: Any, file: str) -> tuple[Policy | None, list[PolicyError
         signatures=table,
         watched=tuple(sig.variable for sig in table),
         warned=tuple(sig.variable for sig in table if sig.severity == transports.WARN),
+        scanned=frozenset([sig.variable for sig in table] + ["NCCL_DEBUG"]),
         devices=tuple(devices),
         networks=tuple(networks),
         claim=claim,

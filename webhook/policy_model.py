@@ -86,6 +86,7 @@ class Policy:
     signatures: tuple[Signature, ...]  # the transport's fallback table (webhook.transports)
     watched: tuple[str, ...]  # the variables those signatures judge
     warned: tuple[str, ...]  # those of them whose signature only warns
+    scanned: frozenset[str]  # what a container's command is read for: `watched` and NCCL_DEBUG
     devices: tuple[Device, ...]
     networks: tuple[Network, ...]
     claim: Claim | None
