@@ -307,7 +307,7 @@ class Rule:
 
 RULES: tuple[Rule, ...] = (
     Rule("env-fallback", "the env of a container that can run NCCL (a GPU by resource, by DRA claim or through NVIDIA_VISIBLE_DEVICES) makes a fallback setting of the policy's transport", _rule_env),
-    Rule("command-fallback", "the same settings made in the command or args of any container (export, env, mpirun -x, os.environ)", _rule_command),
+    Rule("command-fallback", "the same settings made in the command or args of any container, read as the shell and the MPI launchers read them (webhook/commands.py)", _rule_command),
     Rule("ipc-lock-dropped", "a GPU container drops IPC_LOCK explicitly", _rule_ipc_lock_dropped),
     Rule("host-network", "hostNetwork on a policy whose fabric is not the host's (Multus networks), or none on one that requires it", _rule_host_network),
     Rule("host-rdma-devices", "a host-network fabric's GPU container that cannot see the host's /dev/infiniband", _rule_host_devices),

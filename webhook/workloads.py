@@ -263,8 +263,14 @@ def _argo_template(step: Any, workflow: dict[str, Any], wf_spec: Any) -> Iterato
     elif isinstance(step.get("script"), dict):
         script = dict(step["script"])
         source = script.pop("source", None)
-        if isinstance(source, str):  # the executor runs the source through the command
-            script["args"] = [*(script.get("args") or []), source] if isinstance(script.get("args"), list) else [source]
+        if isinstance(source, str):  # the executor writes the source to a file the command runs:
+            # for a shell or Python that is `command -c source` as the command reader reads it
+            command = script.get("command") if isinstance(script.get("command"), list) else []
+            interpreter = str(command[-1]).rsplit("/", 1)[-1] if command else ""
+            if interpreter in ("sh", "bash", "dash", "zsh", "ash") or interpreter.startswith("python"):
+                script["args"] = ["-c", source]
+            else:
+                script["args"] = [*(script.get("args") or []), source] if isinstance(script.get("args"), list) else [source]
         main = [{**script, "name": "main"}]
     elif isinstance(step.get("containerSet"), dict) and isinstance(step["containerSet"].get("containers"), list):
         main = list(step["containerSet"]["containers"])
