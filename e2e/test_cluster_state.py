@@ -72,12 +72,14 @@ def test_nad_create_change_delete_reach_decisions(cp, hook):
     assert "rdma-network" in probe(cp, ns)[1]
 
 
-def test_nad_without_resource_denied(cp, hook):
+def test_nad_without_resource_name_falls_back_to_the_policy_device(cp, hook):
+    """sriov-roce names a device resource itself: a NAD without the resourceName annotation
+    admits the pod with the policy's resource (decision.resolve_network)."""
     ns = make_namespace(cp, unique("e2e-sriov"), SRIOV)
-    cp.apply([nad(ns, resource=None)])
-    until("NAD without resourceName seen", lambda: "resourceName" in probe(cp, ns)[1] or
-          "device" in probe(cp, ns)[1])
     assert not probe(cp, ns)[0]
+    cp.apply([nad(ns, resource=None)])
+    until("NAD without resourceName -> admitted", lambda: probe(cp, ns)[0])
+    assert device_of(probe(cp, ns)[2]) == {"openshift.io/mellanoxrdma"}
 
 
 def test_namespace_label_change_reaches_decisions(cp, hook):
