@@ -119,8 +119,9 @@ def test_watch_survives_compaction_and_apiserver_restart(cp, hook):
     until("NAD deletion after restart", lambda: not probe(cp, ns)[0], 120)
     after = hook.proc.log.read_text(errors="replace")[log_before:]
     assert "list/watch failed" in after  # it did see the outage
+    # its resourceVersions were compacted away: the watch got 410 Gone and the informer relisted
+    assert "expired; listing again" in after, after[-2000:]
     assert hook.proc.alive()
-    print("relists logged:", after.count("listing again"))
 
 
 # --- RBAC and readiness ------------------------------------------------------------------------------
