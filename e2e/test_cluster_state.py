@@ -194,10 +194,9 @@ def test_missing_watch_verb_is_reported(cp, hook, deploy_docs, workdir):
 
 
 def test_readyz_only_after_nad_cache_synced(cp, hook, workdir):
-    """A policy uses a Multus network, so the NAD cache must sync before /readyz says ready; with
-    the NetworkAttachmentDefinition CRD absent the list fails (404) and the webhook stays unready
-    until the CRD appears. Uses a second API-less-CRD view: a fresh webhook whose NAD list is
-    refused by RBAC until granted is covered above; here, a kind that does not exist yet."""
+    """A shipped policy uses a Multus network, so the NAD cache must sync before /readyz says
+    ready: with the NetworkAttachmentDefinition CRD absent the list fails (404) and a freshly
+    started webhook stays unready until the CRD appears (RBAC refusing the list is covered above)."""
     crd = "network-attachment-definitions.k8s.cni.cncf.io"
     saved = json.loads(cp.kubectl("get", "crd", crd, "-o", "json", check=True).stdout)
     # Deleting the CRD deletes every NAD in the cluster: this test runs on its own namespace's
