@@ -1,5 +1,7 @@
 # make run   start the webhook locally on the shipped policies (fresh dev certificates)
 # make test  install everything, compile the decision core and run the whole test suite
+# make e2e   build (or reuse) etcd + kube-apiserver + kube-controller-manager from Go modules and
+#            run the end-to-end suite against them on loopback (e2e/; Go >= 1.26 and kubectl needed)
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
@@ -8,7 +10,7 @@ PURE_TESTS := tests/test_decision.py tests/test_patch.py tests/test_k8s.py tests
               tests/test_review.py tests/test_properties.py tests/test_workloads.py tests/test_build.py \
               tests/test_commands.py tests/test_fabrics.py
 
-.PHONY: run test test-pure compile bench clean
+.PHONY: run test test-pure e2e compile bench clean
 
 # The editable install itself stays interpreted; `compile` builds the C extensions in place.
 # editable_mode=compat puts the checkout on sys.path, where mypyc's shared runtime module
@@ -38,6 +40,9 @@ test: $(VENV)/.compiled
 test-pure: $(VENV)/.installed
 	rm -rf build/pure && mkdir -p build/pure && cp -r webhook build/pure/ && rm -f build/pure/webhook/*.so
 	PYTHONPATH=build/pure RDMA_WEBHOOK_EXPECT=pure $(BIN)/pytest -q -p no:cacheprovider $(PURE_TESTS)
+
+e2e: $(VENV)/.compiled
+	E2E_PYTHON=$(BIN)/python ./e2e/run.sh
 
 bench: $(VENV)/.compiled
 	$(EDITABLE) '.[test,bench]'

@@ -17,6 +17,21 @@ a watch sends the log entries after its resourceVersion, then waits for more. Te
 410 depending on `gone_as`), `drop_watches()` (close open watches without the final chunk),
 `pause_watches()` (new watches get 503 until resumed), `lists_gate`/`gets_gate` (clear one to
 hold list/get requests) and `count(...)` (requests per kind).
+
+What it is still for. The real kube-apiserver runs in the end-to-end suite (e2e/, `make e2e`):
+list+watch over TLS with the ServiceAccount token and the RBAC of deploy/, /readyz waiting on the
+cache sync, NetworkAttachmentDefinition and namespace changes reaching decisions, the relist after
+an etcd compaction and an apiserver restart are all checked there. This stand-in remains for the
+faults a real server cannot be made to produce on demand, at a chosen moment:
+
+- a 410 Gone at a chosen moment (`compact()`), delivered as an ERROR event or as an HTTP 410 as
+  the test chooses (`gone_as`);
+- bookmarks sent when the test says (`bookmark()`), not at the server's own pace;
+- a watch cut mid-stream without the final chunk (`drop_watches()`);
+- watches refused with 503 for as long as the test wants (`pause_watches()`);
+- lists and gets held open (`lists_gate`/`gets_gate`), for the read timeouts and the coalescing of
+  direct namespace reads;
+- exact request counts per kind (`count(...)`), for how many GETs a storm of pods causes.
 """
 
 from __future__ import annotations

@@ -1,0 +1,203 @@
+"""Cluster-state scale against a real kube-apiserver: how long the webhook takes to become ready and
+how much memory its processes hold with N namespaces and N NetworkAttachmentDefinitions.
+
+Starts the e2e control plane (e2e/cluster.py), then for each size (cumulative: objects are added
+up to it) starts `rdma-webhook serve` as deployed (2 workers, shipped policies, the deploy/
+ServiceAccount token; sriov-roce uses a Multus network, so NADs are listed and watched too),
+and records:
+
+- ready_s: from the process start to /readyz answering 200 six times in a row;
+- per process (master and each worker): RSS and PSS (/proc/PID/smaps_rollup), in MB;
+- nad_change_s: a NAD's resourceName changed through the API until /mutate (called directly,
+  as the API server would) patches the new device resource.
+
+    .venv/bin/python benchmarks/e2e_scale.py [--sizes 0,5000,20000] [--out FILE]
+
+Creating 20,000 + 20,000 objects takes minutes on 2 cores. The figures depend on what else the
+machine runs: record the load average (printed) with them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import http.client
+import json
+import os
+import platform
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from pathlib import Path
+
+import yaml
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from e2e import cluster as c  # noqa: E402
+
+SHIPPED_LIMIT_MB = 256  # deploy/base/deployment.yaml: resources.limits.memory 256Mi
+
+
+def create_many(cp: c.ControlPlane, start: int, stop: int, threads: int = 16) -> None:
+    """Namespaces e2e-scale-<i> (opted in, policy sriov-roce) and one NAD in each."""
+    ctx = cp.ssl_context()
+    headers = {"Authorization": f"Bearer {cp.admin_token}", "Content-Type": "application/json"}
+    todo = iter(range(start, stop))
+    lock = threading.Lock()
+    failures: list[str] = []
+
+    def post(conn, path, doc):
+        for attempt in range(5):
+            try:
+                conn.request("POST", path, body=json.dumps(doc).encode(), headers=headers)
+                resp = conn.getresponse()
+                body = resp.read()
+                if resp.status in (201, 409):
+                    return conn
+                if resp.status == 429 or resp.status >= 500:
+                    time.sleep(0.2 * (attempt + 1))
+                    continue
+                failures.append(f"{path}: {resp.status} {body[:200]!r}")
+                return conn
+            except (OSError, http.client.HTTPException):
+                conn.close()
+                conn = http.client.HTTPSConnection("127.0.0.1", cp.port, context=ctx, timeout=60)
+        failures.append(f"{path}: gave up")
+        return conn
+
+    def work():
+        conn = http.client.HTTPSConnection("127.0.0.1", cp.port, context=ctx, timeout=60)
+        while True:
+            with lock:
+                i = next(todo, None)
+            if i is None:
+                conn.close()
+                return
+            ns = f"e2e-scale-{i}"
+            conn = post(conn, "/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {
+                "name": ns, "labels": {"rdma-webhook.io/injection": "enabled", "rdma-webhook.io/policy": "sriov-roce",
+                                       "team": f"t{i % 50}"}}})
+            conn = post(conn, f"/apis/k8s.cni.cncf.io/v1/namespaces/{ns}/network-attachment-definitions", {
+                "apiVersion": "k8s.cni.cncf.io/v1", "kind": "NetworkAttachmentDefinition",
+                "metadata": {"name": "rdma-network", "namespace": ns,
+                             "annotations": {"k8s.v1.cni.cncf.io/resourceName": "openshift.io/mellanoxrdma"}},
+                "spec": {"config": json.dumps({"cniVersion": "0.3.1", "type": "sriov", "name": "rdma-network",
+                                               "ipam": {"type": "whereabouts", "range": "192.0.2.0/24"}})}})
+
+    pool = [threading.Thread(target=work) for _ in range(threads)]
+    for t in pool:
+        t.start()
+    for t in pool:
+        t.join()
+    if failures:
+        raise RuntimeError(f"{len(failures)} creations failed, first: {failures[0]}")
+
+
+def memory(pid: int) -> dict:
+    out = {}
+    with open(f"/proc/{pid}/smaps_rollup") as fh:
+        for line in fh:
+            key, _, rest = line.partition(":")
+            if key in ("Rss", "Pss"):
+                out[key.lower() + "_mb"] = round(int(rest.split()[0]) / 1024, 1)
+    return out
+
+
+def children(pid: int) -> list[int]:
+    try:
+        with open(f"/proc/{pid}/task/{pid}/children") as fh:
+            return [int(p) for p in fh.read().split()]
+    except OSError:
+        return []
+
+
+def mutate_device(hook: c.Webhook, namespace: str) -> set[str]:
+    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "probe", "namespace": namespace,
+                                                            "labels": {"rdma-webhook.io/inject": "true"}},
+           "spec": {"containers": [{"name": "c", "image": "x", "resources": {"limits": {"nvidia.com/gpu": "1"}}}]}}
+    review = {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": {
+        "uid": str(uuid.uuid4()), "kind": {"group": "", "version": "v1", "kind": "Pod"},
+        "resource": {"group": "", "version": "v1", "resource": "pods"}, "namespace": namespace,
+        "operation": "CREATE", "object": pod}}
+    conn = http.client.HTTPSConnection("127.0.0.1", hook.port, context=hook.ssl_context(), timeout=10)
+    try:
+        conn.request("POST", "/mutate", body=json.dumps(review).encode(), headers={"Content-Type": "application/json"})
+        doc = json.loads(conn.getresponse().read())
+    finally:
+        conn.close()
+    patch = json.loads(base64.b64decode(doc["response"].get("patch") or b"W10="))
+    text = json.dumps(patch)
+    return {r for r in ("openshift.io/mellanoxrdma", "openshift.io/scale_changed") if r in text}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--sizes", default="0,5000,20000")
+    ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "e2e_scale.json"))
+    args = ap.parse_args()
+    sizes = [int(s) for s in args.sizes.split(",")]
+    c.install_signal_handlers()
+    bin_dir = Path(os.environ.get("RDMA_WEBHOOK_E2E_BIN") or c.build_binaries())
+    workdir = Path(tempfile.mkdtemp(prefix="rdma-webhook-e2e-scale-"))
+    cp = c.ControlPlane(bin_dir, workdir)
+    results: dict = {"command": " ".join(sys.argv), "machine": {"cpus": os.cpu_count(), "platform": platform.platform()},
+                     "shipped_memory_limit_mb": SHIPPED_LIMIT_MB, "runs": []}
+    try:
+        cp.start()
+        cp.apply(o for o in yaml.safe_load_all((ROOT / "e2e" / "crds.yaml").read_text()) if o)
+        cp.kubectl("wait", "--for=condition=Established", "--timeout=60s",
+                   "crd/network-attachment-definitions.k8s.cni.cncf.io", check=True)
+        docs = c.render_deploy(cp)
+        cp.apply([c.pick(docs, "Namespace", "rdma-webhook"), c.pick(docs, "ServiceAccount", "rdma-webhook"),
+                  c.pick(docs, "ClusterRole", "rdma-webhook"), c.pick(docs, "ClusterRoleBinding", "rdma-webhook")])
+        kc = c.service_account_kubeconfig(cp, "rdma-webhook", "rdma-webhook", workdir / "webhook.kubeconfig")
+        have = 0
+        for size in sizes:
+            if size > have:
+                t = time.monotonic()
+                create_many(cp, have, size)
+                print(f"created namespaces+NADs {have}..{size} in {time.monotonic() - t:.0f}s", flush=True)
+                have = size
+            load = os.getloadavg()[0]
+            hook = c.Webhook(workdir, kc, workers=2, name=f"scale-{size}")
+            started = time.monotonic()
+            hook.start(wait_ready=False)
+            hook.wait_ready(600)
+            ready_s = time.monotonic() - started
+            time.sleep(5)  # let the workers settle after the lists (garbage collected, watches open)
+            procs = {"master": memory(hook.proc.pid)}
+            for n, pid in enumerate(children(hook.proc.pid)):
+                procs[f"worker{n}"] = memory(pid)
+            run = {"namespaces": size, "nads": size, "ready_s": round(ready_s, 2), "processes": procs,
+                   "pss_total_mb": round(sum(p["pss_mb"] for p in procs.values()), 1),
+                   "loadavg_1m_at_start": round(load, 2)}
+            if size:
+                ns = f"e2e-scale-{size // 2}"
+                assert mutate_device(hook, ns) == {"openshift.io/mellanoxrdma"}
+                cp.apply([{"apiVersion": "k8s.cni.cncf.io/v1", "kind": "NetworkAttachmentDefinition",
+                           "metadata": {"name": "rdma-network", "namespace": ns,
+                                        "annotations": {"k8s.v1.cni.cncf.io/resourceName": "openshift.io/scale_changed"}},
+                           "spec": {"config": "{}"}}])
+                t = time.monotonic()
+                # every worker must see it: probe repeatedly (each request may reach either worker)
+                c.wait_for("NAD change in decisions",
+                           lambda: all(mutate_device(hook, ns) == {"openshift.io/scale_changed"} for _ in range(6)), 60,
+                           interval=0.05)
+                run["nad_change_s"] = round(time.monotonic() - t, 3)
+            print(json.dumps(run), flush=True)
+            results["runs"].append(run)
+            hook.stop()
+        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.out).write_text(json.dumps(results, indent=2) + "\n")
+        print(f"wrote {args.out}")
+    finally:
+        c.stop_all()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,221 @@
+"""The webhook's cluster state against the real API: RBAC of deploy/, /readyz after the cache sync,
+live NetworkAttachmentDefinition and namespace changes, a relist after etcd compaction and an
+apiserver restart.
+
+Changes are observed through decisions (server-side dry-run pod creations), with generous
+bounds: the point is that they arrive, not how fast on a loaded machine (the time taken is
+printed; benchmarks/ measures it).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import pytest
+
+from e2e import cluster as c
+from e2e.conftest import OPT_IN, create, gpu_pod, make_namespace, unique
+
+SRIOV = {**OPT_IN, "rdma-webhook.io/policy": "sriov-roce"}
+RESOURCE = "k8s.v1.cni.cncf.io/resourceName"
+BOUND = 60.0  # seconds: far above what a healthy watch takes, even on a loaded machine
+
+
+def nad(namespace: str, name: str = "rdma-network", resource: str | None = "openshift.io/mellanoxrdma") -> dict:
+    meta: dict = {"name": name, "namespace": namespace}
+    if resource is not None:
+        meta["annotations"] = {RESOURCE: resource}
+    return {"apiVersion": "k8s.cni.cncf.io/v1", "kind": "NetworkAttachmentDefinition", "metadata": meta,
+            "spec": {"config": json.dumps({"cniVersion": "0.3.1", "type": "sriov", "name": name})}}
+
+
+def probe(cp, namespace: str) -> tuple[bool, str, dict | None]:
+    """One decision: a labelled GPU pod created with dryRun=server."""
+    proc = create(cp, gpu_pod(unique("probe"), namespace), "--dry-run=server")
+    return proc.returncode == 0, proc.stderr, (json.loads(proc.stdout) if proc.returncode == 0 else None)
+
+
+def device_of(pod: dict) -> set[str]:
+    return {k for k in pod["spec"]["containers"][0]["resources"]["limits"] if k != "nvidia.com/gpu"}
+
+
+def until(what: str, check, bound: float = BOUND) -> float:
+    started = time.monotonic()
+    c.wait_for(what, check, bound, interval=0.1)
+    took = time.monotonic() - started
+    print(f"{what}: {took:.2f}s")
+    return took
+
+
+# --- NADs and namespaces change decisions -------------------------------------------------------------
+
+def test_nad_create_change_delete_reach_decisions(cp, hook):
+    ns = make_namespace(cp, unique("e2e-sriov"), SRIOV)
+    allowed, err, _ = probe(cp, ns)
+    assert not allowed and "rdma-network" in err, err  # no NetworkAttachmentDefinition yet
+
+    cp.apply([nad(ns)])
+    until("NAD created -> pods admitted", lambda: probe(cp, ns)[0])
+    _, _, pod = probe(cp, ns)
+    assert device_of(pod) == {"openshift.io/mellanoxrdma"}
+    networks = pod["metadata"]["annotations"]["k8s.v1.cni.cncf.io/networks"]
+    assert "rdma-network" in networks
+
+    cp.apply([nad(ns, resource="openshift.io/mlnx_rdma_vf")])
+    until("NAD resourceName changed -> new device", lambda: device_of(probe(cp, ns)[2] or {"spec": {
+        "containers": [{"resources": {"limits": {}}}]}}) == {"openshift.io/mlnx_rdma_vf"})
+
+    cp.kubectl("delete", "network-attachment-definitions.k8s.cni.cncf.io", "-n", ns, "rdma-network", check=True)
+    until("NAD deleted -> pods denied", lambda: not probe(cp, ns)[0])
+    assert "rdma-network" in probe(cp, ns)[1]
+
+
+def test_nad_without_resource_name_falls_back_to_the_policy_device(cp, hook):
+    """sriov-roce names a device resource itself: a NAD without the resourceName annotation
+    admits the pod with the policy's resource (decision.resolve_network)."""
+    ns = make_namespace(cp, unique("e2e-sriov"), SRIOV)
+    assert not probe(cp, ns)[0]
+    cp.apply([nad(ns, resource=None)])
+    until("NAD without resourceName -> admitted", lambda: probe(cp, ns)[0])
+    assert device_of(probe(cp, ns)[2]) == {"openshift.io/mellanoxrdma"}
+
+
+def test_namespace_label_change_reaches_decisions(cp, hook):
+    ns = make_namespace(cp, unique("e2e-relabel"), OPT_IN)
+    cp.apply([nad(ns)])
+    allowed, err, pod = probe(cp, ns)
+    assert allowed, err
+    assert device_of(pod) == {"aliyun/erdma"}
+    cp.kubectl("label", "namespace", ns, "rdma-webhook.io/policy=sriov-roce", check=True)
+    until("namespace policy label -> sriov-roce", lambda: (lambda r: r[0] and device_of(r[2]) ==
+                                                           {"openshift.io/mellanoxrdma"})(probe(cp, ns)))
+    cp.kubectl("label", "namespace", ns, "pod-security.kubernetes.io/enforce=baseline", check=True)
+    until("namespace enforcing baseline -> denied", lambda: not probe(cp, ns)[0])
+    assert "baseline" in probe(cp, ns)[1]
+    cp.kubectl("label", "namespace", ns, "pod-security.kubernetes.io/enforce-", check=True)
+    until("label removed -> admitted again", lambda: probe(cp, ns)[0])
+
+
+def test_watch_survives_compaction_and_apiserver_restart(cp, hook):
+    ns = make_namespace(cp, unique("e2e-restart"), SRIOV)
+    cp.apply([nad(ns)])
+    until("NAD seen before the restart", lambda: probe(cp, ns)[0])
+    log_before = len(hook.proc.log.read_text(errors="replace"))
+
+    # churn, so that the resourceVersions the webhook holds are behind, then compact them away
+    for i in range(5):
+        cp.apply([nad(ns, name=f"churn-{i}")])
+    compacted = {}
+    cp.restart_apiserver(before_start=lambda: compacted.setdefault("rev", cp.etcd_compact()))
+    print(f"etcd compacted at revision {compacted['rev']} while kube-apiserver was down")
+
+    # a change made after the restart must reach decisions: the watch came back
+    cp.apply([nad(ns, resource="openshift.io/after_restart")])
+    until("NAD change after restart+compaction", lambda: (lambda r: r[0] and device_of(r[2]) ==
+                                                          {"openshift.io/after_restart"})(probe(cp, ns)), 120)
+    cp.kubectl("delete", "network-attachment-definitions.k8s.cni.cncf.io", "-n", ns, "rdma-network", check=True)
+    until("NAD deletion after restart", lambda: not probe(cp, ns)[0], 120)
+    after = hook.proc.log.read_text(errors="replace")[log_before:]
+    assert "list/watch failed" in after  # it did see the outage
+    # its resourceVersions were compacted away: the watch got 410 Gone and the informer relisted
+    assert "expired; listing again" in after, after[-2000:]
+    assert hook.proc.alive()
+
+
+# --- RBAC and readiness ------------------------------------------------------------------------------
+
+def _role_without(deploy_docs, resource: str, verb: str, name: str) -> dict:
+    role = json.loads(json.dumps(c.pick(deploy_docs, "ClusterRole", "rdma-webhook")))
+    role["metadata"] = {"name": name}
+    for rule in role["rules"]:
+        if resource in rule["resources"]:
+            rule["verbs"] = [v for v in rule["verbs"] if v != verb]
+    return role
+
+
+def _sa_with_role(cp, role: dict, sa: str) -> None:
+    cp.apply([{"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": sa, "namespace": "rdma-webhook"}},
+              role,
+              {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+               "metadata": {"name": role["metadata"]["name"]},
+               "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role["metadata"]["name"]},
+               "subjects": [{"kind": "ServiceAccount", "name": sa, "namespace": "rdma-webhook"}]}])
+
+
+def test_service_account_has_only_what_deploy_grants(cp, hook):
+    who = "system:serviceaccount:rdma-webhook:rdma-webhook"
+    for verb, resource, want in [("list", "namespaces", "yes"), ("watch", "namespaces", "yes"),
+                                 ("get", "namespaces", "yes"),
+                                 ("watch", "network-attachment-definitions.k8s.cni.cncf.io", "yes"),
+                                 ("list", "secrets", "no"), ("list", "configmaps", "no"), ("list", "pods", "no"),
+                                 ("update", "namespaces", "no")]:
+        proc = cp.kubectl("auth", "can-i", verb, resource, "--all-namespaces", "--as", who)
+        assert proc.stdout.strip() == want, (verb, resource, proc.stdout, proc.stderr)
+
+
+@pytest.mark.parametrize("resource", ["namespaces", "network-attachment-definitions"])
+def test_missing_list_verb_keeps_webhook_unready(cp, hook, deploy_docs, workdir, resource):
+    """deploy/'s ClusterRole minus `list` on one resource: the cache never syncs, /readyz stays
+    503 (so a Deployment would never route to it), and granting the verb makes it ready."""
+    name = unique("e2e-nolist")
+    role = _role_without(deploy_docs, resource, "list", name)
+    _sa_with_role(cp, role, name)
+    kc = c.service_account_kubeconfig(cp, "rdma-webhook", name, Path(workdir) / f"{name}.kubeconfig")
+    wh = c.Webhook(workdir, kc, workers=1, name=name).start(wait_ready=False)
+    try:
+        c.wait_for("the webhook answering /healthz", lambda: wh.get("/healthz")[0] == 200, 60, proc=wh.proc)
+        deadline = time.monotonic() + 8
+        while time.monotonic() < deadline:
+            status, body = wh.get("/readyz")
+            assert status == 503, body
+            time.sleep(0.5)
+        assert "cluster state not synced" in body.decode()
+        c.wait_for("a 403 in the webhook log", lambda: "403" in wh.proc.log.read_text(errors="replace"), 60)
+        cp.apply([c.pick(deploy_docs, "ClusterRole", "rdma-webhook") | {"metadata": {"name": name}}])
+        wh.wait_ready(90)  # retried with backoff (at most 30 s apart)
+    finally:
+        wh.stop()
+
+
+def test_missing_watch_verb_is_reported(cp, hook, deploy_docs, workdir):
+    """Without `watch` the list succeeds but every watch is refused: the log says so."""
+    name = unique("e2e-nowatch")
+    _sa_with_role(cp, _role_without(deploy_docs, "namespaces", "watch", name), name)
+    kc = c.service_account_kubeconfig(cp, "rdma-webhook", name, Path(workdir) / f"{name}.kubeconfig")
+    wh = c.Webhook(workdir, kc, workers=1, name=name).start(wait_ready=False)
+    try:
+        c.wait_for("a refused watch in the log",
+                   lambda: "namespaces: list/watch failed (HTTP 403" in wh.proc.log.read_text(errors="replace"), 90,
+                   proc=wh.proc)
+    finally:
+        wh.stop()
+
+
+def test_readyz_only_after_nad_cache_synced(cp, hook, workdir):
+    """A shipped policy uses a Multus network, so the NAD cache must sync before /readyz says
+    ready: with the NetworkAttachmentDefinition CRD absent the list fails (404) and a freshly
+    started webhook stays unready until the CRD appears (RBAC refusing the list is covered above)."""
+    crd = "network-attachment-definitions.k8s.cni.cncf.io"
+    saved = json.loads(cp.kubectl("get", "crd", crd, "-o", "json", check=True).stdout)
+    # Deleting the CRD deletes every NAD in the cluster: this test runs on its own namespace's
+    # objects only and puts the CRD back.
+    cp.kubectl("delete", "crd", crd, "--wait=true", check=True)
+    name = unique("e2e-nocrd")
+    kc = c.service_account_kubeconfig(cp, "rdma-webhook", "rdma-webhook", Path(workdir) / f"{name}.kubeconfig")
+    wh = c.Webhook(workdir, kc, workers=1, name=name).start(wait_ready=False)
+    try:
+        c.wait_for("the webhook answering /healthz", lambda: wh.get("/healthz")[0] == 200, 60, proc=wh.proc)
+        time.sleep(6)
+        status, body = wh.get("/readyz")
+        assert status == 503 and "not synced" in body.decode(), body
+        for key in ("resourceVersion", "uid", "creationTimestamp", "generation", "managedFields"):
+            saved["metadata"].pop(key, None)
+        saved.pop("status", None)
+        cp.apply([saved])
+        cp.kubectl("wait", "--for=condition=Established", "--timeout=60s", f"crd/{crd}", check=True)
+        wh.wait_ready(90)
+    finally:
+        wh.stop()
+        cp.kubectl("wait", "--for=condition=Established", "--timeout=60s", f"crd/{crd}")
