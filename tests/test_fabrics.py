@@ -470,3 +470,23 @@ def test_fi_provider_in_an_ib_verbs_command_is_not_a_fallback(policies):
     pod = k.pod([k.container("t", command=["bash", "-c", "export FI_PROVIDER=tcp; torchrun train.py"])])
     resp, _, _ = respond(pod, ML, policies)  # erdma: libfabric is not its transport
     assert resp["allowed"], resp.get("status")
+
+
+def test_served_dra_claim(tmp_path):
+    """A DRA policy next to the shipped ones, served: the claim lands in the pod as stored."""
+    from conftest import POLICIES, start_server, stop_server
+    pol = tmp_path / "policies"
+    pol.mkdir()
+    for p in POLICIES.glob("*.yaml"):
+        (pol / p.name).write_text(p.read_text())
+    (pol / "dranet.yaml").write_text(DRA_POLICY)
+    srv = start_server(tmp_path)
+    try:
+        pod = k.pod([k.container("trainer")], annotations={keys.POD_POLICY: "dranet"})
+        r = srv.review(k.admission_review(pod, namespace="ml-training"))["response"]
+        assert r["allowed"], r
+        out = jsonpatch.apply_patch(pod, json.loads(base64.b64decode(r["patch"])))
+        assert out["spec"]["resourceClaims"] == [{"name": "rdma-nic", "resourceClaimTemplateName": "rdma-nic-template"}]
+        assert out["spec"]["containers"][0]["resources"]["claims"] == [{"name": "rdma-nic"}]
+    finally:
+        stop_server(srv)
