@@ -7,7 +7,7 @@ BIN := $(VENV)/bin
 PURE_TESTS := tests/test_decision.py tests/test_patch.py tests/test_k8s.py tests/test_nccl.py \
               tests/test_review.py tests/test_properties.py tests/test_workloads.py tests/test_build.py
 
-.PHONY: run test test-pure compile bench clean
+.PHONY: run test test-pure compile bench clean planted mutation
 
 # The editable install itself stays interpreted; `compile` builds the C extensions in place.
 # editable_mode=compat puts the checkout on sys.path, where mypyc's shared runtime module
@@ -21,8 +21,8 @@ $(VENV)/.installed: pyproject.toml
 
 # mypyc reads every module's types, so any change under webhook/ rebuilds (about 45 s).
 $(VENV)/.compiled: $(VENV)/.installed setup.py $(wildcard webhook/*.py)
+# setup.py records what it built from in build/mypyc-sources.json (tests/test_build.py checks it).
 	$(BIN)/python setup.py --quiet build_ext --inplace
-	touch webhook/*.so *__mypyc.*.so  # setuptools skips relinking when mypyc's C is unchanged: the build is current
 	touch $@
 
 compile: $(VENV)/.compiled
@@ -36,7 +36,24 @@ test: $(VENV)/.compiled
 
 test-pure: $(VENV)/.installed
 	rm -rf build/pure && mkdir -p build/pure && cp -r webhook build/pure/ && rm -f build/pure/webhook/*.so
+	ln -s ../../policies build/pure/policies  # beside the package, where `review` looks by default
 	PYTHONPATH=build/pure RDMA_WEBHOOK_EXPECT=pure $(BIN)/pytest -q -p no:cacheprovider $(PURE_TESTS)
+
+# Each bug of tests/planted_bugs.py planted in a copy of the checkout: the named tests must fail.
+planted: $(VENV)/.compiled
+	$(BIN)/python tests/planted_bugs.py --json build/planted.json
+
+# Mutation testing of decision, fallback, mutation, nccl, k8s and patch with mutmut (outside CI,
+# about 25 min on 2 cores): the interpreted source in a copy (build/mutation), the configuration
+# in pyproject.toml's [tool.mutmut], the report in tests/MUTATION.md.
+mutation: $(VENV)/.installed
+	$(EDITABLE) '.[test,mutation]'
+	rm -rf build/mutation && mkdir -p build/mutation
+	git ls-files -z --cached --others --exclude-standard | xargs -0 cp -P --parents -t build/mutation
+	cd build/mutation && HYPOTHESIS_PROFILE=mutation $(CURDIR)/$(BIN)/mutmut run --max-children 2 > mutmut-run.log 2>&1 || true
+	cd build/mutation && $(CURDIR)/$(BIN)/mutmut export-cicd-stats && $(CURDIR)/$(BIN)/python $(CURDIR)/tests/mutation_summary.py \
+	  > $(CURDIR)/tests/mutation-survivors.txt
+	@tail -5 tests/mutation-survivors.txt
 
 bench: $(VENV)/.compiled
 	$(EDITABLE) '.[test,bench]'

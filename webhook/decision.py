@@ -109,6 +109,13 @@ def _container_shape_problem(c: dict[str, Any]) -> str | None:
             sect = resources.get(key)
             if sect is not None and not isinstance(sect, dict):
                 return f"resources.{key} must be an object"
+            for name, value in (sect or {}).items():  # "many" GPUs: denied, not read as none
+                try:
+                    finite = k8s.parse_quantity(value).is_finite()  # the parser takes "inf", "NaN"
+                except ValueError:
+                    finite = False
+                if not finite:
+                    return f"resources.{key}[{name!r}] is not a quantity: {value!r}"
     caps = sc.get("capabilities") if sc else None
     if caps is not None:
         if not isinstance(caps, dict):
