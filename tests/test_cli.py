@@ -12,13 +12,14 @@ import yaml
 from cryptography import x509
 
 import kube_objects as k
+from conftest import CLI
 
 ROOT = Path(__file__).resolve().parent.parent
 STATE = str(ROOT / "examples" / "cluster-state.yaml")
 
 
 def run(*args, stdin=None):
-    return subprocess.run([sys.executable, "-m", "webhook", *args], capture_output=True, text=True, input=stdin, cwd=ROOT)
+    return subprocess.run([*CLI, *args], capture_output=True, text=True, input=stdin, cwd=ROOT)
 
 
 def write(tmp_path, name, *docs):
@@ -132,3 +133,35 @@ def test_certs_reuse_ca_renews_only_the_serving_certificate(tmp_path):
     new.verify_directly_issued_by(x509.load_pem_x509_certificate((tmp_path / "ca.crt").read_bytes()))
     empty = run("certs", "--service", "s", "--namespace", "n", "--out", str(tmp_path / "none"), "--reuse-ca")
     assert empty.returncode == 1 and "error:" in empty.stderr and "Traceback" not in empty.stderr
+
+
+def _serve_with(tmp_path, server: str, pythonpath: list[str] = ()):
+    import os
+
+    from webhook.certs import write_certs
+
+    write_certs(tmp_path / "certs", "rdma-webhook", "rdma-webhook", dns=["localhost"], ips=["127.0.0.1"])
+    path = os.pathsep.join([*pythonpath, *filter(None, [os.environ.get("PYTHONPATH")])])
+    env = {**os.environ, "RDMA_WEBHOOK_SERVER": server, "PYTHONPATH": path,
+           "PROMETHEUS_MULTIPROC_DIR": str(tmp_path / "metrics")}
+    return subprocess.run([*CLI, "serve", "--policies", str(ROOT / "policies"), "--cluster-state", STATE,
+                           "--tls-cert", str(tmp_path / "certs" / "tls.crt"), "--tls-key", str(tmp_path / "certs" / "tls.key"),
+                           "--host", "127.0.0.1", "--port", "9"], capture_output=True, text=True, env=env, cwd=ROOT, timeout=60)
+
+
+def test_serve_without_granian_installed_is_a_one_line_error(tmp_path):
+    """RDMA_WEBHOOK_SERVER=granian (a benchmark candidate, in the bench extra only) on an install
+    without granian: exit 2 and one line on stderr saying so, not a traceback. A package on
+    PYTHONPATH that cannot be imported stands for the missing one, whatever this venv has."""
+    blocked = tmp_path / "blocked"
+    (blocked / "granian").mkdir(parents=True)
+    (blocked / "granian" / "__init__.py").write_text("raise ImportError('No module named granian (blocked by the test)')\n")
+    out = _serve_with(tmp_path, "granian", [str(blocked)])
+    assert out.returncode == 2 and out.stdout == "", out
+    assert out.stderr.startswith("error: RDMA_WEBHOOK_SERVER='granian' is a benchmark candidate") and out.stderr.count("\n") == 1, out.stderr
+
+
+def test_serve_with_an_unknown_server_is_a_one_line_error(tmp_path):
+    out = _serve_with(tmp_path, "gevent")
+    assert out.returncode == 2 and out.stdout == "", out
+    assert out.stderr.startswith("error: RDMA_WEBHOOK_SERVER='gevent': expected one of uvicorn, granian") and out.stderr.count("\n") == 1, out.stderr
