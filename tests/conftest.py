@@ -123,7 +123,11 @@ def start_server(tmp: Path, *, extra_args: list[str] = (), workers: int = 2, pol
         try:
             status, _, _ = server.request("GET", wait_for)
             if status == 200:
-                check_served_core(log.read_text())
+                try:
+                    check_served_core(log.read_text())
+                except AssertionError:
+                    stop_server(server)
+                    raise
                 return server
         except OSError:
             pass

@@ -472,7 +472,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rotate-every", type=float, default=ROTATE_EVERY)
     ap.add_argument("--json", action="store_true", help="print the summary as JSON too")
     ap.add_argument("--keep", action="store_true", help="keep the work folder (server log, certs, policies)")
+    ap.add_argument("--store", metavar="NAME", help="write benchmarks/results/NAME.json with provenance")
     args = ap.parse_args(argv)
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
+    import provenance
+
+    prov = provenance.start(argv)
     seconds = args.seconds if args.seconds is not None else (args.minutes if args.minutes is not None else 1.0) * 60
     work = Path(tempfile.mkdtemp(prefix="rdma-webhook-soak-"))
     try:
@@ -485,6 +490,8 @@ def main(argv: list[str] | None = None) -> int:
     print(format_summary(summary))
     if args.json:
         print(json.dumps(summary, default=str))
+    if args.store:
+        print(f"stored in {provenance.store(args.store, prov, json.loads(json.dumps({'summary': summary}, default=str)))}")
     return 1 if summary["problems"] else 0
 
 

@@ -9,6 +9,7 @@ import jsonpatch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from strategies import FEW
 from webhook import patch
 
 keys = st.text(alphabet="ab/~c-.0", min_size=0, max_size=4)
@@ -17,7 +18,7 @@ docs = st.recursive(leaves, lambda inner: st.one_of(st.lists(inner, max_size=4),
                     max_leaves=20)
 
 
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=40 if FEW else 400, deadline=None)
 @given(docs, docs)
 def test_patch_turns_a_into_b(a, b):
     ops = patch.make(a, b)
@@ -25,7 +26,7 @@ def test_patch_turns_a_into_b(a, b):
     assert result == b and _same_types(result, b)
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=20 if FEW else 200, deadline=None)
 @given(docs)
 def test_equal_documents_give_no_patch(a):
     assert patch.make(a, copy.deepcopy(a)) == []
