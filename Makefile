@@ -42,7 +42,7 @@ test-pure: $(VENV)/.installed
 
 # Each bug of tests/planted_bugs.py planted in a copy of the checkout: the named tests must fail.
 planted: $(VENV)/.compiled
-	$(BIN)/python tests/planted_bugs.py --json build/planted.json
+	$(BIN)/python tests/planted_bugs.py --json tests/planted_bugs.json
 
 # Mutation testing of decision, fallback, mutation, nccl, k8s and patch with mutmut (outside CI):
 # the interpreted source in a copy (build/mutation; a second `make mutation` resumes where the

@@ -10,13 +10,14 @@ import pytest
 import kube_objects as k
 from webhook import decision, fallback, k8s, nccl
 from webhook.decision import Namespace
+from conftest import ROOT
 
 NS = Namespace("ml-training", {"rdma-webhook.io/injection": "enabled"})
 INT64_MAX = 2**63 - 1
 
 
 @pytest.mark.parametrize("text,value", [
-    ("0x10", 16), ("0X10", 16), ("010", 8), ("0", 0), ("7", 7), ("-1", -1), ("  +3x", 3), ("x", 0),
+    ("0x10", 16), ("0X10", 16), ("010", 8), ("07", 7), ("0", 0), ("7", 7), ("-1", -1), ("  +3x", 3), ("x", 0),
     (str(INT64_MAX), INT64_MAX), (str(INT64_MAX + 1), None),
     (str(-INT64_MAX - 1), -INT64_MAX - 1), (str(-INT64_MAX - 2), None),
 ])
@@ -70,3 +71,39 @@ def test_command_words_that_are_not_all_strings_are_still_read(policies):
     c["command"].insert(1, 7)  # not a string: the API server would reject it, the words around still count
     d = decision.decide(k.pod([c]), NS, policies)
     assert d.outcome == decision.DENIED and any(f.rule == "command-fallback" for f in d.denials), d.denials
+
+
+@pytest.mark.parametrize("text,expanded", [
+    ("$(X)$(Y)", "12"),        # the `$` right after a reference starts the next one
+    ("$a$(X)", "$a1"),         # a `$` that starts nothing does not swallow what follows
+    ("$()$(X)", "$()1"),       # an empty reference ends at its own `)`
+    ("$(X", "$(X"), ("$$(X)", "$(X)"), ("$(Z)", "$(Z)"),
+])
+def test_variable_references_expand_as_kubernetes_does(text, expanded):
+    assert k8s.expand(text, {"X": "1", "Y": "2"}) == expanded
+
+
+def test_a_network_of_the_same_name_in_another_namespace_is_not_ours(policies, cluster):
+    """Multus JSON entries name their namespace; the policy's network in the pod's namespace is
+    added beside one of the same name elsewhere."""
+    import json
+
+    ns = cluster.namespace("ai-training")
+    other = json.dumps([{"name": "rdma-network", "namespace": "elsewhere"}])
+    pod = k.pod([k.container("trainer")], namespace="ai-training", annotations={"k8s.v1.cni.cncf.io/networks": other})
+    d = decision.decide(pod, ns, policies, cluster.attachments())
+    assert d.outcome == decision.MUTATED, d.denials
+    entries = json.loads(d.pod["metadata"]["annotations"]["k8s.v1.cni.cncf.io/networks"])
+    assert [(e.get("namespace"), e["name"]) for e in entries][:1] == [("elsewhere", "rdma-network")] and len(entries) == 2
+
+
+def test_fallback_messages_name_what_the_fabric_offers():
+    from webhook.policy import load_texts
+
+    text = (ROOT / "policies" / "erdma.yaml").read_text().replace("ncclNet: [IB]", "ncclNet: [IB, Custom]").replace(
+        'hcaDevices: ["erdma_[0-3]"]', 'hcaDevices: ["erdma_0", "erdma_1", "erdma_2"]')
+    ps, errors = load_texts([("erdma.yaml", text)])
+    assert ps is not None, errors
+    policy = ps.by_name["erdma"]
+    assert "does not provide (IB/Custom)" in fallback.judge_setting("NCCL_NET", "Other", policy)
+    assert "devices (erdma_0, erdma_1, ...)" in fallback.judge_setting("NCCL_IB_HCA", "mlx5", policy)

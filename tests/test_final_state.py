@@ -32,6 +32,7 @@ nccl:
   NCCL_DEBUG: WARN
   NCCL_NET: {value: IB, enforce: true}
   NCCL_IB_GID_INDEX: {value: "3", enforce: true}
+  NCCL_SOCKET_IFNAME: {value: eth0, enforce: true}
 """
 
 
@@ -112,6 +113,9 @@ def test_enforced_values_compare_as_nccl_reads_them(pinned):
     # any other enforced variable must be the very value
     d = decision.check_final(_with_env(pod, "NCCL_IB_GID_INDEX", "03"), NS, pinned)
     assert [(f.rule, f.message.split(",")[0]) for f in d.denials] == [("enforced-env", "NCCL_IB_GID_INDEX is '03'")]
+    # only NCCL_NET compares without case: an interface name is the very name
+    d = decision.check_final(_with_env(pod, "NCCL_SOCKET_IFNAME", "ETH0"), NS, pinned)
+    assert [f.message.split(",")[0] for f in d.denials] == ["NCCL_SOCKET_IFNAME is 'ETH0'"]
     # every enforced variable is checked, not only the first after an unenforced one
     d = decision.check_final(_with_env(pod, "NCCL_NET", "Socket"), NS, pinned)
     assert [f.message.split(",")[0] for f in d.denials if f.rule == "enforced-env"] == ["NCCL_NET is 'Socket'"]
@@ -143,3 +147,39 @@ def test_env_lookup_of_a_missing_name_names_it():
     env = k8s.Env([{"name": "NCCL_NET", "value": "IB"}])
     with pytest.raises(KeyError, match="NCCL_DEBUG"):
         env["NCCL_DEBUG"]
+
+
+def test_the_guard_keeps_the_warnings_of_a_pod_it_passes(pinned):
+    pod = _with_env(good_pod(pinned), "NCCL_DEBUG", "INFO")
+    d = decision.check_final(pod, NS, pinned)
+    assert d.outcome == decision.UNCHANGED and d.warnings == ["trainer: NCCL_DEBUG=INFO logs heavily; use WARN outside debugging"]
+
+
+def test_enforced_values_replace_what_the_user_set_and_say_so(pinned):
+    c = k.container("trainer", env=[{"name": "NCCL_NET", "valueFrom": {"configMapKeyRef": {"name": "c", "key": "k"}}},
+                                    {"name": "NCCL_IB_GID_INDEX", "value": "1"}, {"name": "NCCL_SOCKET_IFNAME", "value": "eth0"}])
+    d = decision.decide(k.pod([c]), NS, pinned)
+    assert d.outcome == decision.MUTATED, d.denials
+    env = d.pod["spec"]["containers"][0]["env"]
+    assert env[:3] == [{"name": "NCCL_NET", "value": "IB"}, {"name": "NCCL_IB_GID_INDEX", "value": "3"},
+                       {"name": "NCCL_SOCKET_IFNAME", "value": "eth0"}]
+    assert d.warnings[1:] == ["trainer: NCCL_NET is enforced by policy pinned: a valueFrom source replaced by 'IB'",
+                              "trainer: NCCL_IB_GID_INDEX is enforced by policy pinned: '1' replaced by '3'"]
+    assert d.notes[0] == "trainer: rdma/hca: 1, 3 NCCL variables, IPC_LOCK"
+
+
+def test_a_device_the_user_already_asked_for_is_not_a_note(pinned):
+    c = k.container("trainer", limits={"rdma/hca": "2"}, requests={"rdma/hca": "2"})
+    d = decision.decide(k.pod([c]), NS, pinned)
+    assert d.outcome == decision.MUTATED and not d.notes[0].startswith("trainer: rdma/hca"), d.notes
+    assert d.pod["spec"]["containers"][0]["resources"]["limits"]["rdma/hca"] == "2"
+
+
+@pytest.mark.parametrize("mount_path", [5, None, "/dev/shmX", "/dev/shm-old"])
+def test_mounts_that_are_not_dev_shm_are_left_alone(pinned, mount_path):
+    c = k.container("trainer")
+    c["volumeMounts"] = [{"name": "other", "mountPath": mount_path}]
+    d = decision.decide(k.pod([c], volumes=[{"name": "other", "emptyDir": {}}], automount=False), NS, pinned)
+    assert d.outcome == decision.MUTATED, d.denials
+    mounts = d.pod["spec"]["containers"][0]["volumeMounts"]
+    assert mounts[0]["mountPath"] == mount_path and [m["mountPath"] for m in mounts[1:]] == ["/dev/shm"], mounts

@@ -5,8 +5,8 @@ Why gunicorn as the master: pre-fork with the app built once (`preload_app`, so 
 fails before any fork), worker supervision, graceful shutdown on SIGTERM (stop accepting, finish
 in-flight requests within `graceful_timeout`, exit). Why uvicorn
 workers: one event loop thread per worker with uvloop's TLS and httptools' parser in C, so idle
-or slow clients hold a protocol object each, not a thread, at 0.34 ms of CPU per admission where
-gunicorn's gevent worker took 0.48 (benchmarks/README.md). Its `ssl_context` setting hands the
+or slow clients hold a protocol object each, not a thread (benchmarks/README.md, "Serving
+stack"). Its `ssl_context` setting hands the
 worker `webhook.tls.ServingTLS`, one live context per worker, reloaded in place when the
 certificate files change.
 
