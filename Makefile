@@ -8,9 +8,9 @@ BIN := $(VENV)/bin
 # Core tests run a second time on the interpreted source (what RDMA_WEBHOOK_PURE_PYTHON=1 installs).
 PURE_TESTS := tests/test_decision.py tests/test_patch.py tests/test_k8s.py tests/test_nccl.py \
               tests/test_review.py tests/test_properties.py tests/test_workloads.py tests/test_build.py \
-              tests/test_commands.py tests/test_fabrics.py
+              tests/test_commands.py tests/test_fabrics.py tests/test_final_state.py tests/test_core_edges.py
 
-.PHONY: run test test-pure e2e compile bench clean
+.PHONY: run test test-pure e2e compile bench clean planted mutation
 
 # The editable install itself stays interpreted; `compile` builds the C extensions in place.
 # editable_mode=compat puts the checkout on sys.path, where mypyc's shared runtime module
@@ -24,8 +24,8 @@ $(VENV)/.installed: pyproject.toml
 
 # mypyc reads every module's types, so any change under webhook/ rebuilds (about 45 s).
 $(VENV)/.compiled: $(VENV)/.installed setup.py $(wildcard webhook/*.py)
+# setup.py records what it built from in build/mypyc-sources.json (tests/test_build.py checks it).
 	$(BIN)/python setup.py --quiet build_ext --inplace
-	touch webhook/*.so *__mypyc.*.so  # setuptools skips relinking when mypyc's C is unchanged: the build is current
 	touch $@
 
 compile: $(VENV)/.compiled
@@ -39,10 +39,29 @@ test: $(VENV)/.compiled
 
 test-pure: $(VENV)/.installed
 	rm -rf build/pure && mkdir -p build/pure && cp -r webhook build/pure/ && rm -f build/pure/webhook/*.so
+	ln -s ../../policies build/pure/policies  # beside the package, where `review` looks by default
 	PYTHONPATH=build/pure RDMA_WEBHOOK_EXPECT=pure $(BIN)/pytest -q -p no:cacheprovider $(PURE_TESTS)
 
 e2e: $(VENV)/.compiled
 	E2E_PYTHON=$(BIN)/python ./e2e/run.sh
+
+# Each bug of tests/planted_bugs.py planted in a copy of the checkout: the named tests must fail.
+planted: $(VENV)/.compiled
+	$(BIN)/python tests/planted_bugs.py --json tests/planted_bugs.json
+
+# Mutation testing of decision, fallback, mutation, nccl, k8s and patch with mutmut (outside CI):
+# the interpreted source in a copy (build/mutation; a second `make mutation` resumes where the
+# copy's results stop, `rm -rf build/mutation` starts afresh), the configuration in
+# pyproject.toml's [tool.mutmut], the survivors in tests/mutation-survivors.txt, the verdicts in
+# tests/MUTATION.md. MUTANTS='webhook.fallback.*' runs a part (mutmut's name patterns).
+MUTANTS ?=
+mutation: $(VENV)/.installed
+	$(EDITABLE) '.[test,mutation]'
+	test -d build/mutation || { mkdir -p build/mutation && git ls-files -z --cached --others --exclude-standard \
+	  | xargs -0 cp -P --parents -t build/mutation; }
+	cd build/mutation && HYPOTHESIS_PROFILE=mutation $(CURDIR)/$(BIN)/mutmut run --max-children 2 $(MUTANTS)
+	cd build/mutation && $(CURDIR)/$(BIN)/python $(CURDIR)/tests/mutation_summary.py > $(CURDIR)/tests/mutation-survivors.txt
+	@sed -n '1,12p' tests/mutation-survivors.txt
 
 bench: $(VENV)/.compiled
 	$(EDITABLE) '.[test,bench]'

@@ -3,6 +3,8 @@ with mypyc (README, "Dependencies"). RDMA_WEBHOOK_PURE_PYTHON=1 builds without i
 platform without a C compiler: the same code then runs interpreted, about half as fast."""
 
 import ast
+import hashlib
+import json
 import os
 from pathlib import Path
 
@@ -26,4 +28,21 @@ def ext_modules():
     return mypycify(["--ignore-missing-imports", "--follow-imports=silent", *compiled_modules()], opt_level="3")
 
 
-setup(ext_modules=ext_modules())
+# What the compiled extensions were built from: the sha256 of every webhook module present when
+# mypyc read them (it reads the core and what it imports). Written only after a build that
+# succeeded; tests/test_build.py compares it with the source under test, so a build that left
+# old extensions in place (or a source edited since) fails the suite instead of testing old code.
+MANIFEST = Path(__file__).with_name("build") / "mypyc-sources.json"
+
+
+def source_hashes() -> dict[str, str]:
+    return {p.name: hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(Path(__file__).with_name("webhook").glob("*.py"))}
+
+
+read = source_hashes()  # before mypyc reads them
+modules = ext_modules()
+setup(ext_modules=modules)
+if modules:
+    MANIFEST.parent.mkdir(exist_ok=True)
+    MANIFEST.write_text(json.dumps(read, indent=1) + "\n")

@@ -6,6 +6,17 @@ the log line. Policy loading is excluded. Also the policy-count scaling (1, 10, 
 variants of policies/erdma.yaml with distinct names and namespace selectors).
 
     .venv/bin/python benchmarks/decision.py [--seconds 1.0] [--json out.json]
+    .venv/bin/python benchmarks/decision.py --cores compiled,interpreted --repeats 5 --store decision-cores
+    .venv/bin/python benchmarks/decision.py --instructions --store decision-instructions
+
+`--cores`: the compiled core (the checkout's extensions, `make compile`) and the interpreted one
+(a copy of webhook/ without them on PYTHONPATH) side by side in one run, each repeat a fresh
+process per core, the order alternating; medians per shape and the ratio. `--instructions`:
+instructions per decision counted by callgrind (valgrind), for both cores: after warm-up
+decisions of every shape, N decisions of each shape, their instructions read from a callgrind
+dump taken at a marker call between shapes, divided by N (start-up, imports and policy loading
+fall outside); repeatable where wall-clock moves with the machine's load. `--store NAME` writes benchmarks/results/NAME.json with the commit, machine,
+load and command (benchmarks/provenance.py).
 """
 
 from __future__ import annotations
@@ -76,7 +87,7 @@ def outcome(body: bytes, policies, cluster) -> str:
     return decision.outcome if decision else ("allowed" if doc.get("response", {}).get("allowed") else "error")
 
 
-def run(seconds: float = 1.0) -> dict:
+def run(seconds: float = 1.0, scaling: bool = True) -> dict:
     cluster = FileClusterState.from_file(str(ROOT / "examples" / "cluster-state.yaml"))
     bs = bodies()
     out: dict = {"shapes": {}, "scaling": {}}
@@ -86,7 +97,7 @@ def run(seconds: float = 1.0) -> dict:
         resp = one(body, shipped, cluster)
         out["shapes"][name] = {"body_bytes": len(body), "response_bytes": len(resp), "outcome": outcome(body, shipped, cluster),
                                "decisions_per_s": round(rate), "us_per_decision": round(us, 1)}
-    for n in (1, 10, 100):
+    for n in (1, 10, 100) if scaling else ():
         ps = load_policies(n) if n > 1 else load_texts(policy_variants(2)[:1])[0]
         row = {}
         for name in ("pytorchjob-worker", "mpijob-worker", "denied", "untouched"):
@@ -96,15 +107,170 @@ def run(seconds: float = 1.0) -> dict:
     return out
 
 
+CORES = ("compiled", "interpreted")
+WARM, CALLS = 30, 200
+
+
+def _core_env(core: str, pure_dir: Path) -> dict[str, str]:
+    import os
+
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    env["PYTHONPATH"] = str(ROOT) if core == "compiled" else str(pure_dir)
+    env["PYTHONHASHSEED"] = "0"
+    return env
+
+
+def _pure_copy(dest: Path) -> Path:
+    import shutil
+
+    shutil.copytree(ROOT / "webhook", dest / "webhook", ignore=shutil.ignore_patterns("*.so", "__pycache__"))
+    return dest
+
+
+def _check_core() -> list[str]:
+    import importlib
+
+    import webhook
+
+    for name in webhook.COMPILED_MODULES:
+        importlib.import_module(f"webhook.{name}")
+    return webhook.compiled()
+
+
+def _child(core: str, pure_dir: Path, args: list[str]) -> dict:
+    import subprocess
+
+    out = subprocess.run([sys.executable, "-P", str(Path(__file__).resolve()), *args], env=_core_env(core, pure_dir),
+                         capture_output=True, text=True, check=True)
+    return json.loads(out.stdout)
+
+
+def cores_side_by_side(seconds: float, repeats: int) -> dict:
+    """Both cores in one run: `repeats` rounds, a fresh process per core, alternating order."""
+    import statistics
+    import tempfile
+
+    with tempfile.TemporaryDirectory(prefix="rdma-webhook-pure-") as tmp:
+        pure = _pure_copy(Path(tmp))
+        rounds = []
+        for r in range(repeats):
+            order = CORES if r % 2 == 0 else CORES[::-1]
+            for core in order:
+                got = _child(core, pure, ["--child-run", str(seconds)])
+                expected = [] if core == "interpreted" else list(_check_core_names())
+                assert got["compiled"] == expected, (core, got["compiled"])
+                rounds.append({"core": core, "round": r, "us_per_decision": {n: v["us_per_decision"] for n, v in got["shapes"].items()}})
+                print(f"round {r} {core:11s} " + " ".join(f"{n} {v['us_per_decision']:.1f}" for n, v in got["shapes"].items()),
+                      file=sys.stderr, flush=True)
+    shapes = list(rounds[0]["us_per_decision"])
+    out: dict = {"repeats": repeats, "seconds_per_shape": seconds, "rounds": rounds, "median_us": {}, "ratio_interpreted_to_compiled": {}}
+    for core in CORES:
+        out["median_us"][core] = {n: round(statistics.median(x["us_per_decision"][n] for x in rounds if x["core"] == core), 1)
+                                  for n in shapes}
+    for n in shapes:
+        pairs = [b["us_per_decision"][n] / a["us_per_decision"][n]
+                 for a in rounds if a["core"] == "compiled" for b in rounds if b["core"] == "interpreted" and b["round"] == a["round"]]
+        out["ratio_interpreted_to_compiled"][n] = {"median": round(statistics.median(pairs), 2),
+                                                   "min": round(min(pairs), 2), "max": round(max(pairs), 2)}
+    return out
+
+
+def _check_core_names() -> tuple[str, ...]:
+    import webhook
+
+    return webhook.COMPILED_MODULES
+
+
+def child_calls(n: int) -> None:
+    """For callgrind: WARM decisions of every shape, then `n` of each shape in turn, each block
+    opened by a call of zlib.adler32 (the marker: callgrind dumps its counts on entering
+    `adler32_z`, which nothing else here calls after start-up)."""
+    import zlib
+
+    cluster = FileClusterState.from_file(str(ROOT / "examples" / "cluster-state.yaml"))
+    shipped = load_policies(None)
+    bs = bodies()
+    for body in bs.values():
+        for _ in range(WARM):
+            one(body, shipped, cluster)
+    for body in bs.values():
+        zlib.adler32(b"")
+        for _ in range(n):
+            one(body, shipped, cluster)
+    zlib.adler32(b"")
+
+
+def instructions(calls: int) -> dict:
+    import re
+    import shutil
+    import subprocess
+    import tempfile
+
+    if not shutil.which("valgrind"):
+        raise SystemExit("--instructions needs valgrind (apt-get install -y valgrind)")
+    shapes = list(bodies())
+    with tempfile.TemporaryDirectory(prefix="rdma-webhook-pure-") as tmp:
+        pure = _pure_copy(Path(tmp))
+        out: dict = {"calls": calls, "warm_per_shape": WARM, "instructions_per_decision": {}}
+        for core in CORES:
+            got = _child(core, pure, ["--child-core"])
+            assert got["compiled"] == ([] if core == "interpreted" else list(_check_core_names())), (core, got)
+            dump = Path(tmp) / f"cg-{core}.out"
+            subprocess.run(["valgrind", "--tool=callgrind", "--dump-before=adler32_z", f"--callgrind-out-file={dump}",
+                            sys.executable, "-P", str(Path(__file__).resolve()), "--child-calls", str(calls)],
+                           env=_core_env(core, pure), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True)
+            parts = sorted(Path(tmp).glob(f"cg-{core}.out.*"), key=lambda p: int(p.suffix[1:]))
+            totals = [int(re.search(r"^totals: (\d+)", p.read_text(), re.M).group(1)) for p in parts]
+            assert len(totals) >= len(shapes) + 1, (core, totals)
+            row = {shape: total // calls for shape, total in zip(shapes, totals[-len(shapes):])}
+            for shape, v in row.items():
+                print(f"{core:11s} {shape:26s} {v:>10,d} instructions per decision", file=sys.stderr, flush=True)
+            out["instructions_per_decision"][core] = row
+        out["ratio_interpreted_to_compiled"] = {
+            n: round(out["instructions_per_decision"]["interpreted"][n] / out["instructions_per_decision"]["compiled"][n], 2)
+            for n in shapes}
+    return out
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--seconds", type=float, default=1.0, help="time per shape (default 1.0)")
     ap.add_argument("--json", help="also write the figures here")
+    ap.add_argument("--cores", help="compiled,interpreted: both cores side by side")
+    ap.add_argument("--repeats", type=int, default=5, help="rounds per core with --cores (default 5)")
+    ap.add_argument("--instructions", action="store_true", help="callgrind instruction counts, both cores")
+    ap.add_argument("--calls", type=int, default=CALLS, help=f"decisions counted per shape with --instructions ({CALLS})")
+    ap.add_argument("--store", metavar="NAME", help="write benchmarks/results/NAME.json with provenance")
+    ap.add_argument("--child-run", type=float, help=argparse.SUPPRESS)
+    ap.add_argument("--child-core", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--child-calls", type=int, help=argparse.SUPPRESS)
     args = ap.parse_args()
+    if args.child_core:
+        print(json.dumps({"compiled": _check_core()}))
+        return 0
+    if args.child_calls:
+        child_calls(args.child_calls)
+        return 0
+    if args.child_run is not None:
+        compiled = _check_core()
+        res = run(args.child_run, scaling=False)
+        print(json.dumps({"compiled": compiled, **res}))
+        return 0
+    import provenance
+
+    prov = provenance.start()
+    if args.cores or args.instructions:
+        res = instructions(args.calls) if args.instructions else cores_side_by_side(args.seconds, args.repeats)
+        print(json.dumps({k: v for k, v in res.items() if k != "rounds"}, indent=1))
+        if args.store:
+            print(f"stored in {provenance.store(args.store, prov, res)}")
+        return 0
     res = run(args.seconds)
+    res["compiled"] = _check_core()
     print(f"{'shape':26s} {'bytes in':>8s} {'bytes out':>9s} {'outcome':>9s} {'decisions/s':>12s} {'µs each':>8s}")
     for name, r in res["shapes"].items():
         print(f"{name:26s} {r['body_bytes']:8d} {r['response_bytes']:9d} {r['outcome']:>9s} {r['decisions_per_s']:12d} {r['us_per_decision']:8.1f}")
+    print(f"\ncore: {'compiled (' + ', '.join(res['compiled']) + ')' if res['compiled'] else 'interpreted'}")
     print("\npolicy-count scaling, µs per decision (policy 1 = erdma only)")
     names = list(next(iter(res["scaling"].values()))["us_per_decision"])
     print(f"{'policies':>8s} " + " ".join(f"{n:>18s}" for n in names))
@@ -112,6 +278,8 @@ def main() -> int:
         print(f"{r['policies']:8d} " + " ".join(f"{r['us_per_decision'][x]:18.1f}" for x in names))
     if args.json:
         Path(args.json).write_text(json.dumps(res, indent=2))
+    if args.store:
+        print(f"stored in {provenance.store(args.store, prov, res)}")
     return 0
 
 

@@ -56,7 +56,16 @@ def main() -> int:
         return 0
     from webhook.tls import ServingTLS
 
-    tls = ServingTLS(args.tls_cert, args.tls_key)
+    class GunicornTLS(ServingTLS):
+        """gunicorn's own workers (the gthread reference floor) call `wrap_socket` on what the
+        `ssl_context` setting returns; `serve`'s uvicorn worker never does."""
+
+        def wrap_socket(self, sock, server_side: bool = True, **kwargs):
+            self.refresh()
+            kwargs["do_handshake_on_connect"] = False
+            return self.context.wrap_socket(sock, server_side=server_side, **kwargs)
+
+    tls = GunicornTLS(args.tls_cert, args.tls_key)
     options = serve.gunicorn_options(host=args.host, port=args.port, workers=args.workers, tls=tls, threads=args.threads)
     if args.server == "gunicorn":
         options["worker_class"] = "gthread"

@@ -13,6 +13,7 @@ else).
     .venv/bin/python benchmarks/instructions.py                     # webhook and floor, 4 connections
     .venv/bin/python benchmarks/instructions.py --target webhook --connections 1
     .venv/bin/python benchmarks/instructions.py --run webhook 500   # one plain run, no valgrind
+    .venv/bin/python benchmarks/instructions.py --store instructions  # also benchmarks/results/instructions.json
 
 The figure is (Ir of a run with 50 + N requests - Ir of a run with 50) / N, so start-up,
 imports and policy loading cancel out. Needs valgrind (apt-get install -y valgrind).
@@ -138,16 +139,26 @@ def main() -> int:
     ap.add_argument("--requests", type=int, default=500)
     ap.add_argument("--connections", type=int, default=4)
     ap.add_argument("--run", nargs=2, metavar=("TARGET", "N"), help=argparse.SUPPRESS)
+    ap.add_argument("--store", metavar="NAME", help="write benchmarks/results/NAME.json with provenance")
     args = ap.parse_args()
     if args.run:
         run(args.run[0], int(args.run[1]), args.connections)
         return 0
     targets = ("webhook", "floor") if args.target == "both" else (args.target,)
+    sys.path.insert(0, str(HERE))
+    import provenance
+
+    prov = provenance.start()
     got = {t: instructions(t, args.requests, args.connections) for t in targets}
     for t, v in got.items():
         print(f"{t:8s} {v:>10,d} instructions per admission ({args.requests} requests of the mix, {args.connections} connections)")
     if len(got) == 2:
         print(f"webhook / floor: {got['webhook'] / got['floor']:.2f}")
+    if args.store:
+        data = {"requests": args.requests, "connections": args.connections, "instructions_per_admission": got}
+        if len(got) == 2:
+            data["webhook_to_floor"] = round(got["webhook"] / got["floor"], 2)
+        print(f"stored in {provenance.store(args.store, prov, data)}")
     return 0
 
 

@@ -322,7 +322,9 @@ def main() -> int:
     for server in ("uvicorn", "granian"):
         makers[f"floor-{server}"] = lambda s=server: floor(s)
         makers[f"webhook-{server}"] = lambda s=server: webhook(s)
-    report: dict = {"machine": machine(), "command": " ".join(sys.argv), "settings": {
+    import provenance
+
+    report: dict = {"provenance": provenance.start(), "machine": machine(), "command": " ".join(sys.argv), "settings": {
         "workers": args.workers, "threads": args.threads, "wrk": f"2 threads, {args.connections} connections", "seconds": args.seconds,
         "rates": args.rates, "latency_seconds": args.latency_seconds,
         "mix": {name: sum(1 for n, _ in seq if n == name) for name, _ in seq},
@@ -346,6 +348,7 @@ def main() -> int:
         print("== decision core", file=sys.stderr, flush=True)
         report["decision"] = decision.run(1.0 if not args.quick else 0.3)
     report["machine"]["loadavg_at_end"] = open("/proc/loadavg").read().split()[:3]
+    provenance.finish(report["provenance"])
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     (out / "latest.json").write_text(json.dumps(report, indent=2))

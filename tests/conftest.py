@@ -28,7 +28,25 @@ from webhook.policy import load_dir
 ROOT = Path(__file__).resolve().parent.parent
 POLICIES = ROOT / "policies"
 CLUSTER_STATE = ROOT / "examples" / "cluster-state.yaml"
-CLI = [sys.executable, "-m", "webhook"]
+# -P: not the working directory first on sys.path. `python -m` would otherwise put the checkout
+# (with the compiled extensions `make compile` leaves in webhook/) ahead of PYTHONPATH, and the
+# pure run (`make test-pure`, PYTHONPATH=build/pure) would serve compiled code.
+CLI = [sys.executable, "-P", "-m", "webhook"]
+
+
+def expected_core() -> str | None:
+    """"compiled" or "pure" when the Makefile says which core this run tests, else None."""
+    return os.environ.get("RDMA_WEBHOOK_EXPECT") or None
+
+
+def check_served_core(log_text: str) -> str:
+    """The core `serve` says it runs (its startup line), checked against RDMA_WEBHOOK_EXPECT."""
+    lines = [line for line in log_text.splitlines() if "decision core: " in line]
+    assert lines, f"no 'decision core:' line in the server log:\n{log_text[-2000:]}"
+    served = "compiled" if "decision core: compiled" in lines[0] else "pure" if "decision core: interpreted" in lines[0] else "?"
+    expected = expected_core()
+    assert expected is None or served == expected, f"this run tests the {expected} core, the server ran {served}: {lines[0]}"
+    return served
 
 
 @pytest.fixture(scope="session")
@@ -105,6 +123,11 @@ def start_server(tmp: Path, *, extra_args: list[str] = (), workers: int = 2, pol
         try:
             status, _, _ = server.request("GET", wait_for)
             if status == 200:
+                try:
+                    check_served_core(log.read_text())
+                except AssertionError:
+                    stop_server(server)
+                    raise
                 return server
         except OSError:
             pass

@@ -303,7 +303,7 @@ def _handler_for(server: FakeApiServer) -> type[BaseHTTPRequestHandler]:
                 server.lists_gate.wait(10)
                 self.send_json(200, server._list_doc(kind))
             elif item:
-                server.gets_gate.wait(10)
+                server.gets_gate.wait(30)  # an unbounded client read would wait this long
                 with server.cond:
                     obj = copy.deepcopy(server.objects[NS].get(item.group(1)))
                 if obj is None:

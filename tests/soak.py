@@ -345,9 +345,20 @@ def _run(srv: Server, seconds: float, clients: int, reload_every: float, rotate_
         th.join(REQUEST_TIMEOUT + 5)
     elapsed = time.monotonic() - started
     hung = [th.name for th in threads if th.is_alive()]
-    time.sleep(0.5)  # let the workers write their last metric increments
     mem_end = memory(srv.proc.pid)
-    after = scrape(srv, ctx)
+    # The workers write their last metric increments once per event-loop pass: wait for them to
+    # match the clients' counts (a loaded machine may take a while), up to 30 s; a mismatch that
+    # lasts that long is reported below.
+    answered_now = sum(tally.answered.values())
+    mutate_now = sum(n for kind, n in tally.answered.items() if kind != "healthz")
+    settle = time.monotonic() + 30
+    while True:
+        after = scrape(srv, ctx)
+        adm = sum(after["admissions"].values()) - sum(before["admissions"].values())
+        resp = sum(after["responses"].values()) - sum(before["responses"].values())
+        if (adm == mutate_now and resp == answered_now) or time.monotonic() > settle:
+            break
+        time.sleep(0.2)
     # put the original policy back so the last state is valid (no effect on the counts above)
     adm = sum(after["admissions"].values()) - sum(before["admissions"].values())
     resp = sum(after["responses"].values()) - sum(before["responses"].values())
@@ -461,7 +472,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rotate-every", type=float, default=ROTATE_EVERY)
     ap.add_argument("--json", action="store_true", help="print the summary as JSON too")
     ap.add_argument("--keep", action="store_true", help="keep the work folder (server log, certs, policies)")
+    ap.add_argument("--store", metavar="NAME", help="write benchmarks/results/NAME.json with provenance")
     args = ap.parse_args(argv)
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
+    import provenance
+
+    prov = provenance.start(argv)
     seconds = args.seconds if args.seconds is not None else (args.minutes if args.minutes is not None else 1.0) * 60
     work = Path(tempfile.mkdtemp(prefix="rdma-webhook-soak-"))
     try:
@@ -474,6 +490,8 @@ def main(argv: list[str] | None = None) -> int:
     print(format_summary(summary))
     if args.json:
         print(json.dumps(summary, default=str))
+    if args.store:
+        print(f"stored in {provenance.store(args.store, prov, json.loads(json.dumps({'summary': summary}, default=str)))}")
     return 1 if summary["problems"] else 0
 
 

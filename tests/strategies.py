@@ -48,11 +48,15 @@ settings.register_profile(
 settings.register_profile(
     "long", derandomize=False, deadline=None, print_blob=True,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.filter_too_much])
+# `mutation` (`make mutation`): the CI profile with a thirtieth of its examples (a tenth in test_patch and
+# test_fast_paths too), since every surviving mutant reruns every property test that reaches it.
+settings.register_profile("mutation", parent=settings.get_profile("rdma-ci"))
 PROFILE_NAME = os.environ.get("HYPOTHESIS_PROFILE", "rdma-ci")
-if PROFILE_NAME not in ("rdma-ci", "long"):
+if PROFILE_NAME not in ("rdma-ci", "long", "mutation"):
     PROFILE_NAME = "rdma-ci"
 PROFILE = settings.get_profile(PROFILE_NAME)
 LONG = PROFILE_NAME == "long"
+FEW = PROFILE_NAME == "mutation"
 
 
 def rare(n: int) -> st.SearchStrategy[bool]:
@@ -63,7 +67,7 @@ def rare(n: int) -> st.SearchStrategy[bool]:
 
 def examples(ci: int, long: int) -> settings:
     """Settings for one test: `ci` examples by default, `long` under HYPOTHESIS_PROFILE=long."""
-    return settings(PROFILE, max_examples=long if LONG else ci)
+    return settings(PROFILE, max_examples=long if LONG else max(5, ci // 30) if FEW else ci)
 
 
 # -- the cluster the generated pods are sent into -----------------------------------------------

@@ -5,12 +5,15 @@ build would test yesterday's code)."""
 from __future__ import annotations
 
 import ast
+import hashlib
 import importlib
+import json
 import os
-import sys
+import subprocess
 from pathlib import Path
 
 import webhook
+from conftest import CLI, ROOT
 
 SOURCE = Path(webhook.__file__).resolve().parent
 
@@ -57,18 +60,29 @@ def test_core_sources_are_the_compiled_modules_and_what_they_import():
     assert not names & {"app", "serve", "asgi", "uvworker", "cli"}
 
 
-def _built_at(shim: Path) -> float:
-    """When a compiled module's code was last built. mypyc puts the code of all modules in one
-    shared library (`<hash>__mypyc.*.so`, beside setup.py); each `webhook/<name>.*.so` is a shim
-    that imports it, rewritten only when its own (unchanging) text does, so a rebuild after a
-    source change may leave the shims' times as they were."""
-    shared = [p for d in (SOURCE.parent, *map(Path, sys.path)) if d.is_dir() for p in d.glob("*__mypyc.*.so")]
-    return max([shim.stat().st_mtime] + [p.stat().st_mtime for p in shared])
+MANIFEST = SOURCE.parent / "build" / "mypyc-sources.json"
 
 
-def test_compiled_extensions_are_newer_than_their_sources():
+def test_compiled_extensions_were_built_from_this_source():
+    """setup.py records the sha256 of every webhook module as mypyc read it, after a build that
+    succeeded; the sources under test must be those. (Modification times proved nothing: the
+    build leaves unchanged extensions alone, so `make compile` touched them all.)"""
     _import_core()
-    newest_source = max(p.stat().st_mtime for p in _core_sources())
-    for name in webhook.compiled():
-        built = Path(importlib.import_module(f"webhook.{name}").__file__)
-        assert _built_at(built) >= newest_source, f"{built.name} is older than the source: run `make compile`"
+    if not webhook.compiled():
+        return  # the interpreted run: nothing was built
+    assert MANIFEST.exists(), f"{MANIFEST} missing: run `make compile`"
+    built = json.loads(MANIFEST.read_text())
+    stale = sorted(p.name for p in _core_sources()
+                   if built.get(p.name) != hashlib.sha256(p.read_bytes()).hexdigest())
+    assert not stale, f"the compiled core was built from other versions of {stale}: run `make compile`"
+
+
+def test_subprocesses_run_the_core_under_test():
+    """The CLI and `serve` are started as `conftest.CLI` (python -P -m webhook): they must import
+    the same core as this process, compiled under `make test`, interpreted under `make test-pure`
+    (where the checkout's extensions must not come first on sys.path)."""
+    code = ("import webhook, importlib; [importlib.import_module('webhook.' + n) for n in webhook.COMPILED_MODULES]; "
+            "print(','.join(webhook.compiled()))")
+    out = subprocess.run([*CLI[:-2], "-c", code], capture_output=True, text=True, cwd=str(ROOT), check=True)
+    _import_core()
+    assert out.stdout.strip() == ",".join(webhook.compiled())

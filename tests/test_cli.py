@@ -12,13 +12,14 @@ import yaml
 from cryptography import x509
 
 import kube_objects as k
+from conftest import CLI
 
 ROOT = Path(__file__).resolve().parent.parent
 STATE = str(ROOT / "examples" / "cluster-state.yaml")
 
 
 def run(*args, stdin=None):
-    return subprocess.run([sys.executable, "-m", "webhook", *args], capture_output=True, text=True, input=stdin, cwd=ROOT)
+    return subprocess.run([*CLI, *args], capture_output=True, text=True, input=stdin, cwd=ROOT)
 
 
 def write(tmp_path, name, *docs):
@@ -222,3 +223,35 @@ def test_review_refuses_unrendered_templates(tmp_path):
     assert out.returncode == 2 and "spec.template, container 't': resources.limits.nvidia.com/gpu" in out.stderr
     job["spec"]["template"]["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] = 8
     assert run("review", "--cluster-state", STATE, write(tmp_path, "job.yaml", job)).returncode == 0
+
+
+def _serve_with(tmp_path, server: str, pythonpath: list[str] = ()):
+    import os
+
+    from webhook.certs import write_certs
+
+    write_certs(tmp_path / "certs", "rdma-webhook", "rdma-webhook", dns=["localhost"], ips=["127.0.0.1"])
+    path = os.pathsep.join([*pythonpath, *filter(None, [os.environ.get("PYTHONPATH")])])
+    env = {**os.environ, "RDMA_WEBHOOK_SERVER": server, "PYTHONPATH": path,
+           "PROMETHEUS_MULTIPROC_DIR": str(tmp_path / "metrics")}
+    return subprocess.run([*CLI, "serve", "--policies", str(ROOT / "policies"), "--cluster-state", STATE,
+                           "--tls-cert", str(tmp_path / "certs" / "tls.crt"), "--tls-key", str(tmp_path / "certs" / "tls.key"),
+                           "--host", "127.0.0.1", "--port", "9"], capture_output=True, text=True, env=env, cwd=ROOT, timeout=60)
+
+
+def test_serve_without_granian_installed_is_a_one_line_error(tmp_path):
+    """RDMA_WEBHOOK_SERVER=granian (a benchmark candidate, in the bench extra only) on an install
+    without granian: exit 2 and one line on stderr saying so, not a traceback. A package on
+    PYTHONPATH that cannot be imported stands for the missing one, whatever this venv has."""
+    blocked = tmp_path / "blocked"
+    (blocked / "granian").mkdir(parents=True)
+    (blocked / "granian" / "__init__.py").write_text("raise ImportError('No module named granian (blocked by the test)')\n")
+    out = _serve_with(tmp_path, "granian", [str(blocked)])
+    assert out.returncode == 2 and out.stdout == "", out
+    assert out.stderr.startswith("error: RDMA_WEBHOOK_SERVER='granian' is a benchmark candidate") and out.stderr.count("\n") == 1, out.stderr
+
+
+def test_serve_with_an_unknown_server_is_a_one_line_error(tmp_path):
+    out = _serve_with(tmp_path, "gevent")
+    assert out.returncode == 2 and out.stdout == "", out
+    assert out.stderr.startswith("error: RDMA_WEBHOOK_SERVER='gevent': expected one of uvicorn, granian") and out.stderr.count("\n") == 1, out.stderr

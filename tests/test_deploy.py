@@ -20,8 +20,10 @@ from pathlib import Path
 
 import pytest
 
+from webhook import keys
 from webhook.metrics import EXPORTED_METRIC_NAMES
 import yaml
+from conftest import CLI
 
 REPO = Path(__file__).resolve().parents[1]
 DEPLOY = REPO / "deploy"
@@ -147,7 +149,7 @@ def write_certs(out: Path) -> str:
     """Writes ca.crt, ca.key, tls.crt, tls.key into `out` exactly as the
     README tells users to: with `rdma-webhook certs`. Returns its stdout."""
     script = Path(sys.executable).parent / "rdma-webhook"
-    cli = [str(script)] if script.exists() else [sys.executable, "-m", "webhook"]
+    cli = [str(script)] if script.exists() else [*CLI]
     proc = subprocess.run(
         [*cli, "certs", "--service", SERVICE, "--namespace", NAMESPACE, "--out", str(out)],
         capture_output=True, text=True, timeout=120, cwd=REPO,
@@ -540,9 +542,18 @@ def test_validating_workload_webhook():
 
 
 def test_match_conditions_check_the_pod_label():
-    assert "'rdma-webhook.io/inject'" in POD_OPT_IN_CEL
-    assert "== 'true'" in POD_OPT_IN_CEL
-    assert "'rdma-webhook'" in NAMESPACE_CEL
+    """The CEL conditions the API server evaluates name the label, value and namespaces the
+    webhook itself reads (webhook.keys) and runs in (the rendered Deployment)."""
+    hooks = _webhooks(rendered("."))
+    deployment_ns = _deployment()["metadata"]["namespace"]
+    for hook_id in ("mutate-pods", "validate-pods"):
+        conditions = {c["name"]: c["expression"] for c in hooks[hook_id]["matchConditions"]}
+        label = re.fullmatch(r"has\(object\.metadata\.labels\) && '([^']+)' in object\.metadata\.labels"
+                             r" && object\.metadata\.labels\['([^']+)'\] == '([^']+)'", conditions["pod-opted-in"])
+        assert label, conditions["pod-opted-in"]
+        assert label.group(1) == label.group(2) == keys.POD_INJECT and label.group(3) == keys.POD_INJECT_TRUE, hook_id
+        skipped = set(re.findall(r"request\.namespace != '([^']+)'", conditions["not-webhook-namespace"]))
+        assert skipped == {deployment_ns, "kube-system"}, (hook_id, skipped)
 
 
 @pytest.mark.parametrize("hook_id", ["mutate-pods", "validate-pods", "validate-workloads"])

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 import kube_objects as k
 from webhook import commands, decision, fallback, k8s
 from webhook.policy import load_dir
-from strategies import ROOT
+from strategies import FEW, ROOT
 
 _REF = re.compile(r"\$\$|\$\(([^)]*)\)")
 
@@ -31,7 +31,7 @@ def _expand_by_sub(value: str, defined: dict[str, str]) -> str:
 _text = st.text(alphabet="$()AB_x ", max_size=16)
 
 
-@settings(max_examples=500, deadline=None)
+@settings(max_examples=50 if FEW else 500, deadline=None)
 @given(_text, st.dictionaries(st.sampled_from(["A", "B", "AB", "", "x y"]), st.text(alphabet="$()A_", max_size=4), max_size=3))
 def test_expand_matches_the_regex_substitution(value, defined):
     assert k8s.expand(value, defined) == _expand_by_sub(value, defined)
@@ -44,7 +44,7 @@ _env_items = st.lists(st.one_of(
     st.sampled_from([None, "junk", {"name": 5}])), max_size=8)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=30 if FEW else 300, deadline=None)
 @given(_env_items, st.lists(st.sampled_from("ABCDE"), max_size=12))
 def test_env_answers_do_not_depend_on_the_order_of_questions(items, asked):
     env = k8s.Env(items)
@@ -73,7 +73,7 @@ def test_judgement_is_remembered_per_policy_object():
     assert fallback.judge_setting("NCCL_IB_DISABLE", "0x1", erdma)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=30 if FEW else 300, deadline=None)
 @given(st.one_of(st.integers(-3, 100), st.text(alphabet="0123456789mKiGx.٣²-", max_size=4), st.booleans(), st.none()))
 def test_gpu_count_fast_path_agrees_with_the_quantity_parser(value):
     c = {"resources": {"limits": {"nvidia.com/gpu": value}}}
@@ -128,7 +128,7 @@ _command_text = st.lists(st.sampled_from(["NCCL_NET", "NCCL_IB_DISABLE", "NCCL_D
                          max_size=16).map("".join)
 
 
-@settings(max_examples=2000, deadline=None)
+@settings(max_examples=200 if FEW else 2000, deadline=None)
 @given(_command_text)
 def test_command_scan_finds_what_the_single_regex_found(text):
     """The textual reading (`commands.scan_text`, what a script the parser cannot read gets):

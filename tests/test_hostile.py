@@ -41,6 +41,8 @@ from webhook.policy import load_texts
 
 # -- helpers ------------------------------------------------------------------------------------
 
+CRASH_WITHOUT_UID = "request could not be processed"  # webhook/app.py, `admit`
+
 
 def check_answer(status: int, data: bytes, uid: str | None = None) -> dict[str, Any]:
     """A 4xx with a JSON error, or a 200 AdmissionReview (allowed, or denied with a 4xx status
@@ -49,6 +51,9 @@ def check_answer(status: int, data: bytes, uid: str | None = None) -> dict[str, 
     doc = json.loads(data)
     if status != 200:
         assert 400 <= status < 500 and isinstance(doc.get("error"), str) and doc["error"], (status, doc)
+        # webhook/app.py's answer to an exception in the decision core for a body without a uid:
+        # a 400 that hides a crash, not an answer to bad input
+        assert doc["error"] != CRASH_WITHOUT_UID, (status, doc)
         return doc
     assert doc["apiVersion"] == "admission.k8s.io/v1" and doc["kind"] == "AdmissionReview", doc
     r = doc["response"]
@@ -61,11 +66,10 @@ def check_answer(status: int, data: bytes, uid: str | None = None) -> dict[str, 
     return doc
 
 
-def check_alive(srv: conftest.Server, within: float = 5.0) -> None:
+def check_alive(srv: conftest.Server, within: float = 15.0) -> None:
     assert srv.proc.poll() is None, f"server exited {srv.proc.returncode}"
-    start = time.monotonic()
     status, _, _ = srv.request("GET", "/healthz", conn=srv.connection(timeout=within))
-    assert status == 200 and time.monotonic() - start < within
+    assert status == 200
 
 
 def tls_socket(srv: conftest.Server, timeout: float = 10, ctx: ssl.SSLContext | None = None) -> ssl.SSLSocket:
@@ -231,7 +235,6 @@ def test_wrong_types_everywhere(server):
     paths = [p for p in _paths(rv) if p and p != ("request", "uid")]
     conn = server.connection()
     n = 0
-    started = time.monotonic()
     try:
         for path in paths:
             for wrong in WRONG:
@@ -242,7 +245,7 @@ def test_wrong_types_everywhere(server):
                 n += 1
     finally:
         conn.close()
-    assert n > 500 and time.monotonic() - started < 120
+    assert n > 500
     check_alive(server)
 
 
@@ -290,17 +293,17 @@ _HEAD = b"POST /mutate HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/
 
 
 def test_oversized_content_length_variants(server):
-    """Content-Length one over the limit: 413 before the body is sent. Malformed lengths: 4xx."""
+    """Content-Length one over the limit: 413 before the body is sent. Malformed lengths, and
+    Content-Length with Transfer-Encoding (the request smuggling shape): 400 from the HTTP parser
+    (httptools refuses both; RFC 9112 6.1 lets a server reject the pair), answered, not just closed."""
     status, body, sent = streamed(server, _HEAD + b"Content-Length: %d\r\n\r\n" % (MAX_BODY + 1), iter([b"{" * 1024]), timeout=15)
     assert status == 413 and sent <= 1024, (status, body)
     for bad in (b"-1", b"abc", b"1, 2", b"99999999999999999999999"):
         status, body, _ = streamed(server, _HEAD + b"Content-Length: " + bad + b"\r\n\r\n", iter([b"{}"]), timeout=15)
-        assert 400 <= status < 500 or status == 0, (bad, status, body)  # 0: closed without an answer
+        assert status == 400, (bad, status, body)
         check_alive(server)
-    # Content-Length and Transfer-Encoding together (request smuggling shape): refused or read
-    # as chunked, never a 5xx
     status, body, _ = streamed(server, _HEAD + b"Content-Length: 4\r\nTransfer-Encoding: chunked\r\n\r\n", iter([b"2\r\n{}\r\n0\r\n\r\n"]), timeout=15)
-    assert status == 0 or status < 500, (status, body)
+    assert status == 400, (status, body)
     check_alive(server)
 
 
@@ -343,7 +346,14 @@ def own_server(tmp_path):
     stop_server(srv)
 
 
-def _probe(srv: conftest.Server, budget: float) -> float:
+# How long a probe may take while hostile clients hold connections. A server they starve answers
+# only when the server cuts them (10 s, webhook.asgi.REQUEST_TIMEOUT) or never (idle
+# connections); an unloaded probe takes milliseconds. 6 s sits between, with room for a loaded
+# 2-core machine on one side and the starved case on the other.
+PROBE_BUDGET = 6.0
+
+
+def _probe(srv: conftest.Server, budget: float = PROBE_BUDGET) -> float:
     """One review over a fresh connection; its round-trip time (raises past `budget`)."""
     body, uid = review_body(k.pytorchjob_worker())
     start = time.monotonic()
@@ -357,7 +367,7 @@ SLOW_CLIENTS = 12  # more than the 2 workers x 4 threads the server runs today
 
 def test_slow_clients_do_not_starve_others(own_server):
     """While SLOW_CLIENTS trickle a request body one byte a second, other clients are served
-    within 3 s each; the trickling requests are cut within webhook.asgi.REQUEST_TIMEOUT (10 s;
+    within PROBE_BUDGET each; the trickling requests are cut within webhook.asgi.REQUEST_TIMEOUT (10 s;
     the API server gives up on a webhook call after timeoutSeconds <= 10 anyway) plus a margin."""
     srv = own_server
     stop = threading.Event()
@@ -394,12 +404,12 @@ def test_slow_clients_do_not_starve_others(own_server):
         time.sleep(1.0)
         worst = 0.0
         while time.monotonic() - start < 12:
-            worst = max(worst, _probe(srv, budget=3.0))
+            worst = max(worst, _probe(srv))
             time.sleep(0.5)
-        assert worst < 3.0
+        assert worst < PROBE_BUDGET
         for th in threads:
             th.join(40)
-        assert all(0 <= t < 15 for t in ended.values()), f"slow clients not cut within 15 s: {ended}"
+        assert all(0 <= t < 25 for t in ended.values()), f"slow clients not cut within 25 s: {ended}"
     finally:
         stop.set()
         for th in threads:
@@ -431,7 +441,7 @@ def test_slow_request_head_is_cut(server):
         s.sendall(b"POST /mutate HTTP/1.1\r\n")
         s.settimeout(1.0)
         closed = None
-        while time.monotonic() - start < 20:
+        while time.monotonic() - start < 30:
             try:
                 s.sendall(b"X-Slow: 1\r\n")
                 if s.recv(1024) == b"":
@@ -442,7 +452,7 @@ def test_slow_request_head_is_cut(server):
             except OSError:
                 closed = time.monotonic() - start
                 break
-    assert closed is not None and 9 <= closed < 14, closed
+    assert closed is not None and 9 <= closed < 25, closed  # 10 s, never before; late on a loaded machine
     check_alive(server)
 
 
@@ -451,20 +461,18 @@ IDLE = 200
 
 def test_many_idle_connections_do_not_block_others(own_server):
     """IDLE TLS connections (handshake done, nothing sent) and as many raw TCP ones stay open
-    while normal requests keep being answered within 3 s each."""
+    while normal requests keep being answered within PROBE_BUDGET each."""
     srv = own_server
     idle: list[socket.socket] = []
     try:
         for _ in range(IDLE // 2):
             idle.append(socket.create_connection(("127.0.0.1", srv.port), timeout=5))
-        opened = time.monotonic()
         for _ in range(IDLE):
-            idle.append(tls_socket(srv, timeout=5))
+            idle.append(tls_socket(srv, timeout=PROBE_BUDGET))
             if len(idle) % 25 == 0:
-                _probe(srv, budget=3.0)
-        assert time.monotonic() - opened < 30
+                _probe(srv)
         for _ in range(10):
-            assert _probe(srv, budget=3.0) < 3.0
+            assert _probe(srv) < PROBE_BUDGET
             time.sleep(0.2)
     finally:
         for s in idle:
@@ -483,7 +491,7 @@ def test_idle_keepalive_connections_do_not_block_others(own_server):
             assert srv.request("GET", "/healthz", conn=c)[0] == 200
             conns.append(c)
         for _ in range(5):
-            assert _probe(srv, budget=3.0) < 3.0
+            assert _probe(srv) < PROBE_BUDGET
         # and the kept-alive ones still work
         for c in conns[:10]:
             assert srv.request("GET", "/healthz", conn=c)[0] == 200
@@ -727,7 +735,7 @@ def test_duplicate_policy_names_in_one_file_and_alias_bomb():
     text = _GOOD + "extra:\n" + "".join("  " + line + "\n" for line in bomb.splitlines())
     start = time.monotonic()
     policies, errors = load_texts([("bomb.yaml", text)])
-    assert policies is None and time.monotonic() - start < 5
+    assert policies is None and time.monotonic() - start < 30  # walked, 2.8e11 nodes would take hours
     assert any("field extra: unknown field(s) 'extra'" in str(e) for e in errors)
 
 
@@ -744,7 +752,7 @@ def test_refused_chunked_body_closes_the_connection(server):
         status, _ = read_response(sock, time.monotonic() + 10)
         assert status == 413
         closed = False
-        deadline = time.monotonic() + 5
+        deadline = time.monotonic() + 20
         sock.settimeout(0.2)
         while time.monotonic() < deadline and not closed:
             try:

@@ -6,9 +6,11 @@ from __future__ import annotations
 import copy
 
 import jsonpatch
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from strategies import FEW
 from webhook import patch
 
 keys = st.text(alphabet="ab/~c-.0", min_size=0, max_size=4)
@@ -17,17 +19,15 @@ docs = st.recursive(leaves, lambda inner: st.one_of(st.lists(inner, max_size=4),
                     max_leaves=20)
 
 
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=40 if FEW else 400, deadline=None)
 @given(docs, docs)
 def test_patch_turns_a_into_b(a, b):
-    if type(a) is not type(b) and not (isinstance(a, (dict, list)) and isinstance(b, (dict, list))):
-        pass
     ops = patch.make(a, b)
     result = jsonpatch.apply_patch(copy.deepcopy(a), ops)
     assert result == b and _same_types(result, b)
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=20 if FEW else 200, deadline=None)
 @given(docs)
 def test_equal_documents_give_no_patch(a):
     assert patch.make(a, copy.deepcopy(a)) == []
@@ -51,3 +51,36 @@ def test_escapes_and_parents():
     assert {"op": "add", "path": "/metadata/annotations", "value": {"rdma-webhook.io/status": "injected"}} in ops
     assert {"op": "add", "path": "/spec/volumes", "value": [{"name": "v"}]} in ops
     assert patch.make({"a/b~c": 1}, {"a/b~c": 2}) == [{"op": "replace", "path": "/a~1b~0c", "value": 2}]
+
+
+def test_a_changed_type_is_one_replace():
+    """A value whose JSON type changes (also 1 -> True, which compare equal in Python) is
+    replaced whole, not diffed into."""
+    assert patch.make({"a": 1}, {"a": True}) == [{"op": "replace", "path": "/a", "value": True}]
+    assert patch.make({"a": {"b": 1}}, {"a": [1]}) == [{"op": "replace", "path": "/a", "value": [1]}]
+    assert patch.make([0], [False]) == [{"op": "replace", "path": "/0", "value": False}]
+
+
+@pytest.mark.parametrize("a,b", [
+    ([1, 2, 3, 4], [1, 2]),                      # removals from the end, backwards
+    ([1, 2, 3], []),
+    ({"l": [{"x": 1}, {"y": 2}, {"z": 3}]}, {"l": [{"x": 1}]}),
+    ([0, 1], [0, True]),                         # equal in Python, not in JSON
+    ([[0], {"a": 1}], [[False], {"a": True}]),
+    ({"a": 1, "b": 2, "c": 3}, {"a": 1}),        # removed keys
+    ({"a": 1, "b": 2}, {"c": 1, "d": 2}),        # as many keys, other names
+    ({"a": {"b": [1, 2]}}, {"a": {"b": [1, 2, 3]}}),
+    ({"a": [1, {"b": 1}]}, {"a": [1, {"b": 2}], "c": []}),
+    ([{"a": [0]}, 1], [{"a": [False]}, 1]),
+])
+def test_cases_a_few_examples_may_miss(a, b):
+    """Deterministic cases for the walks the property covers by chance (the mutation profile runs
+    a tenth of its examples): list removals, JSON-type changes inside equal-looking values."""
+    ops = patch.make(a, copy.deepcopy(b))
+    assert jsonpatch.apply_patch(copy.deepcopy(a), ops) == b and _same_types(jsonpatch.apply_patch(copy.deepcopy(a), ops), b)
+    assert patch.make(a, copy.deepcopy(a)) == []
+    assert all(set(op) >= {"op", "path"} and op["op"] in ("add", "remove", "replace") for op in ops)
+
+
+def test_list_removals_are_from_the_end():
+    assert patch.make([1, 2, 3], [1]) == [{"op": "remove", "path": "/2"}, {"op": "remove", "path": "/1"}]

@@ -13,6 +13,7 @@ import pytest
 from webhook import keys
 from webhook.policy import load_dir, load_texts
 from webhook.policy_store import PolicyStore
+from conftest import CLI
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -146,17 +147,17 @@ def test_selector_operators():
 
 def test_lint_cli(tmp_path):
     (tmp_path / "ok.yaml").write_text(good("fine"))
-    out = subprocess.run([sys.executable, "-m", "webhook", "policy", "lint", str(tmp_path)], capture_output=True, text=True)
+    out = subprocess.run([*CLI, "policy", "lint", str(tmp_path)], capture_output=True, text=True)
     assert out.returncode == 0 and "ok  fine" in out.stdout
     (tmp_path / "bad.yaml").write_text(good("broken").replace("sizeLimit: 16Gi", "sizeLimit: -3"))
-    out = subprocess.run([sys.executable, "-m", "webhook", "policy", "lint", str(tmp_path)], capture_output=True, text=True)
+    out = subprocess.run([*CLI, "policy", "lint", str(tmp_path)], capture_output=True, text=True)
     assert out.returncode == 1
     assert f"{tmp_path / 'bad.yaml'}: policy 'broken': field shm.sizeLimit" in out.stderr
     assert "Traceback" not in out.stderr
 
 
 def test_lint_cli_shipped_policies():
-    out = subprocess.run([sys.executable, "-m", "webhook", "policy", "lint", str(ROOT / "policies")], capture_output=True, text=True)
+    out = subprocess.run([*CLI, "policy", "lint", str(ROOT / "policies")], capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
     assert "ok  erdma" in out.stdout and "ok  sriov-roce" in out.stdout
 

@@ -70,17 +70,45 @@ def test_malformed_pods_are_denied_with_reason(policies, obj, fragment):
     assert r["allowed"] is False and r["status"]["code"] == 403 and fragment in r["status"]["message"]
 
 
+NO_GPU = "no container requests a GPU"
+
+
 @pytest.mark.parametrize("pod", [
     {"kind": "Pod", "metadata": {"labels": {"rdma-webhook.io/inject": "true"}}},
     {"kind": "Pod", "metadata": {"labels": {"rdma-webhook.io/inject": "true"}}, "spec": None},
     {"kind": "Pod", "metadata": {"labels": {"rdma-webhook.io/inject": "true"}, "annotations": None}, "spec": {"containers": None}},
     {"metadata": {"labels": {"rdma-webhook.io/inject": "true"}}, "spec": {"containers": [{"name": None, "resources": None, "env": None}]}},
-    {"kind": "Pod", "metadata": {"labels": {"rdma-webhook.io/inject": "true"}}, "spec": {"containers": [{"name": "t", "resources": {"limits": {"nvidia.com/gpu": "many"}}}]}},
 ])
-def test_missing_or_null_fields_never_crash(policies, pod):
+def test_missing_or_null_fields_read_as_absent(policies, pod):
+    """A null or missing field is what the API server sends for "not set": no container asks
+    for a GPU, so the labelled pod is allowed unchanged with the launcher warning, never a crash."""
     rv = k.admission_review(pod, namespace="ml-training")
     code, doc, decision, _ = handle(json.dumps(rv).encode(), policies)
-    assert code == 200 and doc["response"]["uid"] == rv["request"]["uid"]
+    r = doc["response"]
+    assert code == 200 and r["uid"] == rv["request"]["uid"] and r["allowed"] is True and "patch" not in r
+    assert decision.outcome == "unchanged" and r["warnings"][0].startswith(NO_GPU), r
+
+
+@pytest.mark.parametrize("value", ["many", "", "8 GPUs", "NaN", "inf", True, None, [8]])
+@pytest.mark.parametrize("section", ["limits", "requests"])
+def test_a_gpu_count_that_is_not_a_quantity_is_denied_as_malformed(policies, section, value):
+    """Read as "no GPU", a labelled pod asking for "many" GPUs would be allowed without RDMA;
+    the API server would reject it later anyway. It is denied here, naming the field."""
+    pod = {"kind": "Pod", "metadata": {"labels": {"rdma-webhook.io/inject": "true"}},
+           "spec": {"containers": [{"name": "t", "resources": {section: {"nvidia.com/gpu": value}}}]}}
+    rv = k.admission_review(pod, namespace="ml-training")
+    code, doc, decision, _ = handle(json.dumps(rv).encode(), policies)
+    r = doc["response"]
+    assert code == 200 and r["allowed"] is False and r["status"]["code"] == 403, r
+    assert f"spec.containers[0].resources.{section}['nvidia.com/gpu'] is not a quantity" in r["status"]["message"], r
+
+
+def test_gpu_counts_in_every_quantity_form_make_a_target(policies):
+    for value in ("8", 8, "8.0", "1e1", "8000m"):
+        pod = k.pod([k.container("t", gpus=0)])
+        pod["spec"]["containers"][0]["resources"] = {"limits": {"nvidia.com/gpu": value}}
+        code, doc, decision, _ = handle(json.dumps(k.admission_review(pod)).encode(), policies)
+        assert decision.outcome == "mutated", (value, doc)
 
 
 def test_null_annotations_and_volumes_are_replaced_by_a_valid_patch(policies):
@@ -108,12 +136,25 @@ def test_non_pod_resources_are_allowed_untouched(policies):
 
 def test_unicode_and_control_characters(policies):
     c = k.container("trainer", env=[{"name": "NOTE", "value": "\u2603\u0007\u202e evil \x00"}], command=["bash", "-c", "echo \u00e9t\u00e9 NCCL_NET=Socket\u2028; export NCCL_NET=Socket # \u202e\ntorchrun t.py"])
-    pod = k.pod([c], labels={"team": "\u00e9quipe"[:0] + "vision"})
+    pod = k.pod([c], labels={"team": "\u00e9quipe-\u2603"}, annotations={"note": "\u65e5\u672c\u8a9e \U0001F600"})
     rv = k.admission_review(pod)
     code, doc, decision, _ = handle(json.dumps(rv).encode(), policies)
     assert code == 200 and doc["response"]["allowed"] is False
     assert "[command-fallback]" in doc["response"]["status"]["message"]
     json.dumps(doc)  # serialisable
+    # without the fallback, the pod is mutated and every non-ASCII value comes through the patch intact
+    import base64
+
+    import jsonpatch
+
+    pod["spec"]["containers"][0]["command"] = ["bash", "-c", "echo \u00e9t\u00e9\u2028"]
+    code, doc, decision, _ = handle(json.dumps(k.admission_review(pod)).encode(), policies)
+    assert doc["response"]["allowed"] is True, doc
+    out = jsonpatch.apply_patch(pod, json.loads(base64.b64decode(doc["response"]["patch"])))
+    assert out["metadata"]["labels"]["team"] == "\u00e9quipe-\u2603"
+    assert out["metadata"]["annotations"]["note"] == "\u65e5\u672c\u8a9e \U0001F600"
+    assert out["metadata"]["annotations"]["rdma-webhook.io/status"] == "injected"
+    assert out["spec"]["containers"][0]["env"][0] == {"name": "NOTE", "value": "\u2603\u0007\u202e evil \x00"}
 
 
 def test_no_policies_loaded_denies_labelled_pods(policies):

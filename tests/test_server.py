@@ -134,7 +134,7 @@ def test_one_log_line_per_admission(server):
     review = k.admission_review(pod)
     uid = review["request"]["uid"]
     assert server.review(review)["response"]["allowed"]
-    deadline = time.monotonic() + 5
+    deadline = time.monotonic() + 30  # written within a loop pass; the margin is for a loaded machine
     while time.monotonic() < deadline:
         lines = [json.loads(line) for line in server.log.read_text().splitlines()
                  if line.startswith("{") and uid in line]
@@ -200,6 +200,40 @@ def test_tls_versions(server):
         with socket.create_connection(("127.0.0.1", server.port), timeout=10) as raw:
             with ctx.wrap_socket(raw, server_hostname="localhost") as s:
                 assert s.version() == {ssl.TLSVersion.TLSv1_2: "TLSv1.2", ssl.TLSVersion.TLSv1_3: "TLSv1.3"}[version]
+
+
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")
+def test_the_serving_context_refuses_tls11_for_its_version(tmp_path):
+    """Over the wire (above) the refusal cannot tell a version refusal from a missing cipher:
+    uvloop closes without the alert, and the TLS 1.2 AEAD suites alone would also stop a TLS 1.1
+    client. The context `serve` builds (webhook.tls.build_context), served by an OpenSSL socket
+    that flushes its alert, must refuse TLS 1.1 for the version (protocol_version), not for a
+    cipher (handshake_failure), so lowering its minimum fails here."""
+    import threading
+
+    from webhook.tls import ServingTLS
+
+    write_certs(tmp_path, "rdma-webhook", "rdma-webhook", dns=["localhost"], ips=["127.0.0.1"])
+    served = ServingTLS(str(tmp_path / "tls.crt"), str(tmp_path / "tls.key")).context
+    client = ssl.create_default_context(cafile=str(tmp_path / "ca.crt"))
+    client.maximum_version = ssl.TLSVersion.TLSv1_1
+    client.minimum_version = ssl.TLSVersion.TLSv1
+    client.set_ciphers("ALL:@SECLEVEL=0")
+    with socket.create_server(("127.0.0.1", 0)) as listener:
+        def serve_one() -> None:
+            conn, _ = listener.accept()
+            try:
+                served.wrap_socket(conn, server_side=True).close()
+            except (ssl.SSLError, OSError):
+                conn.close()
+
+        th = threading.Thread(target=serve_one, daemon=True)
+        th.start()
+        with socket.create_connection(listener.getsockname(), timeout=10) as raw:
+            with pytest.raises(ssl.SSLError) as err:
+                client.wrap_socket(raw, server_hostname="localhost")
+        th.join(10)
+    assert err.value.reason == "TLSV1_ALERT_PROTOCOL_VERSION", err.value
 
 
 def test_certificate_rotation_without_restart(tmp_path):
@@ -354,12 +388,14 @@ def test_graceful_shutdown_under_traffic_loses_no_request(tmp_path):
     for th in threads:
         th.start()
     try:
-        time.sleep(2.0)
+        ramp = time.monotonic() + 60  # traffic flowing before the signal, however loaded the machine
+        while counts["answered"] <= 50 and time.monotonic() < ramp:
+            time.sleep(0.1)
         before = counts["answered"]
         T0[0] = time.monotonic()
         srv.proc.send_signal(signal.SIGTERM)
         t0 = time.monotonic()
-        srv.proc.wait(30)
+        srv.proc.wait(60)
         exited_after = time.monotonic() - t0
         time.sleep(0.5)
     finally:
@@ -370,7 +406,8 @@ def test_graceful_shutdown_under_traffic_loses_no_request(tmp_path):
     assert before > 50, counts
     assert counts["lost"] == 0 and counts["bad"] == 0, json.dumps(counts)
     assert counts["refused"] > 0, counts  # the listener really closed
-    assert srv.proc.returncode == 0 and exited_after < 25, (srv.proc.returncode, exited_after)
+    # graceful_timeout is 20 s; the margin is for a loaded machine, a server that hangs never exits
+    assert srv.proc.returncode == 0 and exited_after < 45, (srv.proc.returncode, exited_after)
 
 
 def test_one_write_per_response_holds_only_the_header_block():

@@ -14,6 +14,7 @@ import kube_objects as k
 from webhook import keys, review, workloads
 from webhook.cluster import FileClusterState
 from webhook.decision import Namespace
+from conftest import CLI
 
 ML = Namespace("ml-training", {"kubernetes.io/metadata.name": "ml-training", keys.NS_INJECTION: "enabled"})
 STATE = FileClusterState([ML], [])
@@ -256,7 +257,7 @@ def test_review_cli_on_workload_manifests(tmp_path):
 
     f = tmp_path / "jobs.yaml"
     f.write_text(yaml.safe_dump_all([pytorchjob(), mpijob_v2(), lws(worker_env=BAD_ENV)]))
-    out = subprocess.run([sys.executable, "-m", "webhook", "review", "--explain", "--color", "never",
+    out = subprocess.run([*CLI, "review", "--explain", "--color", "never",
                           "--cluster-state", "examples/cluster-state.yaml", str(f)], capture_output=True, text=True)
     assert out.returncode == 1, out.stderr
     assert "spec.pytorchReplicaSpecs.Worker.template: its pods would be MUTATED by policy erdma" in out.stdout

@@ -287,9 +287,6 @@ class ApiClusterState:
                 log.warning("%s did not stop within %.1fs", thread.name, timeout)
         self._threads = [t for t in self._threads if t.is_alive()]
 
-    def threads(self) -> list[threading.Thread]:
-        return list(self._threads)
-
     def _uses_networks(self) -> bool:
         try:
             return bool(self.uses_networks())
@@ -343,17 +340,6 @@ class ApiClusterState:
 
     def cluster_training_runtime(self, name: str) -> dict[str, Any] | None:
         return self._runtime_informers[1].items.get(name)
-
-    # --- for tests and diagnostics ----------------------------------------------------------------
-
-    def cached_namespace(self, name: str) -> Namespace | None:
-        """The namespace as the cache has it; never a request."""
-        return self._ns.items.get(name)
-
-    @property
-    def list_count(self) -> tuple[int, int]:
-        """(namespace lists, NAD lists) done so far."""
-        return self._ns.lists, self._nads.lists
 
     # --- the one read on the admission path ---------------------------------------------------------
 

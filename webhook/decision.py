@@ -110,6 +110,15 @@ def _container_shape_problem(c: dict[str, Any]) -> str | None:
             sect = resources.get(key)
             if sect is not None and not isinstance(sect, dict):
                 return f"resources.{key} must be an object"
+            for name, value in (sect or {}).items():  # "many" GPUs: denied, not read as none
+                if type(value) is str and value.isdecimal() and value.isascii():
+                    continue  # "8": the usual form, finite
+                try:
+                    finite = k8s.parse_quantity(value).is_finite()  # the parser takes "inf", "NaN"
+                except ValueError:
+                    finite = False
+                if not finite:
+                    return f"resources.{key}[{name!r}] is not a quantity: {value!r}"
         claims = resources.get("claims")
         if claims is not None and not isinstance(claims, list):
             return "resources.claims must be a list"

@@ -5,8 +5,8 @@ Why gunicorn as the master: pre-fork with the app built once (`preload_app`, so 
 fails before any fork), worker supervision, graceful shutdown on SIGTERM (stop accepting, finish
 in-flight requests within `graceful_timeout`, exit). Why uvicorn
 workers: one event loop thread per worker with uvloop's TLS and httptools' parser in C, so idle
-or slow clients hold a protocol object each, not a thread, at 0.34 ms of CPU per admission where
-gunicorn's gevent worker took 0.48 (benchmarks/README.md). Its `ssl_context` setting hands the
+or slow clients hold a protocol object each, not a thread (benchmarks/README.md, "Serving
+stack"). Its `ssl_context` setting hands the
 worker `webhook.tls.ServingTLS`, one live context per worker, reloaded in place when the
 certificate files change.
 
@@ -20,6 +20,7 @@ import gc
 import logging
 import os
 import shutil
+import sys
 import tempfile
 from typing import Any
 
@@ -61,6 +62,14 @@ class _Server(BaseApplication):
 
 def run(*, policies_dir: str, tls_cert: str, tls_key: str, host: str, port: int, workers: int,
         cluster_state: str | None, client_ca: str | None, log_level: str = "INFO") -> int:
+    server = os.environ.get("RDMA_WEBHOOK_SERVER") or SERVERS[0]  # `rdma-webhook serve` checked the name
+    if server == "granian":
+        try:
+            import granian  # noqa: F401
+        except ImportError as exc:  # the candidate is in the bench extra only, like the message of cli.py
+            print(f"error: RDMA_WEBHOOK_SERVER='granian' is a benchmark candidate and needs the bench extra "
+                  f"(pip install '.[bench]'): {exc}; leave it unset to run {SERVERS[0]}", file=sys.stderr)
+            return 2
     setup_logging(log_level)
     prepare_metrics_dir()
     # Imported after the metrics folder is set, so the metrics are multi-process ones.
@@ -116,7 +125,7 @@ def run(*, policies_dir: str, tls_cert: str, tls_key: str, host: str, port: int,
         multiprocess.mark_process_dead(worker.pid)
 
     gc.freeze()  # what the master built is shared with the forks, never scanned by the GC again
-    if os.environ.get("RDMA_WEBHOOK_SERVER") == "granian":  # a measured candidate
+    if server == "granian":  # a measured candidate
         def loader(_target=None):
             post_worker_init(None)
             return app

@@ -53,7 +53,8 @@ def certificate_expiry(cert_file: str) -> float:
 
 
 class ServingTLS:
-    """The live context and its reload. `wrap_socket` is what the server calls per connection."""
+    """The live context and its reload: `serve`'s uvicorn worker takes `context` and calls
+    `refresh()` before each new connection's TLS session (webhook/uvworker.py)."""
 
     def __init__(self, cert_file: str, key_file: str, client_ca: str | None = None):
         self.cert_file, self.key_file, self.client_ca = cert_file, key_file, client_ca
@@ -108,11 +109,3 @@ class ServingTLS:
         self.record_expiry()
         log.info("serving certificate reloaded from %s", self.cert_file)
         return True
-
-    def wrap_socket(self, sock, server_side: bool = True, **kwargs):
-        """Wrap an accepted socket without handshaking. gunicorn's own workers call this through
-        its `ssl_context` setting (the gthread reference floor in benchmarks/); `serve`'s uvicorn
-        worker takes `context` itself and calls `refresh()` per connection."""
-        self.refresh()
-        kwargs["do_handshake_on_connect"] = False
-        return self.context.wrap_socket(sock, server_side=server_side, **kwargs)

@@ -1,0 +1,157 @@
+"""Plant each bug of this table in a fresh copy of the checkout, one at a time, and run the tests
+that must catch it: a test that stays green with its bug planted cannot fail for that reason.
+
+    .venv/bin/python tests/planted_bugs.py [--only NAME,...] [--json out.json]   (`make planted`)
+
+Each copy holds the tracked and untracked files of the work tree (not the ignored ones, so no
+compiled extension: the copy runs interpreted) and is put first on PYTHONPATH; pytest runs as
+`python -P -m pytest` from the copy. The named tests first run on the unplanted copy and must
+pass there, so a plant only counts when it turns them red. A plant whose text is no longer in
+the source is reported as stale (the code moved on: update the table). The `pure` mode stands for
+`make test-pure` in a checkout that holds compiled extensions: the copy gets this checkout's
+extensions and a build/pure copy of the source without them, PYTHONPATH=build/pure and
+RDMA_WEBHOOK_EXPECT=pure. Exit status 1 when any plant was not caught.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@dataclass
+class Plant:
+    name: str
+    finding: str  # what issue 18 found weak
+    path: str
+    old: str
+    new: str
+    tests: list[str]
+    mode: str = "plain"  # or "pure"
+
+
+PLANTS = [
+    Plant("gpu-many-allowed", "a labelled pod asking for \"many\" GPUs was allowed without RDMA",
+          "webhook/decision.py", "finite = k8s.parse_quantity(value).is_finite()", "finite = True",
+          ["tests/test_review.py::test_a_gpu_count_that_is_not_a_quantity_is_denied_as_malformed"]),
+    Plant("cpu-container-targeted", "the null-field pods were only checked for 'HTTP 200 and a uid'",
+          "webhook/decision.py", "        if gpus > 0:\n", "        if gpus >= 0:\n",
+          ["tests/test_review.py::test_missing_or_null_fields_read_as_absent"]),
+    Plant("non-ascii-label-malformed", "the unicode label was sliced to plain ASCII",
+          "webhook/decision.py", "(not isinstance(value, dict) or not k8s.all_str(value.values()))",
+          "(not isinstance(value, dict) or not k8s.all_str(value.values()) or not all(v.isascii() for v in value.values()))",
+          ["tests/test_review.py::test_unicode_and_control_characters"]),
+    Plant("patch-bool-is-int", "tests/test_patch.py had an `if ...: pass`",
+          "webhook/patch.py", "    if type(a) is not type(b) or a != b:\n        return False", "    if a != b:\n        return False",
+          ["tests/test_patch.py::test_a_changed_type_is_one_replace"]),
+    Plant("match-condition-label", "tests/test_deploy.py checked a string the test itself defines",
+          "webhook/keys.py", 'POD_INJECT = PREFIX + "inject"', 'POD_INJECT = PREFIX + "enable"',
+          ["tests/test_deploy.py::test_match_conditions_check_the_pod_label"]),
+    Plant("tls10-allowed", "the TLS-version test passed with the server's minimum at TLS 1.0",
+          "webhook/tls.py", "ctx.minimum_version = ssl.TLSVersion.TLSv1_2", "ctx.minimum_version = ssl.TLSVersion.TLSv1",
+          ["tests/test_server.py::test_the_serving_context_refuses_tls11_for_its_version"]),
+    Plant("head-limit-raised", "tests/test_uvworker.py sized its input from the limit it tests",
+          "webhook/uvworker.py", "MAX_HEAD = 64 * 1024", "MAX_HEAD = 256 * 1024",
+          ["tests/test_uvworker.py::test_an_oversized_request_head_gets_431"]),
+    Plant("drain-without-pause", "a timing bound of tests/test_uvworker.py failed under load",
+          "webhook/uvworker.py", "call_later(DRAIN_IDLE, self.timeout_keep_alive_handler)",
+          "call_later(0, self.timeout_keep_alive_handler)",
+          ["tests/test_uvworker.py::test_stop_answers_the_next_request_with_close_and_closes_idle_connections_after_a_pause"]),
+    Plant("watch-without-backoff", "a timing bound of tests/test_cluster_api.py could fail under load",
+          "webhook/cluster_api.py", "delay = min(delay * 2, owner.backoff_max)", "delay = 0.0",
+          ["tests/test_cluster_api.py::test_watch_failures_back_off"]),
+    Plant("crash-masked-as-400", "the answer-checker accepted the app's masked-crash answer",
+          "webhook/review.py", 'raise BadReview("request body is not a JSON object (expected an AdmissionReview)")',
+          'raise TypeError("planted")',
+          ["tests/test_hostile.py::test_unreadable_and_odd_bodies[null]"]),
+    Plant("granian-traceback", "RDMA_WEBHOOK_SERVER=granian without granian crashed with a traceback",
+          "webhook/serve.py", "            import granian  # noqa: F401\n", "            pass\n",
+          ["tests/test_cli.py::test_serve_without_granian_installed_is_a_one_line_error"]),
+    Plant("pure-run-serves-compiled", "the served tests of `make test-pure` ran the compiled core",
+          "tests/conftest.py", 'CLI = [sys.executable, "-P", "-m", "webhook"]', 'CLI = [sys.executable, "-m", "webhook"]',
+          ["tests/test_build.py::test_subprocesses_run_the_core_under_test", "tests/test_workloads.py::test_validate_over_tls"],
+          mode="pure"),
+]
+
+
+def copy_checkout(dest: Path, compiled: bool) -> None:
+    files = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"], cwd=ROOT,
+                           capture_output=True, check=True).stdout.decode().split("\0")
+    for name in filter(None, files):
+        src, dst = ROOT / name, dest / name
+        if not src.exists() and not src.is_symlink():
+            continue  # deleted in the work tree
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        if src.is_symlink():
+            dst.symlink_to(os.readlink(src))
+        elif src.is_file():
+            shutil.copy2(src, dst)
+    if compiled:
+        for so in [*ROOT.glob("*__mypyc.*.so"), *(ROOT / "webhook").glob("*.so")]:
+            shutil.copy2(so, dest / so.relative_to(ROOT))
+
+
+def run_tests(copy: Path, plant: Plant) -> tuple[int, str]:
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "RDMA_WEBHOOK_EXPECT")}
+    if plant.mode == "pure":
+        pure = copy / "build" / "pure"
+        shutil.rmtree(pure, ignore_errors=True)
+        shutil.copytree(copy / "webhook", pure / "webhook", ignore=shutil.ignore_patterns("*.so", "__pycache__"))
+        (pure / "policies").symlink_to("../../policies")
+        env.update(PYTHONPATH=str(pure), RDMA_WEBHOOK_EXPECT="pure")
+    else:
+        env["PYTHONPATH"] = str(copy)
+    out = subprocess.run([sys.executable, "-P", "-m", "pytest", "-q", "-p", "no:cacheprovider", "-x", *plant.tests],
+                         cwd=copy, env=env, capture_output=True, text=True, timeout=900)
+    lines = [line for line in out.stdout.splitlines() if line.strip()]
+    why = next((line[1:].strip() for line in lines if line.startswith("E ")), "")  # the first assertion line
+    return out.returncode, (lines[-1] if lines else out.stderr[-300:]) + (f" | {why[:160]}" if why else "")
+
+
+def check(plant: Plant, work: Path) -> dict:
+    copy = work / plant.name
+    copy_checkout(copy, compiled=plant.mode == "pure")
+    target = copy / plant.path
+    text = target.read_text()
+    if text.count(plant.old) != 1:
+        return {"name": plant.name, "verdict": "stale", "detail": f"{plant.path}: the text to replace occurs {text.count(plant.old)} times"}
+    code, last = run_tests(copy, plant)
+    if code != 0:
+        return {"name": plant.name, "verdict": "broken", "detail": f"fails without the bug (exit {code}): {last}"}
+    target.write_text(text.replace(plant.old, plant.new))
+    start = time.monotonic()
+    code, last = run_tests(copy, plant)
+    verdict = "caught" if code == 1 else "MISSED" if code == 0 else "error"
+    return {"name": plant.name, "verdict": verdict, "exit": code, "detail": last,
+            "seconds": round(time.monotonic() - start, 1)}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--only", help="comma-separated plant names")
+    ap.add_argument("--json", help="also write the results here")
+    args = ap.parse_args()
+    chosen = [p for p in PLANTS if not args.only or p.name in args.only.split(",")]
+    results = []
+    with tempfile.TemporaryDirectory(prefix="rdma-webhook-planted-") as tmp:
+        for plant in chosen:
+            r = check(plant, Path(tmp))
+            results.append({**r, "finding": plant.finding, "file": plant.path, "tests": plant.tests})
+            print(f"{r['verdict']:7s} {plant.name:26s} {r['detail']}", flush=True)
+    if args.json:
+        Path(args.json).write_text(json.dumps(results, indent=1) + "\n")
+    return 0 if all(r["verdict"] == "caught" for r in results) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
