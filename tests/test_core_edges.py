@@ -105,5 +105,5 @@ def test_fallback_messages_name_what_the_fabric_offers():
     ps, errors = load_texts([("erdma.yaml", text)])
     assert ps is not None, errors
     policy = ps.by_name["erdma"]
-    assert "does not provide (IB/Custom)" in fallback.judge_setting("NCCL_NET", "Other", policy)
-    assert "devices (erdma_0, erdma_1, ...)" in fallback.judge_setting("NCCL_IB_HCA", "mlx5", policy)
+    assert "does not provide (IB/Custom)" in fallback.judge_setting("NCCL_NET", "Other", policy)[1]
+    assert "devices (erdma_0, erdma_1, ...)" in fallback.judge_setting("NCCL_IB_HCA", "mlx5", policy)[1]
