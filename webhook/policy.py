@@ -127,12 +127,9 @@ SCHEMA: dict[str, Any] = {
     "required": ["apiVersion", "kind", "name", "description", "namespaceSelector", "fabric", "shm", "nccl"],
     "properties": {
         "apiVersion": {"const": API_VERSION},
-        "kind": {"const": "RdmaPolicy"},
-        "name": {"type": "string", "minLength": 1, "maxLength": 63},
-        "description": {"type": "string", "minLength": 1},
-        "priority": {"type": "integer"},
-        "namespaceSelector": _SELECTOR,
-        "gpuResources": {"type": "array", "minItems": 1, "items": {"type": "string"}},
+        # what both versions share
+        **{key: SCHEMA_V1ALPHA1["properties"][key] for key in ("kind", "name", "description", "priority",
+                                                                "namespaceSelector", "gpuResources")},
         "fabric": {
             "type": "object",
             "additionalProperties": False,
