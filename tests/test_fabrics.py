@@ -490,3 +490,18 @@ def test_served_dra_claim(tmp_path):
         assert out["spec"]["containers"][0]["resources"]["claims"] == [{"name": "rdma-nic"}]
     finally:
         stop_server(srv)
+
+
+def test_a_pod_listing_a_hundred_thousand_networks_is_answered(server):
+    """The Multus plan is linear in what the pod lists: a hostile annotation near the body limit
+    (100,000 attachments, 1.3 MB) is read within the client's timeout, by a worker that then
+    goes on serving."""
+    ann = ",".join(f"n{i}" for i in range(100_000))
+    pod = rails_worker(ann)
+    conn = server.connection(timeout=60)
+    r = server.review(k.admission_review(pod, namespace="llm-rails"), conn=conn)["response"]
+    assert r["allowed"], r.get("status")
+    out = jsonpatch.apply_patch(pod, json.loads(base64.b64decode(r["patch"])))
+    assert interfaces(out["metadata"]["annotations"][keys.MULTUS_NETWORKS])[-8:] == [f"net{i}" for i in range(100_001, 100_009)]
+    r = server.review(k.admission_review(rails_worker(), namespace="llm-rails"))["response"]
+    assert r["allowed"]

@@ -352,9 +352,10 @@ def _ifname_matches(value: str, secondary: list[str]) -> bool:
             if nccl.hca_selects(flt, name):
                 found = True
                 break
-    if len(_IFNAME_SEEN) >= 1024:
-        _IFNAME_SEEN.clear()
-    _IFNAME_SEEN[key] = found
+    if len(key[0]) + len(key[1]) <= 512:  # a hostile pod's thousands of interfaces are not kept
+        if len(_IFNAME_SEEN) >= 1024:
+            _IFNAME_SEEN.clear()
+        _IFNAME_SEEN[key] = found
     return found
 
 

@@ -93,13 +93,15 @@ def plan(current: Any, networks: tuple[Network, ...], pod_ns: str) -> Plan:
                                           "network objects with a name; Multus would reject the pod. Fix the annotation")
         form, entries = parsed
     names: list[str] = []
+    taken: set[str] = set()  # the same names, for membership: a pod may list thousands (linear, not quadratic)
     for i, e in enumerate(entries):
         name = interface_of(e, i + 1)
-        if name in names or name in CLUSTER_INTERFACES:
+        if name in taken or name in CLUSTER_INTERFACES:
             return Plan(None, [], names, [], f"annotation gives two attachments the interface name {name!r} (an "
                                              f"attachment without a name is net<position>); Multus would not start the pod. "
                                              f"Name the interfaces explicitly")
         names.append(name)
+        taken.add(name)
     keys = [entry_key(e, pod_ns) for e in entries]
     interfaces: list[str] = []
     added: list[str] = []
@@ -114,14 +116,15 @@ def plan(current: Any, networks: tuple[Network, ...], pod_ns: str) -> Plan:
         if found >= 0:
             interfaces.append(names[found])
             continue
-        iface = n.interface if n.interface and n.interface not in names else ""
+        iface = n.interface if n.interface and n.interface not in taken else ""
         free = 1  # else the lowest net<free> no attachment has
         while not iface:
             candidate = f"net{free}"
-            if candidate not in names:
+            if candidate not in taken:
                 iface = candidate
             free += 1
         names.append(iface)
+        taken.add(iface)
         interfaces.append(iface)
         added.append(f"network {want[0]}/{n.name}@{iface}")
         if form == "json":
