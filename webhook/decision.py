@@ -300,7 +300,7 @@ def _check_fabric(pod: dict[str, Any], policy: Policy, policies: PolicySet, ns: 
                 if res in policy.equivalent_resources:
                     t.has_fabric = True
                 elif policies.is_rdma_resource(res):
-                    mine = ", ".join(policy.resources()) or (f"a DRA claim ({policy.claim.template})" if policy.claim else "the host's devices")
+                    mine = ", ".join(policy.own_resources) or (f"a DRA claim ({policy.claim.template})" if policy.claim else "the host's devices")
                     problems.append(Finding("fabric-mismatch", t.name,
                                             f"this pod requests {res}, another fabric's RDMA device; policy {policy.name} provides "
                                             f"{mine}; {_fitting(res, policy, policies, ns, policies.by_resource)}"))
@@ -316,7 +316,7 @@ def _check_fabric(pod: dict[str, Any], policy: Policy, policies: PolicySet, ns: 
         elif template in policies.by_claim_template:
             problems.append(Finding("fabric-mismatch", None,
                                     f"this pod claims {template}, another fabric's RDMA NIC; policy {policy.name} provides "
-                                    f"{', '.join(policy.resources()) or 'another claim'}; "
+                                    f"{', '.join(policy.own_resources) or 'another claim'}; "
                                     f"{_fitting(template, policy, policies, ns, policies.by_claim_template)}"))
     return entry
 
@@ -472,9 +472,8 @@ def decide(pod: Any, namespace: Namespace | None, policies: PolicySet | None,
     if isinstance(assessed, Decision):
         return assessed
     subject, warnings = assessed
-    assert namespace is not None  # _assess answers a pod without a namespace with a Decision
     mutated = mutation.private_copy(pod, subject.targets)  # shares what the mutation leaves alone
-    notes = mutation.apply(mutated, subject, namespace.name, warnings)
+    notes = mutation.apply(mutated, subject, warnings)
     if mutated == pod:
         return Decision(UNCHANGED, pod, subject.policy.name, warnings=warnings, reason="already injected")
     return Decision(MUTATED, mutated, subject.policy.name, warnings=warnings, notes=notes)

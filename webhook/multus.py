@@ -78,15 +78,12 @@ def interface_of(entry: Any, position: int) -> str:
     return f"net{position}"
 
 
-def plan(current: Any, networks: tuple[Network, ...], pod_ns: str) -> Plan:
-    """Where the policy's networks go in the pod's annotation (`current`, the value as sent)."""
+def plan(current: str | None, networks: tuple[Network, ...], pod_ns: str) -> Plan:
+    """Where the policy's networks go in the pod's annotation (`current`, the value as sent;
+    `decision.shape_problem` has checked that annotations are strings)."""
     form = "csv"
     entries: list[Any] = []
-    if current is None:
-        pass
-    elif not isinstance(current, str):
-        return Plan(None, [], [], [], f"annotation must be a string")
-    else:
+    if current is not None:
         parsed = parse(current)
         if parsed is None:
             return Plan(None, [], [], [], "annotation is neither a comma-separated list of networks nor a JSON list of "

@@ -243,7 +243,7 @@ def add_claim(pod: dict[str, Any], container: dict[str, Any], policy: Policy, en
     return changed
 
 
-def apply(pod: dict[str, Any], subject: Subject, pod_ns: str, warnings: list[str]) -> list[str]:
+def apply(pod: dict[str, Any], subject: Subject, warnings: list[str]) -> list[str]:
     """Apply the whole policy to `pod` (a private copy). Returns what was added, for people."""
     policy = subject.policy
     notes: list[str] = []

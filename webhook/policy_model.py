@@ -117,11 +117,6 @@ class Policy:
     def hca_devices(self) -> tuple[str, ...]:
         return self.fabric.hca_devices
 
-    def resources(self) -> tuple[str, ...]:
-        """Every device resource the policy can give (rails and the networks' fallbacks), or
-        that counts as its device (equivalentResources): computed once, at load."""
-        return self.own_resources
-
     def network_device(self, network: Network, resource: str) -> Device:
         """The Device of `network` when its resource is `resource`, made once per pair: the
         decision asks for the same few on every pod (a dataclass built per request runs the
