@@ -8,6 +8,11 @@ variants of policies/erdma.yaml with distinct names and namespace selectors).
     .venv/bin/python benchmarks/decision.py [--seconds 1.0] [--json out.json]
     .venv/bin/python benchmarks/decision.py --cores compiled,interpreted --repeats 5 --store decision-cores
     .venv/bin/python benchmarks/decision.py --instructions --store decision-instructions
+    .venv/bin/python benchmarks/decision.py --cores --against ../base --repeats 15 --seconds 0.3 --store decision-against
+
+`--against CHECKOUT` (with `--cores` or `--instructions`): this checkout's compiled core against
+another commit's (a worktree with `make compile` run in it), the same bodies for both, each with
+its own shipped policies: the before/after figure a change to the decision core must report.
 
 `--cores`: the compiled core (the checkout's extensions, `make compile`) and the interpreted one
 (a copy of webhook/ without them on PYTHONPATH) side by side in one run, each repeat a fresh
@@ -51,9 +56,19 @@ def policy_variants(n: int) -> list[tuple[str, str]]:
     return texts
 
 
+def _policy_dir() -> Path:
+    """The shipped policies of the checkout whose `webhook` package is imported (another
+    commit's, with --against: its loader may not read this checkout's policy format), else
+    this checkout's (the interpreted copy has none beside it)."""
+    import webhook
+
+    own = Path(webhook.__file__).resolve().parent.parent / "policies"
+    return own if own.is_dir() else ROOT / "policies"
+
+
 def load_policies(n: int | None):
     if n is None:
-        ps, errs = load_dir(ROOT / "policies")
+        ps, errs = load_dir(_policy_dir())
     else:
         ps, errs = load_texts(policy_variants(n))
     assert ps is not None, errs
@@ -111,11 +126,13 @@ CORES = ("compiled", "interpreted")
 WARM, CALLS = 30, 200
 
 
-def _core_env(core: str, pure_dir: Path) -> dict[str, str]:
+def _core_env(core: str, pure_dir: Path, against: Path | None = None) -> dict[str, str]:
+    """The environment of a child running `core`: "compiled" (this checkout), "interpreted"
+    (the copy without extensions) or "base" (the checkout given to --against)."""
     import os
 
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    env["PYTHONPATH"] = str(ROOT) if core == "compiled" else str(pure_dir)
+    env["PYTHONPATH"] = {"compiled": str(ROOT), "interpreted": str(pure_dir), "base": str(against)}[core]
     env["PYTHONHASHSEED"] = "0"
     return env
 
@@ -137,16 +154,24 @@ def _check_core() -> list[str]:
     return webhook.compiled()
 
 
-def _child(core: str, pure_dir: Path, args: list[str]) -> dict:
+def _child(core: str, pure_dir: Path, args: list[str], against: Path | None = None) -> dict:
     import subprocess
 
-    out = subprocess.run([sys.executable, "-P", str(Path(__file__).resolve()), *args], env=_core_env(core, pure_dir),
+    out = subprocess.run([sys.executable, "-P", str(Path(__file__).resolve()), *args], env=_core_env(core, pure_dir, against),
                          capture_output=True, text=True, check=True)
     return json.loads(out.stdout)
 
 
-def cores_side_by_side(seconds: float, repeats: int) -> dict:
-    """Both cores in one run: `repeats` rounds, a fresh process per core, alternating order."""
+def _expected_core(core: str, against: Path | None) -> list[str] | None:
+    """What `webhook.compiled()` must say in a child of `core` (None: the base's own list)."""
+    return [] if core == "interpreted" else None if core == "base" else list(_check_core_names())
+
+
+def cores_side_by_side(seconds: float, repeats: int, cores: tuple[str, str] = CORES, against: Path | None = None) -> dict:
+    """Two builds in one run: `repeats` rounds, a fresh process per build, alternating order.
+    The ratio is the second build's time over the first's, per round, then the median, the
+    least and the most of those; `ratio_of_best` divides the best rounds (what the machine's
+    quiet moments give each build)."""
     import statistics
     import tempfile
 
@@ -154,24 +179,28 @@ def cores_side_by_side(seconds: float, repeats: int) -> dict:
         pure = _pure_copy(Path(tmp))
         rounds = []
         for r in range(repeats):
-            order = CORES if r % 2 == 0 else CORES[::-1]
+            order = cores if r % 2 == 0 else cores[::-1]
             for core in order:
-                got = _child(core, pure, ["--child-run", str(seconds)])
-                expected = [] if core == "interpreted" else list(_check_core_names())
-                assert got["compiled"] == expected, (core, got["compiled"])
+                got = _child(core, pure, ["--child-run", str(seconds)], against)
+                expected = _expected_core(core, against)
+                assert expected is None or got["compiled"] == expected, (core, got["compiled"])
+                assert core != "base" or got["compiled"], "the --against checkout has no compiled core (make compile there)"
                 rounds.append({"core": core, "round": r, "us_per_decision": {n: v["us_per_decision"] for n, v in got["shapes"].items()}})
                 print(f"round {r} {core:11s} " + " ".join(f"{n} {v['us_per_decision']:.1f}" for n, v in got["shapes"].items()),
                       file=sys.stderr, flush=True)
     shapes = list(rounds[0]["us_per_decision"])
-    out: dict = {"repeats": repeats, "seconds_per_shape": seconds, "rounds": rounds, "median_us": {}, "ratio_interpreted_to_compiled": {}}
-    for core in CORES:
-        out["median_us"][core] = {n: round(statistics.median(x["us_per_decision"][n] for x in rounds if x["core"] == core), 1)
-                                  for n in shapes}
+    first, second = cores
+    key = f"ratio_{second}_to_{first}"
+    out: dict = {"repeats": repeats, "seconds_per_shape": seconds, "rounds": rounds, "median_us": {}, "best_us": {}, key: {}}
+    for core in cores:
+        mine = [x["us_per_decision"] for x in rounds if x["core"] == core]
+        out["median_us"][core] = {n: round(statistics.median(x[n] for x in mine), 1) for n in shapes}
+        out["best_us"][core] = {n: round(min(x[n] for x in mine), 1) for n in shapes}
     for n in shapes:
         pairs = [b["us_per_decision"][n] / a["us_per_decision"][n]
-                 for a in rounds if a["core"] == "compiled" for b in rounds if b["core"] == "interpreted" and b["round"] == a["round"]]
-        out["ratio_interpreted_to_compiled"][n] = {"median": round(statistics.median(pairs), 2),
-                                                   "min": round(min(pairs), 2), "max": round(max(pairs), 2)}
+                 for a in rounds if a["core"] == first for b in rounds if b["core"] == second and b["round"] == a["round"]]
+        out[key][n] = {"median": round(statistics.median(pairs), 3), "min": round(min(pairs), 3), "max": round(max(pairs), 3),
+                       "ratio_of_best": round(out["best_us"][second][n] / out["best_us"][first][n], 3)}
     return out
 
 
@@ -200,7 +229,7 @@ def child_calls(n: int) -> None:
     zlib.adler32(b"")
 
 
-def instructions(calls: int) -> dict:
+def instructions(calls: int, cores: tuple[str, str] = CORES, against: Path | None = None) -> dict:
     import re
     import shutil
     import subprocess
@@ -212,13 +241,14 @@ def instructions(calls: int) -> dict:
     with tempfile.TemporaryDirectory(prefix="rdma-webhook-pure-") as tmp:
         pure = _pure_copy(Path(tmp))
         out: dict = {"calls": calls, "warm_per_shape": WARM, "instructions_per_decision": {}}
-        for core in CORES:
-            got = _child(core, pure, ["--child-core"])
-            assert got["compiled"] == ([] if core == "interpreted" else list(_check_core_names())), (core, got)
+        for core in cores:
+            got = _child(core, pure, ["--child-core"], against)
+            expected = _expected_core(core, against)
+            assert (got["compiled"] if expected is None else got["compiled"] == expected), (core, got)
             dump = Path(tmp) / f"cg-{core}.out"
             subprocess.run(["valgrind", "--tool=callgrind", "--dump-before=adler32_z", f"--callgrind-out-file={dump}",
                             sys.executable, "-P", str(Path(__file__).resolve()), "--child-calls", str(calls)],
-                           env=_core_env(core, pure), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True)
+                           env=_core_env(core, pure, against), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True)
             parts = sorted(Path(tmp).glob(f"cg-{core}.out.*"), key=lambda p: int(p.suffix[1:]))
             totals = [int(re.search(r"^totals: (\d+)", p.read_text(), re.M).group(1)) for p in parts]
             assert len(totals) >= len(shapes) + 1, (core, totals)
@@ -226,8 +256,9 @@ def instructions(calls: int) -> dict:
             for shape, v in row.items():
                 print(f"{core:11s} {shape:26s} {v:>10,d} instructions per decision", file=sys.stderr, flush=True)
             out["instructions_per_decision"][core] = row
-        out["ratio_interpreted_to_compiled"] = {
-            n: round(out["instructions_per_decision"]["interpreted"][n] / out["instructions_per_decision"]["compiled"][n], 2)
+        first, second = cores
+        out[f"ratio_{second}_to_{first}"] = {
+            n: round(out["instructions_per_decision"][second][n] / out["instructions_per_decision"][first][n], 3)
             for n in shapes}
     return out
 
@@ -240,6 +271,10 @@ def main() -> int:
     ap.add_argument("--repeats", type=int, default=5, help="rounds per core with --cores (default 5)")
     ap.add_argument("--instructions", action="store_true", help="callgrind instruction counts, both cores")
     ap.add_argument("--calls", type=int, default=CALLS, help=f"decisions counted per shape with --instructions ({CALLS})")
+    ap.add_argument("--against", metavar="CHECKOUT", type=Path,
+                    help="compare (wall-clock rounds, or with --instructions callgrind counts) this checkout's compiled core with that of another "
+                         "checkout (e.g. a `git worktree` of an earlier commit, `make compile` run there), both on the "
+                         "same bodies, each with its own shipped policies")
     ap.add_argument("--store", metavar="NAME", help="write benchmarks/results/NAME.json with provenance")
     ap.add_argument("--child-run", type=float, help=argparse.SUPPRESS)
     ap.add_argument("--child-core", action="store_true", help=argparse.SUPPRESS)
@@ -259,8 +294,17 @@ def main() -> int:
     import provenance
 
     prov = provenance.start()
-    if args.cores or args.instructions:
-        res = instructions(args.calls) if args.instructions else cores_side_by_side(args.seconds, args.repeats)
+    if args.cores or args.instructions or args.against:
+        against = args.against.resolve() if args.against else None
+        if against is not None:
+            import subprocess
+
+            base_commit = subprocess.run(["git", "-C", str(against), "rev-parse", "--short", "HEAD"], capture_output=True,
+                                         text=True).stdout.strip() or "unknown"
+            prov["against"] = {"checkout": str(against), "commit": base_commit}
+        cores = ("base", "compiled") if against is not None else CORES
+        res = (instructions(args.calls, cores, against) if args.instructions
+               else cores_side_by_side(args.seconds, args.repeats, cores, against))
         print(json.dumps({k: v for k, v in res.items() if k != "rounds"}, indent=1))
         if args.store:
             print(f"stored in {provenance.store(args.store, prov, res)}")

@@ -89,7 +89,7 @@ def test_missing_or_null_fields_read_as_absent(policies, pod):
     assert decision.outcome == "unchanged" and r["warnings"][0].startswith(NO_GPU), r
 
 
-@pytest.mark.parametrize("value", ["many", "", "8 GPUs", "NaN", "inf", True, None, [8]])
+@pytest.mark.parametrize("value", ["many", "", "8 GPUs", "NaN", "inf", "²", "٣", "$GPU_PER_NODE", True, None, [8]])
 @pytest.mark.parametrize("section", ["limits", "requests"])
 def test_a_gpu_count_that_is_not_a_quantity_is_denied_as_malformed(policies, section, value):
     """Read as "no GPU", a labelled pod asking for "many" GPUs would be allowed without RDMA;
@@ -101,6 +101,16 @@ def test_a_gpu_count_that_is_not_a_quantity_is_denied_as_malformed(policies, sec
     r = doc["response"]
     assert code == 200 and r["allowed"] is False and r["status"]["code"] == 403, r
     assert f"spec.containers[0].resources.{section}['nvidia.com/gpu'] is not a quantity" in r["status"]["message"], r
+
+
+@pytest.mark.parametrize("value", ["²", "lots", "inf"])
+def test_a_value_the_decision_does_not_read_is_left_to_the_api_server(policies, value):
+    """Only GPU values decide who gets RDMA; the API server refuses any other non-quantity before
+    admission. A superscript digit once reached Decimal() through str.isdigit and raised."""
+    pod = k.pod([k.container("t")])
+    pod["spec"]["containers"][0]["resources"]["limits"]["cpu"] = value
+    code, doc, decision, _ = handle(json.dumps(k.admission_review(pod)).encode(), policies)
+    assert code == 200 and doc["response"]["allowed"] is True and decision.outcome == "mutated", doc
 
 
 def test_gpu_counts_in_every_quantity_form_make_a_target(policies):

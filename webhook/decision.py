@@ -12,12 +12,12 @@ on a private copy. The JSON patch is derived afterwards from the pod as sent and
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Mapping, Protocol
+from typing import Any, Final, Mapping, Protocol
 
 
 from webhook import fallback, k8s, keys, multus, mutation, nccl
 from webhook.fallback import Finding, Subject, Target
-from webhook.policy_model import Device, Policy, PolicySet
+from webhook.policy_model import RESOURCE_EQUIVALENT, RESOURCE_FOREIGN, Device, Policy, PolicySet
 from webhook.transports import WARN
 
 SKIPPED, UNCHANGED, MUTATED, DENIED = "skipped", "unchanged", "mutated", "denied"
@@ -110,15 +110,6 @@ def _container_shape_problem(c: dict[str, Any]) -> str | None:
             sect = resources.get(key)
             if sect is not None and not isinstance(sect, dict):
                 return f"resources.{key} must be an object"
-            for name, value in (sect or {}).items():  # "many" GPUs: denied, not read as none
-                if type(value) is str and value.isdecimal() and value.isascii():
-                    continue  # "8": the usual form, finite
-                try:
-                    finite = k8s.parse_quantity(value).is_finite()  # the parser takes "inf", "NaN"
-                except ValueError:
-                    finite = False
-                if not finite:
-                    return f"resources.{key}[{name!r}] is not a quantity: {value!r}"
         claims = resources.get("claims")
         if claims is not None and not isinstance(claims, list):
             return "resources.claims must be a list"
@@ -180,6 +171,8 @@ def select_policy(pod: dict[str, Any], ns: Namespace, policies: PolicySet | None
 
 
 def _gpu_count(container: dict[str, Any], gpu_resources: tuple[str, ...]) -> int:
+    """The GPUs a container requests; -1 when a GPU value is no finite quantity ("many",
+    "$GPU_PER_NODE", "inf"), which must not be read as "no GPU" (`_gpu_value_problem` says which)."""
     resources: dict[str, Any] = container.get("resources") or {}
     best = 0
     for section in ("limits", "requests"):
@@ -191,14 +184,31 @@ def _gpu_count(container: dict[str, Any], gpu_resources: tuple[str, ...]) -> int
                     count = int(value)
                 else:
                     try:
-                        count = int(k8s.parse_quantity(value))
+                        amount = k8s.parse_quantity(value)
                     except ValueError:
-                        continue
+                        return -1
+                    if not amount.is_finite():  # the parser takes "inf" and "NaN"
+                        return -1
+                    count = int(amount)
                 best = max(best, count)
     return best
 
 
-def find_targets(pod: dict[str, Any], policy: Policy) -> list[Target]:
+def _gpu_value_problem(container: dict[str, Any], gpu_resources: tuple[str, ...]) -> str:
+    """Which GPU value of a container `_gpu_count` refused, as the malformed-pod denial names it."""
+    resources: dict[str, Any] = container.get("resources") or {}
+    for section in ("limits", "requests"):
+        values: dict[str, Any] = resources.get(section) or {}
+        for res in gpu_resources:
+            if res in values and _gpu_count({"resources": {section: {res: values[res]}}}, (res,)) < 0:
+                return f"resources.{section}[{res!r}] is not a quantity: {values[res]!r}"
+    return "resources: a GPU value is not a quantity"
+
+
+def find_targets(pod: dict[str, Any], policy: Policy, malformed: list[str] | None = None) -> list[Target]:
+    """The containers that request one of the policy's GPUs. A GPU value that is no quantity
+    makes none a target; with `malformed` given, it is also reported there (the API server
+    never sends one: it refuses such a pod before admission; `review` reads unrendered files)."""
     targets = []
     spec: dict[str, Any] = pod.get("spec") or {}
     containers: list[dict[str, Any]] = spec.get("containers") or []
@@ -206,6 +216,8 @@ def find_targets(pod: dict[str, Any], policy: Policy) -> list[Target]:
         gpus = _gpu_count(c, policy.gpu_resources)
         if gpus > 0:
             targets.append(Target(i, str(c.get("name")), gpus, k8s.Env(c.get("env")), bool(c.get("envFrom"))))
+        elif gpus < 0 and malformed is not None:
+            malformed.append(f"spec.containers[{i}].{_gpu_value_problem(c, policy.gpu_resources)}")
     return targets
 
 
@@ -287,19 +299,20 @@ def _check_fabric(pod: dict[str, Any], policy: Policy, policies: PolicySet, ns: 
     """Mark targets that already have this fabric's device by another name, deny another fabric's
     device or claim, and return the pod's resourceClaims entry of this fabric's claim (None when
     the policy claims nothing; the policy's own entry name when the pod has none yet)."""
-    own = policy.own_resources  # the policy's own, also when the attachment names another
+    kinds = policies.resource_kinds(policy)
     for t in targets:
         resources: dict[str, Any] = (_container(pod, t.index).get("resources") or {})
         seen: list[str] = []
         for section in ("limits", "requests"):
             values: dict[str, Any] = resources.get(section) or {}
             for res in values:
-                if res in own or res in policy.gpu_resources or res in seen or _resolved(res, devices):
-                    continue
-                seen.append(res)
-                if res in policy.equivalent_resources:
+                kind = kinds.get(res)
+                if kind is None:
+                    kind = policies.resource_kind(policy, res, kinds)
+                if kind == RESOURCE_EQUIVALENT:
                     t.has_fabric = True
-                elif policies.is_rdma_resource(res):
+                elif kind == RESOURCE_FOREIGN and res not in seen and not _resolved(res, devices):
+                    seen.append(res)
                     mine = ", ".join(policy.own_resources) or (f"a DRA claim ({policy.claim.template})" if policy.claim else "the host's devices")
                     problems.append(Finding("fabric-mismatch", t.name,
                                             f"this pod requests {res}, another fabric's RDMA device; policy {policy.name} provides "
@@ -334,7 +347,7 @@ def _container(pod: dict[str, Any], index: int) -> dict[str, Any]:
     return containers[index]
 
 
-_IFNAME_SEEN: dict[tuple[str, str], bool] = {}
+_IFNAME_SEEN: Final[dict[tuple[str, str], bool]] = {}
 
 
 def _ifname_matches(value: str, secondary: list[str]) -> bool:
@@ -389,7 +402,7 @@ def _warnings(pod: dict[str, Any], subject: Subject) -> list[str]:
         ifname = t.env.get("NCCL_SOCKET_IFNAME")
         if ifname is not None and not on_host and not _ifname_matches(ifname, secondary):
             have = ", ".join(["eth0", *secondary])
-            out.append(f"{t.name}: NCCL_SOCKET_IFNAME={ifname!r} names no interface the pod will have ({have}), so NCCL's "
+            out.append(f"{t.name}: NCCL_SOCKET_IFNAME={repr(ifname)} names no interface the pod will have ({have}), so NCCL's "
                        f"bootstrap cannot start; remove it or name one of those")
         sc: dict[str, Any] = subject.container(t).get("securityContext") or {}
         non_root = sc.get("runAsNonRoot", pod_sc.get("runAsNonRoot")) is True
@@ -426,7 +439,10 @@ def _assess(pod: Any, namespace: Namespace | None, policies: PolicySet | None, a
     if policy is None:
         return _deny(pod, None, "no-policy", why or "no policy applies")
 
-    targets = find_targets(pod, policy)
+    malformed: list[str] = []
+    targets = find_targets(pod, policy, malformed)
+    if malformed:
+        return _deny(pod, None, "malformed-pod", f"the request's pod is malformed: {malformed[0]}")
     others = find_checked(checked, targets)
     if not targets:
         # No container gets RDMA, but a launcher's `mpirun -x NCCL_IB_DISABLE=1` still sends

@@ -28,7 +28,7 @@ class Finding:
     message: str
 
     def text(self) -> str:
-        where = f"container {self.container!r}: " if self.container else ""
+        where = f"container {repr(self.container)}: " if self.container else ""
         return f"{where}{self.message} [{self.rule}]"
 
 

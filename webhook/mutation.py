@@ -113,15 +113,17 @@ def add_env(container: dict[str, Any], target: Target, policy: Policy, interface
             env.append({"name": setting.name, "value": value})
             added.append(setting.name)
             continue
+        if not setting.enforce:
+            continue  # the user's value stands
         item = env[i]
         same = item.get("valueFrom") is None and (  # NCCL compares NCCL_NET case-insensitively: ib is IB
             item.get("value") == value or (setting.name == "NCCL_NET" and isinstance(item.get("value"), str)
                                            and item["value"].casefold() == value.casefold()))
-        if setting.enforce and not same:
+        if not same:
             before = "a valueFrom source" if item.get("valueFrom") is not None else repr(item.get("value"))
             env[i] = {"name": setting.name, "value": value}
             added.append(setting.name)
-            warnings.append(f"{target.name}: {setting.name} is enforced by policy {policy.name}: {before} replaced by {value!r}")
+            warnings.append(f"{target.name}: {setting.name} is enforced by policy {policy.name}: {before} replaced by {repr(value)}")
     return added
 
 

@@ -33,7 +33,7 @@ a C loop, where `all(map(operator.is_, a, b))` looked up its builtins by name on
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Final
 
 import orjson
 import pybase64
@@ -73,14 +73,6 @@ def _same(a: Any, b: Any) -> bool:
     return True
 
 
-def _shares_prefix(a: list[Any], b: list[Any]) -> bool:
-    """The items of `a` are the very objects at the same positions of `b` (b at least as long)."""
-    for i in range(len(a)):
-        if a[i] is not b[i]:
-            return False
-    return True
-
-
 def _diff(a: Any, b: Any, path: str, ops: list[dict[str, Any]]) -> None:
     ta, tb = type(a), type(b)
     if ta is dict and tb is dict:
@@ -91,6 +83,9 @@ def _diff(a: Any, b: Any, path: str, ops: list[dict[str, Any]]) -> None:
         ops.append({"op": "replace", "path": path, "value": b})
 
 
+_MISSING: Final = object()  # no JSON value is this object
+
+
 # Typed as dict and list (checked by the caller), so that compiled, the loops walk the dict's
 # entries and index the list directly, not through the generic iterator protocol (a tuple per
 # item of `items()`, an iterator per loop: a fifth of the patch's instructions).
@@ -99,11 +94,11 @@ def _diff(a: Any, b: Any, path: str, ops: list[dict[str, Any]]) -> None:
 def _diff_dicts(a: dict[str, Any], b: dict[str, Any], path: str, ops: list[dict[str, Any]]) -> None:
     kept = 0
     for key, value in b.items():
-        if key not in a:
+        old = a.get(key, _MISSING)  # one lookup, not `in` and then `[]`
+        if old is _MISSING:
             ops.append({"op": "add", "path": f"{path}/{_escape(key)}", "value": value})
         else:
             kept += 1
-            old = a[key]
             if old is not value:
                 t = type(value)
                 if t is dict or t is list:
@@ -118,13 +113,11 @@ def _diff_dicts(a: dict[str, Any], b: dict[str, Any], path: str, ops: list[dict[
 
 def _diff_lists(a: list[Any], b: list[Any], path: str, ops: list[dict[str, Any]]) -> None:
     common = min(len(a), len(b))
-    # The usual case, items appended: the common part is the same objects, or equal.
-    if len(b) >= len(a) and (_shares_prefix(a, b) or _same(a, b[:common])):
-        ops.extend([{"op": "add", "path": f"{path}/{i}", "value": b[i]} for i in range(common, len(b))])
-        return
+    # The usual case, items appended: the common part is the same objects, skipped by identity.
     for i in range(common):
-        if a[i] is not b[i] and not _same(a[i], b[i]):
-            _diff(a[i], b[i], f"{path}/{i}", ops)
+        x, y = a[i], b[i]
+        if x is not y and not _same(x, y):
+            _diff(x, y, f"{path}/{i}", ops)
     for i in range(common, len(b)):
         ops.append({"op": "add", "path": f"{path}/{i}", "value": b[i]})
     for i in range(len(a) - 1, common - 1, -1):

@@ -506,6 +506,7 @@ def compile_policy(doc: Any, file: str) -> tuple[Policy | None, list[PolicyError
         return None, errors
 
     selector_spec = doc["namespaceSelector"]
+    own = tuple([d.resource for d in devices] + [n.resource for n in networks if n.resource])
     return Policy(
         name=name,
         description=doc["description"].strip(),
@@ -524,7 +525,8 @@ def compile_policy(doc: Any, file: str) -> tuple[Policy | None, list[PolicyError
         claim=claim,
         equivalent_resources=equivalent,
         host_network=host_network,
-        own_resources=tuple([d.resource for d in devices] + [n.resource for n in networks if n.resource]),
+        own_resources=own,
+        expected_resources=frozenset((*own, *gpu_resources)),
         shm_fixed=shm_fixed,
         shm_per_gpu=shm_per_gpu,
         shm_max=shm_max,

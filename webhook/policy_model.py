@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from functools import lru_cache
-from typing import Any, Iterable, Mapping
+from typing import Any, Final, Iterable, Mapping
 
 from webhook.transports import WELL_KNOWN_RDMA, WELL_KNOWN_RDMA_PREFIXES, Fabric, Signature
 
@@ -93,6 +93,9 @@ class Policy:
     equivalent_resources: tuple[str, ...]  # requests that already give a container this fabric's device
     host_network: str  # Forbidden | Allowed | Required
     own_resources: tuple[str, ...]  # the devices' resources and the networks' fallback resources
+    # own_resources and gpu_resources: requests that say nothing of another fabric, skipped in
+    # one set lookup by the fabric check of every labelled pod
+    expected_resources: frozenset[str]
     shm_fixed: int | None
     shm_per_gpu: int | None
     shm_max: int | None
@@ -153,6 +156,14 @@ class Policy:
         return min(size, self.shm_max) if self.shm_max else size
 
 
+# What a container's resource is to a policy (`PolicySet.resource_kind`): nothing to its fabric
+# (cpu, its GPUs, its own devices), this fabric's device by another name (equivalentResources),
+# or another fabric's RDMA device.
+RESOURCE_PLAIN: Final = 0
+RESOURCE_EQUIVALENT: Final = 1
+RESOURCE_FOREIGN: Final = 2
+
+
 class PolicySet:
     """The loaded policies, indexed for the two questions the admission path asks: the policy of
     this name, and the policy that applies to a namespace with these labels."""
@@ -175,6 +186,8 @@ class PolicySet:
                 for template in (p.claim.template, *p.claim.equivalent):
                     self.by_claim_template.setdefault(template, []).append(p)
 
+        self._kinds: dict[str, dict[str, int]] = {p.name: {} for p in self._ranked}
+
     def is_rdma_resource(self, resource: str) -> bool:
         """Whether a container resource is an RDMA device: one a loaded policy gives, or a
         well-known RDMA device-plugin resource (webhook.transports.WELL_KNOWN_RDMA)."""
@@ -184,6 +197,30 @@ class PolicySet:
             if resource.startswith(prefix):
                 return True
         return False
+
+    def resource_kinds(self, policy: Policy) -> dict[str, int]:
+        """What each container resource a pod under `policy` requested was found to be
+        (RESOURCE_PLAIN, RESOURCE_EQUIVALENT, RESOURCE_FOREIGN), filled by `resource_kind`:
+        every pod asks about the same few (cpu, memory, its GPU and device), so a decision reads
+        one dict entry per resource."""
+        kinds = self._kinds.get(policy.name)
+        if kinds is None:  # a policy of another set: judged, not kept
+            return {}
+        return kinds
+
+    def resource_kind(self, policy: Policy, resource: str, kinds: dict[str, int]) -> int:
+        if resource in policy.expected_resources:
+            kind = RESOURCE_PLAIN  # its GPUs and own devices
+        elif resource in policy.equivalent_resources:
+            kind = RESOURCE_EQUIVALENT
+        elif self.is_rdma_resource(resource):
+            kind = RESOURCE_FOREIGN
+        else:
+            kind = RESOURCE_PLAIN
+        if len(kinds) >= 1024:  # a hostile stream of distinct names stays bounded
+            kinds.clear()
+        kinds[resource] = kind
+        return kind
 
     def __len__(self) -> int:
         return len(self.by_name)
