@@ -431,15 +431,17 @@ class _Converter:
         return [None]  # arithmetic, arrays, brace expansion, globs: not known here
 
 
-def _unquoted(text: str) -> str:
-    """An unquoted word's text without its backslashes (`\\x` is `x`, `\\<newline>` nothing)."""
+def _unescape(text: str, escapable: str | None) -> str:
+    """Backslashes removed as the shell removes them: before any character outside quotes
+    (`escapable` None), or only before one of `escapable` inside double quotes; `\\<newline>`
+    is a line continuation (nothing) in both."""
     if "\\" not in text:
         return text
     out: list[str] = []
     i, n = 0, len(text)
     while i < n:
         ch = text[i]
-        if ch == "\\" and i + 1 < n:
+        if ch == "\\" and i + 1 < n and (escapable is None or text[i + 1] in escapable):
             if text[i + 1] != "\n":
                 out.append(text[i + 1])
             i += 2
@@ -447,24 +449,16 @@ def _unquoted(text: str) -> str:
         out.append(ch)
         i += 1
     return "".join(out)
+
+
+def _unquoted(text: str) -> str:
+    """An unquoted word's text without its backslashes (`\\x` is `x`, `\\<newline>` nothing)."""
+    return _unescape(text, None)
 
 
 def _in_double_quotes(text: str) -> str:
     """Inside "...", a backslash escapes only $ ` " \\ and a newline."""
-    if "\\" not in text:
-        return text
-    out: list[str] = []
-    i, n = 0, len(text)
-    while i < n:
-        ch = text[i]
-        if ch == "\\" and i + 1 < n and text[i + 1] in '$`"\\\n':
-            if text[i + 1] != "\n":
-                out.append(text[i + 1])
-            i += 2
-            continue
-        out.append(ch)
-        i += 1
-    return "".join(out)
+    return _unescape(text, '$`"\\\n')
 
 
 # -- the reading ------------------------------------------------------------------------------
