@@ -219,3 +219,36 @@ def test_readyz_only_after_nad_cache_synced(cp, hook, workdir):
     finally:
         wh.stop()
         cp.kubectl("wait", "--for=condition=Established", "--timeout=60s", f"crd/{crd}")
+
+
+def test_lists_come_in_pages_and_keep_what_decisions_read(cp, workdir):
+    """The informers list in pages (`limit` + `continue`, as client-go does) so that a list's peak
+    memory is a page's, and keep of a NAD only its resourceName. Against the real server's
+    pagination, with pages of 2: every namespace and NAD arrives, in as many requests as pages."""
+    from kubernetes import client, config
+
+    from webhook.cluster_api import ApiClusterState
+
+    tag = unique("e2e-pages")
+    names = [make_namespace(cp, f"{tag}-{i}", {**OPT_IN, "page-test": tag}) for i in range(5)]
+    cp.apply([nad(ns, resource="openshift.io/mellanoxrdma") for ns in names[:3]]
+             + [nad(names[3], resource=None)])
+    configuration = client.Configuration()
+    config.load_kube_config(config_file=str(cp.admin_kubeconfig), client_configuration=configuration)
+    total_ns = len(json.loads(cp.kubectl("get", "namespaces", "-o", "json", check=True).stdout)["items"])
+    state = ApiClusterState(client.ApiClient(configuration), lambda: True, page_size=2, watch_runtimes=False)
+    state.start()
+    try:
+        c.wait_for("the paged lists to sync", state.ready, 60)
+        for ns in names:
+            got = state.namespace(ns)
+            assert got is not None and got.labels.get("page-test") == tag, (ns, got)
+        assert state._ns.pages >= (total_ns + 1) // 2 > 1, (state._ns.pages, total_ns)
+        assert state._nads.pages >= 2, state._nads.pages
+        with_resource = state.attachment(names[0], "rdma-network")
+        assert with_resource == {"metadata": {"annotations": {RESOURCE: "openshift.io/mellanoxrdma"}}}, with_resource
+        assert state.attachment(names[1], "rdma-network") is with_resource  # one value object per resource name
+        assert state.attachment(names[3], "rdma-network") == {"metadata": {"annotations": {}}}
+        assert state.attachment(names[4], "rdma-network") is None
+    finally:
+        state.stop()

@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import logging
 import random
+import sys
 import threading
 import time
 from typing import Any, Callable, Hashable, Mapping
@@ -50,6 +51,7 @@ from kubernetes.client import rest
 from kubernetes.client.exceptions import ApiException
 
 from webhook import metrics
+from webhook.keys import NAD_RESOURCE_NAME
 from webhook.cluster import namespace_from
 from webhook.decision import Namespace
 
@@ -61,20 +63,45 @@ TR_PLURAL, CTR_PLURAL = "trainingruntimes", "clustertrainingruntimes"
 GONE, NOT_FOUND = 410, 404
 
 
+# Cached names are interned (sys.intern): a namespace's name is its cache key, its
+# kubernetes.io/metadata.name label and the first half of its NADs' keys, and NADs across
+# namespaces share a few names ("rdma-network"); one string object each instead of one per use.
+
 def _ns_key(obj: Mapping[str, Any]) -> str:
-    return str(obj["metadata"]["name"])
+    return sys.intern(str(obj["metadata"]["name"]))
 
 
 def _nad_key(obj: Mapping[str, Any]) -> tuple[str, str]:
     meta = obj["metadata"]
-    return str(meta.get("namespace") or "default"), str(meta["name"])
+    return sys.intern(str(meta.get("namespace") or "default")), sys.intern(str(meta["name"]))
+
+
+_NAD_VALUES: dict[str | None, dict[str, Any]] = {}  # resourceName -> the one value object for it
 
 
 def _nad_value(obj: Mapping[str, Any]) -> dict[str, Any]:
-    """What the decision reads of a NetworkAttachmentDefinition: its annotations."""
-    meta = obj.get("metadata") or {}
-    return {"metadata": {"namespace": meta.get("namespace"), "name": meta.get("name"),
-                         "annotations": dict(meta.get("annotations") or {})}}
+    """What the decision reads of a NetworkAttachmentDefinition: the resourceName annotation, nothing
+    else (its CNI config, other annotations and managed fields are never read). NADs naming the
+    same resource share one value object: a cluster has thousands of NADs and a handful of
+    resource names, so a NAD costs its key in the cache and nothing more."""
+    annotations = (obj.get("metadata") or {}).get("annotations") or {}
+    found = annotations.get(NAD_RESOURCE_NAME) if isinstance(annotations, dict) else None
+    resource = found if isinstance(found, str) else None
+    value = _NAD_VALUES.get(resource)
+    if value is None:
+        value = {"metadata": {"annotations": {NAD_RESOURCE_NAME: resource} if resource is not None else {}}}
+        if len(_NAD_VALUES) < 1024:  # a cluster with more distinct resource names gets a value each
+            _NAD_VALUES[resource] = value
+    return value
+
+
+def _namespace_value(obj: Mapping[str, Any]) -> Namespace:
+    """A namespace as decisions read it: name and labels. Label values are interned: thousands of
+    namespaces repeat the same few ("enabled", a team, a policy name), and each parsed value
+    would otherwise stay a string object of its own for as long as the namespace is cached."""
+    ns = namespace_from(obj)
+    return Namespace(sys.intern(ns.name),
+                     {k: sys.intern(v) if isinstance(v, str) and len(v) <= 63 else v for k, v in ns.labels.items()})
 
 
 def _tr_key(obj: Mapping[str, Any]) -> tuple[str, str]:
@@ -114,6 +141,7 @@ class _Informer:
         self.resource_version: str | None = None
         self.listed_version: str | None = None
         self.lists = 0
+        self.pages = 0  # list requests made, pages of every list
         self.removals = 0  # DELETED events and relists, so a direct read can tell it may be stale
         self.watch: watch.Watch | None = None
         self.thread: threading.Thread | None = None
@@ -163,17 +191,35 @@ class _Informer:
             delay = min(delay * 2, owner.backoff_max)
 
     def relist(self) -> None:
-        resp = self.list_call(*self.args, _preload_content=False, _request_timeout=(self.owner.connect_timeout, 60))
-        try:
-            doc = orjson.loads(resp.data)
-        finally:
-            resp.release_conn()
-        items = {}
-        for obj in doc.get("items") or ():
-            items[self.key(obj)] = self.value(obj)
+        """List in pages of `owner.page_size` (`limit` and `continue`, as client-go's reflector
+        does): one page's body and parsed objects are held at a time, not the whole list, so the
+        peak memory of a list stays that of a page however many objects the cluster has. A
+        continue token that expires (410) fails the list, which the loop retries from the start."""
+        items: dict[Hashable, Any] = {}
+        token: str | None = None
+        version: str | None = None
+        while True:
+            kwargs: dict[str, Any] = {"limit": self.owner.page_size, "_preload_content": False,
+                                      "_request_timeout": (self.owner.connect_timeout, 60)}
+            if token:
+                kwargs["_continue"] = token
+            resp = self.list_call(*self.args, **kwargs)
+            try:
+                doc = orjson.loads(resp.data)
+            finally:
+                resp.release_conn()
+            for obj in doc.get("items") or ():
+                items[self.key(obj)] = self.value(obj)
+            meta = doc.get("metadata") or {}
+            version = str(meta.get("resourceVersion") or "") or None  # every page: the snapshot's
+            token = meta.get("continue") or None
+            self.pages += 1
+            del doc, resp
+            if not token:
+                break
         self.items = items  # one assignment: readers see the old dict or the new one
         self.removals += 1
-        self.resource_version = self.listed_version = str((doc.get("metadata") or {}).get("resourceVersion") or "") or None
+        self.resource_version = self.listed_version = version
         self.lists += 1
         if not self.synced:
             self.synced = True
@@ -214,12 +260,13 @@ class ApiClusterState:
     def __init__(self, api_client: client.ApiClient, uses_networks: Callable[[], bool] = lambda: False, *,
                  watch_timeout: int = 300, backoff_min: float = 0.5, backoff_max: float = 30.0,
                  networks_check_interval: float = 5.0, fetch_timeout: float = 2.0, miss_ttl: float = 5.0,
-                 connect_timeout: float = 5.0, watch_runtimes: bool = True):
+                 connect_timeout: float = 5.0, watch_runtimes: bool = True, page_size: int = 500):
         self.uses_networks = uses_networks
         self.watch_runtimes = watch_runtimes
         self.watch_timeout, self.backoff_min, self.backoff_max = int(watch_timeout), backoff_min, backoff_max
         self.networks_check_interval, self.fetch_timeout, self.miss_ttl = networks_check_interval, fetch_timeout, miss_ttl
         self.connect_timeout = connect_timeout
+        self.page_size = page_size  # objects per list request (client-go's reflector: 500)
         if api_client.configuration.retries is None:
             # urllib3's default retries GETs 3 times, read timeouts included: the 2 s direct read
             # could take 8 s. The informer loops do their own retrying, with backoff.
@@ -227,7 +274,7 @@ class ApiClusterState:
             api_client.rest_client = rest.RESTClientObject(api_client.configuration)
         self._core = client.CoreV1Api(api_client)
         custom = client.CustomObjectsApi(api_client)
-        self._ns = _Informer(self, "namespaces", self._core.list_namespace, (), _ns_key, namespace_from)
+        self._ns = _Informer(self, "namespaces", self._core.list_namespace, (), _ns_key, _namespace_value)
         self._nads = _Informer(self, NAD_PLURAL, custom.list_cluster_custom_object,
                                (NAD_GROUP, NAD_VERSION, NAD_PLURAL), _nad_key, _nad_value)
         self._runtime_informers = (
