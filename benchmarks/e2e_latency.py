@@ -23,21 +23,20 @@ import argparse
 import http.client
 import json
 import os
-import platform
 import queue
 import statistics
 import sys
-import tempfile
 import threading
 import time
 from pathlib import Path
 
-import yaml
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from e2e import cluster as c  # noqa: E402
+from e2e_bench import control_plane, write  # noqa: E402
+import provenance  # noqa: E402
 
 
 def pod(name: str) -> bytes:
@@ -117,18 +116,9 @@ def main() -> int:
     ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "e2e_latency.json"))
     args = ap.parse_args()
     rates = [float(r) for r in args.rates.split(",")]
-    c.install_signal_handlers()
-    bin_dir = Path(os.environ.get("RDMA_WEBHOOK_E2E_BIN") or c.build_binaries())
-    workdir = Path(tempfile.mkdtemp(prefix="rdma-webhook-e2e-bench-"))
-    cp = c.ControlPlane(bin_dir, workdir)
-    results: dict = {"command": " ".join(sys.argv), "machine": {
-        "cpus": os.cpu_count(), "platform": platform.platform(), "python": platform.python_version(),
-        "loadavg_at_start": os.getloadavg()}, "duration_s": args.duration, "runs": []}
-    try:
-        cp.start()
-        cp.apply(o for o in yaml.safe_load_all((ROOT / "e2e" / "crds.yaml").read_text()) if o)
-        cp.kubectl("wait", "--for=condition=Established", "--timeout=60s",
-                   "crd/network-attachment-definitions.k8s.cni.cncf.io", check=True)
+    prov = provenance.start()
+    results: dict = {"duration_s": args.duration, "runs": []}
+    with control_plane("rdma-webhook-e2e-bench-") as (cp, workdir):
         docs = c.render_deploy(cp)
         hook = c.install_webhook(cp, workdir, docs)  # registers the configurations
         configs = c.loopback_webhooks(docs, hook.port, hook.ca_bundle)
@@ -160,12 +150,7 @@ def main() -> int:
                          "p99_added_ms": round(by["with"]["p99_ms"] - by["without"]["p99_ms"], 2)}
                 results.setdefault("added", []).append(added)
                 print(json.dumps(added), flush=True)
-        results["machine"]["loadavg_at_end"] = os.getloadavg()
-        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.out).write_text(json.dumps(results, indent=2) + "\n")
-        print(f"wrote {args.out}")
-    finally:
-        c.stop_all()
+    write(args.out, prov, results)
     return 0
 
 

@@ -24,20 +24,19 @@ import base64
 import http.client
 import json
 import os
-import platform
 import sys
-import tempfile
 import threading
 import time
 import uuid
 from pathlib import Path
 
-import yaml
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from e2e import cluster as c  # noqa: E402
+from e2e_bench import control_plane, write  # noqa: E402
+import provenance  # noqa: E402
 
 SHIPPED_LIMIT_MB = 256  # deploy/base/deployment.yaml: resources.limits.memory 256Mi
 
@@ -140,17 +139,9 @@ def main() -> int:
     ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "e2e_scale.json"))
     args = ap.parse_args()
     sizes = [int(s) for s in args.sizes.split(",")]
-    c.install_signal_handlers()
-    bin_dir = Path(os.environ.get("RDMA_WEBHOOK_E2E_BIN") or c.build_binaries())
-    workdir = Path(tempfile.mkdtemp(prefix="rdma-webhook-e2e-scale-"))
-    cp = c.ControlPlane(bin_dir, workdir)
-    results: dict = {"command": " ".join(sys.argv), "machine": {"cpus": os.cpu_count(), "platform": platform.platform()},
-                     "shipped_memory_limit_mb": SHIPPED_LIMIT_MB, "runs": []}
-    try:
-        cp.start()
-        cp.apply(o for o in yaml.safe_load_all((ROOT / "e2e" / "crds.yaml").read_text()) if o)
-        cp.kubectl("wait", "--for=condition=Established", "--timeout=60s",
-                   "crd/network-attachment-definitions.k8s.cni.cncf.io", check=True)
+    prov = provenance.start()
+    results: dict = {"shipped_memory_limit_mb": SHIPPED_LIMIT_MB, "runs": []}
+    with control_plane("rdma-webhook-e2e-scale-") as (cp, workdir):
         docs = c.render_deploy(cp)
         cp.apply([c.pick(docs, "Namespace", "rdma-webhook"), c.pick(docs, "ServiceAccount", "rdma-webhook"),
                   c.pick(docs, "ClusterRole", "rdma-webhook"), c.pick(docs, "ClusterRoleBinding", "rdma-webhook")])
@@ -191,11 +182,7 @@ def main() -> int:
             print(json.dumps(run), flush=True)
             results["runs"].append(run)
             hook.stop()
-        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.out).write_text(json.dumps(results, indent=2) + "\n")
-        print(f"wrote {args.out}")
-    finally:
-        c.stop_all()
+    write(args.out, prov, results)
     return 0
 
 
