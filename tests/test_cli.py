@@ -121,6 +121,27 @@ def test_serve_reports_missing_files():
     assert out.returncode == 2 and "no such file" in out.stderr
 
 
+def test_serve_without_cluster_state_or_api_config_exits_with_one_line(tmp_path):
+    """As deployed, `serve` reads the cluster from the API: with no in-cluster service account and
+    no kubeconfig it exits 2 at once with what to do, not a traceback or a server that never gets
+    ready."""
+    import os
+
+    from webhook.certs import write_certs
+
+    write_certs(tmp_path / "certs", "rdma-webhook", "rdma-webhook", dns=["localhost"], ips=["127.0.0.1"])
+    env = {k: v for k, v in os.environ.items() if not k.startswith("KUBERNETES_")}
+    env.update(KUBECONFIG=str(tmp_path / "no-such-kubeconfig"), HOME=str(tmp_path))
+    out = subprocess.run([*CLI, "serve", "--tls-cert", str(tmp_path / "certs" / "tls.crt"), "--tls-key",
+                          str(tmp_path / "certs" / "tls.key"), "--host", "127.0.0.1", "--port", "0",
+                          "--policies", str(ROOT / "policies")],
+                         capture_output=True, text=True, cwd=ROOT, env=env, timeout=60)
+    said = out.stdout + out.stderr  # the log goes to stdout
+    assert out.returncode == 2, (out.returncode, said[-2000:])
+    assert "cannot reach the Kubernetes API" in said and "--cluster-state FILE" in said, said[-2000:]
+    assert "Traceback" not in said, said[-2000:]
+
+
 def test_serve_refuses_an_unknown_server(monkeypatch):
     monkeypatch.setenv("RDMA_WEBHOOK_SERVER", "uwsgi")
     out = run("serve", "--tls-cert", "/nonexistent.crt", "--tls-key", "/nonexistent.key")
