@@ -180,7 +180,9 @@ def test_missing_list_verb_keeps_webhook_unready(cp, hook, deploy_docs, workdir,
 
 
 def test_missing_watch_verb_is_reported(cp, hook, deploy_docs, workdir):
-    """Without `watch` the list succeeds but every watch is refused: the log says so."""
+    """Without `watch` the list succeeds but every watch is refused: the log says so, and once the
+    watch has failed for a minute /readyz says the cache is stale (it no longer follows the
+    cluster), so the replica leaves the Service instead of deciding on old namespaces."""
     name = unique("e2e-nowatch")
     _sa_with_role(cp, _role_without(deploy_docs, "namespaces", "watch", name), name)
     kc = c.service_account_kubeconfig(cp, "rdma-webhook", name, Path(workdir) / f"{name}.kubeconfig")
@@ -189,6 +191,12 @@ def test_missing_watch_verb_is_reported(cp, hook, deploy_docs, workdir):
         c.wait_for("a refused watch in the log",
                    lambda: "namespaces: list/watch failed (HTTP 403" in wh.proc.log.read_text(errors="replace"), 90,
                    proc=wh.proc)
+
+        def stale() -> bool:
+            status, body = wh.get("/readyz")
+            return status == 503 and b"cluster state stale: namespaces list/watch failing" in body
+
+        until("refused watches -> /readyz stale", stale, 180)
     finally:
         wh.stop()
 

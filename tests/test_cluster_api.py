@@ -375,3 +375,28 @@ def test_without_trainer_crds_runtimes_are_unknown_and_readiness_unaffected(apis
     assert state.ready() and state.runtimes() is None
     assert sum("CRD not installed" in r.getMessage() for r in caplog.records) == 2  # once per kind, not per retry
     assert not [r for r in caplog.records if r.levelno >= logging.WARNING and "trainingruntimes" in r.getMessage()]
+
+
+def test_a_watch_that_keeps_failing_makes_the_cache_unready_until_it_works_again(apiserver, make_state):
+    """Listed once, then every watch refused (a missing RBAC verb, a broken proxy): after
+    `stale_after` of failures without a success the cache says it is not ready, with the reason;
+    a working watch makes it ready again, events or not (a quiet cluster sends none)."""
+    apiserver.put_namespace("team-a", OPTED_IN)
+    state = synced(make_state(stale_after=0.3))
+    with apiserver.pause_watches():
+        eventually(lambda: not state.ready(), what="stale after repeated watch failures")
+        reason = state.not_ready_reason()
+        assert reason and reason.startswith("cluster state stale: namespaces list/watch failing for"), reason
+        assert "HTTP 503" in reason, reason
+        eventually(lambda: metrics.CACHE_READY._value.get() == 0, what="the gauge at the next attempt")
+        assert cached_namespace(state, "team-a") is not None  # decisions still have the last state
+    eventually(state.ready, what="ready again once a watch is open", timeout=20)
+    assert state.not_ready_reason() is None
+
+
+def test_one_failed_watch_does_not_make_the_cache_unready(apiserver, make_state):
+    state = synced(make_state(stale_after=0.0))
+    apiserver.drop_watches()  # one broken connection: the informer watches again at once
+    apiserver.put_namespace("later", OPTED_IN)
+    eventually(lambda: cached_namespace(state, "later"), what="event after the reconnect")
+    assert state.ready() and state.not_ready_reason() is None

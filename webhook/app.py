@@ -141,7 +141,8 @@ def create_app(store: PolicyStore, cluster: ClusterState) -> Flask:
         if store.current is None:
             problems.append("no valid policies loaded" + (f": {store.last_errors[0]}" if store.last_errors else ""))
         if not cluster.ready():
-            problems.append("cluster state not synced yet")
+            reason = getattr(cluster, "not_ready_reason", None)
+            problems.append((reason() if reason else None) or "cluster state not synced yet")
         if problems:
             return _json({"status": "not ready", "problems": problems}, 503)
         return _json({"status": "ready", "policies": sorted(store.current.by_name)})

@@ -61,6 +61,11 @@ NAD_GROUP, NAD_VERSION, NAD_PLURAL = "k8s.cni.cncf.io", "v1", "network-attachmen
 TRAINER_GROUP, TRAINER_VERSION = "trainer.kubeflow.org", "v1alpha1"
 TR_PLURAL, CTR_PLURAL = "trainingruntimes", "clustertrainingruntimes"
 GONE, NOT_FOUND = 410, 404
+# A cache whose list or watch has failed this many times in a row, for longer than the state's
+# `stale_after`, is stale: `ready()` is False (with the reason in `not_ready_reason()`), so that
+# a replica whose watch is refused (a missing RBAC verb) or broken stops serving decisions from a
+# cache that no longer follows the cluster, instead of serving them without a word.
+STALE_FAILURES = 3
 
 
 # Cached names are interned (sys.intern): a namespace's name is its cache key, its
@@ -142,6 +147,12 @@ class _Informer:
         self.listed_version: str | None = None
         self.lists = 0
         self.pages = 0  # list requests made, pages of every list
+        # Consecutive failed lists/watches, since when, and the last error: a cache whose watch
+        # keeps failing goes stale without a word (see `ApiClusterState.stale`).
+        self.failures = 0
+        self.failing_since: float | None = None
+        self.last_error = ""
+        self.watching_since: float | None = None  # a watch request is open since then
         self.removals = 0  # DELETED events and relists, so a direct read can tell it may be stale
         self.watch: watch.Watch | None = None
         self.thread: threading.Thread | None = None
@@ -162,6 +173,7 @@ class _Informer:
                     delay = owner.backoff_min
                 self.watch_once()
                 delay = owner.backoff_min  # the watch ran its course
+                self.succeeded()
                 continue
             except ApiException as exc:
                 if exc.status == GONE:
@@ -184,11 +196,35 @@ class _Informer:
                 error = exc
             if owner._stopping.is_set():
                 break
+            self.failed(error)
             pause = random.uniform(delay / 2, delay)
             log.warning("%s: list/watch failed (%s); retrying in %.2fs, answering from the cache",
                         self.kind, _describe(error), pause)
             owner._stopping.wait(pause)
             delay = min(delay * 2, owner.backoff_max)
+
+    def failed(self, error: BaseException) -> None:
+        self.failures += 1
+        if self.failing_since is None:
+            self.failing_since = time.monotonic()
+        self.last_error = _describe(error)
+        self.owner._record_ready()
+
+    def succeeded(self) -> None:
+        if self.failures:
+            self.failures, self.failing_since = 0, None
+            self.owner._record_ready()
+
+    def stale_for(self, now: float) -> float:
+        """Seconds this informer has failed without a success in between (0 when it has not). A
+        watch open for longer than a connection can take to fail is a success, events or not: a
+        quiet cluster sends none."""
+        if self.failures < STALE_FAILURES or self.failing_since is None:
+            return 0.0
+        watching = self.watching_since
+        if watching is not None and now - watching > self.owner.connect_timeout + 1.0:
+            return 0.0
+        return now - self.failing_since
 
     def relist(self) -> None:
         """List in pages of `owner.page_size` (`limit` and `continue`, as client-go's reflector
@@ -221,6 +257,7 @@ class _Informer:
         self.removals += 1
         self.resource_version = self.listed_version = version
         self.lists += 1
+        self.succeeded()
         if not self.synced:
             self.synced = True
             log.info("%s: cache synced (%d objects)", self.kind, len(items))
@@ -233,12 +270,18 @@ class _Informer:
         stream = w.stream(self.list_call, *self.args, resource_version=self.resource_version,
                           allow_watch_bookmarks=True, timeout_seconds=owner.watch_timeout,
                           _request_timeout=(owner.connect_timeout, owner.watch_timeout + 30))
-        for event in stream:
-            if owner._stopping.is_set():
-                w.stop()
-                break
-            seen = True
-            self.apply(event.get("type"), event.get("raw_object") or {})
+        self.watching_since = started
+        try:
+            for event in stream:
+                if owner._stopping.is_set():
+                    w.stop()
+                    break
+                seen = True
+                if self.failures:  # the watch works again
+                    self.succeeded()
+                self.apply(event.get("type"), event.get("raw_object") or {})
+        finally:
+            self.watching_since = None
         if not seen and not owner._stopping.is_set() and time.monotonic() - started < 1.0:
             raise _ShortWatch("the watch ended at once")
 
@@ -260,13 +303,15 @@ class ApiClusterState:
     def __init__(self, api_client: client.ApiClient, uses_networks: Callable[[], bool] = lambda: False, *,
                  watch_timeout: int = 300, backoff_min: float = 0.5, backoff_max: float = 30.0,
                  networks_check_interval: float = 5.0, fetch_timeout: float = 2.0, miss_ttl: float = 5.0,
-                 connect_timeout: float = 5.0, watch_runtimes: bool = True, page_size: int = 500):
+                 connect_timeout: float = 5.0, watch_runtimes: bool = True, page_size: int = 500,
+                 stale_after: float = 60.0):
         self.uses_networks = uses_networks
         self.watch_runtimes = watch_runtimes
         self.watch_timeout, self.backoff_min, self.backoff_max = int(watch_timeout), backoff_min, backoff_max
         self.networks_check_interval, self.fetch_timeout, self.miss_ttl = networks_check_interval, fetch_timeout, miss_ttl
         self.connect_timeout = connect_timeout
         self.page_size = page_size  # objects per list request (client-go's reflector: 500)
+        self.stale_after = stale_after  # seconds of failing lists/watches before `ready()` says no
         if api_client.configuration.retries is None:
             # urllib3's default retries GETs 3 times, read timeouts included: the 2 s direct read
             # could take 8 s. The informer loops do their own retrying, with backoff.
@@ -363,8 +408,25 @@ class ApiClusterState:
 
     # --- ClusterState -----------------------------------------------------------------------------
 
+    def _needed(self) -> list[_Informer]:
+        """The informers readiness waits for (Trainer runtimes never hold it up)."""
+        return [self._ns, self._nads] if self._tracking_nads else [self._ns]
+
     def ready(self) -> bool:
-        return self._ns.synced and (not self._tracking_nads or self._nads.synced)
+        now = time.monotonic()
+        return all(i.synced and i.stale_for(now) <= self.stale_after for i in self._needed())
+
+    def not_ready_reason(self) -> str | None:
+        """Why `ready()` is False, for /readyz (None when ready)."""
+        now = time.monotonic()
+        for informer in self._needed():
+            if not informer.synced:
+                return f"cluster state not synced yet ({informer.kind})"
+            stale = informer.stale_for(now)
+            if stale > self.stale_after:
+                return (f"cluster state stale: {informer.kind} list/watch failing for {stale:.0f}s "
+                        f"({informer.failures} attempts, last: {informer.last_error})")
+        return None
 
     def namespace(self, name: str) -> Namespace | None:
         ns = self._ns.items.get(name)
