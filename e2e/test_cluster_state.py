@@ -232,7 +232,8 @@ def test_readyz_only_after_nad_cache_synced(cp, hook, workdir):
 def test_lists_come_in_pages_and_keep_what_decisions_read(cp, workdir):
     """The informers list in pages (`limit` + `continue`, as client-go does) so that a list's peak
     memory is a page's, and keep of a NAD only its resourceName. Against the real server's
-    pagination, with pages of 2: every namespace and NAD arrives, in as many requests as pages."""
+    pagination, with pages of 2: every namespace and NAD arrives, in as many requests as pages, and
+    the pages hold metadata only (PartialObjectMetadataList)."""
     from kubernetes import client, config
 
     from webhook.cluster_api import ApiClusterState
@@ -253,6 +254,9 @@ def test_lists_come_in_pages_and_keep_what_decisions_read(cp, workdir):
             assert got is not None and got.labels.get("page-test") == tag, (ns, got)
         assert state._ns.pages >= (total_ns + 1) // 2 > 1, (state._ns.pages, total_ns)
         assert state._nads.pages >= 2, state._nads.pages
+        # metadata only: the server sent PartialObjectMetadataList pages (no spec, no status)
+        assert (state._ns.list_kind, state._nads.list_kind) == ("PartialObjectMetadataList",) * 2, \
+            (state._ns.list_kind, state._nads.list_kind)
         with_resource = state.attachment(names[0], "rdma-network")
         assert with_resource == {"metadata": {"annotations": {RESOURCE: "openshift.io/mellanoxrdma"}}}, with_resource
         assert state.attachment(names[1], "rdma-network") is with_resource  # one value object per resource name

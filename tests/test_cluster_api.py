@@ -400,3 +400,45 @@ def test_one_failed_watch_does_not_make_the_cache_unready(apiserver, make_state)
     apiserver.put_namespace("later", OPTED_IN)
     eventually(lambda: cached_namespace(state, "later"), what="event after the reconnect")
     assert state.ready() and state.not_ready_reason() is None
+
+
+def test_lists_ask_for_metadata_only_where_decisions_read_metadata_alone(apiserver):
+    """Namespace and NAD lists send the PartialObjectMetadataList Accept header (with plain JSON
+    as the fallback), Trainer runtime lists do not (a TrainJob's check reads their spec)."""
+    from webhook import cluster_api
+
+    seen: dict[str, list[Any]] = {}
+
+    def recording(informer):
+        inner = informer.list_call
+
+        def call(*args, **kwargs):
+            if not kwargs.get("watch"):
+                seen.setdefault(informer.kind, []).append((kwargs.get("_headers") or {}).get("Accept"))
+            return inner(*args, **kwargs)
+        informer.list_call = call
+
+    for i in range(3):
+        apiserver.put_namespace(f"team-{i}", {"rdma-webhook.io/injection": "enabled"})
+    cfg = client.Configuration()
+    cfg.host = apiserver.url
+    api = client.ApiClient(cfg)
+    state = ApiClusterState(api, lambda: True, backoff_min=0.02, backoff_max=0.2, watch_runtimes=True)
+    for informer in (state._ns, state._nads, *state._runtime_informers):
+        recording(informer)
+    state.start()
+    try:
+        synced(state)
+        eventually(lambda: all(k in seen for k in ("namespaces", cluster_api.NAD_PLURAL, cluster_api.TR_PLURAL)),
+                   what="every kind listed")
+        assert set(seen["namespaces"]) == {cluster_api.METADATA_LIST}, seen
+        assert set(seen[cluster_api.NAD_PLURAL]) == {cluster_api.METADATA_LIST}, seen
+        assert set(seen[cluster_api.TR_PLURAL]) == {None}, seen
+        assert cluster_api.METADATA_LIST.startswith("application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1,")
+        assert cluster_api.METADATA_LIST.endswith(", application/json")
+        assert cached_namespace(state, "team-2") is not None
+    finally:
+        apiserver.lists_gate.set()
+        state.stop()
+        api.rest_client.pool_manager.clear()
+        api.close()

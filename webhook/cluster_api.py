@@ -33,7 +33,8 @@ once), `runtimes()` is None and a TrainJob gets a warning instead of a check.
 Lists, the direct read and watch events are handled as plain JSON (`_preload_content=False`,
 orjson; watches with `return_type="object"`): building the client's models and converting them
 back to dicts costs about 25 times more than parsing (3000 namespaces: ~300 ms against ~12 ms)
-for objects of which we keep the labels alone.
+for objects of which we keep the labels alone. Namespace and NAD lists ask for metadata only
+(PartialObjectMetadataList, see METADATA_LIST): a decision reads nothing else of them.
 """
 
 from __future__ import annotations
@@ -61,6 +62,11 @@ NAD_GROUP, NAD_VERSION, NAD_PLURAL = "k8s.cni.cncf.io", "v1", "network-attachmen
 TRAINER_GROUP, TRAINER_VERSION = "trainer.kubeflow.org", "v1alpha1"
 TR_PLURAL, CTR_PLURAL = "trainingruntimes", "clustertrainingruntimes"
 GONE, NOT_FOUND = 410, 404
+# Lists of the kinds whose metadata is all a decision reads (namespaces: name and labels; NADs:
+# the resourceName annotation) ask for metadata only, as client-go's metadata informers do: the
+# server leaves out spec and status (a NAD's CNI config, a namespace's finalizers and phase), so
+# it encodes and we parse less. A server that cannot answer so picks the plain JSON that follows.
+METADATA_LIST = "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1, application/json"
 # A cache whose list or watch has failed this many times in a row, for longer than the state's
 # `stale_after`, is stale: `ready()` is False (with the reason in `not_ready_reason()`), so that
 # a replica whose watch is refused (a missing RBAC verb) or broken stops serving decisions from a
@@ -137,8 +143,10 @@ class _Informer:
 
     def __init__(self, owner: "ApiClusterState", kind: str, list_call: Callable[..., Any], args: tuple[Any, ...],
                  key: Callable[[Mapping[str, Any]], Hashable], value: Callable[[Mapping[str, Any]], Any],
-                 optional: bool = False):
+                 optional: bool = False, metadata_only: bool = False):
         self.owner, self.kind, self.list_call, self.args, self.key, self.value = owner, kind, list_call, args, key, value
+        self.metadata_only = metadata_only  # lists ask for PartialObjectMetadataList (METADATA_LIST)
+        self.list_kind: str | None = None  # the `kind` of the last list page the server sent
         self.optional = optional  # a CRD that may not be installed: a 404 is expected, not an error
         self.absent_logged = False
         self.items: dict[Hashable, Any] = {}
@@ -239,6 +247,8 @@ class _Informer:
                                       "_request_timeout": (self.owner.connect_timeout, 60)}
             if token:
                 kwargs["_continue"] = token
+            if self.metadata_only:
+                kwargs["_headers"] = {"Accept": METADATA_LIST}
             resp = self.list_call(*self.args, **kwargs)
             try:
                 doc = orjson.loads(resp.data)
@@ -250,6 +260,7 @@ class _Informer:
             version = str(meta.get("resourceVersion") or "") or None  # every page: the snapshot's
             token = meta.get("continue") or None
             self.pages += 1
+            self.list_kind = str(doc.get("kind") or "") or None
             del doc, resp
             if not token:
                 break
@@ -319,9 +330,10 @@ class ApiClusterState:
             api_client.rest_client = rest.RESTClientObject(api_client.configuration)
         self._core = client.CoreV1Api(api_client)
         custom = client.CustomObjectsApi(api_client)
-        self._ns = _Informer(self, "namespaces", self._core.list_namespace, (), _ns_key, _namespace_value)
+        self._ns = _Informer(self, "namespaces", self._core.list_namespace, (), _ns_key, _namespace_value,
+                             metadata_only=True)
         self._nads = _Informer(self, NAD_PLURAL, custom.list_cluster_custom_object,
-                               (NAD_GROUP, NAD_VERSION, NAD_PLURAL), _nad_key, _nad_value)
+                               (NAD_GROUP, NAD_VERSION, NAD_PLURAL), _nad_key, _nad_value, metadata_only=True)
         self._runtime_informers = (
             _Informer(self, TR_PLURAL, custom.list_cluster_custom_object, (TRAINER_GROUP, TRAINER_VERSION, TR_PLURAL),
                       _tr_key, _runtime_value, optional=True),
