@@ -183,3 +183,37 @@ def test_mounts_that_are_not_dev_shm_are_left_alone(pinned, mount_path):
     assert d.outcome == decision.MUTATED, d.denials
     mounts = d.pod["spec"]["containers"][0]["volumeMounts"]
     assert mounts[0]["mountPath"] == mount_path and [m["mountPath"] for m in mounts[1:]] == ["/dev/shm"], mounts
+
+
+DRA_POLICY = """
+apiVersion: rdma-webhook.io/v1alpha2
+kind: RdmaPolicy
+name: dranet
+description: a RoCE NIC per pod claimed through DRA
+namespaceSelector: {}
+fabric: {kind: roce, transport: ib-verbs, ncclNet: [IB], hcaDevices: ["mlx5_[0-7]"]}
+claim: {name: rdma-nic, template: rdma-nic-template}
+shm: {sizeLimit: 64Gi}
+nccl:
+  NCCL_NET: {value: IB, enforce: true}
+"""
+
+
+def test_final_state_names_each_container_that_lost_the_dra_claim():
+    """device-missing for a claim: a container whose resources.claims no longer names the pod's
+    claim is named (the others, and a container that still names it, are not)."""
+    ps, errors = load_texts([("dranet.yaml", DRA_POLICY)])
+    assert ps is not None, errors
+    d = decision.decide(k.pod([k.container("a"), k.container("b"), k.container("c")]), NS, ps)
+    assert d.outcome == decision.MUTATED, (d.denials, d.warnings)
+    pod = d.pod
+    assert [c["resources"]["claims"] for c in pod["spec"]["containers"]] == [[{"name": "rdma-nic"}]] * 3
+    assert decision.check_final(pod, NS, ps).outcome == decision.UNCHANGED
+    a, b, c = pod["spec"]["containers"]
+    del a["resources"]["claims"]
+    b["resources"]["claims"] = ["rdma-nic", {"name": "other"}]  # not a claim reference of the pod's claim
+    f = decision.check_final(pod, NS, ps)
+    assert f.outcome == decision.DENIED and f.policy == "dranet"
+    msg = ("resources.claims does not reference the pod's 'rdma-nic' claim, so the container gets no RDMA NIC "
+           "and NCCL uses TCP")
+    assert [(x.rule, x.container, x.message) for x in f.denials] == [("device-missing", "a", msg), ("device-missing", "b", msg)]
