@@ -199,6 +199,25 @@ def test_oke_without_host_devices_denied(policies):
     assert resp["allowed"], resp.get("status")
 
 
+@pytest.mark.parametrize("security,path,allowed", [
+    ({"privileged": True}, None, True),  # privileged alone sees the host's devices
+    ({"privileged": False}, None, False),
+    ({"privileged": "true"}, None, False),  # only the boolean counts
+    ({}, "/dev/infiniband/", True),
+    ({}, "/dev/infinibandX", False),
+    ({}, "/dev/infiniband ", False),
+])
+def test_host_devices_are_seen_privileged_or_through_the_mount(policies, security, path, allowed):
+    pod = oke_worker(privileged=False, mount=False)
+    c = pod["spec"]["containers"][0]
+    c["securityContext"] = {**security, "capabilities": {"add": ["IPC_LOCK"]}}
+    if path is not None:
+        c["volumeMounts"].insert(0, {"name": "devinf", "mountPath": path})
+    resp, _, d = respond(pod, OKE, policies)
+    assert resp["allowed"] is allowed, resp.get("status")
+    assert [(f.rule, f.container) for f in d.denials] == ([] if allowed else [("host-rdma-devices", "mpi-worker")])
+
+
 # -- eight rails through Multus -----------------------------------------------------------------
 
 def rails_worker(annotation=None):
