@@ -175,3 +175,22 @@ def test_socket_ifname_keeps_an_interface_of_the_pod(value, secondary, keeps):
     decision._IFNAME_SEEN.clear()
     assert decision._ifname_matches(value, secondary) is keeps
     assert decision._ifname_matches(value, secondary) is keeps
+
+
+def test_a_dropped_ipc_lock_is_named_with_its_container_and_the_fix(policies):
+    pod = k.pod([k.container("trainer", securityContext={"capabilities": {"drop": ["IPC_LOCK"]}})])
+    d = decision.decide(pod, NS, policies)
+    assert [(f.rule, f.container, f.message) for f in d.denials] == [(
+        "ipc-lock-dropped", "trainer",
+        "securityContext.capabilities.drop lists IPC_LOCK, which RDMA needs to pin memory (ibv_reg_mr fails and NCCL "
+        "falls back to TCP); remove IPC_LOCK from drop (dropping ALL is fine)")]
+
+
+@pytest.mark.parametrize("line,note", [
+    ("/usr/bin/mpirun -x NCCL_NET=Socket ./train", " (mpirun -x exports it to every rank)"),
+    ("/opt/openmpi/bin/mpirun --mca mca_base_env_list NCCL_NET=Socket ./train", " (mpirun exports it to every rank)"),
+    ("mpiexec -genv NCCL_NET Socket -x ./train", " (mpiexec exports it to every rank)"),  # -x is Open MPI's mpirun flag
+    ("NCCL_NET=Socket python train.py", ""),
+])
+def test_the_launcher_that_exports_a_setting_is_named(line, note):
+    assert fallback._launcher_note(line) == note
