@@ -194,3 +194,25 @@ def test_a_dropped_ipc_lock_is_named_with_its_container_and_the_fix(policies):
 ])
 def test_the_launcher_that_exports_a_setting_is_named(line, note):
     assert fallback._launcher_note(line) == note
+
+
+@pytest.mark.parametrize("field,value,problem", [
+    ("resources", [], "resources must be an object"),
+    ("securityContext", "root", "securityContext must be an object"),
+    ("env", {}, "env must be a list"), ("envFrom", "x", "envFrom must be a list"),
+    ("volumeMounts", {}, "volumeMounts must be a list"), ("command", "sh", "command must be a list"),
+    ("args", "-x", "args must be a list"),
+    ("resources", {"limits": []}, "resources.limits must be an object"),
+    ("resources", {"requests": "1"}, "resources.requests must be an object"),
+    ("resources", {"claims": {"name": "x"}}, "resources.claims must be a list"),
+    ("securityContext", {"capabilities": []}, "securityContext.capabilities must hold add/drop lists"),
+    ("securityContext", {"capabilities": {"add": "IPC_LOCK"}}, "securityContext.capabilities must hold add/drop lists"),
+    ("securityContext", {"capabilities": {"drop": "ALL"}}, "securityContext.capabilities must hold add/drop lists"),
+])
+def test_each_malformed_container_field_is_named(policies, field, value, problem):
+    """decision._container_shape_problem: the field a malformed container gets wrong, exactly."""
+    pod = k.pod([k.container("trainer")])
+    pod["spec"]["containers"][0][field] = value
+    d = decision.decide(pod, NS, policies)
+    assert [(f.rule, f.container, f.message) for f in d.denials] == [
+        ("malformed-pod", None, f"the request's pod is malformed: spec.containers[0].{problem}")]
