@@ -107,3 +107,112 @@ def test_fallback_messages_name_what_the_fabric_offers():
     policy = ps.by_name["erdma"]
     assert "does not provide (IB/Custom)" in fallback.judge_setting("NCCL_NET", "Other", policy)[1]
     assert "devices (erdma_0, erdma_1, ...)" in fallback.judge_setting("NCCL_IB_HCA", "mlx5", policy)[1]
+
+
+RAILS = """
+apiVersion: rdma-webhook.io/v1alpha2
+kind: RdmaPolicy
+name: tworails
+description: two rails, the device resource from each NetworkAttachmentDefinition
+namespaceSelector: {}
+gpuResources: [nvidia.com/gpu]
+fabric: {kind: roce, transport: ib-verbs, ncclNet: [IB], hcaDevices: ["mlx5_[0-7]"]}
+networks:
+  - {name: rail-a, interface: net1, count: 1}
+  - {name: rail-b, interface: net2, count: 1}
+shm: {sizeLimit: 64Gi}
+nccl:
+  NCCL_NET: {value: IB, enforce: true}
+"""
+
+
+def test_every_network_without_a_device_resource_is_named():
+    """decision._network_devices: each network whose device resource cannot be known is its own
+    finding (not only the first), for the three reasons: no cluster state, no
+    NetworkAttachmentDefinition, one without a resourceName."""
+    from webhook.cluster import FileClusterState
+    from webhook.policy import load_texts
+
+    ps, errors = load_texts([("p.yaml", RAILS)])
+    assert ps is not None, errors
+    ns = Namespace("ml-training", {"rdma-webhook.io/injection": "enabled"})
+    pod = k.pod([k.container("trainer")])
+    nads = [{"metadata": {"name": n, "namespace": "ml-training"}} for n in ("rail-a", "rail-b")]
+    cases = [
+        (None, "the tworails policy takes its device resource from NetworkAttachmentDefinition ml-training/{}, "
+               "which cannot be looked up here"),
+        (FileClusterState([ns], []).attachments(),
+         "NetworkAttachmentDefinition ml-training/{} does not exist, so Multus cannot attach the RDMA network and NCCL "
+         "would use TCP; ask the platform team to create it in 'ml-training'"),
+        (FileClusterState([ns], nads).attachments(),
+         "NetworkAttachmentDefinition ml-training/{} names no device resource (k8s.v1.cni.cncf.io/resourceName) and "
+         "the tworails policy gives none: the pod would get an interface without an RDMA device"),
+    ]
+    for attachments, message in cases:
+        d = decision.decide(pod, ns, ps, attachments)
+        assert d.outcome == decision.DENIED
+        assert [(f.rule, f.container, f.message) for f in d.denials] == [
+            ("network-attachment", None, message.format(n)) for n in ("rail-a", "rail-b")]
+    # without cluster state, a network that names its resource gives the device
+    ps, errors = load_texts([("p.yaml", RAILS.replace("net1, count: 1", "net1, resource: example.com/rail_a, count: 1")
+                                               .replace("net2, count: 1", "net2, resource: example.com/rail_b, count: 1"))])
+    assert ps is not None, errors
+    d = decision.decide(pod, ns, ps)
+    assert d.outcome == decision.MUTATED, d.denials
+    limits = d.pod["spec"]["containers"][0]["resources"]["limits"]
+    assert limits["example.com/rail_a"] == "1" and limits["example.com/rail_b"] == "1"
+
+
+@pytest.mark.parametrize("value,secondary,keeps", [
+    ("eth0", [], True), ("=eth0", [], True), ("lo", [], True), ("et", [], True),  # NCCL's prefix match
+    ("", [], True), ("^eth0,lo", [], True),  # nothing chosen, or an exclusion list: something is left
+    ("nosuch", [], False), ("=eth", [], False), ("net1", [], False),
+    ("net1", ["net1"], True), ("=net2", ["net1", "net2"], True), ("net3", ["net1", "net2"], False),
+])
+def test_socket_ifname_keeps_an_interface_of_the_pod(value, secondary, keeps):
+    """decision._ifname_matches: whether NCCL_SOCKET_IFNAME names eth0, lo or one of the pod's
+    secondary interfaces; asked twice, the remembered answer is the same."""
+    decision._IFNAME_SEEN.clear()
+    assert decision._ifname_matches(value, secondary) is keeps
+    assert decision._ifname_matches(value, secondary) is keeps
+
+
+def test_a_dropped_ipc_lock_is_named_with_its_container_and_the_fix(policies):
+    pod = k.pod([k.container("trainer", securityContext={"capabilities": {"drop": ["IPC_LOCK"]}})])
+    d = decision.decide(pod, NS, policies)
+    assert [(f.rule, f.container, f.message) for f in d.denials] == [(
+        "ipc-lock-dropped", "trainer",
+        "securityContext.capabilities.drop lists IPC_LOCK, which RDMA needs to pin memory (ibv_reg_mr fails and NCCL "
+        "falls back to TCP); remove IPC_LOCK from drop (dropping ALL is fine)")]
+
+
+@pytest.mark.parametrize("line,note", [
+    ("/usr/bin/mpirun -x NCCL_NET=Socket ./train", " (mpirun -x exports it to every rank)"),
+    ("/opt/openmpi/bin/mpirun --mca mca_base_env_list NCCL_NET=Socket ./train", " (mpirun exports it to every rank)"),
+    ("mpiexec -genv NCCL_NET Socket -x ./train", " (mpiexec exports it to every rank)"),  # -x is Open MPI's mpirun flag
+    ("NCCL_NET=Socket python train.py", ""),
+])
+def test_the_launcher_that_exports_a_setting_is_named(line, note):
+    assert fallback._launcher_note(line) == note
+
+
+@pytest.mark.parametrize("field,value,problem", [
+    ("resources", [], "resources must be an object"),
+    ("securityContext", "root", "securityContext must be an object"),
+    ("env", {}, "env must be a list"), ("envFrom", "x", "envFrom must be a list"),
+    ("volumeMounts", {}, "volumeMounts must be a list"), ("command", "sh", "command must be a list"),
+    ("args", "-x", "args must be a list"),
+    ("resources", {"limits": []}, "resources.limits must be an object"),
+    ("resources", {"requests": "1"}, "resources.requests must be an object"),
+    ("resources", {"claims": {"name": "x"}}, "resources.claims must be a list"),
+    ("securityContext", {"capabilities": []}, "securityContext.capabilities must hold add/drop lists"),
+    ("securityContext", {"capabilities": {"add": "IPC_LOCK"}}, "securityContext.capabilities must hold add/drop lists"),
+    ("securityContext", {"capabilities": {"drop": "ALL"}}, "securityContext.capabilities must hold add/drop lists"),
+])
+def test_each_malformed_container_field_is_named(policies, field, value, problem):
+    """decision._container_shape_problem: the field a malformed container gets wrong, exactly."""
+    pod = k.pod([k.container("trainer")])
+    pod["spec"]["containers"][0][field] = value
+    d = decision.decide(pod, NS, policies)
+    assert [(f.rule, f.container, f.message) for f in d.denials] == [
+        ("malformed-pod", None, f"the request's pod is malformed: spec.containers[0].{problem}")]

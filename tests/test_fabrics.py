@@ -199,6 +199,25 @@ def test_oke_without_host_devices_denied(policies):
     assert resp["allowed"], resp.get("status")
 
 
+@pytest.mark.parametrize("security,path,allowed", [
+    ({"privileged": True}, None, True),  # privileged alone sees the host's devices
+    ({"privileged": False}, None, False),
+    ({"privileged": "true"}, None, False),  # only the boolean counts
+    ({}, "/dev/infiniband/", True),
+    ({}, "/dev/infinibandX", False),
+    ({}, "/dev/infiniband ", False),
+])
+def test_host_devices_are_seen_privileged_or_through_the_mount(policies, security, path, allowed):
+    pod = oke_worker(privileged=False, mount=False)
+    c = pod["spec"]["containers"][0]
+    c["securityContext"] = {**security, "capabilities": {"add": ["IPC_LOCK"]}}
+    if path is not None:
+        c["volumeMounts"].insert(0, {"name": "devinf", "mountPath": path})
+    resp, _, d = respond(pod, OKE, policies)
+    assert resp["allowed"] is allowed, resp.get("status")
+    assert [(f.rule, f.container) for f in d.denials] == ([] if allowed else [("host-rdma-devices", "mpi-worker")])
+
+
 # -- eight rails through Multus -----------------------------------------------------------------
 
 def rails_worker(annotation=None):
@@ -505,3 +524,29 @@ def test_a_pod_listing_a_hundred_thousand_networks_is_answered(server):
     assert interfaces(out["metadata"]["annotations"][keys.MULTUS_NETWORKS])[-8:] == [f"net{i}" for i in range(100_001, 100_009)]
     r = server.review(k.admission_review(rails_worker(), namespace="llm-rails"))["response"]
     assert r["allowed"]
+
+
+def test_fabric_mismatch_says_what_the_policy_provides():
+    """decision._check_fabric's message for a host-fabric and a DRA policy, a device in requests
+    only or in limits only, and a claim named through resourceClaimName."""
+    ps = dra_policies()
+    pod = oke_worker()
+    pod["spec"]["containers"][0]["resources"].setdefault("requests", {})["rdma/hca"] = "1"
+    _, _, d = respond(pod, OKE, ps)
+    other = "no policy of this namespace provides it; remove it, or ask the platform team for a policy of that fabric"
+    assert [(f.rule, f.container, f.message) for f in d.denials] == [(
+        "fabric-mismatch", "mpi-worker",
+        f"this pod requests rdma/hca, another fabric's RDMA device; policy oke-roce-host provides the host's devices; {other}")]
+    pod = k.pod([k.container("trainer", resources={"limits": {"nvidia.com/gpu": "1", "rdma/hca": "1"}})],
+                annotations={keys.POD_POLICY: "dranet"})
+    pod["spec"]["containers"][0]["resources"].get("requests", {}).pop("rdma/hca", None)
+    _, _, d = respond(pod, ML, ps)
+    assert [(f.rule, f.container, f.message) for f in d.denials] == [(
+        "fabric-mismatch", "trainer",
+        f"this pod requests rdma/hca, another fabric's RDMA device; policy dranet provides a DRA claim (rdma-nic-template); {other}")]
+    pod = k.pod([k.container("trainer")], resourceClaims=[{"name": "x", "resourceClaimName": "rdma-nic-template"}])
+    _, _, d = respond(pod, ML, ps)
+    assert [(f.rule, f.container, f.message) for f in d.denials] == [(
+        "fabric-mismatch", None,
+        "this pod claims rdma-nic-template, another fabric's RDMA NIC; policy erdma provides aliyun/erdma; "
+        "select policy dranet with the annotation rdma-webhook.io/policy: dranet")]

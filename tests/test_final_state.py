@@ -183,3 +183,61 @@ def test_mounts_that_are_not_dev_shm_are_left_alone(pinned, mount_path):
     assert d.outcome == decision.MUTATED, d.denials
     mounts = d.pod["spec"]["containers"][0]["volumeMounts"]
     assert mounts[0]["mountPath"] == mount_path and [m["mountPath"] for m in mounts[1:]] == ["/dev/shm"], mounts
+
+
+DRA_POLICY = """
+apiVersion: rdma-webhook.io/v1alpha2
+kind: RdmaPolicy
+name: dranet
+description: a RoCE NIC per pod claimed through DRA
+namespaceSelector: {}
+fabric: {kind: roce, transport: ib-verbs, ncclNet: [IB], hcaDevices: ["mlx5_[0-7]"]}
+claim: {name: rdma-nic, template: rdma-nic-template}
+shm: {sizeLimit: 64Gi}
+nccl:
+  NCCL_NET: {value: IB, enforce: true}
+"""
+
+
+def test_final_state_names_each_container_that_lost_the_dra_claim():
+    """device-missing for a claim: a container whose resources.claims no longer names the pod's
+    claim is named (the others, and a container that still names it, are not)."""
+    ps, errors = load_texts([("dranet.yaml", DRA_POLICY)])
+    assert ps is not None, errors
+    d = decision.decide(k.pod([k.container("a"), k.container("b"), k.container("c")]), NS, ps)
+    assert d.outcome == decision.MUTATED, (d.denials, d.warnings)
+    pod = d.pod
+    assert [c["resources"]["claims"] for c in pod["spec"]["containers"]] == [[{"name": "rdma-nic"}]] * 3
+    assert decision.check_final(pod, NS, ps).outcome == decision.UNCHANGED
+    a, b, c = pod["spec"]["containers"]
+    del a["resources"]["claims"]
+    b["resources"]["claims"] = ["rdma-nic", {"name": "other"}]  # not a claim reference of the pod's claim
+    f = decision.check_final(pod, NS, ps)
+    assert f.outcome == decision.DENIED and f.policy == "dranet"
+    msg = ("resources.claims does not reference the pod's 'rdma-nic' claim, so the container gets no RDMA NIC "
+           "and NCCL uses TCP")
+    assert [(x.rule, x.container, x.message) for x in f.denials] == [("device-missing", "a", msg), ("device-missing", "b", msg)]
+
+
+@pytest.mark.parametrize("pod_claims,container_claims,note", [
+    ([], [], "a: DRA claim rdma-nic, 1 NCCL variables, IPC_LOCK"),
+    ([{"name": "rdma-nic", "resourceClaimTemplateName": "rdma-nic-template"}], [], "a: DRA claim rdma-nic"),
+    ([], [{"name": "rdma-nic"}], "a: DRA claim rdma-nic"),
+    ([{"name": "rdma-nic", "resourceClaimTemplateName": "rdma-nic-template"}], [{"name": "rdma-nic"}], None),
+])
+def test_the_dra_claim_is_added_where_missing_and_noted_only_then(pod_claims, container_claims, note):
+    """mutation.add_claim: the pod's claim and the container's reference are each added when
+    missing, beside another claim of the pod (a GPU claim), and the note says so only when
+    something was added."""
+    ps, errors = load_texts([("dranet.yaml", DRA_POLICY)])
+    assert ps is not None, errors
+    gpu = {"name": "gpu", "resourceClaimTemplateName": "one-gpu"}
+    env = [] if note and "NCCL" in note else [{"name": "NCCL_NET", "value": "IB"}]
+    sc = {} if note and "IPC_LOCK" in note else {"capabilities": {"add": ["IPC_LOCK"]}}
+    c = k.container("a", resources={"limits": {"nvidia.com/gpu": "1"}, "claims": [{"name": "gpu"}, *container_claims]},
+                    env=env, securityContext=sc)
+    d = decision.decide(k.pod([c], resourceClaims=[gpu, *pod_claims]), NS, ps)
+    assert d.outcome == decision.MUTATED, (d.denials, d.warnings)
+    assert d.pod["spec"]["resourceClaims"] == [gpu, {"name": "rdma-nic", "resourceClaimTemplateName": "rdma-nic-template"}]
+    assert d.pod["spec"]["containers"][0]["resources"]["claims"] == [{"name": "gpu"}, {"name": "rdma-nic"}]
+    assert [n for n in d.notes if n.startswith("a:")] == ([note] if note else [])
