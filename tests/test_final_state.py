@@ -10,6 +10,7 @@ import copy
 import pytest
 
 import kube_objects as k
+from test_fabrics import DRA_POLICY  # the suite's one DRA policy
 from webhook import decision, k8s
 from webhook.cluster import FileClusterState
 from webhook.decision import Namespace
@@ -184,19 +185,6 @@ def test_mounts_that_are_not_dev_shm_are_left_alone(pinned, mount_path):
     mounts = d.pod["spec"]["containers"][0]["volumeMounts"]
     assert mounts[0]["mountPath"] == mount_path and [m["mountPath"] for m in mounts[1:]] == ["/dev/shm"], mounts
 
-
-DRA_POLICY = """
-apiVersion: rdma-webhook.io/v1alpha2
-kind: RdmaPolicy
-name: dranet
-description: a RoCE NIC per pod claimed through DRA
-namespaceSelector: {}
-fabric: {kind: roce, transport: ib-verbs, ncclNet: [IB], hcaDevices: ["mlx5_[0-7]"]}
-claim: {name: rdma-nic, template: rdma-nic-template}
-shm: {sizeLimit: 64Gi}
-nccl:
-  NCCL_NET: {value: IB, enforce: true}
-"""
 
 
 def test_final_state_names_each_container_that_lost_the_dra_claim():
