@@ -10,6 +10,8 @@ server). `AssumedClusterState` stands in when `review` runs with no state at all
 
 from __future__ import annotations
 
+import sys
+
 from typing import Any, Iterable, Mapping, Protocol
 
 import yaml
@@ -93,10 +95,14 @@ def _objects(doc: Any) -> Iterable[Mapping[str, Any]]:
 
 
 def namespace_from(obj: Mapping[str, Any]) -> Namespace:
+    """A namespace as decisions read it: name and labels. The name and the label values are
+    interned: a cache of thousands of namespaces repeats the same few values ("enabled", a team,
+    a policy name) and each name as key and label, one string object each instead of one per use."""
     meta = obj.get("metadata") or {}
-    labels = meta.get("labels") or {}
+    name = sys.intern(str(meta.get("name")))
+    labels = {k: sys.intern(v) if isinstance(v, str) else v for k, v in (meta.get("labels") or {}).items()}
     # The API server labels every namespace with its own name; files written by hand may not.
-    return Namespace(str(meta.get("name")), {"kubernetes.io/metadata.name": str(meta.get("name")), **labels})
+    return Namespace(name, {"kubernetes.io/metadata.name": name, **labels})
 
 
 class FileClusterState:

@@ -106,15 +106,6 @@ def _nad_value(obj: Mapping[str, Any]) -> dict[str, Any]:
     return value
 
 
-def _namespace_value(obj: Mapping[str, Any]) -> Namespace:
-    """A namespace as decisions read it: name and labels. Label values are interned: thousands of
-    namespaces repeat the same few ("enabled", a team, a policy name), and each parsed value
-    would otherwise stay a string object of its own for as long as the namespace is cached."""
-    ns = namespace_from(obj)
-    return Namespace(sys.intern(ns.name),
-                     {k: sys.intern(v) if isinstance(v, str) and len(v) <= 63 else v for k, v in ns.labels.items()})
-
-
 def _tr_key(obj: Mapping[str, Any]) -> tuple[str, str]:
     meta = obj["metadata"]
     return str(meta.get("namespace") or ""), str(meta["name"])
@@ -156,7 +147,7 @@ class _Informer:
         self.lists = 0
         self.pages = 0  # list requests made, pages of every list
         # Consecutive failed lists/watches, since when, and the last error: a cache whose watch
-        # keeps failing goes stale without a word (see `ApiClusterState.stale`).
+        # keeps failing goes stale without a word (see `stale_for` and `ApiClusterState.ready`).
         self.failures = 0
         self.failing_since: float | None = None
         self.last_error = ""
@@ -330,7 +321,7 @@ class ApiClusterState:
             api_client.rest_client = rest.RESTClientObject(api_client.configuration)
         self._core = client.CoreV1Api(api_client)
         custom = client.CustomObjectsApi(api_client)
-        self._ns = _Informer(self, "namespaces", self._core.list_namespace, (), _ns_key, _namespace_value,
+        self._ns = _Informer(self, "namespaces", self._core.list_namespace, (), _ns_key, namespace_from,
                              metadata_only=True)
         self._nads = _Informer(self, NAD_PLURAL, custom.list_cluster_custom_object,
                                (NAD_GROUP, NAD_VERSION, NAD_PLURAL), _nad_key, _nad_value, metadata_only=True)

@@ -170,26 +170,32 @@ def select_policy(pod: dict[str, Any], ns: Namespace, policies: PolicySet | None
     return policy, None
 
 
+def _gpu_amount(value: Any) -> int:
+    """A GPU limit or request as a count (0 at least); -1 when it is no finite quantity ("many",
+    "$GPU_PER_NODE", "inf"), which must not be read as "no GPU"."""
+    if type(value) is str and value.isdecimal() and value.isascii():  # "8": the usual form
+        return int(value)
+    try:
+        amount = k8s.parse_quantity(value)
+    except ValueError:
+        return -1
+    if not amount.is_finite():  # the parser takes "inf" and "NaN"
+        return -1
+    return max(0, int(amount))  # a negative count is no GPU (the API server refuses it anyway)
+
+
 def _gpu_count(container: dict[str, Any], gpu_resources: tuple[str, ...]) -> int:
-    """The GPUs a container requests; -1 when a GPU value is no finite quantity ("many",
-    "$GPU_PER_NODE", "inf"), which must not be read as "no GPU" (`_gpu_value_problem` says which)."""
+    """The GPUs a container requests; -1 when a GPU value is no quantity (`_gpu_value_problem`
+    says which)."""
     resources: dict[str, Any] = container.get("resources") or {}
     best = 0
     for section in ("limits", "requests"):
         values: dict[str, Any] = resources.get(section) or {}
         for res in gpu_resources:
             if res in values:
-                value = values[res]
-                if type(value) is str and value.isdecimal() and value.isascii():  # "8": the usual form
-                    count = int(value)
-                else:
-                    try:
-                        amount = k8s.parse_quantity(value)
-                    except ValueError:
-                        return -1
-                    if not amount.is_finite():  # the parser takes "inf" and "NaN"
-                        return -1
-                    count = int(amount)
+                count = _gpu_amount(values[res])
+                if count < 0:
+                    return -1
                 best = max(best, count)
     return best
 
@@ -200,7 +206,7 @@ def _gpu_value_problem(container: dict[str, Any], gpu_resources: tuple[str, ...]
     for section in ("limits", "requests"):
         values: dict[str, Any] = resources.get(section) or {}
         for res in gpu_resources:
-            if res in values and _gpu_count({"resources": {section: {res: values[res]}}}, (res,)) < 0:
+            if res in values and _gpu_amount(values[res]) < 0:
                 return f"resources.{section}[{res!r}] is not a quantity: {values[res]!r}"
     return "resources: a GPU value is not a quantity"
 

@@ -22,10 +22,13 @@ def parse_quantity(value: Any) -> Decimal:
         raise ValueError(f"{value!r} is not a quantity")
     if isinstance(value, int):
         return Decimal(value)
-    if isinstance(value, str) and value.isdigit() and value.isascii():  # the common case ("²" is a digit too)
-        return Decimal(value)
-    if not isinstance(value, (str, float)) or isinstance(value, str) and not value.isascii():
-        raise ValueError(f"{value!r} is not a quantity")  # the grammar is ASCII; the client's \d is not
+    if isinstance(value, str):
+        if not value.isascii():  # the grammar is ASCII; str.isdigit and the client's \d are not ("²")
+            raise ValueError(f"{value!r} is not a quantity")
+        if value.isdigit():  # the common case, without the general parser
+            return Decimal(value)
+    elif not isinstance(value, float):
+        raise ValueError(f"{value!r} is not a quantity")
     return _general_quantity(value)
 
 
