@@ -52,16 +52,21 @@ planted: $(VENV)/.compiled
 # Mutation testing of decision, fallback, mutation, nccl, k8s and patch with mutmut (outside CI):
 # the interpreted source in a copy (build/mutation; a second `make mutation` resumes where the
 # copy's results stop, `rm -rf build/mutation` starts afresh), the configuration in
-# pyproject.toml's [tool.mutmut], the survivors in tests/mutation-survivors.txt, the verdicts in
-# tests/MUTATION.md. MUTANTS='webhook.fallback.*' runs a part (mutmut's name patterns).
+# pyproject.toml's [tool.mutmut], the score and the survivors (with the run's commit and wall time)
+# in tests/mutation-survivors.txt, the equivalents in tests/mutation_equivalents/.
+# MUTANTS='webhook.fallback.*' runs a part (mutmut's name patterns).
 MUTANTS ?=
 mutation: $(VENV)/.installed
 	$(EDITABLE) '.[test,mutation]'
 	test -d build/mutation || { mkdir -p build/mutation && git ls-files -z --cached --others --exclude-standard \
-	  | xargs -0 cp -P --parents -t build/mutation; }
-	cd build/mutation && HYPOTHESIS_PROFILE=mutation $(CURDIR)/$(BIN)/mutmut run --max-children 2 $(MUTANTS)
+	  | xargs -0 cp -P --parents -t build/mutation \
+	  && echo "copy of $$(git rev-parse --short HEAD)$$(git diff --quiet HEAD || echo ' plus uncommitted changes') taken $$(date -u +%FT%TZ) on $$(nproc) cores" \
+	  > build/mutation/.mutation-provenance; }
+	start=$$(date +%s); echo "run $$(date -u +%FT%TZ), load average $$(cut -d' ' -f1-3 /proc/loadavg): mutmut run --max-children 2 $(MUTANTS)" >> build/mutation/.mutation-provenance; \
+	cd build/mutation && HYPOTHESIS_PROFILE=mutation $(CURDIR)/$(BIN)/mutmut run --max-children 2 $(MUTANTS) \
+	  && echo "  finished $$(date -u +%FT%TZ) after $$(( $$(date +%s) - start )) s, load average $$(cut -d' ' -f1-3 /proc/loadavg)" >> .mutation-provenance
 	cd build/mutation && $(CURDIR)/$(BIN)/python $(CURDIR)/tests/mutation_summary.py > $(CURDIR)/tests/mutation-survivors.txt
-	@sed -n '1,12p' tests/mutation-survivors.txt
+	@sed -n '1,/^| all/p' tests/mutation-survivors.txt
 
 bench: $(VENV)/.compiled
 	$(EDITABLE) '.[test,bench]'

@@ -1,6 +1,20 @@
-"""The outcome of `make mutation`, in plain text: counts per module and every surviving mutant
-with its diff. Run from the folder mutmut ran in (build/mutation); `make mutation` writes it to
-tests/mutation-survivors.txt, and tests/MUTATION.md gives each survivor its verdict.
+"""The outcome of `make mutation`, in plain text: where the run came from, the score per module
+against the target, and every surviving mutant with its diff and verdict. Run from the folder
+mutmut ran in (build/mutation); `make mutation` writes it to tests/mutation-survivors.txt.
+
+A survivor's verdict comes from tests/mutation_equivalents/<module>.txt: an entry names the
+function (mutmut's name without the module and the `__mutmut_N` suffix) and the exact changed
+lines, then says why no input can tell the mutant from the original:
+
+    ## x__assess: equivalent
+    -        subject = Subject(pod, policy, namespace.labels, [])
+    +        subject = Subject(pod, policy, None, [])
+    why: ...
+
+Entries match by function and changed lines, not by mutmut's number, which shifts when the
+function's code changes. The score is killed (timeouts included) over the mutants that ran
+minus the equivalents; a survivor without an entry counts as not killed. An entry that matches
+no survivor is listed as stale (a test kills it now, or the code it argued about changed).
 
     cd build/mutation && ../../.venv/bin/python ../../tests/mutation_summary.py
 """
@@ -10,8 +24,72 @@ from __future__ import annotations
 import collections
 import contextlib
 import io
-import subprocess
 import sys
+from pathlib import Path
+
+TARGET = 0.90
+HERE = Path(__file__).resolve().parent
+EQUIVALENTS = HERE / "mutation_equivalents"
+PROVENANCE = ".mutation-provenance"  # written by `make mutation` in build/mutation
+
+Key = tuple[str, str, tuple[str, ...]]  # module, function, changed lines
+
+
+def parse_equivalents(folder: Path = EQUIVALENTS) -> dict[Key, str]:
+    """Every entry of the equivalents files, keyed by module, function and changed lines."""
+    entries: dict[Key, str] = {}
+    for path in sorted(folder.glob("*.txt")):
+        module = f"webhook.{path.stem}"
+        blocks: list[list[str]] = []
+        for line in path.read_text().splitlines():
+            if line.startswith("## "):
+                blocks.append([line])
+            elif blocks:
+                blocks[-1].append(line)
+        for head, *lines in blocks:
+            function, _, verdict = head.removeprefix("## ").partition(": ")
+            if verdict.strip() != "equivalent":
+                raise SystemExit(f"{path}: entry {head!r}: the verdict must be 'equivalent'")
+            diff = tuple(line.rstrip() for line in lines if line.startswith(("+", "-")))
+            why = " ".join(line.removeprefix("why:").strip() for line in lines if not line.startswith(("+", "-"))).strip()
+            if not diff or not why:
+                raise SystemExit(f"{path}: entry {head!r} needs its -/+ lines and a why:")
+            key = (module, function.strip(), diff)
+            if key in entries:
+                raise SystemExit(f"{path}: entry {head!r} is there twice")
+            entries[key] = why
+    return entries
+
+
+def split_name(name: str) -> tuple[str, str]:
+    """'webhook.decision.x__assess__mutmut_107' -> ('webhook.decision', 'x__assess')."""
+    parts = name.split(".")
+    return ".".join(parts[:2]), ".".join(parts[2:]).rpartition("__mutmut_")[0]
+
+
+def score_table(status: dict[str, str], equivalent: set[str]) -> list[str]:
+    """Rows of the per-module table: what ran, what was killed, the score against TARGET."""
+    rows = ["| module | mutants | killed | timeout | survived | equivalent | no verdict | score | target |",
+            "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+    by_module: dict[str, collections.Counter] = collections.defaultdict(collections.Counter)
+    for name, verdict in status.items():
+        module, _ = split_name(name)
+        for m in (module, "all"):
+            by_module[m][verdict] += 1
+            by_module[m]["equivalent"] += name in equivalent
+    for module in sorted(by_module, key=lambda m: (m == "all", m)):
+        c = by_module[module]
+        ran = sum(c[k] for k in ("killed", "timeout", "survived", "segfault", "suspicious"))
+        killed = c["killed"] + c["timeout"] + c["segfault"]
+        denominator = ran - c["equivalent"]
+        no_verdict = ran - killed - c["equivalent"]
+        score = killed / denominator if denominator else 1.0
+        not_run = sum(v for k, v in c.items() if k not in ("killed", "timeout", "survived", "segfault",
+                                                               "suspicious", "equivalent"))
+        rows.append(f"| {module.removeprefix('webhook.')} | {ran}{f' (+{not_run} not run)' if not_run else ''} "
+                    f"| {c['killed']} | {c['timeout']} | {c['survived']} | {c['equivalent']} | {no_verdict} "
+                    f"| {killed}/{denominator} = {100 * score:.1f}% | {'met' if score >= TARGET else 'NOT met'} |")
+    return rows
 
 
 def main() -> int:
@@ -28,26 +106,33 @@ def main() -> int:
         name, _, verdict = line.strip().rpartition(": ")
         if name:
             status[name] = verdict
-    by_module: dict[str, collections.Counter] = collections.defaultdict(collections.Counter)
-    for name, verdict in status.items():
-        by_module[".".join(name.split(".")[:2])][verdict] += 1
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
-    print(f"mutmut results at {commit or '?'} (working tree copy in build/mutation)\n")
-    total = collections.Counter()
-    for module in sorted(by_module):
-        c = by_module[module]
-        total.update(c)
-        print(f"{module:22s} " + "  ".join(f"{k} {v}" for k, v in sorted(c.items())))
-    tested = total["killed"] + total["survived"] + total["timeout"] + total["segfault"] + total["suspicious"]
-    killed = tested - total["survived"]
-    print(f"{'all':22s} " + "  ".join(f"{k} {v}" for k, v in sorted(total.items())))
-    if tested:
-        print(f"\nkilled (incl. timeouts) {killed} of {tested} mutants that ran: {100 * killed / tested:.1f}%")
-    for name in sorted(n for n, v in status.items() if v not in ("killed", "timeout", "not checked")):
+    entries = parse_equivalents()
+    provenance = Path(PROVENANCE)
+    print("mutmut run of the interpreted core (tests/MUTATION.md says how to read this)")
+    print(provenance.read_text().rstrip() if provenance.exists() else "(no provenance: not made by `make mutation`)")
+
+    survivors: dict[str, tuple[Key, list[str]]] = {}
+    for name in sorted(n for n, v in status.items() if v == "survived" or v == "suspicious"):
         m = find_mutant(name)
         diff = get_diff_for_mutant(name, path=m.path)
-        changed = [line for line in diff.splitlines() if line[:1] in "+-" and not line.startswith(("+++", "---"))]
-        print(f"\n## {name}: {status[name]}")
+        changed = [line.rstrip() for line in diff.splitlines() if line.startswith(("+", "-")) and not line.startswith(("+++", "---"))]
+        module, function = split_name(name)
+        survivors[name] = ((module, function, tuple(changed)), changed)
+    equivalent = {name for name, (key, _) in survivors.items() if key in entries}
+    used = {survivors[name][0] for name in equivalent}
+
+    print(f"\nScore: killed (timeouts included) of the mutants that ran minus the equivalents; "
+          f"target {100 * TARGET:.0f}% per module.\n")
+    print("\n".join(score_table(status, equivalent)))
+    stale = sorted(set(entries) - used)
+    if stale:
+        print(f"\n{len(stale)} entries of tests/mutation_equivalents/ match no survivor of this run "
+              f"(killed now, not run, or their code changed):")
+        for module, function, diff in stale:
+            print(f"- {module}.{function}: {' / '.join(diff)}")
+    for name, (key, changed) in survivors.items():
+        verdict = "equivalent (tests/mutation_equivalents/)" if name in equivalent else "NO VERDICT"
+        print(f"\n## {name}: {status[name]}, {verdict}")
         print("\n".join(changed))
     return 0
 
