@@ -9,12 +9,20 @@ stalled server is not hidden by a slower sender) for DURATION seconds:
     phase "without": the webhook configurations are not registered
     phase "with":    the MutatingWebhookConfiguration and ValidatingWebhookConfiguration of
                      deploy/ are registered (the API server calls /mutate, then /validate)
+    phase "mutate-only": only the MutatingWebhookConfiguration (one webhook call per pod)
+    phase "go-peer": the same MutatingWebhookConfiguration pointed at the Go yardstick of
+                     ../shared/bench/go-peer (standard library, the same mutation): what one
+                     webhook call costs the API server and the machine when the webhook is Go
 
 and reports p50/p99 of each and what the webhook adds. Pods are really stored (not dry-run).
 The sender runs in this process (threads over keep-alive HTTPS connections), on the same machine:
 on 2 cores it competes with the API server, etcd and the webhook; say so with the figures.
 
     .venv/bin/python benchmarks/e2e_latency.py [--rates 50,200] [--duration 20] [--out FILE]
+        [--phases without,with,mutate-only,go-peer --go-peer BINARY] [--repeats N]
+
+With --repeats N the phases run in turn N times per rate, and what a phase adds is the median of
+its repeats minus the median of the repeats without a webhook.
 """
 
 from __future__ import annotations
@@ -108,48 +116,108 @@ def open_loop(cp: c.ControlPlane, namespace: str, rate: float, duration: float, 
             "mean_ms": round(statistics.fmean(latencies) * 1000, 2) if latencies else None}
 
 
+PHASES = ("without", "with", "mutate-only", "go-peer")
+
+
+def phase_configs(phase: str, configs: list[dict], peer_port: int | None, ca_bundle: str) -> list[dict]:
+    """The webhook configurations registered in a phase (none for "without")."""
+    if phase == "without":
+        return []
+    if phase == "with":
+        return configs
+    mutating = json.loads(json.dumps(next(d for d in configs if d["kind"] == "MutatingWebhookConfiguration")))
+    if phase == "go-peer":
+        for hook in mutating["webhooks"]:
+            hook["clientConfig"] = {"url": f"https://127.0.0.1:{peer_port}/mutate", "caBundle": ca_bundle}
+    return [mutating]
+
+
+def start_go_peer(binary: str, hook: c.Webhook, workdir: Path) -> int:
+    """The Go yardstick of ../shared/bench/go-peer on loopback with the webhook's certificate."""
+    port = c.free_port()
+    proc = c.Process("go-peer", [binary, "-addr", f"127.0.0.1:{port}", "-cert", str(hook.certs / "tls.crt"),
+                                 "-key", str(hook.certs / "tls.key")], workdir / "go-peer.log")
+    ctx = hook.ssl_context()
+
+    def ready() -> bool:
+        try:
+            conn = http.client.HTTPSConnection("127.0.0.1", port, context=ctx, timeout=2)
+            conn.request("GET", "/readyz")
+            return conn.getresponse().status == 200
+        except OSError:
+            return False
+
+    c.wait_for("go-peer /readyz", ready, 30, proc=proc)
+    return port
+
+
+def added(runs: list[dict], rate: float, phase: str) -> dict | None:
+    """Median over the repeats of a phase's p50 and p99, minus the same medians without a webhook."""
+    def med(ph: str, key: str) -> float | None:
+        values = [r[key] for r in runs if r["rate"] == rate and r["phase"] == ph and r[key] is not None]
+        return statistics.median(values) if values else None
+    out: dict = {"rate": rate, "phase": phase}
+    for key in ("p50_ms", "p99_ms"):
+        base, there = med("without", key), med(phase, key)
+        if base is None or there is None:
+            return None
+        out[key.replace("_ms", "_added_ms")] = round(there - base, 2)
+        out[key.replace("_ms", "_median_ms")] = round(there, 2)
+    return out
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--rates", default="50,200")
     ap.add_argument("--duration", type=float, default=20.0)
     ap.add_argument("--warmup", type=float, default=5.0, help="seconds at the lowest rate before measuring")
+    ap.add_argument("--phases", default="without,with",
+                    help=f"comma-separated, of {', '.join(PHASES)}; go-peer needs --go-peer")
+    ap.add_argument("--repeats", type=int, default=1, help="run the phases in turn this many times per rate")
+    ap.add_argument("--go-peer", help="binary built from ../shared/bench/go-peer (see benchmarks/README.md)")
     ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "e2e_latency.json"))
     args = ap.parse_args()
     rates = [float(r) for r in args.rates.split(",")]
+    phases = args.phases.split(",")
+    if set(phases) - set(PHASES) or "without" not in phases or ("go-peer" in phases and not args.go_peer):
+        ap.error(f"--phases: some of {', '.join(PHASES)}, including without; go-peer needs --go-peer")
     prov = provenance.start()
-    results: dict = {"duration_s": args.duration, "runs": []}
+    results: dict = {"duration_s": args.duration, "phases": phases, "repeats": args.repeats, "runs": []}
     with control_plane("rdma-webhook-e2e-bench-") as (cp, workdir):
         docs = c.render_deploy(cp)
         hook = c.install_webhook(cp, workdir, docs)  # registers the configurations
         configs = c.loopback_webhooks(docs, hook.port, hook.ca_bundle)
-        for i, rate in enumerate(rates):
-            for phase in ("without", "with"):
-                if phase == "without":
+        peer_port = start_go_peer(args.go_peer, hook, workdir) if "go-peer" in phases else None
+        warmed = False
+        for rate in rates:
+            for repeat in range(args.repeats):
+                for phase in phases:
                     cp.kubectl("delete", "mutatingwebhookconfiguration,validatingwebhookconfiguration",
                                "rdma-webhook", "--ignore-not-found", check=True)
-                else:
-                    cp.apply(configs)
-                time.sleep(3)  # the API server's webhook configuration informer catches up
-                ns = f"bench-{phase}-{int(rate)}"
-                cp.apply([{"apiVersion": "v1", "kind": "Namespace",
-                           "metadata": {"name": ns, "labels": {"rdma-webhook.io/injection": "enabled"}}}])
-                c.wait_for(f"ServiceAccount default in {ns}",
-                           lambda: cp.get(f"/api/v1/namespaces/{ns}/serviceaccounts/default"), 60)
-                if args.warmup and i == 0:
-                    open_loop(cp, ns, rates[0], args.warmup, f"warm-{phase}")
-                load_before = os.getloadavg()
-                run = open_loop(cp, ns, rate, args.duration, f"p-{phase}")
-                run.update(rate=rate, phase=phase, loadavg_1m_before=round(load_before[0], 2))
-                print(json.dumps(run), flush=True)
-                results["runs"].append(run)
-                cp.kubectl("delete", "namespace", ns, "--wait=false")
+                    registered = phase_configs(phase, configs, peer_port, hook.ca_bundle)
+                    if registered:
+                        cp.apply(registered)
+                    time.sleep(3)  # the API server's webhook configuration informer catches up
+                    ns = f"bench-{phase}-{int(rate)}-{repeat}"
+                    cp.apply([{"apiVersion": "v1", "kind": "Namespace",
+                               "metadata": {"name": ns, "labels": {"rdma-webhook.io/injection": "enabled"}}}])
+                    c.wait_for(f"ServiceAccount default in {ns}",
+                               lambda: cp.get(f"/api/v1/namespaces/{ns}/serviceaccounts/default"), 60)
+                    if args.warmup and not warmed:
+                        open_loop(cp, ns, rates[0], args.warmup, f"warm-{phase}")
+                    load_before = os.getloadavg()
+                    run = open_loop(cp, ns, rate, args.duration, f"p-{phase}")
+                    run.update(rate=rate, phase=phase, repeat=repeat, loadavg_1m_before=round(load_before[0], 2))
+                    print(json.dumps(run), flush=True)
+                    results["runs"].append(run)
+                    cp.kubectl("delete", "namespace", ns, "--wait=false")
+                warmed = True
         for rate in rates:
-            by = {r["phase"]: r for r in results["runs"] if r["rate"] == rate}
-            if by["with"]["p50_ms"] is not None and by["without"]["p50_ms"] is not None:
-                added = {"rate": rate, "p50_added_ms": round(by["with"]["p50_ms"] - by["without"]["p50_ms"], 2),
-                         "p99_added_ms": round(by["with"]["p99_ms"] - by["without"]["p99_ms"], 2)}
-                results.setdefault("added", []).append(added)
-                print(json.dumps(added), flush=True)
+            for phase in phases[1:] if phases[0] == "without" else [p for p in phases if p != "without"]:
+                row = added(results["runs"], rate, phase)
+                if row:
+                    results.setdefault("added", []).append(row)
+                    print(json.dumps(row), flush=True)
     write(args.out, prov, results)
     return 0
 

@@ -392,7 +392,9 @@ class Webhook:
     """`rdma-webhook serve` on loopback, as the Deployment runs it, minus the container."""
 
     def __init__(self, workdir: Path, kubeconfig_file: Path | None, policies: Path = ROOT / "policies",
-                 workers: int = 2, port: int | None = None, certs: Path | None = None, name: str = "webhook"):
+                 workers: int = 2, port: int | None = None, certs: Path | None = None, name: str = "webhook",
+                 launcher: list[str] | None = None):
+        self.launcher = launcher  # argv before "serve" (default: the installed rdma-webhook)
         self.dir = Path(workdir)
         self.kubeconfig, self.policies, self.workers = kubeconfig_file, policies, workers
         self.port = port or free_port()
@@ -411,8 +413,8 @@ class Webhook:
         shutil.rmtree(env["PROMETHEUS_MULTIPROC_DIR"], ignore_errors=True)
         os.makedirs(env["PROMETHEUS_MULTIPROC_DIR"])
         exe = Path(sys.executable).with_name("rdma-webhook")
-        argv = [str(exe) if exe.exists() else sys.executable, *([] if exe.exists() else ["-m", "webhook"]),
-                "serve", "--policies", str(self.policies),
+        launcher = self.launcher or ([str(exe)] if exe.exists() else [sys.executable, "-m", "webhook"])
+        argv = [*launcher, "serve", "--policies", str(self.policies),
                 "--tls-cert", str(self.certs / "tls.crt"), "--tls-key", str(self.certs / "tls.key"),
                 "--host", "127.0.0.1", "--port", str(self.port), "--workers", str(self.workers)]
         self.proc = Process(self.name, argv, self.dir / f"{self.name}.log", env=env, cwd=ROOT)

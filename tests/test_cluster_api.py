@@ -241,6 +241,82 @@ def test_from_environment_uses_kubeconfig_and_connects_only_on_start(apiserver, 
     assert not [t.name for t in threads_of(state) if t.is_alive()]
 
 
+def unstarted_state(apiserver, uses_networks: Callable[[], bool] = lambda: False,
+                    **kw: Any) -> tuple[ApiClusterState, client.ApiClient]:
+    cfg = client.Configuration()
+    cfg.host = apiserver.url
+    api = client.ApiClient(cfg)
+    kw = {"backoff_min": 0.02, "backoff_max": 0.2, "networks_check_interval": 0.05, "watch_runtimes": False, **kw}
+    return ApiClusterState(api, uses_networks, **kw), api
+
+
+def pooled_connections(api: client.ApiClient) -> int:
+    """Connections urllib3 keeps open for this client (none may cross a fork)."""
+    return sum(pool.pool.qsize() - pool.pool.queue.count(None)
+               for pool in api.rest_client.pool_manager.pools._container.values())
+
+
+def test_prime_lists_once_before_the_fork_and_the_workers_only_watch(apiserver):
+    apiserver.put_namespace("team-a", OPTED_IN)
+    apiserver.put_nad("team-a", "rdma-network", RDMA_VF)
+    state, api = unstarted_state(apiserver, lambda: True)
+    threads_before = set(threading.enumerate())
+    metrics.CACHE_READY.set(-1)  # whatever earlier tests left, to see that prime leaves it alone
+    try:
+        assert state.prime() is True
+        assert (apiserver.count("list namespaces"), apiserver.count("list nads")) == (1, 1)
+        new_threads = set(threading.enumerate()) - threads_before
+        # none but the in-process fake server's request handlers: no thread of ours crosses the fork
+        assert not [t.name for t in new_threads if "process_request_thread" not in t.name]
+        assert pooled_connections(api) == 0  # nor a socket
+        assert metrics.CACHE_READY._value.get() == -1  # the master does not speak for the workers
+        state.start()  # in the worker: synced at once, watching from the listed resourceVersion
+        assert state.ready() and state.attachments() is state and metrics.CACHE_READY._value.get() == 1
+        assert cached_namespace(state, "team-a").labels[keys.NS_INJECTION] == keys.NS_INJECTION_ENABLED
+        eventually(lambda: apiserver.open_watches() == 2, what="both watches open")
+        apiserver.put_namespace("team-b", OPTED_IN)
+        apiserver.put_nad("team-b", "rdma-network", RDMA_VF)
+        eventually(lambda: cached_namespace(state, "team-b") and state.attachment("team-b", "rdma-network"),
+                   what="events after the primed list")
+        assert (apiserver.count("list namespaces"), apiserver.count("list nads")) == (1, 1)
+    finally:
+        state.stop()
+        api.rest_client.pool_manager.clear()
+        api.close()
+
+
+def test_prime_gives_up_within_its_budget_and_the_worker_lists(apiserver):
+    apiserver.put_namespace("team-a", OPTED_IN)
+    state, api = unstarted_state(apiserver)
+    apiserver.lists_gate.clear()  # the API server does not answer lists
+    try:
+        start = time.monotonic()
+        assert state.prime(budget=0.5) is False
+        assert time.monotonic() - start < 8.0  # bounded by the budget (0.5 s), with a wide margin
+        assert not state.ready() and cached_namespace(state, "team-a") is None
+        assert pooled_connections(api) == 0
+        apiserver.lists_gate.set()
+        state.start()
+        synced(state)
+        assert cached_namespace(state, "team-a") is not None
+    finally:
+        apiserver.lists_gate.set()
+        state.stop()
+        api.rest_client.pool_manager.clear()
+        api.close()
+
+
+def test_prime_lists_nads_only_for_a_policy_with_a_network(apiserver):
+    apiserver.put_namespace("team-a", OPTED_IN)
+    state, api = unstarted_state(apiserver, lambda: False)
+    try:
+        assert state.prime() is True
+        assert (apiserver.count("list namespaces"), apiserver.count("list nads")) == (1, 0)
+    finally:
+        api.rest_client.pool_manager.clear()
+        api.close()
+
+
 def test_cache_reads_make_no_requests(apiserver, make_state):
     for i in range(50):
         apiserver.put_namespace(f"ns-{i}", OPTED_IN)

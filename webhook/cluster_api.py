@@ -12,7 +12,9 @@ not here yet) is fetched once, with a 2-second timeout, and the answer cached; a
 remembered for a few seconds so a storm of pods in a missing namespace is not a storm of GETs.
 
 Informer loop per resource, in a daemon thread started by `start()` (never before: the object is
-built in the gunicorn master, and sockets or threads must not cross the fork):
+built in the gunicorn master, and sockets or threads must not cross the fork). The master makes
+the first list itself (`prime()`, no thread, its connections closed before the fork), so the
+workers start synced and go straight to the watch:
 
     list (replace the cache wholesale, record resourceVersion)
     -> watch from it (allowWatchBookmarks, timeoutSeconds so it cycles), apply each event
@@ -225,17 +227,23 @@ class _Informer:
             return 0.0
         return now - self.failing_since
 
-    def relist(self) -> None:
+    def relist(self, deadline: float | None = None) -> None:
         """List in pages of `owner.page_size` (`limit` and `continue`, as client-go's reflector
         does): one page's body and parsed objects are held at a time, not the whole list, so the
         peak memory of a list stays that of a page however many objects the cluster has. A
-        continue token that expires (410) fails the list, which the loop retries from the start."""
+        continue token that expires (410) fails the list, which the loop retries from the start.
+        Past `deadline` (time.monotonic()) the list gives up with TimeoutError, the cache as it was."""
         items: dict[Hashable, Any] = {}
         token: str | None = None
         version: str | None = None
         while True:
+            read_timeout = 60.0
+            if deadline is not None:
+                read_timeout = min(read_timeout, deadline - time.monotonic())
+                if read_timeout <= 0:
+                    raise TimeoutError(f"{self.kind}: list not done by its deadline ({self.pages} pages)")
             kwargs: dict[str, Any] = {"limit": self.owner.page_size, "_preload_content": False,
-                                      "_request_timeout": (self.owner.connect_timeout, 60)}
+                                      "_request_timeout": (self.owner.connect_timeout, read_timeout)}
             if token:
                 kwargs["_continue"] = token
             if self.metadata_only:
@@ -352,6 +360,47 @@ class ApiClusterState:
 
     # --- lifecycle ------------------------------------------------------------------------------
 
+    def prime(self, budget: float = 15.0) -> bool:
+        """The first list of namespaces (and of NADs, when a policy uses a Multus network), made
+        once in the gunicorn master before it forks its workers. Each worker is forked with the
+        synced cache and its resourceVersion and starts by watching from there, as a list would
+        have left it: the API server encodes, and the replica parses, one list instead of one per
+        worker, and the cache's pages are shared by the forks until they change. (A worker forked
+        later, to replace one that died, gets the cache as listed at start; its watch from that
+        resourceVersion catches up, or the API server answers 410 and the worker lists anew.)
+
+        Bounded by `budget` seconds, so a slow or unreachable API server cannot hold up the start
+        past the startup probe: what is not listed by then is listed by each worker, as without
+        priming. Its threads end and every connection is closed before it returns (neither may
+        cross the fork). Returns whether everything needed for readiness was listed."""
+        if self._started:
+            return False
+        deadline = time.monotonic() + budget
+        informers = [self._ns, self._nads] if self._uses_networks() else [self._ns]
+        errors: list[str] = []
+
+        def relist(informer: _Informer) -> None:
+            try:
+                informer.relist(deadline)
+            except Exception as exc:
+                errors.append(f"{informer.kind}: {_describe(exc)}")
+
+        # The kinds are listed at once, each on its connection: while the API server encodes
+        # one list's page, this process parses the other's.
+        threads = [threading.Thread(target=relist, args=(i,), name=f"prime-{i.kind}") for i in informers]
+        for thread in threads:
+            thread.start()
+        for thread in threads:  # each request is bounded by the deadline and the connect timeout
+            thread.join(budget + self.connect_timeout + 5.0)
+        self._core.api_client.rest_client.pool_manager.clear()
+        if any(thread.is_alive() for thread in threads):  # never seen: urllib3's timeouts bound them
+            log.error("listing before the fork outlived its budget; forking anyway")
+            return False
+        if errors:
+            log.warning("listing before the fork failed (%s); each worker lists what is missing",
+                        "; ".join(errors))
+        return not errors
+
     def start(self) -> None:
         """Start the watch threads (in each worker, after the fork). Once: `stop()` is final."""
         if self._started:
@@ -407,7 +456,8 @@ class ApiClusterState:
                 return
 
     def _record_ready(self) -> None:
-        metrics.CACHE_READY.set(1 if self.ready() else 0)
+        if self._started:  # not in the master (`prime`): the gauge is the workers'
+            metrics.CACHE_READY.set(1 if self.ready() else 0)
 
     # --- ClusterState -----------------------------------------------------------------------------
 

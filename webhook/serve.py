@@ -11,7 +11,8 @@ worker `webhook.tls.ServingTLS`, one live context per worker, reloaded in place 
 certificate files change.
 
 The per-worker background threads (policy reload, cluster watch) start after the fork, in
-gunicorn's `post_worker_init`.
+gunicorn's `post_worker_init`; the cluster state's first list is made once, in the master,
+before the fork.
 """
 
 from __future__ import annotations
@@ -124,6 +125,9 @@ def run(*, policies_dir: str, tls_cert: str, tls_key: str, host: str, port: int,
 
         multiprocess.mark_process_dead(worker.pid)
 
+    prime = getattr(cluster, "prime", None)
+    if prime:  # one list for the replica, before the fork (ApiClusterState.prime)
+        prime()
     gc.freeze()  # what the master built is shared with the forks, never scanned by the GC again
     if server == "granian":  # a measured candidate
         def loader(_target=None):
