@@ -118,6 +118,42 @@ def open_loop(cp: c.ControlPlane, namespace: str, rate: float, duration: float, 
 
 PHASES = ("without", "with", "mutate-only", "go-peer")
 
+# What the API server itself measures (its /metrics, histograms: a mean per phase from the deltas
+# of _sum and _count): each webhook call as the API server times it (the round trip: encode,
+# TLS, the webhook's answer, decode; labelled by webhook name) and the whole admission step.
+SERVER_METRICS = {
+    "apiserver_admission_webhook_admission_duration_seconds": ("name", "type"),
+    "apiserver_admission_step_admission_duration_seconds": ("type", "operation"),
+}
+
+
+def server_histograms(cp: c.ControlPlane) -> dict[tuple, tuple[float, float]]:
+    """(metric, label values...) -> (sum, count) of the histograms in SERVER_METRICS."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    out: dict[tuple, tuple[float, float]] = {}
+    text = (cp.get("/metrics") or b"").decode()
+    for family in text_string_to_metric_families(text):
+        labels_of = SERVER_METRICS.get(family.name)
+        if not labels_of:
+            continue
+        for sample in family.samples:
+            if sample.name.endswith(("_sum", "_count")) and sample.labels.get("operation", "CREATE") == "CREATE":
+                key = (family.name, *(sample.labels.get(k, "") for k in labels_of))
+                total, count = out.get(key, (0.0, 0.0))
+                out[key] = (total + sample.value, count) if sample.name.endswith("_sum") else (total, count + sample.value)
+    return out
+
+
+def server_means(before: dict, after: dict) -> dict[str, dict]:
+    """Per histogram series: calls in the phase and their mean in ms."""
+    out = {}
+    for key, (total, count) in after.items():
+        total0, count0 = before.get(key, (0.0, 0.0))
+        if count - count0 > 0:
+            out[" ".join(key)] = {"calls": int(count - count0), "mean_ms": round((total - total0) / (count - count0) * 1000, 3)}
+    return out
+
 
 def phase_configs(phase: str, configs: list[dict], peer_port: int | None, ca_bundle: str) -> list[dict]:
     """The webhook configurations registered in a phase (none for "without")."""
@@ -206,8 +242,10 @@ def main() -> int:
                     if args.warmup and not warmed:
                         open_loop(cp, ns, rates[0], args.warmup, f"warm-{phase}")
                     load_before = os.getloadavg()
+                    seen_before = server_histograms(cp)
                     run = open_loop(cp, ns, rate, args.duration, f"p-{phase}")
-                    run.update(rate=rate, phase=phase, repeat=repeat, loadavg_1m_before=round(load_before[0], 2))
+                    run.update(rate=rate, phase=phase, repeat=repeat, loadavg_1m_before=round(load_before[0], 2),
+                               apiserver=server_means(seen_before, server_histograms(cp)))
                     print(json.dumps(run), flush=True)
                     results["runs"].append(run)
                     cp.kubectl("delete", "namespace", ns, "--wait=false")

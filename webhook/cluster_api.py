@@ -5,9 +5,9 @@ Why a cache: an admission webhook sits in the API server's request path with a h
 every pod creation in the cluster goes through it. Asking the API server about the pod's
 namespace (and the Multus network) on every admission would add a round trip to each pod create,
 load the API server with reads proportional to pod churn, and turn an API server hiccup into
-denied or timed-out pods. So each gunicorn worker keeps an in-memory copy, filled by one list and
-kept current by a watch (an informer, as client-go does it), and the admission path only reads
-dicts. The single exception: a namespace not in the cache (created a moment ago, its watch event
+denied or timed-out pods. So each gunicorn worker keeps an in-memory copy, filled by one list (made
+once by the master for all its workers, see `prime`) and kept current by a watch (an informer, as
+client-go does it), and the admission path only reads dicts. The single exception: a namespace not in the cache (created a moment ago, its watch event
 not here yet) is fetched once, with a 2-second timeout, and the answer cached; a miss is
 remembered for a few seconds so a storm of pods in a missing namespace is not a storm of GETs.
 
