@@ -201,6 +201,19 @@ def test_missing_watch_verb_is_reported(cp, hook, deploy_docs, workdir):
         wh.stop()
 
 
+def test_the_replica_lists_once_before_the_fork(cp, hook):
+    """The master lists namespaces and NADs once for the replica (ApiClusterState.prime) and the
+    workers start synced, watching from that list: the start's log has one "cache synced" line
+    per kind, where workers listing for themselves log one each. The workers' watches follow
+    changes (the tests above); here a namespace created after the start reaches a decision."""
+    section = hook.proc.log.read_text(errors="replace").split("\n==== ")[1]  # this start's log
+    for kind in ("namespaces", "network-attachment-definitions"):
+        assert section.count(f'"msg":"{kind}: cache synced') == 1, (kind, section[:3000])
+    assert hook.workers == 2
+    ns = make_namespace(cp, unique("e2e-after-fork"), OPT_IN)
+    until("a namespace created after the fork -> pods mutated", lambda: probe(cp, ns)[0])
+
+
 def test_readyz_only_after_nad_cache_synced(cp, hook, workdir):
     """A shipped policy uses a Multus network, so the NAD cache must sync before /readyz says
     ready: with the NetworkAttachmentDefinition CRD absent the list fails (404) and a freshly
