@@ -52,18 +52,20 @@ def apiserver():
 
 
 @pytest.fixture
-def make_state(apiserver):
+def make_unstarted(apiserver):
+    """ApiClusterState against the fake server, not started: for what happens before the fork
+    (`prime`) or for patching an informer before it runs. Every state made is stopped, its
+    threads must have ended, and its client is closed."""
     made: list[tuple[ApiClusterState, client.ApiClient]] = []
 
-    def make(uses_networks: Callable[[], bool] = lambda: False, **kw: Any) -> ApiClusterState:
+    def make(uses_networks: Callable[[], bool] = lambda: False,
+             **kw: Any) -> tuple[ApiClusterState, client.ApiClient]:
         cfg = client.Configuration()
         cfg.host = apiserver.url
         api = client.ApiClient(cfg)
         kw = {"backoff_min": 0.02, "backoff_max": 0.2, "networks_check_interval": 0.05, "watch_runtimes": False, **kw}
-        state = ApiClusterState(api, uses_networks, **kw)
-        made.append((state, api))
-        state.start()
-        return state
+        made.append((ApiClusterState(api, uses_networks, **kw), api))
+        return made[-1]
 
     yield make
     apiserver.lists_gate.set()
@@ -72,6 +74,17 @@ def make_state(apiserver):
         assert not [t.name for t in threads_of(state) if t.is_alive()]
         api.rest_client.pool_manager.clear()
         api.close()
+
+
+@pytest.fixture
+def make_state(make_unstarted):
+    """A started ApiClusterState (as in a worker after the fork)."""
+    def make(uses_networks: Callable[[], bool] = lambda: False, **kw: Any) -> ApiClusterState:
+        state, _ = make_unstarted(uses_networks, **kw)
+        state.start()
+        return state
+
+    return make
 
 
 def synced(state: ApiClusterState) -> ApiClusterState:
@@ -241,80 +254,56 @@ def test_from_environment_uses_kubeconfig_and_connects_only_on_start(apiserver, 
     assert not [t.name for t in threads_of(state) if t.is_alive()]
 
 
-def unstarted_state(apiserver, uses_networks: Callable[[], bool] = lambda: False,
-                    **kw: Any) -> tuple[ApiClusterState, client.ApiClient]:
-    cfg = client.Configuration()
-    cfg.host = apiserver.url
-    api = client.ApiClient(cfg)
-    kw = {"backoff_min": 0.02, "backoff_max": 0.2, "networks_check_interval": 0.05, "watch_runtimes": False, **kw}
-    return ApiClusterState(api, uses_networks, **kw), api
-
-
 def pooled_connections(api: client.ApiClient) -> int:
     """Connections urllib3 keeps open for this client (none may cross a fork)."""
     return sum(pool.pool.qsize() - pool.pool.queue.count(None)
                for pool in api.rest_client.pool_manager.pools._container.values())
 
 
-def test_prime_lists_once_before_the_fork_and_the_workers_only_watch(apiserver):
+def test_prime_lists_once_before_the_fork_and_the_workers_only_watch(apiserver, make_unstarted):
     apiserver.put_namespace("team-a", OPTED_IN)
     apiserver.put_nad("team-a", "rdma-network", RDMA_VF)
-    state, api = unstarted_state(apiserver, lambda: True)
+    state, api = make_unstarted(lambda: True)
     threads_before = set(threading.enumerate())
     metrics.CACHE_READY.set(-1)  # whatever earlier tests left, to see that prime leaves it alone
-    try:
-        assert state.prime() is True
-        assert (apiserver.count("list namespaces"), apiserver.count("list nads")) == (1, 1)
-        new_threads = set(threading.enumerate()) - threads_before
-        # none but the in-process fake server's request handlers: no thread of ours crosses the fork
-        assert not [t.name for t in new_threads if "process_request_thread" not in t.name]
-        assert pooled_connections(api) == 0  # nor a socket
-        assert metrics.CACHE_READY._value.get() == -1  # the master does not speak for the workers
-        state.start()  # in the worker: synced at once, watching from the listed resourceVersion
-        assert state.ready() and state.attachments() is state and metrics.CACHE_READY._value.get() == 1
-        assert cached_namespace(state, "team-a").labels[keys.NS_INJECTION] == keys.NS_INJECTION_ENABLED
-        eventually(lambda: apiserver.open_watches() == 2, what="both watches open")
-        apiserver.put_namespace("team-b", OPTED_IN)
-        apiserver.put_nad("team-b", "rdma-network", RDMA_VF)
-        eventually(lambda: cached_namespace(state, "team-b") and state.attachment("team-b", "rdma-network"),
-                   what="events after the primed list")
-        assert (apiserver.count("list namespaces"), apiserver.count("list nads")) == (1, 1)
-    finally:
-        state.stop()
-        api.rest_client.pool_manager.clear()
-        api.close()
+    assert state.prime() is True
+    assert (apiserver.count("list namespaces"), apiserver.count("list nads")) == (1, 1)
+    new_threads = set(threading.enumerate()) - threads_before
+    # none but the in-process fake server's request handlers: no thread of ours crosses the fork
+    assert not [t.name for t in new_threads if "process_request_thread" not in t.name]
+    assert pooled_connections(api) == 0  # nor a socket
+    assert metrics.CACHE_READY._value.get() == -1  # the master does not speak for the workers
+    state.start()  # in the worker: synced at once, watching from the listed resourceVersion
+    assert state.ready() and state.attachments() is state and metrics.CACHE_READY._value.get() == 1
+    assert cached_namespace(state, "team-a").labels[keys.NS_INJECTION] == keys.NS_INJECTION_ENABLED
+    eventually(lambda: apiserver.open_watches() == 2, what="both watches open")
+    apiserver.put_namespace("team-b", OPTED_IN)
+    apiserver.put_nad("team-b", "rdma-network", RDMA_VF)
+    eventually(lambda: cached_namespace(state, "team-b") and state.attachment("team-b", "rdma-network"),
+               what="events after the primed list")
+    assert (apiserver.count("list namespaces"), apiserver.count("list nads")) == (1, 1)
 
 
-def test_prime_gives_up_within_its_budget_and_the_worker_lists(apiserver):
+def test_prime_gives_up_within_its_budget_and_the_worker_lists(apiserver, make_unstarted):
     apiserver.put_namespace("team-a", OPTED_IN)
-    state, api = unstarted_state(apiserver)
+    state, api = make_unstarted()
     apiserver.lists_gate.clear()  # the API server does not answer lists
-    try:
-        start = time.monotonic()
-        assert state.prime(budget=0.5) is False
-        assert time.monotonic() - start < 8.0  # bounded by the budget (0.5 s), with a wide margin
-        assert not state.ready() and cached_namespace(state, "team-a") is None
-        assert pooled_connections(api) == 0
-        apiserver.lists_gate.set()
-        state.start()
-        synced(state)
-        assert cached_namespace(state, "team-a") is not None
-    finally:
-        apiserver.lists_gate.set()
-        state.stop()
-        api.rest_client.pool_manager.clear()
-        api.close()
+    start = time.monotonic()
+    assert state.prime(budget=0.5) is False
+    assert time.monotonic() - start < 8.0  # bounded by the budget (0.5 s), with a wide margin
+    assert not state.ready() and cached_namespace(state, "team-a") is None
+    assert pooled_connections(api) == 0
+    apiserver.lists_gate.set()
+    state.start()
+    synced(state)
+    assert cached_namespace(state, "team-a") is not None
 
 
-def test_prime_lists_nads_only_for_a_policy_with_a_network(apiserver):
+def test_prime_lists_nads_only_for_a_policy_with_a_network(apiserver, make_unstarted):
     apiserver.put_namespace("team-a", OPTED_IN)
-    state, api = unstarted_state(apiserver, lambda: False)
-    try:
-        assert state.prime() is True
-        assert (apiserver.count("list namespaces"), apiserver.count("list nads")) == (1, 0)
-    finally:
-        api.rest_client.pool_manager.clear()
-        api.close()
+    state, _ = make_unstarted(lambda: False)
+    assert state.prime() is True
+    assert (apiserver.count("list namespaces"), apiserver.count("list nads")) == (1, 0)
 
 
 def test_cache_reads_make_no_requests(apiserver, make_state):
@@ -478,7 +467,7 @@ def test_one_failed_watch_does_not_make_the_cache_unready(apiserver, make_state)
     assert state.ready() and state.not_ready_reason() is None
 
 
-def test_lists_ask_for_metadata_only_where_decisions_read_metadata_alone(apiserver):
+def test_lists_ask_for_metadata_only_where_decisions_read_metadata_alone(apiserver, make_unstarted):
     """Namespace and NAD lists send the PartialObjectMetadataList Accept header (with plain JSON
     as the fallback), Trainer runtime lists do not (a TrainJob's check reads their spec)."""
     from webhook import cluster_api
@@ -496,25 +485,17 @@ def test_lists_ask_for_metadata_only_where_decisions_read_metadata_alone(apiserv
 
     for i in range(3):
         apiserver.put_namespace(f"team-{i}", {"rdma-webhook.io/injection": "enabled"})
-    cfg = client.Configuration()
-    cfg.host = apiserver.url
-    api = client.ApiClient(cfg)
-    state = ApiClusterState(api, lambda: True, backoff_min=0.02, backoff_max=0.2, watch_runtimes=True)
+    state, _ = make_unstarted(lambda: True, watch_runtimes=True)
     for informer in (state._ns, state._nads, *state._runtime_informers):
         recording(informer)
     state.start()
-    try:
-        synced(state)
-        eventually(lambda: all(k in seen for k in ("namespaces", cluster_api.NAD_PLURAL, cluster_api.TR_PLURAL)),
-                   what="every kind listed")
-        assert set(seen["namespaces"]) == {cluster_api.METADATA_LIST}, seen
-        assert set(seen[cluster_api.NAD_PLURAL]) == {cluster_api.METADATA_LIST}, seen
-        assert set(seen[cluster_api.TR_PLURAL]) == {None}, seen
-        assert cluster_api.METADATA_LIST.startswith("application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1,")
-        assert cluster_api.METADATA_LIST.endswith(", application/json")
-        assert cached_namespace(state, "team-2") is not None
-    finally:
-        apiserver.lists_gate.set()
-        state.stop()
-        api.rest_client.pool_manager.clear()
-        api.close()
+    synced(state)
+    eventually(lambda: all(k in seen for k in ("namespaces", cluster_api.NAD_PLURAL, cluster_api.TR_PLURAL)),
+               what="every kind listed")
+    assert set(seen["namespaces"]) == {cluster_api.METADATA_LIST}, seen
+    assert set(seen[cluster_api.NAD_PLURAL]) == {cluster_api.METADATA_LIST}, seen
+    assert set(seen[cluster_api.TR_PLURAL]) == {None}, seen
+    assert cluster_api.METADATA_LIST.startswith("application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1,")
+    assert cluster_api.METADATA_LIST.endswith(", application/json")
+    assert cached_namespace(state, "team-2") is not None
+
