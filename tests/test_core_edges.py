@@ -557,3 +557,20 @@ def test_another_fabrics_claim_names_every_resource_the_policy_gives(cluster):
         "fabric-mismatch", None,
         f"this pod claims roce-nic-template, another fabric's RDMA NIC; policy sriov-roce-8rail provides {rails}; "
         f"select policy roce-nic with the annotation rdma-webhook.io/policy: roce-nic")]
+
+
+def test_a_namespace_label_names_a_policy_only_where_its_selector_allows_the_namespace():
+    from webhook.policy import load_texts
+
+    text = (ROOT / "policies" / "erdma.yaml").read_text().replace("namespaceSelector: {}",
+                                                                  "namespaceSelector: {matchLabels: {tier: gold}}")
+    ps, errors = load_texts([("erdma.yaml", text)])
+    assert ps is not None, errors
+    pod = k.pod([k.container("trainer")])
+    labels = {**NS.labels, "rdma-webhook.io/policy": "erdma"}
+    d = decision.decide(pod, Namespace("ml-training", {**labels, "tier": "gold"}), ps)
+    assert d.outcome == "mutated" and d.policy == "erdma", d.denials
+    d = decision.decide(pod, Namespace("ml-training", labels), ps)
+    assert [(f.rule, f.message) for f in d.denials] == [(
+        "no-policy", "namespace 'ml-training' label rdma-webhook.io/policy names policy 'erdma', whose namespaceSelector "
+                     "does not allow this namespace")]
