@@ -216,3 +216,361 @@ def test_each_malformed_container_field_is_named(policies, field, value, problem
     d = decision.decide(pod, NS, policies)
     assert [(f.rule, f.container, f.message) for f in d.denials] == [
         ("malformed-pod", None, f"the request's pod is malformed: spec.containers[0].{problem}")]
+
+
+# -- the decision's answers, field by field (decision._assess, decide, Decision) ------------------
+
+NOT_ENABLED = Namespace("default", {"kubernetes.io/metadata.name": "default"})
+NO_GPU = "no container requests a GPU (nvidia.com/gpu); left unchanged (an MPI launcher needs no RDMA device)"
+DEBUG_INFO = "{}: NCCL_DEBUG=INFO logs heavily; use WARN outside debugging"
+IB_DISABLED = ("NCCL_IB_DISABLE='1' turns NCCL's IB/RoCE transport off, so NCCL runs on TCP sockets (NET/Socket); "
+               "remove it or set it to 0")
+COMMAND_DEBUG = "{}: the command sets NCCL_DEBUG={}, which logs heavily; use WARN outside debugging"
+
+
+def answer(d):
+    """Every field of a Decision but the pod."""
+    return (d.outcome, d.policy, [(f.rule, f.container, f.message) for f in d.denials], d.warnings, d.notes,
+            d.reason, d.templates)
+
+
+@pytest.mark.parametrize("case,expected", [
+    ("update", ("skipped", None, [], [], [], "operation UPDATE, only CREATE is considered", [])),
+    ("unlabelled", ("skipped", None, [], [], [], "pod does not carry rdma-webhook.io/inject=true", [])),
+    ("namespace-not-enabled",
+     ("skipped", None, [], [], [], "namespace 'default' does not carry rdma-webhook.io/injection=enabled", [])),
+    ("namespace-unknown", ("denied", None, [(
+        "namespace-unknown", None,
+        "the pod's namespace is unknown to the webhook, so its opt-in cannot be checked; retry in a moment")], [], [], "", [])),
+    ("no-policies", ("denied", None, [(
+        "no-policy", None,
+        "the webhook has no valid policies loaded; ask the platform team to check `rdma-webhook policy lint`")], [], [], "", [])),
+    ("gpu-not-a-quantity", ("denied", None, [(
+        "malformed-pod", None,
+        "the request's pod is malformed: spec.containers[0].resources.limits['nvidia.com/gpu'] is not a quantity: "
+        "'$GPUS'")], [], [], "", [])),
+])
+def test_an_early_answer_keeps_the_pod_as_sent_and_says_why(policies, case, expected):
+    """Before a policy applies, each answer carries the pod as sent, no policy, no warnings or notes,
+    and its reason or denial word for word."""
+    pod = k.pod([k.container("trainer")], inject=case != "unlabelled",
+                namespace="default" if case == "namespace-not-enabled" else "ml-training")
+    ns, ps, operation = NS, policies, "CREATE"
+    if case == "update":
+        operation = "UPDATE"
+    elif case == "namespace-not-enabled":
+        ns = NOT_ENABLED
+    elif case == "namespace-unknown":
+        ns = None
+    elif case == "no-policies":
+        ps = None
+    elif case == "gpu-not-a-quantity":
+        pod["spec"]["containers"][0]["resources"] = {"limits": {"nvidia.com/gpu": "$GPUS"},
+                                                     "requests": {"nvidia.com/gpu": "$GPUS"}}
+    d = decision.decide(pod, ns, ps, operation=operation)
+    assert d.pod is pod and answer(d) == expected
+
+
+def launcher(*exports):
+    """An MPIJob launcher (no GPU) whose mpirun exports the given settings."""
+    args = ["-np", "16"] + [w for e in exports for w in ("-x", e)] + ["python", "train.py"]
+    return k.mpijob_launcher(args=args)
+
+
+def test_a_pod_without_a_gpu_container_is_answered_with_its_policy_and_warnings(policies):
+    pod = launcher("NCCL_DEBUG=INFO", "NCCL_SOCKET_IFNAME=net1")
+    d = decision.decide(pod, NS, policies)
+    assert d.pod is pod and answer(d) == (
+        "unchanged", "erdma", [], [NO_GPU, COMMAND_DEBUG.format("launcher", "INFO")], [], "no GPU container", [])
+    pod = launcher("NCCL_DEBUG=INFO", "NCCL_IB_DISABLE=1")
+    d = decision.decide(pod, NS, policies)
+    assert d.pod is pod and answer(d) == (
+        "denied", "erdma", [("command-fallback", "launcher",
+                             IB_DISABLED + " in the command (mpirun -x exports it to every rank)")],
+        [COMMAND_DEBUG.format("launcher", "INFO")], [], "", [])
+
+
+@pytest.mark.parametrize("exports,warned", [
+    (["NCCL_DEBUG=TRACE"], "TRACE"), (["NCCL_DEBUG=WARN"], None), (["NCCL_NET=IB", "NCCL_DEBUG=info"], "info"),
+    (["NCCL_NET=IB"], None),
+])
+def test_a_command_that_sets_verbose_nccl_logging_is_warned_about(policies, exports, warned):
+    d = decision.decide(launcher(*exports), NS, policies)
+    assert d.outcome == "unchanged" and d.warnings == [NO_GPU] + ([COMMAND_DEBUG.format("launcher", warned)] if warned else [])
+
+
+def test_the_gpu_resources_a_pod_could_request_are_all_named():
+    from webhook.policy import load_texts
+
+    text = (ROOT / "policies" / "erdma.yaml").read_text().replace("gpuResources: [nvidia.com/gpu]",
+                                                                  "gpuResources: [nvidia.com/gpu, amd.com/gpu]")
+    ps, errors = load_texts([("erdma.yaml", text)])
+    assert ps is not None, errors
+    d = decision.decide(launcher(), NS, ps)
+    assert d.warnings == ["no container requests a GPU (nvidia.com/gpu/amd.com/gpu); left unchanged (an MPI launcher "
+                          "needs no RDMA device)"]
+
+
+def test_a_denied_gpu_pod_keeps_its_warnings(policies):
+    pod = k.pod([k.container("trainer", env=[{"name": "NCCL_DEBUG", "value": "INFO"}, {"name": "NCCL_IB_DISABLE", "value": "1"}])])
+    d = decision.decide(pod, NS, policies)
+    assert d.pod is pod and answer(d) == (
+        "denied", "erdma", [("env-fallback", "trainer",
+                             IB_DISABLED + " in env")],
+        [DEBUG_INFO.format("trainer")], [], "", [])
+
+
+def test_an_injected_pod_is_answered_unchanged_with_its_warnings(policies):
+    pod = k.pod([k.container("trainer", env=[{"name": "NCCL_DEBUG", "value": "INFO"}])])
+    first = decision.decide(pod, NS, policies)
+    assert first.outcome == "mutated" and first.reason == "" and first.notes
+    again = first.pod
+    d = decision.decide(again, NS, policies)
+    assert d.pod is again and answer(d) == ("unchanged", "erdma", [], [DEBUG_INFO.format("trainer")], [], "already injected", [])
+
+
+NON_ROOT = ("trainer: runs as non-root, so the added IPC_LOCK stays out of its effective capabilities; raise the memlock "
+            "limit or grant the capability in the image")
+
+
+@pytest.mark.parametrize("container_sc,pod_sc,warned", [
+    ({}, {}, False),
+    ({"runAsNonRoot": True}, {}, True), ({}, {"runAsNonRoot": True}, True),
+    ({"runAsNonRoot": False}, {"runAsNonRoot": True}, False),  # the container's own setting wins
+    ({"runAsNonRoot": False}, {}, False),
+    ({"runAsUser": 1000}, {}, True), ({}, {"runAsUser": 1000}, True), ({"runAsUser": 1}, {}, True),
+    ({"runAsUser": 0}, {"runAsUser": 1000}, False), ({"runAsUser": 0}, {}, False),
+])
+def test_a_container_that_runs_as_non_root_is_warned_about(policies, container_sc, pod_sc, warned):
+    """decision._warnings: the container's securityContext, else the pod's, decides whether the
+    added IPC_LOCK stays out of the effective capabilities."""
+    extra = {"securityContext": container_sc} if container_sc else {}
+    pod = k.pod([k.container("trainer", **extra)])
+    pod["spec"]["securityContext"] = pod_sc
+    d = decision.decide(pod, NS, policies)
+    assert d.outcome == "mutated" and [w for w in d.warnings if "non-root" in w] == ([NON_ROOT] if warned else [])
+
+
+def ifname_warning(value, have):
+    return (f"trainer: NCCL_SOCKET_IFNAME={value!r} names no interface the pod will have ({have}), so NCCL's bootstrap "
+            f"cannot start; remove it or name one of those")
+
+
+def test_socket_ifname_is_checked_against_the_interfaces_the_pod_will_have(policies, cluster):
+    """decision._warnings: eth0 and the Multus interfaces the pod will have (the policy's network,
+    or the pod's own network under a policy without one); a host-network pod's interfaces are the
+    host's and are not known."""
+    def warnings(pod, namespace, value):
+        pod["spec"]["containers"][0]["env"] = [{"name": "NCCL_SOCKET_IFNAME", "value": value}]
+        d = decision.decide(pod, cluster.namespace(namespace), policies, cluster.attachments())
+        assert d.outcome == "mutated", d.denials
+        return [w for w in d.warnings if "NCCL_SOCKET_IFNAME" in w]
+
+    assert warnings(k.pod([k.container("trainer")]), "ml-training", "bond0") == [ifname_warning("bond0", "eth0")]
+    sriov = k.pod([k.container("trainer")], namespace="ai-training")
+    assert warnings(sriov, "ai-training", "net9") == [ifname_warning("net9", "eth0, net1")]
+    assert warnings(sriov, "ai-training", "net1") == []
+    own_network = k.pod([k.container("trainer", limits={"rdma/rdma_shared_device_a": "1"})], namespace="ib-training",
+                        annotations={"k8s.v1.cni.cncf.io/networks": "rdma-net-ipam"})
+    assert warnings(own_network, "ib-training", "net1") == []
+    assert warnings(own_network, "ib-training", "net2") == [ifname_warning("net2", "eth0, net1")]
+    on_host = k.pod([k.container("trainer", securityContext={"privileged": True})], namespace="oke-training",
+                    hostNetwork=True, dnsPolicy="ClusterFirstWithHostNet")
+    assert warnings(on_host, "oke-training", "bond0") == []
+
+
+def test_variables_set_from_valuefrom_are_named_together(policies):
+    source = {"configMapKeyRef": {"name": "nccl", "key": "x"}}
+    pod = k.pod([k.container("trainer", env=[{"name": "NCCL_IB_HCA", "valueFrom": source},
+                                             {"name": "NCCL_IB_DISABLE", "valueFrom": source}])])
+    d = decision.decide(pod, NS, policies)
+    assert d.outcome == "mutated"
+    assert [w for w in d.warnings if "valueFrom" in w] == [
+        "trainer: NCCL_IB_DISABLE, NCCL_IB_HCA come from valueFrom and cannot be checked"]
+
+
+@pytest.mark.parametrize("change,problem", [
+    (lambda pod: ["not", "a", "pod"], "the object is not a JSON object"),
+    (lambda pod: {**pod, "spec": "x"}, "spec must be an object"),
+    (lambda pod: pod["metadata"].update(annotations={"team": 7}), "metadata.annotations must map strings to strings"),
+    (lambda pod: pod["spec"].update(initContainers={}), "spec.initContainers must be a list of objects"),
+    (lambda pod: pod["spec"].update(volumes=["dshm"]), "spec.volumes must be a list of objects"),
+    (lambda pod: pod["spec"].update(resourceClaims="rdma"), "spec.resourceClaims must be a list of objects"),
+    (lambda pod: pod["spec"].update(initContainers=[{"name": "fetch", "image": "busybox", "env": {"A": "1"}}]),
+     "spec.initContainers[0].env must be a list"),
+])
+def test_each_malformed_pod_field_is_named(policies, change, problem):
+    """decision.shape_problem: the field a malformed pod gets wrong, exactly."""
+    pod = k.pod([k.container("trainer")])
+    pod = change(pod) or pod
+    d = decision.decide(pod, NS, policies)
+    assert d.pod is pod and answer(d) == (
+        "denied", None, [("malformed-pod", None, f"the request's pod is malformed: {problem}")], [], [], "", [])
+
+
+def test_a_container_without_gpus_is_not_judged_by_its_nccl_env(policies):
+    """decision._sees_gpus_otherwise: a sidecar that requests no GPU, references no claim and has
+    no NVIDIA_VISIBLE_DEVICES runs no NCCL; settings it shares with the trainer are not judged."""
+    shared = [{"name": "LOG_LEVEL", "value": "info"}, {"name": "NCCL_IB_DISABLE", "value": "1"}]
+    sidecar = k.container("log-shipper", "fluent/fluent-bit:3.0", gpus=None, env=shared)
+    d = decision.decide(k.pod([k.container("trainer"), sidecar]), NS, policies)
+    assert d.outcome == "mutated" and d.denials == []
+    sidecar["env"] = shared + [{"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"}]
+    d = decision.decide(k.pod([k.container("trainer"), sidecar]), NS, policies)
+    assert [(f.rule, f.container) for f in d.denials] == [("env-fallback", "log-shipper")]
+
+
+# -- another fabric's device or claim (decision._check_fabric, _fitting) ---------------------------
+
+DRA = """
+apiVersion: rdma-webhook.io/v1alpha2
+kind: RdmaPolicy
+name: {name}
+description: a NIC per pod claimed through DRA
+namespaceSelector: {selector}
+fabric: {{kind: roce, transport: ib-verbs, ncclNet: [IB], hcaDevices: ["mlx5_[0-7]"]}}
+claim: {{name: {entry}, template: {template}, equivalentTemplates: [{template}-x8]}}
+shm: {{sizeLimit: 64Gi}}
+nccl:
+  NCCL_NET: {{value: IB, enforce: true}}
+"""
+
+
+def dra_set():
+    """Two DRA policies: roce-nic for every opted-in namespace, ib-nic only where `fabric: ib`."""
+    from webhook.policy import load_texts
+
+    ps, errors = load_texts([
+        ("roce.yaml", DRA.format(name="roce-nic", selector="{}", entry="rdma-nic", template="roce-nic-template")),
+        ("ib.yaml", DRA.format(name="ib-nic", selector="{matchLabels: {fabric: ib}}", entry="ib-nic", template="ib-nic-template")),
+    ])
+    assert ps is not None, errors
+    return ps
+
+
+def test_another_fabrics_claim_names_the_policy_of_this_namespace_that_provides_it():
+    ps = dra_set()
+    claims = [{"name": "ib", "resourceClaimTemplateName": "ib-nic-template"}]
+    pod = k.pod([k.container("trainer")], annotations={"rdma-webhook.io/policy": "roce-nic"}, resourceClaims=claims)
+    ib_ns = Namespace("ml-training", {**NS.labels, "fabric": "ib"})
+    d = decision.decide(pod, ib_ns, ps)
+    assert [(f.rule, f.container, f.message) for f in d.denials] == [(
+        "fabric-mismatch", None,
+        "this pod claims ib-nic-template, another fabric's RDMA NIC; policy roce-nic provides another claim; "
+        "select policy ib-nic with the annotation rdma-webhook.io/policy: ib-nic")]
+    d = decision.decide(pod, NS, ps)  # ib-nic does not serve this namespace
+    assert [(f.rule, f.container, f.message) for f in d.denials] == [(
+        "fabric-mismatch", None,
+        "this pod claims ib-nic-template, another fabric's RDMA NIC; policy roce-nic provides another claim; "
+        "no policy of this namespace provides it; remove it, or ask the platform team for a policy of that fabric")]
+
+
+def test_a_claim_entry_that_names_no_claim_is_passed_over():
+    """An entry in the pre-1.31 `source` form (as `review` may read it from a file) names neither
+    field; the entries after it are still read."""
+    ps = dra_set()
+    claims = [{"name": "old", "source": {"resourceClaimTemplateName": "scratch"}},
+              {"name": "ib", "resourceClaimTemplateName": "ib-nic-template"}]
+    pod = k.pod([k.container("trainer")], annotations={"rdma-webhook.io/policy": "roce-nic"}, resourceClaims=claims)
+    d = decision.decide(pod, NS, ps)
+    assert [(f.rule, f.container) for f in d.denials] == [("fabric-mismatch", None)]
+    assert d.denials[0].message.startswith("this pod claims ib-nic-template, another fabric's RDMA NIC")
+
+
+def test_the_pods_own_entry_for_an_equivalent_claim_is_what_the_targets_reference():
+    ps = dra_set()
+    claims = [{"name": "nic", "resourceClaimTemplateName": "roce-nic-template-x8"}]
+    pod = k.pod([k.container("trainer")], annotations={"rdma-webhook.io/policy": "roce-nic"}, resourceClaims=claims)
+    d = decision.decide(pod, NS, ps)
+    assert d.outcome == "mutated", d.denials
+    assert d.pod["spec"]["resourceClaims"] == claims
+    assert d.pod["spec"]["containers"][0]["resources"]["claims"] == [{"name": "nic"}]
+
+
+def test_a_device_of_another_fabric_names_every_resource_the_policy_gives(policies, cluster):
+    pod = k.pod([k.container("trainer", limits={"aliyun/erdma": "1"})], namespace="llm-rails")
+    d = decision.decide(pod, cluster.namespace("llm-rails"), policies, cluster.attachments())
+    rails = ", ".join(f"nvidia.com/rdma_rail_{i}" for i in range(8))
+    assert [(f.rule, f.container, f.message) for f in d.denials] == [(
+        "fabric-mismatch", "trainer",
+        f"this pod requests aliyun/erdma, another fabric's RDMA device; policy sriov-roce-8rail provides {rails}; "
+        f"select policy erdma with the annotation rdma-webhook.io/policy: erdma")]
+
+
+def test_a_device_the_policys_network_resolves_to_is_not_another_fabrics(policies):
+    """The NetworkAttachmentDefinition names the device resource: when that is a resource another
+    policy owns, a pod that already requests it has this policy's device, not a foreign one."""
+    from webhook.cluster import FileClusterState
+
+    ai = Namespace("ai-training", {"rdma-webhook.io/injection": "enabled", "rdma-webhook.io/policy": "sriov-roce"})
+    nad = {"apiVersion": "k8s.cni.cncf.io/v1", "kind": "NetworkAttachmentDefinition",
+           "metadata": {"name": "rdma-network", "namespace": "ai-training",
+                        "annotations": {"k8s.v1.cni.cncf.io/resourceName": "rdma/rdma_shared_device_a"}}}
+    pod = k.pod([k.container("trainer", limits={"rdma/rdma_shared_device_a": "2"})], namespace="ai-training")
+    d = decision.decide(pod, ai, policies, FileClusterState([ai], [nad]))
+    assert d.outcome == "mutated" and d.denials == []
+    assert d.pod["spec"]["containers"][0]["resources"]["limits"]["rdma/rdma_shared_device_a"] == "2"
+
+
+def test_a_workload_decision_carries_one_result_per_pod_template(policies, cluster):
+    import json
+    from webhook import review
+
+    template = {"metadata": {"labels": {"rdma-webhook.io/inject": "true"}},
+                "spec": {"containers": [{"name": "trainer", "image": "registry.example/trainer:v1",
+                                         "resources": {"limits": {"nvidia.com/gpu": "8"}}}]}}
+    job = {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "train", "namespace": "ml-training"},
+           "spec": {"template": template}}
+    rv = k.admission_review(job, kind="Job", resource="jobs")
+    rv["request"]["kind"] = {"group": "batch", "version": "v1", "kind": "Job"}
+    _, _, d, _ = review.handle_validate(json.dumps(rv).encode(), policies, cluster.namespace, cluster.attachments())
+    assert [(t.path, t.decision.outcome) for t in d.templates] == [("spec.template", "mutated")]
+
+
+@pytest.mark.parametrize("limit,request_,named", [
+    ("8", "$GPUS", "requests['nvidia.com/gpu'] is not a quantity: '$GPUS'"),
+    ("0", "many", "requests['nvidia.com/gpu'] is not a quantity: 'many'"),
+    ("many", "8", "limits['nvidia.com/gpu'] is not a quantity: 'many'"),
+])
+def test_the_gpu_value_that_is_no_quantity_is_the_one_named(policies, limit, request_, named):
+    """decision._gpu_value_problem: of a container's GPU values (as `review` may read them from an
+    unrendered file), the one that is no quantity, not a valid one before it."""
+    pod = k.pod([k.container("trainer")])
+    pod["spec"]["containers"][0]["resources"] = {"limits": {"nvidia.com/gpu": limit}, "requests": {"nvidia.com/gpu": request_}}
+    d = decision.decide(pod, NS, policies)
+    assert [(f.rule, f.message) for f in d.denials] == [
+        ("malformed-pod", f"the request's pod is malformed: spec.containers[0].resources.{named}")]
+
+
+def test_another_fabrics_claim_names_every_resource_the_policy_gives(cluster):
+    from webhook.policy import load_texts
+
+    texts = [(str(p), p.read_text()) for p in sorted((ROOT / "policies").glob("*.yaml"))]
+    ps, errors = load_texts(texts + [("roce.yaml", DRA.format(name="roce-nic", selector="{}", entry="rdma-nic",
+                                                              template="roce-nic-template"))])
+    assert ps is not None, errors
+    claims = [{"name": "nic", "resourceClaimTemplateName": "roce-nic-template"}]
+    pod = k.pod([k.container("trainer")], namespace="llm-rails", resourceClaims=claims)
+    d = decision.decide(pod, cluster.namespace("llm-rails"), ps, cluster.attachments())
+    rails = ", ".join(f"nvidia.com/rdma_rail_{i}" for i in range(8))
+    assert [(f.rule, f.container, f.message) for f in d.denials] == [(
+        "fabric-mismatch", None,
+        f"this pod claims roce-nic-template, another fabric's RDMA NIC; policy sriov-roce-8rail provides {rails}; "
+        f"select policy roce-nic with the annotation rdma-webhook.io/policy: roce-nic")]
+
+
+def test_a_namespace_label_names_a_policy_only_where_its_selector_allows_the_namespace():
+    from webhook.policy import load_texts
+
+    text = (ROOT / "policies" / "erdma.yaml").read_text().replace("namespaceSelector: {}",
+                                                                  "namespaceSelector: {matchLabels: {tier: gold}}")
+    ps, errors = load_texts([("erdma.yaml", text)])
+    assert ps is not None, errors
+    pod = k.pod([k.container("trainer")])
+    labels = {**NS.labels, "rdma-webhook.io/policy": "erdma"}
+    d = decision.decide(pod, Namespace("ml-training", {**labels, "tier": "gold"}), ps)
+    assert d.outcome == "mutated" and d.policy == "erdma", d.denials
+    d = decision.decide(pod, Namespace("ml-training", labels), ps)
+    assert [(f.rule, f.message) for f in d.denials] == [(
+        "no-policy", "namespace 'ml-training' label rdma-webhook.io/policy names policy 'erdma', whose namespaceSelector "
+                     "does not allow this namespace")]

@@ -61,8 +61,9 @@ class Decision:
         return self.outcome != DENIED
 
 
-def _deny(pod: Any, policy: str | None, rule: str, message: str, warnings: list[str] | None = None) -> Decision:
-    return Decision(DENIED, pod, policy, [Finding(rule, None, message)], warnings or [])
+def _deny(pod: Any, rule: str, message: str) -> Decision:
+    """A denial before any policy applies: no policy, no warnings."""
+    return Decision(DENIED, pod, None, [Finding(rule, None, message)])
 
 
 def shape_problem(pod: Any) -> str | None:
@@ -208,7 +209,8 @@ def _gpu_value_problem(container: dict[str, Any], gpu_resources: tuple[str, ...]
         for res in gpu_resources:
             if res in values and _gpu_amount(values[res]) < 0:
                 return f"resources.{section}[{res!r}] is not a quantity: {values[res]!r}"
-    return "resources: a GPU value is not a quantity"
+    # Unreachable: called only when _gpu_count found such a value, by the same test in the same order.
+    raise AssertionError
 
 
 def find_targets(pod: dict[str, Any], policy: Policy, malformed: list[str] | None = None) -> list[Target]:
@@ -266,7 +268,7 @@ def _network_devices(policy: Policy, pod_ns: str, attachments: Attachments | Non
     out: list[Device] = []
     for n in policy.networks:
         net_ns = n.namespace or pod_ns
-        resource = None
+        resource: str | None  # set on every path that reaches network_device
         if attachments is None:  # cluster state not known (offline review without a state file)
             if n.resource is None:
                 problems.append(Finding("network-attachment", None,
@@ -292,10 +294,11 @@ def _network_devices(policy: Policy, pod_ns: str, attachments: Attachments | Non
     return out
 
 
-def _fitting(resource: str, policy: Policy, policies: PolicySet, ns: Namespace, by: dict[str, list[Policy]]) -> str:
-    """How to fix a pod that brings another fabric's device: the policy that provides it here."""
+def _fitting(resource: str, ns: Namespace, by: dict[str, list[Policy]]) -> str:
+    """How to fix a pod that brings another fabric's device or claim: the policy that provides it
+    here. `by` never lists the pod's own policy under `resource`, which is foreign to it."""
     for other in by.get(resource) or ():
-        if other.name != policy.name and other.allows_namespace(ns.labels):
+        if other.allows_namespace(ns.labels):
             return f"select policy {other.name} with the annotation {keys.POD_POLICY}: {other.name}"
     return "no policy of this namespace provides it; remove it, or ask the platform team for a policy of that fabric"
 
@@ -322,7 +325,7 @@ def _check_fabric(pod: dict[str, Any], policy: Policy, policies: PolicySet, ns: 
                     mine = ", ".join(policy.own_resources) or (f"a DRA claim ({policy.claim.template})" if policy.claim else "the host's devices")
                     problems.append(Finding("fabric-mismatch", t.name,
                                             f"this pod requests {res}, another fabric's RDMA device; policy {policy.name} provides "
-                                            f"{mine}; {_fitting(res, policy, policies, ns, policies.by_resource)}"))
+                                            f"{mine}; {_fitting(res, ns, policies.by_resource)}"))
     spec: dict[str, Any] = pod.get("spec") or {}
     claims: list[dict[str, Any]] = spec.get("resourceClaims") or []
     entry = policy.claim.name if policy.claim is not None else None
@@ -336,7 +339,7 @@ def _check_fabric(pod: dict[str, Any], policy: Policy, policies: PolicySet, ns: 
             problems.append(Finding("fabric-mismatch", None,
                                     f"this pod claims {template}, another fabric's RDMA NIC; policy {policy.name} provides "
                                     f"{', '.join(policy.own_resources) or 'another claim'}; "
-                                    f"{_fitting(template, policy, policies, ns, policies.by_claim_template)}"))
+                                    f"{_fitting(template, ns, policies.by_claim_template)}"))
     return entry
 
 
@@ -425,7 +428,7 @@ def _assess(pod: Any, namespace: Namespace | None, policies: PolicySet | None, a
     the rules. Returns a finished Decision, or the subject and warnings of a pod that passed."""
     problem = shape_problem(pod)
     if problem:
-        return _deny(pod, None, "malformed-pod", f"the request's pod is malformed: {problem}")
+        return _deny(pod, "malformed-pod", f"the request's pod is malformed: {problem}")
     # From here on the pod has the shape `shape_problem` checked: typed as dicts and lists, so
     # that compiled code reads them with direct dict calls instead of generic method calls.
     checked: dict[str, Any] = pod
@@ -436,19 +439,20 @@ def _assess(pod: Any, namespace: Namespace | None, policies: PolicySet | None, a
     if labels.get(keys.POD_INJECT) != keys.POD_INJECT_TRUE:
         return Decision(SKIPPED, pod, reason=f"pod does not carry {keys.POD_INJECT}=true")
     if namespace is None:
-        return _deny(pod, None, "namespace-unknown",
+        return _deny(pod, "namespace-unknown",
                      "the pod's namespace is unknown to the webhook, so its opt-in cannot be checked; retry in a moment")
     if namespace.labels.get(keys.NS_INJECTION) != keys.NS_INJECTION_ENABLED:
         return Decision(SKIPPED, pod, reason=f"namespace {namespace.name!r} does not carry {keys.NS_INJECTION}=enabled")
 
     policy, why = select_policy(pod, namespace, policies)
     if policy is None:
-        return _deny(pod, None, "no-policy", why or "no policy applies")
+        assert why is not None  # select_policy says why no policy applies
+        return _deny(pod, "no-policy", why)
 
     malformed: list[str] = []
     targets = find_targets(pod, policy, malformed)
     if malformed:
-        return _deny(pod, None, "malformed-pod", f"the request's pod is malformed: {malformed[0]}")
+        return _deny(pod, "malformed-pod", f"the request's pod is malformed: {malformed[0]}")
     others = find_checked(checked, targets)
     if not targets:
         # No container gets RDMA, but a launcher's `mpirun -x NCCL_IB_DISABLE=1` still sends
