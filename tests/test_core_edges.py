@@ -177,6 +177,24 @@ def test_socket_ifname_keeps_an_interface_of_the_pod(value, secondary, keeps):
     assert decision._ifname_matches(value, secondary) is keeps
 
 
+def test_the_remembered_ifname_answer_is_per_interface_list_not_per_joined_text():
+    """Interfaces "x" and "y" are not one interface "x,y" (a Multus annotation may name one so):
+    the answer remembered for the first list is not the answer for the second."""
+    decision._IFNAME_SEEN.clear()
+    assert decision._ifname_matches("=x", ["x", "y"]) is True
+    assert decision._ifname_matches("=x", ["x,y"]) is False
+    assert decision._ifname_matches("=x,y", ["x,y"]) is False  # NCCL splits the value at commas too
+    decision._IFNAME_SEEN.clear()
+    assert decision._ifname_matches("=x", ["x,y"]) is False
+
+
+def test_a_pod_with_thousands_of_interface_names_is_answered_and_not_remembered():
+    decision._IFNAME_SEEN.clear()
+    names = [""] * 5000 + ["net1"]
+    assert decision._ifname_matches("=net1", names) is True
+    assert decision._IFNAME_SEEN == {}
+
+
 def test_a_dropped_ipc_lock_is_named_with_its_container_and_the_fix(policies):
     pod = k.pod([k.container("trainer", securityContext={"capabilities": {"drop": ["IPC_LOCK"]}})])
     d = decision.decide(pod, NS, policies)

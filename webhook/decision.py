@@ -356,14 +356,16 @@ def _container(pod: dict[str, Any], index: int) -> dict[str, Any]:
     return containers[index]
 
 
-_IFNAME_SEEN: Final[dict[tuple[str, str], bool]] = {}
+_IFNAME_SEEN: Final[dict[tuple[str, tuple[str, ...]], bool]] = {}
 
 
 def _ifname_matches(value: str, secondary: list[str]) -> bool:
     """Whether NCCL_SOCKET_IFNAME=value keeps an interface of the pod (NCCL's prefix/`=`exact
     grammar, as for NCCL_IB_HCA; an exclusion list `^...` always leaves one). Remembered: the
-    pods of a job repeat one value and one set of interfaces."""
-    key = (value, ",".join(secondary))
+    pods of a job repeat one value and one set of interfaces. The interfaces are kept as a tuple,
+    not joined: a Multus annotation may name an interface "x,y", which is not "x" and "y"."""
+    names = tuple(secondary)
+    key = (value, names)
     known = _IFNAME_SEEN.get(key)
     if known is not None:
         return known
@@ -374,7 +376,7 @@ def _ifname_matches(value: str, secondary: list[str]) -> bool:
             if nccl.hca_selects(flt, name):
                 found = True
                 break
-    if len(key[0]) + len(key[1]) <= 512:  # a hostile pod's thousands of interfaces are not kept
+    if len(value) + len(names) + sum([len(n) for n in names]) <= 512:  # not a hostile pod's thousands of names
         if len(_IFNAME_SEEN) >= 1024:
             _IFNAME_SEEN.clear()
         _IFNAME_SEEN[key] = found
