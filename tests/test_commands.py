@@ -343,17 +343,18 @@ def test_each_container_expands_its_command_against_its_own_env(policies):
 
 
 def test_the_parse_budget_is_shared_by_the_containers_of_a_pod(policies):
-    """One decision parses at most `Budget.parse_bytes` of script in all: a second container's
-    script that would fit alone gets the textual reading once the first has spent most of it."""
+    """One decision parses at most `Budget.parse_bytes` of script in all: the third container's
+    script, which would fit alone, gets the textual reading once the first two have spent the
+    budget."""
     commands._PARSED.clear()
     commands._READ.clear()
-    size = commands.Budget().parse_bytes
-    first = "export NCCL_DEBUG=WARN\n" + "echo warming up\n" * ((size * 2 // 3) // 16)
-    second = "export NCCL_DEBUG=WARN\n" + "echo training\n" * ((size // 2) // 14)
-    assert len(first) < size and len(second) < size < len(first) + len(second)
-    pod = k.pod([k.container("a", command=["bash", "-c", first]), k.container("b", command=["bash", "-c", second])])
+    body = "export NCCL_DEBUG=WARN\n" + ("echo " + "training-step-" * 13 + "\n") * 132
+    scripts = [f"# {name}\n{body}" for name in "abc"]
+    size = len(scripts[0])
+    assert size <= commands.MAX_PARSED and 2 * size <= commands.Budget().parse_bytes < 3 * size
+    pod = k.pod([k.container(name, command=["bash", "-c", script]) for name, script in zip("abc", scripts)])
     assert decide(pod, ML, policies).allowed
-    assert first in commands._PARSED and second not in commands._PARSED
+    assert [commands._PARSED.get(s) is not None for s in scripts[:2]] == [True, True] and scripts[2] not in commands._PARSED
 
 
 def test_command_settings_forwards_what_the_env_gives():
