@@ -311,3 +311,53 @@ def test_any_string_in_command_or_args_never_raises(policies, text):
     body = k.body(k.admission_review(script_pod(text.replace("\ud800", "?"))))
     code, doc, _, _ = review.handle(body, policies, {ML.name: ML}.get, None)
     assert code == 200 and doc["response"]["uid"]
+
+
+# -- which commands of a pod are read, and against which env --------------------------------------
+
+def _command_denials(pod, policies):
+    d = decide(pod, ML, policies)
+    return [(f.rule, f.container) for f in d.denials]
+
+
+def test_init_containers_and_args_alone_are_read_after_a_container_without_a_command(policies):
+    init = k.container("setup", gpus=None, command=["sh", "-c", "export NCCL_IB_DISABLE=1; ./prepare.sh"])
+    pod = k.pod([k.container("sidecar", gpus=None), k.container("trainer", args=["bash", "-c", "NCCL_NET=Socket torchrun t.py"])],
+                init_containers=[init])
+    assert _command_denials(pod, policies) == [("command-fallback", "setup"), ("command-fallback", "trainer")]
+
+
+def test_each_container_expands_its_command_against_its_own_env(policies):
+    """`$(OFF)` in a command is the env of that container: the init container's own, not the
+    target's at the same index; the second target's, not the first's."""
+    script = ["sh", "-c", "export NCCL_IB_DISABLE=$(OFF); torchrun t.py"]
+    init = k.container("setup", gpus=None, command=script, env=[{"name": "OFF", "value": "1"}])
+    first = k.container("first", env=[{"name": "OFF", "value": "0"}], command=script)
+    second = k.container("second", env=[{"name": "OFF", "value": "1"}], command=script)
+    pod = k.pod([first, second], init_containers=[init])
+    assert _command_denials(pod, policies) == [("command-fallback", "setup"), ("command-fallback", "second")]
+    first["env"][0]["value"] = "1"
+    init["env"][0]["value"] = "0"
+    assert _command_denials(k.pod([first, second], init_containers=[init]), policies) == [
+        ("command-fallback", "first"), ("command-fallback", "second")]
+
+
+def test_the_parse_budget_is_shared_by_the_containers_of_a_pod(policies):
+    """One decision parses at most `Budget.parse_bytes` of script in all: the third container's
+    script, which would fit alone, gets the textual reading once the first two have spent the
+    budget."""
+    commands._PARSED.clear()
+    commands._READ.clear()
+    body = "export NCCL_DEBUG=WARN\n" + ("echo " + "training-step-" * 13 + "\n") * 132
+    scripts = [f"# {name}\n{body}" for name in "abc"]
+    size = len(scripts[0])
+    assert size <= commands.MAX_PARSED and 2 * size <= commands.Budget().parse_bytes < 3 * size
+    pod = k.pod([k.container(name, command=["bash", "-c", script]) for name, script in zip("abc", scripts)])
+    assert decide(pod, ML, policies).allowed
+    assert [commands._PARSED.get(s) is not None for s in scripts[:2]] == [True, True] and scripts[2] not in commands._PARSED
+
+
+def test_command_settings_forwards_what_the_env_gives():
+    env = fallback.k8s.Env([{"name": "NCCL_IB_HCA", "value": "mlx5_0"}])
+    assert fallback.command_settings("mpirun -x NCCL_IB_HCA -np 8 python t.py", env=env) == [("NCCL_IB_HCA", "mlx5_0")]
+    assert fallback.command_settings("mpirun -x NCCL_IB_HCA -np 8 python t.py") == []

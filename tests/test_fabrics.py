@@ -550,3 +550,38 @@ def test_fabric_mismatch_says_what_the_policy_provides():
         "fabric-mismatch", None,
         "this pod claims rdma-nic-template, another fabric's RDMA NIC; policy erdma provides aliyun/erdma; "
         "select policy dranet with the annotation rdma-webhook.io/policy: dranet")]
+
+
+# -- the fabric rules' exact findings ---------------------------------------------------------------
+
+def test_a_container_that_cannot_see_the_host_devices_is_named_with_the_fix(policies):
+    pod = oke_worker(privileged=False, mount=False)
+    pod["spec"]["containers"].insert(0, copy.deepcopy(pod["spec"]["containers"][0]) | {"name": "seen", "securityContext": {"privileged": True}})
+    _, _, d = respond(pod, OKE, policies)
+    assert [(f.rule, f.container, f.message) for f in d.denials] == [("host-rdma-devices", "mpi-worker", (
+        "the oke-roce-host policy's RDMA devices come from the host without a device plugin, and this container "
+        "neither mounts /dev/infiniband nor runs privileged, so NCCL finds no RDMA device and uses TCP; mount the "
+        "host's /dev/infiniband (hostPath) into it"))]
+
+
+def _host_network_denial(policies, ns, text=None):
+    if text is not None:
+        ps, errors = load_texts([("p.yaml", text)])
+        assert ps is not None, errors
+        policies = ps
+    pod = k.pod([k.container("trainer")], namespace=ns.name, hostNetwork=True, dnsPolicy="ClusterFirstWithHostNet")
+    _, _, d = respond(pod, ns, policies)
+    return [(f.rule, f.container, f.message) for f in d.denials if f.rule == "host-network"]
+
+
+def test_host_network_under_a_policy_of_multus_networks_names_them(policies):
+    assert _host_network_denial(policies, RAILS) == [("host-network", None, (
+        "hostNetwork: true, but the sriov-roce-8rail policy attaches the Multus network(s) 'rdma-rail-0', 'rdma-rail-1', 'rdma-rail-2', "
+        "'rdma-rail-3', 'rdma-rail-4', 'rdma-rail-5', 'rdma-rail-6', 'rdma-rail-7' and Multus does not attach networks to host-network pods; "
+        "remove hostNetwork"))]
+
+
+def test_host_network_under_a_policy_that_forbids_it_without_networks_says_why():
+    text = (ROOT / "policies" / "erdma.yaml").read_text().replace("priority: 10\n", "priority: 10\nhostNetwork: Forbidden\n")
+    assert _host_network_denial(None, ML, text) == [("host-network", None, (
+        "hostNetwork: true, but the erdma policy does not reach its fabric through the host's interfaces; remove hostNetwork"))]

@@ -10,10 +10,12 @@ import copy
 import pytest
 
 import kube_objects as k
-from test_fabrics import DRA_POLICY  # the suite's one DRA policy
-from webhook import decision, k8s
+from conftest import ROOT
+from test_fabrics import DRA_POLICY, IB, ML, dra_policies, respond  # DRA_POLICY: the suite's one DRA policy
+from webhook import decision, fallback, k8s, keys
 from webhook.cluster import FileClusterState
 from webhook.decision import Namespace
+from webhook.fallback import Subject, Target
 from webhook.policy import load_texts
 
 NS = Namespace("ml-training", {"rdma-webhook.io/injection": "enabled", "team": "llm"})
@@ -229,3 +231,227 @@ def test_the_dra_claim_is_added_where_missing_and_noted_only_then(pod_claims, co
     assert d.pod["spec"]["resourceClaims"] == [gpu, {"name": "rdma-nic", "resourceClaimTemplateName": "rdma-nic-template"}]
     assert d.pod["spec"]["containers"][0]["resources"]["claims"] == [{"name": "gpu"}, {"name": "rdma-nic"}]
     assert [n for n in d.notes if n.startswith("a:")] == ([note] if note else [])
+
+
+# -- what the mutation adds, asserted on the mutated pod ------------------------------------------
+
+def _shm_volume(size: str, name: str = "rdma-webhook-dshm") -> dict:
+    return {"name": name, "emptyDir": {"medium": "Memory", "sizeLimit": size}}
+
+
+def test_shm_size_counts_the_gpus_of_every_target(policies):
+    """erdma asks 8Gi of /dev/shm per GPU: one volume for the pod, sized for 2 + 4 GPUs."""
+    pod = k.pod([k.container("a", gpus=2), k.container("b", gpus=4), k.container("log", gpus=None)], automount=False)
+    d = decision.decide(pod, ML, policies)
+    assert d.outcome == decision.MUTATED and d.policy == "erdma", d.denials
+    assert d.pod["spec"]["volumes"] == [_shm_volume("48Gi")]
+    assert [c.get("volumeMounts") for c in d.pod["spec"]["containers"]] == [
+        [{"name": "rdma-webhook-dshm", "mountPath": "/dev/shm"}]] * 2 + [None]
+
+
+NOT_MEMORY = "/dev/shm is not a memory-backed emptyDir; NCCL and DataLoader need shared memory in RAM"
+
+
+def test_each_target_without_a_dev_shm_mount_gets_one_whatever_the_targets_before_it_mount():
+    """The node's own /dev/shm (a trailing slash too) is memory; a look-alike host path and a disk
+    emptyDir are warned about; a target that mounts nothing there still gets the pod's volume."""
+    ps, errors = load_texts([("pinned.yaml", POLICY)])
+    assert ps is not None, errors
+
+    def shm_at(name: str) -> list:
+        return [{"name": name, "mountPath": "/dev/shm"}]
+
+    containers = [k.container("host", volumeMounts=shm_at("node-shm")), k.container("lookalike", volumeMounts=shm_at("node-shmx")),
+                  k.container("disk", volumeMounts=shm_at("disk-shm")), k.container("plain")]
+    volumes = [{"name": "disk-shm", "emptyDir": {}}, {"name": "node-shm", "hostPath": {"path": "/dev/shm/", "type": "Directory"}},
+               {"name": "node-shmx", "hostPath": {"path": "/dev/shmX"}}, {"name": "data", "emptyDir": {}}]
+    d = decision.decide(k.pod(containers, volumes=volumes, automount=False), NS, ps)
+    assert d.outcome == decision.MUTATED, d.denials
+    assert d.warnings == [f"lookalike: {NOT_MEMORY}", f"disk: {NOT_MEMORY}"]
+    assert d.pod["spec"]["volumes"] == volumes + [_shm_volume("64Gi")]
+    assert [c["volumeMounts"] for c in d.pod["spec"]["containers"]] == [
+        shm_at("node-shm"), shm_at("node-shmx"), shm_at("disk-shm"), shm_at("rdma-webhook-dshm")]
+
+
+@pytest.mark.parametrize("size,warning", [
+    ("64Gi", None), ("128Gi", None), ("68719476736", None), ("lots", None),
+    ("32Gi", "trainer: /dev/shm sizeLimit 32Gi is smaller than the 64Gi policy erdma asks for"),
+])
+def test_a_memory_dev_shm_is_kept_and_warned_about_only_when_smaller_than_the_policy_asks(policies, size, warning):
+    c = k.container("trainer", volumeMounts=[{"name": "dshm", "mountPath": "/dev/shm"}])
+    pod = k.pod([c], volumes=[{"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": size}}], automount=False)
+    d = decision.decide(pod, ML, policies)
+    assert d.outcome == decision.MUTATED and d.policy == "erdma", d.denials
+    assert d.warnings == ([warning] if warning else [])
+    assert d.pod["spec"]["volumes"] == pod["spec"]["volumes"]
+    assert d.pod["spec"]["containers"][0]["volumeMounts"] == [{"name": "dshm", "mountPath": "/dev/shm"}]
+
+
+@pytest.mark.parametrize("existing,name,added", [
+    ([{"name": "rdma-webhook-dshm", "emptyDir": {}}], "rdma-webhook-dshm-1", True),
+    ([{"name": "rdma-webhook-dshm", "emptyDir": {}}, {"name": "rdma-webhook-dshm-1", "configMap": {"name": "c"}}],
+     "rdma-webhook-dshm-2", True),
+    ([{"name": "rdma-webhook-dshm", "emptyDir": {}}, _shm_volume("64Gi", "rdma-webhook-dshm-1")], "rdma-webhook-dshm-1", False),
+    ([_shm_volume("64Gi")], "rdma-webhook-dshm", False),
+])
+def test_the_shm_volume_takes_the_first_name_free_or_holding_a_memory_volume(existing, name, added):
+    ps, errors = load_texts([("pinned.yaml", POLICY)])
+    assert ps is not None, errors
+    d = decision.decide(k.pod([k.container("trainer")], volumes=existing, automount=False), NS, ps)
+    assert d.outcome == decision.MUTATED, d.denials
+    assert d.pod["spec"]["volumes"] == existing + ([_shm_volume("64Gi", name)] if added else [])
+    assert d.pod["spec"]["containers"][0]["volumeMounts"] == [{"name": name, "mountPath": "/dev/shm"}]
+
+
+def test_a_device_requested_without_a_limit_gets_its_limit_and_a_note(pinned):
+    """The API server rejects an extended resource without a limit only after the webhooks ran."""
+    c = k.container("trainer", requests={"rdma/hca": "1"})
+    d = decision.decide(k.pod([c]), NS, pinned)
+    assert d.outcome == decision.MUTATED, d.denials
+    res = d.pod["spec"]["containers"][0]["resources"]
+    assert res["limits"] == {"nvidia.com/gpu": "8", "rdma/hca": "1"} and res["requests"] == {"nvidia.com/gpu": "8", "rdma/hca": "1"}
+    assert d.notes[0] == "trainer: rdma/hca: 1, 4 NCCL variables, IPC_LOCK"
+
+
+def test_a_variable_the_user_set_keeps_its_value_and_the_rest_of_the_block_is_added(pinned):
+    c = k.container("trainer", env=[{"name": "NCCL_DEBUG", "value": "INFO"}], securityContext={"capabilities": {"add": ["IPC_LOCK"]}})
+    d = decision.decide(k.pod([c]), NS, pinned)
+    assert d.outcome == decision.MUTATED, d.denials
+    assert d.pod["spec"]["containers"][0]["env"] == [
+        {"name": "NCCL_DEBUG", "value": "INFO"}, {"name": "NCCL_NET", "value": "IB"},
+        {"name": "NCCL_IB_GID_INDEX", "value": "3"}, {"name": "NCCL_SOCKET_IFNAME", "value": "eth0"}]
+    assert d.notes[0] == "trainer: rdma/hca: 1, 3 NCCL variables"  # IPC_LOCK was there already
+    assert d.pod["spec"]["containers"][0]["securityContext"] == {"capabilities": {"add": ["IPC_LOCK"]}}
+
+
+def test_an_enforced_value_differing_in_case_or_beside_a_value_from_is_replaced(pinned):
+    """Only NCCL_NET compares without case; an entry with both a value and a valueFrom (which the
+    API server would reject after the webhooks) is a valueFrom source, replaced by the value alone."""
+    secret = {"secretKeyRef": {"name": "nccl", "key": "gid"}}
+    c = k.container("trainer", env=[{"name": "NCCL_NET", "value": "ib"}, {"name": "NCCL_SOCKET_IFNAME", "value": "ETH0"},
+                                    {"name": "NCCL_IB_GID_INDEX", "value": "3", "valueFrom": secret}])
+    d = decision.decide(k.pod([c]), NS, pinned)
+    assert d.outcome == decision.MUTATED, d.denials
+    assert d.pod["spec"]["containers"][0]["env"] == [
+        {"name": "NCCL_NET", "value": "ib"}, {"name": "NCCL_SOCKET_IFNAME", "value": "eth0"},
+        {"name": "NCCL_IB_GID_INDEX", "value": "3"}, {"name": "NCCL_DEBUG", "value": "WARN"}]
+    assert [w for w in d.warnings if "enforced" in w] == [
+        "trainer: NCCL_IB_GID_INDEX is enforced by policy pinned: a valueFrom source replaced by '3'",
+        "trainer: NCCL_SOCKET_IFNAME is enforced by policy pinned: 'ETH0' replaced by 'eth0'"]
+
+
+@pytest.mark.parametrize("drop,restored", [
+    ([keys.STATUS], {keys.STATUS: keys.STATUS_INJECTED}),
+    ([keys.APPLIED_POLICY], {keys.APPLIED_POLICY: "pinned"}),
+    ([keys.STATUS, keys.APPLIED_POLICY], {keys.STATUS: keys.STATUS_INJECTED, keys.APPLIED_POLICY: "pinned"}),
+])
+def test_a_mutated_pod_that_lost_its_status_annotations_gets_them_back(pinned, drop, restored):
+    pod = good_pod(pinned)
+    annotations = pod["metadata"]["annotations"]
+    for key in drop:
+        del annotations[key]
+    d = decision.decide(pod, NS, pinned)
+    assert d.outcome == decision.MUTATED and d.notes == [], d.notes
+    assert d.pod["metadata"]["annotations"] == {**annotations, **restored}
+
+
+def test_a_pod_applied_by_another_policy_name_is_relabelled(pinned):
+    pod = good_pod(pinned)
+    pod["metadata"]["annotations"][keys.APPLIED_POLICY] = "old-name"
+    d = decision.decide(pod, NS, pinned)
+    assert d.outcome == decision.MUTATED and d.notes == []
+    assert d.pod["metadata"]["annotations"][keys.APPLIED_POLICY] == "pinned"
+    assert decision.decide(d.pod, NS, pinned).outcome == decision.UNCHANGED
+
+
+def test_a_claim_added_beside_the_pods_own_is_in_the_patch_and_not_in_the_pod_as_sent():
+    gpu = {"name": "gpu", "resourceClaimTemplateName": "one-gpu"}
+    c = k.container("trainer", resources={"limits": {"nvidia.com/gpu": "1"}, "claims": [{"name": "gpu"}]})
+    pod = k.pod([c], annotations={keys.POD_POLICY: "dranet"}, resourceClaims=[gpu])
+    sent = copy.deepcopy(pod)
+    resp, patched, d = respond(pod, ML, dra_policies())
+    assert resp["allowed"] and d.policy == "dranet" and pod == sent
+    assert patched["spec"]["resourceClaims"] == [gpu, {"name": "rdma-nic", "resourceClaimTemplateName": "rdma-nic-template"}]
+    assert patched["spec"]["containers"][0]["resources"]["claims"] == [{"name": "gpu"}, {"name": "rdma-nic"}]
+
+
+# -- the rules around a container that has the fabric already ------------------------------------
+
+def test_device_missing_reads_every_target_after_one_that_has_the_fabric(policies):
+    """ib-shared counts rdma/ib as its device: the first container keeps it and gets nothing, the
+    second gets the policy's device; the guard still checks the second when it lost it."""
+    pod = k.pod([k.container("keeps", limits={"rdma/ib": "1"}), k.container("gets")], namespace="ib-training")
+    d = decision.decide(pod, IB, policies)
+    assert d.outcome == decision.MUTATED and d.policy == "ib-shared", d.denials
+    assert "rdma/rdma_shared_device_a" in d.pod["spec"]["containers"][1]["resources"]["limits"]
+    assert decision.check_final(d.pod, IB, policies).outcome == decision.UNCHANGED
+    del d.pod["spec"]["containers"][1]["resources"]["limits"]["rdma/rdma_shared_device_a"]
+    f = decision.check_final(d.pod, IB, policies)
+    assert [(x.rule, x.container, x.message) for x in f.denials] == [("device-missing", "gets", (
+        "resources.limits has no rdma/rdma_shared_device_a, so the container gets no RDMA device and NCCL uses TCP; "
+        "a webhook that ran after rdma-webhook may have removed it"))]
+
+
+def test_a_zero_device_is_named_with_its_section_after_a_target_that_has_the_fabric(policies):
+    zero = {"rdma/rdma_shared_device_a": "0"}
+    pod = k.pod([k.container("keeps", limits={"rdma/ib": "1"}), k.container("limited", limits=zero),
+                 k.container("requested", requests=zero)], namespace="ib-training")
+    d = decision.decide(pod, IB, policies)
+
+    def why(section: str) -> str:
+        return (f"resources.{section} sets rdma/rdma_shared_device_a: '0', an explicit zero, so the container gets no "
+                f"RDMA device and NCCL uses TCP; remove it and the policy adds the right count")
+
+    assert d.outcome == decision.DENIED
+    assert [(x.rule, x.container, x.message) for x in d.denials] == [
+        ("device-zero", "limited", why("limits")), ("device-zero", "requested", why("requests"))]
+
+
+def test_an_env_fallback_is_named_with_its_container_and_where_it_was_set(policies):
+    pod = k.pod([k.container("trainer", env=[{"name": "NCCL_IB_DISABLE", "value": "1"}])])
+    d = decision.decide(pod, ML, policies)
+    assert [(x.rule, x.container, x.message) for x in d.denials] == [("env-fallback", "trainer", (
+        "NCCL_IB_DISABLE='1' turns NCCL's IB/RoCE transport off, so NCCL runs on TCP sockets (NET/Socket); remove it "
+        "or set it to 0 in env"))]
+
+
+def test_the_rules_run_on_a_subject_built_with_only_its_targets(pinned):
+    """fallback.findings on a Subject given no devices, problems or networks: the table rules, and
+    the final-state rules only when asked for."""
+    policy = pinned.by_name["pinned"]
+    c = k.container("trainer", env=[{"name": "NCCL_NET", "value": "Socket"}])
+    pod = k.pod([c])
+    c = pod["spec"]["containers"][0]
+    subject = Subject(pod, policy, NS.labels, [Target(0, "trainer", 8, k8s.Env(c["env"]), False)])
+    assert subject.devices == [] and subject.problems == [] and subject.others == []
+    table = [("env-fallback", "trainer", "NCCL_NET='Socket' forces NCCL's TCP socket transport (NET/Socket); remove it "
+                                         "and let the policy set NCCL_NET=IB in env")]
+    assert [(x.rule, x.container, x.message) for x in fallback.findings(subject)] == table
+    final = [(x.rule, x.container) for x in fallback.findings(subject, final=True)]
+    assert final == [("env-fallback", "trainer"), ("ipc-lock-missing", "trainer"), ("enforced-env", "trainer"),
+                     ("enforced-env", "trainer"), ("enforced-env", "trainer")]
+
+
+def test_an_enforced_interface_is_compared_with_the_name_multus_gives_the_network():
+    """NCCL_SOCKET_IFNAME enforced as "{interface}": the pod lists a net1 of its own, so the
+    policy's network becomes net2, which the guard expects (not the template, not net1)."""
+    text = (ROOT / "policies" / "sriov-roce.yaml").read_text().replace(
+        'NCCL_SOCKET_IFNAME: "{interface}"', 'NCCL_SOCKET_IFNAME: {value: "{interface}", enforce: true}')
+    ps, errors = load_texts([("sriov-roce.yaml", text)])
+    assert ps is not None, errors
+    ns = Namespace("ai-training", {"rdma-webhook.io/injection": "enabled"})
+    nad = {"metadata": {"name": "rdma-network", "namespace": "ai-training",
+                        "annotations": {"k8s.v1.cni.cncf.io/resourceName": "openshift.io/mellanoxrdma"}}}
+    cluster = FileClusterState([ns], [nad])
+    pod = k.pod([k.container("trainer")], namespace="ai-training", annotations={keys.MULTUS_NETWORKS: "storage@net1"})
+    d = decision.decide(pod, ns, ps, cluster.attachments())
+    assert d.outcome == decision.MUTATED, d.denials
+    assert {"name": "NCCL_SOCKET_IFNAME", "value": "net2"} in d.pod["spec"]["containers"][0]["env"]
+    assert decision.check_final(d.pod, ns, ps, cluster.attachments()).outcome == decision.UNCHANGED
+    for e in d.pod["spec"]["containers"][0]["env"]:
+        if e["name"] == "NCCL_SOCKET_IFNAME":
+            e["value"] = "net1"
+    f = decision.check_final(d.pod, ns, ps, cluster.attachments())
+    assert [(x.rule, x.message) for x in f.denials] == [("enforced-env", (
+        "NCCL_SOCKET_IFNAME is 'net1', but policy sriov-roce pins it to 'net2' so that a missing RDMA device fails at "
+        "start instead of running on TCP"))]

@@ -57,3 +57,55 @@ def test_selector_and_quantities():
                                      ("erdma", False), ("kubernetes.io/x", False), ("Bad_Domain/x", False), ("a.b/-x", False)])
 def test_extended_resource_names(name, ok):
     assert (k8s.is_extended_resource_name(name) is None) is ok
+
+
+def test_expansion_replaces_every_reference_in_order():
+    defined = {"PROTO": "tcp", "HOST": "llama-master-0", "PORT": "23456"}
+    assert k8s.expand("$(PROTO)://$(HOST):$(PORT)/$(UNSET)/$$(HOST)/$(PORT)", defined) == \
+        "tcp://llama-master-0:23456/$(UNSET)/$(HOST)/23456"
+
+
+def test_a_reference_to_an_nccl_variable_defined_nowhere_stays_as_written():
+    """NCCL_ names are found through the index; one that no entry defines is not an error."""
+    env = k8s.Env([{"name": "NCCL_SOCKET_IFNAME", "value": "$(NCCL_IFACE),eth0"}, {"name": "LOG", "value": "$(NCCL_DEBUG_FILE)"}])
+    assert env["NCCL_SOCKET_IFNAME"] == "$(NCCL_IFACE),eth0" and env["LOG"] == "$(NCCL_DEBUG_FILE)"
+
+
+def test_dns_names_follow_the_length_and_character_rules():
+    assert k8s.is_dns1123_label("a" * 63) and not k8s.is_dns1123_label("a" * 64)
+    assert not k8s.is_dns1123_label("Trainer") and not k8s.is_dns1123_label("rdma.net")
+    longest = ".".join(["a" * 63] * 3 + ["b" * 61])
+    assert len(longest) == 253 and k8s.is_dns1123_subdomain(longest) and not k8s.is_dns1123_subdomain(longest + "b")
+    assert k8s.is_dns1123_subdomain("rdma-network.ai-training")
+    for bad in ("Rdma-Network", "rdma_network", "-rdma", "rdma..net", ""):
+        assert not k8s.is_dns1123_subdomain(bad), bad
+
+
+def test_capability_lists_match_with_or_without_the_cap_prefix_in_any_case():
+    assert k8s.has_capability(["NET_ADMIN", "cap_ipc_lock"], "IPC_LOCK") and k8s.has_capability(["Ipc_Lock"], "IPC_LOCK")
+    assert not k8s.has_capability(["NET_ADMIN"], "IPC_LOCK") and not k8s.has_capability([], "IPC_LOCK")
+    # only a list is a capability list: a map or a string that holds the name is not one
+    for items in (None, "IPC_LOCK", {"IPC_LOCK": True}, {"add": ["IPC_LOCK"]}, 7):
+        assert not k8s.has_capability(items, "IPC_LOCK"), items
+
+
+def test_all_dict_and_all_str_say_whether_every_item_is_one():
+    assert k8s.all_dict([]) and k8s.all_dict([{}, {"name": "a"}])
+    assert not k8s.all_dict(["trainer"]) and not k8s.all_dict([{}, None]) and not k8s.all_dict([[]])
+    assert k8s.all_str([]) and k8s.all_str(["a", ""]) and not k8s.all_str([1]) and not k8s.all_str(["a", None])
+
+
+def test_an_unknown_selector_operator_is_named():
+    with pytest.raises(ValueError) as e:
+        k8s.compile_selector({"matchExpressions": [{"key": "team", "operator": "Gt", "values": ["1"]}]})
+    assert str(e.value) == "unknown selector operator 'Gt'"
+
+
+@pytest.mark.parametrize("value,message", [
+    (True, "True is not a quantity"), ("8²", "'8²' is not a quantity"), ([8], "[8] is not a quantity"),
+    (None, "None is not a quantity"), ("8 GPUs", "'8 GPUs' is not a quantity"),
+])
+def test_what_is_not_a_quantity_is_named_in_the_error(value, message):
+    with pytest.raises(ValueError) as e:
+        k8s.parse_quantity(value)
+    assert str(e.value) == message

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import copy
+import json
 
 import jsonpatch
 import pytest
@@ -84,3 +85,50 @@ def test_cases_a_few_examples_may_miss(a, b):
 
 def test_list_removals_are_from_the_end():
     assert patch.make([1, 2, 3], [1]) == [{"op": "remove", "path": "/2"}, {"op": "remove", "path": "/1"}]
+
+
+# A pod as the API server sends it, as JSON text: parsed twice, the two documents are equal and
+# share no object (not even their strings and large numbers), like a copy rebuilt from the wire.
+POD_TEXT = json.dumps({
+    "apiVersion": "v1", "kind": "Pod",
+    "metadata": {"generateName": "trainer-", "namespace": "ml-training", "labels": {"rdma-webhook.io/inject": "true"}},
+    "spec": {"priority": 100000, "containers": [{
+        "name": "trainer", "image": "nvcr.io/nvidia/pytorch:25.11-py3", "args": ["--nproc_per_node=8", "train.py"],
+        "env": [{"name": "MASTER_PORT", "value": "23456"}], "ports": [{"containerPort": 23456, "protocol": "TCP"}],
+        "resources": {"limits": {"nvidia.com/gpu": "8"}, "requests": {"nvidia.com/gpu": "8"}}}],
+        "securityContext": {}, "terminationGracePeriodSeconds": 30}})
+
+
+def test_json_equality_holds_for_equal_documents_that_share_no_object():
+    """`_same`, the screen before every diff: true for the very same document and for an equal
+    one built apart (walked item by item, key by key, down to numbers and strings), false
+    wherever Python's `==` is looser than JSON's."""
+    a, b = json.loads(POD_TEXT), json.loads(POD_TEXT)
+    assert a["spec"]["priority"] is not b["spec"]["priority"] and a["kind"] is not b["kind"]
+    assert patch._same(a, a) and patch._same(a, b) and patch._same(b, a)
+    assert patch._same(a["spec"]["containers"], b["spec"]["containers"])
+    assert patch._same(a["spec"]["priority"], b["spec"]["priority"])
+    for x, y in [(1, True), (0, 0.0), (None, 0), ([1], [1.0]), ([[0]], [[False]]), ({"a": 0}, {"a": False}),
+                 ({"a": {"b": 1}}, {"a": {"b": 1.0}}), ([{"a": [1]}], [{"a": [True]}])]:
+        assert not patch._same(x, y) and not patch._same(y, x), (x, y)
+
+
+def test_values_equal_but_not_shared_give_no_operation():
+    """A patch between two documents built apart names only what differs, not every value that
+    is equal without being the same object."""
+    a, b = json.loads(POD_TEXT), json.loads(POD_TEXT)
+    b["metadata"]["labels"]["team"] = "llm"
+    b["spec"]["containers"][0]["env"].append({"name": "NCCL_NET", "value": "IB"})
+    del b["spec"]["terminationGracePeriodSeconds"]
+    assert patch.make(a, b) == [
+        {"op": "add", "path": "/metadata/labels/team", "value": "llm"},
+        {"op": "add", "path": "/spec/containers/0/env/1", "value": {"name": "NCCL_NET", "value": "IB"}},
+        {"op": "remove", "path": "/spec/terminationGracePeriodSeconds"},
+    ]
+    assert patch.make(a, json.loads(POD_TEXT)) == []
+
+
+def test_a_document_replaced_whole_is_one_replace_at_the_root():
+    assert patch.make(None, {"a": 1}) == [{"op": "replace", "path": "", "value": {"a": 1}}]
+    assert patch.make({"a": 1}, None) == [{"op": "replace", "path": "", "value": None}]
+    assert patch.make(None, None) == []

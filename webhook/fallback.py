@@ -74,15 +74,15 @@ class Subject:
         containers: list[dict[str, Any]] = spec["containers"]
         return containers[t.index]
 
-    def commands(self, names: frozenset[str] | None = None) -> list[tuple[dict[str, Any], str, list[tuple[str, str]]]]:
-        """(container, its command line, the settings of `names` it makes) for every container
-        whose command or args make any, read as the shell and the launchers read them
-        (`webhook.commands`). For the default names (SCANNED_NAMES) computed once per decision,
-        for the rules and the warnings. Plain loops, no generators: this runs for every
-        labelled pod, and only a command that mentions one of the names is read further."""
-        wanted = self.policy.scanned if names is None else names
-        if names is None and self._commands is not None:
+    def commands(self) -> list[tuple[dict[str, Any], str, list[tuple[str, str]]]]:
+        """(container, its command line, the settings of the policy's `scanned` names it makes)
+        for every container whose command or args make any, read as the shell and the launchers
+        read them (`webhook.commands`). Computed once per decision, for the rules and the
+        warnings. Plain loops, no generators: this runs for every labelled pod, and only a
+        command that mentions one of the names is read further."""
+        if self._commands is not None:
             return self._commands
+        wanted = self.policy.scanned
         found: list[tuple[dict[str, Any], str, list[tuple[str, str]]]] = []
         budget: commands.Budget | None = None  # one per decision: linear whatever the scripts
         spec: dict[str, Any] = self.pod.get("spec") or {}
@@ -108,8 +108,7 @@ class Subject:
                     settings = commands.settings(words, wanted, env, budget)
                     if settings:
                         found.append((c, line, settings))
-        if names is None:
-            self._commands = found
+        self._commands = found
         return found
 
 
@@ -155,7 +154,7 @@ def _rule_env(s: Subject) -> list[Finding]:
 # read for when no policy narrows it. A decision reads each command for its policy's
 # `Policy.scanned`. How a command is read: `webhook.commands`.
 _SCANNED = tuple(sorted({sig.variable for table in TRANSPORTS.values() for sig in table} | {"NCCL_DEBUG"}))
-# The names a command is read for by default (`Subject.commands`, `command_settings`): the
+# The names a command is read for by default (`command_settings`; a decision reads its policy's): the
 # watched ones and NCCL_DEBUG. How a command is read: `webhook.commands`.
 SCANNED_NAMES: frozenset[str] = frozenset(_SCANNED)
 

@@ -295,14 +295,14 @@ class Env:
             value = expand(value, _Before(self, i))
         return value
 
-    def get(self, name: str, default: Any = None) -> Any:
+    def get(self, name: str) -> Any:
         value = self._resolved.get(name, _UNRESOLVED)
         if value is _UNRESOLVED:
             i = self.index(name)
             if i is None:
-                return default
+                return None
             value = self._resolved[name] = self._value(i)
-        return default if value is None else value
+        return value
 
     def __contains__(self, name: object) -> bool:
         return self.get(name) is not None  # type: ignore[arg-type]

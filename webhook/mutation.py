@@ -100,18 +100,19 @@ def add_device(container: dict[str, Any], resource: str, count: int) -> str | No
     return f"{resource}: {limits[resource]}" if changed else None
 
 
-def add_env(container: dict[str, Any], target: Target, policy: Policy, interfaces: list[str], warnings: list[str]) -> list[str]:
+def add_env(container: dict[str, Any], target: Target, policy: Policy, interfaces: list[str], warnings: list[str]) -> int:
     """The policy's NCCL block: added where the container does not set a variable; enforced
     variables replace a different user value (with a warning). A value naming the pod's Multus
-    interfaces gets the names the pod will really have (`interfaces`, see webhook.multus)."""
+    interfaces gets the names the pod will really have (`interfaces`, see webhook.multus).
+    Returns how many variables were added or replaced."""
     env = _list_at(container, "env")
-    added: list[str] = []
+    added = 0
     for setting in policy.env:
         value = setting.render(interfaces) if setting.templated else setting.value
         i = target.env.index(setting.name)  # into the same list (the copy shares its items)
         if i is None:
             env.append({"name": setting.name, "value": value})
-            added.append(setting.name)
+            added += 1
             continue
         if not setting.enforce:
             continue  # the user's value stands
@@ -122,7 +123,7 @@ def add_env(container: dict[str, Any], target: Target, policy: Policy, interface
         if not same:
             before = "a valueFrom source" if item.get("valueFrom") is not None else repr(item.get("value"))
             env[i] = {"name": setting.name, "value": value}
-            added.append(setting.name)
+            added += 1
             warnings.append(f"{target.name}: {setting.name} is enforced by policy {policy.name}: {before} replaced by {repr(value)}")
     return added
 
@@ -264,9 +265,9 @@ def apply(pod: dict[str, Any], subject: Subject, warnings: list[str]) -> list[st
             entry = subject.claim_entry
             if entry is not None and add_claim(pod, c, policy, entry):
                 what.append(f"DRA claim {entry}")
-        env = add_env(c, t, policy, interfaces, warnings)
-        if env:
-            what.append(f"{len(env)} NCCL variables")
+        variables = add_env(c, t, policy, interfaces, warnings)
+        if variables:
+            what.append(f"{variables} NCCL variables")
         if add_ipc_lock(c):
             what.append("IPC_LOCK")
         if what:
