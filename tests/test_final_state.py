@@ -313,6 +313,17 @@ def test_a_device_requested_without_a_limit_gets_its_limit_and_a_note(pinned):
     assert d.notes[0] == "trainer: rdma/hca: 1, 4 NCCL variables, IPC_LOCK"
 
 
+def test_a_device_request_without_a_limit_keeps_its_own_count(pinned):
+    """Request and limit of an extended resource must be equal: a user's request of 2 gets a limit
+    of 2, not the policy's 1 (which the API server would refuse after the webhooks ran)."""
+    c = k.container("trainer", requests={"rdma/hca": "2"})
+    d = decision.decide(k.pod([c]), NS, pinned)
+    assert d.outcome == decision.MUTATED, d.denials
+    res = d.pod["spec"]["containers"][0]["resources"]
+    assert res["limits"]["rdma/hca"] == "2" and res["requests"]["rdma/hca"] == "2"
+    assert d.notes[0].startswith("trainer: rdma/hca: 2, ")
+
+
 def test_a_variable_the_user_set_keeps_its_value_and_the_rest_of_the_block_is_added(pinned):
     c = k.container("trainer", env=[{"name": "NCCL_DEBUG", "value": "INFO"}], securityContext={"capabilities": {"add": ["IPC_LOCK"]}})
     d = decision.decide(k.pod([c]), NS, pinned)

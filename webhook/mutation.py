@@ -86,14 +86,15 @@ def _list_at(parent: dict[str, Any], key: str) -> list[Any]:
 
 def add_device(container: dict[str, Any], resource: str, count: int) -> str | None:
     """The RDMA device in limits and requests (extended resources need both equal). A positive
-    value the user set stays; zero is denied before we get here."""
+    value the user set stays, in either: a request without a limit gets its own value as the limit,
+    not the policy's count; zero is denied before we get here."""
     resources = _dict_at(container, "resources")
     limits = _dict_at(resources, "limits")
+    requests = _dict_at(resources, "requests")
     changed = False
     if resource not in limits:
-        limits[resource] = str(count)
+        limits[resource] = requests[resource] if resource in requests else str(count)
         changed = True
-    requests = _dict_at(resources, "requests")
     if resource not in requests:
         requests[resource] = limits[resource]
         changed = True
