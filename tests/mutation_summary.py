@@ -12,7 +12,7 @@ lines, then says why no input can tell the mutant from the original:
     why: ...
 
 Entries match by function and changed lines, not by mutmut's number, which shifts when the
-function's code changes. The score is killed (timeouts included) over the mutants that ran
+function's code changes; one entry covers every survivor of its function with those lines. The score is killed (timeouts included) over the mutants that ran
 minus the equivalents; a survivor without an entry counts as not killed. An entry that matches
 no survivor is listed as stale (a test kills it now, or the code it argued about changed).
 
@@ -55,9 +55,9 @@ def parse_equivalents(folder: Path = EQUIVALENTS) -> dict[Key, str]:
             if not diff or not why:
                 raise SystemExit(f"{path}: entry {head!r} needs its -/+ lines and a why:")
             key = (module, function.strip(), diff)
-            if key in entries:
-                raise SystemExit(f"{path}: entry {head!r} is there twice")
-            entries[key] = why
+            # Two mutants of one function can change the same text (two `return -1` lines made
+            # `return -2`): one entry, or one per mutant, covers every survivor with that diff.
+            entries[key] = f"{entries[key]} / {why}" if key in entries else why
     return entries
 
 

@@ -83,6 +83,14 @@ def test_cases_a_few_examples_may_miss(a, b):
     assert all(set(op) >= {"op", "path"} and op["op"] in ("add", "remove", "replace") for op in ops)
 
 
+def test_a_list_item_changed_in_place_is_one_replace_at_its_index():
+    """An item of the same JSON type with another value, and an item that becomes or stops being
+    null, is replaced at its index; the items around it give no operation."""
+    assert patch.make(["a", "b", "c"], ["a", "x", "c"]) == [{"op": "replace", "path": "/1", "value": "x"}]
+    assert patch.make([1, {"k": 1}], [None, {"k": 1}]) == [{"op": "replace", "path": "/0", "value": None}]
+    assert patch.make([None, "keep"], [2, "keep"]) == [{"op": "replace", "path": "/0", "value": 2}]
+
+
 def test_list_removals_are_from_the_end():
     assert patch.make([1, 2, 3], [1]) == [{"op": "remove", "path": "/2"}, {"op": "remove", "path": "/1"}]
 
