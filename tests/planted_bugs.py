@@ -42,7 +42,8 @@ class Plant:
 
 PLANTS = [
     Plant("gpu-many-allowed", "a labelled pod asking for \"many\" GPUs was allowed without RDMA",
-          "webhook/decision.py", "finite = k8s.parse_quantity(value).is_finite()", "finite = True",
+          "webhook/decision.py", "                if count < 0:\n                    return -1\n",
+          "                if count < 0:\n                    continue\n",
           ["tests/test_review.py::test_a_gpu_count_that_is_not_a_quantity_is_denied_as_malformed"]),
     Plant("cpu-container-targeted", "the null-field pods were only checked for 'HTTP 200 and a uid'",
           "webhook/decision.py", "        if gpus > 0:\n", "        if gpus >= 0:\n",
