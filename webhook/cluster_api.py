@@ -390,8 +390,10 @@ class ApiClusterState:
         threads = [threading.Thread(target=relist, args=(i,), name=f"prime-{i.kind}") for i in informers]
         for thread in threads:
             thread.start()
-        for thread in threads:  # each request is bounded by the deadline and the connect timeout
-            thread.join(budget + self.connect_timeout + 5.0)
+        # Each request is bounded by the deadline and the connect timeout; one bound for all joins.
+        give_up = deadline + self.connect_timeout + 5.0
+        for thread in threads:
+            thread.join(max(0.0, give_up - time.monotonic()))
         self._core.api_client.rest_client.pool_manager.clear()
         if any(thread.is_alive() for thread in threads):  # never seen: urllib3's timeouts bound them
             log.error("listing before the fork outlived its budget; forking anyway")
