@@ -23,7 +23,7 @@ $(VENV)/.installed: pyproject.toml
 	touch $@
 
 # mypyc reads every module's types, so any change under webhook/ rebuilds (about 45 s).
-$(VENV)/.compiled: $(VENV)/.installed setup.py $(wildcard webhook/*.py)
+$(VENV)/.compiled: $(VENV)/.installed setup.py $(wildcard webhook/*.py webhook/*/*.py)
 # setup.py records what it built from in build/mypyc-sources.json (tests/test_build.py checks it).
 	$(BIN)/python setup.py --quiet build_ext --inplace
 	touch $@
@@ -38,7 +38,7 @@ test: $(VENV)/.compiled
 	$(MAKE) --no-print-directory test-pure
 
 test-pure: $(VENV)/.installed
-	rm -rf build/pure && mkdir -p build/pure && cp -r webhook build/pure/ && rm -f build/pure/webhook/*.so
+	rm -rf build/pure && mkdir -p build/pure && cp -r webhook build/pure/ && find build/pure/webhook -name '*.so' -delete
 	ln -s ../../policies build/pure/policies  # beside the package, where `review` looks by default
 	PYTHONPATH=build/pure RDMA_WEBHOOK_EXPECT=pure $(BIN)/pytest -q -p no:cacheprovider $(PURE_TESTS)
 
@@ -54,7 +54,7 @@ planted: $(VENV)/.compiled
 # copy's results stop, `rm -rf build/mutation` starts afresh), the configuration in
 # pyproject.toml's [tool.mutmut], the score and the survivors (with the run's commit and wall time)
 # in tests/mutation-survivors.txt, the equivalents in tests/mutation_equivalents/.
-# MUTANTS='webhook.fallback.*' runs a part (mutmut's name patterns).
+# MUTANTS='webhook.core.fallback.*' runs a part (mutmut's name patterns).
 MUTANTS ?=
 mutation: $(VENV)/.installed
 	$(EDITABLE) '.[test,mutation]'
@@ -73,4 +73,5 @@ bench: $(VENV)/.compiled
 	$(BIN)/python benchmarks/run.py
 
 clean:
-	rm -rf $(VENV) certs .pytest_cache *.egg-info build *.so webhook/*.so
+	rm -rf $(VENV) certs .pytest_cache *.egg-info build *.so
+	find webhook -name '*.so' -delete

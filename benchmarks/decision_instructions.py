@@ -1,4 +1,4 @@
-"""Instructions per decision, per pod shape, counted by callgrind: `webhook.review.handle(body)`
+"""Instructions per decision, per pod shape, counted by callgrind: `webhook.admission.review.handle(body)`
 plus `orjson.dumps` of the response (what benchmarks/decision.py times), policies loaded
 beforehand, PYTHONHASHSEED=0. Repeatable where the wall-clock figures of decision.py move by
 10-40% on a shared machine.
@@ -10,7 +10,7 @@ The figure is (Ir of a run with WARM + N calls - Ir of a run with WARM calls) / 
 imports and policy loading cancel out; the same body is sent every time, as the pods of one job
 are alike (so caches keyed by a command's text are warm, as in production after the first pod).
 `--cold` adds shapes whose command is a shell script seen for the first time on every call (a
-distinct comment line per call), which measures the shell parser itself (webhook/commands.py).
+distinct comment line per call), which measures the shell parser itself (webhook/commands/reader.py).
 Needs valgrind (apt-get install -y valgrind).
 """
 
@@ -79,9 +79,9 @@ def run(shape: str, calls: int, cold: bool, build: int) -> None:
     import kube_objects as k
     import orjson
 
-    from webhook import review
-    from webhook.cluster import FileClusterState
-    from webhook.policy import load_dir
+    from webhook.admission import review
+    from webhook.cluster.state import FileClusterState
+    from webhook.policy.load import load_dir
 
     policies, errors = load_dir(ROOT / "policies")
     assert policies is not None, errors

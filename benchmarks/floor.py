@@ -42,11 +42,11 @@ def main() -> int:
     ap.add_argument("--threads", type=int, default=4)
     args = ap.parse_args()
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-    from webhook import serve
-    from webhook.app import wsgi
+    from webhook.serving import server as serve
+    from webhook.serving.app import wsgi
 
     # On the webhook's own stacks the floor is served the way `serve` serves the webhook
-    # (webhook.app.wsgi: the answer handed over in one piece); the gthread reference floor is
+    # (webhook.serving.app.wsgi: the answer handed over in one piece); the gthread reference floor is
     # plain Flask.
     own = wsgi(app)
     if args.server == "granian":
@@ -54,7 +54,7 @@ def main() -> int:
         serve.run_granian("floor:app", host=args.host, port=args.port, workers=args.workers,
                           tls_cert=args.tls_cert, tls_key=args.tls_key, target_loader=lambda _target=None: own)
         return 0
-    from webhook.tls import ServingTLS
+    from webhook.serving.tls import ServingTLS
 
     class GunicornTLS(ServingTLS):
         """gunicorn's own workers (the gthread reference floor) call `wrap_socket` on what the

@@ -1,9 +1,9 @@
 """Instructions per admission through the serving path, counted by callgrind: repeatable on a
 machine whose wall-clock figures move by 10-15% from one phase to the next.
 
-What runs, in process: `webhook.uvworker`'s connection (uvicorn's HTTP protocol with our
-additions) on a uvloop event loop, `webhook.asgi.Front`, and the Flask app exactly as `serve`
-builds it (`webhook.app.wsgi(create_app(...))`, the worker's one application context pushed);
+What runs, in process: `webhook.serving.worker`'s connection (uvicorn's HTTP protocol with our
+additions) on a uvloop event loop, `webhook.serving.asgi.Front`, and the Flask app exactly as `serve`
+builds it (`webhook.serving.app.wsgi(create_app(...))`, the worker's one application context pushed);
 or the floor's Flask app (benchmarks/floor.py) on the same path. Requests of the benchmark mix
 (benchmarks/payloads.py) are fed as raw HTTP/1.1 into C connections at once (each a fake
 transport), the way a loop pass finds several sockets readable, and the answers are checked.
@@ -65,15 +65,15 @@ def _app(target: str):
     sys.path.insert(0, str(HERE))
     sys.path.insert(0, str(ROOT))
     os.environ.setdefault("PROMETHEUS_MULTIPROC_DIR", tempfile.mkdtemp(prefix="rdma-webhook-instr-"))
-    from webhook.app import create_app, wsgi
-    from webhook.logs import setup_logging
+    from webhook.serving.app import create_app, wsgi
+    from webhook.telemetry.logs import setup_logging
 
     if target == "floor":
         import floor
 
         return wsgi(floor.app)
-    from webhook.cluster import FileClusterState
-    from webhook.policy_store import PolicyStore
+    from webhook.cluster.state import FileClusterState
+    from webhook.policy.store import PolicyStore
 
     setup_logging("INFO")  # admission lines on the direct path, as served (to stdout: /dev/null here)
     store = PolicyStore(str(ROOT / "policies"))
@@ -87,8 +87,8 @@ def run(target: str, n: int, connections: int) -> None:
     from uvicorn.config import Config
     from uvicorn.server import ServerState
 
-    from webhook import uvworker
-    from webhook.asgi import Front
+    from webhook.serving import worker as uvworker
+    from webhook.serving.asgi import Front
 
     app = _app(target)
     requests = [b"POST /mutate HTTP/1.1\r\nHost: rdma-webhook.rdma-webhook.svc:443\r\nUser-Agent: kube-apiserver-admission\r\n"
@@ -97,7 +97,7 @@ def run(target: str, n: int, connections: int) -> None:
 
     async def main() -> None:
         loop = asyncio.get_running_loop()
-        app.flask.app_context().push()  # as webhook.uvworker.Worker does before serving
+        app.flask.app_context().push()  # as webhook.serving.worker.Worker does before serving
         cls = uvworker.connection_class(None)
         config = Config(app=Front(app), http=cls, lifespan="off", access_log=False, server_header=False, proxy_headers=False)
         config.load()

@@ -4,11 +4,11 @@
     .venv/bin/python benchmarks/run.py --quick         # shorter phases, for a smoke run
 
 Targets, all with the same worker count, threads, TLS settings and client:
-    webhook-uvicorn    `rdma-webhook serve` as shipped (gunicorn master, uvicorn workers, webhook/uvworker.py)
+    webhook-uvicorn    `rdma-webhook serve` as shipped (gunicorn master, uvicorn workers, webhook/serving/worker.py)
     webhook-granian    `rdma-webhook serve` with RDMA_WEBHOOK_SERVER=granian (candidate: WSGI threads)
     floor-gunicorn     minimal Flask app (parse the review, answer allowed:true), gunicorn gthread:
                        the issue's reference floor
-    floor-uvicorn      the same minimal app on the webhook's own stack (webhook.uvworker + webhook.asgi)
+    floor-uvicorn      the same minimal app on the webhook's own stack (webhook.serving.worker + webhook.serving.asgi)
     floor-granian      the same minimal app under granian (WSGI)
     go-peer            /work/shared/bench/go-peer, if built (--go-peer PATH; never part of the repo)
 
@@ -140,7 +140,7 @@ class Target:
 def work_dir(prefix: str) -> tuple[Path, list[tuple[str, bytes]]]:
     """A fresh folder with a CA and serving certificate for 127.0.0.1 (certs/) and the wrk
     script cycling the request mix (mix.lua); also returns the mix."""
-    from webhook.certs import write_certs
+    from webhook.serving.certs import write_certs
 
     work = Path(tempfile.mkdtemp(prefix=prefix))
     write_certs(work / "certs", "rdma-webhook", "rdma-webhook", dns=["localhost"], ips=["127.0.0.1"])

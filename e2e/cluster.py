@@ -44,7 +44,7 @@ import yaml
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 
-from webhook.certs import make_ca, make_serving, write_certs
+from webhook.serving.certs import make_ca, make_serving, write_certs
 
 ROOT = Path(__file__).resolve().parent.parent
 ADMIN_TOKEN_USER = "e2e-admin"

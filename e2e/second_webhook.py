@@ -20,7 +20,7 @@ import ssl
 import threading
 from pathlib import Path
 
-from webhook.certs import write_certs
+from webhook.serving.certs import write_certs
 
 LABEL = "e2e.rdma-webhook.io/second"
 NAME = "zz-e2e-second.rdma-webhook.io"

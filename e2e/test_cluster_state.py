@@ -249,7 +249,7 @@ def test_lists_come_in_pages_and_keep_what_decisions_read(cp, workdir):
     the pages hold metadata only (PartialObjectMetadataList)."""
     from kubernetes import client, config
 
-    from webhook.cluster_api import ApiClusterState
+    from webhook.cluster.api import ApiClusterState
 
     tag = unique("e2e-pages")
     names = [make_namespace(cp, f"{tag}-{i}", {**OPT_IN, "page-test": tag}) for i in range(5)]

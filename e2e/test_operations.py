@@ -15,7 +15,7 @@ import pytest
 
 from e2e import cluster as c
 from e2e.conftest import create, gpu_pod, make_namespace, pod_path, unique
-from webhook.certs import write_certs
+from webhook.serving.certs import write_certs
 
 
 @pytest.mark.parametrize("target", ["deploy", "deploy/overlays/self-managed", "deploy/monitoring"])

@@ -18,8 +18,8 @@ pytestmark = pytest.mark.usefixtures("hook")
 
 def offline_decision(pod: dict, namespace_labels: dict[str, str]) -> dict:
     """The pod as the decision core mutates it, offline (what `rdma-webhook review` prints)."""
-    from webhook.decision import Namespace, decide
-    from webhook.policy import load_dir
+    from webhook.core.decision import Namespace, decide
+    from webhook.policy.load import load_dir
     from e2e.cluster import ROOT
 
     policies, errors = load_dir(ROOT / "policies")

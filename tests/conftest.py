@@ -21,9 +21,9 @@ from pathlib import Path
 
 import pytest
 
-from webhook.certs import write_certs
-from webhook.cluster import FileClusterState
-from webhook.policy import load_dir
+from webhook.serving.certs import write_certs
+from webhook.cluster.state import FileClusterState
+from webhook.policy.load import load_dir
 
 ROOT = Path(__file__).resolve().parent.parent
 POLICIES = ROOT / "policies"

@@ -2,7 +2,8 @@
 against the target, and every surviving mutant with its diff and verdict. Run from the folder
 mutmut ran in (build/mutation); `make mutation` writes it to tests/mutation-survivors.txt.
 
-A survivor's verdict comes from tests/mutation_equivalents/<module>.txt: an entry names the
+A survivor's verdict comes from tests/mutation_equivalents/<module>.txt (the dotted name under
+`webhook`, e.g. core.decision.txt): an entry names the
 function (mutmut's name without the module and the `__mutmut_N` suffix) and the exact changed
 lines, then says why no input can tell the mutant from the original:
 
@@ -62,9 +63,11 @@ def parse_equivalents(folder: Path = EQUIVALENTS) -> dict[Key, str]:
 
 
 def split_name(name: str) -> tuple[str, str]:
-    """'webhook.decision.x__assess__mutmut_107' -> ('webhook.decision', 'x__assess')."""
+    """'webhook.core.decision.x__assess__mutmut_107' -> ('webhook.core.decision', 'x__assess'):
+    the module is every part before the first mangled function name (mutmut's `x_`/`xǁ`)."""
     parts = name.split(".")
-    return ".".join(parts[:2]), ".".join(parts[2:]).rpartition("__mutmut_")[0]
+    at = next((i for i, part in enumerate(parts) if part.startswith(("x_", "xǁ"))), len(parts) - 1)
+    return ".".join(parts[:at]), ".".join(parts[at:]).rpartition("__mutmut_")[0]
 
 
 def score_table(status: dict[str, str], equivalent: set[str]) -> list[str]:

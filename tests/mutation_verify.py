@@ -3,7 +3,7 @@ written into the source of the copy mutmut ran in (`mutmut apply`), the given te
 that copy, and the file is put back. Run from build/mutation:
 
     cd build/mutation && ../../.venv/bin/python ../../tests/mutation_verify.py \\
-        --tests ../../tests/test_final_state.py webhook.decision.x_check_final__mutmut_18 ...
+        --tests ../../tests/test_final_state.py webhook.core.decision.x_check_final__mutmut_18 ...
 
 Prints one line per mutant: killed (the tests failed) or ALIVE.
 """

@@ -54,7 +54,7 @@ from cryptography.hazmat.primitives import serialization  # noqa: E402
 
 import kube_objects as k  # noqa: E402
 from conftest import Server, start_server, stop_server  # noqa: E402
-from webhook.certs import _pem_key, make_ca, make_serving, service_dns_names  # noqa: E402
+from webhook.serving.certs import _pem_key, make_ca, make_serving, service_dns_names  # noqa: E402
 
 CLIENTS = 16
 RELOAD_EVERY = 3.0

@@ -31,8 +31,8 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 
 import kube_objects as k
-from webhook import k8s
-from webhook.cluster import FileClusterState
+from webhook.grammar import k8s
+from webhook.cluster.state import FileClusterState
 
 ROOT = Path(__file__).resolve().parent.parent
 

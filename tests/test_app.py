@@ -1,4 +1,4 @@
-"""webhook/app.py in process, through Flask's test client (werkzeug builds the WSGI environ): the
+"""webhook/serving/app.py in process, through Flask's test client (werkzeug builds the WSGI environ): the
 routing and sessions of `WebhookFlask`, which replace two of Flask's defaults. Over TLS the same
 app serves every test in test_server.py and test_hostile.py."""
 
@@ -10,8 +10,8 @@ import flask
 import pytest
 
 from kube_objects import admission_review, pytorchjob_worker
-from webhook.app import WebhookFlask, create_app
-from webhook.policy_store import PolicyStore
+from webhook.serving.app import WebhookFlask, create_app
+from webhook.policy.store import PolicyStore
 
 from conftest import POLICIES
 

@@ -1,4 +1,4 @@
-"""webhook/asgi.py, the ASGI front uvicorn serves, driven the way uvicorn drives it: a scope, a
+"""webhook/serving/asgi.py, the ASGI front uvicorn serves, driven the way uvicorn drives it: a scope, a
 `receive` that hands out the body in messages and a `send` that collects the answer. The front
 over real TLS is tested in test_server.py and test_hostile.py."""
 
@@ -7,8 +7,8 @@ from __future__ import annotations
 import asyncio
 import json
 
-from webhook import asgi
-from webhook.asgi import BODY_COMPLETE, Front
+from webhook.serving import asgi
+from webhook.serving.asgi import BODY_COMPLETE, Front
 
 
 def scope(method="POST", path="/mutate", query=b"", headers=()):

@@ -1,4 +1,4 @@
-"""webhook/batch.py: the metrics and log lines of the admissions one pass of the event loop
+"""webhook/serving/batch.py: the metrics and log lines of the admissions one pass of the event loop
 answered are written once, right after that pass; outside a loop, at once. Over TLS the same
 code records every admission of test_server.py and test_soak.py (whose counters must equal what
 the clients saw)."""
@@ -9,7 +9,8 @@ import asyncio
 
 import pytest
 
-from webhook import batch, logs, metrics
+from webhook.serving import batch
+from webhook.telemetry import logs, metrics
 
 
 @pytest.fixture

@@ -127,7 +127,7 @@ def test_serve_without_cluster_state_or_api_config_exits_with_one_line(tmp_path)
     ready."""
     import os
 
-    from webhook.certs import write_certs
+    from webhook.serving.certs import write_certs
 
     write_certs(tmp_path / "certs", "rdma-webhook", "rdma-webhook", dns=["localhost"], ips=["127.0.0.1"])
     env = {k: v for k, v in os.environ.items() if not k.startswith("KUBERNETES_")}
@@ -249,7 +249,7 @@ def test_review_refuses_unrendered_templates(tmp_path):
 def _serve_with(tmp_path, server: str, pythonpath: list[str] = ()):
     import os
 
-    from webhook.certs import write_certs
+    from webhook.serving.certs import write_certs
 
     write_certs(tmp_path / "certs", "rdma-webhook", "rdma-webhook", dns=["localhost"], ips=["127.0.0.1"])
     path = os.pathsep.join([*pythonpath, *filter(None, [os.environ.get("PYTHONPATH")])])

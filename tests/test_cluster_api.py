@@ -12,8 +12,9 @@ from kubernetes import client
 from kubernetes.config import kube_config
 
 from fake_apiserver import FakeApiServer
-from webhook import decision, keys, metrics
-from webhook.cluster_api import ApiClusterState
+from webhook.core import decision, keys
+from webhook.telemetry import metrics
+from webhook.cluster.api import ApiClusterState
 
 OPTED_IN = {keys.NS_INJECTION: keys.NS_INJECTION_ENABLED}
 RDMA_VF = {keys.NAD_RESOURCE_NAME: "example.com/rdma_vf"}
@@ -470,7 +471,7 @@ def test_one_failed_watch_does_not_make_the_cache_unready(apiserver, make_state)
 def test_lists_ask_for_metadata_only_where_decisions_read_metadata_alone(apiserver, make_unstarted):
     """Namespace and NAD lists send the PartialObjectMetadataList Accept header (with plain JSON
     as the fallback), Trainer runtime lists do not (a TrainJob's check reads their spec)."""
-    from webhook import cluster_api
+    from webhook.cluster import api as cluster_api
 
     seen: dict[str, list[Any]] = {}
 

@@ -1,5 +1,5 @@
-"""Commands read as the shell and the launchers read them (webhook/commands.py): through the
-decision (`webhook.decision.decide` inside the AdmissionReview envelope, the patch applied with
+"""Commands read as the shell and the launchers read them (webhook/commands/reader.py): through the
+decision (`webhook.core.decision.decide` inside the AdmissionReview envelope, the patch applied with
 jsonpatch) and over TLS, on pods shaped as the API server sends them; the reader itself for the
 names parameter, the launcher table and hostile input."""
 
@@ -15,8 +15,10 @@ from hypothesis import strategies as st
 import kube_objects as k
 from test_decision import ML, mutate_twice, respond
 from test_server import apply
-from webhook import commands, fallback, review
-from webhook.decision import decide
+from webhook.commands import reader, shell, text
+from webhook.admission import review
+from webhook.core import fallback
+from webhook.core.decision import decide
 
 NAMES = frozenset({"NCCL_IB_DISABLE", "NCCL_NET", "NCCL_IB_HCA", "NCCL_DEBUG"})  # what an ib-verbs policy reads commands for
 
@@ -58,7 +60,7 @@ def test_the_last_export_wins(policies):
     script = "export NCCL_IB_DISABLE=1\necho preparing\nexport NCCL_IB_DISABLE=0\ntorchrun --nproc_per_node=8 train.py"
     resp, out, d = mutate_twice(script_pod(script), ML, policies)
     assert d.outcome == "mutated"
-    assert commands.settings(script, NAMES) == [("NCCL_IB_DISABLE", "0")]
+    assert reader.settings(script, NAMES) == [("NCCL_IB_DISABLE", "0")]
 
 
 def test_echo_text_is_not_a_setting(policies):
@@ -138,7 +140,7 @@ def test_examples_over_tls(server, policies):
     (["echo", "bash", "-c", "export NCCL_NET=Socket; python t.py"], []),
 ])
 def test_launchers_env_and_nested_commands(argv, expected):
-    assert commands.settings(argv, NAMES, Env(NCCL_IB_HCA="eth0")) == expected
+    assert reader.settings(argv, NAMES, Env(NCCL_IB_HCA="eth0")) == expected
 
 
 @pytest.mark.parametrize("script, expected", [
@@ -167,51 +169,51 @@ def test_launchers_env_and_nested_commands(argv, expected):
     ("export NCCL_NET=Socket; cat <<EOF | python t.py\nx\nEOF", [("NCCL_NET", "Socket")]),
 ])
 def test_scripts(script, expected):
-    assert commands.settings(script, NAMES, Env(HCA="eth0", NCCL_IB_HCA="mlx5_0")) == expected
+    assert reader.settings(script, NAMES, Env(HCA="eth0", NCCL_IB_HCA="mlx5_0")) == expected
 
 
 def test_a_script_the_parser_cannot_read_gets_the_textual_reading(policies):
     """A syntax error (here an unterminated quote): the reading falls back to the text, which
     reports every NAME=value it finds, so such a script is denied rather than waved through."""
     script = 'echo "starting\nexport NCCL_NET=Socket\ntorchrun train.py'
-    assert commands.settings(script, NAMES) == [("NCCL_NET", "Socket")]
+    assert reader.settings(script, NAMES) == [("NCCL_NET", "Socket")]
     assert "NCCL_NET='Socket'" in denied(script_pod(script), policies)
-    big = "export NCCL_NET=Socket # not set: NCCL_IB_DISABLE=1\n" + "true\n" * (commands.MAX_PARSED // 5) + "torchrun t.py"
-    assert commands.settings(big, NAMES) == [("NCCL_NET", "Socket"), ("NCCL_IB_DISABLE", "1")]  # too long to parse
+    big = "export NCCL_NET=Socket # not set: NCCL_IB_DISABLE=1\n" + "true\n" * (shell.MAX_PARSED // 5) + "torchrun t.py"
+    assert reader.settings(big, NAMES) == [("NCCL_NET", "Socket"), ("NCCL_IB_DISABLE", "1")]  # too long to parse
 
 
 def test_names_are_a_parameter():
     """Other transports' variables (issue 15): the names asked about, nothing else."""
     names = frozenset({"FI_PROVIDER", "FI_EFA_USE_DEVICE_RDMA", "NCCL_NET_PLUGIN"})
-    assert commands.prefixes(names) == ("FI_", "NCCL_")
+    assert text.prefixes(names) == ("FI_", "NCCL_")
     script = ("export NCCL_IB_DISABLE=1 FI_PROVIDER=tcp\n# export FI_EFA_USE_DEVICE_RDMA=1\n"
               "mpirun -x FI_PROVIDER -x FI_EFA_USE_DEVICE_RDMA -x NCCL_NET_PLUGIN=none python t.py")
-    assert commands.settings(script, names, Env(FI_EFA_USE_DEVICE_RDMA="0")) == [
+    assert reader.settings(script, names, Env(FI_EFA_USE_DEVICE_RDMA="0")) == [
         ("FI_PROVIDER", "tcp"), ("FI_EFA_USE_DEVICE_RDMA", "0"), ("NCCL_NET_PLUGIN", "none")]
-    assert commands.settings(script, NAMES) == [("NCCL_IB_DISABLE", "1")]
-    assert commands.scan_text("FI_PROVIDER=tcp MY_FI_PROVIDER=x", names) == [("FI_PROVIDER", "tcp")]
+    assert reader.settings(script, NAMES) == [("NCCL_IB_DISABLE", "1")]
+    assert text.scan_text("FI_PROVIDER=tcp MY_FI_PROVIDER=x", names) == [("FI_PROVIDER", "tcp")]
     # the default names are what the rules read
     assert fallback.command_settings("export NCCL_NET=Socket; python t.py") == [("NCCL_NET", "Socket")]
 
 
 def test_only_a_script_that_mentions_a_name_is_parsed():
-    commands._PARSED.clear()
-    commands._READ.clear()
+    shell.PARSED.clear()
+    reader._READ.clear()
     quiet = "export NCCL_SOCKET_IFNAME=net1; export FOO=1; torchrun t.py"
-    assert commands.settings(["bash", "-c", quiet], NAMES) == []
-    assert quiet not in commands._PARSED  # NCCL_ is there, none of the names: no parse
+    assert reader.settings(["bash", "-c", quiet], NAMES) == []
+    assert quiet not in shell.PARSED  # NCCL_ is there, none of the names: no parse
     script = "export NCCL_NET=IB; torchrun t.py"
-    assert commands.settings(["bash", "-c", script], NAMES) == [("NCCL_NET", "IB")]
-    block = commands._PARSED[script]
-    assert block is not None and list(commands._PARSED) == [script]
+    assert reader.settings(["bash", "-c", script], NAMES) == [("NCCL_NET", "IB")]
+    block = shell.PARSED[script]
+    assert block is not None and list(shell.PARSED) == [script]
     for _ in range(3):  # the same script again (the next pod of the job): neither parsed nor read again
-        assert commands.settings(["bash", "-c", script], NAMES) == [("NCCL_NET", "IB")]
-    assert commands._PARSED[script] is block and len(commands._READ) == 1
+        assert reader.settings(["bash", "-c", script], NAMES) == [("NCCL_NET", "IB")]
+    assert shell.PARSED[script] is block and len(reader._READ) == 1
     # a remembered reading is reused only while the env values it looked up are the same
     launcher = ["mpirun", "-x", "NCCL_IB_HCA", "./a"]
-    assert commands.settings(launcher, NAMES, Env(NCCL_IB_HCA="eth0")) == [("NCCL_IB_HCA", "eth0")]
-    assert commands.settings(launcher, NAMES, Env(NCCL_IB_HCA="mlx5_0")) == [("NCCL_IB_HCA", "mlx5_0")]
-    assert commands.settings(launcher, NAMES, Env()) == []
+    assert reader.settings(launcher, NAMES, Env(NCCL_IB_HCA="eth0")) == [("NCCL_IB_HCA", "eth0")]
+    assert reader.settings(launcher, NAMES, Env(NCCL_IB_HCA="mlx5_0")) == [("NCCL_IB_HCA", "mlx5_0")]
+    assert reader.settings(launcher, NAMES, Env()) == []
 
 
 # -- properties ----------------------------------------------------------------------------------
@@ -231,8 +233,8 @@ _BENIGN = ["export NCCL_DEBUG=WARN", "cd /workspace", "export NCCL_IB_DISABLE=0"
                                                                st.sampled_from(_FALLBACK))), min_size=1, max_size=8))
 def test_a_setting_in_a_comment_or_an_echo_never_denies(policies, lines):
     script = "\n".join(lines + ["torchrun train.py"])
-    assert commands.settings(script, NAMES) in ([], [("NCCL_DEBUG", "WARN")], [("NCCL_IB_DISABLE", "0")], [("NCCL_NET", "IB")]) \
-        or all(value in ("WARN", "0", "IB") for _, value in commands.settings(script, NAMES)), script
+    assert reader.settings(script, NAMES) in ([], [("NCCL_DEBUG", "WARN")], [("NCCL_IB_DISABLE", "0")], [("NCCL_NET", "IB")]) \
+        or all(value in ("WARN", "0", "IB") for _, value in reader.settings(script, NAMES)), script
     d = decide(script_pod(script), ML, policies)
     assert not any(f.rule == "command-fallback" for f in d.denials), (script, d.denials)
 
@@ -276,7 +278,7 @@ HOSTILE = [
 def test_hostile_scripts_never_raise_and_stay_fast(policies, script):
     t0 = time.process_time()
     for argv in (script, ["bash", "-c", script], ["python", "-c", script], script.split(" ")):
-        found = commands.settings(argv, NAMES, Env(NCCL_IB_HCA="eth0"))
+        found = reader.settings(argv, NAMES, Env(NCCL_IB_HCA="eth0"))
         assert isinstance(found, list)
     decide(script_pod(script), ML, policies)
     assert time.process_time() - t0 < 20
@@ -285,10 +287,10 @@ def test_hostile_scripts_never_raise_and_stay_fast(policies, script):
 def test_a_pod_full_of_large_distinct_scripts_stays_linear(policies):
     """Each decision parses at most `Budget.parse_bytes` of script; the rest gets the textual
     reading, so a 3 MiB pod of distinct scripts costs what its regex scan costs."""
-    commands._PARSED.clear()
-    commands._READ.clear()
+    shell.PARSED.clear()
+    reader._READ.clear()
     body = "export NCCL_DEBUG=WARN\n" + "".join(f"echo step {i}; torchrun t.py --seed {i}\n" for i in range(700))
-    assert len(body) < commands.MAX_PARSED
+    assert len(body) < shell.MAX_PARSED
     containers = [k.container(f"c{i}", gpus=None, command=["/bin/bash", "-c", f"# {i}\n" + body]) for i in range(100)]
     pod = k.pod(containers)
     assert len(json.dumps(pod)) > 2_500_000
@@ -296,8 +298,8 @@ def test_a_pod_full_of_large_distinct_scripts_stays_linear(policies):
     d = decide(pod, ML, policies)
     assert time.process_time() - t0 < 15
     assert d.allowed
-    parsed = [t for t in commands._PARSED if t.startswith("# ")]
-    assert 1 <= len(parsed) <= commands.Budget().parse_bytes // len(body)
+    parsed = [t for t in shell.PARSED if t.startswith("# ")]
+    assert 1 <= len(parsed) <= reader.Budget().parse_bytes // len(body)
 
 
 @settings(max_examples=300, deadline=None)
@@ -305,7 +307,7 @@ def test_a_pod_full_of_large_distinct_scripts_stays_linear(policies):
                max_size=120))
 def test_any_string_in_command_or_args_never_raises(policies, text):
     for argv in (["bash", "-c", text], ["mpirun", *text.split(" ")], ["python", "-c", text], ["env", *text.split()]):
-        assert isinstance(commands.settings(argv, NAMES, Env(NCCL_IB_HCA="eth0")), list)
+        assert isinstance(reader.settings(argv, NAMES, Env(NCCL_IB_HCA="eth0")), list)
     decide(script_pod(text), ML, policies)
     # over the envelope (a lone surrogate is not valid JSON for orjson: the request is refused)
     body = k.body(k.admission_review(script_pod(text.replace("\ud800", "?"))))
@@ -346,15 +348,15 @@ def test_the_parse_budget_is_shared_by_the_containers_of_a_pod(policies):
     """One decision parses at most `Budget.parse_bytes` of script in all: the third container's
     script, which would fit alone, gets the textual reading once the first two have spent the
     budget."""
-    commands._PARSED.clear()
-    commands._READ.clear()
+    shell.PARSED.clear()
+    reader._READ.clear()
     body = "export NCCL_DEBUG=WARN\n" + ("echo " + "training-step-" * 13 + "\n") * 132
     scripts = [f"# {name}\n{body}" for name in "abc"]
     size = len(scripts[0])
-    assert size <= commands.MAX_PARSED and 2 * size <= commands.Budget().parse_bytes < 3 * size
+    assert size <= shell.MAX_PARSED and 2 * size <= reader.Budget().parse_bytes < 3 * size
     pod = k.pod([k.container(name, command=["bash", "-c", script]) for name, script in zip("abc", scripts)])
     assert decide(pod, ML, policies).allowed
-    assert [commands._PARSED.get(s) is not None for s in scripts[:2]] == [True, True] and scripts[2] not in commands._PARSED
+    assert [shell.PARSED.get(s) is not None for s in scripts[:2]] == [True, True] and scripts[2] not in shell.PARSED
 
 
 def test_command_settings_forwards_what_the_env_gives():

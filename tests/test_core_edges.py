@@ -8,8 +8,9 @@ from __future__ import annotations
 import pytest
 
 import kube_objects as k
-from webhook import decision, fallback, k8s, nccl
-from webhook.decision import Namespace
+from webhook.core import decision, fallback
+from webhook.grammar import k8s, nccl
+from webhook.core.decision import Namespace
 from conftest import ROOT
 
 NS = Namespace("ml-training", {"rdma-webhook.io/injection": "enabled"})
@@ -98,7 +99,7 @@ def test_a_network_of_the_same_name_in_another_namespace_is_not_ours(policies, c
 
 
 def test_fallback_messages_name_what_the_fabric_offers():
-    from webhook.policy import load_texts
+    from webhook.policy.load import load_texts
 
     text = (ROOT / "policies" / "erdma.yaml").read_text().replace("ncclNet: [IB]", "ncclNet: [IB, Custom]").replace(
         'hcaDevices: ["erdma_[0-3]"]', 'hcaDevices: ["erdma_0", "erdma_1", "erdma_2"]')
@@ -130,8 +131,8 @@ def test_every_network_without_a_device_resource_is_named():
     """decision._network_devices: each network whose device resource cannot be known is its own
     finding (not only the first), for the three reasons: no cluster state, no
     NetworkAttachmentDefinition, one without a resourceName."""
-    from webhook.cluster import FileClusterState
-    from webhook.policy import load_texts
+    from webhook.cluster.state import FileClusterState
+    from webhook.policy.load import load_texts
 
     ps, errors = load_texts([("p.yaml", RAILS)])
     assert ps is not None, errors
@@ -318,7 +319,7 @@ def test_a_command_that_sets_verbose_nccl_logging_is_warned_about(policies, expo
 
 
 def test_the_gpu_resources_a_pod_could_request_are_all_named():
-    from webhook.policy import load_texts
+    from webhook.policy.load import load_texts
 
     text = (ROOT / "policies" / "erdma.yaml").read_text().replace("gpuResources: [nvidia.com/gpu]",
                                                                   "gpuResources: [nvidia.com/gpu, amd.com/gpu]")
@@ -456,7 +457,7 @@ nccl:
 
 def dra_set():
     """Two DRA policies: roce-nic for every opted-in namespace, ib-nic only where `fabric: ib`."""
-    from webhook.policy import load_texts
+    from webhook.policy.load import load_texts
 
     ps, errors = load_texts([
         ("roce.yaml", DRA.format(name="roce-nic", selector="{}", entry="rdma-nic", template="roce-nic-template")),
@@ -518,7 +519,7 @@ def test_a_device_of_another_fabric_names_every_resource_the_policy_gives(polici
 def test_a_device_the_policys_network_resolves_to_is_not_another_fabrics(policies):
     """The NetworkAttachmentDefinition names the device resource: when that is a resource another
     policy owns, a pod that already requests it has this policy's device, not a foreign one."""
-    from webhook.cluster import FileClusterState
+    from webhook.cluster.state import FileClusterState
 
     ai = Namespace("ai-training", {"rdma-webhook.io/injection": "enabled", "rdma-webhook.io/policy": "sriov-roce"})
     nad = {"apiVersion": "k8s.cni.cncf.io/v1", "kind": "NetworkAttachmentDefinition",
@@ -532,7 +533,7 @@ def test_a_device_the_policys_network_resolves_to_is_not_another_fabrics(policie
 
 def test_a_workload_decision_carries_one_result_per_pod_template(policies, cluster):
     import json
-    from webhook import review
+    from webhook.admission import review
 
     template = {"metadata": {"labels": {"rdma-webhook.io/inject": "true"}},
                 "spec": {"containers": [{"name": "trainer", "image": "registry.example/trainer:v1",
@@ -561,7 +562,7 @@ def test_the_gpu_value_that_is_no_quantity_is_the_one_named(policies, limit, req
 
 
 def test_another_fabrics_claim_names_every_resource_the_policy_gives(cluster):
-    from webhook.policy import load_texts
+    from webhook.policy.load import load_texts
 
     texts = [(str(p), p.read_text()) for p in sorted((ROOT / "policies").glob("*.yaml"))]
     ps, errors = load_texts(texts + [("roce.yaml", DRA.format(name="roce-nic", selector="{}", entry="rdma-nic",
@@ -578,7 +579,7 @@ def test_another_fabrics_claim_names_every_resource_the_policy_gives(cluster):
 
 
 def test_a_namespace_label_names_a_policy_only_where_its_selector_allows_the_namespace():
-    from webhook.policy import load_texts
+    from webhook.policy.load import load_texts
 
     text = (ROOT / "policies" / "erdma.yaml").read_text().replace("namespaceSelector: {}",
                                                                   "namespaceSelector: {matchLabels: {tier: gold}}")

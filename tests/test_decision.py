@@ -11,9 +11,10 @@ import jsonpatch
 import pytest
 
 import kube_objects as k
-from webhook import keys, review
-from webhook.cluster import FileClusterState
-from webhook.decision import Namespace, decide
+from webhook.core import keys
+from webhook.admission import review
+from webhook.cluster.state import FileClusterState
+from webhook.core.decision import Namespace, decide
 
 ML = Namespace("ml-training", {"kubernetes.io/metadata.name": "ml-training", keys.NS_INJECTION: "enabled"})
 AI = Namespace("ai-training", {"kubernetes.io/metadata.name": "ai-training", keys.NS_INJECTION: "enabled", keys.NS_POLICY: "sriov-roce"})
@@ -154,7 +155,7 @@ def test_enforced_variable_replaces_user_value_with_warning(policies):
 
 
 def test_multi_rail_device_count_follows_gpus(policies):
-    from webhook.policy import load_texts
+    from webhook.policy.load import load_texts
     text = open("policies/erdma.yaml").read().replace("name: erdma", "name: rails").replace("perGpu: false", "perGpu: true")
     ps, errors = load_texts([("rails.yaml", text)])
     assert errors == []
@@ -221,7 +222,7 @@ def test_missing_attachment_and_attachment_without_resource_denied(policies):
     pod = k.pod([k.container("trainer")], namespace="ai-training")
     resp, _, _ = respond(pod, AI, policies, FileClusterState([AI], []))
     assert not resp["allowed"] and "NetworkAttachmentDefinition ai-training/rdma-network does not exist" in resp["status"]["message"]
-    from webhook.policy import load_texts
+    from webhook.policy.load import load_texts
     text = open("policies/sriov-roce.yaml").read().replace("    resource: openshift.io/mellanoxrdma\n", "")
     assert "mellanoxrdma" not in text.split("networks:")[1].split("shm:")[0]
     ps, errors = load_texts([("s.yaml", text)])
@@ -291,7 +292,7 @@ def test_unknown_or_forbidden_policy_denied(policies):
     pod = k.pod([k.container("trainer")], annotations={keys.POD_POLICY: "fast-please"})
     resp, _, _ = respond(pod, ML, policies)
     assert not resp["allowed"] and "names no policy (known: efa, erdma, ib-shared, oke-roce-host, sriov-roce, sriov-roce-8rail)" in resp["status"]["message"]
-    from webhook.policy import load_texts
+    from webhook.policy.load import load_texts
     text = open("policies/erdma.yaml").read().replace("namespaceSelector: {}", "namespaceSelector: {matchLabels: {tier: gold}}")
     ps, _ = load_texts([("e.yaml", text)])
     pod = k.pod([k.container("trainer")], annotations={keys.POD_POLICY: "erdma"})
@@ -448,7 +449,7 @@ def test_operator_pod_shapes(policies, make):
     ("echo hello", []),
 ])
 def test_command_settings_read_words_as_the_shell_does(text, settings):
-    from webhook.fallback import command_settings
+    from webhook.core.fallback import command_settings
 
     # what the process started after the assignment sees
     assert list(command_settings(text + "\ntorchrun train.py")) == settings

@@ -20,8 +20,8 @@ from pathlib import Path
 
 import pytest
 
-from webhook import keys
-from webhook.metrics import EXPORTED_METRIC_NAMES
+from webhook.core import keys
+from webhook.telemetry.metrics import EXPORTED_METRIC_NAMES
 import yaml
 from conftest import CLI
 
@@ -48,7 +48,7 @@ CRD_KINDS = {
     ("monitoring.coreos.com/v1", "PrometheusRule"),
 }
 
-# What the container runs (the contract with webhook/cli.py).
+# What the container runs (the contract with webhook/cli/).
 SERVE_ARGS = [
     "serve",
     "--policies", "/etc/rdma-webhook/policies",
@@ -536,14 +536,14 @@ def test_validating_workload_webhook():
                     covered.add((group, version, resource))
     assert covered == WORKLOAD_RESOURCES
     # every kind the server checks is routed to it, and nothing else
-    from webhook import workloads
+    from webhook.kinds import workloads
     assert {(g, r) for g, _, r in covered} == {(g, k.lower() + "s") for g, k in workloads.TEMPLATES}
     assert {"name": "not-webhook-namespace", "expression": NAMESPACE_CEL} in hook["matchConditions"]
 
 
 def test_match_conditions_check_the_pod_label():
     """The CEL conditions the API server evaluates name the label, value and namespaces the
-    webhook itself reads (webhook.keys) and runs in (the rendered Deployment)."""
+    webhook itself reads (webhook.core.keys) and runs in (the rendered Deployment)."""
     hooks = _webhooks(rendered("."))
     deployment_ns = _deployment()["metadata"]["namespace"]
     for hook_id in ("mutate-pods", "validate-pods"):

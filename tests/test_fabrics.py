@@ -21,10 +21,11 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 
 import kube_objects as k
 from conftest import CLI, ROOT
-from webhook import keys, review
-from webhook.cluster import FileClusterState
-from webhook.decision import decide
-from webhook.policy import load_dir, load_texts
+from webhook.core import keys
+from webhook.admission import review
+from webhook.cluster.state import FileClusterState
+from webhook.core.decision import decide
+from webhook.policy.load import load_dir, load_texts
 
 STATE = FileClusterState.from_file(str(ROOT / "examples" / "cluster-state.yaml"))
 RAILS, IB, EKS, OKE, ML = (STATE.namespace(n) for n in ("llm-rails", "ib-training", "eks-training", "oke-training", "ml-training"))

@@ -12,8 +12,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import kube_objects as k
-from webhook import commands, decision, fallback, k8s
-from webhook.policy import load_dir
+from webhook.commands.text import scan_text
+from webhook.core import decision, fallback
+from webhook.grammar import k8s
+from webhook.policy.load import load_dir
 from strategies import FEW, ROOT
 
 _REF = re.compile(r"\$\$|\$\(([^)]*)\)")
@@ -124,15 +126,15 @@ _command_text = st.lists(st.sampled_from(["NCCL_NET", "NCCL_IB_DISABLE", "NCCL_D
 @settings(max_examples=200 if FEW else 2000, deadline=None)
 @given(_command_text)
 def test_command_scan_finds_what_the_single_regex_found(text):
-    """The textual reading (`commands.scan_text`, what a script the parser cannot read gets):
+    """The textual reading (`webhook.commands.text.scan_text`, what a script the parser cannot read gets):
     its literal-first regex, built per set of names, with the os.environ form only for a text
     that mentions environ, reads the same settings, in the same order, as the one regex it
     replaced."""
-    assert commands.scan_text(text, fallback.SCANNED_NAMES) == _settings_as_first_written(text)
+    assert scan_text(text, fallback.SCANNED_NAMES) == _settings_as_first_written(text)
 
 
 def test_command_scan_examples_agree_with_the_single_regex():
     for text in ['export NCCL_DEBUG=INFO\nexport NCCL_NET=IB\ntorchrun x.py', "XNCCL_NET=IB NCCL_NET=Socket",
                  "_NCCL_NET=1;NCCL_IB_DISABLE='1'", 'os.environ["NCCL_NET"] = "NCCL_IB_DISABLE=1"',
                  "éNCCL_NET=x NCCL_NETX=1", 'NCCL_NET="environ[\'NCCL_NET\']=\'x\'"']:
-        assert commands.scan_text(text, fallback.SCANNED_NAMES) == _settings_as_first_written(text), text
+        assert scan_text(text, fallback.SCANNED_NAMES) == _settings_as_first_written(text), text

@@ -12,11 +12,12 @@ import pytest
 import kube_objects as k
 from conftest import ROOT
 from test_fabrics import DRA_POLICY, IB, ML, dra_policies, respond  # DRA_POLICY: the suite's one DRA policy
-from webhook import decision, fallback, k8s, keys
-from webhook.cluster import FileClusterState
-from webhook.decision import Namespace
-from webhook.fallback import Subject, Target
-from webhook.policy import load_texts
+from webhook.core import decision, fallback, keys
+from webhook.grammar import k8s
+from webhook.cluster.state import FileClusterState
+from webhook.core.decision import Namespace
+from webhook.core.fallback import Subject, Target
+from webhook.policy.load import load_texts
 
 NS = Namespace("ml-training", {"rdma-webhook.io/injection": "enabled", "team": "llm"})
 

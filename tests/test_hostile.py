@@ -35,13 +35,13 @@ import conftest
 import kube_objects as k
 import strategies as S
 from conftest import start_server, stop_server
-from webhook.app import MAX_BODY
-from webhook.certs import make_ca
-from webhook.policy import load_texts
+from webhook.serving.app import MAX_BODY
+from webhook.serving.certs import make_ca
+from webhook.policy.load import load_texts
 
 # -- helpers ------------------------------------------------------------------------------------
 
-CRASH_WITHOUT_UID = "request could not be processed"  # webhook/app.py, `admit`
+CRASH_WITHOUT_UID = "request could not be processed"  # webhook/serving/app.py, `admit`
 
 
 def check_answer(status: int, data: bytes, uid: str | None = None) -> dict[str, Any]:
@@ -51,7 +51,7 @@ def check_answer(status: int, data: bytes, uid: str | None = None) -> dict[str, 
     doc = json.loads(data)
     if status != 200:
         assert 400 <= status < 500 and isinstance(doc.get("error"), str) and doc["error"], (status, doc)
-        # webhook/app.py's answer to an exception in the decision core for a body without a uid:
+        # webhook/serving/app.py's answer to an exception in the decision core for a body without a uid:
         # a 400 that hides a crash, not an answer to bad input
         assert doc["error"] != CRASH_WITHOUT_UID, (status, doc)
         return doc
@@ -347,7 +347,7 @@ def own_server(tmp_path):
 
 
 # How long a probe may take while hostile clients hold connections. A server they starve answers
-# only when the server cuts them (10 s, webhook.asgi.REQUEST_TIMEOUT) or never (idle
+# only when the server cuts them (10 s, webhook.serving.asgi.REQUEST_TIMEOUT) or never (idle
 # connections); an unloaded probe takes milliseconds. 6 s sits between, with room for a loaded
 # 2-core machine on one side and the starved case on the other.
 PROBE_BUDGET = 6.0
@@ -367,7 +367,7 @@ SLOW_CLIENTS = 12  # more than the 2 workers x 4 threads the server runs today
 
 def test_slow_clients_do_not_starve_others(own_server):
     """While SLOW_CLIENTS trickle a request body one byte a second, other clients are served
-    within PROBE_BUDGET each; the trickling requests are cut within webhook.asgi.REQUEST_TIMEOUT (10 s;
+    within PROBE_BUDGET each; the trickling requests are cut within webhook.serving.asgi.REQUEST_TIMEOUT (10 s;
     the API server gives up on a webhook call after timeoutSeconds <= 10 anyway) plus a margin."""
     srv = own_server
     stop = threading.Event()
@@ -418,9 +418,9 @@ def test_slow_clients_do_not_starve_others(own_server):
 
 
 def test_oversized_request_head_is_refused_with_431(server):
-    """Request line and headers over webhook.uvworker.MAX_HEAD (64 KiB; httptools has no limit
+    """Request line and headers over webhook.serving.worker.MAX_HEAD (64 KiB; httptools has no limit
     of its own): 431 and the connection closed, and the server keeps serving."""
-    from webhook.uvworker import MAX_HEAD
+    from webhook.serving.worker import MAX_HEAD
 
     head = b"POST /mutate HTTP/1.1\r\nHost: localhost\r\n"
     head += b"".join(b"X-Fill-%03d: %s\r\n" % (i, b"a" * 1000) for i in range(MAX_HEAD // 1000 + 4))
@@ -435,7 +435,7 @@ def test_oversized_request_head_is_refused_with_431(server):
 
 def test_slow_request_head_is_cut(server):
     """A request line and headers trickled a line a second are cut within
-    webhook.asgi.REQUEST_TIMEOUT (10 s) of their first byte, plus a margin."""
+    webhook.serving.asgi.REQUEST_TIMEOUT (10 s) of their first byte, plus a margin."""
     start = time.monotonic()
     with tls_socket(server) as s:
         s.sendall(b"POST /mutate HTTP/1.1\r\n")

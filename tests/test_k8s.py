@@ -2,7 +2,7 @@
 
 import pytest
 
-from webhook import k8s
+from webhook.grammar import k8s
 
 
 def test_env_later_duplicates_win_and_expand_against_earlier_entries():

@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from webhook import logs
+from webhook.telemetry import logs
 
 
 @pytest.fixture

@@ -2,7 +2,7 @@
 `rdma-webhook review` as CI runs it and through `/validate` over TLS as `kubectl apply` meets it.
 
 allowed/*.yaml must exit 0 and denied/*.yaml exit 1 (with the rule ids below); every record of
-`--output json` must match webhook/review-output.schema.json.
+`--output json` must match webhook/cli/review-output.schema.json.
 """
 
 from __future__ import annotations
@@ -18,12 +18,12 @@ import pytest
 import yaml
 
 from conftest import start_server, stop_server
-from webhook import workloads
+from webhook.kinds import workloads
 
 ROOT = Path(__file__).resolve().parent.parent
 MANIFESTS = ROOT / "tests" / "manifests"
 STATE = str(MANIFESTS / "cluster-state.yaml")
-SCHEMA = json.loads((ROOT / "webhook" / "review-output.schema.json").read_text())
+SCHEMA = json.loads((ROOT / "webhook" / "cli" / "review-output.schema.json").read_text())
 ALLOWED = sorted((MANIFESTS / "allowed").glob("*.yaml"))
 DENIED = sorted((MANIFESTS / "denied").glob("*.yaml"))
 

@@ -2,7 +2,7 @@
 
 import pytest
 
-from webhook import nccl
+from webhook.grammar import nccl
 
 
 @pytest.mark.parametrize("value,disabled", [

@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from strategies import FEW
-from webhook import patch
+from webhook.core import patch
 
 keys = st.text(alphabet="ab/~c-.0", min_size=0, max_size=4)
 leaves = st.one_of(st.none(), st.booleans(), st.integers(-5, 5), st.text(max_size=3))

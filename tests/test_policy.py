@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from webhook import keys
-from webhook.policy import load_dir, load_texts
-from webhook.policy_store import PolicyStore
+from webhook.core import keys
+from webhook.policy.load import load_dir, load_texts
+from webhook.policy.store import PolicyStore
 from conftest import CLI
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -1,5 +1,5 @@
 """Property-based tests: generated pods shaped as the API server sends them (tests/strategies.py),
-sent through `webhook.review.handle` for every shipped policy, with the admission contract
+sent through `webhook.admission.review.handle` for every shipped policy, with the admission contract
 checked on every answer.
 
 For every generated pod, and for the pod with its policy annotation set to each shipped policy:
@@ -34,9 +34,11 @@ from hypothesis import strategies as st
 
 import kube_objects as k
 import strategies as S
-from webhook import k8s, keys, review
-from webhook.decision import DENIED, MUTATED
-from webhook.policy import load_dir
+from webhook.grammar import k8s
+from webhook.core import keys
+from webhook.admission import review
+from webhook.core.decision import DENIED, MUTATED
+from webhook.policy.load import load_dir
 
 POLICIES, _ERRORS = load_dir(S.ROOT / "policies")
 assert POLICIES is not None, _ERRORS
@@ -208,7 +210,7 @@ def check_mutation(pod: dict[str, Any], out: dict[str, Any], decision: Any) -> N
 
 def multus_interfaces(value: Any) -> list[str]:
     """The interface names Multus gives the attachments of an annotation (independently of
-    webhook.multus): an explicit name, else net<position>."""
+    webhook.fabrics.multus): an explicit name, else net<position>."""
     if not isinstance(value, str) or not value.strip():
         return []
     text = value.strip()

@@ -7,8 +7,8 @@ import json
 import pytest
 
 import kube_objects as k
-from webhook import review
-from webhook.decision import Namespace
+from webhook.admission import review
+from webhook.core.decision import Namespace
 
 NS = {"ml-training": Namespace("ml-training", {"rdma-webhook.io/injection": "enabled"})}
 

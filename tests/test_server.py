@@ -15,8 +15,8 @@ import pytest
 
 import kube_objects as k
 from conftest import start_server, stop_server
-from webhook.certs import write_certs
-from webhook.decision import pod_name
+from webhook.serving.certs import write_certs
+from webhook.core.decision import pod_name
 
 
 def apply(resp: dict, obj: dict) -> dict:
@@ -206,12 +206,12 @@ def test_tls_versions(server):
 def test_the_serving_context_refuses_tls11_for_its_version(tmp_path):
     """Over the wire (above) the refusal cannot tell a version refusal from a missing cipher:
     uvloop closes without the alert, and the TLS 1.2 AEAD suites alone would also stop a TLS 1.1
-    client. The context `serve` builds (webhook.tls.build_context), served by an OpenSSL socket
+    client. The context `serve` builds (webhook.serving.tls.build_context), served by an OpenSSL socket
     that flushes its alert, must refuse TLS 1.1 for the version (protocol_version), not for a
     cipher (handshake_failure), so lowering its minimum fails here."""
     import threading
 
-    from webhook.tls import ServingTLS
+    from webhook.serving.tls import ServingTLS
 
     write_certs(tmp_path, "rdma-webhook", "rdma-webhook", dns=["localhost"], ips=["127.0.0.1"])
     served = ServingTLS(str(tmp_path / "tls.crt"), str(tmp_path / "tls.key")).context
@@ -330,7 +330,7 @@ def test_metrics_page_names_are_the_exported_list(server):
     """The names alerts and dashboards are checked against are the names the server serves."""
     import re
 
-    from webhook.metrics import EXPORTED_METRIC_NAMES
+    from webhook.telemetry.metrics import EXPORTED_METRIC_NAMES
 
     server.review(k.admission_review(k.pytorchjob_worker()))
     server.request("POST", "/mutate", b"junk")
@@ -411,10 +411,10 @@ def test_graceful_shutdown_under_traffic_loses_no_request(tmp_path):
 
 
 def test_one_write_per_response_holds_only_the_header_block():
-    """webhook.uvworker._OneWrite: a response's header block goes out with its body in one
+    """webhook.serving.worker._OneWrite: a response's header block goes out with its body in one
     write; an interim 100 Continue is not held; a response without a body is sent by flush()
     or close(); nothing else is delayed or reordered."""
-    from webhook.uvworker import _OneWrite
+    from webhook.serving.worker import _OneWrite
 
     class Transport:
         def __init__(self):

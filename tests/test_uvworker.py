@@ -1,4 +1,4 @@
-"""webhook/uvworker.py's connection, driven on an event loop with a fake transport: the bounds
+"""webhook/serving/worker.py's connection, driven on an event loop with a fake transport: the bounds
 and the gentle stop it adds to uvicorn's protocol. Over real TLS the same code serves every test
 in test_server.py, test_hostile.py and test_soak.py; here the timers are shortened so that the
 cases that take 75 s in production (an idle connection) take milliseconds."""
@@ -11,8 +11,8 @@ import pytest
 from uvicorn.config import Config
 from uvicorn.server import ServerState
 
-from webhook import uvworker
-from webhook.asgi import BODY_COMPLETE
+from webhook.serving import worker as uvworker
+from webhook.serving.asgi import BODY_COMPLETE
 
 REQUEST = b"POST /mutate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 2\r\n\r\n{}"
 
@@ -182,9 +182,9 @@ import sys
 
 import flask
 
-from webhook import serve
-from webhook.app import wsgi
-from webhook.tls import ServingTLS
+from webhook.serving import server as serve
+from webhook.serving.app import wsgi
+from webhook.serving.tls import ServingTLS
 
 app = flask.Flask("probe")
 
@@ -211,7 +211,7 @@ def test_the_worker_serves_every_request_in_one_application_context(tmp_path):
     import time
 
     from conftest import ROOT, free_port
-    from webhook.certs import write_certs
+    from webhook.serving.certs import write_certs
 
     write_certs(tmp_path, "probe", "probe", dns=["localhost"], ips=["127.0.0.1"])
     (tmp_path / "probe.py").write_text(_PROBE)

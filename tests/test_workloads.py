@@ -11,9 +11,11 @@ import jsonpatch
 import pytest
 
 import kube_objects as k
-from webhook import keys, review, workloads
-from webhook.cluster import FileClusterState
-from webhook.decision import Namespace
+from webhook.core import keys
+from webhook.admission import review
+from webhook.kinds import merge, trainer, verdict, workloads
+from webhook.cluster.state import FileClusterState
+from webhook.core.decision import Namespace
 from conftest import CLI
 
 ML = Namespace("ml-training", {"kubernetes.io/metadata.name": "ml-training", keys.NS_INJECTION: "enabled"})
@@ -162,7 +164,7 @@ def test_launcher_mpirun_fallback_is_caught_at_apply_time(policies):
 
 
 def test_policy_can_turn_workload_denials_into_warnings():
-    from webhook.policy import load_texts
+    from webhook.policy.load import load_texts
 
     text = open("policies/erdma.yaml").read() + "workloadValidation: Warn\n"
     ps, errors = load_texts([("erdma.yaml", text)])
@@ -276,7 +278,7 @@ def test_strategic_merge_as_the_api_machinery_merges_pod_templates():
         "containers": [{"name": "node", "env": [{"name": "B", "value": "two"}, {"name": "C", "value": "3"}],
                         "args": ["--y"]}, {"name": "sidecar", "image": "s"}],
         "tolerations": [{"key": "rdma"}]}}
-    out = workloads.strategic_merge(base, patch)
+    out = merge.strategic_merge(base, patch)
     assert out["metadata"]["labels"] == {"a": "1", "c": "3"}
     node, sidecar = out["spec"]["containers"]
     assert node["env"] == [{"name": "A", "value": "1"}, {"name": "B", "value": "two"}, {"name": "C", "value": "3"}]
@@ -284,13 +286,13 @@ def test_strategic_merge_as_the_api_machinery_merges_pod_templates():
     assert sidecar == {"name": "sidecar", "image": "s"}
     assert out["spec"]["tolerations"] == [{"key": "rdma"}]  # no merge key: replaced
     assert base["spec"]["containers"][0]["env"][1]["value"] == "2"  # inputs untouched
-    gone = workloads.strategic_merge(base, {"spec": {"containers": [{"name": "node", "$patch": "delete"}]}})
+    gone = merge.strategic_merge(base, {"spec": {"containers": [{"name": "node", "$patch": "delete"}]}})
     assert gone["spec"]["containers"] == []
 
 
 RUNTIME = {"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "ClusterTrainingRuntime", "metadata": {"name": "torch"},
            "spec": {"mlPolicy": {"numNodes": 1, "torch": {}}, "template": {"spec": {"replicatedJobs": [
-               {"name": "node", "template": {"metadata": {"labels": {workloads.ANCESTOR_LABEL: "trainer"}},
+               {"name": "node", "template": {"metadata": {"labels": {trainer.ANCESTOR_LABEL: "trainer"}},
                                              "spec": {"template": tmpl("node", gpus=8, env=[{"name": "NCCL_DEBUG", "value": "WARN"}])}}},
                {"name": "sidecar-job", "template": {"spec": {"template": tmpl("helper", gpus=0)}}}]}}}}
 
@@ -300,10 +302,10 @@ def trainjob(**spec):
 
 
 def pods(job, release, runtime=RUNTIME):
-    return dict(workloads.trainjob_pods(job, runtime, release))
+    return dict(trainer.trainjob_pods(job, runtime, release))
 
 
-@pytest.mark.parametrize("release", workloads.TRAINER_RELEASES)
+@pytest.mark.parametrize("release", trainer.TRAINER_RELEASES)
 def test_trainer_fields_go_to_the_node_container_of_the_trainer_job(release):
     job = trainjob(trainer={"image": "mine:1", "command": ["torchrun"], "args": ["a.py"],
                             "env": [{"name": "NCCL_IB_DISABLE", "value": "1"}, {"name": "NCCL_DEBUG", "value": "INFO"}]})
@@ -336,15 +338,14 @@ def test_each_release_reads_its_own_override_field():
     v22 = trainjob(runtimePatches=[{"manager": "me", "trainingRuntimeSpec": {"template": {"spec": {"replicatedJobs": [
         {"name": "node", "template": {"spec": {"template": {"spec": {"containers": [{"name": "node", "env": bad}]}}}}}]}}}}])
     for job, release in ((v20, "v2.0"), (v21, "v2.1"), (v22, "v2.2"), (v22, "v2.3")):
-        for other in workloads.TRAINER_RELEASES:
+        for other in trainer.TRAINER_RELEASES:
             env = pods(job, other)["node"]["spec"]["containers"][0]["env"]
-            applies = workloads._OVERRIDES[other] == workloads._OVERRIDES[release]
+            applies = trainer.OVERRIDES[other] == trainer.OVERRIDES[release]
             assert ({"name": "NCCL_NET", "value": "Socket"} in env) is applies, (release, other)
     assert pods(v21, "v2.1")["node"]["metadata"]["labels"] == {keys.POD_INJECT: "true", "team": "a"}
     # and the check says which field a release ignores
-    verdict = workloads.check_workload(v21, "trainer.kubeflow.org", "TrainJob", ML, None, None,
-                                       _Runtimes(), release="v2.3")
-    assert any("spec.podTemplateOverrides is not read by Trainer v2.3" in n for n in verdict.notes)
+    result = verdict.check_workload(v21, "trainer.kubeflow.org", "TrainJob", ML, None, None, _Runtimes(), release="v2.3")
+    assert any("spec.podTemplateOverrides is not read by Trainer v2.3" in n for n in result.notes)
 
 
 class _Runtimes:
@@ -448,12 +449,12 @@ def test_embedded_manifests_are_bounded(policies):
 
 
 def test_trainer_release_setting(monkeypatch):
-    monkeypatch.delenv(workloads.TRAINER_RELEASE_ENV, raising=False)
-    assert workloads.trainer_release() == workloads.DEFAULT_TRAINER_RELEASE == "v2.3"
-    monkeypatch.setenv(workloads.TRAINER_RELEASE_ENV, "v2.1")
-    assert workloads.trainer_release() == "v2.1"
-    monkeypatch.setenv(workloads.TRAINER_RELEASE_ENV, "v9")
-    assert workloads.trainer_release() == "v2.3"
+    monkeypatch.delenv(trainer.TRAINER_RELEASE_ENV, raising=False)
+    assert trainer.trainer_release() == trainer.DEFAULT_TRAINER_RELEASE == "v2.3"
+    monkeypatch.setenv(trainer.TRAINER_RELEASE_ENV, "v2.1")
+    assert trainer.trainer_release() == "v2.1"
+    monkeypatch.setenv(trainer.TRAINER_RELEASE_ENV, "v9")
+    assert trainer.trainer_release() == "v2.3"
 
 
 def test_appwrapper_of_an_unknown_kind_is_read_through_its_pod_sets(policies):

@@ -7,7 +7,30 @@ __version__ = "0.1.0"
 
 # The decision core, compiled to C extensions with mypyc when the package is built (setup.py).
 # Same source either way; compiled, a decision takes about half the time (benchmarks/README.md).
-COMPILED_MODULES = ("keys", "k8s", "nccl", "transports", "policy_model", "multus", "commands", "fallback", "decision", "mutation", "patch", "review")
+# Dotted names under `webhook`, in no particular order (setup.py builds them as one group).
+COMPILED_MODULES = (
+    "grammar.k8s", "grammar.nccl",
+    "commands.launchers", "commands.shell", "commands.text", "commands.python", "commands.reader",
+    "fabrics.transports", "fabrics.multus",
+    "core.keys", "core.model", "core.fallback", "core.decision", "core.mutation", "core.patch",
+    "admission.review",
+)
+
+
+# The layers, lowest first. A module may import from its own package and from packages of lower
+# layers only, never upward nor sideways within a layer (tests/test_layers.py checks every import,
+# lazy ones included); the compiled core is the lower half.
+LAYERS = (
+    ("telemetry",),            # metrics and logs
+    ("grammar",),              # Kubernetes quantities and names, NCCL's env grammar
+    ("commands", "fabrics"),   # how commands are read; what differs per transport and network mechanism
+    ("core",),                 # the pure decision: policy model, fallback rules, mutation, patch
+    ("kinds",),                # workload kinds and their pod templates
+    ("admission", "policy"),   # the AdmissionReview envelope; policy files to a PolicySet
+    ("cluster",),              # cluster state: file, list+watch
+    ("serving",),              # HTTP, TLS, workers, the server
+    ("cli",),                  # the commands
+)
 
 
 def compiled() -> list[str]:

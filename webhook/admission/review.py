@@ -1,0 +1,225 @@
+"""AdmissionReview in and out: the envelope around a decision.
+
+`handle(body, ...)` takes the raw HTTP body and returns (HTTP status, response bytes, Decision or
+None). Every body that carries a request uid gets a well-formed `admission.k8s.io/v1` answer,
+a deny with the reason when the request itself is unusable; only a body without a uid (not JSON,
+not an AdmissionReview) gets HTTP 400, since there is nothing to answer it with.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import orjson
+
+from webhook.core import patch
+from webhook.core.decision import DENIED, MUTATED, Attachments, Decision, Namespace, check_final, decide, pod_name
+from webhook.core.model import PolicySet
+
+API_VERSION = "admission.k8s.io/v1"
+MAX_WARNING = 256  # the API server truncates longer warnings; kubectl shows each on a line
+MAX_WARNINGS = 20
+
+
+class BadReview(Exception):
+    """A body that cannot be answered with an AdmissionReview: HTTP 400 with this message."""
+
+
+class Request:
+    """The fields of an AdmissionReview request that the webhook reads. A plain class, not a
+    dataclass: compiled, a dataclass keeps the `__init__` the dataclasses module generates at
+    import, which runs as interpreted bytecode on every request (about 4K instructions)."""
+
+    def __init__(self, uid: str, operation: str, namespace: str, obj: Any, kind: str, group: str,
+                 resource: str, sub_resource: str, dry_run: bool):
+        self.uid = uid
+        self.operation = operation
+        self.namespace = namespace
+        self.obj = obj
+        self.kind = kind
+        self.group = group
+        self.resource = resource
+        self.sub_resource = sub_resource
+        self.dry_run = dry_run
+
+
+def parse(body: bytes) -> Request:
+    """The AdmissionReview request in `body`; BadReview when there is no usable uid."""
+    try:
+        review = orjson.loads(body)
+    except orjson.JSONDecodeError as exc:
+        raise BadReview(f"request body is not valid JSON: {exc}") from None
+    if not isinstance(review, dict):
+        raise BadReview("request body is not a JSON object (expected an AdmissionReview)")
+    request = review.get("request")
+    if not isinstance(request, dict):
+        raise BadReview("AdmissionReview has no request object")
+    uid = request.get("uid")
+    if not isinstance(uid, str) or not uid:
+        raise BadReview("AdmissionReview request has no uid")
+    if review.get("apiVersion") != API_VERSION or review.get("kind") != "AdmissionReview":
+        raise EnvelopeError(uid, f"expected apiVersion {API_VERSION} kind AdmissionReview, got "
+                                 f"apiVersion {review.get('apiVersion')!r} kind {review.get('kind')!r}")
+    kind = request.get("kind")
+    if not isinstance(kind, dict):
+        kind = {}
+    resource = request.get("resource")
+    if not isinstance(resource, dict):
+        resource = {}
+    return Request(
+        uid=uid,
+        operation=str(request.get("operation") or ""),
+        namespace=str(request.get("namespace") or ""),
+        obj=request.get("object"),
+        kind=str(kind.get("kind") or ""),
+        group=str(kind.get("group") or ""),
+        resource=str(resource.get("resource") or ""),
+        sub_resource=str(request.get("subResource") or ""),
+        dry_run=request.get("dryRun") is True,
+    )
+
+
+class EnvelopeError(Exception):
+    """A review with a uid that is still wrong: answered with a deny saying what is wrong."""
+
+    def __init__(self, uid: str, message: str):
+        super().__init__(message)
+        self.uid, self.message = uid, message
+
+
+def _warnings(items: list[str]) -> list[str]:
+    out = [w if len(w) <= MAX_WARNING else w[: MAX_WARNING - 3] + "..." for w in items[:MAX_WARNINGS]]
+    if len(items) > MAX_WARNINGS:
+        out.append(f"... and {len(items) - MAX_WARNINGS} more warnings")
+    return out
+
+
+def deny_message(decision: Decision, obj: Any) -> str:
+    name = pod_name(obj)
+    policy = f" (policy {decision.policy})" if decision.policy else ""
+    reasons = "; ".join(f.text() for f in decision.denials)
+    return f"rdma-webhook denied pod {name}{policy}: {reasons}"
+
+
+def response(uid: str, decision: Decision | None, obj: Any = None, message: str | None = None) -> dict[str, Any]:
+    """The AdmissionReview answer for a decision (or, without one, a deny with `message`; with
+    one, `message` replaces the pod-worded deny message)."""
+    resp: dict[str, Any] = {"uid": uid}
+    if decision is None:
+        resp["allowed"] = False
+        resp["status"] = {"code": 400, "reason": "BadRequest", "message": f"rdma-webhook: {message}"}
+    elif decision.outcome == DENIED:
+        resp["allowed"] = False
+        resp["status"] = {"code": 403, "reason": "Forbidden", "message": message or deny_message(decision, obj)}
+    else:
+        resp["allowed"] = True
+        if decision.outcome == MUTATED:
+            ops = patch.make(obj, decision.pod)
+            if ops:
+                resp["patchType"] = "JSONPatch"
+                resp["patch"] = patch.encode(ops)
+    if decision is not None and decision.warnings:
+        resp["warnings"] = _warnings(decision.warnings)
+    return {"apiVersion": API_VERSION, "kind": "AdmissionReview", "response": resp}
+
+
+NamespaceLookup = Callable[[str], Namespace | None]
+
+
+def _is_pod(req: Request) -> bool:
+    return not req.sub_resource and (req.resource or "pods") == "pods" and (req.kind or "Pod") == "Pod"
+
+
+def _namespace(req: Request, namespace_of: NamespaceLookup) -> Namespace | None:
+    ns_name = req.namespace
+    if not ns_name and isinstance(req.obj, dict) and isinstance(req.obj.get("metadata"), dict):
+        ns_name = str(req.obj["metadata"].get("namespace") or "")
+    return namespace_of(ns_name) if ns_name else None
+
+
+def review_request(req: Request, policies: PolicySet | None, namespace_of: NamespaceLookup,
+                   attachments: Attachments | None) -> Decision | None:
+    """The decision for a parsed request; None when the request is not about a pod at all."""
+    if not _is_pod(req):
+        return None
+    return decide(req.obj, _namespace(req, namespace_of), policies, attachments, req.operation)
+
+
+Handled = tuple[int, dict[str, Any], Decision | None, Request | None]
+
+
+def _other_operation(req: Request) -> Handled | None:
+    """Any operation other than CREATE (UPDATE, DELETE, CONNECT) is allowed untouched, whatever
+    its object (a DELETE's is null), before any other check: a webhook that routes DELETE by
+    mistake must never stop a pod or a job from being deleted."""
+    if req.operation == "CREATE":
+        return None
+    decision = Decision("skipped", req.obj, reason=f"operation {req.operation or '(none)'}: only CREATE is considered")
+    return 200, response(req.uid, decision), decision, req
+
+
+def _parsed(body: bytes) -> Request | Handled:
+    try:
+        return parse(body)
+    except BadReview as bad:
+        return 400, {"error": str(bad)}, None, None
+    except EnvelopeError as wrong:  # a name of its own: mypyc types an except variable once
+        return 200, response(wrong.uid, None, message=wrong.message), None, None
+
+
+def handle(body: bytes, policies: PolicySet | None, namespace_of: NamespaceLookup,
+           attachments: Attachments | None) -> Handled:
+    """(HTTP status, response document, decision, request) for one /mutate body."""
+    req = _parsed(body)
+    if not isinstance(req, Request):
+        return req
+    other = _other_operation(req)
+    if other is not None:
+        return other
+    decision = review_request(req, policies, namespace_of, attachments)
+    if decision is None:
+        return 200, response(req.uid, Decision("skipped", req.obj, reason="not a pod")), None, req
+    return 200, response(req.uid, decision, req.obj), decision, req
+
+
+def validate_request(req: Request, policies: PolicySet | None, namespace_of: NamespaceLookup,
+                     attachments: Attachments | None, runtimes: Any = None) -> tuple[Decision | None, str | None]:
+    """(decision, deny message) for /validate: the final-state guard for a pod, the template
+    check for a workload, (None, None) for anything else. `runtimes` looks up Kubeflow Trainer
+    runtimes for TrainJobs (webhook.kinds.trainer.Runtimes; None: not tracked)."""
+    from webhook.kinds import workloads
+    from webhook.kinds.verdict import check_workload
+
+    if _is_pod(req):
+        return check_final(req.obj, _namespace(req, namespace_of), policies, attachments, req.operation), None
+    obj = req.obj if isinstance(req.obj, dict) else {}
+    group = req.group if req.kind else workloads.group_of(obj.get("apiVersion"))
+    kind = req.kind or str(obj.get("kind") or "")
+    if not workloads.is_workload(group, kind) or req.sub_resource:
+        return None, None
+    verdict = check_workload(req.obj, group, kind, _namespace(req, namespace_of), policies, attachments, runtimes)
+    # A validating webhook never patches: a workload whose pods will be mutated is allowed as is,
+    # with the summary of what they will get among its warnings.
+    outcome, reason = verdict.outcome, "" if verdict.results else (
+        verdict.unresolved[0] if verdict.unresolved else "no template carries the pod opt-in label")
+    if outcome == MUTATED:
+        outcome, reason = "unchanged", "pods will be mutated"
+    decision = Decision(outcome, req.obj, verdict.policy, verdict.denials(), verdict.warnings(), reason=reason,
+                        templates=verdict.results)
+    return decision, (verdict.message() if not verdict.allowed else None)
+
+
+def handle_validate(body: bytes, policies: PolicySet | None, namespace_of: NamespaceLookup,
+                    attachments: Attachments | None, runtimes: Any = None) -> Handled:
+    """(HTTP status, response document, decision, request) for one /validate body. Never a
+    patch: a validating webhook only allows, denies and warns."""
+    req = _parsed(body)
+    if not isinstance(req, Request):
+        return req
+    other = _other_operation(req)
+    if other is not None:
+        return other
+    decision, message = validate_request(req, policies, namespace_of, attachments, runtimes)
+    if decision is None:
+        return 200, response(req.uid, Decision("skipped", req.obj, reason="not a pod or workload")), None, req
+    return 200, response(req.uid, decision, req.obj, message), decision, req

@@ -1,0 +1,29 @@
+"""`rdma-webhook serve`: the flags checked, then the production server (`webhook.serving.server`)."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+from webhook.cli.common import policies_dir
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    from webhook.serving import server as serve
+    from webhook.kinds import trainer
+
+    os.environ[trainer.TRAINER_RELEASE_ENV] = args.trainer_release  # the workers inherit it
+    server = os.environ.get("RDMA_WEBHOOK_SERVER") or serve.SERVERS[0]
+    if server not in serve.SERVERS:
+        print(f"error: RDMA_WEBHOOK_SERVER={server!r}: expected one of {', '.join(serve.SERVERS)} "
+              f"({serve.SERVERS[0]} is the default)", file=sys.stderr)
+        return 2
+
+    for label, path in (("--tls-cert", args.tls_cert), ("--tls-key", args.tls_key), ("--client-ca", args.client_ca),
+                        ("--cluster-state", args.cluster_state)):
+        if path and not os.path.isfile(path):
+            print(f"error: {label} {path}: no such file", file=sys.stderr)
+            return 2
+    return serve.run(policies_dir=policies_dir(args.policies), tls_cert=args.tls_cert, tls_key=args.tls_key,
+                     host=args.host, port=args.port, workers=args.workers,
+                     cluster_state=args.cluster_state, client_ca=args.client_ca, log_level=args.log_level)

@@ -1,0 +1,559 @@
+"""Cluster state from the API server: list+watch of Namespaces, NetworkAttachmentDefinitions and
+Kubeflow Trainer runtimes (TrainingRuntime, ClusterTrainingRuntime).
+
+Why a cache: an admission webhook sits in the API server's request path with a hard timeout, and
+every pod creation in the cluster goes through it. Asking the API server about the pod's
+namespace (and the Multus network) on every admission would add a round trip to each pod create,
+load the API server with reads proportional to pod churn, and turn an API server hiccup into
+denied or timed-out pods. So each gunicorn worker keeps an in-memory copy, filled by one list (made
+once by the master for all its workers, see `prime`) and kept current by a watch (an informer, as
+client-go does it), and the admission path only reads dicts. The single exception: a namespace not in the cache (created a moment ago, its watch event
+not here yet) is fetched once, with a 2-second timeout, and the answer cached; a miss is
+remembered for a few seconds so a storm of pods in a missing namespace is not a storm of GETs.
+
+Informer loop per resource, in a daemon thread started by `start()` (never before: the object is
+built in the gunicorn master, and sockets or threads must not cross the fork). The master makes
+the first list itself (`prime()`, no thread, its connections closed before the fork), so the
+workers start synced and go straight to the watch:
+
+    list (replace the cache wholesale, record resourceVersion)
+    -> watch from it (allowWatchBookmarks, timeoutSeconds so it cycles), apply each event
+    -> 410 Gone (an ERROR event or an HTTP 410): list again
+    -> any other error or a broken connection: watch again after a backoff of 0.5 s doubling
+       up to 30 s, with jitter, reset after a success; admissions are answered from the cache
+
+NetworkAttachmentDefinitions are watched only once `uses_networks()` says a loaded policy uses a
+Multus network (re-checked every few seconds, so a policy reload that adds one starts the NAD
+informer). Until they are tracked and listed, `attachments()` is None: the decision then takes
+the device resource from the policy instead of denying for a network it cannot see.
+
+Trainer runtimes are watched from the start, for `/validate` to check a TrainJob's pods (made
+from the runtime it references). They never hold up readiness: until both are listed, or while
+the Trainer CRDs are not installed (404, looked for again every `backoff_max` seconds, logged
+once), `runtimes()` is None and a TrainJob gets a warning instead of a check.
+
+Lists, the direct read and watch events are handled as plain JSON (`_preload_content=False`,
+orjson; watches with `return_type="object"`): building the client's models and converting them
+back to dicts costs about 25 times more than parsing (3000 namespaces: ~300 ms against ~12 ms)
+for objects of which we keep the labels alone. Namespace and NAD lists ask for metadata only
+(PartialObjectMetadataList, see METADATA_LIST): a decision reads nothing else of them.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import sys
+import threading
+import time
+from typing import Any, Callable, Hashable, Mapping
+
+import orjson
+from kubernetes import client, config, watch
+from kubernetes.client import rest
+from kubernetes.client.exceptions import ApiException
+
+from webhook.telemetry import metrics
+from webhook.core.keys import NAD_RESOURCE_NAME
+from webhook.cluster.state import namespace_from
+from webhook.core.decision import Namespace
+
+log = logging.getLogger("rdma_webhook.cluster")
+
+NAD_GROUP, NAD_VERSION, NAD_PLURAL = "k8s.cni.cncf.io", "v1", "network-attachment-definitions"
+TRAINER_GROUP, TRAINER_VERSION = "trainer.kubeflow.org", "v1alpha1"
+TR_PLURAL, CTR_PLURAL = "trainingruntimes", "clustertrainingruntimes"
+GONE, NOT_FOUND = 410, 404
+# Lists of the kinds whose metadata is all a decision reads (namespaces: name and labels; NADs:
+# the resourceName annotation) ask for metadata only, as client-go's metadata informers do: the
+# server leaves out spec and status (a NAD's CNI config, a namespace's finalizers and phase), so
+# it encodes and we parse less. A server that cannot answer so picks the plain JSON that follows.
+METADATA_LIST = "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1, application/json"
+# A cache whose list or watch has failed this many times in a row, for longer than the state's
+# `stale_after`, is stale: `ready()` is False (with the reason in `not_ready_reason()`), so that
+# a replica whose watch is refused (a missing RBAC verb) or broken stops serving decisions from a
+# cache that no longer follows the cluster, instead of serving them without a word.
+STALE_FAILURES = 3
+
+
+# Cached names are interned (sys.intern): a namespace's name is its cache key, its
+# kubernetes.io/metadata.name label and the first half of its NADs' keys, and NADs across
+# namespaces share a few names ("rdma-network"); one string object each instead of one per use.
+
+def _ns_key(obj: Mapping[str, Any]) -> str:
+    return sys.intern(str(obj["metadata"]["name"]))
+
+
+def _nad_key(obj: Mapping[str, Any]) -> tuple[str, str]:
+    meta = obj["metadata"]
+    return sys.intern(str(meta.get("namespace") or "default")), sys.intern(str(meta["name"]))
+
+
+_NAD_VALUES: dict[str | None, dict[str, Any]] = {}  # resourceName -> the one value object for it
+
+
+def _nad_value(obj: Mapping[str, Any]) -> dict[str, Any]:
+    """What the decision reads of a NetworkAttachmentDefinition: the resourceName annotation, nothing
+    else (its CNI config, other annotations and managed fields are never read). NADs naming the
+    same resource share one value object: a cluster has thousands of NADs and a handful of
+    resource names, so a NAD costs its key in the cache and nothing more."""
+    annotations = (obj.get("metadata") or {}).get("annotations") or {}
+    found = annotations.get(NAD_RESOURCE_NAME) if isinstance(annotations, dict) else None
+    resource = found if isinstance(found, str) else None
+    value = _NAD_VALUES.get(resource)
+    if value is None:
+        value = {"metadata": {"annotations": {NAD_RESOURCE_NAME: resource} if resource is not None else {}}}
+        if len(_NAD_VALUES) < 1024:  # a cluster with more distinct resource names gets a value each
+            _NAD_VALUES[resource] = value
+    return value
+
+
+def _tr_key(obj: Mapping[str, Any]) -> tuple[str, str]:
+    meta = obj["metadata"]
+    return str(meta.get("namespace") or ""), str(meta["name"])
+
+
+def _runtime_value(obj: Mapping[str, Any]) -> dict[str, Any]:
+    """What a TrainJob's check reads of a runtime: kind, name and spec (no status, no managed fields)."""
+    meta = obj.get("metadata") or {}
+    return {"apiVersion": obj.get("apiVersion"), "kind": obj.get("kind"),
+            "metadata": {"name": meta.get("name"), "namespace": meta.get("namespace")}, "spec": obj.get("spec")}
+
+
+def _describe(exc: BaseException) -> str:
+    if isinstance(exc, ApiException):
+        return f"HTTP {exc.status} {exc.reason}".strip()
+    return f"{type(exc).__name__}: {exc}"
+
+
+class _ShortWatch(Exception):
+    """The server ended a watch at once without sending anything (treated like an error, so a
+    misbehaving proxy cannot make us re-watch in a tight loop)."""
+
+
+class _Informer:
+    """One resource kind: list, then watch, into `items` (read lock-free by request threads)."""
+
+    def __init__(self, owner: "ApiClusterState", kind: str, list_call: Callable[..., Any], args: tuple[Any, ...],
+                 key: Callable[[Mapping[str, Any]], Hashable], value: Callable[[Mapping[str, Any]], Any],
+                 optional: bool = False, metadata_only: bool = False):
+        self.owner, self.kind, self.list_call, self.args, self.key, self.value = owner, kind, list_call, args, key, value
+        self.metadata_only = metadata_only  # lists ask for PartialObjectMetadataList (METADATA_LIST)
+        self.list_kind: str | None = None  # the `kind` of the last list page the server sent
+        self.optional = optional  # a CRD that may not be installed: a 404 is expected, not an error
+        self.absent_logged = False
+        self.items: dict[Hashable, Any] = {}
+        self.synced = False  # the first list completed
+        self.resource_version: str | None = None
+        self.listed_version: str | None = None
+        self.lists = 0
+        self.pages = 0  # list requests made, pages of every list
+        # Consecutive failed lists/watches, since when, and the last error: a cache whose watch
+        # keeps failing goes stale without a word (see `stale_for` and `ApiClusterState.ready`).
+        self.failures = 0
+        self.failing_since: float | None = None
+        self.last_error = ""
+        self.watching_since: float | None = None  # a watch request is open since then
+        self.removals = 0  # DELETED events and relists, so a direct read can tell it may be stale
+        self.watch: watch.Watch | None = None
+        self.thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        if self.watch is None:
+            self.watch = watch.Watch(return_type="object")  # events as plain dicts
+        self.thread = threading.Thread(target=self.run, name=f"watch-{self.kind}", daemon=True)
+        self.thread.start()
+
+    def run(self) -> None:
+        owner = self.owner
+        delay = owner.backoff_min
+        while not owner._stopping.is_set():
+            try:
+                if self.resource_version is None:
+                    self.relist()
+                    delay = owner.backoff_min
+                self.watch_once()
+                delay = owner.backoff_min  # the watch ran its course
+                self.succeeded()
+                continue
+            except ApiException as exc:
+                if exc.status == GONE:
+                    stale = self.resource_version
+                    self.resource_version = None
+                    if stale != self.listed_version:  # expired after some progress: list at once
+                        log.info("%s: resourceVersion %s expired; listing again", self.kind, stale)
+                        continue
+                    error: BaseException = exc  # 410 straight after a list: back off
+                elif exc.status == NOT_FOUND and self.optional:
+                    if not self.absent_logged:
+                        self.absent_logged = True
+                        log.info("%s: not served by this cluster (CRD not installed); looking again every %.0fs",
+                                 self.kind, owner.backoff_max)
+                    owner._stopping.wait(owner.backoff_max)
+                    continue
+                else:
+                    error = exc
+            except Exception as exc:  # connection refused or broken, read timeout, bad JSON ...
+                error = exc
+            if owner._stopping.is_set():
+                break
+            self.failed(error)
+            pause = random.uniform(delay / 2, delay)
+            log.warning("%s: list/watch failed (%s); retrying in %.2fs, answering from the cache",
+                        self.kind, _describe(error), pause)
+            owner._stopping.wait(pause)
+            delay = min(delay * 2, owner.backoff_max)
+
+    def failed(self, error: BaseException) -> None:
+        self.failures += 1
+        if self.failing_since is None:
+            self.failing_since = time.monotonic()
+        self.last_error = _describe(error)
+        self.owner._record_ready()
+
+    def succeeded(self) -> None:
+        if self.failures:
+            self.failures, self.failing_since = 0, None
+            self.owner._record_ready()
+
+    def stale_for(self, now: float) -> float:
+        """Seconds this informer has failed without a success in between (0 when it has not). A
+        watch open for longer than a connection can take to fail is a success, events or not: a
+        quiet cluster sends none."""
+        if self.failures < STALE_FAILURES or self.failing_since is None:
+            return 0.0
+        watching = self.watching_since
+        if watching is not None and now - watching > self.owner.connect_timeout + 1.0:
+            return 0.0
+        return now - self.failing_since
+
+    def relist(self, deadline: float | None = None) -> None:
+        """List in pages of `owner.page_size` (`limit` and `continue`, as client-go's reflector
+        does): one page's body and parsed objects are held at a time, not the whole list, so the
+        peak memory of a list stays that of a page however many objects the cluster has. A
+        continue token that expires (410) fails the list, which the loop retries from the start.
+        Past `deadline` (time.monotonic()) the list gives up with TimeoutError, the cache as it was."""
+        items: dict[Hashable, Any] = {}
+        token: str | None = None
+        version: str | None = None
+        while True:
+            read_timeout = 60.0
+            if deadline is not None:
+                read_timeout = min(read_timeout, deadline - time.monotonic())
+                if read_timeout <= 0:
+                    raise TimeoutError(f"{self.kind}: list not done by its deadline ({self.pages} pages)")
+            kwargs: dict[str, Any] = {"limit": self.owner.page_size, "_preload_content": False,
+                                      "_request_timeout": (self.owner.connect_timeout, read_timeout)}
+            if token:
+                kwargs["_continue"] = token
+            if self.metadata_only:
+                kwargs["_headers"] = {"Accept": METADATA_LIST}
+            resp = self.list_call(*self.args, **kwargs)
+            try:
+                doc = orjson.loads(resp.data)
+            finally:
+                resp.release_conn()
+            for obj in doc.get("items") or ():
+                items[self.key(obj)] = self.value(obj)
+            meta = doc.get("metadata") or {}
+            version = str(meta.get("resourceVersion") or "") or None  # every page: the snapshot's
+            token = meta.get("continue") or None
+            self.pages += 1
+            self.list_kind = str(doc.get("kind") or "") or None
+            del doc, resp
+            if not token:
+                break
+        self.items = items  # one assignment: readers see the old dict or the new one
+        self.removals += 1
+        self.resource_version = self.listed_version = version
+        self.lists += 1
+        self.succeeded()
+        if not self.synced:
+            self.synced = True
+            log.info("%s: cache synced (%d objects)", self.kind, len(items))
+        self.owner._record_ready()
+
+    def watch_once(self) -> None:
+        owner = self.owner
+        started, seen, w = time.monotonic(), False, self.watch
+        assert w is not None
+        stream = w.stream(self.list_call, *self.args, resource_version=self.resource_version,
+                          allow_watch_bookmarks=True, timeout_seconds=owner.watch_timeout,
+                          _request_timeout=(owner.connect_timeout, owner.watch_timeout + 30))
+        self.watching_since = started
+        try:
+            for event in stream:
+                if owner._stopping.is_set():
+                    w.stop()
+                    break
+                seen = True
+                if self.failures:  # the watch works again
+                    self.succeeded()
+                self.apply(event.get("type"), event.get("raw_object") or {})
+        finally:
+            self.watching_since = None
+        if not seen and not owner._stopping.is_set() and time.monotonic() - started < 1.0:
+            raise _ShortWatch("the watch ended at once")
+
+    def apply(self, kind: str | None, obj: Mapping[str, Any]) -> None:
+        meta = obj.get("metadata") or {}
+        if kind in ("ADDED", "MODIFIED"):
+            self.items[self.key(obj)] = self.value(obj)  # single-key updates are atomic under the GIL
+        elif kind == "DELETED":
+            self.removals += 1
+            self.items.pop(self.key(obj), None)
+        # BOOKMARK carries only metadata.resourceVersion
+        if meta.get("resourceVersion"):
+            self.resource_version = str(meta["resourceVersion"])
+
+
+class ApiClusterState:
+    """`ClusterState` backed by list+watch against the API server (see the module docstring)."""
+
+    def __init__(self, api_client: client.ApiClient, uses_networks: Callable[[], bool] = lambda: False, *,
+                 watch_timeout: int = 300, backoff_min: float = 0.5, backoff_max: float = 30.0,
+                 networks_check_interval: float = 5.0, fetch_timeout: float = 2.0, miss_ttl: float = 5.0,
+                 connect_timeout: float = 5.0, watch_runtimes: bool = True, page_size: int = 500,
+                 stale_after: float = 60.0):
+        self.uses_networks = uses_networks
+        self.watch_runtimes = watch_runtimes
+        self.watch_timeout, self.backoff_min, self.backoff_max = int(watch_timeout), backoff_min, backoff_max
+        self.networks_check_interval, self.fetch_timeout, self.miss_ttl = networks_check_interval, fetch_timeout, miss_ttl
+        self.connect_timeout = connect_timeout
+        self.page_size = page_size  # objects per list request (client-go's reflector: 500)
+        self.stale_after = stale_after  # seconds of failing lists/watches before `ready()` says no
+        if api_client.configuration.retries is None:
+            # urllib3's default retries GETs 3 times, read timeouts included: the 2 s direct read
+            # could take 8 s. The informer loops do their own retrying, with backoff.
+            api_client.configuration.retries = False
+            api_client.rest_client = rest.RESTClientObject(api_client.configuration)
+        self._core = client.CoreV1Api(api_client)
+        custom = client.CustomObjectsApi(api_client)
+        self._ns = _Informer(self, "namespaces", self._core.list_namespace, (), _ns_key, namespace_from,
+                             metadata_only=True)
+        self._nads = _Informer(self, NAD_PLURAL, custom.list_cluster_custom_object,
+                               (NAD_GROUP, NAD_VERSION, NAD_PLURAL), _nad_key, _nad_value, metadata_only=True)
+        self._runtime_informers = (
+            _Informer(self, TR_PLURAL, custom.list_cluster_custom_object, (TRAINER_GROUP, TRAINER_VERSION, TR_PLURAL),
+                      _tr_key, _runtime_value, optional=True),
+            _Informer(self, CTR_PLURAL, custom.list_cluster_custom_object, (TRAINER_GROUP, TRAINER_VERSION, CTR_PLURAL),
+                      lambda obj: str(obj["metadata"]["name"]), _runtime_value, optional=True))
+        self._tracking_nads = False
+        self._started = False
+        self._stopping = threading.Event()
+        self._threads: list[threading.Thread] = []
+        self._lock = threading.Lock()
+        self._misses: dict[str, float] = {}  # namespace name -> monotonic time the miss expires
+        self._inflight: dict[str, list[Any]] = {}  # namespace name -> [Event, result] of a direct read
+
+    @classmethod
+    def from_environment(cls, uses_networks: Callable[[], bool], **kw: Any) -> "ApiClusterState":
+        """In-cluster service account, else the kubeconfig. Reads files only: no connection is
+        made before `start()`."""
+        configuration = client.Configuration()
+        configuration.retries = False
+        try:
+            config.load_incluster_config(client_configuration=configuration)
+        except config.ConfigException:
+            config.load_kube_config(client_configuration=configuration)
+        return cls(client.ApiClient(configuration), uses_networks, **kw)
+
+    # --- lifecycle ------------------------------------------------------------------------------
+
+    def prime(self, budget: float = 15.0) -> bool:
+        """The first list of namespaces (and of NADs, when a policy uses a Multus network), made
+        once in the gunicorn master before it forks its workers. Each worker is forked with the
+        synced cache and its resourceVersion and starts by watching from there, as a list would
+        have left it: the API server encodes, and the replica parses, one list instead of one per
+        worker, and the cache's pages are shared by the forks until they change. (A worker forked
+        later, to replace one that died, gets the cache as listed at start; its watch from that
+        resourceVersion catches up, or the API server answers 410 and the worker lists anew.)
+
+        Bounded by `budget` seconds, so a slow or unreachable API server cannot hold up the start
+        past the startup probe: what is not listed by then is listed by each worker, as without
+        priming. Its threads end and every connection is closed before it returns (neither may
+        cross the fork). Returns whether everything needed for readiness was listed."""
+        if self._started:
+            return False
+        deadline = time.monotonic() + budget
+        informers = [self._ns, self._nads] if self._uses_networks() else [self._ns]
+        errors: list[str] = []
+
+        def relist(informer: _Informer) -> None:
+            try:
+                informer.relist(deadline)
+            except Exception as exc:
+                errors.append(f"{informer.kind}: {_describe(exc)}")
+
+        # The kinds are listed at once, each on its connection: while the API server encodes
+        # one list's page, this process parses the other's.
+        threads = [threading.Thread(target=relist, args=(i,), name=f"prime-{i.kind}") for i in informers]
+        for thread in threads:
+            thread.start()
+        # Each request is bounded by the deadline and the connect timeout; one bound for all joins.
+        give_up = deadline + self.connect_timeout + 5.0
+        for thread in threads:
+            thread.join(max(0.0, give_up - time.monotonic()))
+        self._core.api_client.rest_client.pool_manager.clear()
+        if any(thread.is_alive() for thread in threads):  # never seen: urllib3's timeouts bound them
+            log.error("listing before the fork outlived its budget; forking anyway")
+            return False
+        if errors:
+            log.warning("listing before the fork failed (%s); each worker lists what is missing",
+                        "; ".join(errors))
+        return not errors
+
+    def start(self) -> None:
+        """Start the watch threads (in each worker, after the fork). Once: `stop()` is final."""
+        if self._started:
+            return
+        self._started = True
+        self._record_ready()
+        self._ns.start()
+        self._threads.append(self._ns.thread)  # type: ignore[arg-type]
+        for informer in self._runtime_informers if self.watch_runtimes else ():
+            informer.start()
+            self._threads.append(informer.thread)  # type: ignore[arg-type]
+        if not self._maybe_track_networks():
+            checker = threading.Thread(target=self._check_networks, name="watch-policy-networks", daemon=True)
+            checker.start()
+            self._threads.append(checker)
+
+    def stop(self, timeout: float = 2.0) -> None:
+        """Make the threads exit; returns within about `timeout` seconds."""
+        self._stopping.set()
+        deadline = time.monotonic() + timeout
+        for thread in self._threads:
+            while thread.is_alive() and time.monotonic() < deadline:
+                for informer in (self._ns, self._nads, *self._runtime_informers):
+                    if informer.watch is not None:  # shuts an open watch's socket; repeated in case one was opening
+                        informer.watch.stop()
+                thread.join(0.05)
+            if thread.is_alive():
+                log.warning("%s did not stop within %.1fs", thread.name, timeout)
+        self._threads = [t for t in self._threads if t.is_alive()]
+
+    def _uses_networks(self) -> bool:
+        try:
+            return bool(self.uses_networks())
+        except Exception:
+            log.exception("uses_networks() failed")
+            return False
+
+    def _maybe_track_networks(self) -> bool:
+        if self._tracking_nads:
+            return True
+        if self._stopping.is_set() or not self._uses_networks():
+            return False
+        log.info("a policy uses a Multus network: watching %s", NAD_PLURAL)
+        self._tracking_nads = True
+        self._record_ready()
+        self._nads.start()
+        self._threads.append(self._nads.thread)  # type: ignore[arg-type]
+        return True
+
+    def _check_networks(self) -> None:
+        while not self._stopping.wait(self.networks_check_interval):
+            if self._maybe_track_networks():
+                return
+
+    def _record_ready(self) -> None:
+        if self._started:  # not in the master (`prime`): the gauge is the workers'
+            metrics.CACHE_READY.set(1 if self.ready() else 0)
+
+    # --- ClusterState -----------------------------------------------------------------------------
+
+    def _needed(self) -> list[_Informer]:
+        """The informers readiness waits for (Trainer runtimes never hold it up)."""
+        return [self._ns, self._nads] if self._tracking_nads else [self._ns]
+
+    def ready(self) -> bool:
+        now = time.monotonic()
+        return all(i.synced and i.stale_for(now) <= self.stale_after for i in self._needed())
+
+    def not_ready_reason(self) -> str | None:
+        """Why `ready()` is False, for /readyz (None when ready)."""
+        now = time.monotonic()
+        for informer in self._needed():
+            if not informer.synced:
+                return f"cluster state not synced yet ({informer.kind})"
+            stale = informer.stale_for(now)
+            if stale > self.stale_after:
+                return (f"cluster state stale: {informer.kind} list/watch failing for {stale:.0f}s "
+                        f"({informer.failures} attempts, last: {informer.last_error})")
+        return None
+
+    def namespace(self, name: str) -> Namespace | None:
+        ns = self._ns.items.get(name)
+        if ns is not None:
+            return ns
+        return self._fetch(name)
+
+    def attachments(self) -> "ApiClusterState | None":
+        return self if self._tracking_nads and self._nads.synced else None
+
+    def attachment(self, namespace: str, name: str) -> Mapping[str, Any] | None:
+        return self._nads.items.get((namespace, name))
+
+    def runtimes(self) -> "ApiClusterState | None":
+        """Self (as `webhook.kinds.workloads.Runtimes`) once both runtime kinds are listed, else None."""
+        return self if self.watch_runtimes and all(i.synced for i in self._runtime_informers) else None
+
+    def training_runtime(self, namespace: str, name: str) -> dict[str, Any] | None:
+        return self._runtime_informers[0].items.get((namespace, name))
+
+    def cluster_training_runtime(self, name: str) -> dict[str, Any] | None:
+        return self._runtime_informers[1].items.get(name)
+
+    # --- the one read on the admission path ---------------------------------------------------------
+
+    def _fetch(self, name: str) -> Namespace | None:
+        """Read a namespace the cache does not have, once: concurrent callers for the same name
+        wait for the first one's answer, and a miss (or a failure) is remembered for `miss_ttl`."""
+        now = time.monotonic()
+        expiry = self._misses.get(name)
+        if expiry is not None and expiry > now:
+            return None
+        with self._lock:
+            pending = self._inflight.get(name)
+            mine = pending is None
+            if mine:
+                pending = self._inflight[name] = [threading.Event(), None]
+        if not mine:
+            pending[0].wait(self.fetch_timeout + 0.5)
+            return pending[1]
+        try:
+            pending[1] = self._read(name)
+            return pending[1]
+        finally:
+            with self._lock:
+                del self._inflight[name]
+            pending[0].set()
+
+    def _read(self, name: str) -> Namespace | None:
+        removals = self._ns.removals
+        try:
+            resp = self._core.read_namespace(name, _preload_content=False, _request_timeout=self.fetch_timeout)
+            try:
+                obj = orjson.loads(resp.data)
+            finally:
+                resp.release_conn()
+        except ApiException as exc:
+            if exc.status != 404:
+                log.warning("namespace %r: direct read failed (%s)", name, _describe(exc))
+            self._remember_miss(name)
+            return None
+        except Exception as exc:  # timeout, connection refused, bad JSON
+            log.warning("namespace %r: direct read failed (%s)", name, _describe(exc))
+            self._remember_miss(name)
+            return None
+        ns = namespace_from(obj)
+        if self._ns.removals == removals:  # no deletion or relist meanwhile that this read may predate
+            self._ns.items[ns.name] = ns
+        return ns
+
+    def _remember_miss(self, name: str) -> None:
+        now = time.monotonic()
+        if len(self._misses) > 1000:
+            self._misses = {k: v for k, v in self._misses.items() if v > now}
+        self._misses[name] = now + self.miss_ttl

@@ -1,0 +1,48 @@
+"""The table of MPI launchers: what each launcher does with its flags, so that the reader
+(`webhook.commands.reader`) knows which variables the ranks it starts will see. Data only: a
+launcher, or a flag of one, is an entry here, and tests walk every entry.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+# -- the table of launchers -------------------------------------------------------------------
+# What each launcher does with its flags. Actions: "set" NAME VALUE (two words), "export"
+# NAME=VALUE or NAME (one word; NAME alone forwards the launcher's own value), "forward" a
+# comma-separated list of names (values from the launcher's environment), "mca" KEY VALUE (Open
+# MPI's MCA parameters: `mca_base_env_list` is a ;-separated list of NAME=VALUE or NAME), "arg"
+# a flag that takes one word that is not the program. The program the ranks run is the first
+# word that is neither a flag nor a flag's argument; it is read as any command (a `bash -c`
+# there is read too). Open MPI: mpirun(1) `-x`, `--mca`; MPICH and Intel MPI (Hydra):
+# mpiexec(1) `-genv`, `-env`, `-genvlist`, `-envlist`.
+
+_OPEN_MPI: Final = {
+    "-x": "export", "--x": "export",
+    "--mca": "mca", "-mca": "mca", "--gmca": "mca", "-gmca": "mca", "--omca": "mca",
+    "-np": "arg", "-n": "arg", "--np": "arg", "-c": "arg", "-H": "arg", "--host": "arg", "-host": "arg",
+    "--hostfile": "arg", "-hostfile": "arg", "--machinefile": "arg", "-machinefile": "arg",
+    "--map-by": "arg", "-map-by": "arg", "--bind-to": "arg", "-bind-to": "arg", "--rank-by": "arg", "-rank-by": "arg",
+    "-N": "arg", "-npernode": "arg", "--npernode": "arg", "-npersocket": "arg", "--prefix": "arg",
+    "--wdir": "arg", "-wdir": "arg", "--wd": "arg", "-wd": "arg", "--output-filename": "arg", "--tune": "arg",
+    "--am": "arg", "--app": "arg", "--path": "arg", "--launch-agent": "arg", "--personality": "arg",
+    "--prtemca": "mca", "--pmixmca": "mca",
+}
+_HYDRA: Final = {
+    "-genv": "set", "-env": "set", "-genvlist": "forward", "-envlist": "forward",
+    "-n": "arg", "-np": "arg", "-f": "arg", "-hostfile": "arg", "-machinefile": "arg", "-host": "arg", "-hosts": "arg",
+    "-ppn": "arg", "-perhost": "arg", "-wdir": "arg", "-path": "arg", "-configfile": "arg", "-bootstrap": "arg",
+    "-bootstrap-exec": "arg", "-launcher": "arg", "-launcher-exec": "arg", "-iface": "arg", "-envexcl": "arg",
+    "-genvexcl": "arg", "-bind-to": "arg", "-map-by": "arg", "-binding": "arg", "-rmk": "arg", "-rr": "arg",
+    "-errfile-pattern": "arg", "-outfile-pattern": "arg", "-prepend-pattern": "arg",
+}
+# `mpirun`/`mpiexec` may be either family: their union is read (no flag means different things).
+_EITHER: Final = {**_OPEN_MPI, **_HYDRA}
+
+LAUNCHERS: Final[dict[str, dict[str, str]]] = {
+    "mpirun": _EITHER, "mpiexec": _EITHER,
+    "orterun": _OPEN_MPI, "prterun": _OPEN_MPI, "prun": _OPEN_MPI, "oshrun": _OPEN_MPI,
+    "mpirun.openmpi": _OPEN_MPI, "mpiexec.openmpi": _OPEN_MPI,
+    "mpiexec.hydra": _HYDRA, "mpirun.mpich": _HYDRA, "mpiexec.mpich": _HYDRA,
+}
+MCA_ENV_LIST: Final = "mca_base_env_list"

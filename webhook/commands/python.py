@@ -1,0 +1,107 @@
+"""`python -c` code read for the environment it sets: assignments to `os.environ[...]`, found
+in Python's own syntax tree, remembered by code."""
+
+from __future__ import annotations
+
+import ast
+from typing import Any
+
+from webhook.commands.shell import CACHE_MAX, MAX_PARSED
+from webhook.commands.text import scan_text
+
+# -- python -c --------------------------------------------------------------------------------
+
+_PY_PARSED: dict[str, list[tuple[str, str | None, bool]] | None] = {}
+
+
+def python_settings(code: str, names: frozenset[str]) -> list[tuple[str, str]]:
+    """What `python -c code` puts into os.environ for `names` (the process itself and everything
+    it starts sees it): `os.environ[NAME] = "v"`, `.update`, `.setdefault`, `os.putenv`, the
+    last one on the straight-line path; inside a branch, a loop or a function, every value. Read
+    with Python's own parser (`ast`); a text it rejects gets the textual reading."""
+    ops = _PY_PARSED.get(code)
+    if ops is None and code not in _PY_PARSED:
+        try:
+            ops = _python_ops(code) if len(code) <= MAX_PARSED else None
+        except (SyntaxError, ValueError, RecursionError, MemoryError, OverflowError):
+            ops = None
+        if len(_PY_PARSED) >= CACHE_MAX:
+            _PY_PARSED.clear()
+        _PY_PARSED[code] = ops
+    if ops is None:
+        return scan_text(code, names)
+    final: dict[str, list[str | None]] = {}
+    for name, value, certain in ops:
+        if name not in names:
+            continue
+        if certain:
+            final[name] = [value]
+        else:
+            final.setdefault(name, []).append(value)
+    out: list[tuple[str, str]] = []
+    for name, values in final.items():
+        for value in values:
+            if value is not None and (name, value) not in out:
+                out.append((name, value))
+    return out
+
+
+def _python_ops(code: str) -> list[tuple[str, str | None, bool]]:
+    """(name, value or None for a deletion or an unknown value, on the straight-line path)."""
+    tree = ast.parse(code, mode="exec")
+    ops: list[tuple[str, str | None, bool]] = []
+    for stmt in tree.body:
+        certain = isinstance(stmt, (ast.Assign, ast.Expr, ast.Delete, ast.AugAssign))
+        for node in ast.walk(stmt):
+            _python_op(node, ops, certain)
+    return ops
+
+
+def _is_environ(node: Any) -> bool:
+    return (isinstance(node, ast.Attribute) and node.attr == "environ") or (isinstance(node, ast.Name) and node.id == "environ")
+
+
+def _const(node: Any) -> str | None:
+    if isinstance(node, ast.Constant) and isinstance(node.value, (str, int)) and not isinstance(node.value, bool):
+        return str(node.value)
+    return None
+
+
+def _python_op(node: Any, ops: list[tuple[str, str | None, bool]], certain: bool) -> None:
+    if isinstance(node, ast.Assign):
+        for target in node.targets:
+            if isinstance(target, ast.Subscript) and _is_environ(target.value):
+                name = _const(target.slice)
+                if name is not None:
+                    ops.append((name, _const(node.value), certain))
+    elif isinstance(node, ast.Delete):
+        for target in node.targets:
+            if isinstance(target, ast.Subscript) and _is_environ(target.value):
+                name = _const(target.slice)
+                if name is not None:
+                    ops.append((name, None, certain))
+    elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+        attr = node.func.attr
+        owner = node.func.value
+        if _is_environ(owner) and attr in ("setdefault", "__setitem__") and len(node.args) >= 2:
+            name = _const(node.args[0])
+            if name is not None:
+                ops.append((name, _const(node.args[1]), certain and attr == "__setitem__"))
+        elif _is_environ(owner) and attr == "update":
+            for arg in node.args:
+                if isinstance(arg, ast.Dict):
+                    for k, v in zip(arg.keys, arg.values):
+                        name = _const(k) if k is not None else None
+                        if name is not None:
+                            ops.append((name, _const(v), certain))
+            for kw in node.keywords:
+                if kw.arg is not None:
+                    ops.append((kw.arg, _const(kw.value), certain))
+        elif _is_environ(owner) and attr == "pop" and node.args:
+            name = _const(node.args[0])
+            if name is not None:
+                ops.append((name, None, certain))
+        elif attr == "putenv" and len(node.args) >= 2:
+            name = _const(node.args[0])
+            if name is not None:
+                ops.append((name, _const(node.args[1]), certain))

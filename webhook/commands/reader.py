@@ -1,0 +1,562 @@
+"""A container's command read the way the shell and the launchers it runs read it: which values
+of a given set of environment variables each process it starts will see.
+
+    settings(argv_or_script, names, env) -> [(name, value), ...]
+
+`argv_or_script` is a container's command + args as the kubelet runs them (a list), or a shell
+script (a string). `names` is the set of variables asked about (the fallback rules pass NCCL's;
+another transport passes its own, e.g. FI_PROVIDER). `env` looks up the container's own `env`
+(what `mpirun -x NAME` and `$NAME` read when the script does not set NAME itself).
+
+What is reported: every value of a named variable that the command itself makes and that some
+process it starts will see: an assignment in the script (`export`, `declare -x`, `NAME=v cmd`,
+a plain `NAME=v` of a variable that is exported), `env NAME=v`, a launcher's flags (`LAUNCHERS`:
+`mpirun -x`, `-genv`, `-env`, `-genvlist`, `--mca mca_base_env_list`), `os.environ` in
+`python -c`, through `sh -c`/`bash -c` strings, `eval` and `exec`, nested. Values the container's
+`env` gives and nothing in the command forwards are not reported (the env rules judge those).
+
+Shell scripts are parsed with tree-sitter-bash (README, "How commands are read"): comments,
+quoted text, `echo`/`printf` arguments and heredoc bodies are not settings, and a process sees
+the last assignment made before it on the straight-line path. What the reading cannot follow
+is read conservatively: a branch, a loop body or a function body may or may not run, so the
+values it assigns are added to the possible ones; sourced files and scripts in the image are
+not read; a script the parser cannot read (a syntax error, deeper nesting than `MAX_DEPTH`,
+more than `MAX_PARSED` bytes) falls back to `scan_text`, the textual reading, which reports
+every `NAME=value` it finds. Nothing here raises on any input.
+
+Cost: only a text that mentions one of the names (a substring test per name prefix, then per
+name) is parsed at all, and a parsed script is remembered by its text (the pods of one job
+send the same script), so a decision pays the parser once per distinct script.
+"""
+
+
+from __future__ import annotations
+
+import re
+import shlex
+from typing import Any, Final, Protocol
+
+from webhook.commands.launchers import LAUNCHERS, MCA_ENV_LIST
+from webhook.commands.python import python_settings
+from webhook.commands.shell import (CACHE_MAX, MAX_DEPTH, MAX_PARSED, PARSED, PYTHON_NAME, SEQ, SHELLS, SUB, Block, Cmd,
+                                    Ref, Unreadable, parse_script)
+from webhook.commands.text import mentions, scan_text
+
+# Shell builtins (and plain programs) that start no process of their own: their arguments are
+# data, so `echo NCCL_NET=Socket` sets nothing, and they see no environment worth reporting.
+_NO_PROCESS: Final = frozenset({
+    "echo", "printf", "cd", "pwd", "true", "false", ":", "test", "[", "read", "shift", "wait", "trap", "return",
+    "exit", "break", "continue", "ulimit", "umask", "alias", "unalias", "hash", "type", "getopts", "let", "shopt",
+    "source", ".", "printenv", "sleep", "mkdir", "touch", "cat", "ls", "rm", "cp", "mv", "ln", "chmod", "chown",
+    "tee", "grep", "sed", "awk", "head", "tail", "wc", "hostname", "date", "nslookup", "ping", "whoami", "id",
+})
+_DECLARE: Final = frozenset({"export", "declare", "typeset", "local", "readonly"})
+_NAME: Final = re.compile(r"[A-Za-z_][A-Za-z0-9_]*$")
+
+
+class Lookup(Protocol):
+    """The container's own env: a variable's value, None when it has none that is known."""
+
+    def get(self, name: str) -> str | None: ...
+
+
+
+# -- the reading ------------------------------------------------------------------------------
+
+class _Var:
+    """A variable as the command leaves it: its possible values (None: one not known here, or
+    the inherited one), whether it is exported, whether its values are the command's own (else
+    it only marks a variable of the container env, which the env rules judge already)."""
+
+    __slots__ = ("values", "exported", "own")
+
+    def __init__(self, values: list[str | None], exported: bool, own: bool = True):
+        self.values = values
+        self.exported = exported
+        self.own = own
+
+
+class Budget:
+    """What one decision may spend on reading commands: bytes of script parsed (the rest get the
+    textual reading) and steps of the reading (each variable copied or command read is one), so
+    that a decision stays linear in its input whatever a pod's scripts hold."""
+
+    __slots__ = ("parse_bytes", "steps")
+
+    def __init__(self, parse_bytes: int = 64 * 1024, steps: int = 200_000):
+        self.parse_bytes = parse_bytes
+        self.steps = steps
+
+
+class _State:
+    __slots__ = ("vars", "allexport", "cleared")
+
+    def __init__(self, variables: dict[str, _Var], allexport: bool = False, cleared: bool = False):
+        self.vars = variables
+        self.allexport = allexport
+        self.cleared = cleared  # `env -i`: the container env is not inherited
+
+    def copy(self) -> _State:
+        return _State({k: _Var(list(v.values), v.exported, v.own) for k, v in self.vars.items()}, self.allexport, self.cleared)
+
+    def child(self) -> _State:
+        """What a started process inherits: the exported variables."""
+        return _State({k: _Var(list(v.values), True, v.own) for k, v in self.vars.items() if v.exported}, False, self.cleared)
+
+    def merge(self, other: _State) -> None:
+        """Either this state or `other` holds afterwards (a branch that may have run)."""
+        for k, v in other.vars.items():
+            mine = self.vars.get(k)
+            if mine is None:
+                values: list[str | None] = [None]  # before the branch: as inherited
+                values.extend(v.values)
+                self.vars[k] = _Var(values, v.exported, v.own)
+            else:
+                for value in v.values:
+                    if value not in mine.values:
+                        mine.values.append(value)
+                mine.exported = mine.exported or v.exported
+                mine.own = mine.own or v.own
+        self.allexport = self.allexport or other.allexport
+
+
+_MAX_VALUE: Final = 4096  # longer expanded values are "not known here" (A=$A$A doubling stays small)
+
+
+class _Reader:
+    def __init__(self, names: frozenset[str], env: Lookup | None, budget: Budget):
+        self.names = names
+        self.env = env
+        self.budget = budget
+        self.found: list[tuple[str, str]] = []
+        self._seen: set[tuple[str, str]] = set()
+        self.deps: list[tuple[str, str | None]] = []  # what was looked up in the container env
+        self.complete = True  # False when the budget cut the reading short
+
+    def report(self, name: str, value: str | None) -> None:
+        if value is not None and name in self.names:
+            pair = (name, value)
+            if pair not in self._seen:
+                self._seen.add(pair)
+                self.found.append(pair)
+
+    def spend(self, steps: int) -> None:
+        self.budget.steps -= steps
+        if self.budget.steps < 0:
+            self.complete = False
+            raise Unreadable()
+
+    def report_state(self, state: _State) -> None:
+        for name, v in state.vars.items():
+            if v.exported and v.own and name in self.names:
+                for value in v.values:
+                    self.report(name, value)
+
+    def fallback(self, text: str) -> None:
+        for name, value in scan_text(text, self.names):
+            self.report(name, value)
+
+    # values -----------------------------------------------------------------------------------
+
+    def inherited(self, state: _State, name: str) -> str | None:
+        if state.cleared or self.env is None:
+            return None
+        value = self.env.get(name)
+        self.deps.append((name, value))
+        return value
+
+    def value(self, state: _State, name: str) -> str | None:
+        """The one known value of `name` here, else None."""
+        v = state.vars.get(name)
+        if v is None:
+            return self.inherited(state, name)
+        if len(v.values) == 1:
+            return v.values[0]
+        return None
+
+    def expand(self, word: list[Any], state: _State) -> str | None:
+        if len(word) == 1 and isinstance(word[0], str):
+            return word[0]
+        out: list[str] = []
+        for part in word:
+            if isinstance(part, str):
+                out.append(part)
+            elif isinstance(part, Ref):
+                known = self.value(state, part.name)
+                if known is None:
+                    return None
+                out.append(known)
+            else:
+                return None
+        joined = "".join(out)
+        return joined if len(joined) <= _MAX_VALUE else None
+
+    def assign(self, state: _State, name: str, value: str | None, export: bool) -> None:
+        """NAME=value (export: with `export`/`declare -x`). A plain assignment is seen by later
+        processes when NAME is exported already, or `set -a` is on, or NAME is in the container
+        env, or NAME is one of the names asked about: the policy may add those to the env, and
+        the shell then exports the new value."""
+        if not name:
+            return
+        v = state.vars.get(name)
+        exported = (export or state.allexport or name in self.names
+                    or (v.exported if v is not None else self.inherited(state, name) is not None))
+        state.vars[name] = _Var([value], exported)
+
+    # processes --------------------------------------------------------------------------------
+
+    def process(self, argv: list[str | None], state: _State, depth: int) -> None:
+        """A process started with `argv` and the exported variables of `state` (already the
+        child's): report what it sees from the command, then read what it runs in turn. `env`
+        and a shell whose script is read report nothing themselves: the processes they start
+        do, with what `env -u` or the script changed."""
+        self.spend(1 + len(state.vars))
+        program = argv[0] if argv else None
+        if program is None or depth > MAX_DEPTH:
+            self.report_state(state)
+            return
+        base = program.rsplit("/", 1)[-1]
+        if base == "env":
+            self.env_command(argv, state, depth)
+            return
+        if base in SHELLS:
+            if not self.shell(argv, state, depth):
+                self.report_state(state)
+            return
+        self.report_state(state)
+        if base in LAUNCHERS:
+            self.launcher(argv, LAUNCHERS[base], state, depth)
+        elif PYTHON_NAME.match(base):
+            self.python(argv, state)
+        elif base not in _NO_PROCESS:
+            # an unknown program (an entrypoint, tini, timeout, nohup, torchrun --no-python):
+            # read on from the first later word that names a program we know
+            for i in range(1, len(argv)):
+                w = argv[i]
+                if w is not None and not w.startswith("-"):
+                    b = w.rsplit("/", 1)[-1]
+                    if b in SHELLS or b == "env" or b in LAUNCHERS or PYTHON_NAME.match(b):
+                        self.process(argv[i:], state, depth + 1)
+                        return
+
+    def shell(self, argv: list[str | None], state: _State, depth: int) -> bool:
+        """`sh -c script`: read the script (True when it was read as the shell reads it)."""
+        i, n, with_c = 1, len(argv), False
+        while i < n:
+            w = argv[i]
+            if w is None:
+                return False
+            if w == "--" or w == "-":
+                i += 1
+                break
+            if w[:1] in ("-", "+") and len(w) > 1:
+                if w in ("-o", "+o", "-O", "+O", "--rcfile", "--init-file"):
+                    i += 1
+                elif not w.startswith("--") and "c" in w[1:]:
+                    with_c = True
+                i += 1
+                continue
+            break
+        script = argv[i] if with_c and i < n else None
+        if script is None:
+            return False  # `bash file.sh`, stdin: a script in the image, out of reach
+        return self.script(script, state, depth + 1)
+
+    def script(self, text: str, state: _State, depth: int) -> bool:
+        """Read a shell script in `state`; False when it was not read as the shell reads it
+        (then the caller reports what the shell itself sees). A script that does not mention
+        the names is not parsed: it changes none of them, and the shell's own view stands for
+        the processes it starts."""
+        if not mentions(text, self.names):
+            return False
+        block: Block | None = None
+        if depth <= MAX_DEPTH:
+            block = PARSED.get(text)
+            if block is None and text not in PARSED:
+                if len(text) <= self.budget.parse_bytes:
+                    self.budget.parse_bytes -= len(text)
+                    block = parse_script(text)
+                else:
+                    self.complete = False
+        if block is None:
+            self.fallback(text)
+            return False
+        self.run(block, state, depth)
+        return True
+
+    def env_command(self, argv: list[str | None], state: _State, depth: int) -> None:
+        i, n = 1, len(argv)
+        while i < n:
+            w = argv[i]
+            if w is None:
+                return
+            if w in ("-i", "--ignore-environment", "-"):
+                state = _State({}, False, True)
+            elif w in ("-u", "--unset"):
+                i += 1
+                if i < n and argv[i] is not None:
+                    state.vars[str(argv[i])] = _Var([], False)
+            elif w.startswith("--unset=") or (w.startswith("-u") and len(w) > 2):
+                state.vars[w.split("=", 1)[1] if w.startswith("--") else w[2:]] = _Var([], False)
+            elif w in ("-C", "--chdir"):
+                i += 1
+            elif w in ("-S", "--split-string") or w.startswith("--split-string=") or (w.startswith("-S") and len(w) > 2):
+                text = argv[i + 1] if w in ("-S", "--split-string") and i + 1 < n else (w.split("=", 1)[1] if w.startswith("--") else w[2:])
+                try:
+                    split: list[str | None] = list(shlex.split(text or ""))
+                except ValueError:
+                    return
+                rest = argv[i + 2:] if w in ("-S", "--split-string") else argv[i + 1:]
+                self.env_command(["env"] + split + rest, state, depth + 1)
+                return
+            elif w == "--":
+                i += 1
+                break
+            elif w.startswith("-"):
+                pass  # -0, -v, --debug ...
+            elif "=" in w and _NAME.match(w.split("=", 1)[0]):
+                name, value = w.split("=", 1)
+                state.vars[name] = _Var([value], True)
+            else:
+                break
+            i += 1
+        if i < n:
+            self.process(argv[i:], state, depth + 1)
+
+    def launcher(self, argv: list[str | None], flags: dict[str, str], state: _State, depth: int) -> None:
+        ranks = state.copy()
+        i, n = 1, len(argv)
+        while i < n:
+            w = argv[i]
+            if w is None:
+                i += 1
+                continue
+            if w == ":":  # MPMD: the next argument set (its flags are read as well)
+                i += 1
+                continue
+            action = flags.get(w)
+            if action is None and "=" in w and w.startswith("--"):  # --mca=... / --host=a,b
+                action = "arg0"
+            if action is None:
+                if w.startswith("-"):
+                    i += 1
+                    continue
+                # the program of this argument set
+                end = i
+                while end < n and argv[end] != ":":
+                    end += 1
+                self.process(argv[i:end], ranks.copy(), depth + 1)
+                i = end
+                continue
+            if action == "set" and i + 1 < n and "=" in (argv[i + 1] or ""):  # -genv NAME=VALUE
+                self.launcher_item(argv[i + 1], state, ranks)
+                i += 2
+            elif action == "set" and i + 2 < n:
+                name, value = argv[i + 1], argv[i + 2]
+                if name is not None:
+                    ranks.vars[name] = _Var([value], True)
+                i += 3
+            elif action == "export" and i + 1 < n:
+                self.launcher_item(argv[i + 1], state, ranks)
+                i += 2
+            elif action == "forward" and i + 1 < n:
+                names = argv[i + 1]
+                for name in (names or "").split(","):
+                    self.launcher_item(name.strip(), state, ranks)
+                i += 2
+            elif action == "mca" and i + 2 < n:
+                if argv[i + 1] == MCA_ENV_LIST:
+                    for item in (argv[i + 2] or "").split(";"):
+                        self.launcher_item(item.strip(), state, ranks)
+                i += 3
+            elif action == "arg":
+                i += 2
+            else:
+                i += 1
+        # the launcher's own flags make settings even when its program is unknown
+        self.report_state(ranks)
+
+    def launcher_item(self, item: str | None, state: _State, ranks: _State) -> None:
+        """NAME=VALUE, or NAME: the launcher's own value of NAME (its container env, or what the
+        script exported before it)."""
+        if not item:
+            return
+        if "=" in item:
+            name, value = item.split("=", 1)
+            ranks.vars[name] = _Var([value], True)
+            return
+        v = state.vars.get(item)
+        if v is not None:
+            values = [x if x is not None else self.inherited(state, item) for x in v.values]
+            ranks.vars[item] = _Var(values, True)
+        else:
+            ranks.vars[item] = _Var([self.inherited(state, item)], True)
+
+    def python(self, argv: list[str | None], state: _State) -> None:
+        i, n = 1, len(argv)
+        while i < n:
+            w = argv[i]
+            if w is None or not w.startswith("-") or w in ("-", "-m") or w.startswith("-m"):
+                return  # a script file, stdin or a module: out of reach
+            if w in ("-W", "-X", "--check-hash-based-pycs"):
+                i += 2
+                continue
+            if w.startswith("-W") or w.startswith("-X") or w.startswith("--"):
+                i += 1
+                continue
+            if not w.startswith("--") and "c" in w[1:]:
+                code = argv[i + 1] if w.endswith("c") and i + 1 < n else w[w.index("c") + 1:] or None
+                if code is not None and mentions(code, self.names):
+                    for name, value in python_settings(code, self.names):
+                        self.report(name, value)
+                return
+            i += 1
+
+    # the shell --------------------------------------------------------------------------------
+
+    def run(self, block: Block, state: _State, depth: int) -> None:
+        self.spend(len(block.items))
+        for item in block.items:
+            if isinstance(item, Cmd):
+                self.command(item, state, depth)
+            else:
+                inner: Block = item
+                if inner.kind == SEQ:
+                    self.run(inner, state, depth)
+                elif inner.kind == SUB:
+                    self.spend(len(state.vars))
+                    self.run(inner, state.copy(), depth)
+                else:
+                    self.spend(2 * len(state.vars))
+                    branch = state.copy()
+                    self.run(inner, branch, depth)
+                    state.merge(branch)
+
+    def command(self, cmd: Cmd, state: _State, depth: int) -> None:
+        for sub in cmd.subs:
+            self.spend(len(state.vars))
+            self.run(sub, state.copy(), depth)
+        if not cmd.words:
+            for name, word in cmd.assigns:
+                self.assign(state, name, self.expand(word, state), False)
+            return
+        argv: list[str | None] = [self.expand(w, state) for w in cmd.words]
+        program = argv[0]
+        if program in _DECLARE or program == "unset":
+            self.declare(str(program), argv[1:], state)
+            return
+        if program == "set":
+            for w in argv[1:]:
+                if w is not None and w.startswith("-") and "a" in w and not w.startswith("--"):
+                    state.allexport = True
+                elif w is not None and w.startswith("+") and "a" in w:
+                    state.allexport = False
+            if "allexport" in argv and argv.index("allexport") > 0:
+                state.allexport = argv[argv.index("allexport") - 1] == "-o"
+            return
+        if program == "eval":
+            text = " ".join(w for w in argv[1:] if w is not None)
+            if None in argv[1:]:
+                self.fallback(text)
+            elif depth < MAX_DEPTH:
+                self.script(text, state, depth + 1)
+            return
+        if program in ("exec", "command", "builtin", "nohup", "time") and len(argv) > 1:
+            rest = argv[1:]
+            while rest and rest[0] is not None and rest[0].startswith("-"):
+                rest = rest[1:]
+            self.command(Cmd(cmd.assigns, [[w] for w in rest], []), state, depth)
+            return
+        if program in _NO_PROCESS:
+            return
+        child = state.child()
+        for name, word in cmd.assigns:  # NAME=value cmd: for this process only
+            if name:
+                child.vars[name] = _Var([self.expand(word, state)], True)
+        self.process(argv, child, depth + 1)
+
+    def declare(self, keyword: str, args: list[str | None], state: _State) -> None:
+        export = keyword == "export"
+        unexport = False
+        functions = False
+        for w in args:
+            if w is None:
+                continue
+            if keyword != "unset" and w[:1] in ("-", "+") and len(w) > 1 and "=" not in w:
+                if "x" in w:
+                    export, unexport = w[0] == "-", w[0] == "+"
+                if "n" in w and keyword == "export":
+                    export, unexport = False, True
+                functions = functions or "f" in w
+                continue
+            if keyword == "unset":
+                if w in ("-f", "-v", "-n"):
+                    functions = w == "-f"
+                    continue
+                if not functions:
+                    state.vars[w] = _Var([], False)  # unset: nothing to see, nothing inherited
+                continue
+            if functions:
+                continue
+            name, eq, value = w.partition("=")
+            if not _NAME.match(name):
+                continue
+            if eq:
+                self.assign(state, name, value, export)
+                if unexport:
+                    state.vars[name].exported = False
+            else:
+                v = state.vars.get(name)
+                if v is None:
+                    inherited = self.inherited(state, name)
+                    v = state.vars[name] = _Var([inherited] if inherited is not None else [], inherited is not None, False)
+                if export:
+                    v.exported = True
+                elif unexport:
+                    v.exported = False
+
+
+# -- the entry point --------------------------------------------------------------------------
+
+def settings(command: list[str] | str, names: frozenset[str], env: Lookup | None = None,
+             budget: Budget | None = None) -> list[tuple[str, str]]:
+    """The values of `names` that the command makes and some process it starts will see, in the
+    order first seen, each (name, value) once. `command`: argv (a container's command + args,
+    `$(VAR)` already expanded) or a shell script. `env`: the container's env, for what the
+    command forwards from it (`mpirun -x NAME`, `export NAME=$OTHER`). `budget`: shared by the
+    calls of one decision (a fresh one per call when None). Never raises: what cannot be read
+    within the budget gets the textual reading (`scan_text`)."""
+    script = isinstance(command, str)
+    text = command if isinstance(command, str) else "\0".join(command)
+    if not mentions(text, names):
+        return []
+    # The pods of a job send the same command: its reading is remembered with the env values
+    # it looked up, and reused while the container env gives the same values.
+    key = (script, text, names)
+    known = _READ.get(key)
+    if known is not None:
+        deps, found = known
+        same = True
+        for name, value in deps:
+            if (env.get(name) if env is not None else None) != value:
+                same = False
+                break
+        if same:
+            return list(found)
+    reader = _Reader(names, env, budget if budget is not None else Budget())
+    try:
+        if isinstance(command, str):
+            reader.script(command, _State({}), 0)
+        else:
+            argv: list[str | None] = list(command)
+            reader.process(argv, _State({}), 0)
+    except (Unreadable, RecursionError):
+        return scan_text(text.replace("\0", " "), names)
+    if reader.complete and len(text) <= MAX_PARSED:
+        if len(_READ) >= CACHE_MAX:
+            _READ.clear()
+        _READ[key] = (tuple(reader.deps), tuple(reader.found))
+    return reader.found
+
+
+_READ: dict[tuple[bool, str, frozenset[str]], tuple[tuple[tuple[str, str | None], ...], tuple[tuple[str, str], ...]]] = {}

@@ -1,0 +1,93 @@
+"""The cheap readings of a command's text: whether it mentions a variable at all (a substring
+test per name prefix, which rules out almost every command before anything is parsed), and the
+textual reading that `webhook.commands.reader` falls back to for a script it cannot parse.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+
+# -- the substring pre-check ------------------------------------------------------------------
+
+_PREFIXES: dict[frozenset[str], tuple[str, ...]] = {}
+
+
+def prefixes(names: frozenset[str]) -> tuple[str, ...]:
+    """The distinct prefixes of `names` up to their first `_` (NCCL_, FI_): one substring test
+    each rules out almost every command. Computed once per set of names."""
+    found = _PREFIXES.get(names)
+    if found is None:
+        seen: list[str] = []
+        for n in sorted(names):
+            cut = n.find("_", 1)
+            p = n[:cut + 1] if cut > 0 else n
+            if p not in seen:
+                seen.append(p)
+        found = tuple(seen)
+        if len(_PREFIXES) < 64:
+            _PREFIXES[names] = found
+    return found
+
+
+def mentions(text: str, names: frozenset[str]) -> bool:
+    """Whether `text` mentions any of `names`: no setting of them can be made otherwise."""
+    for p in prefixes(names):
+        if p in text:
+            for n in names:
+                if n in text:
+                    return True
+            return False
+    return False
+
+
+# -- the textual reading (the fallback) -------------------------------------------------------
+
+_SCANNERS: dict[frozenset[str], tuple[re.Pattern[str], re.Pattern[str]]] = {}
+
+
+def _scanners(names: frozenset[str]) -> tuple[re.Pattern[str], re.Pattern[str]]:
+    """(shell form, shell or os.environ form) for `names`. The shell form starts each
+    alternative with its literal prefix and checks the word start with a lookbehind placed after
+    it, so the regex engine jumps between occurrences of the prefix instead of trying the
+    lookbehind at every character. `NAME=` must start a word: MY_NCCL_NET= does not count."""
+    found = _SCANNERS.get(names)
+    if found is None:
+        alternatives = []
+        for p in prefixes(names):
+            rests = sorted((n[len(p):] for n in names if n.startswith(p)), key=len, reverse=True)
+            alternatives.append(re.escape(p) + "(?<![A-Za-z0-9_]" + re.escape(p) + ")(?:"
+                                + "|".join(re.escape(r) for r in rests) + ")")
+        shell = "(" + "|".join(alternatives) + r")=(\"[^\"]*\"|'[^']*'|[^\s;&|)`]*)"
+        python = (r"environ\[\s*[\"'](" + "|".join(re.escape(n) for n in sorted(names, key=len, reverse=True))
+                  + r")[\"']\s*\]\s*=\s*(\"[^\"]*\"|'[^']*')")
+        found = (re.compile(shell), re.compile(shell + "|" + python))
+        if len(_SCANNERS) < 64:
+            _SCANNERS[names] = found
+    return found
+
+
+def scan_text(text: str, names: frozenset[str]) -> list[tuple[str, str]]:
+    """The textual reading: every `NAME=value` that starts a word, and every
+    `environ["NAME"] = "value"`, in order, whatever surrounds it (a comment, an echo). Values
+    with a `$` are skipped (not known here). What `settings` falls back to for a script it cannot
+    parse: it may report more than the shell would set, never less."""
+    found: list[tuple[str, str]] = []
+    if not mentions(text, names):
+        return found
+    shell, either = _scanners(names)
+    for m in (either if "environ" in text else shell).finditer(text):
+        first: str | None = m.group(1)
+        name: str = first if first else m.group(3)
+        raw: str = m.group(2) if first else m.group(4)
+        if raw[:1] in ("'", '"'):
+            raw = raw[1:-1]
+        elif "\\" in raw or "'" in raw or '"' in raw:  # a shell word with escapes or inner quotes
+            try:
+                raw = "".join(shlex.split(raw))
+            except ValueError:
+                pass
+        if "$" in raw:  # a shell variable: its value is not known here
+            continue
+        found.append((name, raw))
+    return found

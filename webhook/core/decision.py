@@ -1,0 +1,520 @@
+"""The decision: a pure function of (pod, namespace, policies, known network attachments).
+
+    decide(...) -> Decision(outcome, mutated pod, denials, warnings, notes)
+
+No I/O happens here: the namespace and the attachment lookup are handed in already resolved, so
+`/mutate`, `/validate` and `rdma-webhook review` reach the same answer for the same input. The
+steps follow the admission contract: who is considered, which policy applies, which containers
+are targets, the TCP-fallback rules (`webhook.core.fallback`), then the mutation (`webhook.core.mutation`)
+on a private copy. The JSON patch is derived afterwards from the pod as sent and that copy.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Final, Mapping, Protocol
+
+
+from webhook.core import fallback, keys, mutation
+from webhook.grammar import k8s, nccl
+from webhook.fabrics import multus
+from webhook.core.fallback import Finding, Subject, Target
+from webhook.core.model import RESOURCE_EQUIVALENT, RESOURCE_FOREIGN, Device, Policy, PolicySet
+from webhook.fabrics.transports import WARN
+
+SKIPPED, UNCHANGED, MUTATED, DENIED = "skipped", "unchanged", "mutated", "denied"
+
+
+class Attachments(Protocol):
+    """What the decision needs to know about NetworkAttachmentDefinitions."""
+
+    def attachment(self, namespace: str, name: str) -> Mapping[str, Any] | None: ...
+
+
+@dataclass(frozen=True)
+class Namespace:
+    name: str
+    labels: dict[str, str]
+
+
+class Decision:
+    """What happens to a pod. A plain class rather than a dataclass, as are the decision's other
+    per-request objects (review.Request, fallback.Target and Subject): compiled, a dataclass
+    keeps the `__init__` the dataclasses module generates at import, which runs as interpreted
+    bytecode on every construction (4-5K instructions each, 5% of a decision)."""
+
+    def __init__(self, outcome: str, pod: Any, policy: str | None = None, denials: list[Finding] | None = None,
+                 warnings: list[str] | None = None, notes: list[str] | None = None, reason: str = "",
+                 templates: list[Any] | None = None):
+        self.outcome = outcome
+        self.pod = pod  # the mutated copy when outcome is MUTATED, else the pod as sent
+        self.policy = policy
+        self.denials: list[Finding] = [] if denials is None else denials
+        self.warnings: list[str] = [] if warnings is None else warnings
+        self.notes: list[str] = [] if notes is None else notes  # what the mutation added, for people
+        self.reason = reason  # why a pod was skipped or left unchanged
+        self.templates: list[Any] = [] if templates is None else templates  # workloads: one result per pod template
+
+    def __repr__(self) -> str:
+        return f"Decision({self.outcome!r}, policy={self.policy!r}, denials={self.denials!r}, reason={self.reason!r})"
+
+    @property
+    def allowed(self) -> bool:
+        return self.outcome != DENIED
+
+
+def _deny(pod: Any, rule: str, message: str) -> Decision:
+    """A denial before any policy applies: no policy, no warnings."""
+    return Decision(DENIED, pod, None, [Finding(rule, None, message)])
+
+
+def shape_problem(pod: Any) -> str | None:
+    """What makes `pod` unusable as a Pod object (None when the fields we read have sane types).
+    Every request passes here first, so each field is looked up once."""
+    if not isinstance(pod, dict):
+        return "the object is not a JSON object"
+    if pod.get("kind") not in (None, "Pod"):
+        return f"the object is a {pod.get('kind')!r}, not a Pod"
+    found_meta, found_spec = pod.get("metadata"), pod.get("spec")
+    if found_meta is not None and not isinstance(found_meta, dict):
+        return "metadata must be an object"
+    if found_spec is not None and not isinstance(found_spec, dict):
+        return "spec must be an object"
+    meta: dict[str, Any] = found_meta or {}  # typed: compiled, direct dict calls from here on
+    spec: dict[str, Any] = found_spec or {}
+    for key in ("labels", "annotations"):
+        value = meta.get(key)
+        if value is not None and (not isinstance(value, dict) or not k8s.all_str(value.values())):
+            return f"metadata.{key} must map strings to strings"
+    for key in ("containers", "initContainers", "volumes", "resourceClaims"):
+        value = spec.get(key)
+        if value is not None and (not isinstance(value, list) or not k8s.all_dict(value)):
+            return f"spec.{key} must be a list of objects"
+    for kind in ("containers", "initContainers"):
+        for i, c in enumerate(spec.get(kind) or ()):
+            problem = _container_shape_problem(c)
+            if problem:
+                return f"spec.{kind}[{i}].{problem}"
+    return None
+
+
+def _container_shape_problem(c: dict[str, Any]) -> str | None:
+    resources, sc = c.get("resources"), c.get("securityContext")
+    if resources is not None and not isinstance(resources, dict):
+        return "resources must be an object"
+    if sc is not None and not isinstance(sc, dict):
+        return "securityContext must be an object"
+    for key in ("env", "envFrom", "volumeMounts", "command", "args"):
+        value = c.get(key)
+        if value is not None and not isinstance(value, list):
+            return f"{key} must be a list"
+    if resources:
+        for key in ("limits", "requests"):
+            sect = resources.get(key)
+            if sect is not None and not isinstance(sect, dict):
+                return f"resources.{key} must be an object"
+        claims = resources.get("claims")
+        if claims is not None and not isinstance(claims, list):
+            return "resources.claims must be a list"
+    caps = sc.get("capabilities") if sc else None
+    if caps is not None:
+        if not isinstance(caps, dict):
+            return "securityContext.capabilities must hold add/drop lists"
+        for key in ("add", "drop"):
+            if caps.get(key) is not None and not isinstance(caps[key], list):
+                return "securityContext.capabilities must hold add/drop lists"
+    return None
+
+
+def pod_name(pod: Any) -> str:
+    """The pod's name, or its generateName with a `*` (controller-made pods have no name yet)."""
+    meta = pod.get("metadata") if isinstance(pod, dict) else None
+    if not isinstance(meta, dict):
+        return "(unnamed)"
+    if isinstance(meta.get("name"), str) and meta["name"]:
+        return meta["name"]
+    if isinstance(meta.get("generateName"), str) and meta["generateName"]:
+        return f"{meta['generateName']}*"
+    return "(unnamed)"
+
+
+def _annotations(pod: dict[str, Any]) -> dict[str, str]:
+    meta: dict[str, Any] = pod.get("metadata") or {}
+    found: dict[str, str] = meta.get("annotations") or {}
+    return found
+
+
+def select_policy(pod: dict[str, Any], ns: Namespace, policies: PolicySet | None) -> tuple[Policy | None, str | None]:
+    """(policy, None) or (None, why no policy applies): pod annotation, else namespace label,
+    else the highest-precedence policy whose namespace selector matches."""
+    if not policies:
+        return None, "the webhook has no valid policies loaded; ask the platform team to check `rdma-webhook policy lint`"
+    asked = _annotations(pod).get(keys.POD_POLICY)
+    if asked is not None:
+        policy = policies.get(asked)
+        if policy is None:
+            known = ", ".join(sorted(policies.by_name))
+            return None, f"annotation {keys.POD_POLICY}={asked!r} names no policy (known: {known}); fix the annotation"
+        if not policy.allows_namespace(ns.labels):
+            return None, f"policy {asked!r} (annotation {keys.POD_POLICY}) may not be used in namespace {ns.name!r}; remove the annotation or ask the platform team"
+        return policy, None
+    ns_default = ns.labels.get(keys.NS_POLICY)
+    if ns_default is not None:
+        policy = policies.get(ns_default)
+        if policy is None:
+            return None, f"namespace {ns.name!r} label {keys.NS_POLICY}={ns_default!r} names no policy; ask the platform team to fix the label"
+        if not policy.allows_namespace(ns.labels):
+            return None, f"namespace {ns.name!r} label {keys.NS_POLICY} names policy {ns_default!r}, whose namespaceSelector does not allow this namespace"
+        return policy, None
+    policy = policies.for_namespace(ns.labels)
+    if policy is None:
+        return None, (f"pod asked for RDMA ({keys.POD_INJECT}=true) but no policy applies to namespace {ns.name!r}; "
+                      f"set the pod annotation {keys.POD_POLICY}=<policy> or the namespace label {keys.NS_POLICY}=<policy>")
+    return policy, None
+
+
+def _gpu_amount(value: Any) -> int:
+    """A GPU limit or request as a count (0 at least); -1 when it is no finite quantity ("many",
+    "$GPU_PER_NODE", "inf"), which must not be read as "no GPU"."""
+    if type(value) is str and value.isdecimal() and value.isascii():  # "8": the usual form
+        return int(value)
+    try:
+        amount = k8s.parse_quantity(value)
+    except ValueError:
+        return -1
+    if not amount.is_finite():  # the parser takes "inf" and "NaN"
+        return -1
+    return max(0, int(amount))  # a negative count is no GPU (the API server refuses it anyway)
+
+
+def _gpu_count(container: dict[str, Any], gpu_resources: tuple[str, ...]) -> int:
+    """The GPUs a container requests; -1 when a GPU value is no quantity (`_gpu_value_problem`
+    says which)."""
+    resources: dict[str, Any] = container.get("resources") or {}
+    best = 0
+    for section in ("limits", "requests"):
+        values: dict[str, Any] = resources.get(section) or {}
+        for res in gpu_resources:
+            if res in values:
+                count = _gpu_amount(values[res])
+                if count < 0:
+                    return -1
+                best = max(best, count)
+    return best
+
+
+def _gpu_value_problem(container: dict[str, Any], gpu_resources: tuple[str, ...]) -> str:
+    """Which GPU value of a container `_gpu_count` refused, as the malformed-pod denial names it."""
+    resources: dict[str, Any] = container.get("resources") or {}
+    for section in ("limits", "requests"):
+        values: dict[str, Any] = resources.get(section) or {}
+        for res in gpu_resources:
+            if res in values and _gpu_amount(values[res]) < 0:
+                return f"resources.{section}[{res!r}] is not a quantity: {values[res]!r}"
+    # Unreachable: called only when _gpu_count found such a value, by the same test in the same order.
+    raise AssertionError
+
+
+def find_targets(pod: dict[str, Any], policy: Policy, malformed: list[str] | None = None) -> list[Target]:
+    """The containers that request one of the policy's GPUs. A GPU value that is no quantity
+    makes none a target; with `malformed` given, it is also reported there (the API server
+    never sends one: it refuses such a pod before admission; `review` reads unrendered files)."""
+    targets = []
+    spec: dict[str, Any] = pod.get("spec") or {}
+    containers: list[dict[str, Any]] = spec.get("containers") or []
+    for i, c in enumerate(containers):
+        gpus = _gpu_count(c, policy.gpu_resources)
+        if gpus > 0:
+            targets.append(Target(i, str(c.get("name")), gpus, k8s.Env(c.get("env")), bool(c.get("envFrom"))))
+        elif gpus < 0 and malformed is not None:
+            malformed.append(f"spec.containers[{i}].{_gpu_value_problem(c, policy.gpu_resources)}")
+    return targets
+
+
+_NO_GPUS = ("", "void", "none")
+
+
+def _sees_gpus_otherwise(c: dict[str, Any]) -> bool:
+    """A container that runs NCCL on GPUs without requesting one by resource: it references a
+    DRA claim (GPUs allocated through Dynamic Resource Allocation), or the NVIDIA container
+    runtime gives it GPUs through NVIDIA_VISIBLE_DEVICES (`all` or a list; `void`/`none` give
+    none), the pattern of privileged vendor benchmarks."""
+    resources: dict[str, Any] = c.get("resources") or {}
+    if resources.get("claims"):
+        return True
+    env: list[Any] = c.get("env") or []
+    for e in env:
+        if isinstance(e, dict) and e.get("name") == "NVIDIA_VISIBLE_DEVICES":
+            value = e.get("value")
+            return isinstance(value, str) and value.strip().lower() not in _NO_GPUS
+    return False
+
+
+def find_checked(pod: dict[str, Any], targets: list[Target]) -> list[Target]:
+    """The containers besides the targets whose NCCL settings are checked: those that see GPUs
+    another way (`_sees_gpus_otherwise`). They are checked, not mutated: the policy's devices
+    and block go to containers that request a GPU."""
+    spec: dict[str, Any] = pod.get("spec") or {}
+    containers: list[dict[str, Any]] = spec.get("containers") or []
+    out: list[Target] = []
+    taken = [t.index for t in targets]
+    for i, c in enumerate(containers):
+        if i not in taken and _sees_gpus_otherwise(c):
+            out.append(Target(i, str(c.get("name")), 0, k8s.Env(c.get("env")), bool(c.get("envFrom"))))
+    return out
+
+
+def _network_devices(policy: Policy, pod_ns: str, attachments: Attachments | None, problems: list[Finding]) -> list[Device]:
+    """The device resource behind each of the policy's networks: the NetworkAttachmentDefinition's
+    resourceName annotation when the cluster state has it, else the network's `resource`."""
+    out: list[Device] = []
+    for n in policy.networks:
+        net_ns = n.namespace or pod_ns
+        resource: str | None  # set on every path that reaches network_device
+        if attachments is None:  # cluster state not known (offline review without a state file)
+            if n.resource is None:
+                problems.append(Finding("network-attachment", None,
+                                        f"the {policy.name} policy takes its device resource from NetworkAttachmentDefinition "
+                                        f"{net_ns}/{n.name}, which cannot be looked up here"))
+                continue
+            resource = n.resource
+        else:
+            nad = attachments.attachment(net_ns, n.name)
+            if nad is None:
+                problems.append(Finding("network-attachment", None,
+                                        f"NetworkAttachmentDefinition {net_ns}/{n.name} does not exist, so Multus cannot attach "
+                                        f"the RDMA network and NCCL would use TCP; ask the platform team to create it in {net_ns!r}"))
+                continue
+            resource = ((nad.get("metadata") or {}).get("annotations") or {}).get(keys.NAD_RESOURCE_NAME) or n.resource
+            if not resource:
+                problems.append(Finding("network-attachment", None,
+                                        f"NetworkAttachmentDefinition {net_ns}/{n.name} names no device resource "
+                                        f"({keys.NAD_RESOURCE_NAME}) and the {policy.name} policy gives none: the pod would get an "
+                                        f"interface without an RDMA device"))
+                continue
+        out.append(policy.network_device(n, resource))
+    return out
+
+
+def _fitting(resource: str, ns: Namespace, by: dict[str, list[Policy]]) -> str:
+    """How to fix a pod that brings another fabric's device or claim: the policy that provides it
+    here. `by` never lists the pod's own policy under `resource`, which is foreign to it."""
+    for other in by.get(resource) or ():
+        if other.allows_namespace(ns.labels):
+            return f"select policy {other.name} with the annotation {keys.POD_POLICY}: {other.name}"
+    return "no policy of this namespace provides it; remove it, or ask the platform team for a policy of that fabric"
+
+
+def _check_fabric(pod: dict[str, Any], policy: Policy, policies: PolicySet, ns: Namespace, targets: list[Target],
+                  devices: list[Device], problems: list[Finding]) -> str | None:
+    """Mark targets that already have this fabric's device by another name, deny another fabric's
+    device or claim, and return the pod's resourceClaims entry of this fabric's claim (None when
+    the policy claims nothing; the policy's own entry name when the pod has none yet)."""
+    kinds = policies.resource_kinds(policy)
+    for t in targets:
+        resources: dict[str, Any] = (_container(pod, t.index).get("resources") or {})
+        seen: list[str] = []
+        for section in ("limits", "requests"):
+            values: dict[str, Any] = resources.get(section) or {}
+            for res in values:
+                kind = kinds.get(res)
+                if kind is None:
+                    kind = policies.resource_kind(policy, res, kinds)
+                if kind == RESOURCE_EQUIVALENT:
+                    t.has_fabric = True
+                elif kind == RESOURCE_FOREIGN and res not in seen and not _resolved(res, devices):
+                    seen.append(res)
+                    mine = ", ".join(policy.own_resources) or (f"a DRA claim ({policy.claim.template})" if policy.claim else "the host's devices")
+                    problems.append(Finding("fabric-mismatch", t.name,
+                                            f"this pod requests {res}, another fabric's RDMA device; policy {policy.name} provides "
+                                            f"{mine}; {_fitting(res, ns, policies.by_resource)}"))
+    spec: dict[str, Any] = pod.get("spec") or {}
+    claims: list[dict[str, Any]] = spec.get("resourceClaims") or []
+    entry = policy.claim.name if policy.claim is not None else None
+    for c in claims:
+        template = c.get("resourceClaimTemplateName") or c.get("resourceClaimName")
+        if not isinstance(template, str):
+            continue
+        if policy.claim is not None and (template == policy.claim.template or template in policy.claim.equivalent):
+            entry = str(c.get("name"))
+        elif template in policies.by_claim_template:
+            problems.append(Finding("fabric-mismatch", None,
+                                    f"this pod claims {template}, another fabric's RDMA NIC; policy {policy.name} provides "
+                                    f"{', '.join(policy.own_resources) or 'another claim'}; "
+                                    f"{_fitting(template, ns, policies.by_claim_template)}"))
+    return entry
+
+
+def _resolved(resource: str, devices: list[Device]) -> bool:
+    for d in devices:
+        if d.resource == resource:
+            return True
+    return False
+
+
+def _container(pod: dict[str, Any], index: int) -> dict[str, Any]:
+    spec: dict[str, Any] = pod["spec"]
+    containers: list[dict[str, Any]] = spec["containers"]
+    return containers[index]
+
+
+_IFNAME_SEEN: Final[dict[tuple[str, tuple[str, ...]], bool]] = {}
+
+
+def _ifname_matches(value: str, secondary: list[str]) -> bool:
+    """Whether NCCL_SOCKET_IFNAME=value keeps an interface of the pod (NCCL's prefix/`=`exact
+    grammar, as for NCCL_IB_HCA; an exclusion list `^...` always leaves one). Remembered: the
+    pods of a job repeat one value and one set of interfaces. The interfaces are kept as a tuple,
+    not joined: a Multus annotation may name an interface "x,y", which is not "x" and "y"."""
+    names = tuple(secondary)
+    key = (value, names)
+    known = _IFNAME_SEEN.get(key)
+    if known is not None:
+        return known
+    flt = nccl.parse_hca(value)
+    found = flt.exclude or not flt.entries
+    if not found:
+        for name in ("eth0", "lo", *secondary):
+            if nccl.hca_selects(flt, name):
+                found = True
+                break
+    if len(value) + len(names) + sum([len(n) for n in names]) <= 512:  # not a hostile pod's thousands of names
+        if len(_IFNAME_SEEN) >= 1024:
+            _IFNAME_SEEN.clear()
+        _IFNAME_SEEN[key] = found
+    return found
+
+
+def _warnings(pod: dict[str, Any], subject: Subject) -> list[str]:
+    out: list[str] = []
+    spec: dict[str, Any] = pod.get("spec") or {}
+    on_host = spec.get("hostNetwork") is True  # the host's interfaces: not known here
+    secondary: list[str] = subject.networks.pod_interfaces if subject.networks is not None else []
+    found = spec.get("securityContext")
+    pod_sc: dict[str, Any] = found if isinstance(found, dict) else {}
+    for c, _, settings in subject.commands():
+        for name, value in settings:
+            if name == "NCCL_DEBUG" and nccl.debug_verbose(value):
+                out.append(f"{c.get('name')}: the command sets NCCL_DEBUG={value}, which logs heavily; use WARN outside debugging")
+                break
+    for t in subject.targets:
+        debug = t.env.get("NCCL_DEBUG")
+        if nccl.debug_verbose(debug):
+            out.append(f"{t.name}: NCCL_DEBUG={debug} logs heavily; use WARN outside debugging")
+        if t.has_env_from:
+            out.append(f"{t.name}: envFrom values cannot be checked for NCCL settings; the policy's env entries take precedence over them")
+        unknown = [n for n in subject.policy.watched if t.env.unknown(n)]
+        if unknown:
+            out.append(f"{t.name}: {', '.join(unknown)} come from valueFrom and cannot be checked")
+        for var in subject.policy.warned:
+            setting = t.env.get(var)
+            if setting is not None:
+                judged = fallback.judge_setting(var, setting, subject.policy)
+                if judged is not None and judged[0] == WARN:
+                    out.append(f"{t.name}: {judged[1]}")
+        ifname = t.env.get("NCCL_SOCKET_IFNAME")
+        if ifname is not None and not on_host and not _ifname_matches(ifname, secondary):
+            have = ", ".join(["eth0", *secondary])
+            out.append(f"{t.name}: NCCL_SOCKET_IFNAME={repr(ifname)} names no interface the pod will have ({have}), so NCCL's "
+                       f"bootstrap cannot start; remove it or name one of those")
+        sc: dict[str, Any] = subject.container(t).get("securityContext") or {}
+        non_root = sc.get("runAsNonRoot", pod_sc.get("runAsNonRoot")) is True
+        user = sc.get("runAsUser", pod_sc.get("runAsUser"))
+        if non_root or (isinstance(user, int) and user != 0):
+            out.append(f"{t.name}: runs as non-root, so the added IPC_LOCK stays out of its effective capabilities; "
+                       f"raise the memlock limit or grant the capability in the image")
+    return out
+
+
+def _assess(pod: Any, namespace: Namespace | None, policies: PolicySet | None, attachments: Attachments | None,
+            operation: str, final: bool) -> Decision | tuple[Subject, list[str]]:
+    """The steps `decide` and `check_final` share: who is considered, the policy, the targets and
+    the rules. Returns a finished Decision, or the subject and warnings of a pod that passed."""
+    problem = shape_problem(pod)
+    if problem:
+        return _deny(pod, "malformed-pod", f"the request's pod is malformed: {problem}")
+    # From here on the pod has the shape `shape_problem` checked: typed as dicts and lists, so
+    # that compiled code reads them with direct dict calls instead of generic method calls.
+    checked: dict[str, Any] = pod
+    meta: dict[str, Any] = checked.get("metadata") or {}
+    labels: dict[str, str] = meta.get("labels") or {}
+    if operation != "CREATE":
+        return Decision(SKIPPED, pod, reason=f"operation {operation}, only CREATE is considered")
+    if labels.get(keys.POD_INJECT) != keys.POD_INJECT_TRUE:
+        return Decision(SKIPPED, pod, reason=f"pod does not carry {keys.POD_INJECT}=true")
+    if namespace is None:
+        return _deny(pod, "namespace-unknown",
+                     "the pod's namespace is unknown to the webhook, so its opt-in cannot be checked; retry in a moment")
+    if namespace.labels.get(keys.NS_INJECTION) != keys.NS_INJECTION_ENABLED:
+        return Decision(SKIPPED, pod, reason=f"namespace {namespace.name!r} does not carry {keys.NS_INJECTION}=enabled")
+
+    policy, why = select_policy(pod, namespace, policies)
+    if policy is None:
+        assert why is not None  # select_policy says why no policy applies
+        return _deny(pod, "no-policy", why)
+
+    malformed: list[str] = []
+    targets = find_targets(pod, policy, malformed)
+    if malformed:
+        return _deny(pod, "malformed-pod", f"the request's pod is malformed: {malformed[0]}")
+    others = find_checked(checked, targets)
+    if not targets:
+        # No container gets RDMA, but a launcher's `mpirun -x NCCL_IB_DISABLE=1` still sends
+        # every worker to TCP: the command rules apply to every labelled pod, and the env rule
+        # to containers that see GPUs without requesting one.
+        subject = Subject(pod, policy, namespace.labels, [])
+        subject.others = others
+        warnings = _warnings(pod, subject)
+        denials = fallback.rule("env-fallback").check(subject) + fallback.rule("command-fallback").check(subject)
+        if denials:
+            return Decision(DENIED, pod, policy.name, denials, warnings)
+        gpu = "/".join(policy.gpu_resources)
+        warnings.insert(0, f"no container requests a GPU ({gpu}); left unchanged (an MPI launcher needs no RDMA device)")
+        return Decision(UNCHANGED, pod, policy.name, warnings=warnings, reason="no GPU container")
+
+    problems: list[Finding] = []
+    devices = list(policy.devices)
+    if policy.networks:
+        devices.extend(_network_devices(policy, namespace.name, attachments, problems))
+    assert policies is not None  # select_policy found one
+    claim_entry = _check_fabric(checked, policy, policies, namespace, targets, devices, problems)
+    annotations: dict[str, str] = meta.get("annotations") or {}
+    plan: multus.Plan | None = None
+    if policy.networks or keys.MULTUS_NETWORKS in annotations:
+        plan = multus.plan(annotations.get(keys.MULTUS_NETWORKS), policy.networks, namespace.name)
+        if plan.problem is not None:
+            if policy.networks:
+                problems.append(Finding("multus-annotation", None, f"{keys.MULTUS_NETWORKS}: {plan.problem}"))
+            plan = None
+    subject = Subject(pod, policy, namespace.labels, targets, devices, problems, plan, claim_entry)
+    subject.others = others
+    denials = fallback.findings(subject, final=final)
+    warnings = _warnings(pod, subject)
+    if denials:
+        return Decision(DENIED, pod, policy.name, denials, warnings)
+    return subject, warnings
+
+
+def decide(pod: Any, namespace: Namespace | None, policies: PolicySet | None,
+           attachments: Attachments | None = None, operation: str = "CREATE") -> Decision:
+    """Decide what happens to `pod` (the raw object as sent; never modified here)."""
+    assessed = _assess(pod, namespace, policies, attachments, operation, final=False)
+    if isinstance(assessed, Decision):
+        return assessed
+    subject, warnings = assessed
+    mutated = mutation.private_copy(pod, subject.targets)  # shares what the mutation leaves alone
+    notes = mutation.apply(mutated, subject, warnings)
+    if mutated == pod:
+        return Decision(UNCHANGED, pod, subject.policy.name, warnings=warnings, reason="already injected")
+    return Decision(MUTATED, mutated, subject.policy.name, warnings=warnings, notes=notes)
+
+
+def check_final(pod: Any, namespace: Namespace | None, policies: PolicySet | None,
+                attachments: Attachments | None = None, operation: str = "CREATE") -> Decision:
+    """The final-state guard for a pod as it will be stored, after every mutating webhook ran:
+    the TCP-fallback rules plus the rules that the RDMA pieces are really there. No mutation."""
+    assessed = _assess(pod, namespace, policies, attachments, operation, final=True)
+    if isinstance(assessed, Decision):
+        return assessed
+    subject, warnings = assessed
+    return Decision(UNCHANGED, pod, subject.policy.name, warnings=warnings, reason="final state keeps RDMA")

@@ -1,0 +1,395 @@
+"""The TCP-fallback rules: every way a pod that asked for RDMA would end up on NET/Socket anyway,
+or could not get RDMA at all. One table, `RULES`; each rule has an id, a check and a fix.
+
+A rule looks at a `Subject` (the pod as the user wrote it, the chosen policy, the namespace and
+what the decision already resolved) and returns findings. Each finding says which container,
+which setting, why it means TCP and what to change, because the message goes straight back to
+the person who ran `kubectl apply`. Adding a rule is one function and one table entry.
+
+Values are judged the way NCCL and Kubernetes will judge them (see `webhook.grammar.nccl` and
+`webhook.grammar.k8s`): `$(VAR)` references are expanded, NCCL_IB_DISABLE is read with strtoll,
+NCCL_NET case-insensitively, NCCL_IB_HCA with NCCL's own filter grammar.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from webhook.commands import launchers, reader
+from webhook.commands.text import mentions
+from webhook.grammar import k8s, nccl
+from webhook.core import keys
+from webhook.fabrics import multus
+from webhook.core.model import Device, Policy
+from webhook.fabrics.transports import DENY, TRANSPORTS
+
+
+@dataclass(frozen=True)
+class Finding:
+    rule: str
+    container: str | None
+    message: str
+
+    def text(self) -> str:
+        where = f"container {repr(self.container)}: " if self.container else ""
+        return f"{where}{self.message} [{self.rule}]"
+
+
+class Target:
+    """A container that gets RDMA: it asks for a GPU. (Target and Subject are plain classes, not
+    dataclasses: see `decision.Decision`.)"""
+
+    def __init__(self, index: int, name: str, gpus: int, env: k8s.Env, has_env_from: bool):
+        self.index = index
+        self.name = name
+        self.gpus = gpus
+        self.env = env  # the values its process will see from `env`, `$(VAR)`s expanded
+        self.has_env_from = has_env_from
+        # It already has this fabric's device by another name (the policy's equivalentResources,
+        # or the pod claims an equivalent DRA template): the policy's devices are not added.
+        self.has_fabric = False
+
+
+class Subject:
+    """What the rules look at: the pod (of the shape `decision.shape_problem` checked), the
+    policy, the namespace's labels, the targets and what the decision resolved."""
+
+    def __init__(self, pod: dict[str, Any], policy: Policy, namespace_labels: dict[str, str], targets: list[Target],
+                 devices: list[Device] | None = None, problems: list[Finding] | None = None,
+                 networks: multus.Plan | None = None, claim_entry: str | None = None):
+        self.pod = pod
+        self.policy = policy
+        self.namespace_labels = namespace_labels
+        self.targets = targets
+        # The device resources every target gets: the policy's rails and each network's
+        # resource as its NetworkAttachmentDefinition names it.
+        self.devices: list[Device] = [] if devices is None else devices
+        self.problems: list[Finding] = [] if problems is None else problems  # found while resolving
+        self.networks = networks  # the Multus annotation as it will be, and the interface names
+        self.claim_entry = claim_entry  # the spec.resourceClaims entry the targets reference
+        # Containers that see GPUs without requesting one (a DRA claim, NVIDIA_VISIBLE_DEVICES):
+        # their settings are checked like the targets', nothing is added to them.
+        self.others: list[Target] = []
+        self._commands: list[tuple[dict[str, Any], str, list[tuple[str, str]]]] | None = None
+
+    def container(self, t: Target) -> dict[str, Any]:
+        spec: dict[str, Any] = self.pod["spec"]
+        containers: list[dict[str, Any]] = spec["containers"]
+        return containers[t.index]
+
+    def commands(self) -> list[tuple[dict[str, Any], str, list[tuple[str, str]]]]:
+        """(container, its command line, the settings of the policy's `scanned` names it makes)
+        for every container whose command or args make any, read as the shell and the launchers
+        read them (`webhook.commands.reader`). Computed once per decision, for the rules and the
+        warnings. Plain loops, no generators: this runs for every labelled pod, and only a
+        command that mentions one of the names is read further."""
+        if self._commands is not None:
+            return self._commands
+        wanted = self.policy.scanned
+        found: list[tuple[dict[str, Any], str, list[tuple[str, str]]]] = []
+        budget: reader.Budget | None = None  # one per decision: linear whatever the scripts
+        spec: dict[str, Any] = self.pod.get("spec") or {}
+        for kind in ("initContainers", "containers"):
+            containers: list[dict[str, Any]] = spec.get(kind) or []
+            for i, c in enumerate(containers):
+                if not (c.get("command") or c.get("args")):
+                    continue
+                # `$(VAR)` in a target expands against the env the decision resolved already
+                env: k8s.Env | None = None
+                if kind == "containers":
+                    for t in self.targets:
+                        if t.index == i:
+                            env = t.env
+                            break
+                words = command_words(c, env)
+                line = " ".join(words)
+                if mentions(line, wanted):
+                    if env is None:
+                        env = k8s.Env(c.get("env"))
+                    if budget is None:
+                        budget = reader.Budget()
+                    settings = reader.settings(words, wanted, env, budget)
+                    if settings:
+                        found.append((c, line, settings))
+        self._commands = found
+        return found
+
+
+# -- the judgement of single settings, shared by env and command checks ---------------------
+
+_JUDGED_MAX = 1024  # per policy; a flood of distinct values cannot grow it further
+
+
+def judge_setting(name: str, value: str, policy: Policy) -> tuple[str, str] | None:
+    """(severity, why) when setting name=value sends this pod to TCP (`transports.DENY`) or costs
+    RDMA a feature (`transports.WARN`) on the policy's transport, else None. Remembered per
+    policy (`Policy.judged`): the pods of a job repeat the same few settings."""
+    judged = policy.judged
+    key = (name, value)
+    if key in judged:
+        return judged[key]
+    why: tuple[str, str] | None = None
+    for sig in policy.signatures:
+        if sig.variable == name:
+            found = sig.judge(value, policy.fabric)
+            if found:
+                why = (sig.severity, found)
+                break
+    if len(judged) >= _JUDGED_MAX:
+        judged.clear()
+    judged[key] = why
+    return why
+
+
+def _rule_env(s: Subject) -> list[Finding]:
+    out: list[Finding] = []
+    for t in s.targets + s.others if s.others else s.targets:
+        for name in s.policy.watched:
+            value = t.env.get(name)
+            if value is not None:
+                why = judge_setting(name, value, s.policy)
+                if why is not None and why[0] == DENY:
+                    out.append(Finding("env-fallback", t.name, why[1] + " in env"))
+    return out
+
+
+# Every variable a transport's table judges, and NCCL_DEBUG (for a warning): what a command is
+# read for when no policy narrows it. A decision reads each command for its policy's
+# `Policy.scanned`. How a command is read: `webhook.commands.reader`.
+_SCANNED = tuple(sorted({sig.variable for table in TRANSPORTS.values() for sig in table} | {"NCCL_DEBUG"}))
+# The names a command is read for by default (`command_settings`; a decision reads its policy's): the
+# watched ones and NCCL_DEBUG. How a command is read: `webhook.commands.reader`.
+SCANNED_NAMES: frozenset[str] = frozenset(_SCANNED)
+
+
+def command_settings(text: str, names: frozenset[str] = SCANNED_NAMES, env: k8s.Lookup | None = None) -> list[tuple[str, str]]:
+    """The settings of `names` a shell script makes for the processes it starts, in order."""
+    return reader.settings(text, names, env)
+
+
+def command_words(container: dict[str, Any], env: k8s.Lookup | None = None) -> list[str]:
+    """command + args as the kubelet runs them: `$(VAR)` expanded from the container's env
+    (`env`, when the caller has it already)."""
+    words = [*(container.get("command") or ()), *(container.get("args") or ())]
+    if not k8s.all_str(words):
+        words = [w for w in words if isinstance(w, str)]
+    if "$(" in "\0".join(words):  # "\0" between words: only a `$(` within one word counts
+        if env is None:
+            env = k8s.Env(container.get("env"))
+        words = [k8s.expand(w, env) if "$" in w else w for w in words]
+    return words
+
+
+def _launcher_note(line: str) -> str:
+    """Which MPI launcher of the command line passes the setting to every rank, if any."""
+    for word in line.split():
+        base = word.rsplit("/", 1)[-1]
+        if base in launchers.LAUNCHERS:
+            flag = " -x" if base == "mpirun" and " -x " in line else ""
+            return f" ({base}{flag} exports it to every rank)"
+    return ""
+
+
+def _rule_command(s: Subject) -> list[Finding]:
+    out: list[Finding] = []
+    for c, line, settings in s.commands():
+        for name, value in settings:
+            why = judge_setting(name, value, s.policy)
+            if why is not None and why[0] == DENY:
+                out.append(Finding("command-fallback", c.get("name"), why[1] + f" in the command{_launcher_note(line)}"))
+    return out
+
+
+def _drops_ipc_lock(container: dict[str, Any]) -> bool:
+    sc: dict[str, Any] = container.get("securityContext") or {}
+    caps: dict[str, Any] = sc.get("capabilities") or {}
+    return k8s.has_capability(caps.get("drop"), keys.IPC_LOCK)
+
+
+def _rule_ipc_lock_dropped(s: Subject) -> list[Finding]:
+    out: list[Finding] = []
+    for t in s.targets:
+        if _drops_ipc_lock(s.container(t)):
+            out.append(Finding("ipc-lock-dropped", t.name,
+                               "securityContext.capabilities.drop lists IPC_LOCK, which RDMA needs to pin memory "
+                               "(ibv_reg_mr fails and NCCL falls back to TCP); remove IPC_LOCK from drop "
+                               "(dropping ALL is fine)"))
+    return out
+
+
+def _rule_host_network(s: Subject) -> list[Finding]:
+    mode = s.policy.host_network
+    on_host = (s.pod.get("spec") or {}).get("hostNetwork") is True
+    if mode == "Forbidden" and on_host:
+        if s.policy.networks:
+            names = ", ".join(repr(n.name) for n in s.policy.networks)
+            why = f"attaches the Multus network(s) {names} and Multus does not attach networks to host-network pods"
+        else:
+            why = "does not reach its fabric through the host's interfaces"
+        return [Finding("host-network", None, f"hostNetwork: true, but the {s.policy.name} policy {why}; remove hostNetwork")]
+    if mode == "Required" and not on_host:
+        return [Finding("host-network", None,
+                        f"the {s.policy.name} policy's {s.policy.fabric.kind} fabric is reached through the host's "
+                        f"interfaces, and without hostNetwork: true the pod sees only its own eth0, so NCCL finds no "
+                        f"RDMA device and uses TCP; set hostNetwork: true (and dnsPolicy: ClusterFirstWithHostNet)")]
+    return []
+
+
+def _host_devices_visible(container: dict[str, Any]) -> bool:
+    sc: dict[str, Any] = container.get("securityContext") or {}
+    if sc.get("privileged") is True:
+        return True
+    mounts: list[Any] = container.get("volumeMounts") or []
+    for m in mounts:
+        if isinstance(m, dict) and str(m.get("mountPath", "")).rstrip("/") == "/dev/infiniband":
+            return True
+    return False
+
+
+def _rule_host_devices(s: Subject) -> list[Finding]:
+    """A fabric with no device plugin, network or claim: the RDMA devices are the host's, and a
+    container only sees /dev/infiniband when it is privileged or mounts it (the webhook never
+    adds either)."""
+    if not s.policy.host_fabric():
+        return []
+    out: list[Finding] = []
+    for t in s.targets:
+        if not _host_devices_visible(s.container(t)):
+            out.append(Finding("host-rdma-devices", t.name,
+                               f"the {s.policy.name} policy's RDMA devices come from the host without a device plugin, "
+                               f"and this container neither mounts /dev/infiniband nor runs privileged, so NCCL finds no "
+                               f"RDMA device and uses TCP; mount the host's /dev/infiniband (hostPath) into it"))
+    return out
+
+
+def _rule_pod_security(s: Subject) -> list[Finding]:
+    level = s.namespace_labels.get(keys.PSA_ENFORCE)
+    if level not in ("baseline", "restricted"):
+        return []
+    return [Finding("pod-security", None,
+                    f"the namespace enforces the {level!r} Pod Security Standard, which rejects the IPC_LOCK "
+                    f"capability RDMA needs; ask the platform team for a namespace at the 'privileged' level "
+                    f"(label {keys.PSA_ENFORCE}) or run the job elsewhere")]
+
+
+_ZERO = ("0", "0.0", "0m", "-0")
+
+
+def _rule_device_zero(s: Subject) -> list[Finding]:
+    if not s.devices:
+        return []
+    out: list[Finding] = []
+    for t in s.targets:
+        if t.has_fabric:
+            continue
+        resources: dict[str, Any] = s.container(t).get("resources") or {}
+        for d in s.devices:
+            res = d.resource
+            for section in ("limits", "requests"):
+                values: dict[str, Any] = resources.get(section) or {}
+                value = values.get(res)
+                if value is not None and str(value).strip() in _ZERO:
+                    out.append(Finding("device-zero", t.name,
+                                       f"resources.{section} sets {res}: {value!r}, an explicit zero, so the container gets no "
+                                       f"RDMA device and NCCL uses TCP; remove it and the policy adds the right count"))
+                    break
+    return out
+
+
+def _rule_problems(s: Subject) -> list[Finding]:
+    return s.problems
+
+
+@dataclass(frozen=True)
+class Rule:
+    id: str
+    summary: str
+    check: Callable[[Subject], list[Finding]]
+
+
+RULES: tuple[Rule, ...] = (
+    Rule("env-fallback", "the env of a container that can run NCCL (a GPU by resource, by DRA claim or through NVIDIA_VISIBLE_DEVICES) makes a fallback setting of the policy's transport", _rule_env),
+    Rule("command-fallback", "the same settings made in the command or args of any container, read as the shell and the MPI launchers read them (webhook/commands/reader.py)", _rule_command),
+    Rule("ipc-lock-dropped", "a GPU container drops IPC_LOCK explicitly", _rule_ipc_lock_dropped),
+    Rule("host-network", "hostNetwork on a policy whose fabric is not the host's (Multus networks), or none on one that requires it", _rule_host_network),
+    Rule("host-rdma-devices", "a host-network fabric's GPU container that cannot see the host's /dev/infiniband", _rule_host_devices),
+    Rule("pod-security", "the namespace enforces the baseline or restricted Pod Security Standard", _rule_pod_security),
+    Rule("device-zero", "a GPU container sets an RDMA device resource to zero", _rule_device_zero),
+    Rule("resolved", "found while resolving the fabric for this pod: a missing NetworkAttachmentDefinition or one "
+                     "without a device resource (network-attachment), an unreadable or conflicting Multus annotation "
+                     "(multus-annotation), another fabric's device or claim (fabric-mismatch)", _rule_problems),
+)
+
+
+# The final-state guard (`/validate` on pods, after every mutating webhook ran) also checks that
+# what the mutation adds is really there: another webhook may have run after ours.
+
+def _rule_device_missing(s: Subject) -> list[Finding]:
+    out: list[Finding] = []
+    for t in s.targets:
+        if t.has_fabric:
+            continue
+        limits = (s.container(t).get("resources") or {}).get("limits") or {}
+        for d in s.devices:
+            if limits.get(d.resource) is None:
+                out.append(Finding("device-missing", t.name,
+                                   f"resources.limits has no {d.resource}, so the container gets no RDMA device and NCCL uses "
+                                   f"TCP; a webhook that ran after rdma-webhook may have removed it"))
+        entry = s.claim_entry
+        if entry is not None and not t.has_fabric:
+            claims = (s.container(t).get("resources") or {}).get("claims") or []
+            if not any(isinstance(c, dict) and c.get("name") == entry for c in claims):
+                out.append(Finding("device-missing", t.name,
+                                   f"resources.claims does not reference the pod's {entry!r} claim, so the container "
+                                   f"gets no RDMA NIC and NCCL uses TCP"))
+    return out
+
+
+def _rule_ipc_lock_missing(s: Subject) -> list[Finding]:
+    out: list[Finding] = []
+    for t in s.targets:
+        sc = s.container(t).get("securityContext") or {}
+        adds = (sc.get("capabilities") or {}).get("add")
+        if sc.get("privileged") is not True and not k8s.has_capability(adds, keys.IPC_LOCK):
+            out.append(Finding("ipc-lock-missing", t.name,
+                               "securityContext.capabilities.add lacks IPC_LOCK, which RDMA needs to pin memory"))
+    return out
+
+
+def _rule_enforced_env(s: Subject) -> list[Finding]:
+    out: list[Finding] = []
+    for t in s.targets:
+        for setting in s.policy.env:
+            if not setting.enforce:
+                continue
+            value = t.env.get(setting.name)
+            want = setting.render(s.networks.interfaces) if s.networks is not None else setting.value
+            same = value is not None and (nccl.net_selected(value, (want,)) if setting.name == "NCCL_NET" else value == want)
+            if not same:
+                now = "unset" if value is None else repr(value)
+                out.append(Finding("enforced-env", t.name,
+                                   f"{setting.name} is {now}, but policy {s.policy.name} pins it to {want!r} so that a "
+                                   f"missing RDMA device fails at start instead of running on TCP"))
+    return out
+
+
+FINAL_RULES: tuple[Rule, ...] = (
+    Rule("device-missing", "a GPU container lacks one of the policy's RDMA device resources in its limits, or its DRA claim", _rule_device_missing),
+    Rule("ipc-lock-missing", "a GPU container lacks IPC_LOCK", _rule_ipc_lock_missing),
+    Rule("enforced-env", "an enforced NCCL variable (NCCL_NET above all) is missing or changed", _rule_enforced_env),
+)
+
+_BY_ID = {r.id: r for r in RULES + FINAL_RULES}
+
+
+def rule(rule_id: str) -> Rule:
+    return _BY_ID[rule_id]
+
+
+def findings(subject: Subject, final: bool = False) -> list[Finding]:
+    """Every finding of every rule, in table order (with the final-state rules when `final`)."""
+    out: list[Finding] = []
+    for r in RULES + FINAL_RULES if final else RULES:
+        out.extend(r.check(subject))
+    return out

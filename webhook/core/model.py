@@ -1,0 +1,227 @@
+"""A loaded policy as the admission path reads it: `Policy` (one fabric's settings, computed at
+load), `EnvSetting` (one NCCL variable of its block) and `PolicySet` (the policies, indexed by
+name and by namespace labels).
+
+`webhook.policy.compiler` builds these from the YAML files; this module only holds them. It is compiled
+with the rest of the decision core (mypyc) so that the decision reads a policy's fields as C
+struct members: as plain Python dataclasses, every field the decision read (the policy's name,
+its NCCL block item by item, its fabric) was a generic attribute lookup through the instance
+dict, about a twentieth of a typical decision (benchmarks/README.md).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from functools import lru_cache
+from typing import Any, Final, Iterable, Mapping
+
+from webhook.fabrics.multus import Network
+from webhook.fabrics.transports import WELL_KNOWN_RDMA, WELL_KNOWN_RDMA_PREFIXES, Fabric, Signature
+
+
+@dataclass(frozen=True)
+class EnvSetting:
+    name: str
+    value: str
+    enforce: bool
+    templated: bool = False  # the value names the pod's Multus interfaces: {interface}, {interfaces}
+
+    def render(self, interfaces: list[str]) -> str:
+        """The value as this pod gets it: `{interfaces}` is every policy network's interface
+        name as the pod will really have it (comma separated), `{interface}` the first."""
+        if not self.templated:
+            return self.value
+        first = interfaces[0] if interfaces else ""
+        return self.value.replace("{interfaces}", ",".join(interfaces)).replace("{interface}", first)
+
+
+@dataclass(frozen=True)
+class Device:
+    """A device-plugin resource every target container gets (one rail, or the fabric's NIC)."""
+
+    resource: str
+    count: int
+    per_gpu: bool
+
+    def count_for(self, gpus: int) -> int:
+        return self.count * gpus if self.per_gpu else self.count
+
+
+@dataclass(frozen=True)
+class Claim:
+    """A NIC claimed through Dynamic Resource Allocation: the pod-level `spec.resourceClaims`
+    entry `name` made from the ResourceClaimTemplate `template`, referenced by every target's
+    `resources.claims`. `equivalent` templates are claims of the same fabric the pod may bring."""
+
+    name: str
+    template: str
+    equivalent: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Policy:
+    """A validated policy with everything the admission path needs precomputed."""
+
+    name: str
+    description: str
+    source: str
+    priority: int
+    selector_spec: Mapping[str, Any]
+    selector_size: int
+    gpu_resources: tuple[str, ...]
+    fabric: Fabric  # kind, transport and what its signatures compare with
+    signatures: tuple[Signature, ...]  # the transport's fallback table (webhook.fabrics.transports)
+    watched: tuple[str, ...]  # the variables those signatures judge
+    warned: tuple[str, ...]  # those of them whose signature only warns
+    scanned: frozenset[str]  # what a container's command is read for: `watched` and NCCL_DEBUG
+    devices: tuple[Device, ...]
+    networks: tuple[Network, ...]
+    claim: Claim | None
+    equivalent_resources: tuple[str, ...]  # requests that already give a container this fabric's device
+    host_network: str  # Forbidden | Allowed | Required
+    own_resources: tuple[str, ...]  # the devices' resources and the networks' fallback resources
+    # own_resources and gpu_resources: requests that say nothing of another fabric, skipped in
+    # one set lookup by the fabric check of every labelled pod
+    expected_resources: frozenset[str]
+    shm_fixed: int | None
+    shm_per_gpu: int | None
+    shm_max: int | None
+    env: tuple[EnvSetting, ...]
+    workload_validation: str
+    allows_namespace: Any = field(repr=False, compare=False)  # Selector over namespace labels
+    # Judgements of settings under this policy, (name, value) -> (severity, reason) or None,
+    # filled by webhook.core.fallback.judge_setting: the pods of a job repeat the same few settings.
+    # Kept here so they go away with the policy when a reload replaces it.
+    judged: dict[tuple[str, str], tuple[str, str] | None] = field(default_factory=dict, repr=False, compare=False)
+    resolved: dict[tuple[str, str, str], Device] = field(default_factory=dict, repr=False, compare=False)
+
+    @property
+    def fabric_kind(self) -> str:
+        return self.fabric.kind
+
+    @property
+    def nccl_nets(self) -> tuple[str, ...]:
+        return self.fabric.nccl_nets
+
+    @property
+    def hca_devices(self) -> tuple[str, ...]:
+        return self.fabric.hca_devices
+
+    def network_device(self, network: Network, resource: str) -> Device:
+        """The Device of `network` when its resource is `resource`, made once per pair: the
+        decision asks for the same few on every pod (a dataclass built per request runs the
+        interpreted __init__ the dataclasses module generated)."""
+        key = (network.namespace or "", network.name, resource)
+        found = self.resolved.get(key)
+        if found is None:
+            found = Device(resource, network.count, network.per_gpu)
+            if len(self.resolved) < 256:
+                self.resolved[key] = found
+        return found
+
+    def summary(self) -> str:
+        """One line for people: fabric, transport and what a target gets."""
+        parts = [f"{self.fabric.kind} over {self.fabric.transport}"]
+        if self.devices:
+            parts.append(", ".join(f"{d.resource} x{d.count}{'/GPU' if d.per_gpu else ''}" for d in self.devices))
+        if self.networks:
+            parts.append("networks " + ", ".join(n.name for n in self.networks))
+        if self.claim is not None:
+            parts.append(f"DRA claim {self.claim.template}")
+        if self.host_network != "Forbidden":
+            parts.append(f"hostNetwork {self.host_network}")
+        return "; ".join(parts)
+
+    def host_fabric(self) -> bool:
+        """No device plugin, network or claim: the RDMA devices come from the host."""
+        return not self.devices and not self.networks and self.claim is None
+
+    def shm_bytes_for(self, gpus: int) -> int:
+        if self.shm_fixed is not None:
+            return self.shm_fixed
+        size = (self.shm_per_gpu or 0) * max(gpus, 1)
+        return min(size, self.shm_max) if self.shm_max else size
+
+
+# What a container's resource is to a policy (`PolicySet.resource_kind`): nothing to its fabric
+# (cpu, its GPUs, its own devices), this fabric's device by another name (equivalentResources),
+# or another fabric's RDMA device.
+RESOURCE_PLAIN: Final = 0
+RESOURCE_EQUIVALENT: Final = 1
+RESOURCE_FOREIGN: Final = 2
+
+
+class PolicySet:
+    """The loaded policies, indexed for the two questions the admission path asks: the policy of
+    this name, and the policy that applies to a namespace with these labels."""
+
+    def __init__(self, policies: Iterable[Policy]):
+        self.by_name: dict[str, Policy] = {p.name: p for p in policies}
+        # Precedence for namespaces that name no policy: higher priority first, then the more
+        # specific selector (more requirements), then the name, so the choice never depends on
+        # file order.
+        self._ranked = sorted(self.by_name.values(), key=lambda p: (-p.priority, -p.selector_size, p.name))
+        self._auto = lru_cache(maxsize=4096)(self._auto_uncached)
+        # Which policies provide a device resource or a claim template: a pod that brings one
+        # of another fabric is denied with the name of the policy that fits it.
+        self.by_resource: dict[str, list[Policy]] = {}
+        self.by_claim_template: dict[str, list[Policy]] = {}
+        for p in self._ranked:
+            for res in (*p.own_resources, *p.equivalent_resources):
+                self.by_resource.setdefault(res, []).append(p)
+            if p.claim is not None:
+                for template in (p.claim.template, *p.claim.equivalent):
+                    self.by_claim_template.setdefault(template, []).append(p)
+
+        self._kinds: dict[str, dict[str, int]] = {p.name: {} for p in self._ranked}
+
+    def is_rdma_resource(self, resource: str) -> bool:
+        """Whether a container resource is an RDMA device: one a loaded policy gives, or a
+        well-known RDMA device-plugin resource (webhook.fabrics.transports.WELL_KNOWN_RDMA)."""
+        if resource in self.by_resource or resource in WELL_KNOWN_RDMA:
+            return True
+        for prefix in WELL_KNOWN_RDMA_PREFIXES:
+            if resource.startswith(prefix):
+                return True
+        return False
+
+    def resource_kinds(self, policy: Policy) -> dict[str, int]:
+        """What each container resource a pod under `policy` requested was found to be
+        (RESOURCE_PLAIN, RESOURCE_EQUIVALENT, RESOURCE_FOREIGN), filled by `resource_kind`:
+        every pod asks about the same few (cpu, memory, its GPU and device), so a decision reads
+        one dict entry per resource."""
+        kinds = self._kinds.get(policy.name)
+        if kinds is None:  # a policy of another set: judged, not kept
+            return {}
+        return kinds
+
+    def resource_kind(self, policy: Policy, resource: str, kinds: dict[str, int]) -> int:
+        if resource in policy.expected_resources:
+            kind = RESOURCE_PLAIN  # its GPUs and own devices
+        elif resource in policy.equivalent_resources:
+            kind = RESOURCE_EQUIVALENT
+        elif self.is_rdma_resource(resource):
+            kind = RESOURCE_FOREIGN
+        else:
+            kind = RESOURCE_PLAIN
+        if len(kinds) >= 1024:  # a hostile stream of distinct names stays bounded
+            kinds.clear()
+        kinds[resource] = kind
+        return kind
+
+    def __len__(self) -> int:
+        return len(self.by_name)
+
+    def get(self, name: str) -> Policy | None:
+        return self.by_name.get(name)
+
+    def for_namespace(self, labels: Mapping[str, str]) -> Policy | None:
+        """The highest-precedence policy whose namespace selector matches `labels`."""
+        return self._auto(tuple(sorted(labels.items())))
+
+    def _auto_uncached(self, items: tuple[tuple[str, str], ...]) -> Policy | None:
+        labels = dict(items)
+        for policy in self._ranked:
+            if policy.allows_namespace(labels):
+                return policy
+        return None

@@ -1,0 +1,174 @@
+"""How each NCCL transport falls back to TCP: one table of signatures per transport.
+
+A fabric is reached through one transport, and each transport has its own ways of silently
+ending up on TCP sockets. A policy names its transport (`fabric.transport`); the decision
+judges the variables of that transport's table, and only those, in the environment and the
+commands of every GPU container. Adding a fabric whose transport falls back differently is
+adding a table here (and naming it in a policy): no change to the decision, the patch or the
+HTTP layer.
+
+Each `Signature` is one variable, how bad a bad value is (`DENY`: NCCL runs on TCP or finds no
+RDMA device; `WARN`: RDMA stays but loses a feature) and the source that says so.
+
+- `ib-verbs`: NCCL's built-in IB plugin (InfiniBand, RoCE, SR-IOV VFs, Alibaba eRDMA). Source:
+  NVIDIA NCCL, https://github.com/NVIDIA/nccl (src/misc/param.cc ncclLoadParam,
+  src/plugin/net.cc ncclNetInit, src/transport/net_ib.cc ncclIbInit, src/misc/utils.cc
+  matchIfList); NCCL's environment variable documentation,
+  https://docs.nvidia.com/deeplearning/nccl/user-guide/docs/env.html
+- `libfabric`: the aws-ofi-nccl net plugin over libfabric (AWS EFA). The plugin registers as
+  `Libfabric` and also answers to `AWS Libfabric` and `OFI` when NCCL_NET asks for those
+  (https://github.com/aws/aws-ofi-nccl, src/nccl_ofi_interface_nvidia.cpp,
+  nvidia_plugin_name_fixup). It supports libfabric's tcp provider too, so with
+  `FI_PROVIDER=tcp` NCCL logs the Libfabric network while its bytes go over TCP: pinning
+  NCCL_NET cannot catch that, the provider must be judged as well. FI_PROVIDER is a comma list
+  with an optional leading `^` that excludes (libfabric, https://ofiwg.github.io/libfabric/,
+  fi_fabric(7) "FI_PROVIDER"; src/fabric.c ofi_create_filter). NCCL_NET_PLUGIN names the
+  plugin library NCCL opens (libnccl-net-<name>.so; `none` opens none), so another name leaves
+  NCCL with its internal IB and Socket transports, and on EFA that is Socket (NCCL
+  src/plugin/plugin_open.cc). FI_EFA_USE_DEVICE_RDMA=0 keeps EFA but turns off RDMA reads from
+  GPU memory (libfabric prov/efa, fi_efa(7)): slower, not TCP, so a warning.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+from webhook.grammar import nccl
+
+DENY, WARN = "deny", "warn"
+
+
+class Signature:
+    """One variable of a transport: `judge(value, fabric)` says why `value` sends NCCL to TCP (or
+    costs RDMA a feature), None when it does not."""
+
+    def __init__(self, variable: str, severity: str, judge: Callable[[str, "Fabric"], str | None], source: str):
+        self.variable = variable
+        self.severity = severity
+        self.judge = judge
+        self.source = source
+
+
+class Fabric:
+    """What the signatures need to know of a policy's fabric (built once at policy load)."""
+
+    def __init__(self, policy: str, kind: str, transport: str, nccl_nets: tuple[str, ...], hca_devices: tuple[str, ...],
+                 providers: tuple[str, ...], net_plugins: tuple[str, ...]):
+        self.policy = policy
+        self.kind = kind
+        self.transport = transport
+        self.nccl_nets = nccl_nets
+        self.hca_devices = hca_devices
+        self.providers = providers
+        self.net_plugins = net_plugins
+
+    def label(self) -> str:
+        return f"the {self.policy} policy's {self.kind} fabric"
+
+
+# -- ib-verbs ----------------------------------------------------------------------------------
+
+def _ib_disable(value: str, f: Fabric) -> str | None:
+    if not nccl.ib_disabled(value):
+        return None
+    return (f"NCCL_IB_DISABLE={value!r} turns NCCL's IB/RoCE transport off, so NCCL runs on TCP sockets "
+            f"(NET/Socket); remove it or set it to 0")
+
+
+def _nccl_net(value: str, f: Fabric) -> str | None:
+    if nccl.net_selected(value, f.nccl_nets):
+        return None
+    if value.casefold() == "socket":
+        why = "forces NCCL's TCP socket transport (NET/Socket)"
+    else:
+        why = f"names a transport that {f.label()} does not provide ({'/'.join(f.nccl_nets)})"
+    return f"NCCL_NET={value!r} {why}; remove it and let the policy set NCCL_NET={f.nccl_nets[0]}"
+
+
+def _ib_hca(value: str, f: Fabric) -> str | None:
+    if nccl.hca_selected_devices(value, f.hca_devices):
+        return None
+    sample = ", ".join(f.hca_devices[:2])
+    return (f"NCCL_IB_HCA={value!r} selects none of {f.label()}'s devices ({sample}, ...), so NCCL "
+            f"finds no RDMA device and uses TCP; remove it or name those devices")
+
+
+IB_VERBS: tuple[Signature, ...] = (
+    Signature("NCCL_IB_DISABLE", DENY, _ib_disable, "NCCL src/misc/param.cc ncclLoadParam; src/transport/net_ib.cc ncclIbInit"),
+    Signature("NCCL_NET", DENY, _nccl_net, "NCCL src/plugin/net.cc ncclNetInit (strcasecmp of plugin names)"),
+    Signature("NCCL_IB_HCA", DENY, _ib_hca, "NCCL src/misc/utils.cc parseStringList/matchIfList"),
+)
+
+
+# -- libfabric (aws-ofi-nccl) ------------------------------------------------------------------
+
+def fi_provider_selects(value: str, providers: tuple[str, ...]) -> bool:
+    """Whether FI_PROVIDER=value leaves one of `providers` usable (libfabric's filter: a comma
+    list, `^` in front excludes the list; `core;utility` names keep their core provider)."""
+    text = value.strip()
+    exclude = text.startswith("^")
+    if exclude:
+        text = text[1:]
+    names: list[str] = []
+    for item in text.split(","):
+        name = item.split(";")[0].strip().lower()
+        if name:
+            names.append(name)
+    if not names:
+        return True  # an empty filter keeps every provider
+    for p in providers:
+        listed = p.lower() in names
+        if listed != exclude:
+            return True
+    return False
+
+
+def _fi_provider(value: str, f: Fabric) -> str | None:
+    if fi_provider_selects(value, f.providers):
+        return None
+    return (f"FI_PROVIDER={value!r} keeps none of {f.label()}'s libfabric providers ({'/'.join(f.providers)}), "
+            f"so the plugin runs over {value.strip().lstrip('^') or 'another provider'} and NCCL's bytes go over TCP "
+            f"although it logs the Libfabric network; remove it or set FI_PROVIDER={f.providers[0]}")
+
+
+def _net_plugin(value: str, f: Fabric) -> str | None:
+    if not f.net_plugins or value in f.net_plugins:
+        return None
+    what = "loads no net plugin" if value == "none" else f"loads libnccl-net-{value}.so instead of the fabric's plugin"
+    return (f"NCCL_NET_PLUGIN={value!r} {what}, leaving NCCL its built-in transports, which on "
+            f"{f.label()} means TCP sockets (NET/Socket); remove it or set NCCL_NET_PLUGIN={f.net_plugins[0]}")
+
+
+_FALSE = ("0", "false", "no", "off", "n", "f")
+
+
+def _efa_device_rdma(value: str, f: Fabric) -> str | None:
+    if value.strip().lower() not in _FALSE:
+        return None
+    return (f"FI_EFA_USE_DEVICE_RDMA={value!r} turns off EFA's RDMA reads from GPU memory: NCCL stays on EFA but "
+            f"copies through host memory; remove it unless the instance type lacks device RDMA")
+
+
+LIBFABRIC: tuple[Signature, ...] = (
+    Signature("FI_PROVIDER", DENY, _fi_provider, "libfabric fi_fabric(7) FI_PROVIDER, src/fabric.c ofi_create_filter"),
+    Signature("NCCL_NET_PLUGIN", DENY, _net_plugin, "NCCL src/plugin/plugin_open.cc (libnccl-net-<name>.so, 'none')"),
+    Signature("NCCL_NET", DENY, _nccl_net, "aws-ofi-nccl src/nccl_ofi_interface_nvidia.cpp (Libfabric, AWS Libfabric, OFI)"),
+    Signature("FI_EFA_USE_DEVICE_RDMA", WARN, _efa_device_rdma, "libfabric fi_efa(7) FI_EFA_USE_DEVICE_RDMA"),
+)
+
+
+# RDMA device-plugin resources in wide use, so that a pod bringing one of another fabric is told so
+# even when no loaded policy provides it: the RDMA shared device plugin's `rdma/<name>`
+# (Mellanox/k8s-rdma-shared-dev-plugin, NVIDIA network-operator), AWS's EFA device plugin,
+# Alibaba Cloud's eRDMA controller, SR-IOV VFs as NVIDIA network-operator and OpenShift's SR-IOV
+# operator name them in their examples.
+WELL_KNOWN_RDMA: tuple[str, ...] = ("vpc.amazonaws.com/efa", "aliyun/erdma", "nvidia.com/rdma-vf",
+                                    "openshift.io/mellanoxrdma", "nvidia.com/hostdev")
+WELL_KNOWN_RDMA_PREFIXES: tuple[str, ...] = ("rdma/",)
+
+
+TRANSPORTS: dict[str, tuple[Signature, ...]] = {"ib-verbs": IB_VERBS, "libfabric": LIBFABRIC}
+
+
+def signatures(transport: str) -> tuple[Signature, ...]:
+    return TRANSPORTS[transport]

@@ -1,0 +1,135 @@
+"""What a workload's pods would meet: the decision run on the pod each labelled template would
+make, gathered into one verdict for `/validate` and `rdma-webhook review` (denials, warnings,
+what will be injected)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from webhook.core import keys
+from webhook.core.decision import DENIED, MUTATED, Attachments, Decision, Namespace, decide, find_checked, find_targets, shape_problem
+from webhook.core.fallback import Finding
+from webhook.core.model import PolicySet
+from webhook.kinds.trainer import Runtimes
+from webhook.kinds.workloads import CLUSTER_SCOPED, expand, pod_from_template
+
+
+@dataclass
+class TemplateResult:
+    path: str
+    pod: Any  # the pod built from the template, as the decision saw it
+    decision: Decision
+    deny: bool  # its findings deny the workload (policy workloadValidation: Deny)
+    why_not: str = ""  # why a denied template does not deny the workload
+
+
+@dataclass
+class WorkloadVerdict:
+    kind: str
+    name: str
+    results: list[TemplateResult] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)  # warnings about the workload as a whole
+    unresolved: list[str] = field(default_factory=list)  # references that could not be followed
+
+    @property
+    def allowed(self) -> bool:
+        return not any(r.deny for r in self.results)
+
+    @property
+    def outcome(self) -> str:
+        if not self.allowed:
+            return DENIED
+        if any(r.decision.outcome == MUTATED for r in self.results):
+            return MUTATED
+        return "unchanged" if self.results else "skipped"
+
+    @property
+    def policy(self) -> str | None:
+        names = sorted({r.decision.policy for r in self.results if r.decision.policy})
+        return ",".join(names) or None
+
+    def denials(self) -> list[Finding]:
+        return [Finding(f.rule, f"{r.path}: container {f.container!r}" if f.container else r.path, f.message)
+                for r in self.results if r.deny for f in r.decision.denials]
+
+    def message(self) -> str:
+        parts = []
+        for r in self.results:
+            if r.deny:
+                for f in r.decision.denials:
+                    where = f"{r.path}, container {f.container!r}" if f.container else r.path
+                    parts.append(f"{where}: {f.message} [{f.rule}]")
+        return (f"rdma-webhook: pods of {self.kind} {self.name} would be denied or fall back to TCP: "
+                + "; ".join(parts))
+
+    def warnings(self) -> list[str]:
+        """One short warning summing up what the pods will get, then the workload's own, then
+        each template's."""
+        out = []
+        injected = [f"{r.path} ({r.decision.policy}): " + ", ".join(r.decision.notes)
+                    for r in self.results if r.decision.outcome == MUTATED]
+        if injected:
+            out.append("rdma-webhook will inject " + "; ".join(injected))
+        out.extend(self.unresolved)
+        out.extend(self.notes)
+        for r in self.results:
+            d = r.decision
+            if d.outcome == DENIED and not r.deny:
+                out.extend(f"{r.path}: {f.text()}" for f in d.denials)
+            out.extend(f"{r.path}: {w}" for w in d.warnings)
+        return out
+
+
+# Denials that depend on the namespace, which a cluster-scoped object (a ClusterTrainingRuntime)
+# does not have: its templates are checked against an opted-in namespace without labels, and
+# these become warnings (the TrainJob that uses the runtime is checked in its own namespace).
+_NAMESPACE_RULES = ("no-policy", "namespace-unknown")
+ANY_NAMESPACE = Namespace("(any namespace)", {keys.NS_INJECTION: keys.NS_INJECTION_ENABLED})
+
+
+def check_workload(obj: Any, group: str, kind: str, namespace: Namespace | None, policies: PolicySet | None,
+                   attachments: Attachments | None, runtimes: Runtimes | None = None,
+                   release: str | None = None) -> WorkloadVerdict:
+    """What the labelled pod templates of a workload would meet, template by template.
+
+    A template without a target container (an MPI launcher) is judged only when the workload
+    has a template with one: a launcher's `mpirun -x NCCL_IB_DISABLE=1` sends the workers to
+    TCP, but when no template of the workload gets RDMA (workers that request `amd.com/gpu`
+    under a policy for `nvidia.com/gpu`) it concerns no pod of this policy, so it is a warning."""
+    meta = obj.get("metadata") if isinstance(obj, dict) and isinstance(obj.get("metadata"), dict) else {}
+    name = meta.get("name") or (f"{meta['generateName']}*" if meta.get("generateName") else "(unnamed)")
+    verdict = WorkloadVerdict(kind, str(name))
+    if not isinstance(obj, dict):
+        return verdict
+    cluster_scoped = (group, kind) in CLUSTER_SCOPED
+    if cluster_scoped and namespace is None:
+        namespace = ANY_NAMESPACE
+    ns_name = namespace.name if namespace else str(meta.get("namespace") or "")
+    found = expand(obj, group, kind, runtimes, ns_name, release)
+    verdict.notes.extend(found.notes)
+    verdict.unresolved.extend(found.unresolved)
+    targeted: list[bool] = []
+    for path, template in found.templates:
+        labels = ((template.get("metadata") or {}).get("labels") or {}) if isinstance(template, dict) else {}
+        if not isinstance(labels, dict) or labels.get(keys.POD_INJECT) != keys.POD_INJECT_TRUE:
+            continue
+        pod = pod_from_template(template, ns_name, str(name))
+        decision = decide(pod, namespace, policies, attachments, "CREATE")
+        if decision.outcome == "skipped":
+            continue
+        policy = policies.get(decision.policy) if policies and decision.policy else None
+        if cluster_scoped and decision.outcome == DENIED and all(f.rule in _NAMESPACE_RULES for f in decision.denials):
+            verdict.notes.extend(f"{path}: checked without a namespace: {f.message}" for f in decision.denials)
+            continue
+        targeted.append(policy is not None and shape_problem(pod) is None
+                        and bool(find_targets(pod, policy) or find_checked(pod, [])))  # GPUs by resource, claim or runtime
+        deny = decision.outcome == DENIED and (policy is None or policy.workload_validation == "Deny")
+        why_not = "workloadValidation Warn" if decision.outcome == DENIED and not deny else ""
+        verdict.results.append(TemplateResult(path, pod, decision, deny, why_not))
+    if not any(targeted):
+        for r, has_target in zip(verdict.results, targeted):
+            if r.deny and not has_target and r.decision.policy is not None:
+                # no template of this workload gets RDMA: the launcher's settings only warn
+                r.deny, r.why_not = False, "no template of this workload gets RDMA"
+    return verdict

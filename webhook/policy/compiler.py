@@ -1,0 +1,324 @@
+"""One policy document compiled into a `Policy`, validated once at load.
+
+A policy says, for one RDMA fabric, what a GPU training container needs so that NCCL uses RDMA:
+the device resource and how many, the Multus network (if any), the /dev/shm size, IPC_LOCK and
+the NCCL environment block, plus which namespaces may use it. Everything a decision needs is
+computed here, at load time, so the admission path only looks things up.
+
+What is wrong is a `PolicyError` naming the file, the policy and the field; `webhook.policy.load`
+loads a folder all or nothing from these.
+"""
+
+from __future__ import annotations
+
+import copy
+import re
+from typing import Any, Iterable
+
+from webhook.grammar import k8s
+from webhook.fabrics import transports
+from webhook.core.model import Claim, Device, EnvSetting, Policy
+from webhook.fabrics.multus import Network
+from webhook.policy.migrate import migrate_v1alpha1, v1alpha1_field
+from webhook.policy.schema import API_VERSION, API_VERSION_V1ALPHA1, FORBIDDEN_KEYS, VALIDATORS
+
+_RANGE = re.compile(r"^(.*)\[(\d+)-(\d+)\]$")
+
+
+class PolicyError(Exception):
+    """One thing wrong with a policy file: where (file, policy, field) and what."""
+
+    def __init__(self, file: str, policy: str | None, field: str | None, message: str):
+        self.file, self.policy, self.field, self.message = file, policy, field, message
+        super().__init__(str(self))
+
+    def __str__(self) -> str:
+        where = [self.file]
+        if self.policy:
+            where.append(f"policy {self.policy!r}")
+        if self.field:
+            where.append(f"field {self.field}")
+        return f"{': '.join(where)}: {self.message}"
+
+
+def _expand_devices(patterns: Iterable[str]) -> tuple[str, ...]:
+    out: list[str] = []
+    for pattern in patterns:
+        m = _RANGE.match(pattern)
+        if m:
+            stem, lo, hi = m.group(1), int(m.group(2)), int(m.group(3))
+            out.extend(f"{stem}{i}" for i in range(lo, hi + 1))
+        else:
+            out.append(pattern)
+    return tuple(out)
+
+
+def _field_path(path: Iterable[Any]) -> str:
+    text = ""
+    for part in path:
+        text += f"[{part}]" if isinstance(part, int) else (f".{part}" if text else str(part))
+    return text or "(top level)"
+
+
+def _find_forbidden(node: Any, path: str = "", seen: set[int] | None = None) -> list[str]:
+    # `seen`: YAML aliases make one object appear at many paths; walking each once keeps an
+    # alias bomb ("billion laughs") linear instead of exponential.
+    seen = set() if seen is None else seen
+    if isinstance(node, (dict, list)):
+        if id(node) in seen:
+            return []
+        seen.add(id(node))
+    found = []
+    if isinstance(node, dict):
+        for key, value in node.items():
+            here = f"{path}.{key}" if path else str(key)
+            if here == "hostNetwork" and isinstance(value, str):
+                continue  # v1alpha2's mode (Forbidden/Allowed/Required): what pods must do, never added
+            if key in FORBIDDEN_KEYS:
+                found.append(here)
+            found.extend(_find_forbidden(value, here, seen))
+    elif isinstance(node, list):
+        for i, value in enumerate(node):
+            found.extend(_find_forbidden(value, f"{path}[{i}]", seen))
+    return found
+
+
+def _obj(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
+
+
+def _strs(value: Any) -> list[str]:
+    return [v for v in value if isinstance(v, str)] if isinstance(value, list) else []
+
+
+def _quantity_bytes(value: Any, file: str, name: str, fld: str, errors: list[PolicyError]) -> int | None:
+    if value is None or not isinstance(value, (str, int, float)):
+        return None
+    try:
+        q = k8s.parse_quantity(value)
+    except ValueError:
+        errors.append(PolicyError(file, name, fld, f"{value!r} is not a Kubernetes quantity (e.g. 64Gi)"))
+        return None
+    if q <= 0 or q != int(q):
+        errors.append(PolicyError(file, name, fld, f"{value!r} must be a positive whole number of bytes"))
+        return None
+    return int(q)
+
+
+def _schema_errors(doc: Any, file: str, name: str | None) -> list[PolicyError]:
+    errors: list[PolicyError] = []
+    version = doc.get("apiVersion") if isinstance(doc, dict) else None
+    validator = VALIDATORS.get(version) if isinstance(version, str) else None
+    if validator is None:
+        return [PolicyError(file, name, "apiVersion", f"{version!r} is not a policy version this webhook reads "
+                                                      f"({API_VERSION} or {API_VERSION_V1ALPHA1})")]
+    for err in sorted(validator.iter_errors(doc), key=lambda e: list(e.absolute_path)):
+        if err.validator == "additionalProperties" and isinstance(err.instance, dict):
+            extra = sorted(k for k in set(err.instance) - set(err.schema.get("properties", {})) if k not in FORBIDDEN_KEYS)
+            if extra:  # forbidden keys were reported above, more clearly
+                errors.append(PolicyError(file, name, _field_path(list(err.absolute_path) + extra[:1]), f"unknown field(s) {', '.join(map(repr, extra))}"))
+        else:
+            errors.append(PolicyError(file, name, _field_path(err.absolute_path), err.message))
+    return errors
+
+
+def _without_invalid(doc: Any) -> dict[str, Any] | None:
+    """`doc` without the fields its schema refuses (unknown keys, wrong types or values; a list
+    item goes with its list), or None when that leaves no valid document (a required field
+    missing or refused)."""
+    if not isinstance(doc, dict) or _find_forbidden(doc):
+        return None
+    validator = VALIDATORS.get(doc.get("apiVersion")) if isinstance(doc.get("apiVersion"), str) else None
+    if validator is None:
+        return None
+    rest = copy.deepcopy(doc)
+    for err in validator.iter_errors(doc):
+        path = list(err.absolute_path)
+        if err.validator == "additionalProperties" and isinstance(err.instance, dict):
+            node = _node(rest, path)
+            if isinstance(node, dict):
+                for key in set(err.instance) - set(err.schema.get("properties", {})):
+                    node.pop(key, None)
+            continue
+        while path and isinstance(path[-1], int):
+            path.pop()
+        if len(path) < 1:
+            return None
+        parent = _node(rest, path[:-1])
+        if isinstance(parent, dict):
+            parent.pop(path[-1], None)
+    return rest if validator.is_valid(rest) else None
+
+
+def _node(doc: Any, path: list[Any]) -> Any:
+    for part in path:
+        if isinstance(doc, dict):
+            doc = doc.get(part)
+        elif isinstance(doc, list) and isinstance(part, int) and part < len(doc):
+            doc = doc[part]
+        else:
+            return None
+    return doc
+
+
+def _check_resource(res: str, fld: str, file: str, name: str | None, errors: list[PolicyError]) -> None:
+    problem = k8s.is_extended_resource_name(res)
+    if problem:
+        errors.append(PolicyError(file, name, fld, f"{res!r} is not a valid extended resource name: {problem}"))
+
+
+def compile_policy(doc: Any, file: str) -> tuple[Policy | None, list[PolicyError]]:
+    """Validate one policy document (v1alpha2, or v1alpha1 migrated) and compile it; (None,
+    errors) when it is invalid."""
+    name = doc.get("name") if isinstance(doc, dict) and isinstance(doc.get("name"), str) else None
+    errors: list[PolicyError] = []
+    for bad in _find_forbidden(doc):
+        errors.append(PolicyError(file, name, bad, "policies may not ask for privileged mode, host namespaces, hostPath or capabilities (the webhook only ever adds IPC_LOCK)"))
+    errors.extend(_schema_errors(doc, file, name))
+    if errors:
+        # One lint run reports every problem of a file: the checks below also run on what is
+        # left once the fields the schema refused are taken out (when that leaves a valid
+        # document), and their findings are added.
+        rest = _without_invalid(doc)
+        if rest is not None:
+            seen = {str(e) for e in errors}
+            errors.extend(e for e in compile_policy(rest, file)[1] if str(e) not in seen)
+        return None, errors
+    if doc["apiVersion"] == API_VERSION_V1ALPHA1:
+        v1_device = doc["device"]
+        if v1_device.get("resource") is None and doc.get("network") is None:
+            return None, [PolicyError(file, name, "device.resource", "required when the policy has no Multus network to take the resource from")]
+        policy, errors = compile_policy(migrate_v1alpha1(doc), file)
+        for err in errors:  # name the fields as the v1alpha1 file has them
+            err.field = v1alpha1_field(err.field)
+            err.args = (str(err),)
+        return policy, errors
+
+    if isinstance(name, str) and not k8s.is_dns1123_label(name):
+        errors.append(PolicyError(file, name, "name", "must be a DNS-1123 label (lowercase letters, digits and '-')"))
+    gpu_resources = tuple(_strs(doc.get("gpuResources")) or ("nvidia.com/gpu",))
+    for i, res in enumerate(gpu_resources):
+        _check_resource(res, f"gpuResources[{i}]", file, name, errors)
+
+    devices = []
+    for i, d in enumerate(doc.get("devices") or ()):
+        _check_resource(d["resource"], f"devices[{i}].resource", file, name, errors)
+        devices.append(Device(d["resource"], int(d.get("count", 1)), bool(d.get("perGpu", False))))
+    if len({d.resource for d in devices}) != len(devices):
+        errors.append(PolicyError(file, name, "devices", "a resource is listed twice; give each rail its own resource"))
+    equivalent = tuple(doc.get("equivalentResources") or ())
+    for i, res in enumerate(equivalent):
+        _check_resource(res, f"equivalentResources[{i}]", file, name, errors)
+
+    networks = []
+    interfaces: set[str] = set()
+    for i, n in enumerate(doc.get("networks") or ()):
+        if not k8s.is_dns1123_label(n["name"]):
+            errors.append(PolicyError(file, name, f"networks[{i}].name", f"{n['name']!r} is not a valid NetworkAttachmentDefinition name"))
+        if "namespace" in n and not k8s.is_dns1123_label(n["namespace"]):
+            errors.append(PolicyError(file, name, f"networks[{i}].namespace", f"{n['namespace']!r} is not a valid namespace name"))
+        if n.get("resource") is not None:
+            _check_resource(n["resource"], f"networks[{i}].resource", file, name, errors)
+        iface = n.get("interface")
+        if iface is not None:
+            if iface in interfaces or iface in ("eth0", "lo"):
+                errors.append(PolicyError(file, name, f"networks[{i}].interface", f"{iface!r} is taken (by another network, or eth0/lo of the pod network)"))
+            interfaces.add(iface)
+        networks.append(Network(n["name"], n.get("namespace"), iface, n.get("resource"), int(n.get("count", 1)), bool(n.get("perGpu", False))))
+    if len({(n.namespace, n.name) for n in networks}) != len(networks):
+        errors.append(PolicyError(file, name, "networks", "a network is listed twice"))
+
+    claim = None
+    if doc.get("claim") is not None:
+        c = doc["claim"]
+        if not k8s.is_dns1123_label(c["name"]):
+            errors.append(PolicyError(file, name, "claim.name", f"{c['name']!r} must be a DNS-1123 label (the pod's resourceClaims entry)"))
+        for fld, template in [("claim.template", c["template"]), *((f"claim.equivalentTemplates[{i}]", t) for i, t in enumerate(c.get("equivalentTemplates") or ()))]:
+            if not k8s.is_dns1123_subdomain(template):
+                errors.append(PolicyError(file, name, fld, f"{template!r} is not a valid ResourceClaimTemplate name"))
+        claim = Claim(c["name"], c["template"], tuple(c.get("equivalentTemplates") or ()))
+
+    host_network = doc.get("hostNetwork") or ("Forbidden" if networks else "Allowed")
+    if host_network == "Required" and networks:
+        errors.append(PolicyError(file, name, "hostNetwork", "Required with Multus networks: Multus attaches no networks to host-network pods"))
+    if not devices and not networks and claim is None and host_network != "Required":
+        errors.append(PolicyError(file, name, "devices", "the policy gives no device resource, Multus network or DRA claim: "
+                                                         "give one, or set hostNetwork: Required for a fabric reached through the host's interfaces"))
+
+    shm = _obj(doc.get("shm"))
+    if "shm" in doc and ("sizeLimit" in shm) == ("perGpu" in shm):
+        errors.append(PolicyError(file, name, "shm", "give exactly one of sizeLimit (fixed) or perGpu (with an optional max)"))
+    if "max" in shm and "perGpu" not in shm:
+        errors.append(PolicyError(file, name, "shm.max", "only meaningful with shm.perGpu"))
+    shm_fixed = _quantity_bytes(shm.get("sizeLimit"), file, name, "shm.sizeLimit", errors)
+    shm_per_gpu = _quantity_bytes(shm.get("perGpu"), file, name, "shm.perGpu", errors)
+    shm_max = _quantity_bytes(shm.get("max"), file, name, "shm.max", errors)
+
+    fab = doc["fabric"]
+    transport = fab.get("transport", "ib-verbs")
+    nets = tuple(fab["ncclNet"])
+    if any(n.casefold() == "socket" for n in nets):
+        errors.append(PolicyError(file, name, "fabric.ncclNet", "'Socket' is NCCL's TCP transport, not an RDMA fabric"))
+    if transport == "ib-verbs" and not fab.get("hcaDevices"):
+        errors.append(PolicyError(file, name, "fabric.hcaDevices", "required for the ib-verbs transport (the device names NCCL_IB_HCA must keep)"))
+    if transport == "libfabric" and not fab.get("providers"):
+        errors.append(PolicyError(file, name, "fabric.providers", "required for the libfabric transport (the FI_PROVIDER values that are RDMA, e.g. efa)"))
+    for fld in ("hcaDevices", "providers"):
+        if fld in fab and transport != ("ib-verbs" if fld == "hcaDevices" else "libfabric"):
+            errors.append(PolicyError(file, name, f"fabric.{fld}", f"not read by the {transport} transport"))
+    fabric = transports.Fabric(str(name), fab["kind"], transport, nets, _expand_devices(fab.get("hcaDevices") or ()),
+                               tuple(fab.get("providers") or ()), tuple(fab.get("netPlugins") or ()))
+    table = transports.signatures(transport)
+
+    env: list[EnvSetting] = []
+    for var, spec in _obj(doc.get("nccl")).items():
+        if not isinstance(spec, str) and not (isinstance(spec, dict) and isinstance(spec.get("value"), str)):
+            continue  # reported by the schema
+        value, enforce = (spec, False) if isinstance(spec, str) else (spec["value"], bool(spec.get("enforce", False)))
+        if not isinstance(var, str) or not k8s.is_env_name(var):
+            errors.append(PolicyError(file, name, f"nccl.{var}", "not a valid environment variable name"))
+            continue
+        templated = "{interface" in value
+        if templated and not networks:
+            errors.append(PolicyError(file, name, f"nccl.{var}", "{interface}/{interfaces} name the policy's Multus interfaces, and it has no networks"))
+        env.append(EnvSetting(var, value, enforce, templated))
+        # The policy's own block must not be what sends NCCL to TCP.
+        for sig in table:
+            if sig.variable == var and sig.severity == transports.DENY and not templated:
+                why = sig.judge(value, fabric)
+                if why:
+                    errors.append(PolicyError(file, name, f"nccl.{var}", why))
+    if errors:
+        return None, errors
+
+    selector_spec = doc["namespaceSelector"]
+    own = tuple([d.resource for d in devices] + [n.resource for n in networks if n.resource])
+    return Policy(
+        name=name,
+        description=doc["description"].strip(),
+        source=file,
+        priority=int(doc.get("priority", 0)),
+        selector_spec=selector_spec,
+        selector_size=k8s.selector_size(selector_spec),
+        gpu_resources=gpu_resources,
+        fabric=fabric,
+        signatures=table,
+        watched=tuple(sig.variable for sig in table),
+        warned=tuple(sig.variable for sig in table if sig.severity == transports.WARN),
+        scanned=frozenset([sig.variable for sig in table] + ["NCCL_DEBUG"]),
+        devices=tuple(devices),
+        networks=tuple(networks),
+        claim=claim,
+        equivalent_resources=equivalent,
+        host_network=host_network,
+        own_resources=own,
+        expected_resources=frozenset((*own, *gpu_resources)),
+        shm_fixed=shm_fixed,
+        shm_per_gpu=shm_per_gpu,
+        shm_max=shm_max,
+        env=tuple(env),
+        workload_validation=doc.get("workloadValidation", "Deny"),
+        allows_namespace=k8s.compile_selector(selector_spec),
+    ), []
+
+

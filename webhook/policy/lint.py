@@ -1,0 +1,36 @@
+"""What `policy lint` says beyond the loader's errors: what is valid but probably not meant,
+addressed to the policy's author."""
+
+from __future__ import annotations
+
+import yaml
+
+from webhook.policy.load import policy_files
+
+
+def lint_warnings(directory: str) -> list[str]:
+    """What is valid but probably not meant: keys of a policy's NCCL block that are not NCCL
+    variables (the block only ever sets NCCL_* variables' meaning; UCX_*, GLOO_* and the like
+    are injected as given, but belong in the pod spec)."""
+    out = []
+    try:
+        files = policy_files(directory)
+    except OSError:
+        return out
+    for path in files:
+        try:
+            docs = list(yaml.safe_load_all(path.read_text(encoding="utf-8")))
+        except (OSError, UnicodeDecodeError, yaml.YAMLError):
+            continue  # reported as an error by the load
+        for doc in docs:
+            block = doc.get("nccl") if isinstance(doc, dict) else None
+            name = doc.get("name") if isinstance(doc, dict) else None
+            fabric = doc.get("fabric") if isinstance(doc, dict) else None
+            transport = fabric.get("transport") if isinstance(fabric, dict) else None
+            # libfabric reads FI_* variables: a libfabric policy pins its provider with them
+            read = ("NCCL_", "FI_") if transport == "libfabric" else ("NCCL_",)
+            for key in block if isinstance(block, dict) else ():
+                if isinstance(key, str) and not key.startswith(read):
+                    out.append(f"{path}: policy {name!r}: field nccl.{key}: not a variable of the fabric's transport "
+                               f"(NCCL reads NCCL_*, libfabric FI_*); set it in the pod spec, or check the spelling")
+    return out

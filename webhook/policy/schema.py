@@ -1,0 +1,178 @@
+"""The policy files' JSON Schemas (v1alpha2, and v1alpha1 which is migrated at load), with their
+validators built once, and the fields no policy may ever carry."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jsonschema
+
+from webhook.fabrics import transports
+
+API_VERSION = "rdma-webhook.io/v1alpha2"  # what policies are written in; v1alpha1 is migrated at load
+API_VERSION_V1ALPHA1 = "rdma-webhook.io/v1alpha1"
+
+_QUANTITY = {"type": ["string", "integer"]}
+_SELECTOR = {
+    "type": "object",
+    "additionalProperties": False,
+    "properties": {
+        "matchLabels": {"type": "object", "additionalProperties": {"type": "string"}},
+        "matchExpressions": {
+            "type": "array",
+            "items": {
+                "type": "object",
+                "additionalProperties": False,
+                "required": ["key", "operator"],
+                "properties": {
+                    "key": {"type": "string", "minLength": 1},
+                    "operator": {"enum": ["In", "NotIn", "Exists", "DoesNotExist"]},
+                    "values": {"type": "array", "items": {"type": "string"}},
+                },
+            },
+        },
+    },
+}
+
+SCHEMA_V1ALPHA1: dict[str, Any] = {
+    "$schema": "https://json-schema.org/draft/2020-12/schema",
+    "type": "object",
+    "additionalProperties": False,
+    "required": ["apiVersion", "kind", "name", "description", "namespaceSelector", "fabric", "device", "shm", "nccl"],
+    "properties": {
+        "apiVersion": {"const": API_VERSION_V1ALPHA1},
+        "kind": {"const": "RdmaPolicy"},
+        "name": {"type": "string", "minLength": 1, "maxLength": 63},
+        "description": {"type": "string", "minLength": 1},
+        "priority": {"type": "integer"},
+        "namespaceSelector": _SELECTOR,
+        "gpuResources": {"type": "array", "minItems": 1, "items": {"type": "string"}},
+        "fabric": {
+            "type": "object",
+            "additionalProperties": False,
+            "required": ["kind", "ncclNet", "hcaDevices"],
+            "properties": {
+                "kind": {"enum": ["erdma", "sriov", "infiniband", "roce"]},
+                "ncclNet": {"type": "array", "minItems": 1, "items": {"type": "string", "minLength": 1}},
+                "hcaDevices": {"type": "array", "minItems": 1, "items": {"type": "string", "minLength": 1}},
+            },
+        },
+        "device": {
+            "type": "object",
+            "additionalProperties": False,
+            "properties": {
+                "resource": {"type": "string"},
+                "count": {"type": "integer", "minimum": 1, "maximum": 64},
+                "perGpu": {"type": "boolean"},
+            },
+        },
+        "network": {
+            "type": "object",
+            "additionalProperties": False,
+            "required": ["name"],
+            "properties": {
+                "name": {"type": "string"},
+                "namespace": {"type": "string"},
+                "interface": {"type": "string", "minLength": 1, "maxLength": 15},
+            },
+        },
+        "shm": {
+            "type": "object",
+            "additionalProperties": False,
+            "properties": {"sizeLimit": _QUANTITY, "perGpu": _QUANTITY, "max": _QUANTITY},
+        },
+        "nccl": {
+            "type": "object",
+            "minProperties": 1,
+            "additionalProperties": {
+                "oneOf": [
+                    {"type": "string"},
+                    {
+                        "type": "object",
+                        "additionalProperties": False,
+                        "required": ["value"],
+                        "properties": {"value": {"type": "string"}, "enforce": {"type": "boolean"}},
+                    },
+                ]
+            },
+        },
+        "workloadValidation": {"enum": ["Deny", "Warn"]},
+    },
+}
+_NCCL_BLOCK = SCHEMA_V1ALPHA1["properties"]["nccl"]
+_COUNT = {"type": "integer", "minimum": 1, "maximum": 64}
+_IFNAME = {"type": "string", "pattern": "^[A-Za-z0-9_.-]{1,15}$"}
+
+# v1alpha2: the fabric as data. A fabric is a transport (whose fallback signatures live in
+# webhook/fabrics/transports.py), zero or more device-plugin resources (rails), zero or more Multus
+# networks, or a DRA claim, and a host-network mode.
+SCHEMA: dict[str, Any] = {
+    "$schema": "https://json-schema.org/draft/2020-12/schema",
+    "type": "object",
+    "additionalProperties": False,
+    "required": ["apiVersion", "kind", "name", "description", "namespaceSelector", "fabric", "shm", "nccl"],
+    "properties": {
+        "apiVersion": {"const": API_VERSION},
+        # what both versions share
+        **{key: SCHEMA_V1ALPHA1["properties"][key] for key in ("kind", "name", "description", "priority",
+                                                                "namespaceSelector", "gpuResources")},
+        "fabric": {
+            "type": "object",
+            "additionalProperties": False,
+            "required": ["kind", "ncclNet"],
+            "properties": {
+                "kind": {"type": "string", "pattern": "^[a-z0-9]([-a-z0-9]*[a-z0-9])?$", "maxLength": 63},
+                "transport": {"enum": sorted(transports.TRANSPORTS)},
+                "ncclNet": {"type": "array", "minItems": 1, "items": {"type": "string", "minLength": 1}},
+                "hcaDevices": {"type": "array", "minItems": 1, "items": {"type": "string", "minLength": 1}},
+                "providers": {"type": "array", "minItems": 1, "items": {"type": "string", "minLength": 1}},
+                "netPlugins": {"type": "array", "minItems": 1, "items": {"type": "string", "minLength": 1}},
+            },
+        },
+        "devices": {
+            "type": "array",
+            "items": {
+                "type": "object",
+                "additionalProperties": False,
+                "required": ["resource"],
+                "properties": {"resource": {"type": "string"}, "count": _COUNT, "perGpu": {"type": "boolean"}},
+            },
+        },
+        "equivalentResources": {"type": "array", "items": {"type": "string"}},
+        "networks": {
+            "type": "array",
+            "items": {
+                "type": "object",
+                "additionalProperties": False,
+                "required": ["name"],
+                "properties": {
+                    "name": {"type": "string"},
+                    "namespace": {"type": "string"},
+                    "interface": _IFNAME,
+                    "resource": {"type": "string"},
+                    "count": _COUNT,
+                    "perGpu": {"type": "boolean"},
+                },
+            },
+        },
+        "claim": {
+            "type": "object",
+            "additionalProperties": False,
+            "required": ["name", "template"],
+            "properties": {
+                "name": {"type": "string"},
+                "template": {"type": "string"},
+                "equivalentTemplates": {"type": "array", "items": {"type": "string"}},
+            },
+        },
+        "hostNetwork": {"enum": ["Forbidden", "Allowed", "Required"]},
+        "shm": SCHEMA_V1ALPHA1["properties"]["shm"],
+        "nccl": _NCCL_BLOCK,
+        "workloadValidation": {"enum": ["Deny", "Warn"]},
+    },
+}
+VALIDATORS = {API_VERSION: jsonschema.Draft202012Validator(SCHEMA),
+               API_VERSION_V1ALPHA1: jsonschema.Draft202012Validator(SCHEMA_V1ALPHA1)}
+
+# Fields a policy may never carry: the webhook only ever grants IPC_LOCK, never these.
+FORBIDDEN_KEYS = {"privileged", "hostNetwork", "hostPID", "hostIPC", "hostPath", "capabilities", "allowPrivilegeEscalation"}

@@ -1,0 +1,1 @@
+"""Metrics and logs: what every adapter records. Imports nothing else of the package."""
