@@ -8,7 +8,7 @@ variants of policies/erdma.yaml with distinct names and namespace selectors).
     .venv/bin/python benchmarks/decision.py [--seconds 1.0] [--json out.json]
     .venv/bin/python benchmarks/decision.py --cores compiled,interpreted --repeats 5 --store decision-cores
     .venv/bin/python benchmarks/decision.py --instructions --store decision-instructions
-    .venv/bin/python benchmarks/decision.py --cores --against ../base --repeats 15 --seconds 0.3 --store decision-against
+    .venv/bin/python benchmarks/decision.py --against ../base --repeats 15 --seconds 0.3 --store decision-against
 
 `--against CHECKOUT` (with `--cores` or `--instructions`): this checkout's compiled core against
 another commit's (a worktree with `make compile` run in it), the same bodies for both, each with
