@@ -10,6 +10,13 @@ Plain HTTP on 127.0.0.1 (an ephemeral port), one thread per connection:
     GET /apis/trainer.kubeflow.org/v1alpha1/{trainingruntimes,clustertrainingruntimes}  list, watch
         (404 unless `trainer` is set: a cluster without Kubeflow Trainer)
 
+Lists honour `limit` and `continue` as the real server does: the first page takes a snapshot at
+the current resourceVersion (items in key order), every later page is served from that snapshot
+with the same resourceVersion, `metadata.continue` and `remainingItemCount` until the last page;
+a continue token from before a `compact()` gets 410 Expired, as etcd's compaction makes it.
+`page_hook(kind, n)` (test-side) runs after the n-th list request of that kind is answered, to
+change the cluster between pages. `continues[kind]` counts the pages asked for with a continue token.
+
 Objects share one global resourceVersion, as in etcd. Every change is appended to an event log;
 a watch sends the log entries after its resourceVersion, then waits for more. Test-side controls:
 `put_*`/`delete_*` (change an object and push the event to open watches), `bookmark()`,
@@ -31,7 +38,9 @@ faults a real server cannot be made to produce on demand, at a chosen moment:
 - watches refused with 503 for as long as the test wants (`pause_watches()`);
 - lists and gets held open (`lists_gate`/`gets_gate`), for the read timeouts and the coalescing of
   direct namespace reads;
-- exact request counts per kind (`count(...)`), for how many GETs a storm of pods causes.
+- exact request counts per kind (`count(...)`), for how many GETs a storm of pods causes;
+- paging at any page size, a change between two pages (`page_hook`) and a continue token expired
+  by a compaction at a chosen page (the real server's 500-object pages need 500 objects a page).
 """
 
 from __future__ import annotations
@@ -78,6 +87,9 @@ class FakeApiServer:
         self._drop_generation = 0
         self._paused = False
         self._closed = False
+        self._snapshots: dict[str, tuple[int, list[dict[str, Any]]]] = {}  # continue token id -> (rv, items)
+        self.page_hook: Any = None  # page_hook(kind, n) after the n-th list request of kind is answered
+        self.continues: collections.Counter[str] = collections.Counter()
         self._open_watches = 0
         self._httpd = _QuietServer(("127.0.0.1", 0), _handler_for(self))
         self._thread = threading.Thread(target=self._httpd.serve_forever, kwargs={"poll_interval": 0.05},
@@ -187,14 +199,37 @@ class FakeApiServer:
 
     # --- serving ------------------------------------------------------------------------------
 
-    def _list_doc(self, kind: str) -> dict[str, Any]:
+    def _list_doc(self, kind: str, query: dict[str, list[str]]) -> tuple[int, dict[str, Any]]:
+        """(HTTP status, body) of one list request: the whole list, or one page of a snapshot."""
+        limit = int((query.get("limit") or ["0"])[0] or 0)
+        token = (query.get("continue") or [""])[0]
         with self.cond:
-            items = [copy.deepcopy(o) for o in self.objects[kind].values()]
-            rv = self.rv
+            if token:
+                self.continues[kind] += 1
+                snap_id, _, offset_text = token.partition(":")
+                snapshot = self._snapshots.get(snap_id)
+                if snapshot is None or not offset_text.isdigit():
+                    return 400, _status(400, "BadRequest", f"invalid continue token {token!r}")
+                rv, items = snapshot
+                if rv < self.compacted:
+                    return 410, _status(410, "Expired", "The provided continue parameter is too old to display a "
+                                                        "consistent list result. You can start a new list without "
+                                                        "the continue parameter.")
+                offset = int(offset_text)
+            else:
+                rv = self.rv
+                items = [copy.deepcopy(o) for _, o in sorted(self.objects[kind].items(), key=lambda kv: str(kv[0]))]
+                offset, snap_id = 0, f"{kind}-{rv}-{len(self._snapshots)}"
+            page = items[offset:offset + limit] if limit > 0 else items[offset:]
+            meta: dict[str, Any] = {"resourceVersion": str(rv)}
+            if limit > 0 and offset + limit < len(items):
+                self._snapshots[snap_id] = (rv, items)
+                meta["continue"] = f"{snap_id}:{offset + limit}"
+                meta["remainingItemCount"] = len(items) - offset - limit
         list_kind = {NS: "NamespaceList", NAD: "NetworkAttachmentDefinitionList", TR: "TrainingRuntimeList",
                      CTR: "ClusterTrainingRuntimeList"}[kind]
         api_version = {NS: "v1", NAD: "k8s.cni.cncf.io/v1"}.get(kind, "trainer.kubeflow.org/v1alpha1")
-        return {"kind": list_kind, "apiVersion": api_version, "metadata": {"resourceVersion": str(rv)}, "items": items}
+        return 200, {"kind": list_kind, "apiVersion": api_version, "metadata": meta, "items": page}
 
     def _watch(self, handler: "BaseHTTPRequestHandler", kind: str, query: dict[str, list[str]]) -> None:
         since = int((query.get("resourceVersion") or ["0"])[0] or 0)
@@ -301,7 +336,12 @@ def _handler_for(server: FakeApiServer) -> type[BaseHTTPRequestHandler]:
                 server._watch(self, kind, query)
             elif kind:
                 server.lists_gate.wait(10)
-                self.send_json(200, server._list_doc(kind))
+                code, doc = server._list_doc(kind, query)
+                self.send_json(code, doc)
+                if server.page_hook is not None:
+                    with server.cond:
+                        page = server.requests[label]
+                    server.page_hook(kind, page)
             elif item:
                 server.gets_gate.wait(30)  # an unbounded client read would wait this long
                 with server.cond:

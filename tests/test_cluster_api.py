@@ -500,3 +500,148 @@ def test_lists_ask_for_metadata_only_where_decisions_read_metadata_alone(apiserv
     assert cluster_api.METADATA_LIST.endswith(", application/json")
     assert cached_namespace(state, "team-2") is not None
 
+
+
+# -- paging: limit and continue, as the real server pages ------------------------------------------
+
+def test_a_list_in_pages_keeps_every_page(apiserver, make_state):
+    """Seven namespaces in pages of three: three list requests, two of them with the continue
+    token the page before gave, and every namespace of every page in the cache (a list that
+    kept only its last page would hold one)."""
+    for i in range(7):
+        apiserver.put_namespace(f"team-{i}", OPTED_IN)
+    state = synced(make_state(page_size=3))
+    assert apiserver.count("list namespaces") == 3 and apiserver.continues["namespaces"] == 2
+    assert sorted(state._ns.items) == [f"team-{i}" for i in range(7)]
+    assert state._ns.pages == 3 and state._ns.lists == 1
+
+
+def test_a_change_between_pages_reaches_the_cache_through_the_watch(apiserver, make_state):
+    """The pages are one snapshot (the first page's resourceVersion): a namespace created after
+    the first page is not in the list, and the watch from the list's resourceVersion brings it."""
+    for i in range(5):
+        apiserver.put_namespace(f"team-{i}", OPTED_IN)
+
+    def between(kind: str, n: int) -> None:
+        if kind == "namespaces" and n == 1:
+            apiserver.put_namespace("created-between-pages", OPTED_IN)
+            apiserver.delete_namespace("team-4")
+
+    apiserver.page_hook = between
+    state = synced(make_state(page_size=2))
+    assert apiserver.count("list namespaces") == 3
+    eventually(lambda: cached_namespace(state, "created-between-pages"), what="the namespace made between pages")
+    eventually(lambda: cached_namespace(state, "team-4") is None, what="the namespace deleted between pages")
+    assert state._ns.lists == 1  # no relist was needed
+
+
+def test_an_expired_continue_token_lists_again_from_the_start(apiserver, make_state):
+    """etcd compacted between two pages: the continue token gets 410 Expired, and the informer
+    lists again from the first page (not from the page it had), ending with every namespace."""
+    for i in range(5):
+        apiserver.put_namespace(f"team-{i}", OPTED_IN)
+
+    def compact_once(kind: str, n: int) -> None:
+        if kind == "namespaces" and n == 1:
+            apiserver.put_namespace("after-compaction", OPTED_IN)
+            apiserver.compact()
+
+    apiserver.page_hook = compact_once
+    state = synced(make_state(page_size=2))
+    assert apiserver.continues["namespaces"] >= 3  # the expired one, then the second list's two
+    assert apiserver.count("list namespaces") == 1 + 1 + 3  # first page, 410, then three pages
+    assert sorted(state._ns.items) == sorted([f"team-{i}" for i in range(5)] + ["after-compaction"])
+
+
+def test_the_fake_server_pages_as_the_real_one(apiserver):
+    """The stand-in itself: limit, continue, remainingItemCount, one resourceVersion for every
+    page, key order, 410 Expired after a compaction, 400 for a token it never gave."""
+    import json as _json
+    import urllib.request
+    for name in ("c", "a", "b"):
+        apiserver.put_namespace(name)
+    rv = str(apiserver.rv)
+
+    def get(query: str) -> tuple[int, dict[str, Any]]:
+        try:
+            with urllib.request.urlopen(f"{apiserver.url}/api/v1/namespaces?{query}") as r:
+                return r.status, _json.loads(r.read())
+        except urllib.error.HTTPError as e:
+            return e.code, _json.loads(e.read())
+
+    code, first = get("limit=2")
+    assert code == 200 and [o["metadata"]["name"] for o in first["items"]] == ["a", "b"]
+    assert first["metadata"]["resourceVersion"] == rv and first["metadata"]["remainingItemCount"] == 1
+    apiserver.put_namespace("d")  # after the snapshot: not in its pages
+    code, second = get(f"limit=2&continue={first['metadata']['continue']}")
+    assert code == 200 and [o["metadata"]["name"] for o in second["items"]] == ["c"]
+    assert second["metadata"] == {"resourceVersion": rv}
+    code, whole = get("")
+    assert [o["metadata"]["name"] for o in whole["items"]] == ["a", "b", "c", "d"] and "continue" not in whole["metadata"]
+    code, again = get("limit=1")
+    apiserver.compact()
+    code, expired = get(f"limit=1&continue={again['metadata']['continue']}")
+    assert code == 410 and expired["reason"] == "Expired"
+    assert get("limit=1&continue=never-given:1")[0] == 400
+
+
+# -- the stale-cache rule, on a clock the test moves ------------------------------------------------
+
+def _listed_with_clock(make_unstarted, stale_after: float) -> tuple[ApiClusterState, list[float]]:
+    """A state whose namespaces were listed for real (no threads started) and whose stale rule
+    reads `now[0]`: failures are then recorded by hand, at times the test chooses."""
+    now = [1000.0]
+    state, _ = make_unstarted(stale_after=stale_after, clock=lambda: now[0])
+    state._ns.relist()
+    assert state.ready()
+    return state, now
+
+
+def test_the_cache_turns_unready_only_after_stale_after_of_failures(apiserver, make_unstarted):
+    """Both sides of the bound: failing for 59.9 s of a 60 s `stale_after` is still ready,
+    60.1 s is not (with the reason); a success makes it ready at once."""
+    from webhook.cluster.api import STALE_FAILURES
+
+    apiserver.put_namespace("team-a", OPTED_IN)
+    state, now = _listed_with_clock(make_unstarted, 60.0)
+    for _ in range(STALE_FAILURES):
+        state._ns.failed(OSError("connection refused"))
+    now[0] = 1000.0 + 59.9
+    assert state.ready() and state.not_ready_reason() is None
+    now[0] = 1000.0 + 60.1
+    assert not state.ready()
+    reason = state.not_ready_reason()
+    assert reason is not None and reason.startswith("cluster state stale: namespaces list/watch failing for 60s"), reason
+    assert f"({STALE_FAILURES} attempts, last: " in reason
+    state._ns.succeeded()
+    assert state.ready() and state.not_ready_reason() is None
+
+
+def test_fewer_failures_than_the_threshold_never_make_the_cache_unready(apiserver, make_unstarted):
+    """One failure short of STALE_FAILURES keeps the cache ready however long ago it began; the
+    next failure crosses it (the threshold is exactly STALE_FAILURES, not one failure)."""
+    from webhook.cluster.api import STALE_FAILURES
+
+    assert STALE_FAILURES > 1
+    state, now = _listed_with_clock(make_unstarted, 1.0)
+    for _ in range(STALE_FAILURES - 1):
+        state._ns.failed(OSError("connection refused"))
+    now[0] = 1000.0 + 3600.0
+    assert state.ready()
+    state._ns.failed(OSError("connection refused"))
+    assert not state.ready()
+
+
+def test_a_watch_open_long_enough_counts_as_working_on_a_quiet_cluster(apiserver, make_unstarted):
+    """A watch that has stayed open past the connect timeout (+1 s) is a success although no
+    event came (a quiet cluster sends none); one open for less is not yet."""
+    from webhook.cluster.api import STALE_FAILURES
+
+    state, now = _listed_with_clock(make_unstarted, 10.0)
+    for _ in range(STALE_FAILURES):
+        state._ns.failed(OSError("connection refused"))
+    now[0] = 1100.0
+    state._ns.watching_since = 1100.0 - state.connect_timeout - 0.5
+    assert not state.ready()
+    state._ns.watching_since = 1100.0 - state.connect_timeout - 1.5
+    assert state.ready()

@@ -207,7 +207,7 @@ class _Informer:
     def failed(self, error: BaseException) -> None:
         self.failures += 1
         if self.failing_since is None:
-            self.failing_since = time.monotonic()
+            self.failing_since = self.owner.clock()
         self.last_error = _describe(error)
         self.owner._record_ready()
 
@@ -280,7 +280,7 @@ class _Informer:
         stream = w.stream(self.list_call, *self.args, resource_version=self.resource_version,
                           allow_watch_bookmarks=True, timeout_seconds=owner.watch_timeout,
                           _request_timeout=(owner.connect_timeout, owner.watch_timeout + 30))
-        self.watching_since = started
+        self.watching_since = owner.clock()
         try:
             for event in stream:
                 if owner._stopping.is_set():
@@ -314,7 +314,7 @@ class ApiClusterState:
                  watch_timeout: int = 300, backoff_min: float = 0.5, backoff_max: float = 30.0,
                  networks_check_interval: float = 5.0, fetch_timeout: float = 2.0, miss_ttl: float = 5.0,
                  connect_timeout: float = 5.0, watch_runtimes: bool = True, page_size: int = 500,
-                 stale_after: float = 60.0):
+                 stale_after: float = 60.0, clock: Callable[[], float] = time.monotonic):
         self.uses_networks = uses_networks
         self.watch_runtimes = watch_runtimes
         self.watch_timeout, self.backoff_min, self.backoff_max = int(watch_timeout), backoff_min, backoff_max
@@ -322,6 +322,7 @@ class ApiClusterState:
         self.connect_timeout = connect_timeout
         self.page_size = page_size  # objects per list request (client-go's reflector: 500)
         self.stale_after = stale_after  # seconds of failing lists/watches before `ready()` says no
+        self.clock = clock  # what the stale rule reads the time from (tests pass one they move)
         if api_client.configuration.retries is None:
             # urllib3's default retries GETs 3 times, read timeouts included: the 2 s direct read
             # could take 8 s. The informer loops do their own retrying, with backoff.
@@ -468,12 +469,12 @@ class ApiClusterState:
         return [self._ns, self._nads] if self._tracking_nads else [self._ns]
 
     def ready(self) -> bool:
-        now = time.monotonic()
+        now = self.clock()
         return all(i.synced and i.stale_for(now) <= self.stale_after for i in self._needed())
 
     def not_ready_reason(self) -> str | None:
         """Why `ready()` is False, for /readyz (None when ready)."""
-        now = time.monotonic()
+        now = self.clock()
         for informer in self._needed():
             if not informer.synced:
                 return f"cluster state not synced yet ({informer.kind})"
