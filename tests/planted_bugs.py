@@ -114,7 +114,7 @@ def copy_checkout(dest: Path, compiled: bool) -> None:
         elif src.is_file():
             shutil.copy2(src, dst)
     if compiled:
-        for so in [*ROOT.glob("*__mypyc.*.so"), *(ROOT / "webhook").glob("*.so")]:
+        for so in [*ROOT.glob("*__mypyc.*.so"), *(ROOT / "webhook").rglob("*.so")]:
             shutil.copy2(so, dest / so.relative_to(ROOT))
 
 

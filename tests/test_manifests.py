@@ -67,7 +67,9 @@ def test_allowed_manifests_exit_0_with_companions_not_checked(path):
     checked = [r for r in recs if r["outcome"] != "not-checked"]
     companions = [r for r in recs if r["outcome"] == "not-checked"]
     assert checked and all(r["allowed"] for r in recs)
-    assert companions or path.name == "raycluster.yaml" or len(docs) == len(checked)
+    # the manifests are modelled on public examples, companions and all: every file ships objects
+    # that hold no pods (a Service, ConfigMap, PodGroup, Kueue queue...) beside its workload
+    assert companions, [r["kind"] for r in recs]
     for r in companions:
         assert r["kind"] not in {k for _, k in workloads.TEMPLATES} and r["messages"] == ["holds no pods"], r
     # every checked workload met the decision on at least one template (none silently skipped)
@@ -187,7 +189,9 @@ def _post(server, path, review):
     status, data, _ = server.request("POST", path, json.dumps(review).encode())
     assert status == 200, data
     r = json.loads(data)["response"]
-    assert r["uid"] == review["request"]["uid"] and "patch" not in r if path == "/validate" else True
+    assert r["uid"] == review["request"]["uid"]
+    if path == "/validate":
+        assert "patch" not in r, r  # a validating webhook never patches
     return r
 
 

@@ -426,14 +426,25 @@ def test_nesting_paths_and_depth():
     paths = [p for p, _ in workloads.expand(aw, "workload.codeflare.dev", "AppWrapper").templates]
     assert paths == ["spec.components[0].template.spec.rayClusterConfig.headGroupSpec.template",
                      "spec.components[0].template.spec.rayClusterConfig.workerGroupSpecs[g].template"]
-    # an AppWrapper that wraps itself forever ends
-    loop = obj("workload.codeflare.dev/v1beta2", "AppWrapper", {"components": []})
-    node = loop
-    for _ in range(50):
-        child = obj("workload.codeflare.dev/v1beta2", "AppWrapper", {"components": []})
-        node["spec"]["components"].append({"template": child})
-        node = child
-    assert workloads.expand(loop, "workload.codeflare.dev", "AppWrapper").templates == []
+    # AppWrappers wrapped in AppWrappers: followed to a bounded depth, then no further, so a
+    # deep (or hostile) nesting ends; the pod at the bottom is found only within the bound
+    def chain(levels: int) -> dict:
+        top = obj("workload.codeflare.dev/v1beta2", "AppWrapper", {"components": []})
+        node = top
+        for _ in range(levels - 1):
+            child = obj("workload.codeflare.dev/v1beta2", "AppWrapper", {"components": []})
+            node["spec"]["components"].append({"template": child})
+            node = child
+        node["spec"]["components"].append({"template": {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"},
+                                                        "spec": tmpl()["spec"]}})
+        return top
+
+    def found(levels: int) -> int:
+        return len(workloads.expand(chain(levels), "workload.codeflare.dev", "AppWrapper").templates)
+
+    deepest = max(n for n in range(1, 20) if found(n))
+    assert 5 <= deepest < 19 and found(deepest + 1) == 0
+    assert found(50) == 0 and found(500) == 0
 
 
 def test_embedded_manifests_are_bounded(policies):
