@@ -250,6 +250,9 @@ def cmd_review(args: argparse.Namespace) -> int:
                 known = isinstance(kind, str) and kind in COMPANION_KINDS
                 why = ("holds no pods" if known else
                        "unknown kind: pods it may create are not checked" if kind else "not a Kubernetes object (no kind)")
+                if not known and kind and keys.POD_INJECT in json.dumps(doc, default=str):
+                    why = (f"unknown kind that carries pod templates labelled {keys.POD_INJECT}: the pods it makes "
+                           f"are not checked here (review them as they are made, or use --strict to fail)")
                 if review_input.is_kustomization(doc):
                     why = review_input.kustomize_message(where)
                 elif kind == "Namespace" and (doc.get("metadata") or {}).get("name") in state.input:

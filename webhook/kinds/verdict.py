@@ -4,6 +4,7 @@ what will be injected)."""
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -88,6 +89,7 @@ class WorkloadVerdict:
 # namespace without labels, and these become warnings (the TrainJob that uses the runtime is
 # checked in its own namespace).
 _NAMESPACE_RULES = ("no-policy", "namespace-unknown")
+_PLACEHOLDER = re.compile(r"\{\{.*?\}\}|\$\{[^}]*\}")
 ANY_NAMESPACE = Namespace("(any namespace)", {keys.NS_INJECTION: keys.NS_INJECTION_ENABLED})
 
 
@@ -142,6 +144,8 @@ def _cluster_scoped_result(path: str, judged: list[tuple[str, Any, Decision]], p
             reasons = "; ".join(f.text() for f in d.denials)
             verdict.notes.append(f"{path}: its pods would be denied in namespaces that use policy {name}: {reasons}")
         return ok[0][1], ok[0][2], False, ""
+    # the reasons shown are those of a policy the pods' devices fit, when there is one
+    denied.sort(key=lambda j: any(f.rule == "fabric-mismatch" for f in j[2].denials))
     _, pod, decision = denied[0]
     if len(denied) > 1:
         verdict.notes.append(f"{path}: its pods would be denied under every policy that could apply "
@@ -198,6 +202,10 @@ def check_workload(obj: Any, group: str, kind: str, namespace: Namespace | None,
             policy_of = policies.get(decision.policy) if policies and decision.policy else None
             deny = decision.outcome == DENIED and (policy_of is None or policy_of.workload_validation == "Deny")
             why_not = "workloadValidation Warn" if decision.outcome == DENIED and not deny else ""
+            if deny and all(f.rule == "malformed-pod" for f in decision.denials) and _PLACEHOLDER.search(str(template)):
+                # `nvidia.com/gpu: "{{inputs.parameters.gpus}}"`: the controller fills it in
+                # when it makes the pod, which then meets the pod webhooks
+                deny, why_not = False, "a template placeholder is filled in only when the pod is made"
         policy = policies.get(decision.policy) if policies and decision.policy else None
         targeted.append(policy is not None and shape_problem(pod) is None
                         and bool(find_targets(pod, policy) or find_checked(pod, [])))  # GPUs by resource, claim or runtime
