@@ -301,7 +301,7 @@ def test_a_pod_without_a_gpu_container_is_answered_with_its_policy_and_warnings(
     pod = launcher("NCCL_DEBUG=INFO", "NCCL_SOCKET_IFNAME=net1")
     d = decision.decide(pod, NS, policies)
     assert d.pod is pod and answer(d) == (
-        "unchanged", "erdma", [], [NO_GPU, COMMAND_DEBUG.format("launcher", "INFO")], [], "no GPU container", [])
+        "unchanged", "erdma", [], [NO_GPU, COMMAND_DEBUG.format("launcher", "INFO")], [], NO_GPU[: -len("; left unchanged")], [])
     pod = launcher("NCCL_DEBUG=INFO", "NCCL_IB_DISABLE=1")
     d = decision.decide(pod, NS, policies)
     assert d.pod is pod and answer(d) == (
