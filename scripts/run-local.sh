@@ -55,7 +55,7 @@ Send it a PyTorchJob worker pod from another shell:
 Decode the patch:
   ... | python3 -c 'import sys,json,base64; print(base64.b64decode(json.load(sys.stdin)["response"]["patch"]).decode())'
 Or see the same decision offline, for people:
-  .venv/bin/rdma-webhook review --explain --cluster-state examples/cluster-state.yaml examples/pods/*.yaml
+  .venv/bin/rdma-webhook review --explain --policy erdma,sriov-roce --cluster-state examples/cluster-state.yaml examples/pods/*.yaml
 Health and metrics:  curl -s --cacert $CERTS/ca.crt https://localhost:$PORT/readyz   (and /metrics)
 Stop with Ctrl-C.
 

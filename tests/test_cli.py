@@ -16,6 +16,8 @@ from conftest import CLI
 
 ROOT = Path(__file__).resolve().parent.parent
 STATE = str(ROOT / "examples" / "cluster-state.yaml")
+# review uses no policy it is not given (issue 26): these tests judge against the whole catalogue
+POLICIES = str(ROOT / "policies")
 
 
 def run(*args, stdin=None):
@@ -30,7 +32,7 @@ def write(tmp_path, name, *docs):
 
 def test_review_prints_admission_responses_and_exit_0(tmp_path):
     f = write(tmp_path, "jobs.yaml", k.pytorchjob_worker(), k.mpijob_launcher())
-    out = run("review", "--cluster-state", STATE, f)
+    out = run("review", "--policies", POLICIES, "--cluster-state", STATE, f)
     assert out.returncode == 0, out.stderr
     docs = [json.loads(d) for d in out.stdout.replace("}\n{", "}\x00{").split("\x00")]
     assert len(docs) == 2 and all(d["kind"] == "AdmissionReview" for d in docs)
@@ -41,23 +43,23 @@ def test_review_prints_admission_responses_and_exit_0(tmp_path):
 def test_review_exit_1_when_any_denied(tmp_path):
     bad = k.pytorchjob_worker(env=[{"name": "NCCL_NET", "value": "Socket"}])
     f = write(tmp_path, "jobs.yaml", k.pytorchjob_worker(), bad)
-    out = run("review", "--cluster-state", STATE, f)
+    out = run("review", "--policies", POLICIES, "--cluster-state", STATE, f)
     assert out.returncode == 1
     assert "NCCL_NET='Socket'" in out.stdout
 
 
 def test_review_exit_2_on_bad_input(tmp_path):
     (tmp_path / "broken.yaml").write_text("kind: Pod\nmetadata: [\n")
-    out = run("review", str(tmp_path / "broken.yaml"))
+    out = run("review", "--policies", POLICIES, str(tmp_path / "broken.yaml"))
     assert out.returncode == 2 and "not valid YAML" in out.stderr and "Traceback" not in out.stderr
     f = write(tmp_path, "widget.yaml", {"apiVersion": "example.com/v1", "kind": "Widget", "metadata": {"name": "x"}})
-    out = run("review", "--strict", f)
+    out = run("review", "--policies", POLICIES, "--strict", f)
     assert out.returncode == 2 and "unknown kind" in out.stderr and "--strict" in out.stderr
-    assert run("review", f).returncode == 0  # listed as not checked without --strict
+    assert run("review", "--policies", POLICIES, f).returncode == 0  # listed as not checked without --strict
     f = write(tmp_path, "scalar.yaml", "just a string")
-    out = run("review", f)
+    out = run("review", "--policies", POLICIES, f)
     assert out.returncode == 2 and "expected a Kubernetes object" in out.stderr and "Traceback" not in out.stderr
-    out = run("review", str(tmp_path / "missing.yaml"))
+    out = run("review", "--policies", POLICIES, str(tmp_path / "missing.yaml"))
     assert out.returncode == 2 and "cannot read" in out.stderr
 
 
@@ -65,35 +67,35 @@ def test_review_accepts_admission_reviews_json_and_stdin(tmp_path):
     rv = k.admission_review(k.pytorchjob_worker())
     path = tmp_path / "rv.json"
     path.write_text(json.dumps(rv))
-    out = run("review", "--cluster-state", STATE, str(path))
+    out = run("review", "--policies", POLICIES, "--cluster-state", STATE, str(path))
     assert out.returncode == 0 and json.loads(out.stdout)["response"]["uid"] == rv["request"]["uid"]
-    out = run("review", "--cluster-state", STATE, "-", stdin=json.dumps(k.pytorchjob_worker()))
+    out = run("review", "--policies", POLICIES, "--cluster-state", STATE, "-", stdin=json.dumps(k.pytorchjob_worker()))
     assert out.returncode == 0 and json.loads(out.stdout)["response"]["allowed"]
 
 
 def test_review_without_cluster_state_assumes_opted_in(tmp_path):
     f = write(tmp_path, "p.yaml", k.pod([k.container("trainer")], namespace="anywhere"))
-    out = run("review", f)
+    out = run("review", "--policies", POLICIES, f)
     assert out.returncode == 0 and json.loads(out.stdout)["response"]["patchType"] == "JSONPatch"
 
 
 def test_explain_shows_decision_reasons_and_coloured_diff(tmp_path):
     bad = k.pytorchjob_worker(env=[{"name": "NCCL_IB_DISABLE", "value": "1"}])
     f = write(tmp_path, "jobs.yaml", k.pytorchjob_worker(), bad)
-    out = run("review", "--explain", "--color", "always", "--cluster-state", STATE, f)
+    out = run("review", "--policies", POLICIES, "--explain", "--color", "always", "--cluster-state", STATE, f)
     assert out.returncode == 1
     text = out.stdout
     assert "MUTATED" in text and "DENIED" in text and "by policy erdma" in text
     assert "NCCL_IB_DISABLE='1'" in text and "[env-fallback]" in text
     assert "\033[32m+" in text and "aliyun/erdma: '1'" in text  # a green added line
     assert "--- before" in text and "+++ after" in text
-    plain = run("review", "--explain", "--color", "never", "--cluster-state", STATE, f).stdout
+    plain = run("review", "--policies", POLICIES, "--explain", "--color", "never", "--cluster-state", STATE, f).stdout
     assert "\033[" not in plain
 
 
 def test_explain_on_the_seed_pods():
     pods = sorted(str(p) for p in (ROOT / "examples" / "pods").glob("*.yaml"))
-    out = run("review", "--explain", "--color", "never", "--cluster-state", STATE, *pods)
+    out = run("review", "--policies", POLICIES, "--explain", "--color", "never", "--cluster-state", STATE, *pods)
     assert out.returncode == 1  # tcp-fallback-worker.yaml is denied
     assert out.stdout.count("MUTATED") == 2 and out.stdout.count("DENIED") == 1 and out.stdout.count("UNCHANGED") == 1
 
@@ -235,15 +237,16 @@ def test_review_refuses_unrendered_templates(tmp_path):
     """`nvidia.com/gpu: $GPU_PER_NODE` is no GPU to the decision: offline it is bad input, not a pass."""
     pod = k.pytorchjob_worker()
     pod["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] = "$GPU_PER_NODE"
-    out = run("review", "--cluster-state", STATE, write(tmp_path, "pod.yaml", pod))
-    assert out.returncode == 2 and "'$GPU_PER_NODE' is not a quantity" in out.stderr and "render it first" in out.stderr
+    out = run("review", "--policies", POLICIES, "--cluster-state", STATE, write(tmp_path, "pod.yaml", pod))
+    assert out.returncode == 2 and "resources.limits[nvidia.com/gpu] is '$GPU_PER_NODE', a template placeholder" in out.stderr
+    assert "render the manifest first" in out.stderr
     job = {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "j", "namespace": "ml-training"},
            "spec": {"template": {"metadata": {"labels": {"rdma-webhook.io/inject": "true"}}, "spec": {"containers": [
                {"name": "t", "image": "x", "resources": {"limits": {"nvidia.com/gpu": "{{ .Values.gpus }}"}}}]}}}}
-    out = run("review", "--cluster-state", STATE, write(tmp_path, "job.yaml", job))
-    assert out.returncode == 2 and "spec.template, container 't': resources.limits.nvidia.com/gpu" in out.stderr
+    out = run("review", "--policies", POLICIES, "--cluster-state", STATE, write(tmp_path, "job.yaml", job))
+    assert out.returncode == 2 and "spec.template, container t: resources.limits[nvidia.com/gpu]" in out.stderr
     job["spec"]["template"]["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] = 8
-    assert run("review", "--cluster-state", STATE, write(tmp_path, "job.yaml", job)).returncode == 0
+    assert run("review", "--policies", POLICIES, "--cluster-state", STATE, write(tmp_path, "job.yaml", job)).returncode == 0
 
 
 def _serve_with(tmp_path, server: str, pythonpath: list[str] = ()):

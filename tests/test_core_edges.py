@@ -240,7 +240,8 @@ def test_each_malformed_container_field_is_named(policies, field, value, problem
 # -- the decision's answers, field by field (decision._assess, decide, Decision) ------------------
 
 NOT_ENABLED = Namespace("default", {"kubernetes.io/metadata.name": "default"})
-NO_GPU = "no container requests a GPU (nvidia.com/gpu); left unchanged (an MPI launcher needs no RDMA device)"
+NO_GPU = ("no container requests a GPU (nvidia.com/gpu), so none gets RDMA (as for an MPI launcher or a pod without "
+          "GPUs); left unchanged")
 DEBUG_INFO = "{}: NCCL_DEBUG=INFO logs heavily; use WARN outside debugging"
 IB_DISABLED = ("NCCL_IB_DISABLE='1' turns NCCL's IB/RoCE transport off, so NCCL runs on TCP sockets (NET/Socket); "
                "remove it or set it to 0")
@@ -300,7 +301,7 @@ def test_a_pod_without_a_gpu_container_is_answered_with_its_policy_and_warnings(
     pod = launcher("NCCL_DEBUG=INFO", "NCCL_SOCKET_IFNAME=net1")
     d = decision.decide(pod, NS, policies)
     assert d.pod is pod and answer(d) == (
-        "unchanged", "erdma", [], [NO_GPU, COMMAND_DEBUG.format("launcher", "INFO")], [], "no GPU container", [])
+        "unchanged", "erdma", [], [NO_GPU, COMMAND_DEBUG.format("launcher", "INFO")], [], NO_GPU[: -len("; left unchanged")], [])
     pod = launcher("NCCL_DEBUG=INFO", "NCCL_IB_DISABLE=1")
     d = decision.decide(pod, NS, policies)
     assert d.pod is pod and answer(d) == (
@@ -326,8 +327,8 @@ def test_the_gpu_resources_a_pod_could_request_are_all_named():
     ps, errors = load_texts([("erdma.yaml", text)])
     assert ps is not None, errors
     d = decision.decide(launcher(), NS, ps)
-    assert d.warnings == ["no container requests a GPU (nvidia.com/gpu/amd.com/gpu); left unchanged (an MPI launcher "
-                          "needs no RDMA device)"]
+    assert d.warnings == ["no container requests a GPU (nvidia.com/gpu/amd.com/gpu), so none gets RDMA (as for an "
+                          "MPI launcher or a pod without GPUs); left unchanged"]
 
 
 def test_a_denied_gpu_pod_keeps_its_warnings(policies):

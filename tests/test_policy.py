@@ -85,7 +85,7 @@ def test_every_shipped_value_cites_a_source():
     (lambda t: t.replace("name: p", "name: p\n  bad: [", 1), "not valid YAML"),
     (lambda t: t.replace("count: 1", "count: one"), "field device.count"),
     (lambda t: t.replace("count: 1", "count: 0"), "field device.count"),
-    (lambda t: t.replace("priority: 0", "priority: 0\nfavourite: yes"), "unknown field(s) 'favourite'"),
+    (lambda t: t.replace("priority: 0", "priority: 0\nfavourite: yes"), "unknown field 'favourite'"),
     (lambda t: t.replace("resource: aliyun/erdma", "resource: erdma"), "field device.resource: 'erdma' is not a valid extended resource name"),
     (lambda t: t.replace("resource: aliyun/erdma", "resource: kubernetes.io/erdma"), "reserved"),
     (lambda t: t.replace("NCCL_IB_HCA: erdma", "NCCL-IB-HCA: erdma"), "field nccl.NCCL-IB-HCA: not a valid environment variable name"),
@@ -209,7 +209,7 @@ def test_lint_reports_every_problem_of_a_file_in_one_run():
             .replace("sizeLimit: 16Gi", "sizeLimit: lots").replace("NCCL_IB_HCA: erdma", "NCCL_IB_HCA: mlx5")
             .replace("count: 1", "count: one"))
     errors = errors_of(text)
-    for expect in ("unknown field(s) 'favourite', 'flavour'", "field device.count", "field shm.sizeLimit: 'lots'",
+    for expect in ("unknown field 'favourite'", "unknown field 'flavour'", "field device.count", "field shm.sizeLimit: 'lots'",
                    "field nccl.NCCL_IB_HCA: NCCL_IB_HCA='mlx5' selects none"):
         assert sum(expect in e for e in errors) == 1, (expect, errors)
 
@@ -247,3 +247,34 @@ def test_shipped_policies_and_examples_cite_public_documents():
     for path in [*sorted((ROOT / "policies").glob("*.yaml")), *sorted((ROOT / "examples").rglob("*.*"))]:
         text = path.read_text().lower()
         assert "seed" not in text.replace("seed-sriov-pod", "") and "shared/" not in text, path
+
+
+# -- lint speaks to the policy author (issue 25 item 4) -------------------------------------------
+
+def _lint_errors(text: str) -> list[str]:
+    from webhook.policy.load import load_texts
+
+    ps, errors = load_texts([("team.yaml", text)])
+    assert ps is None
+    return [str(e) for e in errors]
+
+
+def test_lint_suggests_the_field_an_unknown_one_is_a_typo_of():
+    text = (ROOT / "policies" / "erdma.yaml").read_text().replace("\npriority:", "\npriorty:", 1)
+    errors = _lint_errors(text)
+    assert errors == ["team.yaml: policy 'erdma': field priorty: unknown field 'priorty': did you mean 'priority'?"]
+
+
+def test_one_typo_in_fabric_hca_devices_is_one_problem_not_a_cascade():
+    text = (ROOT / "policies" / "erdma.yaml").read_text().replace("hcaDevices:", "hcaDevice:", 1)
+    errors = _lint_errors(text)
+    assert len(errors) == 1 and "did you mean 'hcaDevices'?" in errors[0], errors
+    assert not any("selects none" in e or "required" in e for e in errors)
+
+
+def test_a_fallback_setting_in_a_policy_is_explained_to_its_author():
+    text = (ROOT / "policies" / "erdma.yaml").read_text().replace("NCCL_NET: {value: IB, enforce: true}",
+                                                                  "NCCL_NET: {value: Socket, enforce: true}")
+    (error,) = _lint_errors(text)
+    assert "field nccl.NCCL_NET" in error and "this policy would put it into every pod it injects" in error
+    assert "let the policy set" not in error

@@ -314,7 +314,8 @@ def test_opted_in_pods_without_fallback_settings_are_mutated(pod):
     r, decision = check_round(pod)
     ns = pod["metadata"]["namespace"]
     if decision.outcome == "unchanged":  # no GPU container (a launcher): nothing to add
-        assert r["allowed"] and "patch" not in r and any("no container requests a GPU" in w for w in r["warnings"])
+        # no container gets RDMA (a launcher, another vendor's GPU, GPUs by DRA claim): the warning says which
+        assert r["allowed"] and "patch" not in r and any(w.startswith(decision.reason[:60]) for w in r["warnings"])
         return
     if decision.policy == "sriov-roce" and ns in ("ml-training", "team-erdma", "pss-privileged"):
         assert not r["allowed"] and "[network-attachment]" in r["status"]["message"]  # no NAD there

@@ -171,7 +171,7 @@ def test_policy_can_turn_workload_denials_into_warnings():
     assert errors == []
     r = validate(pytorchjob(worker_env=BAD_ENV), ps)
     assert r["allowed"] is True
-    assert any(w.startswith("spec.pytorchReplicaSpecs.Worker.template: container 'pytorch': NCCL_NET='Socket'") for w in r["warnings"])
+    assert any(w.startswith("spec.pytorchReplicaSpecs.Worker.template, container 'pytorch': NCCL_NET='Socket'") for w in r["warnings"])
 
 
 def test_unknown_kinds_are_allowed(policies):
@@ -259,7 +259,7 @@ def test_review_cli_on_workload_manifests(tmp_path):
 
     f = tmp_path / "jobs.yaml"
     f.write_text(yaml.safe_dump_all([pytorchjob(), mpijob_v2(), lws(worker_env=BAD_ENV)]))
-    out = subprocess.run([*CLI, "review", "--explain", "--color", "never",
+    out = subprocess.run([*CLI, "review", "--policy", "erdma,sriov-roce", "--explain", "--color", "never",
                           "--cluster-state", "examples/cluster-state.yaml", str(f)], capture_output=True, text=True)
     assert out.returncode == 1, out.stderr
     assert "spec.pytorchReplicaSpecs.Worker.template: its pods would be MUTATED by policy erdma" in out.stdout

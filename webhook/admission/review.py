@@ -87,8 +87,15 @@ class EnvelopeError(Exception):
         self.uid, self.message = uid, message
 
 
+def _cut(warning: str) -> str:
+    """A warning over the API server's length, cut at the last space that fits (never mid-word)."""
+    head = warning[: MAX_WARNING - 4]
+    space = head.rfind(" ")
+    return (head[:space] if space > MAX_WARNING // 2 else head).rstrip(" ,;:") + " ..."
+
+
 def _warnings(items: list[str]) -> list[str]:
-    out = [w if len(w) <= MAX_WARNING else w[: MAX_WARNING - 3] + "..." for w in items[:MAX_WARNINGS]]
+    out = [w if len(w) <= MAX_WARNING else _cut(w) for w in items[:MAX_WARNINGS]]
     if len(items) > MAX_WARNINGS:
         out.append(f"... and {len(items) - MAX_WARNINGS} more warnings")
     return out

@@ -13,11 +13,14 @@ from webhook.cli.serve import cmd_serve
 
 
 EXIT_CODES = """exit status:
-  0  every document allowed (or not checked: kinds that hold no pods)
+  0  every document allowed (or not checked: kinds that hold no pods, namespaces not opted in)
   1  any pod or workload denied
-  2  bad input: unreadable or invalid YAML, a malformed object or review, a namespace missing from
-     --cluster-state, a TrainJob whose runtime is not given, a resource quantity that is not one
-     (an unrendered template), an unknown kind with --strict"""
+  2  bad input: unreadable or invalid YAML, a malformed object or review, no policy chosen (or a bad
+     one), and in a pod or template that would be checked: a namespace missing from --cluster-state,
+     a TrainJob whose runtime is not given, a resource quantity that is not one, a number where the
+     API server wants a string (command, args, env values), a placeholder not filled in ({{ .x }},
+     ${X}) where the decision reads; a raw kustomize tree that would be checked, or any with
+     --strict; an unknown kind with --strict"""
 
 
 def _version() -> str:
@@ -65,15 +68,24 @@ def build_parser() -> argparse.ArgumentParser:
                        description="Run the decision the server runs on every Pod, workload and AdmissionReview of "
                                    "the given files, directories (read recursively: *.yaml, *.yml, *.json) or stdin (-). "
                                    "Kinds that hold no pods (Services, ConfigMaps, RBAC, CRDs, Kueue and DRA objects...) "
-                                   "are listed as not checked. Without --cluster-state every namespace is taken as "
-                                   "opted in with no other labels (said on stderr).")
+                                   "are listed as not checked. Only the policies chosen with --policy, --policies or "
+                                   "RdmaPolicy documents in the input are in force. Namespace documents in the input "
+                                   "are used as cluster state; without --cluster-state any other namespace is taken "
+                                   "as opted in with no other labels (said on stderr).")
     r.add_argument("files", nargs="+", metavar="PATH", help="manifest files or directories (YAML or JSON); - for stdin")
-    r.add_argument("--policies", metavar="DIR", help="policies folder (default: the repository's policies/)")
+    r.add_argument("--policy", action="append", metavar="NAME",
+                   help="judge against this policy of the shipped catalogue (policies/: efa, erdma, ib-shared, "
+                        "oke-roce-host, sriov-roce, sriov-roce-8rail); repeatable, or names separated by commas "
+                        "(default: none)")
+    r.add_argument("--policies", metavar="DIR",
+                   help="judge against every policy of this folder, e.g. the one your cluster's webhook mounts "
+                        "(default: none; RdmaPolicy documents in the input are in force too, and with no policy in "
+                        "force a pod that would be checked is bad input)")
     r.add_argument("--cluster-state", metavar="FILE",
                    help="namespaces, NetworkAttachmentDefinitions and Trainer runtimes "
                         "(kubectl get ns,net-attach-def,trainingruntimes,clustertrainingruntimes -A -o yaml); "
                         "a namespace missing from it is bad input (default: none, see above)")
-    r.add_argument("--namespace", metavar="NS", help="namespace for objects that name none (default: their own, else 'default')")
+    r.add_argument("--namespace", metavar="NS", help="namespace for objects that name none; an object's own namespace is kept (default: 'default')")
     r.add_argument("--explain", action="store_true", help="print the decision, reasons and a diff for people (default: off)")
     r.add_argument("--output", choices=("review", "json"), default="review",
                    help="review: the AdmissionReview answer of each checked document; json: one JSON record per "

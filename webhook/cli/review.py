@@ -6,20 +6,13 @@ would fall back to TCP. Exit status: 0 all allowed, 1 any denied, 2 bad input.
 from __future__ import annotations
 
 import argparse
-import base64
-import difflib
 import json
 import os
 import sys
-from typing import Any, TextIO
+from typing import Any
 
-import yaml
-
-from webhook.cli.common import EXIT_BAD_INPUT, EXIT_DENIED, EXIT_OK, policies_dir
-
-class InputError(Exception):
-    pass
-
+from webhook.cli.common import EXIT_BAD_INPUT, EXIT_DENIED, EXIT_OK
+from webhook.cli.review_input import InputError
 
 # Kinds that hold no pod template: listed as "not checked", they never change the exit status
 # (kustomize and Helm output always carries them next to the training job).
@@ -46,46 +39,6 @@ COMPANION_KINDS = frozenset({
 })
 
 
-def _input_files(paths: list[str]) -> list[str]:
-    """The files to read: each argument, directories walked recursively for *.yaml, *.yml and
-    *.json (hidden entries skipped), `-` for stdin."""
-    out: list[str] = []
-    for path in paths:
-        if path != "-" and os.path.isdir(path):
-            found = []
-            for root, dirs, files in os.walk(path):
-                dirs[:] = sorted(d for d in dirs if not d.startswith("."))
-                found.extend(os.path.join(root, f) for f in files
-                             if not f.startswith(".") and f.endswith((".yaml", ".yml", ".json")))
-            out.extend(sorted(found))
-        else:
-            out.append(path)
-    return out
-
-
-def _documents(path: str) -> list[Any]:
-    try:
-        if path == "-":
-            text = sys.stdin.read()
-        else:
-            with open(path, encoding="utf-8") as fh:
-                text = fh.read()
-    except (OSError, UnicodeDecodeError) as exc:
-        raise InputError(f"{path}: cannot read: {getattr(exc, 'strerror', None) or exc}") from None
-    try:
-        docs = [d for d in yaml.safe_load_all(text) if d is not None]  # JSON is YAML too
-    except yaml.YAMLError as exc:
-        raise InputError(f"{path}: not valid YAML or JSON: {exc}") from None
-    out: list[Any] = []
-    for doc in docs:
-        if isinstance(doc, dict) and isinstance(doc.get("kind"), str) and doc["kind"].endswith("List") \
-                and isinstance(doc.get("items"), list):
-            out.extend(doc["items"])
-        else:
-            out.append(doc)
-    return out
-
-
 def _as_request(doc: Any, where: str, namespace: str | None) -> dict[str, Any] | None:
     """An AdmissionReview request for a document: its own request, or one made for a Pod or a
     workload kind that carries pod templates (see webhook/kinds/workloads.py); None for a kind that
@@ -106,7 +59,8 @@ def _as_request(doc: Any, where: str, namespace: str | None) -> dict[str, Any] |
         return None
     meta = doc.get("metadata") if isinstance(doc.get("metadata"), dict) else {}
     cluster_scoped = (group, kind) in workloads.CLUSTER_SCOPED
-    ns = "" if cluster_scoped else (namespace or meta.get("namespace") or "default")
+    # --namespace only fills in a namespace the object does not name (as `kubectl apply -n` would)
+    ns = "" if cluster_scoped else (meta.get("namespace") or namespace or "default")
     version = api_version.rpartition("/")[2] or "v1"
     return {
         "uid": f"review-{where}",
@@ -137,174 +91,182 @@ def _record(path: str, index: int, doc: Any) -> dict[str, Any]:
             "outcome": "error", "allowed": False, "policy": None, "rules": [], "messages": [], "warnings": [], "templates": []}
 
 
-def _color(enabled: bool, code: str, text: str) -> str:
-    return f"\033[{code}m{text}\033[0m" if enabled else text
+NO_STATE_NOTE = ("note: no --cluster-state: every namespace the input does not describe with a Namespace document is "
+                 "taken as opted in ({injection}=enabled) with no other labels, NetworkAttachmentDefinitions as "
+                 "unknown and Trainer runtimes as those in the input; policies chosen by namespace labels may differ "
+                 "from the cluster's. Pass --cluster-state (kubectl get ns,net-attach-def,trainingruntimes,"
+                 "clustertrainingruntimes -A -o yaml) to decide as the cluster does")
 
 
-def _diff(before: Any, after: Any, color: bool) -> list[str]:
-    a = yaml.safe_dump(before, sort_keys=False, width=1000).splitlines()
-    b = yaml.safe_dump(after, sort_keys=False, width=1000).splitlines()
-    lines = []
-    for line in difflib.unified_diff(a, b, "before", "after", lineterm="", n=2):
-        if line.startswith("+") and not line.startswith("+++"):
-            line = _color(color, "32", line)
-        elif line.startswith("-") and not line.startswith("---"):
-            line = _color(color, "31", line)
-        elif line.startswith("@@"):
-            line = _color(color, "36", line)
-        lines.append(line)
-    return lines
-
-
-def _explain_decision(out: TextIO, indent: str, before: Any, decision, color: bool) -> None:
-    if decision.reason:
-        out.write(f"{indent}why: {decision.reason}\n")
-    for f in decision.denials:
-        out.write(f"{indent}{_color(color, '31', 'deny')} {f.text()}\n")
-    for note in decision.notes:
-        out.write(f"{indent}{_color(color, '32', 'add ')} {note}\n")
-    if decision.outcome == "mutated":
-        for line in _diff(before, decision.pod, color):
-            out.write(f"{indent}  {line}\n")
-
-
-def _verdict(color: bool, outcome: str, allowed: bool) -> str:
-    return _color(color, "31;1" if not allowed else ("32;1" if outcome == "MUTATED" else "1"), outcome)
-
-
-def _explain(out: TextIO, where: str, req: dict[str, Any], resp: dict[str, Any], decision, color: bool) -> None:
-    from webhook.core.decision import pod_name
-
-    obj = req.get("object")
-    kind = (req.get("kind") or {}).get("kind") or "Pod"
-    name = pod_name(obj) if isinstance(obj, dict) else "(no object)"
-    r = resp["response"]
-    outcome = "ALLOWED (not a pod)" if decision is None and r["allowed"] else ("DENIED (bad request)" if decision is None else decision.outcome.upper())
-    policy = f" by policy {decision.policy}" if decision is not None and decision.policy else ""
-    out.write(f"{_color(color, '1', where)}: {kind} {req.get('namespace')}/{name}: {_verdict(color, outcome, r['allowed'])}{policy}\n")
-    if decision is None:
-        if not r["allowed"]:
-            out.write(f"  {_color(color, '31', 'deny')} {r['status']['message']}\n")
-    elif kind == "Pod":
-        _explain_decision(out, "  ", obj, decision, color)
-    else:
-        if decision.reason:
-            out.write(f"  why: {decision.reason}\n")
-        for t in decision.templates:
-            d = t.decision
-            effect = " (denies the workload)" if t.deny else (f" (a warning: {t.why_not})" if d.outcome == "denied" else "")
-            by = f" by policy {d.policy}" if d.policy else ""
-            out.write(f"  {_color(color, '1', t.path)}: its pods would be "
-                      f"{_verdict(color, d.outcome.upper(), d.outcome != 'denied')}{by}{effect}\n")
-            _explain_decision(out, "    ", t.pod, d, color)
-    for w in r.get("warnings", []):
-        out.write(f"  {_color(color, '33', 'warn')} {w}\n")
-    if kind == "Pod" and r.get("patch"):
-        out.write(f"  {len(json.loads(base64.b64decode(r['patch'])))} patch operations\n")
-    out.write("\n")
-
-
-def _unrendered(templates: list[tuple[str, Any]]) -> list[str]:
-    """Resource quantities that are not quantities (`nvidia.com/gpu: $GPU_PER_NODE`, `{{ .gpus }}`):
-    a manifest not rendered yet, whose GPU containers the decision could not recognise."""
-    from webhook.grammar import k8s
+def _labelled(templates: list[tuple[str, Any]]) -> list[tuple[str, Any]]:
+    """The templates (or the pod) that carry the pod opt-in label: the ones a decision reads."""
+    from webhook.core import keys
 
     out = []
-    for path, template in templates:
-        spec = template.get("spec") if isinstance(template, dict) else None
-        for kind in ("containers", "initContainers"):
-            for c in (spec.get(kind) if isinstance(spec, dict) and isinstance(spec.get(kind), list) else ()):
-                resources = c.get("resources") if isinstance(c, dict) else None
-                for section in ("limits", "requests"):
-                    values = resources.get(section) if isinstance(resources, dict) else None
-                    for name, value in (values.items() if isinstance(values, dict) else ()):
-                        try:
-                            k8s.parse_quantity(value)
-                        except ValueError:
-                            where = f"{path}, " if path else ""
-                            out.append(f"{where}container {c.get('name')!r}: resources.{section}.{name}={value!r} "
-                                       f"is not a quantity (an unrendered template?); render it first")
+    for path, t in templates:
+        meta = t.get("metadata") if isinstance(t, dict) else None
+        labels = meta.get("labels") if isinstance(meta, dict) else None
+        if isinstance(labels, dict) and labels.get(keys.POD_INJECT) == keys.POD_INJECT_TRUE:
+            out.append((path, t))
     return out
 
 
-NO_STATE_NOTE = ("note: no --cluster-state: every namespace is taken as opted in ({injection}=enabled) with no "
-                 "other labels, NetworkAttachmentDefinitions as unknown and Trainer runtimes as those in the input; "
-                 "policies chosen by namespace labels may differ from the cluster's. Pass --cluster-state "
-                 "(kubectl get ns,net-attach-def,trainingruntimes,clustertrainingruntimes -A -o yaml) to decide as "
-                 "the cluster does")
+def _fill(record: dict[str, Any], r: dict[str, Any], decision: Any) -> None:
+    """The record of a decided document: outcome, policy, rules, messages (denials, else why it
+    is left as it is), the decision's warnings in full, and each template's."""
+    record.update(allowed=r["allowed"], warnings=list(decision.warnings) if decision is not None
+                  else list(r.get("warnings") or []))
+    if decision is None:
+        record.update(outcome="denied" if not r["allowed"] else "skipped",
+                      messages=[r["status"]["message"]] if not r["allowed"] else ["not a pod or workload"])
+        return
+    templates = decision.templates
+    record.update(outcome=decision.outcome, policy=decision.policy, rules=sorted({f.rule for f in decision.denials}),
+                  messages=[f.text() for f in decision.denials])
+    record["templates"] = [{"path": t.path, "outcome": t.decision.outcome, "policy": t.decision.policy,
+                            "deniesWorkload": t.deny, "rules": sorted({f.rule for f in t.decision.denials}),
+                            "messages": [f.text() for f in t.decision.denials] or
+                            ([t.decision.reason] if t.decision.reason else [])} for t in templates]
+    if not r["allowed"]:
+        record["outcome"] = "denied"
+    elif templates and any(t.decision.outcome == "mutated" for t in templates):
+        record["outcome"] = "mutated"  # a workload: its pods will be
+    elif templates:
+        record["outcome"] = "unchanged" if any(t.decision.outcome != "skipped" for t in templates) else "skipped"
+    if record["outcome"] in ("unchanged", "skipped") and not record["messages"]:
+        if templates:
+            record["messages"] = [f"{t['path']}: {m}" for t in record["templates"] for m in t["messages"]]
+        elif decision.reason:
+            record["messages"] = [decision.reason]
+    if record["outcome"] == "mutated":
+        record["messages"] = []
+
+
+def _catalogue_hint(obj: Any, namespace: Any, policies: Any, names: list[str]) -> list[str]:
+    """When a pod's annotation or its namespace's label names a catalogue policy that is not in
+    force: how to review against it."""
+    from webhook.core import keys
+
+    meta = obj.get("metadata") if isinstance(obj, dict) and isinstance(obj.get("metadata"), dict) else {}
+    asked = [(meta.get("annotations") or {}).get(keys.POD_POLICY) if isinstance(meta.get("annotations"), dict) else None,
+             namespace.labels.get(keys.NS_POLICY) if namespace is not None else None]
+    return [f"policy {name!r} is in the shipped catalogue but not in force for this review: add --policy {name}"
+            for name in dict.fromkeys(a for a in asked if isinstance(a, str))
+            if name in names and policies.get(name) is None]
 
 
 def cmd_review(args: argparse.Namespace) -> int:
-    from webhook.core import keys
     from webhook.admission import review
-    from webhook.kinds import trainer, workloads
+    from webhook.cli import review_input, review_scope
+    from webhook.cli.review_explain import color as paint, explain
     from webhook.cluster.state import AssumedClusterState, ClusterStateError, FileClusterState, RuntimeStore, is_runtime
-    from webhook.policy.load import load_dir
+    from webhook.core import keys
+    from webhook.kinds import trainer, workloads
 
     os.environ[trainer.TRAINER_RELEASE_ENV] = args.trainer_release
-    policies, errors = load_dir(policies_dir(args.policies))
-    if policies is None:
-        for err in errors:
-            print(f"error: {err}", file=sys.stderr)
-        return EXIT_BAD_INPUT
-    state: FileClusterState | AssumedClusterState
     runtimes = RuntimeStore()
     if args.cluster_state:
         try:
-            state = FileClusterState.from_file(args.cluster_state)
+            base: FileClusterState | AssumedClusterState = FileClusterState.from_file(args.cluster_state)
         except ClusterStateError as exc:
             print(f"error: {exc}", file=sys.stderr)
             return EXIT_BAD_INPUT
-        runtimes.update(state.runtimes())
+        runtimes.update(base.runtimes())
     else:
-        state = AssumedClusterState()
-        print(NO_STATE_NOTE.format(injection=keys.NS_INJECTION), file=sys.stderr)
+        base = AssumedClusterState()
+    state = review_scope.ReviewState(base, assumed=not args.cluster_state)
     color = args.color == "always" or (args.color == "auto" and sys.stdout.isatty() and not os.environ.get("NO_COLOR"))
     status = EXIT_OK
     records: list[dict[str, Any]] = []
 
-    def bad(message: str, record: dict[str, Any] | None = None) -> None:
+    def bad(message: str, record: dict[str, Any] | None = None, where: str = "") -> None:
         nonlocal status
         print(f"error: {message}", file=sys.stderr)
         status = EXIT_BAD_INPUT
         if record is not None:
-            record["outcome"], record["messages"] = "error", [message]
+            prefix = f"{where}: "
+            record.update(outcome="error", allowed=False,
+                          messages=[message[len(prefix):] if where and message.startswith(prefix) else message])
             records.append(record)
+            if args.explain:
+                explain(sys.stdout, where or record["file"], record, None, None, color)
 
-    # Every input first: a TrainJob's runtime may come later in the same file, or in another one.
+    # Every input first: a TrainJob's runtime, a Namespace or a policy may come later in the
+    # same file, or in another one.
+    files, trees = review_input.input_files(args.files)
     inputs: list[tuple[str, list[Any]]] = []
-    for path in _input_files(args.files):
+    policy_docs: list[tuple[str, Any]] = []
+    for path in files:
         try:
-            docs = _documents(path)
+            docs = review_input.documents(path)
         except InputError as exc:
             bad(str(exc), {**_record(path, 0, None), "document": 0})
             continue
         inputs.append((path, docs))
-        for doc in docs:
+        if path in trees:
+            continue
+        for i, doc in enumerate(docs, 1):
+            where = f"{path}#{i}" if len(docs) > 1 else path
             if is_runtime(doc):
                 runtimes.add(doc, args.namespace or "default")
+            elif review_scope.is_policy_document(doc):
+                policy_docs.append((where, doc))
+            elif isinstance(doc, dict) and doc.get("kind") == "Namespace" and doc.get("apiVersion") == "v1" \
+                    and isinstance(doc.get("metadata"), dict) and doc["metadata"].get("name"):
+                state.add(doc, where, args.cluster_state)
+    policies, errors, names = review_scope.choose(args.policy or [], args.policies, policy_docs)
+    if errors:
+        for err in errors:
+            print(f"error: {err}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    if not args.cluster_state:
+        print(NO_STATE_NOTE.format(injection=keys.NS_INJECTION), file=sys.stderr)
+    for note in state.notes:
+        print(note, file=sys.stderr)
+    if policies is None:
+        print(f"note: no policy is in force: {review_scope.how_to_choose(names)}", file=sys.stderr)
 
     for path, docs in inputs:
         for i, doc in enumerate(docs, 1):
             where = f"{path}#{i}" if len(docs) > 1 else path
             record = _record(path, i, doc)
+            if path in trees:
+                why = review_input.kustomize_message(trees[path])
+                record.update(outcome="not-checked", allowed=True, messages=[why])
+                if args.strict or keys.POD_INJECT in json.dumps(doc, default=str):
+                    bad(f"{where}: {why}", record, where)
+                else:
+                    records.append(record)
+                    if args.explain:
+                        explain(sys.stdout, where, record, None, None, color)
+                continue
             try:
                 req = _as_request(doc, where, args.namespace)
             except InputError as exc:
-                bad(str(exc), record)
+                bad(str(exc), record, where)
                 continue
             if req is None:
                 kind = doc.get("kind")
                 known = isinstance(kind, str) and kind in COMPANION_KINDS
                 why = ("holds no pods" if known else
                        "unknown kind: pods it may create are not checked" if kind else "not a Kubernetes object (no kind)")
+                if not known and kind and keys.POD_INJECT in json.dumps(doc, default=str):
+                    why = (f"unknown kind that carries pod templates labelled {keys.POD_INJECT}: the pods it makes "
+                           f"are not checked here (review them as they are made, or use --strict to fail)")
+                if review_input.is_kustomization(doc):
+                    why = review_input.kustomize_message(where)
+                elif kind == "Namespace" and (doc.get("metadata") or {}).get("name") in state.input:
+                    why = "holds no pods; its labels decide opt-in and policy for the documents in it"
+                elif review_scope.is_policy_document(doc):
+                    why = "holds no pods; a policy in force for this review"
                 record.update(outcome="not-checked", allowed=True, messages=[why])
+                if args.strict and (not known or review_input.is_kustomization(doc)):
+                    bad(f"{where}: {why} ({kind!r}, {doc.get('apiVersion')!r}); --strict refuses what it cannot check",
+                        record, where)
+                    continue
                 records.append(record)
-                if args.strict and not known:
-                    bad(f"{where}: {why} ({kind!r}, {doc.get('apiVersion')!r}); --strict refuses unknown kinds")
-                    record["outcome"] = "error"
-                elif args.explain:
-                    sys.stdout.write(f"{_color(color, '1', where)}: {kind} {(doc.get('metadata') or {}).get('name') if isinstance(doc.get('metadata'), dict) else ''}: not checked ({why})\n\n")
+                if args.explain:
+                    explain(sys.stdout, where, record, None, None, color)
                 elif args.output == "review":
                     print(f"{where}: {kind}: not checked ({why})", file=sys.stderr)
                 continue
@@ -312,52 +274,52 @@ def cmd_review(args: argparse.Namespace) -> int:
             group_of = (req.get("kind") or {}).get("group", "") if isinstance(req.get("kind"), dict) else ""
             obj = req.get("object")
             ns = str(req.get("namespace") or "")
-            if args.cluster_state and ns and state.namespace(ns) is None and req.get("operation", "CREATE") == "CREATE":
-                bad(f"{where}: namespace {ns!r} is not in {args.cluster_state}: add it to the cluster-state file "
-                    f"(kubectl get namespace {ns} -o yaml >> {args.cluster_state}), or name another with --namespace",
-                    record)
-                continue
-            if kind_of != "Pod" and workloads.is_workload(group_of, kind_of):
-                found = workloads.expand(obj, group_of, kind_of, runtimes, ns)
-                if found.unresolved:
-                    bad(f"{where}: " + "; ".join(found.unresolved) + " (give the runtime in the input, or in --cluster-state)",
-                        record)
-                    continue
-                unrendered = _unrendered(found.templates)
-            else:
-                unrendered = _unrendered([("", obj)]) if isinstance(obj, dict) else []
-            if unrendered:
-                bad(f"{where}: " + "; ".join(unrendered), record)
-                continue
-            body = json.dumps({"apiVersion": review.API_VERSION, "kind": "AdmissionReview", "request": req}).encode()
+            if ns:
+                record["namespace"] = ns
             is_pod = kind_of == "Pod"
+            found = None
+            if not is_pod and workloads.is_workload(group_of, kind_of):
+                found = workloads.expand(obj, group_of, kind_of, runtimes, ns)
+                labelled = _labelled(found.templates)
+            else:
+                labelled = _labelled([("", obj)])
+            would_check = (bool(labelled) or bool(found and found.unresolved)) and req.get("operation", "CREATE") == "CREATE"
+            if would_check and args.cluster_state and ns and not state.known(ns):
+                bad(f"{where}: namespace {ns!r} is not in {args.cluster_state}: add it to the cluster-state file "
+                    f"(kubectl get namespace {ns} -o yaml >> {args.cluster_state}) or to the input, or name another "
+                    f"with --namespace for objects that name none", record, where)
+                continue
+            # Bad input only where something would be checked: in an opted-in namespace (a
+            # cluster-scoped object may be used by any), a pod or template that carries the label.
+            if would_check and (not ns or state.opted_in(ns)):
+                if found is not None and found.unresolved:
+                    bad(f"{where}: " + "; ".join(found.unresolved) + " (give the runtime in the input, or in "
+                        "--cluster-state)", record, where)
+                    continue
+                problems = [p for path_, t in labelled for p in review_input.template_problems(path_, t)]
+                if problems:
+                    bad(f"{where}: " + "; ".join(problems), record, where)
+                    continue
+                if policies is None and labelled:
+                    bad(f"{where}: no policy is in force, so its pods cannot be judged: "
+                        f"{review_scope.how_to_choose(names)}", record, where)
+                    continue
+            body = json.dumps({"apiVersion": review.API_VERSION, "kind": "AdmissionReview", "request": req}).encode()
             if is_pod:
                 code, resp, decision, _ = review.handle(body, policies, state.namespace, state.attachments())
             else:
                 code, resp, decision, _ = review.handle_validate(body, policies, state.namespace, state.attachments(),
                                                                  runtimes)
             if code != 200:
-                bad(f"{where}: {resp.get('error')}", record)
+                bad(f"{where}: {resp.get('error')}", record, where)
                 continue
             r = resp["response"]
-            record.update(allowed=r["allowed"], warnings=list(r.get("warnings") or []))
-            if decision is None:
-                record.update(outcome="denied" if not r["allowed"] else "skipped",
-                              messages=[r["status"]["message"]] if not r["allowed"] else [])
-            else:
-                record.update(outcome=decision.outcome, policy=decision.policy,
-                              rules=sorted({f.rule for f in decision.denials}),
-                              messages=[f.text() for f in decision.denials])
-                record["templates"] = [{"path": t.path, "outcome": t.decision.outcome, "policy": t.decision.policy,
-                                        "deniesWorkload": t.deny, "rules": sorted({f.rule for f in t.decision.denials}),
-                                        "messages": [f.text() for f in t.decision.denials]} for t in decision.templates]
-                if not r["allowed"]:
-                    record["outcome"] = "denied"
-                elif any(t.decision.outcome == "mutated" for t in decision.templates):
-                    record["outcome"] = "mutated"  # a workload: its pods will be
+            _fill(record, r, decision)
+            if policies is not None and "no-policy" in record["rules"]:
+                record["messages"].extend(_catalogue_hint(obj, state.namespace(ns) if ns else None, policies, names))
             records.append(record)
             if args.explain:
-                _explain(sys.stdout, where, req, resp, decision, color)
+                explain(sys.stdout, where, record, decision, obj, color)
             elif args.output == "review":
                 sys.stdout.write(json.dumps(resp, indent=2) + "\n")
             if not r["allowed"] and status == EXIT_OK:

@@ -250,6 +250,31 @@ def _sees_gpus_otherwise(c: dict[str, Any]) -> bool:
     return False
 
 
+def why_no_target(pod: dict[str, Any], policy: Policy, others: list[Target]) -> str:
+    """Why no container of a labelled pod gets RDMA under `policy`, as people read it: its GPUs
+    come from a DRA claim or the container runtime (checked, not mutated), it requests another
+    vendor's GPU, or it has no GPU at all (an MPI launcher, a CPU pod)."""
+    gpu = "/".join(policy.gpu_resources)
+    spec: dict[str, Any] = pod.get("spec") or {}
+    containers: list[dict[str, Any]] = spec.get("containers") or []
+    for t in others:
+        c = containers[t.index]
+        resources: dict[str, Any] = c.get("resources") or {}
+        how = "a DRA claim (resources.claims)" if resources.get("claims") else "NVIDIA_VISIBLE_DEVICES"
+        return (f"container {t.name!r} sees GPUs through {how}, not by requesting {gpu}, so policy {policy.name} "
+                f"adds nothing to it (its NCCL settings are still checked)")
+    for c in containers:
+        resources = c.get("resources") or {}
+        for section in ("limits", "requests"):
+            values: dict[str, Any] = resources.get(section) or {}
+            for res in values:
+                if res.endswith("/gpu") or ".gpu" in res or res.endswith("/gpus"):
+                    return (f"container {str(c.get('name'))!r} requests {res}, not a GPU of policy {policy.name} "
+                            f"({gpu}), so it gets no RDMA device")
+    return (f"no container requests a GPU ({gpu}), so none gets RDMA (as for an MPI launcher or a pod "
+            f"without GPUs)")
+
+
 def find_checked(pod: dict[str, Any], targets: list[Target]) -> list[Target]:
     """The containers besides the targets whose NCCL settings are checked: those that see GPUs
     another way (`_sees_gpus_otherwise`). They are checked, not mutated: the policy's devices
@@ -468,9 +493,9 @@ def _assess(pod: Any, namespace: Namespace | None, policies: PolicySet | None, a
         denials = fallback.rule("env-fallback").check(subject) + fallback.rule("command-fallback").check(subject)
         if denials:
             return Decision(DENIED, pod, policy.name, denials, warnings)
-        gpu = "/".join(policy.gpu_resources)
-        warnings.insert(0, f"no container requests a GPU ({gpu}); left unchanged (an MPI launcher needs no RDMA device)")
-        return Decision(UNCHANGED, pod, policy.name, warnings=warnings, reason="no GPU container")
+        why = why_no_target(checked, policy, others)
+        warnings.insert(0, f"{why}; left unchanged")
+        return Decision(UNCHANGED, pod, policy.name, warnings=warnings, reason=why)
 
     problems: list[Finding] = []
     devices = list(policy.devices)

@@ -4,13 +4,14 @@ what will be injected)."""
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
 from webhook.core import keys
 from webhook.core.decision import DENIED, MUTATED, Attachments, Decision, Namespace, decide, find_checked, find_targets, shape_problem
 from webhook.core.fallback import Finding
-from webhook.core.model import PolicySet
+from webhook.core.model import Policy, PolicySet
 from webhook.kinds.trainer import Runtimes
 from webhook.kinds.workloads import CLUSTER_SCOPED, expand, pod_from_template
 
@@ -50,7 +51,8 @@ class WorkloadVerdict:
         return ",".join(names) or None
 
     def denials(self) -> list[Finding]:
-        return [Finding(f.rule, f"{r.path}: container {f.container!r}" if f.container else r.path, f.message)
+        return [Finding(f.rule, None, f"{r.path}, container {f.container!r}: {f.message}" if f.container
+                        else f"{r.path}: {f.message}")
                 for r in self.results if r.deny for f in r.decision.denials]
 
     def message(self) -> str:
@@ -76,16 +78,81 @@ class WorkloadVerdict:
         for r in self.results:
             d = r.decision
             if d.outcome == DENIED and not r.deny:
-                out.extend(f"{r.path}: {f.text()}" for f in d.denials)
+                out.extend(f"{r.path}, container {f.container!r}: {f.message} [{f.rule}]" if f.container
+                           else f"{r.path}: {f.message} [{f.rule}]" for f in d.denials)
             out.extend(f"{r.path}: {w}" for w in d.warnings)
         return out
 
 
 # Denials that depend on the namespace, which a cluster-scoped object (a ClusterTrainingRuntime)
-# does not have: its templates are checked against an opted-in namespace without labels, and
-# these become warnings (the TrainJob that uses the runtime is checked in its own namespace).
+# does not have: without any policy loaded its templates are checked against an opted-in
+# namespace without labels, and these become warnings (the TrainJob that uses the runtime is
+# checked in its own namespace).
 _NAMESPACE_RULES = ("no-policy", "namespace-unknown")
+_PLACEHOLDER = re.compile(r"\{\{.*?\}\}|\$\{[^}]*\}")
 ANY_NAMESPACE = Namespace("(any namespace)", {keys.NS_INJECTION: keys.NS_INJECTION_ENABLED})
+
+
+def example_namespace(policy: Policy) -> Namespace | None:
+    """An opted-in namespace that uses `policy`: labelled with its name and with labels its
+    namespaceSelector asks for; None when no labels satisfy the selector."""
+    labels: dict[str, str] = {keys.NS_INJECTION: keys.NS_INJECTION_ENABLED, keys.NS_POLICY: policy.name}
+    sel = policy.selector_spec if isinstance(policy.selector_spec, dict) else {}
+    for key, value in (sel.get("matchLabels") or {}).items():
+        labels[str(key)] = str(value)
+    for expr in sel.get("matchExpressions") or ():
+        if not isinstance(expr, dict):
+            continue
+        key, op, values = str(expr.get("key")), expr.get("operator"), [str(v) for v in expr.get("values") or ()]
+        if op == "In" and values and labels.get(key) not in values:
+            labels[key] = values[0]
+        elif op == "Exists":
+            labels.setdefault(key, "true")
+        elif op == "DoesNotExist" or (op == "NotIn" and labels.get(key) in values):
+            labels.pop(key, None)
+    ns = Namespace(f"(a namespace using policy {policy.name})", labels)
+    return ns if policy.allows_namespace(labels) else None
+
+
+def _per_policy(pod_of: Any, policies: PolicySet) -> list[tuple[str, Any, Decision]]:
+    """A cluster-scoped template judged once per policy that could apply to an opted-in
+    namespace: (policy name, pod, decision), skipped ones left out. The namespace is one the
+    policy's selector admits; its NetworkAttachmentDefinitions are unknown (the policy's
+    resources are used)."""
+    out = []
+    for policy in sorted(policies.by_name.values(), key=lambda p: p.name):
+        ns = example_namespace(policy)
+        if ns is None:
+            continue
+        pod = pod_of(ns.name)
+        decision = decide(pod, ns, policies, None, "CREATE")
+        if decision.outcome != "skipped":
+            out.append((policy.name, pod, decision))
+    return out
+
+
+def _cluster_scoped_result(path: str, judged: list[tuple[str, Any, Decision]], policies: PolicySet,
+                           verdict: WorkloadVerdict) -> tuple[Any, Decision, bool, str]:
+    """(pod, decision, deny, why not) of a cluster-scoped template from its per-policy
+    decisions: allowed when some policy admits its pods, with a warning naming those under
+    which they would be denied; denied only when denied under all."""
+    ok = [j for j in judged if j[2].outcome != DENIED]
+    denied = [j for j in judged if j[2].outcome == DENIED]
+    if ok:
+        ok.sort(key=lambda j: j[2].outcome != MUTATED)
+        for name, _, d in denied:
+            reasons = "; ".join(f.text() for f in d.denials)
+            verdict.notes.append(f"{path}: its pods would be denied in namespaces that use policy {name}: {reasons}")
+        return ok[0][1], ok[0][2], False, ""
+    # the reasons shown are those of a policy the pods' devices fit, when there is one
+    denied.sort(key=lambda j: any(f.rule == "fabric-mismatch" for f in j[2].denials))
+    _, pod, decision = denied[0]
+    if len(denied) > 1:
+        verdict.notes.append(f"{path}: its pods would be denied under every policy that could apply "
+                             f"({', '.join(j[0] for j in denied)}); the reasons under policy {denied[0][0]} follow")
+    policy = policies.get(decision.policy) if decision.policy else None
+    deny = policy is None or policy.workload_validation == "Deny"
+    return pod, decision, deny, "" if deny else "workloadValidation Warn"
 
 
 def check_workload(obj: Any, group: str, kind: str, namespace: Namespace | None, policies: PolicySet | None,
@@ -96,14 +163,18 @@ def check_workload(obj: Any, group: str, kind: str, namespace: Namespace | None,
     A template without a target container (an MPI launcher) is judged only when the workload
     has a template with one: a launcher's `mpirun -x NCCL_IB_DISABLE=1` sends the workers to
     TCP, but when no template of the workload gets RDMA (workers that request `amd.com/gpu`
-    under a policy for `nvidia.com/gpu`) it concerns no pod of this policy, so it is a warning."""
+    under a policy for `nvidia.com/gpu`) it concerns no pod of this policy, so it is a warning.
+
+    A cluster-scoped object (a ClusterTrainingRuntime) has no namespace: its templates are
+    judged under every loaded policy that an opted-in namespace could use."""
     meta = obj.get("metadata") if isinstance(obj, dict) and isinstance(obj.get("metadata"), dict) else {}
     name = meta.get("name") or (f"{meta['generateName']}*" if meta.get("generateName") else "(unnamed)")
     verdict = WorkloadVerdict(kind, str(name))
     if not isinstance(obj, dict):
         return verdict
-    cluster_scoped = (group, kind) in CLUSTER_SCOPED
-    if cluster_scoped and namespace is None:
+    cluster_scoped = (group, kind) in CLUSTER_SCOPED and namespace is None
+    per_policy = cluster_scoped and bool(policies)
+    if cluster_scoped and not per_policy:
         namespace = ANY_NAMESPACE
     ns_name = namespace.name if namespace else str(meta.get("namespace") or "")
     found = expand(obj, group, kind, runtimes, ns_name, release)
@@ -114,18 +185,30 @@ def check_workload(obj: Any, group: str, kind: str, namespace: Namespace | None,
         labels = ((template.get("metadata") or {}).get("labels") or {}) if isinstance(template, dict) else {}
         if not isinstance(labels, dict) or labels.get(keys.POD_INJECT) != keys.POD_INJECT_TRUE:
             continue
-        pod = pod_from_template(template, ns_name, str(name))
-        decision = decide(pod, namespace, policies, attachments, "CREATE")
-        if decision.outcome == "skipped":
-            continue
+        if per_policy:
+            assert policies is not None
+            judged = _per_policy(lambda ns, t=template: pod_from_template(t, ns, str(name)), policies)
+            if not judged:
+                continue
+            pod, decision, deny, why_not = _cluster_scoped_result(path, judged, policies, verdict)
+        else:
+            pod = pod_from_template(template, ns_name, str(name))
+            decision = decide(pod, namespace, policies, attachments, "CREATE")
+            if decision.outcome == "skipped":
+                continue
+            if cluster_scoped and decision.outcome == DENIED and all(f.rule in _NAMESPACE_RULES for f in decision.denials):
+                verdict.notes.extend(f"{path}: checked without a namespace: {f.message}" for f in decision.denials)
+                continue
+            policy_of = policies.get(decision.policy) if policies and decision.policy else None
+            deny = decision.outcome == DENIED and (policy_of is None or policy_of.workload_validation == "Deny")
+            why_not = "workloadValidation Warn" if decision.outcome == DENIED and not deny else ""
+            if deny and all(f.rule == "malformed-pod" for f in decision.denials) and _PLACEHOLDER.search(str(template)):
+                # `nvidia.com/gpu: "{{inputs.parameters.gpus}}"`: the controller fills it in
+                # when it makes the pod, which then meets the pod webhooks
+                deny, why_not = False, "a template placeholder is filled in only when the pod is made"
         policy = policies.get(decision.policy) if policies and decision.policy else None
-        if cluster_scoped and decision.outcome == DENIED and all(f.rule in _NAMESPACE_RULES for f in decision.denials):
-            verdict.notes.extend(f"{path}: checked without a namespace: {f.message}" for f in decision.denials)
-            continue
         targeted.append(policy is not None and shape_problem(pod) is None
                         and bool(find_targets(pod, policy) or find_checked(pod, [])))  # GPUs by resource, claim or runtime
-        deny = decision.outcome == DENIED and (policy is None or policy.workload_validation == "Deny")
-        why_not = "workloadValidation Warn" if decision.outcome == DENIED and not deny else ""
         verdict.results.append(TemplateResult(path, pod, decision, deny, why_not))
     if not any(targeted):
         for r, has_target in zip(verdict.results, targeted):

@@ -31,6 +31,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator
 
+import re
+
 import yaml
 
 from webhook.kinds.merge import strategic_merge
@@ -255,6 +257,7 @@ def _merge(out: Expansion, inner: Expansion, prefix: str, drop_spec: bool) -> No
 # and with libyaml's parser when PyYAML has it (pure-Python YAML parses about 1 MB/s).
 MAX_EMBEDDED_YAML = 256 * 1024
 _YAML_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+_PLACEHOLDER = re.compile(r"(?<!['\"])\{\{[^{}\n]*\}\}")
 
 
 def _embedded(out: Expansion, path: str, value: Any, runtimes: Runtimes | None, namespace: str,
@@ -267,8 +270,17 @@ def _embedded(out: Expansion, path: str, value: Any, runtimes: Runtimes | None, 
         try:
             value = yaml.load(value, Loader=_YAML_LOADER)  # noqa: S506 - a safe loader
         except yaml.YAMLError:
-            out.notes.append(f"{path}: not valid YAML, not checked")
-            return True
+            # `{{inputs.parameters.x}}` unquoted (Argo fills it in when the step runs) is no
+            # YAML: read with each placeholder as the string it stands for, so the fields that
+            # hold one can be named
+            quoted = _PLACEHOLDER.sub(lambda m: "'" + m.group(0).replace("'", "''") + "'", value)
+            try:
+                value = yaml.load(quoted, Loader=_YAML_LOADER) if quoted != value else None  # noqa: S506
+            except yaml.YAMLError:
+                value = None
+            if value is None:
+                out.notes.append(f"{path}: not valid YAML, not checked")
+                return True
     if not isinstance(value, dict):
         return False
     kind = str(value.get("kind") or "")

@@ -12,6 +12,7 @@ loads a folder all or nothing from these.
 from __future__ import annotations
 
 import copy
+import difflib
 import re
 from typing import Any, Iterable
 
@@ -114,12 +115,36 @@ def _schema_errors(doc: Any, file: str, name: str | None) -> list[PolicyError]:
                                                       f"({API_VERSION} or {API_VERSION_V1ALPHA1})")]
     for err in sorted(validator.iter_errors(doc), key=lambda e: list(e.absolute_path)):
         if err.validator == "additionalProperties" and isinstance(err.instance, dict):
-            extra = sorted(k for k in set(err.instance) - set(err.schema.get("properties", {})) if k not in FORBIDDEN_KEYS)
-            if extra:  # forbidden keys were reported above, more clearly
-                errors.append(PolicyError(file, name, _field_path(list(err.absolute_path) + extra[:1]), f"unknown field(s) {', '.join(map(repr, extra))}"))
+            known = sorted(err.schema.get("properties", {}))
+            extra = sorted(k for k in set(err.instance) - set(known) if k not in FORBIDDEN_KEYS)
+            for key in extra:  # forbidden keys were reported above, more clearly
+                guess = _did_you_mean(key, known, err.instance)
+                hint = f"did you mean {guess!r}?" if guess else f"the fields here are {', '.join(known)}"
+                errors.append(PolicyError(file, name, _field_path(list(err.absolute_path) + [key]),
+                                          f"unknown field {key!r}: {hint}"))
+        elif err.validator == "required" and isinstance(err.validator_value, list) and isinstance(err.instance, dict):
+            for key in err.validator_value:
+                if key not in err.instance and not any(_did_you_mean(k, [key], {}) for k in err.instance):
+                    errors.append(PolicyError(file, name, _field_path(list(err.absolute_path) + [key]),
+                                              "missing: this field is required; add it"))
         else:
             errors.append(PolicyError(file, name, _field_path(err.absolute_path), err.message))
-    return errors
+    unique: dict[str, PolicyError] = {}
+    for e in errors:
+        unique.setdefault(str(e), e)
+    return list(unique.values())
+
+
+def _did_you_mean(key: Any, known: list[str], present: Any) -> str | None:
+    """The known field an unknown one is probably a typo of (not one already given)."""
+    if not isinstance(key, str):
+        return None
+    taken = set(present) if isinstance(present, dict) else set()
+    found = difflib.get_close_matches(key, [k for k in known if k not in taken], n=1, cutoff=0.75)
+    if not found:  # case and separators: NCCL-style `HCA_devices`, `hcadevices`
+        folded = {k.lower().replace("_", "").replace("-", ""): k for k in known if k not in taken}
+        return folded.get(key.lower().replace("_", "").replace("-", ""))
+    return found[0]
 
 
 def _without_invalid(doc: Any) -> dict[str, Any] | None:
@@ -137,8 +162,14 @@ def _without_invalid(doc: Any) -> dict[str, Any] | None:
         if err.validator == "additionalProperties" and isinstance(err.instance, dict):
             node = _node(rest, path)
             if isinstance(node, dict):
-                for key in set(err.instance) - set(err.schema.get("properties", {})):
-                    node.pop(key, None)
+                known = sorted(err.schema.get("properties", {}))
+                for key in set(err.instance) - set(known):
+                    value = node.pop(key, None)
+                    # a typo of a field stands for that field, so that one typo is one problem
+                    # (not also "required" and what follows from a missing value)
+                    guess = _did_you_mean(key, known, node)
+                    if guess is not None and value is not None:
+                        node[guess] = value
             continue
         while path and isinstance(path[-1], int):
             path.pop()
@@ -287,7 +318,11 @@ def compile_policy(doc: Any, file: str) -> tuple[Policy | None, list[PolicyError
             if sig.variable == var and sig.severity == transports.DENY and not templated:
                 why = sig.judge(value, fabric)
                 if why:
-                    errors.append(PolicyError(file, name, f"nccl.{var}", why))
+                    effect = why.rsplit("; ", 1)[0] if "; " in why else why
+                    errors.append(PolicyError(file, name, f"nccl.{var}",
+                                              f"{effect}: this policy would put it into every pod it injects; give "
+                                              f"{var} a value that keeps the {fabric.kind} fabric on RDMA, or leave "
+                                              f"it out of the nccl block"))
     if errors:
         return None, errors
 
