@@ -34,7 +34,6 @@ import yaml
 
 from e2e import cluster as c
 from e2e.conftest import OPT_IN, gpu_pod, make_namespace, unique
-from webhook.certs import write_certs
 
 INPUTS = ["Containerfile", ".containerignore", "scripts/build-image.sh", "scripts/build-base-image.sh",
           "pyproject.toml", "setup.py", "README.md"]
@@ -155,7 +154,7 @@ def test_started_image_answers_over_tls_as_uid_65532(cp, hook, image, tmp_path):
     if not _port_free(PORT):
         pytest.fail(f"port {PORT} (the image's shipped --port) is in use on this machine", pytrace=False)
     certs = tmp_path / "tls"
-    write_certs(certs, "rdma-webhook", "rdma-webhook", ips=["127.0.0.1"])
+    c.write_certs(certs, "rdma-webhook", "rdma-webhook", ips=["127.0.0.1"])  # e2e.cluster's import: no module path here
     kube = tmp_path / "kube"
     kube.mkdir()
     _kubeconfig(cp, kube / "config")
