@@ -2,6 +2,8 @@
 # make test  install everything, compile the decision core and run the whole test suite
 # make e2e   build (or reuse) etcd + kube-apiserver + kube-controller-manager from Go modules and
 #            run the end-to-end suite against them on loopback (e2e/; Go >= 1.26 and kubectl needed)
+# make image build the container image with podman from Debian's packages, no registry needed
+#            (IMAGE_BASE=official: on the official Python image instead; scripts/build-image.sh)
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
@@ -10,7 +12,7 @@ PURE_TESTS := tests/test_decision.py tests/test_patch.py tests/test_k8s.py tests
               tests/test_review.py tests/test_properties.py tests/test_workloads.py tests/test_build.py \
               tests/test_commands.py tests/test_fabrics.py tests/test_final_state.py tests/test_core_edges.py
 
-.PHONY: run test test-pure e2e compile bench clean planted mutation
+.PHONY: run test test-pure e2e compile bench clean planted mutation image
 
 # The editable install itself stays interpreted; `compile` builds the C extensions in place.
 # editable_mode=compat puts the checkout on sys.path, where mypyc's shared runtime module
@@ -33,8 +35,9 @@ compile: $(VENV)/.compiled
 run: $(VENV)/.compiled
 	PATH="$(CURDIR)/$(BIN):$$PATH" ./scripts/run-local.sh
 
+# Helm for tests/test_chart.py: built once from the Go module proxy into ~/.cache (scripts/build-helm.sh).
 test: $(VENV)/.compiled
-	RDMA_WEBHOOK_EXPECT=compiled $(BIN)/pytest
+	RDMA_WEBHOOK_HELM="$$(bash scripts/build-helm.sh)" RDMA_WEBHOOK_EXPECT=compiled $(BIN)/pytest
 	$(MAKE) --no-print-directory test-pure
 
 test-pure: $(VENV)/.installed
@@ -44,6 +47,9 @@ test-pure: $(VENV)/.installed
 
 e2e: $(VENV)/.compiled
 	E2E_PYTHON=$(BIN)/python ./e2e/run.sh
+
+image:
+	./scripts/build-image.sh
 
 # Each bug of tests/planted_bugs.py planted in a copy of the checkout: the named tests must fail.
 planted: $(VENV)/.compiled

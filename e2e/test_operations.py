@@ -6,6 +6,7 @@ This module stops and restarts the session's webhook: it runs last (see ORDER in
 from __future__ import annotations
 
 import json
+import shutil
 import socket
 import ssl
 import threading
@@ -22,9 +23,13 @@ from webhook.serving.certs import write_certs
 def test_deploy_manifests_pass_server_side_dry_run(cp, hook, workdir, target):
     args = []
     if target.endswith("self-managed"):
-        certs = c.ROOT / "deploy" / "overlays" / "self-managed" / "certs"
-        if not (certs / "tls.crt").exists():  # what the README has users run first
-            write_certs(certs, "rdma-webhook", "rdma-webhook")
+        # what the README has users run first, in a copy of deploy/: nothing written into the
+        # checkout (a CA and keys left there would be what the next `kubectl apply -k` installs)
+        copy = workdir / "deploy-self-managed" / "deploy"
+        if not copy.exists():
+            shutil.copytree(c.ROOT / "deploy", copy, ignore=shutil.ignore_patterns("certs"))
+            write_certs(copy / "overlays" / "self-managed" / "certs", "rdma-webhook", "rdma-webhook")
+        target = str(copy / "overlays" / "self-managed")
     rendered = c.render_deploy(cp, target)
     assert rendered
     proc = cp.kubectl("apply", "--dry-run=server", "-f", "-", *args, input=json.dumps(
