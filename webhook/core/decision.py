@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any, Final, Mapping, Protocol
 
 
-from webhook.core import fallback, keys, mutation
+from webhook.core import fallback, keys, mutation, ranks
 from webhook.grammar import k8s, nccl
 from webhook.fabrics import multus
 from webhook.core.fallback import Finding, Subject, Target
@@ -458,10 +458,10 @@ def _assess(pod: Any, namespace: Namespace | None, policies: PolicySet | None, a
     if malformed:
         return _deny(pod, "malformed-pod", f"the request's pod is malformed: {malformed[0]}")
     others = find_checked(checked, targets)
-    if not targets:
-        # No container gets RDMA, but a launcher's `mpirun -x NCCL_IB_DISABLE=1` still sends
-        # every worker to TCP: the command rules apply to every labelled pod, and the env rule
-        # to containers that see GPUs without requesting one.
+    launchers = ranks.find_launchers(checked, labels, targets)
+    if not targets and not launchers:
+        # No container gets RDMA: the command rules apply to every labelled pod, and the env
+        # rule to containers that see GPUs without requesting one.
         subject = Subject(pod, policy, namespace.labels, [])
         subject.others = others
         warnings = _warnings(pod, subject)
@@ -469,8 +469,25 @@ def _assess(pod: Any, namespace: Namespace | None, policies: PolicySet | None, a
         if denials:
             return Decision(DENIED, pod, policy.name, denials, warnings)
         gpu = "/".join(policy.gpu_resources)
-        warnings.insert(0, f"no container requests a GPU ({gpu}); left unchanged (an MPI launcher needs no RDMA device)")
+        warnings.insert(0, f"no container requests a GPU ({gpu}) or runs an MPI launcher; left unchanged")
         return Decision(UNCHANGED, pod, policy.name, warnings=warnings, reason="no GPU container")
+    if not targets:
+        # An MPI launcher without a GPU (webhook.core.ranks): it gets the block its ranks need,
+        # no device, network or /dev/shm, and meets the rules of what the ranks will see.
+        annotations_: dict[str, str] = meta.get("annotations") or {}
+        names: multus.Plan | None = None
+        if policy.networks:  # `{interface}` in the block: the names the workers get by default
+            names = multus.plan(annotations_.get(keys.MULTUS_NETWORKS), policy.networks, namespace.name)
+            if names.problem is not None:
+                names = multus.plan(None, policy.networks, namespace.name)
+        subject = Subject(pod, policy, namespace.labels, [], networks=names)
+        subject.others = others
+        subject.launchers = launchers
+        warnings = _warnings(pod, subject)
+        denials = [f for r in ("env-fallback", "command-fallback", "launcher-enforced") for f in fallback.rule(r).check(subject)]
+        if denials:
+            return Decision(DENIED, pod, policy.name, denials, warnings)
+        return subject, warnings
 
     problems: list[Finding] = []
     devices = list(policy.devices)
@@ -488,6 +505,7 @@ def _assess(pod: Any, namespace: Namespace | None, policies: PolicySet | None, a
             plan = None
     subject = Subject(pod, policy, namespace.labels, targets, devices, problems, plan, claim_entry)
     subject.others = others
+    subject.launchers = launchers
     denials = fallback.findings(subject, final=final)
     warnings = _warnings(pod, subject)
     if denials:
@@ -502,7 +520,7 @@ def decide(pod: Any, namespace: Namespace | None, policies: PolicySet | None,
     if isinstance(assessed, Decision):
         return assessed
     subject, warnings = assessed
-    mutated = mutation.private_copy(pod, subject.targets)  # shares what the mutation leaves alone
+    mutated = mutation.private_copy(pod, subject.targets + subject.launchers)  # shares what the mutation leaves alone
     notes = mutation.apply(mutated, subject, warnings)
     if mutated == pod:
         return Decision(UNCHANGED, pod, subject.policy.name, warnings=warnings, reason="already injected")
