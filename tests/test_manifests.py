@@ -30,6 +30,7 @@ DENIED = sorted((MANIFESTS / "denied").glob("*.yaml"))
 # denied file -> (kind denied, rule ids)
 DENIED_RULES = {
     "appwrapper-mpijob.yaml": ("AppWrapper", ["command-fallback"]),
+    "mpijob-launcher-ib-disable.yaml": ("MPIJob", ["command-fallback"]),
     "argo-resource-step.yaml": ("WorkflowTemplate", ["env-fallback"]),
     "rayjob-socket.yaml": ("RayJob", ["env-fallback"]),
     "rbg-worker-hca.yaml": ("RoleBasedGroup", ["env-fallback"]),

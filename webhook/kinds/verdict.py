@@ -4,6 +4,7 @@ what will be injected)."""
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -85,6 +86,10 @@ class WorkloadVerdict:
 # does not have: its templates are checked against an opted-in namespace without labels, and
 # these become warnings (the TrainJob that uses the runtime is checked in its own namespace).
 _NAMESPACE_RULES = ("no-policy", "namespace-unknown")
+# The launcher templates of MPI workloads: MPIJob's `Launcher` replica (v1, v2beta1) and the
+# replicated job `launcher` of a Trainer MPI runtime or a JobSet. The pods made from them carry
+# the operator's launcher label (`keys.MPI_JOB_ROLE`), which the decision reads.
+_LAUNCHER_PATH = re.compile(r"\.Launcher\.template$|replicatedJobs\[launcher\]")
 ANY_NAMESPACE = Namespace("(any namespace)", {keys.NS_INJECTION: keys.NS_INJECTION_ENABLED})
 
 
@@ -110,11 +115,17 @@ def check_workload(obj: Any, group: str, kind: str, namespace: Namespace | None,
     verdict.notes.extend(found.notes)
     verdict.unresolved.extend(found.unresolved)
     targeted: list[bool] = []
+    unlabelled_launchers: list[str] = []
     for path, template in found.templates:
         labels = ((template.get("metadata") or {}).get("labels") or {}) if isinstance(template, dict) else {}
+        launcher = _LAUNCHER_PATH.search(path) is not None
         if not isinstance(labels, dict) or labels.get(keys.POD_INJECT) != keys.POD_INJECT_TRUE:
+            if launcher:
+                unlabelled_launchers.append(path)
             continue
         pod = pod_from_template(template, ns_name, str(name))
+        if launcher and isinstance(pod.get("metadata"), dict):
+            pod["metadata"]["labels"] = {**labels, keys.MPI_JOB_ROLE: keys.MPI_LAUNCHER}
         decision = decide(pod, namespace, policies, attachments, "CREATE")
         if decision.outcome == "skipped":
             continue
@@ -127,6 +138,10 @@ def check_workload(obj: Any, group: str, kind: str, namespace: Namespace | None,
         deny = decision.outcome == DENIED and (policy is None or policy.workload_validation == "Deny")
         why_not = "workloadValidation Warn" if decision.outcome == DENIED and not deny else ""
         verdict.results.append(TemplateResult(path, pod, decision, deny, why_not))
+    if verdict.results:
+        verdict.notes.extend(f"{path}: the MPI launcher template does not carry {keys.POD_INJECT}=true, so the ranks it starts "
+                             f"(through ssh, from a fresh environment) get none of the policy's NCCL block; label it"
+                             for path in unlabelled_launchers)
     if not any(targeted):
         for r, has_target in zip(verdict.results, targeted):
             if r.deny and not has_target and r.decision.policy is not None:
