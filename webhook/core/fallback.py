@@ -49,6 +49,13 @@ class Target:
         # It already has this fabric's device by another name (the policy's equivalentResources,
         # or the pod claims an equivalent DRA template): the policy's devices are not added.
         self.has_fabric = False
+        # An MPI launcher (`webhook.core.ranks`): the launcher families its command runs
+        # (`launchers.FAMILIES`), whether it restricts Hydra's forwarding, whether its command
+        # gives `mca_base_env_list`; and whether it is a target too (a launcher that is a node).
+        self.families: tuple[str, ...] = ()
+        self.restricts = False
+        self.cmd_env_list = False
+        self.is_target = False
 
 
 class Subject:
@@ -71,6 +78,9 @@ class Subject:
         # Containers that see GPUs without requesting one (a DRA claim, NVIDIA_VISIBLE_DEVICES):
         # their settings are checked like the targets', nothing is added to them.
         self.others: list[Target] = []
+        # MPI launcher containers (`webhook.core.ranks`): what their env holds and forwards
+        # reaches every rank, so their settings are judged as a GPU container's, GPU or not.
+        self.launchers: list[Target] = []
         self._commands: list[tuple[dict[str, Any], str, list[tuple[str, str]]]] | None = None
 
     def container(self, t: Target) -> dict[str, Any]:
@@ -144,13 +154,46 @@ def judge_setting(name: str, value: str, policy: Policy) -> tuple[str, str] | No
 
 def _rule_env(s: Subject) -> list[Finding]:
     out: list[Finding] = []
-    for t in s.targets + s.others if s.others else s.targets:
+    checked = s.targets + s.others if s.others else s.targets
+    if s.launchers:
+        checked = checked + [t for t in s.launchers if not t.is_target]
+    for t in checked:
         for name in s.policy.watched:
             value = t.env.get(name)
             if value is not None:
                 why = judge_setting(name, value, s.policy)
                 if why is not None and why[0] == DENY:
                     out.append(Finding("env-fallback", t.name, why[1] + " in env"))
+    for t in s.launchers:  # what Open MPI's env list forwards to every rank
+        listed = t.env.get(launchers.OMPI_ENV_LIST)
+        if listed is not None and "=" in listed:
+            for name, value in reader.settings(["mpirun", "--mca", launchers.MCA_ENV_LIST, listed], s.policy.scanned, t.env):
+                why = judge_setting(name, value, s.policy)
+                if why is not None and why[0] == DENY:
+                    out.append(Finding("env-fallback", t.name, why[1] + f" in env {launchers.OMPI_ENV_LIST} (Open MPI forwards it to every rank)"))
+    return out
+
+
+def _rule_launcher_enforced(s: Subject) -> list[Finding]:
+    """A launcher's command that gives the ranks another value of an enforced variable: the
+    command's value (`-x NAME=VALUE`, `-genv`, an `export` before the launcher) reaches every
+    rank over the policy's, so the policy's cannot win there as it does in env."""
+    out: list[Finding] = []
+    if not s.launchers:
+        return out
+    containers = [s.container(t) for t in s.launchers]
+    for c, line, settings in s.commands():
+        if not any(c is x for x in containers):
+            continue
+        for name, value in settings:
+            for e in s.policy.env:
+                if e.enforce and e.name == name and not e.templated and value != e.value and not (
+                        name == "NCCL_NET" and value.casefold() == e.value.casefold()):
+                    why = judge_setting(name, value, s.policy)
+                    if why is None or why[0] != DENY:  # a fallback value is command-fallback's
+                        out.append(Finding("launcher-enforced", c.get("name"),
+                                           f"the launcher's command gives every rank {name}={repr(value)}, but policy {s.policy.name} "
+                                           f"enforces {name}={repr(e.value)} and forwards it from the launcher's env; remove it from the command"))
     return out
 
 
@@ -311,6 +354,7 @@ class Rule:
 RULES: tuple[Rule, ...] = (
     Rule("env-fallback", "the env of a container that can run NCCL (a GPU by resource, by DRA claim or through NVIDIA_VISIBLE_DEVICES) makes a fallback setting of the policy's transport", _rule_env),
     Rule("command-fallback", "the same settings made in the command or args of any container, read as the shell and the MPI launchers read them (webhook/commands/reader.py)", _rule_command),
+    Rule("launcher-enforced", "an MPI launcher's command gives the ranks another value of a variable the policy enforces", _rule_launcher_enforced),
     Rule("ipc-lock-dropped", "a GPU container drops IPC_LOCK explicitly", _rule_ipc_lock_dropped),
     Rule("host-network", "hostNetwork on a policy whose fabric is not the host's (Multus networks), or none on one that requires it", _rule_host_network),
     Rule("host-rdma-devices", "a host-network fabric's GPU container that cannot see the host's /dev/infiniband", _rule_host_devices),

@@ -33,3 +33,11 @@ PSA_ENFORCE = "pod-security.kubernetes.io/enforce"
 
 SHM_PATH = "/dev/shm"
 IPC_LOCK = "IPC_LOCK"
+
+# MPI launcher pods, as the operators label them: the MPI Operator (v2beta1) sets both labels
+# to `launcher` on the launcher pod; Kubeflow Trainer's MPI runtimes run the launcher as the
+# JobSet replicated job named `launcher` (JobSet labels each pod with its replicated job).
+MPI_JOB_ROLE = "training.kubeflow.org/job-role"
+MPI_REPLICA_TYPE = "training.kubeflow.org/replica-type"
+JOBSET_REPLICATED_JOB = "jobset.sigs.k8s.io/replicatedjob-name"
+MPI_LAUNCHER = "launcher"

@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from webhook.grammar import k8s
-from webhook.core import keys
+from webhook.core import keys, ranks
 from webhook.core.fallback import Subject, Target
 from webhook.core.model import Policy
 
@@ -274,7 +274,21 @@ def apply(pod: dict[str, Any], subject: Subject, warnings: list[str]) -> list[st
             what.append("IPC_LOCK")
         if what:
             notes.append(f"{t.name}: " + ", ".join(what))
-    shm = add_shm(pod, subject.targets, policy, warnings)
+    for t in subject.launchers:  # the ranks see what the launcher forwards (webhook.core.ranks)
+        c = containers[t.index]
+        what = []
+        if not t.is_target:
+            variables = add_env(c, t, policy, interfaces, warnings)
+            if variables:
+                what.append(f"{variables} NCCL variables")
+        forwarded = ranks.forward(c, t, policy, warnings)
+        if forwarded:
+            what.append(forwarded)
+        if what:
+            notes.append(f"{t.name}: " + " + ".join(what))
+    if not subject.targets:  # a launcher alone: the block only, no device, /dev/shm or network
+        plan = None
+    shm = add_shm(pod, subject.targets, policy, warnings) if subject.targets else None
     if shm:
         notes.append(shm)
     if plan is not None and plan.value is not None:

@@ -90,6 +90,10 @@ class WorkloadVerdict:
 # checked in its own namespace).
 _NAMESPACE_RULES = ("no-policy", "namespace-unknown")
 _PLACEHOLDER = re.compile(r"\{\{.*?\}\}|\$\{[^}]*\}")
+# The launcher templates of MPI workloads: MPIJob's `Launcher` replica (v1, v2beta1) and the
+# replicated job `launcher` of a Trainer MPI runtime or a JobSet. The pods made from them carry
+# the operator's launcher label (`keys.MPI_JOB_ROLE`), which the decision reads.
+_LAUNCHER_PATH = re.compile(r"\.Launcher\.template$|replicatedJobs\[launcher\]")
 ANY_NAMESPACE = Namespace("(any namespace)", {keys.NS_INJECTION: keys.NS_INJECTION_ENABLED})
 
 
@@ -155,6 +159,16 @@ def _cluster_scoped_result(path: str, judged: list[tuple[str, Any, Decision]], p
     return pod, decision, deny, "" if deny else "workloadValidation Warn"
 
 
+def _pod(template: Any, namespace: str, owner: str, launcher: bool) -> Any:
+    """The pod a template makes; an MPI launcher template's pod carries the operator's launcher
+    label, as the operator sets it on the pods it creates (the decision reads it)."""
+    pod = pod_from_template(template, namespace, owner)
+    if launcher and isinstance(pod, dict) and isinstance(pod.get("metadata"), dict):
+        labels = pod["metadata"].get("labels")
+        pod["metadata"]["labels"] = {**(labels if isinstance(labels, dict) else {}), keys.MPI_JOB_ROLE: keys.MPI_LAUNCHER}
+    return pod
+
+
 def check_workload(obj: Any, group: str, kind: str, namespace: Namespace | None, policies: PolicySet | None,
                    attachments: Attachments | None, runtimes: Runtimes | None = None,
                    release: str | None = None) -> WorkloadVerdict:
@@ -181,18 +195,22 @@ def check_workload(obj: Any, group: str, kind: str, namespace: Namespace | None,
     verdict.notes.extend(found.notes)
     verdict.unresolved.extend(found.unresolved)
     targeted: list[bool] = []
+    unlabelled_launchers: list[str] = []
     for path, template in found.templates:
         labels = ((template.get("metadata") or {}).get("labels") or {}) if isinstance(template, dict) else {}
+        launcher = _LAUNCHER_PATH.search(path) is not None
         if not isinstance(labels, dict) or labels.get(keys.POD_INJECT) != keys.POD_INJECT_TRUE:
+            if launcher:
+                unlabelled_launchers.append(path)
             continue
         if per_policy:
             assert policies is not None
-            judged = _per_policy(lambda ns, t=template: pod_from_template(t, ns, str(name)), policies)
+            judged = _per_policy(lambda ns, t=template, mpi=launcher: _pod(t, ns, str(name), mpi), policies)
             if not judged:
                 continue
             pod, decision, deny, why_not = _cluster_scoped_result(path, judged, policies, verdict)
         else:
-            pod = pod_from_template(template, ns_name, str(name))
+            pod = _pod(template, ns_name, str(name), launcher)
             decision = decide(pod, namespace, policies, attachments, "CREATE")
             if decision.outcome == "skipped":
                 continue
@@ -210,6 +228,10 @@ def check_workload(obj: Any, group: str, kind: str, namespace: Namespace | None,
         targeted.append(policy is not None and shape_problem(pod) is None
                         and bool(find_targets(pod, policy) or find_checked(pod, [])))  # GPUs by resource, claim or runtime
         verdict.results.append(TemplateResult(path, pod, decision, deny, why_not))
+    if verdict.results:
+        verdict.notes.extend(f"{path}: the MPI launcher template does not carry {keys.POD_INJECT}=true, so the ranks it starts "
+                             f"(through ssh, from a fresh environment) get none of the policy's NCCL block; label it"
+                             for path in unlabelled_launchers)
     if not any(targeted):
         for r, has_target in zip(verdict.results, targeted):
             if r.deny and not has_target and r.decision.policy is not None:

@@ -1,0 +1,120 @@
+"""MPI launcher pods: which containers launch the ranks, and how the policy's block reaches them.
+
+The ranks an MPI launcher starts on the workers come up through the remote shell (ssh into the
+worker's sshd), from a fresh environment: the worker container's `env` is not theirs. What they
+see is what the launcher forwards (`webhook.commands.launchers`, FAMILIES and FORWARDS_ALL). So
+a launcher container gets the policy's NCCL block in its env as a GPU container does (enforced
+values replacing the user's), and for Open MPI the block's names are added to
+`OMPI_MCA_mca_base_env_list` (the user's items stay, an enforced name's `NAME=VALUE` item
+becomes `NAME` so the launcher's enforced value goes out); Hydra (MPICH, Intel MPI) forwards
+the whole environment by default. A launcher is recognised by the operators' labels
+(`keys.MPI_JOB_ROLE`, `keys.MPI_REPLICA_TYPE`, `keys.JOBSET_REPLICATED_JOB` = `launcher`) or by
+a command that runs a launcher (`text.launcher_use`). Its settings are judged as a GPU
+container's (`fallback.Subject.launchers`). No I/O; one text scan per container command.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from webhook.commands import launchers
+from webhook.commands.text import launcher_use
+from webhook.core import keys
+from webhook.core.fallback import Target, command_words
+from webhook.core.model import Policy
+from webhook.grammar import k8s
+
+
+def labelled_launcher(labels: dict[str, str]) -> bool:
+    """The MPI Operator's launcher pod, or the launcher job of a Trainer MPI runtime."""
+    return (labels.get(keys.MPI_JOB_ROLE) == keys.MPI_LAUNCHER or labels.get(keys.MPI_REPLICA_TYPE) == keys.MPI_LAUNCHER
+            or labels.get(keys.JOBSET_REPLICATED_JOB) == keys.MPI_LAUNCHER)
+
+
+def find_launchers(pod: dict[str, Any], labels: dict[str, str], targets: list[Target]) -> list[Target]:
+    """The containers (not init containers) that launch ranks: those whose command runs a
+    launcher, and in a labelled launcher pod every container (a command not read, such as
+    `bash /launch.sh`, may run either family: both ways are used). A target that launches too
+    (a launcher that is a node) is the same Target, marked `is_target`."""
+    spec: dict[str, Any] = pod.get("spec") or {}
+    containers: list[dict[str, Any]] = spec.get("containers") or []
+    by_label = labelled_launcher(labels)
+    out: list[Target] = []
+    for i, c in enumerate(containers):
+        families: tuple[str, ...] = ()
+        restricts = False
+        env_list = False
+        if c.get("command") or c.get("args"):
+            families, restricts, env_list = launcher_use("\0".join(command_words(c)))
+        if not families:
+            if not by_label:
+                continue
+            families = ("either",)
+        t: Target | None = None
+        for x in targets:
+            if x.index == i:
+                t = x
+                t.is_target = True
+                break
+        if t is None:
+            t = Target(i, str(c.get("name")), 0, k8s.Env(c.get("env")), bool(c.get("envFrom")))
+        t.families = families
+        t.restricts = restricts
+        t.cmd_env_list = env_list
+        out.append(t)
+    return out
+
+
+def forward(container: dict[str, Any], t: Target, policy: Policy, warnings: list[str]) -> str | None:
+    """Make the launcher forward the policy's block (already in `container`'s env) to every
+    rank. Returns a note when the env list was written."""
+    names = [s.name for s in policy.env]
+    if not names:
+        return None
+    note: str | None = None
+    openmpi = "openmpi" in t.families or "either" in t.families
+    hydra = "hydra" in t.families or "either" in t.families
+    if openmpi and t.cmd_env_list:
+        warnings.append(f"{t.name}: the command's --mca {launchers.MCA_ENV_LIST} replaces {launchers.OMPI_ENV_LIST}, so Open MPI "
+                        f"forwards the policy's {', '.join(names)} only where the command names them: add -x NAME for each")
+    elif openmpi:
+        env: list[Any] = container.get("env") or []
+        i = t.env.index(launchers.OMPI_ENV_LIST)
+        current = ""
+        if i is not None:
+            item: dict[str, Any] = env[i]
+            if item.get("valueFrom") is not None:
+                warnings.append(f"{t.name}: {launchers.OMPI_ENV_LIST} comes from valueFrom, so the policy's {', '.join(names)} "
+                                f"cannot be added to it; Open MPI forwards them only if it names them")
+                return None
+            value = item.get("value")
+            current = value if isinstance(value, str) else ""
+        enforced = [s.name for s in policy.env if s.enforce]
+        items: list[str] = []
+        listed: list[str] = []
+        for part in current.split(";"):
+            part = part.strip()
+            if not part:
+                continue
+            name = part.split("=", 1)[0]
+            if name in listed:
+                continue
+            if name in enforced:
+                part = name  # the launcher's env holds the enforced value: that one goes out
+            listed.append(name)
+            items.append(part)
+        for name in names:
+            if name not in listed:
+                items.append(name)
+        joined = ";".join(items)
+        if joined != current:
+            if i is None:
+                env = container["env"]  # add_env made the list
+                env.append({"name": launchers.OMPI_ENV_LIST, "value": joined})
+            else:
+                env[i] = {"name": launchers.OMPI_ENV_LIST, "value": joined}
+            note = launchers.OMPI_ENV_LIST
+    if hydra and t.restricts:
+        warnings.append(f"{t.name}: the command's -genvnone/-genvlist keeps the launcher's environment from the ranks of MPICH and "
+                        f"Intel MPI, so the policy's {', '.join(names)} reach them only if listed: add them to -genvlist")
+    return note
