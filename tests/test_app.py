@@ -74,3 +74,40 @@ def test_answers_are_one_bytes_body_and_head_gets_none(client):
     assert get.data == b'{"status":"ok"}' and get.headers["Content-Length"] == str(len(get.data))
     assert head.status_code == 200 and head.data == b"" and head.headers["Content-Length"] == str(len(get.data))
     assert get.headers["Content-Type"] == "application/json"
+
+
+def test_an_install_with_no_policy_chosen_is_ready_and_refuses_labelled_pods_saying_how_to_choose(cluster, tmp_path):
+    """The shipped policies are a catalogue (issue 26): a fresh install mounts an empty folder.
+    That is a configuration, not a broken one: /readyz answers 200 (a Deployment that never
+    becomes ready would leave the fail-closed webhook unreachable and every labelled pod refused
+    with "failed calling webhook"), and a labelled pod is denied by the webhook itself, [no-policy],
+    with the words an admin needs. Unlabelled pods are never sent (selectors), and the same empty
+    folder stays an error for `policy lint`."""
+    from webhook.core.decision import NO_POLICY_CHOSEN
+    from webhook.policy.load import load_dir
+
+    empty = tmp_path / "policies"
+    empty.mkdir()
+    store = PolicyStore(str(empty))
+    assert store.reload(force=True) and store.current is not None and len(store.current) == 0
+    client = create_app(store, cluster).test_client()
+    r = client.get("/readyz")
+    assert r.status_code == 200 and r.get_json() == {"status": "ready", "policies": []}
+    r = client.post("/mutate", data=json.dumps(admission_review(pytorchjob_worker())), content_type="application/json")
+    resp = r.get_json()["response"]
+    assert r.status_code == 200 and resp["allowed"] is False
+    assert resp["status"]["message"].endswith(f"{NO_POLICY_CHOSEN} [no-policy]"), resp["status"]["message"]
+    assert "policies.enabled" in NO_POLICY_CHOSEN and "deploy/catalogue/" in NO_POLICY_CHOSEN
+    policies, errors = load_dir(empty)
+    assert policies is None and [e.message for e in errors] == ["no *.yaml policy files in the folder"]
+
+
+def test_an_invalid_policy_folder_is_still_not_ready(cluster, tmp_path):
+    """Only the empty folder is ready without a policy: a folder whose files do not load is not."""
+    bad = tmp_path / "policies"
+    bad.mkdir()
+    (bad / "x.yaml").write_text("apiVersion: rdma-webhook.io/v1alpha2\nkind: RdmaPolicy\nname: x\n")
+    store = PolicyStore(str(bad))
+    assert not store.reload(force=True) and store.current is None
+    r = create_app(store, cluster).test_client().get("/readyz")
+    assert r.status_code == 503

@@ -144,11 +144,19 @@ def _annotations(pod: dict[str, Any]) -> dict[str, str]:
     return found
 
 
+# The shipped policies are a catalogue: an install enforces none until the platform team chooses.
+NO_POLICY_CHOSEN: Final = ("no RDMA policy is in force on this cluster: the platform team chooses one from the catalogue "
+                    "(Helm: --set policies.enabled={NAME}; kustomize: the component deploy/catalogue/NAME) or mounts "
+                    "its own; until then pods that ask for RDMA are refused")
+
+
 def select_policy(pod: dict[str, Any], ns: Namespace, policies: PolicySet | None) -> tuple[Policy | None, str | None]:
     """(policy, None) or (None, why no policy applies): pod annotation, else namespace label,
     else the highest-precedence policy whose namespace selector matches."""
-    if not policies:
+    if policies is None:
         return None, "the webhook has no valid policies loaded; ask the platform team to check `rdma-webhook policy lint`"
+    if not policies:
+        return None, NO_POLICY_CHOSEN
     asked = _annotations(pod).get(keys.POD_POLICY)
     if asked is not None:
         policy = policies.get(asked)

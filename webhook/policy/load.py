@@ -51,8 +51,9 @@ def read_documents(path: str) -> tuple[list[Any], list[PolicyError]]:
         return [], [PolicyError(path, None, where, f"not valid YAML: {getattr(exc, 'problem', None) or exc}")]
 
 
-def load_texts(texts: Iterable[tuple[str, str]]) -> tuple[PolicySet | None, list[PolicyError]]:
-    """Compile (file name, YAML text) pairs into a PolicySet, or return every error found."""
+def load_texts(texts: Iterable[tuple[str, str]], allow_empty: bool = False) -> tuple[PolicySet | None, list[PolicyError]]:
+    """Compile (file name, YAML text) pairs into a PolicySet, or return every error found. No
+    policy at all is an error unless `allow_empty` (the server: an install with none chosen)."""
     errors: list[PolicyError] = []
     policies: list[Policy] = []
     seen: dict[str, str] = {}
@@ -79,13 +80,15 @@ def load_texts(texts: Iterable[tuple[str, str]]) -> tuple[PolicySet | None, list
             policies.append(policy)
     if errors:
         return None, errors
-    if not policies:
+    if not policies and not allow_empty:
         return None, [PolicyError("(policies)", None, None, "no policies found")]
     return PolicySet(policies), []
 
 
-def load_dir(directory: str | os.PathLike[str]) -> tuple[PolicySet | None, list[PolicyError]]:
-    """Load every policy file of a folder, all or nothing."""
+def load_dir(directory: str | os.PathLike[str], allow_empty: bool = False) -> tuple[PolicySet | None, list[PolicyError]]:
+    """Load every policy file of a folder, all or nothing. An empty folder is an error unless
+    `allow_empty`: the server's folder is empty until the platform team chooses a policy (the
+    shipped ones are a catalogue), and that is a configuration, not a broken one."""
     try:
         files = policy_files(directory)
     except OSError as exc:
@@ -97,9 +100,9 @@ def load_dir(directory: str | os.PathLike[str]) -> tuple[PolicySet | None, list[
             texts.append((str(path), path.read_text(encoding="utf-8")))
         except (OSError, UnicodeDecodeError) as exc:
             errors.append(PolicyError(str(path), None, None, f"cannot read: {exc}"))
-    if not files:
+    if not files and not allow_empty:
         return None, [PolicyError(str(directory), None, None, "no *.yaml policy files in the folder")]
-    policies, more = load_texts(texts)
+    policies, more = load_texts(texts, allow_empty)
     errors.extend(more)
     return (None, errors) if errors else (policies, [])
 

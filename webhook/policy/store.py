@@ -2,7 +2,8 @@
 
 A mounted ConfigMap updates by swapping a `..data` symlink, so the folder is polled by the stat
 of each policy file (through the symlinks) rather than by inotify events on the links. A change
-is loaded whole; if any file is invalid the reload is rejected, logged with file, policy and
+is loaded whole (an empty folder too: no policy chosen yet, which every labelled pod is denied
+for, is a valid configuration); if any file is invalid the reload is rejected, logged with file, policy and
 field, counted, and the last good policies stay in force. Readers take `current` (one attribute
 read, so a swap is atomic for them).
 """
@@ -51,7 +52,7 @@ class PolicyStore:
         if not force and signature == self._signature:
             return False
         self._signature = signature
-        policies, errors = load_dir(self.directory)
+        policies, errors = load_dir(self.directory, allow_empty=True)
         if policies is None:
             self.last_errors = [str(e) for e in errors]
             metrics.RELOADS.labels("failure").inc()
@@ -65,7 +66,11 @@ class PolicyStore:
         metrics.RELOADS.labels("success").inc()
         metrics.RELOAD_OK.set(1)
         metrics.POLICIES.set(len(policies))
-        log.info("policies loaded: %s", ", ".join(sorted(policies.by_name)))
+        if len(policies):
+            log.info("policies loaded: %s", ", ".join(sorted(policies.by_name)))
+        else:
+            log.warning("no policy in force (the folder holds none): labelled pods in opted-in namespaces are "
+                        "denied until the platform team chooses one")
         return True
 
     def start(self) -> None:
