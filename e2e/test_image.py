@@ -158,8 +158,12 @@ def test_started_image_answers_over_tls_as_uid_65532(cp, hook, image, tmp_path):
     kube = tmp_path / "kube"
     kube.mkdir()
     _kubeconfig(cp, kube / "config")
+    # the chosen policy mounted as an install mounts its ConfigMap (the image enforces none itself)
+    chosen = tmp_path / "policies"
+    chosen.mkdir()
+    shutil.copy(c.ROOT / "policies" / "ib-shared.yaml", chosen / "ib-shared.yaml")
     # as the Deployment's Secret and fsGroup make them: readable by the webhook's group only
-    for folder in (certs, kube):
+    for folder in (certs, kube, chosen):
         for f in [folder, *folder.iterdir()]:
             os.chown(f, 65532, 65532)
             f.chmod(0o750 if f.is_dir() else 0o440)
@@ -168,6 +172,7 @@ def test_started_image_answers_over_tls_as_uid_65532(cp, hook, image, tmp_path):
                  "--read-only", "--tmpfs", "/tmp:rw,size=64m,mode=1777", "--cap-drop=ALL",
                  "--security-opt", "no-new-privileges",
                  "--volume", f"{certs}:/etc/rdma-webhook/tls:ro", "--volume", f"{kube}:/etc/rdma-webhook/kube:ro",
+                 "--volume", f"{chosen}:/etc/rdma-webhook/policies:ro",
                  "--env", "KUBECONFIG=/etc/rdma-webhook/kube/config", image)
     container = run.stdout.strip()
     pid = int(podman("inspect", "--format", "{{.State.Pid}}", container).stdout.strip())

@@ -279,3 +279,16 @@ def test_serve_with_an_unknown_server_is_a_one_line_error(tmp_path):
     out = _serve_with(tmp_path, "gevent")
     assert out.returncode == 2 and out.stdout == "", out
     assert out.stderr.startswith("error: RDMA_WEBHOOK_SERVER='gevent': expected one of uvicorn, granian") and out.stderr.count("\n") == 1, out.stderr
+
+
+def test_the_shipped_examples_success_path_has_no_warning():
+    """What `make run` tells a new user to send (examples/admission-review.json) and the worker pod
+    `review --explain` shows are mutated under the shipped policies without a single warning: the
+    example itself is how a clean pod looks (issue 26: it set NCCL_SOCKET_IFNAME=net1, which no
+    policy in force gives the pod, and NCCL_DEBUG=INFO, so its own success path warned)."""
+    for path in (ROOT / "examples" / "admission-review.json", ROOT / "examples" / "pods" / "pytorchjob-worker.yaml"):
+        out = run("review", "--policies", POLICIES, "--cluster-state", STATE, "--output", "json", str(path))
+        assert out.returncode == 0, out.stderr + out.stdout
+        [rec] = [json.loads(line) for line in out.stdout.splitlines() if line.strip()]
+        assert rec["outcome"] == "mutated" and rec["allowed"], rec
+        assert rec["warnings"] == [], rec["warnings"]

@@ -785,8 +785,12 @@ def test_containerfile():
     assert ("ENTRYPOINT", '["rdma-webhook"]') in instructions
     [cmd] = [rest for word, rest in instructions if word == "CMD"]
     assert json.loads(cmd) == SERVE_ARGS
-    assert any(word == "COPY" and rest.split()[0] == "deploy/base/policies/" and "/etc/rdma-webhook/policies" in rest
-               for word, rest in instructions)
+    # the catalogue goes where `review --policy` finds it, and nothing is enforced until an install
+    # mounts its chosen policies over the empty /etc/rdma-webhook/policies
+    from webhook.policy.load import IMAGE_CATALOGUE
+    assert any(word == "COPY" and rest.split() == ["deploy/base/policies/", f"{IMAGE_CATALOGUE}/"] for word, rest in instructions)
+    assert not any(word == "COPY" and "/etc/rdma-webhook/policies" in rest for word, rest in instructions)
+    assert ("RUN", "mkdir -p /etc/rdma-webhook/policies") in instructions
 
 
 def test_containerignore():

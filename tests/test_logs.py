@@ -80,3 +80,27 @@ def test_a_stdout_without_a_descriptor_falls_back_to_logging(logging_restored, m
     logs.admissions([{"endpoint": "mutate", "outcome": "mutated"}])
     (line,) = [json.loads(x) for x in buffer.getvalue().splitlines()]
     assert line["msg"] == "admission" and line["outcome"] == "mutated" and line["logger"] == "rdma_webhook.admission"
+
+
+def test_gunicorns_own_lines_are_json_lines(capsys):
+    """The master's and workers' lines that gunicorn writes itself (here, as when a worker is sent
+    SIGINT) go out as JSON objects in the same shape as the webhook's (issue 26: a plain
+    `[WARNING] Worker (pid:590) was sent SIGINT!` had landed in the JSON log)."""
+    import json
+
+    from gunicorn.config import Config
+
+    from webhook.serving.server import JsonGunicornLogger, gunicorn_options
+
+    cfg = Config()
+    for key, value in gunicorn_options(host="127.0.0.1", port=1, workers=1, tls=type("T", (), {"cert_file": None, "key_file": None})()).items():
+        if key in ("logger_class", "errorlog", "loglevel", "accesslog"):
+            cfg.set(key, value)
+    assert cfg.logger_class is JsonGunicornLogger
+    logger = cfg.logger_class(cfg)
+    logger.warning("Worker (pid:%s) was sent SIGINT!", 590)
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1
+    doc = json.loads(err[0])
+    assert doc["level"] == "warning" and doc["logger"] == "gunicorn.error" and doc["msg"] == "Worker (pid:590) was sent SIGINT!"
+    assert set(doc) == {"time", "level", "logger", "msg"}

@@ -107,7 +107,11 @@ def load_dir(directory: str | os.PathLike[str], allow_empty: bool = False) -> tu
     return (None, errors) if errors else (policies, [])
 
 
+IMAGE_CATALOGUE = Path("/usr/share/rdma-webhook/catalogue")  # where the Containerfile puts the catalogue
+
+
 def default_policies_dir() -> Path:
-    """The repository's policies/ folder (beside the package), or the image's copy."""
+    """The shipped policy catalogue: the repository's policies/ folder (beside the package), or
+    the image's copy."""
     here = Path(__file__).resolve().parents[2] / "policies"
-    return here if here.is_dir() else Path("/etc/rdma-webhook/policies")
+    return here if here.is_dir() else IMAGE_CATALOGUE

@@ -25,9 +25,10 @@ import sys
 import tempfile
 from typing import Any
 
+from gunicorn import glogging
 from gunicorn.app.base import BaseApplication
 
-from webhook.telemetry.logs import setup_logging
+from webhook.telemetry.logs import JsonFormatter, setup_logging
 
 log = logging.getLogger("rdma_webhook.serve")
 
@@ -167,8 +168,22 @@ def gunicorn_options(*, host: str, port: int, workers: int, tls, worker_class: s
         "accesslog": None,
         "errorlog": "-",
         "loglevel": "warning",
+        "logger_class": "webhook.serving.server.JsonGunicornLogger",
         "proc_name": "rdma-webhook",
     }
+
+
+class JsonGunicornLogger(glogging.Logger):
+    """gunicorn's own lines (a worker started, exited, was sent a signal) as JSON lines on the
+    same streams, like every other line the webhook writes: a plain `[WARNING] Worker (pid:590)
+    was sent SIGINT!` in a JSON log is a line the cluster's log pipeline cannot parse."""
+
+    def setup(self, cfg: Any) -> None:
+        super().setup(cfg)
+        formatter = JsonFormatter()
+        for logger in (self.error_log, self.access_log):
+            for handler in logger.handlers:
+                handler.setFormatter(formatter)
 
 
 # Python threads per worker of the granian candidate: with 1 the worker idles while granian hands
