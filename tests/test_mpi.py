@@ -151,7 +151,7 @@ def _validate(obj, policies):
 
 def test_an_unlabelled_launcher_template_is_warned_about_at_apply_time(policies):
     import yaml
-    obj = yaml.safe_load((ROOT / "tests" / "manifests" / "allowed" / "mpijob-nccl-tests-ib.yaml").read_text())
+    obj = next(yaml.safe_load_all((ROOT / "tests" / "manifests" / "allowed" / "mpijob-nccl-tests-ib.yaml").read_text()))
     resp = _validate(obj, policies)
     assert resp["allowed"] and any("Launcher.template (ib-shared): launcher: 3 NCCL variables" in w for w in resp["warnings"])
     del obj["spec"]["mpiReplicaSpecs"]["Launcher"]["template"]["metadata"]["labels"]["rdma-webhook.io/inject"]
@@ -164,11 +164,11 @@ def test_review_of_the_why_examples():
     """`rdma-webhook review` on the launcher pods of the issue's examples: the mutated launcher
     (exit 0, the env list in the patch) and the -x NCCL_IB_DISABLE=1 one (exit 1)."""
     good = ROOT / "examples" / "pods" / "mpijob-launcher.yaml"
-    out = subprocess.run([sys.executable, "-m", "webhook", "review", "--output", "json", str(good)],
+    out = subprocess.run([sys.executable, "-m", "webhook", "review", "--policies", str(ROOT / "policies"), "--output", "json", str(good)],
                          capture_output=True, text=True, cwd=ROOT)
     assert out.returncode == 0, out.stderr
     rec = json.loads(out.stdout.splitlines()[0])
     assert rec["outcome"] == "mutated", rec
     bad = ROOT / "tests" / "manifests" / "denied" / "mpijob-launcher-ib-disable.yaml"
-    out = subprocess.run([sys.executable, "-m", "webhook", "review", str(bad)], capture_output=True, text=True, cwd=ROOT)
+    out = subprocess.run([sys.executable, "-m", "webhook", "review", "--policies", str(ROOT / "policies"), str(bad)], capture_output=True, text=True, cwd=ROOT)
     assert out.returncode == 1 and "NCCL_IB_DISABLE='1'" in out.stdout + out.stderr

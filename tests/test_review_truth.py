@@ -312,7 +312,7 @@ def test_each_left_unchanged_reason_is_the_real_one(tmp_path, doc, expect):
                 (c.get("resources") or {}).get(section, {}).pop("nvidia.com/gpu", None)
         doc["metadata"]["namespace"] = "ml-training"
         doc["metadata"]["annotations"]["rdma-webhook.io/policy"] = "erdma"
-        expect = "no container requests a GPU (nvidia.com/gpu), so none gets RDMA"
+        expect = "no container requests a GPU (nvidia.com/gpu) or runs an MPI launcher, so none gets RDMA"
     f = write(tmp_path, "doc.yaml", doc)
     code, out, _ = review("--policy", "erdma", "--cluster-state", STATE, "--output", "json", f)
     assert code == 0

@@ -99,6 +99,17 @@ def scan_text(text: str, names: frozenset[str]) -> list[tuple[str, str]]:
 
 _WORD = re.compile(r"[^\s;&|()'\"`\x00]+")
 _USES: dict[str, tuple[tuple[str, ...], bool, bool]] = {}
+# The launcher names no other one contains (mpirun.openmpi holds mpirun): a text that holds none
+# of them runs no launcher, whatever else it says (`torchrun` holds "run" but none of these).
+LAUNCHER_NEEDLES: tuple[str, ...] = tuple(n for n in launchers.FAMILIES if not any(m != n and m in n for m in launchers.FAMILIES))
+
+
+def mentions_launcher(text: str) -> bool:
+    """Whether `text` holds a launcher's name at all: the test before any reading of it."""
+    for needle in LAUNCHER_NEEDLES:
+        if needle in text:
+            return True
+    return False
 
 
 def launcher_use(text: str) -> tuple[tuple[str, ...], bool, bool]:

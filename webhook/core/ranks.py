@@ -18,7 +18,7 @@ from __future__ import annotations
 from typing import Any
 
 from webhook.commands import launchers
-from webhook.commands.text import launcher_use
+from webhook.commands.text import launcher_use, mentions_launcher
 from webhook.core import keys
 from webhook.core.fallback import Target, command_words
 from webhook.core.model import Policy
@@ -29,6 +29,29 @@ def labelled_launcher(labels: dict[str, str]) -> bool:
     """The MPI Operator's launcher pod, or the launcher job of a Trainer MPI runtime."""
     return (labels.get(keys.MPI_JOB_ROLE) == keys.MPI_LAUNCHER or labels.get(keys.MPI_REPLICA_TYPE) == keys.MPI_LAUNCHER
             or labels.get(keys.JOBSET_REPLICATED_JOB) == keys.MPI_LAUNCHER)
+
+
+def _may_run_a_launcher(c: dict[str, Any]) -> bool:
+    """Whether the container's command could run a launcher: its words, or (when they hold a
+    `$(VAR)`) its env values, name one. Every pod pays this, so `$(VAR)` is expanded (and the
+    command read) only for the few that can (a torchrun worker's `$(MASTER_ADDR)` cannot)."""
+    words: list[str] = []
+    for key in ("command", "args"):
+        part = c.get(key)
+        if isinstance(part, list):
+            for w in part:
+                if isinstance(w, str):
+                    words.append(w)
+    text = "\0".join(words)
+    if mentions_launcher(text):
+        return True
+    if "$(" in text:
+        env: list[Any] = c.get("env") or []
+        for e in env:
+            value = e.get("value") if isinstance(e, dict) else None
+            if isinstance(value, str) and mentions_launcher(value):
+                return True
+    return False
 
 
 def find_launchers(pod: dict[str, Any], labels: dict[str, str], targets: list[Target]) -> list[Target]:
@@ -44,7 +67,7 @@ def find_launchers(pod: dict[str, Any], labels: dict[str, str], targets: list[Ta
         families: tuple[str, ...] = ()
         restricts = False
         env_list = False
-        if c.get("command") or c.get("args"):
+        if (c.get("command") or c.get("args")) and (by_label or _may_run_a_launcher(c)):
             families, restricts, env_list = launcher_use("\0".join(command_words(c)))
         if not families:
             if not by_label:
