@@ -114,6 +114,48 @@ def test_each_launcher_flag_is_read_as_the_launcher_reads_it(launcher, flag, act
         assert ("NCCL_NET", "Socket") in reader.settings(argv, NAMES, Env(NCCL_IB_DISABLE="1", NCCL_IB_HCA="eth0"))
 
 
+# The tests above are generated from the table, so an entry removed from it takes its case along.
+# What must stay is pinned here, from the launchers' own documentation: the flags of mpirun(1)
+# (Open MPI 4/5) and mpiexec(1) (MPICH Hydra, Intel MPI) that take a word, and those that set or
+# forward variables, each in a command as those pages show it. A flag missing from a family's
+# table makes its argument the program, and the setting after it is lost.
+DOCUMENTED = {
+    "openmpi": (("orterun", "prterun", "mpirun.openmpi", "mpiexec.openmpi", "mpirun", "mpiexec"),
+                {"-np": "16", "-n": "16", "-c": "16", "-H": "node1:8,node2:8", "--host": "node1,node2", "-host": "node1",
+                 "--hostfile": "/etc/mpi/hostfile", "-hostfile": "/etc/mpi/hostfile", "--machinefile": "/etc/mpi/hostfile",
+                 "--map-by": "ppr:8:node", "--bind-to": "none", "--rank-by": "slot", "-N": "8", "-npernode": "8",
+                 "--prefix": "/opt/openmpi", "--wdir": "/workspace", "-wdir": "/workspace", "--output-filename": "/tmp/out"},
+                {"-x": "export", "--mca": "mca", "-mca": "mca", "--gmca": "mca"}),
+    "hydra": (("mpiexec.hydra", "mpirun.mpich", "mpiexec.mpich", "mpirun", "mpiexec"),
+              {"-n": "16", "-np": "16", "-f": "/etc/mpi/hostfile", "-hostfile": "/etc/mpi/hostfile",
+               "-machinefile": "/etc/mpi/hostfile", "-host": "node1", "-hosts": "node1,node2", "-ppn": "8", "-perhost": "8",
+               "-wdir": "/workspace", "-configfile": "/etc/mpi/config", "-bootstrap": "ssh", "-bootstrap-exec": "/usr/bin/ssh",
+               "-launcher": "ssh", "-iface": "eth0", "-genvexcl": "PATH", "-envexcl": "PATH", "-bind-to": "core",
+               "-map-by": "socket"},
+              {"-genv": "set", "-env": "set", "-genvlist": "forward", "-envlist": "forward"}),
+}
+DOCUMENTED_ARGS = [(fam, launcher, flag, word) for fam, (launchers, args, _) in DOCUMENTED.items()
+                   for launcher in launchers for flag, word in args.items()]
+DOCUMENTED_SETTERS = [(fam, launcher, flag, action) for fam, (launchers, _, setters) in DOCUMENTED.items()
+                      for launcher in launchers for flag, action in setters.items()]
+_SETTING = {"openmpi": ["-x", "NCCL_IB_DISABLE=1"], "hydra": ["-genv", "NCCL_IB_DISABLE", "1"]}
+
+
+@pytest.mark.parametrize("family,launcher,flag,word", DOCUMENTED_ARGS,
+                         ids=[f"{f}-{launcher}{flag}" for f, launcher, flag, _ in DOCUMENTED_ARGS])
+def test_each_documented_flag_with_an_argument_is_in_the_table_and_read(family, launcher, flag, word):
+    argv = [launcher, flag, word, *_SETTING[family], *RANK_PROGRAM]
+    got = reader.settings(argv, NAMES)
+    assert ("NCCL_IB_DISABLE", "1") in got and ("NCCL_NET", "Socket") in got, (argv, got)
+    assert LAUNCHERS[launcher].get(flag) == "arg", f"{launcher} {flag} takes an argument ({family} documents it)"
+
+
+@pytest.mark.parametrize("family,launcher,flag,action", DOCUMENTED_SETTERS,
+                         ids=[f"{f}-{launcher}{flag}" for f, launcher, flag, _ in DOCUMENTED_SETTERS])
+def test_each_documented_setting_flag_is_in_the_table(family, launcher, flag, action):
+    assert LAUNCHERS[launcher].get(flag) == action
+
+
 @pytest.mark.parametrize("launcher", sorted(LAUNCHERS))
 def test_a_program_argument_that_looks_like_a_flag_is_not_a_launcher_flag(launcher):
     """What follows the program belongs to it: `mpirun python t.py -x NCCL_NET=Socket` sets nothing."""
@@ -124,8 +166,16 @@ def test_a_program_argument_that_looks_like_a_flag_is_not_a_launcher_flag(launch
 
 # -- the RDMA device families ------------------------------------------------------------------------
 
+# The device-plugin resources named in the plugins' and operators' documentation (AWS EFA device
+# plugin, Alibaba eRDMA controller, NVIDIA network-operator SR-IOV and RDMA shared device plugin,
+# OpenShift SR-IOV operator): pinned here, since a case generated from the table goes with its entry.
+DOCUMENTED_RDMA = ["vpc.amazonaws.com/efa", "aliyun/erdma", "nvidia.com/rdma-vf", "openshift.io/mellanoxrdma",
+                   "nvidia.com/hostdev", "rdma/rdma_shared_device_a", "rdma/hca_shared_devices_a"]
+
+
 def _rdma_families() -> list[str]:
-    return [*WELL_KNOWN_RDMA, *(prefix + "rdma_shared_device_z" for prefix in WELL_KNOWN_RDMA_PREFIXES)]
+    table = [*WELL_KNOWN_RDMA, *(prefix + "rdma_shared_device_z" for prefix in WELL_KNOWN_RDMA_PREFIXES)]
+    return table + [r for r in DOCUMENTED_RDMA if r not in table]
 
 
 def _baseline(policy_name: str, env=None, limits=None, policies: PolicySet = PS):
@@ -210,6 +260,20 @@ SAMPLES = {
 
 SIGNATURE_CASES = [(p, transport, i) for transport, sigs in TRANSPORTS.items() for i in range(len(sigs))
                    for p in SHIPPED if PS.get(p).fabric.transport == transport]
+
+
+# What each transport must judge (README, "Denials"), pinned: a signature removed from the table
+# takes its generated case along.
+DOCUMENTED_SIGNATURES = {"ib-verbs": {"NCCL_IB_DISABLE": DENY, "NCCL_NET": DENY, "NCCL_IB_HCA": DENY},
+                         "libfabric": {"FI_PROVIDER": DENY, "NCCL_NET_PLUGIN": DENY, "NCCL_NET": DENY,
+                                       "FI_EFA_USE_DEVICE_RDMA": WARN}}
+
+
+@pytest.mark.parametrize("transport", sorted(DOCUMENTED_SIGNATURES))
+def test_each_documented_signature_is_in_its_transports_table(transport):
+    table = {sig.variable: sig.severity for sig in TRANSPORTS[transport]}
+    for variable, severity in DOCUMENTED_SIGNATURES[transport].items():
+        assert table.get(variable) == severity, (transport, variable)
 
 
 def test_each_transport_is_used_by_a_shipped_policy():
@@ -390,6 +454,32 @@ def _deep_merge(into: dict, other: dict) -> None:
 
 
 KINDS = sorted(TEMPLATES)
+# The kinds the README and webhook/kinds/workloads.py promise to check, pinned.
+DOCUMENTED_KINDS = [("batch", "Job"), ("batch", "CronJob"), ("apps", "Deployment"), ("apps", "StatefulSet"),
+                    ("jobset.x-k8s.io", "JobSet"), ("kubeflow.org", "PyTorchJob"), ("kubeflow.org", "MPIJob"),
+                    ("trainer.kubeflow.org", "TrainJob"), ("trainer.kubeflow.org", "TrainingRuntime"),
+                    ("trainer.kubeflow.org", "ClusterTrainingRuntime"), ("leaderworkerset.x-k8s.io", "LeaderWorkerSet"),
+                    ("batch.volcano.sh", "Job"), ("ray.io", "RayCluster"), ("ray.io", "RayJob"),
+                    ("workload.codeflare.dev", "AppWrapper"), ("workloads.x-k8s.io", "RoleBasedGroup"),
+                    ("argoproj.io", "Workflow")]
+
+
+# Where the operators' CRDs keep the pod templates, for kinds with more than one: pinned, since the
+# expansion test builds its object from the table's own paths and a path removed goes unseen there.
+DOCUMENTED_PATHS = {
+    ("ray.io", "RayCluster"): ["spec.headGroupSpec.template", "spec.workerGroupSpecs[].template"],
+    ("leaderworkerset.x-k8s.io", "LeaderWorkerSet"): ["spec.leaderWorkerTemplate.leaderTemplate",
+                                                      "spec.leaderWorkerTemplate.workerTemplate"],
+    ("ray.io", "RayJob"): ["spec.submitterPodTemplate"],
+    ("batch.volcano.sh", "Job"): ["spec.tasks[].template"],
+    ("jobset.x-k8s.io", "JobSet"): ["spec.replicatedJobs[].template.spec.template"],
+}
+
+
+def test_each_documented_kind_is_in_the_table():
+    assert [kind for kind in DOCUMENTED_KINDS if kind not in TEMPLATES] == []
+    for kind, paths in DOCUMENTED_PATHS.items():
+        assert [p for p in paths if p not in TEMPLATES[kind]] == [], kind
 ML = STATE.namespace("ml-training")
 
 
