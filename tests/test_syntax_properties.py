@@ -350,6 +350,18 @@ def test_lists_with_a_merge_key_merge_item_by_item_and_the_patch_wins(kl):
         assert item == {**b, **p}
 
 
+@examples(ci=100, long=2000)
+@given(base=st.dictionaries(FIELD, TREE, min_size=1, max_size=5), data=st.data())
+def test_a_null_in_the_patch_deletes_and_patch_delete_removes_an_item(base, data):
+    gone = data.draw(st.sampled_from(sorted(base)), label="deleted field")
+    assert strategic_merge(base, {gone: None}) == {k_: v for k_, v in base.items() if k_ != gone}
+    names = data.draw(st.lists(st.sampled_from(["a", "b", "c", "d"]), unique=True, min_size=1), label="env")
+    victim = data.draw(st.sampled_from(names), label="victim")
+    env = [{"name": n, "value": n.upper()} for n in names]
+    out = strategic_merge({"env": env}, {"env": [{"name": victim, "$patch": "delete"}]})
+    assert out == {"env": [e for e in env if e["name"] != victim]}
+
+
 @examples(ci=60, long=1000)
 @given(base=st.lists(st.integers(0, 5), max_size=4), patch=st.lists(st.integers(0, 5), max_size=4), key=FIELD)
 def test_lists_without_a_merge_key_are_replaced(base, patch, key):
