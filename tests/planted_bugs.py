@@ -98,6 +98,21 @@ PLANTS = [
           "tests/conftest.py", 'CLI = [sys.executable, "-P", "-m", "webhook"]', 'CLI = [sys.executable, "-m", "webhook"]',
           ["tests/test_build.py::test_subprocesses_run_the_core_under_test", "tests/test_workloads.py::test_validate_over_tls"],
           mode="pure"),
+    # issue 28: one plant per class of what slipped through (a table entry, a syntax variant, a merge precedence)
+    Plant("hydra-flag-missing", "issue 28: a flag missing from one launcher's flag table (its argument taken for the program, its -genv lost)",
+          "webhook/commands/launchers.py", '    "-ppn": "arg", "-perhost": "arg",', '    "-perhost": "arg",',
+          ["tests/test_tables.py::test_each_documented_flag_with_an_argument_is_in_the_table_and_read[hydra-mpiexec.hydra-ppn]"]),
+    Plant("shell-lc-not-a-script", "issue 28: a shell started with combined options (bash -lc) was not read as a script",
+          "webhook/commands/reader.py", 'elif not w.startswith("--") and "c" in w[1:]:',
+          'elif w in ("-c", "-ec", "-xc", "-exc", "-euxc", "-ce"):',
+          ["tests/test_syntax_properties.py::test_each_documented_option_form_reads_the_script[-lc-bash]",
+           "tests/test_syntax_properties.py::test_any_option_cluster_with_c_reads_the_script"]),
+    Plant("merge-base-value-wins", "issue 28: merges were tested only where base and patch do not conflict",
+          "webhook/kinds/merge.py", "                out[k] = strategic_merge(out.get(k), v, k)\n",
+          '                out[k] = out[k] if k == "value" and k in out else strategic_merge(out.get(k), v, k)\n',
+          ["tests/test_syntax_properties.py::test_strategic_merge_patch_wins_for_every_field",
+           "tests/test_syntax_properties.py::test_trainjob_overrides_win_over_the_runtime",
+           "tests/test_syntax_properties.py::test_rolebasedgroup_patches_win_over_the_role_template"]),
 ]
 
 
