@@ -32,8 +32,8 @@ def labelled_launcher(labels: dict[str, str]) -> bool:
 
 
 def _may_run_a_launcher(c: dict[str, Any]) -> bool:
-    """Whether the container's command could run a launcher: its words, or (when they hold a
-    `$(VAR)`) its env values, name one. Every pod pays this, so `$(VAR)` is expanded (and the
+    """Whether the container's command could run a launcher: its words, or the values of the
+    env variables its `$(VAR)` references expand, name one. Every pod pays this, so `$(VAR)` is expanded (and the
     command read) only for the few that can (a torchrun worker's `$(MASTER_ADDR)` cannot)."""
     words: list[str] = []
     for key in ("command", "args"):
@@ -45,12 +45,25 @@ def _may_run_a_launcher(c: dict[str, Any]) -> bool:
     text = "\0".join(words)
     if mentions_launcher(text):
         return True
-    if "$(" in text:
-        env: list[Any] = c.get("env") or []
-        for e in env:
-            value = e.get("value") if isinstance(e, dict) else None
-            if isinstance(value, str) and mentions_launcher(value):
-                return True
+    at = text.find("$(")
+    if at < 0:
+        return False
+    refs: set[str] = set()  # the variables `$(NAME)` references: only their values can bring a launcher in
+    while at >= 0:
+        end = text.find(")", at + 2)
+        if end < 0:
+            break
+        refs.add(text[at + 2:end])
+        at = text.find("$(", end)
+    env: list[Any] = c.get("env") or []
+    for e in env:
+        if isinstance(e, dict):
+            item: dict[str, Any] = e  # a native dict lookup below, not a generic method call
+            name = item.get("name")
+            if isinstance(name, str) and name in refs:
+                value = item.get("value")
+                if isinstance(value, str) and mentions_launcher(value):
+                    return True
     return False
 
 
