@@ -145,11 +145,13 @@ def _namespace(req: Request, namespace_of: NamespaceLookup) -> Namespace | None:
 
 
 def review_request(req: Request, policies: PolicySet | None, namespace_of: NamespaceLookup,
-                   attachments: Attachments | None) -> Decision | None:
-    """The decision for a parsed request; None when the request is not about a pod at all."""
+                   attachments: Attachments | None, config_maps: Any = None) -> Decision | None:
+    """The decision for a parsed request; None when the request is not about a pod at all.
+    `config_maps`: the ConfigMaps at hand (`webhook.core.scripts.ConfigMaps`): none when served,
+    those of its input in `rdma-webhook review`."""
     if not _is_pod(req):
         return None
-    return decide(req.obj, _namespace(req, namespace_of), policies, attachments, req.operation)
+    return decide(req.obj, _namespace(req, namespace_of), policies, attachments, req.operation, config_maps)
 
 
 Handled = tuple[int, dict[str, Any], Decision | None, Request | None]
@@ -175,7 +177,7 @@ def _parsed(body: bytes) -> Request | Handled:
 
 
 def handle(body: bytes, policies: PolicySet | None, namespace_of: NamespaceLookup,
-           attachments: Attachments | None) -> Handled:
+           attachments: Attachments | None, config_maps: Any = None) -> Handled:
     """(HTTP status, response document, decision, request) for one /mutate body."""
     req = _parsed(body)
     if not isinstance(req, Request):
@@ -183,14 +185,15 @@ def handle(body: bytes, policies: PolicySet | None, namespace_of: NamespaceLooku
     other = _other_operation(req)
     if other is not None:
         return other
-    decision = review_request(req, policies, namespace_of, attachments)
+    decision = review_request(req, policies, namespace_of, attachments, config_maps)
     if decision is None:
         return 200, response(req.uid, Decision("skipped", req.obj, reason="not a pod")), None, req
     return 200, response(req.uid, decision, req.obj), decision, req
 
 
 def validate_request(req: Request, policies: PolicySet | None, namespace_of: NamespaceLookup,
-                     attachments: Attachments | None, runtimes: Any = None) -> tuple[Decision | None, str | None]:
+                     attachments: Attachments | None, runtimes: Any = None,
+                     config_maps: Any = None) -> tuple[Decision | None, str | None]:
     """(decision, deny message) for /validate: the final-state guard for a pod, the template
     check for a workload, (None, None) for anything else. `runtimes` looks up Kubeflow Trainer
     runtimes for TrainJobs (webhook.kinds.trainer.Runtimes; None: not tracked)."""
@@ -198,13 +201,14 @@ def validate_request(req: Request, policies: PolicySet | None, namespace_of: Nam
     from webhook.kinds.verdict import check_workload
 
     if _is_pod(req):
-        return check_final(req.obj, _namespace(req, namespace_of), policies, attachments, req.operation), None
+        return check_final(req.obj, _namespace(req, namespace_of), policies, attachments, req.operation, config_maps), None
     obj = req.obj if isinstance(req.obj, dict) else {}
     group = req.group if req.kind else workloads.group_of(obj.get("apiVersion"))
     kind = req.kind or str(obj.get("kind") or "")
     if not workloads.is_workload(group, kind) or req.sub_resource:
         return None, None
-    verdict = check_workload(req.obj, group, kind, _namespace(req, namespace_of), policies, attachments, runtimes)
+    verdict = check_workload(req.obj, group, kind, _namespace(req, namespace_of), policies, attachments, runtimes,
+                             config_maps=config_maps)
     # A validating webhook never patches: a workload whose pods will be mutated is allowed as is,
     # with the summary of what they will get among its warnings.
     outcome, reason = verdict.outcome, "" if verdict.results else (
@@ -217,7 +221,7 @@ def validate_request(req: Request, policies: PolicySet | None, namespace_of: Nam
 
 
 def handle_validate(body: bytes, policies: PolicySet | None, namespace_of: NamespaceLookup,
-                    attachments: Attachments | None, runtimes: Any = None) -> Handled:
+                    attachments: Attachments | None, runtimes: Any = None, config_maps: Any = None) -> Handled:
     """(HTTP status, response document, decision, request) for one /validate body. Never a
     patch: a validating webhook only allows, denies and warns."""
     req = _parsed(body)
@@ -226,7 +230,7 @@ def handle_validate(body: bytes, policies: PolicySet | None, namespace_of: Names
     other = _other_operation(req)
     if other is not None:
         return other
-    decision, message = validate_request(req, policies, namespace_of, attachments, runtimes)
+    decision, message = validate_request(req, policies, namespace_of, attachments, runtimes, config_maps)
     if decision is None:
         return 200, response(req.uid, Decision("skipped", req.obj, reason="not a pod or workload")), None, req
     return 200, response(req.uid, decision, req.obj, message), decision, req

@@ -1,0 +1,237 @@
+"""Scripts from ConfigMap volumes (issue 24, item 3): a container that runs a script from a
+ConfigMap volume has it read as a command when the ConfigMap is in the input (`review`), and a
+warning names the script otherwise (always at `/mutate`: no per-request API call is made).
+
+The manifests (tests/manifests-scripts/) are written here after public Kubeflow, MPI Operator
+and distributed-training examples that ship their launch scripts in ConfigMaps."""
+
+from __future__ import annotations
+
+import copy
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+import kube_objects as k
+from webhook.admission import review
+from webhook.commands import reader
+from webhook.core import scripts
+from webhook.core.decision import DENIED, MUTATED, Namespace, decide
+
+ROOT = Path(__file__).resolve().parent.parent
+HERE = ROOT / "tests" / "manifests-scripts"
+STATE = str(ROOT / "tests" / "manifests" / "cluster-state.yaml")
+NS = Namespace("ml-training", {"rdma-webhook.io/injection": "enabled"})
+NAMES = frozenset({"NCCL_IB_DISABLE", "NCCL_NET", "NCCL_DEBUG"})
+
+
+def run(*args, stdin=None):
+    return subprocess.run([sys.executable, "-m", "webhook", "review", "--policies", str(ROOT / "policies"),
+                           "--cluster-state", STATE, "--output", "json", *args],
+                          capture_output=True, text=True, input=stdin, cwd=ROOT)
+
+
+def records(stdout: str) -> list[dict]:
+    return [json.loads(line) for line in stdout.splitlines() if line.strip()]
+
+
+def checked(stdout: str) -> dict:
+    recs = [r for r in records(stdout) if r["outcome"] != "not-checked"]
+    assert len(recs) == 1, recs
+    return recs[0]
+
+
+def unread_warnings(warnings: list[str]) -> list[str]:
+    return [w for w in warnings if "not at hand" in w]
+
+
+class Maps:
+    """A ConfigMaps lookup as the decision takes it."""
+
+    def __init__(self, docs: list[dict]):
+        self.by = {(d["metadata"].get("namespace", "default"), d["metadata"]["name"]): d.get("data") or {}
+                   for d in docs if d.get("kind") == "ConfigMap"}
+
+    def config_map(self, namespace: str, name: str):
+        return self.by.get((namespace, name))
+
+
+def docs_of(name: str) -> list[dict]:
+    return [d for d in yaml.safe_load_all((HERE / name).read_text()) if d]
+
+
+def job_pod() -> dict:
+    """The pod the Job controller makes from the issue's example, as the API server sends it."""
+    job = docs_of("job-script-ib-disable.yaml")[1]
+    tpl = job["spec"]["template"]
+    c = tpl["spec"]["containers"][0]
+    extra = {key: c[key] for key in ("command", "env", "volumeMounts")}
+    pod = k.pod([k.container("trainer", c["image"], gpus=8, **extra)], generate_name="llama-finetune-0-",
+                labels={"batch.kubernetes.io/job-name": "llama-finetune", "job-name": "llama-finetune",
+                        "batch.kubernetes.io/job-completion-index": "0"},
+                annotations=tpl["metadata"]["annotations"], volumes=copy.deepcopy(tpl["spec"]["volumes"]),
+                subdomain="llama-finetune")
+    pod["spec"]["volumes"][0]["configMap"]["defaultMode"] = 493  # 0755 as the API server stores it
+    return pod
+
+
+# -- review: the ConfigMap in the input ----------------------------------------------------------
+
+def test_the_issue_example_is_denied_naming_the_script_and_its_configmap():
+    out = run(str(HERE / "job-script-ib-disable.yaml"))
+    assert out.returncode == 1, out.stderr + out.stdout
+    rec = checked(out.stdout)
+    assert rec["kind"] == "Job" and rec["outcome"] == "denied" and rec["rules"] == ["command-fallback"], rec
+    text = " ".join(rec["messages"])
+    assert "NCCL_IB_DISABLE='1'" in text and "/scripts/train.sh" in text and "'llama-train-scripts'" in text, text
+
+
+def test_a_clean_script_passes_without_a_warning():
+    out = run(str(HERE / "job-script-clean.yaml"))
+    assert out.returncode == 0, out.stderr + out.stdout
+    rec = checked(out.stdout)
+    assert rec["outcome"] == "mutated" and not unread_warnings(rec["warnings"]), rec
+
+
+def test_a_script_projected_with_items_and_sourced_is_read():
+    out = run(str(HERE / "pytorchjob-source-items.yaml"))
+    assert out.returncode == 1, out.stderr + out.stdout
+    rec = checked(out.stdout)
+    assert rec["rules"] == ["command-fallback"]
+    bad = [t for t in rec["templates"] if t["deniesWorkload"]]
+    assert len(bad) == 2 and all("/etc/launch/env.sh" in " ".join(t["messages"]) and "NCCL_NET='Socket'" in " ".join(t["messages"])
+                                 for t in bad), bad
+
+
+def test_a_script_mounted_with_subpath_and_run_directly_is_read():
+    out = run(str(HERE / "mpijob-subpath.yaml"))
+    assert out.returncode == 1, out.stderr + out.stdout
+    rec = checked(out.stdout)
+    assert rec["kind"] == "MPIJob" and rec["rules"] == ["command-fallback"]
+    bad = [t for t in rec["templates"] if t["deniesWorkload"]]
+    assert [t["path"] for t in bad] == ["spec.mpiReplicaSpecs.Launcher.template"]
+    assert "/opt/launch/run.sh" in " ".join(bad[0]["messages"]) and "'nccl-tests-launch'" in " ".join(bad[0]["messages"])
+
+
+def test_a_script_whose_configmap_is_not_in_the_input_warns_once_and_is_not_denied():
+    job = yaml.safe_dump(docs_of("job-script-ib-disable.yaml")[1])
+    out = run("-", stdin=job)
+    assert out.returncode == 0, out.stderr + out.stdout
+    rec = checked(out.stdout)
+    warned = unread_warnings(rec["warnings"])
+    assert len(warned) == 1, rec["warnings"]
+    assert "/scripts/train.sh" in warned[0] and "'llama-train-scripts'" in warned[0]
+
+
+def test_a_configmap_in_another_file_of_the_input_counts():
+    docs = docs_of("job-script-ib-disable.yaml")
+    out = run(str(HERE / "job-script-ib-disable.yaml"), "-", stdin=yaml.safe_dump(docs[1]))
+    assert out.returncode == 1, out.stderr + out.stdout
+
+
+# -- /mutate: no ConfigMap at hand ----------------------------------------------------------------
+
+def test_the_same_pod_at_mutate_is_allowed_with_the_warning(policies):
+    body = k.body(k.admission_review(job_pod()))
+    code, resp, decision, _ = review.handle(body, policies, {"ml-training": NS}.get, None)
+    assert code == 200 and resp["response"]["allowed"] is True and decision.outcome == MUTATED
+    warned = unread_warnings(resp["response"].get("warnings") or [])
+    assert len(warned) == 1 and "/scripts/train.sh" in warned[0] and "'llama-train-scripts'" in warned[0], resp
+
+
+def test_the_served_mutate_answers_the_same(server):
+    status, data, _ = server.request("POST", "/mutate", k.body(k.admission_review(job_pod())))
+    assert status == 200, data
+    r = json.loads(data)["response"]
+    assert r["allowed"] is True and len(unread_warnings(r.get("warnings") or [])) == 1, r
+
+
+def test_the_decision_reads_the_script_it_is_handed(policies):
+    pod = job_pod()
+    maps = Maps(docs_of("job-script-ib-disable.yaml"))
+    d = decide(pod, NS, policies, None, "CREATE", maps)
+    assert d.outcome == DENIED and [f.rule for f in d.denials] == ["command-fallback"]
+    assert "/scripts/train.sh" in d.denials[0].message
+    clean = decide(pod, NS, policies, None, "CREATE", Maps(docs_of("job-script-clean.yaml")))
+    assert clean.outcome == MUTATED and not unread_warnings(clean.warnings)
+
+
+def test_two_containers_running_one_unread_script_warn_once(policies):
+    pod = job_pod()
+    pod["spec"]["containers"].append(copy.deepcopy(pod["spec"]["containers"][0]) | {"name": "trainer-2"})
+    d = decide(pod, NS, policies)
+    assert len(unread_warnings(d.warnings)) == 1, d.warnings
+
+
+# -- the reading ----------------------------------------------------------------------------------
+
+def files(entries: dict[str, str | None], cm: str = "cm") -> reader.Files:
+    f = reader.Files()
+    for path, text in entries.items():
+        f.add_file(path, text, cm)
+    return f
+
+
+@pytest.mark.parametrize("command,found", [
+    (["bash", "/s/a.sh"], [("NCCL_IB_DISABLE", "1")]),
+    (["/s/a.sh"], [("NCCL_IB_DISABLE", "1")]),
+    (["tini", "--", "/s/a.sh"], [("NCCL_IB_DISABLE", "1")]),
+    (["bash", "-c", "source /s/env.sh && torchrun x.py"], [("NCCL_NET", "Socket")]),
+    (["sh", "-c", ". /s/env.sh; exec torchrun x.py"], [("NCCL_NET", "Socket")]),
+    (["bash", "-c", "(source /s/env.sh); torchrun x.py"], []),  # a subshell's assignments stay inside
+    (["bash", "-c", "source /s/env.sh"], []),  # no process sees it
+    (["bash", "-c", "bash /s/env.sh; torchrun x.py"], []),  # a child shell's exports do not come back
+    (["python3", "/s/t.py"], [("NCCL_NET", "Socket")]),
+    (["bash", "/s/clean.sh"], []),
+    (["bash", "/other/a.sh"], []),  # not a ConfigMap's file: the image's, out of reach
+])
+def test_files_are_read_as_the_shell_runs_them(command, found):
+    fs = files({"/s/a.sh": "#!/bin/bash\nexport NCCL_IB_DISABLE=1\ntorchrun train.py\n",
+                "/s/env.sh": "export NCCL_NET=Socket\n",
+                "/s/t.py": "import os\nos.environ['NCCL_NET'] = 'Socket'\n",
+                "/s/clean.sh": "echo NCCL_IB_DISABLE=1\ntorchrun x.py\n"})
+    got = reader.read(command, NAMES, None, None, fs)
+    assert got.found == found and got.unread == []
+    for pair in found:
+        assert got.origins[pair].startswith("/s/")
+
+
+def test_a_file_not_at_hand_is_named_once_and_a_relative_path_uses_the_working_dir():
+    fs = reader.Files("/scripts")
+    fs.add_dir("/scripts", "train-scripts")
+    got = reader.read(["bash", "-c", "bash train.sh; bash /scripts/train.sh"], NAMES, None, None, fs)
+    assert got.found == [] and got.unread == [("train.sh", "train-scripts"), ("/scripts/train.sh", "train-scripts")]
+
+
+def test_volume_shapes(policies):
+    c = {"name": "c", "volumeMounts": [
+        {"name": "whole", "mountPath": "/a"},
+        {"name": "items", "mountPath": "/b"},
+        {"name": "sub", "mountPath": "/c/run.sh", "subPath": "run.sh"},
+        {"name": "gone", "mountPath": "/d"},
+        {"name": "proj", "mountPath": "/e"},
+        {"name": "token", "mountPath": "/var/run/secrets/kubernetes.io/serviceaccount"},
+    ]}
+    volumes = scripts.config_volumes({"volumes": [
+        {"name": "whole", "configMap": {"name": "m1"}},
+        {"name": "items", "configMap": {"name": "m1", "items": [{"key": "x.sh", "path": "bin/y.sh"}]}},
+        {"name": "sub", "configMap": {"name": "m1"}},
+        {"name": "gone", "configMap": {"name": "m2"}},
+        {"name": "proj", "projected": {"sources": [{"configMap": {"name": "m1"}}]}},
+        {"name": "token", "projected": {"sources": [{"serviceAccountToken": {"path": "token"}}]}},
+        {"name": "shm", "emptyDir": {"medium": "Memory"}},
+    ]})
+    maps = Maps([{"kind": "ConfigMap", "metadata": {"namespace": "ns", "name": "m1"},
+                  "data": {"x.sh": "X", "run.sh": "R"}}])
+    fs = scripts.files_of(c, volumes, "ns", maps)
+    assert fs is not None
+    assert fs.lookup("/a/x.sh") == ("X", "m1") and fs.lookup("/b/bin/y.sh") == ("X", "m1")
+    assert fs.lookup("/b/x.sh") is None and fs.lookup("/c/run.sh") == ("R", "m1") and fs.lookup("/e/run.sh") == ("R", "m1")
+    assert fs.lookup("/d/anything.sh") == (None, "m2") and fs.lookup("/var/run/secrets/kubernetes.io/serviceaccount/token") is None
+    # another namespace's ConfigMap of that name is not this one
+    other = scripts.files_of(c, volumes, "other", maps)
+    assert other is not None and other.lookup("/a/x.sh") == (None, "m1")

@@ -1,0 +1,109 @@
+"""Scripts a container runs from ConfigMap volumes (`bash /scripts/train.sh`, `source
+/scripts/env.sh`): which file of which ConfigMap each mounted path is, and its text when the
+ConfigMap is handed in.
+
+No I/O and no API call: the ConfigMaps are handed to the decision already resolved (`ConfigMaps`,
+as the namespace and the attachments are). `rdma-webhook review` hands in those of its input;
+`/mutate` and `/validate` hand in none (no per-request API call), so such a script is named in a
+warning as not read. The reading itself is `webhook.commands.reader.read`.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping, Protocol
+
+from webhook.commands.reader import Files
+
+
+class ConfigMaps(Protocol):
+    """The ConfigMaps at hand: a ConfigMap's `data`, None when it is not known."""
+
+    def config_map(self, namespace: str, name: str) -> Mapping[str, Any] | None: ...
+
+
+def _sources(volume: dict[str, Any]) -> list[dict[str, Any]]:
+    """The configMap sources of a volume: a `configMap` volume, or a `projected` one's."""
+    cm = volume.get("configMap")
+    if isinstance(cm, dict):
+        return [cm]
+    projected = volume.get("projected")
+    out: list[dict[str, Any]] = []
+    if isinstance(projected, dict):
+        for source in projected.get("sources") or ():
+            if isinstance(source, dict) and "serviceAccountToken" in source:
+                return []  # the API server's token volume (its configMap is kube-root-ca.crt): in every pod
+            if isinstance(source, dict) and isinstance(source.get("configMap"), dict):
+                out.append(source["configMap"])
+    return out
+
+
+def config_volumes(spec: dict[str, Any]) -> dict[str, list[dict[str, Any]]]:
+    """Volume name -> its configMap sources, for the volumes that have any (most pods: none)."""
+    out: dict[str, list[dict[str, Any]]] = {}
+    volumes = spec.get("volumes")
+    if not isinstance(volumes, list):
+        return out
+    for v in volumes:
+        if isinstance(v, dict) and ("configMap" in v or "projected" in v):
+            sources = _sources(v)
+            name = v.get("name")
+            if sources and isinstance(name, str):
+                out[name] = sources
+    return out
+
+
+def _volume_files(source: dict[str, Any], data: Mapping[str, Any] | None) -> dict[str, str | None] | None:
+    """Path in the volume -> text (None: the ConfigMap is not at hand); None when the files are
+    not known (no `items` and no data)."""
+    items = source.get("items")
+    if isinstance(items, list) and items:
+        out: dict[str, str | None] = {}
+        for item in items:
+            if isinstance(item, dict) and isinstance(item.get("key"), str) and isinstance(item.get("path"), str):
+                text = data.get(item["key"]) if data is not None else None
+                if data is None or isinstance(text, str):
+                    out[item["path"]] = text if isinstance(text, str) else None
+        return out
+    if data is None:
+        return None
+    return {k: v for k, v in data.items() if isinstance(k, str) and isinstance(v, str)}
+
+
+def files_of(container: dict[str, Any], volumes: dict[str, list[dict[str, Any]]], namespace: str,
+             config_maps: ConfigMaps | None) -> Files | None:
+    """The ConfigMap files `container` sees through its volumeMounts, None when it mounts none."""
+    mounts = container.get("volumeMounts")
+    if not isinstance(mounts, list):
+        return None
+    wd = container.get("workingDir")
+    files = Files(wd if isinstance(wd, str) else "")
+    for m in mounts:
+        if not isinstance(m, dict):
+            continue
+        sources = volumes.get(m.get("name") or "")
+        path = m.get("mountPath")
+        if not sources or not isinstance(path, str) or not path.startswith("/"):
+            continue
+        sub = m.get("subPath")
+        sub_path = sub.strip("/") if isinstance(sub, str) else ""
+        for source in sources:
+            cm = source.get("name")
+            if not isinstance(cm, str):
+                continue
+            data = config_maps.config_map(namespace, cm) if config_maps is not None else None
+            in_volume = _volume_files(source, data)
+            if in_volume is None:
+                if not sub_path:
+                    files.add_dir(path, cm)
+                else:
+                    files.add_file(path, None, cm)  # one file of a ConfigMap not at hand
+                continue
+            for rel, text in in_volume.items():
+                rel = rel.strip("/")
+                if not sub_path:
+                    files.add_file(path.rstrip("/") + "/" + rel, text, cm)
+                elif rel == sub_path:
+                    files.add_file(path, text, cm)
+                elif rel.startswith(sub_path + "/"):
+                    files.add_file(path.rstrip("/") + "/" + rel[len(sub_path) + 1:], text, cm)
+    return files if files else None
