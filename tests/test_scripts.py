@@ -235,3 +235,37 @@ def test_volume_shapes(policies):
     # another namespace's ConfigMap of that name is not this one
     other = scripts.files_of(c, volumes, "other", maps)
     assert other is not None and other.lookup("/a/x.sh") == (None, "m1")
+
+
+# -- /validate: a List that holds the ConfigMap ----------------------------------------------------
+
+def list_review(items: list[dict]) -> dict:
+    obj = {"apiVersion": "v1", "kind": "List", "metadata": {"resourceVersion": ""}, "items": items}
+    return k.admission_review(obj, namespace="ml-training", kind="List", resource="lists")
+
+
+def test_validate_of_a_list_reads_the_configmap_it_holds(policies):
+    docs = docs_of("job-script-ib-disable.yaml")
+    code, resp, decision, _ = review.handle_validate(k.body(list_review(docs)), policies, {"ml-training": NS}.get, None)
+    r = resp["response"]
+    assert code == 200 and r["allowed"] is False and decision.outcome == DENIED, r
+    msg = r["status"]["message"]
+    assert "Job llama-finetune" in msg and "/scripts/train.sh" in msg and "[command-fallback]" in msg, msg
+    # the Job alone: the script is not at hand, a warning names it and the Job is allowed
+    code, resp, decision, _ = review.handle_validate(k.body(list_review(docs[1:])), policies, {"ml-training": NS}.get, None)
+    r = resp["response"]
+    assert r["allowed"] is True and len(unread_warnings(r.get("warnings") or [])) == 1, r
+    # a clean script in the list passes
+    code, resp, _, _ = review.handle_validate(k.body(list_review(docs_of("job-script-clean.yaml"))), policies,
+                                              {"ml-training": NS}.get, None)
+    assert resp["response"]["allowed"] is True and not unread_warnings(resp["response"].get("warnings") or [])
+
+
+def test_the_served_validate_of_the_job_alone_warns(server):
+    job = docs_of("job-script-ib-disable.yaml")[1]
+    review_doc = k.admission_review(job, kind="Job", resource="jobs")
+    review_doc["request"]["kind"]["group"] = review_doc["request"]["resource"]["group"] = "batch"
+    status, data, _ = server.request("POST", "/validate", k.body(review_doc))
+    assert status == 200, data
+    r = json.loads(data)["response"]
+    assert r["allowed"] is True and len(unread_warnings(r.get("warnings") or [])) == 1, r

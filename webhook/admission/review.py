@@ -205,6 +205,8 @@ def validate_request(req: Request, policies: PolicySet | None, namespace_of: Nam
     obj = req.obj if isinstance(req.obj, dict) else {}
     group = req.group if req.kind else workloads.group_of(obj.get("apiVersion"))
     kind = req.kind or str(obj.get("kind") or "")
+    if group == "" and kind == "List" and isinstance(obj.get("items"), list) and not req.sub_resource:
+        return _validate_list(req, obj["items"], policies, namespace_of, attachments, runtimes, config_maps)
     if not workloads.is_workload(group, kind) or req.sub_resource:
         return None, None
     verdict = check_workload(req.obj, group, kind, _namespace(req, namespace_of), policies, attachments, runtimes,
@@ -218,6 +220,61 @@ def validate_request(req: Request, policies: PolicySet | None, namespace_of: Nam
     decision = Decision(outcome, req.obj, verdict.policy, verdict.denials(), verdict.warnings(), reason=reason,
                         templates=verdict.results)
     return decision, (verdict.message() if not verdict.allowed else None)
+
+
+def _validate_list(req: Request, items: list[Any], policies: PolicySet | None, namespace_of: NamespaceLookup,
+                   attachments: Attachments | None, runtimes: Any, config_maps: Any) -> tuple[Decision | None, str | None]:
+    """A `v1` List (what `kubectl get -o yaml` and `kubectl kustomize` print, sent by a caller,
+    never by the API server): every workload and pod in it, judged with the ConfigMaps it holds
+    (scripts run from ConfigMap volumes), one answer naming each object."""
+    from webhook.core.fallback import Finding
+    from webhook.core.scripts import ConfigMapStore, is_config_map
+    from webhook.kinds import workloads
+    from webhook.kinds.verdict import check_workload
+
+    store = ConfigMapStore(config_maps)
+    for item in items:
+        if is_config_map(item):
+            store.add(item, req.namespace or "default")
+    denials: list[Finding] = []
+    warnings: list[str] = []
+    messages: list[str] = []
+    results: list[Any] = []
+    policies_used: list[str] = []
+    checked = False
+    for item in items:
+        if not isinstance(item, dict):
+            continue
+        group, kind = workloads.group_of(item.get("apiVersion")), str(item.get("kind") or "")
+        found_meta = item.get("metadata")
+        meta: dict[str, Any] = found_meta if isinstance(found_meta, dict) else {}
+        ns_name = str(meta.get("namespace") or req.namespace or "")
+        ns = namespace_of(ns_name) if ns_name else None
+        label = f"{kind} {meta.get('name') or meta.get('generateName') or '(unnamed)'}"
+        if group == "" and kind == "Pod":
+            d = check_final(item, ns, policies, attachments, "CREATE", store)
+            found, said, allowed, used = d.denials, d.warnings, d.outcome != DENIED, d.policy
+        elif workloads.is_workload(group, kind):
+            verdict = check_workload(item, group, kind, ns, policies, attachments, runtimes, config_maps=store)
+            found, said, allowed, used = verdict.denials(), verdict.warnings(), verdict.allowed, verdict.policy
+            results.extend(verdict.results)
+        else:
+            continue
+        checked = True
+        for f in found:
+            denials.append(Finding(f.rule, f.container, f"{label}: {f.message}"))
+        for w in said:
+            warnings.append(f"{label}: {w}")
+        if not allowed:
+            messages.append(f"{label}: " + "; ".join(f.text() for f in found))
+        if used and used not in policies_used:
+            policies_used.append(used)
+    if not checked:
+        return None, None
+    outcome = DENIED if messages else "unchanged"
+    decision = Decision(outcome, req.obj, ",".join(policies_used) or None, denials, warnings,
+                        reason="" if messages else "every object of the list passes", templates=results)
+    return decision, ("rdma-webhook: " + "; ".join(messages)) if messages else None
 
 
 def handle_validate(body: bytes, policies: PolicySet | None, namespace_of: NamespaceLookup,

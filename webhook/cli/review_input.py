@@ -208,25 +208,3 @@ def template_problems(path: str, template: Any) -> list[str]:
                 out.extend(_container_problems(c, f"{prefix}{label}"))
     return out
 
-
-def is_config_map(doc: Any) -> bool:
-    return (isinstance(doc, dict) and doc.get("kind") == "ConfigMap" and doc.get("apiVersion") == "v1"
-            and isinstance(doc.get("metadata"), dict) and isinstance(doc["metadata"].get("name"), str))
-
-
-class ConfigMapStore:
-    """The ConfigMaps of the input, by namespace and name (`webhook.core.scripts.ConfigMaps`):
-    a script a container runs from a ConfigMap volume is read when its ConfigMap is here."""
-
-    def __init__(self) -> None:
-        self.by_key: dict[tuple[str, str], dict[str, Any]] = {}
-
-    def add(self, doc: dict[str, Any], default_namespace: str) -> None:
-        meta = doc["metadata"]
-        data = doc.get("data")
-        ns = meta.get("namespace") or default_namespace
-        self.by_key[(str(ns), meta["name"])] = dict(data) if isinstance(data, dict) else {}
-
-    def config_map(self, namespace: str, name: str) -> dict[str, Any] | None:
-        return self.by_key.get((namespace, name))
-

@@ -21,6 +21,32 @@ class ConfigMaps(Protocol):
     def config_map(self, namespace: str, name: str) -> Mapping[str, Any] | None: ...
 
 
+def is_config_map(doc: Any) -> bool:
+    return (isinstance(doc, dict) and doc.get("kind") == "ConfigMap" and doc.get("apiVersion") == "v1"
+            and isinstance(doc.get("metadata"), dict) and isinstance(doc["metadata"].get("name"), str))
+
+
+class ConfigMapStore:
+    """ConfigMaps given with the object judged (`rdma-webhook review`'s input, a List at
+    `/validate`), by namespace and name; then those of `base`, if any."""
+
+    def __init__(self, base: ConfigMaps | None = None) -> None:
+        self.by_key: dict[tuple[str, str], dict[str, Any]] = {}
+        self.base = base
+
+    def add(self, doc: dict[str, Any], default_namespace: str) -> None:
+        meta: dict[str, Any] = doc["metadata"]
+        data = doc.get("data")
+        ns = meta.get("namespace") or default_namespace
+        self.by_key[(str(ns), str(meta["name"]))] = dict(data) if isinstance(data, dict) else {}
+
+    def config_map(self, namespace: str, name: str) -> Mapping[str, Any] | None:
+        found = self.by_key.get((namespace, name))
+        if found is None and self.base is not None:
+            return self.base.config_map(namespace, name)
+        return found
+
+
 def _sources(volume: dict[str, Any]) -> list[dict[str, Any]]:
     """The configMap sources of a volume: a `configMap` volume, or a `projected` one's."""
     cm = volume.get("configMap")
