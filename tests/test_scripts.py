@@ -207,6 +207,15 @@ def test_a_file_not_at_hand_is_named_once_and_a_relative_path_uses_the_working_d
     assert got.found == [] and got.unread == [("train.sh", "train-scripts"), ("/scripts/train.sh", "train-scripts")]
 
 
+def test_a_program_without_a_slash_is_looked_up_in_path_not_in_the_working_dir():
+    fs = reader.Files("/scripts")
+    fs.add_dir("/scripts", "train-scripts")
+    got = reader.read(["torchrun", "--nproc_per_node=8", "train.py", "NCCL_NET=Socket"], NAMES, None, None, fs)
+    assert got.found == [] and got.unread == []
+    got = reader.read(["./run.sh"], NAMES, None, None, fs)
+    assert got.unread == [("./run.sh", "train-scripts")]
+
+
 def test_volume_shapes(policies):
     c = {"name": "c", "volumeMounts": [
         {"name": "whole", "mountPath": "/a"},
@@ -269,3 +278,24 @@ def test_the_served_validate_of_the_job_alone_warns(server):
     assert status == 200, data
     r = json.loads(data)["response"]
     assert r["allowed"] is True and len(unread_warnings(r.get("warnings") or [])) == 1, r
+
+
+@pytest.mark.parametrize("wrong", [None, 5, "x", [], ["x"], {}, {"a": 1}, True])
+def test_wrong_types_in_volumes_and_mounts_never_raise(policies, wrong):
+    pod = job_pod()
+    spec = pod["spec"]
+    c = spec["containers"][0]
+    for where, key in [(spec["volumes"][0], "name"), (spec["volumes"][0], "configMap"), (spec["volumes"][-1], "projected"),
+                       (spec["volumes"][-1]["projected"], "sources"), (c["volumeMounts"][0], "name"),
+                       (c["volumeMounts"][0], "mountPath"), (c["volumeMounts"][0], "subPath"), (c, "workingDir"),
+                       (spec["volumes"][0]["configMap"], "items"), (spec["volumes"][0]["configMap"], "name")]:
+        broken = copy.deepcopy(pod)
+        # the same node in the copy
+        path = {id(spec["volumes"][0]): broken["spec"]["volumes"][0], id(spec["volumes"][-1]): broken["spec"]["volumes"][-1],
+                id(spec["volumes"][-1]["projected"]): broken["spec"]["volumes"][-1]["projected"],
+                id(c["volumeMounts"][0]): broken["spec"]["containers"][0]["volumeMounts"][0], id(c): broken["spec"]["containers"][0],
+                id(spec["volumes"][0]["configMap"]): broken["spec"]["volumes"][0]["configMap"]}[id(where)]
+        path[key] = wrong
+        for maps in (None, Maps(docs_of("job-script-ib-disable.yaml"))):
+            d = decide(broken, NS, policies, None, "CREATE", maps)
+            assert d.outcome in (DENIED, MUTATED, "unchanged"), (key, wrong, d)

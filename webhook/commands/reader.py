@@ -237,7 +237,7 @@ class _Reader:
             if not self.shell(argv, state, depth):
                 self.report_state(state)
             return
-        if self.files is not None and base not in LAUNCHERS and not PYTHON_NAME.match(base):
+        if self.files is not None and "/" in program and base not in LAUNCHERS and not PYTHON_NAME.match(base):
             read = self.from_file(program, state, depth)
             if read is not None:
                 if not read:
@@ -256,7 +256,7 @@ class _Reader:
                 if w is not None and not w.startswith("-"):
                     b = w.rsplit("/", 1)[-1]
                     if (b in SHELLS or b == "env" or b in LAUNCHERS or PYTHON_NAME.match(b)
-                            or (self.files is not None and self.files.lookup(w) is not None)):
+                            or (self.files is not None and "/" in w and self.files.lookup(w) is not None)):
                         self.process(argv[i:], state, depth + 1)
                         return
 

@@ -54,8 +54,9 @@ def _sources(volume: dict[str, Any]) -> list[dict[str, Any]]:
         return [cm]
     projected = volume.get("projected")
     out: list[dict[str, Any]] = []
-    if isinstance(projected, dict):
-        for source in projected.get("sources") or ():
+    found = projected.get("sources") if isinstance(projected, dict) else None
+    if isinstance(found, list):
+        for source in found:
             if isinstance(source, dict) and "serviceAccountToken" in source:
                 return []  # the API server's token volume (its configMap is kube-root-ca.crt): in every pod
             if isinstance(source, dict) and isinstance(source.get("configMap"), dict):
@@ -106,8 +107,8 @@ def files_of(container: dict[str, Any], volumes: dict[str, list[dict[str, Any]]]
     for m in mounts:
         if not isinstance(m, dict):
             continue
-        sources = volumes.get(m.get("name") or "")
-        path = m.get("mountPath")
+        name, path = m.get("name"), m.get("mountPath")
+        sources = volumes.get(name) if isinstance(name, str) else None
         if not sources or not isinstance(path, str) or not path.startswith("/"):
             continue
         sub = m.get("subPath")
