@@ -10,7 +10,8 @@ BIN := $(VENV)/bin
 # Core tests run a second time on the interpreted source (what RDMA_WEBHOOK_PURE_PYTHON=1 installs).
 PURE_TESTS := tests/test_decision.py tests/test_mpi.py tests/test_patch.py tests/test_k8s.py tests/test_nccl.py \
               tests/test_review.py tests/test_properties.py tests/test_workloads.py tests/test_build.py \
-              tests/test_commands.py tests/test_fabrics.py tests/test_final_state.py tests/test_core_edges.py
+              tests/test_commands.py tests/test_fabrics.py tests/test_final_state.py tests/test_core_edges.py \
+              tests/test_scripts.py
 
 .PHONY: run test test-pure e2e compile bench clean planted mutation image
 
