@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import re
 import shlex
+from typing import Final
 
 from webhook.commands import launchers
 
@@ -101,7 +102,7 @@ _WORD = re.compile(r"[^\s;&|()'\"`\x00]+")
 _USES: dict[str, tuple[tuple[str, ...], bool, bool]] = {}
 # The launcher names no other one contains (mpirun.openmpi holds mpirun): a text that holds none
 # of them runs no launcher, whatever else it says (`torchrun` holds "run" but none of these).
-LAUNCHER_NEEDLES: tuple[str, ...] = tuple(n for n in launchers.FAMILIES if not any(m != n and m in n for m in launchers.FAMILIES))
+LAUNCHER_NEEDLES: Final[tuple[str, ...]] = tuple(n for n in launchers.FAMILIES if not any(m != n and m in n for m in launchers.FAMILIES))
 
 
 def mentions_launcher(text: str) -> bool:

@@ -31,10 +31,12 @@ def labelled_launcher(labels: dict[str, str]) -> bool:
             or labels.get(keys.JOBSET_REPLICATED_JOB) == keys.MPI_LAUNCHER)
 
 
-def _may_run_a_launcher(c: dict[str, Any]) -> bool:
+def _may_run_a_launcher(c: dict[str, Any], env: k8s.Env) -> bool:
     """Whether the container's command could run a launcher: its words, or the values of the
-    env variables its `$(VAR)` references expand, name one. Every pod pays this, so `$(VAR)` is expanded (and the
-    command read) only for the few that can (a torchrun worker's `$(MASTER_ADDR)` cannot)."""
+    variables its `$(VAR)` references expand to, name one. Every pod with a command pays this,
+    so a reference is looked up in the container's `Env` (the target's own, already built: a
+    scan from the end, no hashing of the pod's other names), and the command is read only for
+    the few that can (a torchrun worker's `$(MASTER_ADDR)` cannot)."""
     words: list[str] = []
     for key in ("command", "args"):
         part = c.get(key)
@@ -46,24 +48,14 @@ def _may_run_a_launcher(c: dict[str, Any]) -> bool:
     if mentions_launcher(text):
         return True
     at = text.find("$(")
-    if at < 0:
-        return False
-    refs: set[str] = set()  # the variables `$(NAME)` references: only their values can bring a launcher in
     while at >= 0:
         end = text.find(")", at + 2)
         if end < 0:
             break
-        refs.add(text[at + 2:end])
+        value = env.get(text[at + 2:end])
+        if isinstance(value, str) and mentions_launcher(value):
+            return True
         at = text.find("$(", end)
-    env: list[Any] = c.get("env") or []
-    for e in env:
-        if isinstance(e, dict):
-            item: dict[str, Any] = e  # a native dict lookup below, not a generic method call
-            name = item.get("name")
-            if isinstance(name, str) and name in refs:
-                value = item.get("value")
-                if isinstance(value, str) and mentions_launcher(value):
-                    return True
     return False
 
 
@@ -77,23 +69,28 @@ def find_launchers(pod: dict[str, Any], labels: dict[str, str], targets: list[Ta
     by_label = labelled_launcher(labels)
     out: list[Target] = []
     for i, c in enumerate(containers):
+        has_command = bool(c.get("command") or c.get("args"))
+        if not has_command and not by_label:
+            continue
+        t: Target | None = None
+        for x in targets:
+            if x.index == i:
+                t = x
+                break
+        env = t.env if t is not None else k8s.Env(c.get("env"))
         families: tuple[str, ...] = ()
         restricts = False
         env_list = False
-        if (c.get("command") or c.get("args")) and (by_label or _may_run_a_launcher(c)):
+        if has_command and (by_label or _may_run_a_launcher(c, env)):
             families, restricts, env_list = launcher_use("\0".join(command_words(c)))
         if not families:
             if not by_label:
                 continue
             families = ("either",)
-        t: Target | None = None
-        for x in targets:
-            if x.index == i:
-                t = x
-                t.is_target = True
-                break
         if t is None:
-            t = Target(i, str(c.get("name")), 0, k8s.Env(c.get("env")), bool(c.get("envFrom")))
+            t = Target(i, str(c.get("name")), 0, env, bool(c.get("envFrom")))
+        else:
+            t.is_target = True
         t.families = families
         t.restricts = restricts
         t.cmd_env_list = env_list
