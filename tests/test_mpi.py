@@ -41,15 +41,63 @@ def env_of(pod, i=0):
 ARGS = ["--allow-run-as-root", "-np", "16", "-bind-to", "none", "-map-by", "slot", "-x", "LD_LIBRARY_PATH", "python", "train.py"]
 
 
+ARGS_NO_X = ["--allow-run-as-root", "-np", "16", "-bind-to", "none", "python", "train.py"]
+X_BLOCK = ["-x", "NCCL_NET", "-x", "NCCL_IB_HCA", "-x", "NCCL_DEBUG"]
+
+
 def test_an_mpijob_launcher_gets_the_block_and_forwards_it(policies):
-    resp, out, d = mutate_twice(launcher(ARGS), ML, policies)
+    """A command without -x: the block is forwarded by Open MPI's env list (Hydra forwards the
+    whole env anyway)."""
+    resp, out, d = mutate_twice(launcher(ARGS_NO_X), ML, policies)
     env = env_of(out)
     assert [env[n] for n in BLOCK] == ["IB", "mlx5", "WARN"] and env[ENV_LIST] == ";".join(BLOCK)
     c = out["spec"]["containers"][0]  # the block only: no device, IPC_LOCK, /dev/shm or network
     assert "rdma/rdma_shared_device_a" not in json.dumps(c) and "securityContext" not in c
+    assert c["command"] == ["mpirun"] and c["args"] == ARGS_NO_X
     assert all(v.get("name") != "rdma-webhook-dshm" for v in out["spec"].get("volumes", []))
     assert out["metadata"]["annotations"]["rdma-webhook.io/applied-policy"] == "ib-shared"
     assert d.notes == [f"launcher: 3 NCCL variables + {ENV_LIST}"]
+
+
+def test_a_launcher_command_with_x_gets_x_flags_not_the_env_list(policies):
+    """Open MPI 4 refuses -x together with mca_base_env_list (tests/test_mpi_real.py runs it):
+    a command that gives -x is Open MPI's, and the block goes out as -x NAME right after the
+    launcher's name, whether the launcher is `command` or the first word of `args`."""
+    for command, args in ((["mpirun"], ARGS), ([], ["mpirun", *ARGS]), (["/usr/bin/mpirun", *ARGS], [])):
+        pod = launcher(ARGS)
+        sent = pod["spec"]["containers"][0]
+        for key, words in (("command", command), ("args", args)):
+            sent.pop(key)
+            if words:
+                sent[key] = list(words)
+        _, out, d = mutate_twice(pod, ML, policies)
+        c = out["spec"]["containers"][0]
+        words = [*c.get("command", []), *c.get("args", [])]
+        assert words == [(command or args)[0], *X_BLOCK, *[*command, *args][1:]], words
+        assert ENV_LIST not in env_of(out) and [env_of(out)[n] for n in BLOCK] == ["IB", "mlx5", "WARN"]
+        assert d.notes == ["launcher: 3 NCCL variables + -x NCCL_NET -x NCCL_IB_HCA -x NCCL_DEBUG"]
+
+
+def test_the_users_x_flags_are_kept_and_not_repeated(policies):
+    args = ["-np", "16", "-x", "NCCL_NET", "-x", "NCCL_DEBUG=INFO", "python", "train.py"]
+    _, out, d = mutate_twice(launcher(args), ML, policies)
+    c = out["spec"]["containers"][0]
+    assert [*c["command"], *c["args"]] == ["mpirun", "-x", "NCCL_IB_HCA", *args]  # NCCL_DEBUG is not enforced: INFO stays
+
+
+def test_x_in_a_script_warns_and_set_x_before_the_launcher_does_not_count(policies):
+    """In a `bash -c` script the flags cannot be placed safely: a warning says what to add, and
+    the env list is not set (Open MPI 4 would refuse it). A `set -x` before the launcher is
+    the shell's trace flag, not an export: that script gets the env list."""
+    pod = launcher([], command=("bash", "-c", "mpirun -np 16 -x LD_LIBRARY_PATH python train.py"))
+    del pod["spec"]["containers"][0]["args"]
+    _, out, d = mutate_twice(pod, ML, policies)
+    assert ENV_LIST not in env_of(out) and out["spec"]["containers"][0]["command"] == pod["spec"]["containers"][0]["command"]
+    assert any("Open MPI 4 refuses together with" in w and "add -x NAME for each" in w for w in d.warnings), d.warnings
+    pod = launcher([], command=("bash", "-c", "set -x\nmpirun -np 16 python train.py"))
+    del pod["spec"]["containers"][0]["args"]
+    _, out, d = mutate_twice(pod, ML, policies)
+    assert env_of(out)[ENV_LIST] == ";".join(BLOCK)
 
 
 def test_the_users_env_list_is_kept_and_an_enforced_item_takes_the_policys_value(policies):
@@ -137,7 +185,8 @@ def test_a_launcher_that_is_also_a_node_gets_the_list_once(policies):
     pod["spec"]["containers"][0]["resources"] = {"limits": {"nvidia.com/gpu": "8"}, "requests": {"nvidia.com/gpu": "8"}}
     _, out, d = mutate_twice(pod, ML, policies)
     names = [e["name"] for e in out["spec"]["containers"][0]["env"]]
-    assert names.count("NCCL_NET") == 1 and names.count(ENV_LIST) == 1
+    c = out["spec"]["containers"][0]
+    assert names.count("NCCL_NET") == 1 and [*c["command"], *c["args"]] == ["mpirun", *X_BLOCK, *ARGS]
     assert out["spec"]["containers"][0]["resources"]["limits"]["rdma/rdma_shared_device_a"] == "1"
 
 

@@ -114,6 +114,24 @@ def _without(c: dict[str, Any], *paths: tuple[str, ...]) -> dict[str, Any]:
     return c
 
 
+
+def _inserted_exports(c: dict, oc: dict, names: set[str]) -> bool:
+    """The mutated launcher's command + args are the sent ones with one run of `-x NAME` pairs
+    (NAME of the policy's block) inserted, or unchanged (webhook/core/ranks.py)."""
+    before = [*(c.get("command") or []), *(c.get("args") or [])]
+    after = [*(oc.get("command") or []), *(oc.get("args") or [])]
+    n = len(after) - len(before)
+    if n == 0:
+        return before == after
+    if n < 0 or n % 2:
+        return False
+    for i in range(len(before) + 1):
+        if after[:i] == before[:i] and after[i + n:] == before[i:]:
+            run = after[i:i + n]
+            return all(run[j] == "-x" and run[j + 1] in names for j in range(0, n, 2))
+    return False
+
+
 def _prune(obj: Any) -> Any:
     """Drop empty dicts/lists (a missing parent the webhook created is 'no change')."""
     if isinstance(obj, dict):
@@ -166,16 +184,22 @@ def check_mutation(pod: dict[str, Any], out: dict[str, Any], decision: Any) -> N
         launchers = {t.index for t in ranks.find_launchers(pod, meta.get("labels") or {}, [])}
     for i, (c, oc) in enumerate(zip(spec["containers"], ospec["containers"])):
         target = any(_gpu(c, r) for r in gpu_resources)
-        if not target and i in launchers:  # only its env changes: the block and Open MPI's list
-            assert {x: v for x, v in c.items() if x != "env"} == {x: v for x, v in oc.items() if x != "env"}
-            assert {e["name"] for e in oc.get("env") or []} >= {e.name for e in policy.env}
+        block = {e.name for e in policy.env} if policy else set()
+        if i in launchers:  # its command may gain Open MPI's `-x NAME` for the block, nothing else
+            assert _inserted_exports(c, oc, block), (c.get("command"), c.get("args"), oc.get("command"), oc.get("args"))
+        if not target and i in launchers:  # only its env changes (the block, Open MPI's list) and -x flags
+            kept = ("env", "command", "args")
+            assert {x: v for x, v in c.items() if x not in kept} == {x: v for x, v in oc.items() if x not in kept}
+            assert {e["name"] for e in oc.get("env") or []} >= block
             continue
         if not target or decision.outcome != MUTATED:
             assert c == oc, f"container {c['name']!r} is not a target but changed"
             continue
         # only resources, env, volumeMounts and capabilities.add may change
-        fields = (("resources",), ("env",), ("volumeMounts",), ("securityContext", "capabilities", "add"))
+        fields = (("resources",), ("env",), ("volumeMounts",), ("securityContext", "capabilities", "add"), ("command",), ("args",))
         assert _prune(_without(c, *fields)) == _prune(_without(oc, *fields)), c["name"]
+        if i not in launchers:
+            assert (c.get("command"), c.get("args")) == (oc.get("command"), oc.get("args"))
         # capabilities: IPC_LOCK is the only addition; drop untouched; never privileged
         add, oadd = _caps(c, "add"), _caps(oc, "add")
         assert oadd[: len(add)] == add and set(oadd[len(add):]) <= {"IPC_LOCK"}

@@ -10,9 +10,9 @@ __version__ = "0.1.0"
 # Dotted names under `webhook`, in no particular order (setup.py builds them as one group).
 COMPILED_MODULES = (
     "grammar.k8s", "grammar.nccl",
-    "commands.launchers", "commands.shell", "commands.text", "commands.python", "commands.reader",
+    "commands.launchers", "commands.shell", "commands.text", "commands.python", "commands.files", "commands.state", "commands.reader",
     "fabrics.transports", "fabrics.multus",
-    "core.keys", "core.model", "core.fallback", "core.decision", "core.mutation", "core.ranks", "core.patch",
+    "core.keys", "core.model", "core.scripts", "core.fallback", "core.decision", "core.mutation", "core.ranks", "core.patch",
     "admission.review",
 )
 

@@ -145,11 +145,13 @@ def _namespace(req: Request, namespace_of: NamespaceLookup) -> Namespace | None:
 
 
 def review_request(req: Request, policies: PolicySet | None, namespace_of: NamespaceLookup,
-                   attachments: Attachments | None) -> Decision | None:
-    """The decision for a parsed request; None when the request is not about a pod at all."""
+                   attachments: Attachments | None, config_maps: Any = None) -> Decision | None:
+    """The decision for a parsed request; None when the request is not about a pod at all.
+    `config_maps`: the ConfigMaps at hand (`webhook.core.scripts.ConfigMaps`): none when served,
+    those of its input in `rdma-webhook review`."""
     if not _is_pod(req):
         return None
-    return decide(req.obj, _namespace(req, namespace_of), policies, attachments, req.operation)
+    return decide(req.obj, _namespace(req, namespace_of), policies, attachments, req.operation, config_maps)
 
 
 Handled = tuple[int, dict[str, Any], Decision | None, Request | None]
@@ -175,7 +177,7 @@ def _parsed(body: bytes) -> Request | Handled:
 
 
 def handle(body: bytes, policies: PolicySet | None, namespace_of: NamespaceLookup,
-           attachments: Attachments | None) -> Handled:
+           attachments: Attachments | None, config_maps: Any = None) -> Handled:
     """(HTTP status, response document, decision, request) for one /mutate body."""
     req = _parsed(body)
     if not isinstance(req, Request):
@@ -183,14 +185,15 @@ def handle(body: bytes, policies: PolicySet | None, namespace_of: NamespaceLooku
     other = _other_operation(req)
     if other is not None:
         return other
-    decision = review_request(req, policies, namespace_of, attachments)
+    decision = review_request(req, policies, namespace_of, attachments, config_maps)
     if decision is None:
         return 200, response(req.uid, Decision("skipped", req.obj, reason="not a pod")), None, req
     return 200, response(req.uid, decision, req.obj), decision, req
 
 
 def validate_request(req: Request, policies: PolicySet | None, namespace_of: NamespaceLookup,
-                     attachments: Attachments | None, runtimes: Any = None) -> tuple[Decision | None, str | None]:
+                     attachments: Attachments | None, runtimes: Any = None,
+                     config_maps: Any = None) -> tuple[Decision | None, str | None]:
     """(decision, deny message) for /validate: the final-state guard for a pod, the template
     check for a workload, (None, None) for anything else. `runtimes` looks up Kubeflow Trainer
     runtimes for TrainJobs (webhook.kinds.trainer.Runtimes; None: not tracked)."""
@@ -198,13 +201,16 @@ def validate_request(req: Request, policies: PolicySet | None, namespace_of: Nam
     from webhook.kinds.verdict import check_workload
 
     if _is_pod(req):
-        return check_final(req.obj, _namespace(req, namespace_of), policies, attachments, req.operation), None
+        return check_final(req.obj, _namespace(req, namespace_of), policies, attachments, req.operation, config_maps), None
     obj = req.obj if isinstance(req.obj, dict) else {}
     group = req.group if req.kind else workloads.group_of(obj.get("apiVersion"))
     kind = req.kind or str(obj.get("kind") or "")
+    if group == "" and kind == "List" and isinstance(obj.get("items"), list) and not req.sub_resource:
+        return _validate_list(req, obj["items"], policies, namespace_of, attachments, runtimes, config_maps)
     if not workloads.is_workload(group, kind) or req.sub_resource:
         return None, None
-    verdict = check_workload(req.obj, group, kind, _namespace(req, namespace_of), policies, attachments, runtimes)
+    verdict = check_workload(req.obj, group, kind, _namespace(req, namespace_of), policies, attachments, runtimes,
+                             config_maps=config_maps)
     # A validating webhook never patches: a workload whose pods will be mutated is allowed as is,
     # with the summary of what they will get among its warnings.
     outcome, reason = verdict.outcome, "" if verdict.results else (
@@ -216,8 +222,63 @@ def validate_request(req: Request, policies: PolicySet | None, namespace_of: Nam
     return decision, (verdict.message() if not verdict.allowed else None)
 
 
+def _validate_list(req: Request, items: list[Any], policies: PolicySet | None, namespace_of: NamespaceLookup,
+                   attachments: Attachments | None, runtimes: Any, config_maps: Any) -> tuple[Decision | None, str | None]:
+    """A `v1` List (what `kubectl get -o yaml` and `kubectl kustomize` print, sent by a caller,
+    never by the API server): every workload and pod in it, judged with the ConfigMaps it holds
+    (scripts run from ConfigMap volumes), one answer naming each object."""
+    from webhook.core.fallback import Finding
+    from webhook.core.scripts import ConfigMapStore, is_config_map
+    from webhook.kinds import workloads
+    from webhook.kinds.verdict import check_workload
+
+    store = ConfigMapStore(config_maps)
+    for item in items:
+        if is_config_map(item):
+            store.add(item, req.namespace or "default")
+    denials: list[Finding] = []
+    warnings: list[str] = []
+    messages: list[str] = []
+    results: list[Any] = []
+    policies_used: list[str] = []
+    checked = False
+    for item in items:
+        if not isinstance(item, dict):
+            continue
+        group, kind = workloads.group_of(item.get("apiVersion")), str(item.get("kind") or "")
+        found_meta = item.get("metadata")
+        meta: dict[str, Any] = found_meta if isinstance(found_meta, dict) else {}
+        ns_name = str(meta.get("namespace") or req.namespace or "")
+        ns = namespace_of(ns_name) if ns_name else None
+        label = f"{kind} {meta.get('name') or meta.get('generateName') or '(unnamed)'}"
+        if group == "" and kind == "Pod":
+            d = check_final(item, ns, policies, attachments, "CREATE", store)
+            found, said, allowed, used = d.denials, d.warnings, d.outcome != DENIED, d.policy
+        elif workloads.is_workload(group, kind):
+            verdict = check_workload(item, group, kind, ns, policies, attachments, runtimes, config_maps=store)
+            found, said, allowed, used = verdict.denials(), verdict.warnings(), verdict.allowed, verdict.policy
+            results.extend(verdict.results)
+        else:
+            continue
+        checked = True
+        for f in found:
+            denials.append(Finding(f.rule, f.container, f"{label}: {f.message}"))
+        for w in said:
+            warnings.append(f"{label}: {w}")
+        if not allowed:
+            messages.append(f"{label}: " + "; ".join(f.text() for f in found))
+        if used and used not in policies_used:
+            policies_used.append(used)
+    if not checked:
+        return None, None
+    outcome = DENIED if messages else "unchanged"
+    decision = Decision(outcome, req.obj, ",".join(policies_used) or None, denials, warnings,
+                        reason="" if messages else "every object of the list passes", templates=results)
+    return decision, ("rdma-webhook: " + "; ".join(messages)) if messages else None
+
+
 def handle_validate(body: bytes, policies: PolicySet | None, namespace_of: NamespaceLookup,
-                    attachments: Attachments | None, runtimes: Any = None) -> Handled:
+                    attachments: Attachments | None, runtimes: Any = None, config_maps: Any = None) -> Handled:
     """(HTTP status, response document, decision, request) for one /validate body. Never a
     patch: a validating webhook only allows, denies and warns."""
     req = _parsed(body)
@@ -226,7 +287,7 @@ def handle_validate(body: bytes, policies: PolicySet | None, namespace_of: Names
     other = _other_operation(req)
     if other is not None:
         return other
-    decision, message = validate_request(req, policies, namespace_of, attachments, runtimes)
+    decision, message = validate_request(req, policies, namespace_of, attachments, runtimes, config_maps)
     if decision is None:
         return 200, response(req.uid, Decision("skipped", req.obj, reason="not a pod or workload")), None, req
     return 200, response(req.uid, decision, req.obj, message), decision, req

@@ -160,7 +160,7 @@ def cmd_review(args: argparse.Namespace) -> int:
     from webhook.cli import review_input, review_scope
     from webhook.cli.review_explain import color as paint, explain
     from webhook.cluster.state import AssumedClusterState, ClusterStateError, FileClusterState, RuntimeStore, is_runtime
-    from webhook.core import keys
+    from webhook.core import keys, scripts
     from webhook.kinds import trainer, workloads
 
     os.environ[trainer.TRAINER_RELEASE_ENV] = args.trainer_release
@@ -196,6 +196,7 @@ def cmd_review(args: argparse.Namespace) -> int:
     files, trees = review_input.input_files(args.files)
     inputs: list[tuple[str, list[Any]]] = []
     policy_docs: list[tuple[str, Any]] = []
+    config_maps = scripts.ConfigMapStore()  # for the scripts containers run from ConfigMap volumes
     for path in files:
         try:
             docs = review_input.documents(path)
@@ -207,7 +208,9 @@ def cmd_review(args: argparse.Namespace) -> int:
             continue
         for i, doc in enumerate(docs, 1):
             where = f"{path}#{i}" if len(docs) > 1 else path
-            if is_runtime(doc):
+            if scripts.is_config_map(doc):
+                config_maps.add(doc, args.namespace or "default")
+            elif is_runtime(doc):
                 runtimes.add(doc, args.namespace or "default")
             elif review_scope.is_policy_document(doc):
                 policy_docs.append((where, doc))
@@ -306,10 +309,10 @@ def cmd_review(args: argparse.Namespace) -> int:
                     continue
             body = json.dumps({"apiVersion": review.API_VERSION, "kind": "AdmissionReview", "request": req}).encode()
             if is_pod:
-                code, resp, decision, _ = review.handle(body, policies, state.namespace, state.attachments())
+                code, resp, decision, _ = review.handle(body, policies, state.namespace, state.attachments(), config_maps)
             else:
                 code, resp, decision, _ = review.handle_validate(body, policies, state.namespace, state.attachments(),
-                                                                 runtimes)
+                                                                 runtimes, config_maps)
             if code != 200:
                 bad(f"{where}: {resp.get('error')}", record, where)
                 continue

@@ -207,3 +207,4 @@ def template_problems(path: str, template: Any) -> list[str]:
                     label = f"init container {name}"
                 out.extend(_container_problems(c, f"{prefix}{label}"))
     return out
+

@@ -70,3 +70,8 @@ FORWARDS_ALL: Final[dict[str, bool]] = {"openmpi": False, "hydra": True, "either
 OMPI_ENV_LIST: Final = "OMPI_MCA_" + MCA_ENV_LIST  # Open MPI reads an MCA parameter from the env so
 HYDRA_RESTRICTS: Final = ("-genvnone", "-envnone", "-genvlist", "-envlist")  # Hydra then forwards only those listed
 OMPI_CMD_ENV_LIST: Final = MCA_ENV_LIST  # on the command line (`--mca mca_base_env_list`) it replaces the env's
+# Open MPI's export flags (`-x NAME[=VALUE]`). Open MPI 4 refuses to start when they are given
+# together with `mca_base_env_list` from anywhere (its env included: "You have attempted to pass
+# environment variables to Open MPI with both the -x method and by setting the
+# mca_base_env_list variable"); Open MPI 5 takes both.
+OMPI_EXPORT_FLAGS: Final = tuple(flag for flag, action in _OPEN_MPI.items() if action == "export")

@@ -1,12 +1,10 @@
 """A container's command read the way the shell and the launchers it runs read it: which values
 of a given set of environment variables each process it starts will see.
 
-    settings(argv_or_script, names, env) -> [(name, value), ...]
+    settings(argv_or_script, names, env) -> [(name, value), ...];  read(..., files) -> Reading
 
-`argv_or_script` is a container's command + args as the kubelet runs them (a list), or a shell
-script (a string). `names` is the set of variables asked about (the fallback rules pass NCCL's;
-another transport passes its own, e.g. FI_PROVIDER). `env` looks up the container's own `env`
-(what `mpirun -x NAME` and `$NAME` read when the script does not set NAME itself).
+`names` is the set of variables asked about (the fallback rules pass NCCL's; another transport
+passes its own, e.g. FI_PROVIDER); the arguments are described at `read`.
 
 What is reported: every value of a named variable that the command itself makes and that some
 process it starts will see: an assignment in the script (`export`, `declare -x`, `NAME=v cmd`,
@@ -19,25 +17,26 @@ Shell scripts are parsed with tree-sitter-bash (README, "How commands are read")
 quoted text, `echo`/`printf` arguments and heredoc bodies are not settings, and a process sees
 the last assignment made before it on the straight-line path. What the reading cannot follow
 is read conservatively: a branch, a loop body or a function body may or may not run, so the
-values it assigns are added to the possible ones; sourced files and scripts in the image are
-not read; a script the parser cannot read (a syntax error, deeper nesting than `MAX_DEPTH`,
+values it assigns are added to the possible ones; sourced files and scripts are read only when
+they come from a ConfigMap volume handed in (`Files`), those in the image are not; a script the parser cannot read (a syntax error, deeper nesting than `MAX_DEPTH`,
 more than `MAX_PARSED` bytes) falls back to `scan_text`, the textual reading, which reports
 every `NAME=value` it finds. Nothing here raises on any input.
 
 Cost: only a text that mentions one of the names (a substring test per name prefix, then per
-name) is parsed at all, and a parsed script is remembered by its text (the pods of one job
-send the same script), so a decision pays the parser once per distinct script.
+name) is parsed at all, and a parsed script is remembered by its text: a decision pays the
+parser once per distinct script.
 """
-
 
 from __future__ import annotations
 
 import re
 import shlex
-from typing import Any, Final, Protocol
+from typing import Any, Final
 
+from webhook.commands.files import Budget, FileSource, Lookup, Reading
 from webhook.commands.launchers import LAUNCHERS, MCA_ENV_LIST
 from webhook.commands.python import python_settings
+from webhook.commands.state import State, Var
 from webhook.commands.shell import (CACHE_MAX, MAX_DEPTH, MAX_PARSED, PARSED, PYTHON_NAME, SEQ, SHELLS, SUB, Block, Cmd,
                                     Ref, Unreadable, parse_script)
 from webhook.commands.text import mentions, scan_text
@@ -52,93 +51,76 @@ _NO_PROCESS: Final = frozenset({
 })
 _DECLARE: Final = frozenset({"export", "declare", "typeset", "local", "readonly"})
 _NAME: Final = re.compile(r"[A-Za-z_][A-Za-z0-9_]*$")
-
-
-class Lookup(Protocol):
-    """The container's own env: a variable's value, None when it has none that is known."""
-
-    def get(self, name: str) -> str | None: ...
-
+_MAX_VALUE: Final = 4096  # longer expanded values are "not known here" (A=$A$A doubling stays small)
 
 
 # -- the reading ------------------------------------------------------------------------------
 
-class _Var:
-    """A variable as the command leaves it: its possible values (None: one not known here, or
-    the inherited one), whether it is exported, whether its values are the command's own (else
-    it only marks a variable of the container env, which the env rules judge already)."""
-
-    __slots__ = ("values", "exported", "own")
-
-    def __init__(self, values: list[str | None], exported: bool, own: bool = True):
-        self.values = values
-        self.exported = exported
-        self.own = own
-
-
-class Budget:
-    """What one decision may spend on reading commands: bytes of script parsed (the rest get the
-    textual reading) and steps of the reading (each variable copied or command read is one), so
-    that a decision stays linear in its input whatever a pod's scripts hold."""
-
-    __slots__ = ("parse_bytes", "steps")
-
-    def __init__(self, parse_bytes: int = 64 * 1024, steps: int = 200_000):
-        self.parse_bytes = parse_bytes
-        self.steps = steps
-
-
-class _State:
-    __slots__ = ("vars", "allexport", "cleared")
-
-    def __init__(self, variables: dict[str, _Var], allexport: bool = False, cleared: bool = False):
-        self.vars = variables
-        self.allexport = allexport
-        self.cleared = cleared  # `env -i`: the container env is not inherited
-
-    def copy(self) -> _State:
-        return _State({k: _Var(list(v.values), v.exported, v.own) for k, v in self.vars.items()}, self.allexport, self.cleared)
-
-    def child(self) -> _State:
-        """What a started process inherits: the exported variables."""
-        return _State({k: _Var(list(v.values), True, v.own) for k, v in self.vars.items() if v.exported}, False, self.cleared)
-
-    def merge(self, other: _State) -> None:
-        """Either this state or `other` holds afterwards (a branch that may have run)."""
-        for k, v in other.vars.items():
-            mine = self.vars.get(k)
-            if mine is None:
-                values: list[str | None] = [None]  # before the branch: as inherited
-                values.extend(v.values)
-                self.vars[k] = _Var(values, v.exported, v.own)
-            else:
-                for value in v.values:
-                    if value not in mine.values:
-                        mine.values.append(value)
-                mine.exported = mine.exported or v.exported
-                mine.own = mine.own or v.own
-        self.allexport = self.allexport or other.allexport
-
-
-_MAX_VALUE: Final = 4096  # longer expanded values are "not known here" (A=$A$A doubling stays small)
-
-
 class _Reader:
-    def __init__(self, names: frozenset[str], env: Lookup | None, budget: Budget):
+    def __init__(self, names: frozenset[str], env: Lookup | None, budget: Budget, files: FileSource | None = None):
         self.names = names
         self.env = env
         self.budget = budget
+        self.files = files
+        self.file: str | None = None  # the script file being read, if any
+        self.origins: dict[tuple[str, str], str] = {}
+        self.unread: list[tuple[str, str]] = []
         self.found: list[tuple[str, str]] = []
         self._seen: set[tuple[str, str]] = set()
         self.deps: list[tuple[str, str | None]] = []  # what was looked up in the container env
+        # what was asked of the files: (a lookup?, its path or text, the answer), so that a
+        # remembered reading is reused only while the files answer the same
+        self.file_deps: list[tuple[bool, str, Any]] = []
         self.complete = True  # False when the budget cut the reading short
 
-    def report(self, name: str, value: str | None) -> None:
+    def report(self, name: str, value: str | None, origin: str | None = None) -> None:
         if value is not None and name in self.names:
             pair = (name, value)
             if pair not in self._seen:
                 self._seen.add(pair)
                 self.found.append(pair)
+                if origin is None:
+                    origin = self.file
+                if origin is not None:
+                    self.origins[pair] = origin
+
+    def lookup(self, path: str) -> tuple[str | None, str] | None:
+        if self.files is None:
+            return None
+        found = self.files.lookup(path)
+        self.file_deps.append((True, path, found))
+        return found
+
+    def mentioned(self, text: str) -> bool:
+        if self.files is None:
+            return False
+        said = self.files.mentioned(text)
+        self.file_deps.append((False, text, said))
+        return said
+
+    def from_file(self, path: str | None, state: State, depth: int, python: bool = False) -> bool | None:
+        """Read the script at `path` when it is a ConfigMap's file (None: it is not one): whether it
+        was read as the shell reads it. One whose ConfigMap is not at hand is listed as unread."""
+        found = self.lookup(path) if path is not None else None
+        if found is None or path is None:
+            return None
+        text, source = found
+        if text is None or depth > MAX_DEPTH:
+            if text is None and (path, source) not in self.unread:
+                self.unread.append((path, source))
+            if text is not None:
+                self.fallback(text)
+            return False
+        outer, self.file = self.file, path
+        try:
+            first = text.split("\n", 1)[0]
+            if python or (first.startswith("#!") and "python" in first):
+                for name, value in (python_settings(text, self.names) if mentions(text, self.names) else []):
+                    self.report(name, value)
+                return True
+            return self.script(text, state, depth + 1)
+        finally:
+            self.file = outer
 
     def spend(self, steps: int) -> None:
         self.budget.steps -= steps
@@ -146,11 +128,11 @@ class _Reader:
             self.complete = False
             raise Unreadable()
 
-    def report_state(self, state: _State) -> None:
+    def report_state(self, state: State) -> None:
         for name, v in state.vars.items():
             if v.exported and v.own and name in self.names:
                 for value in v.values:
-                    self.report(name, value)
+                    self.report(name, value, v.origin)
 
     def fallback(self, text: str) -> None:
         for name, value in scan_text(text, self.names):
@@ -158,14 +140,14 @@ class _Reader:
 
     # values -----------------------------------------------------------------------------------
 
-    def inherited(self, state: _State, name: str) -> str | None:
+    def inherited(self, state: State, name: str) -> str | None:
         if state.cleared or self.env is None:
             return None
         value = self.env.get(name)
         self.deps.append((name, value))
         return value
 
-    def value(self, state: _State, name: str) -> str | None:
+    def value(self, state: State, name: str) -> str | None:
         """The one known value of `name` here, else None."""
         v = state.vars.get(name)
         if v is None:
@@ -174,7 +156,7 @@ class _Reader:
             return v.values[0]
         return None
 
-    def expand(self, word: list[Any], state: _State) -> str | None:
+    def expand(self, word: list[Any], state: State) -> str | None:
         if len(word) == 1 and isinstance(word[0], str):
             return word[0]
         out: list[str] = []
@@ -191,7 +173,7 @@ class _Reader:
         joined = "".join(out)
         return joined if len(joined) <= _MAX_VALUE else None
 
-    def assign(self, state: _State, name: str, value: str | None, export: bool) -> None:
+    def assign(self, state: State, name: str, value: str | None, export: bool) -> None:
         """NAME=value (export: with `export`/`declare -x`). A plain assignment is seen by later
         processes when NAME is exported already, or `set -a` is on, or NAME is in the container
         env, or NAME is one of the names asked about: the policy may add those to the env, and
@@ -201,11 +183,11 @@ class _Reader:
         v = state.vars.get(name)
         exported = (export or state.allexport or name in self.names
                     or (v.exported if v is not None else self.inherited(state, name) is not None))
-        state.vars[name] = _Var([value], exported)
+        state.vars[name] = Var([value], exported, True, self.file)
 
     # processes --------------------------------------------------------------------------------
 
-    def process(self, argv: list[str | None], state: _State, depth: int) -> None:
+    def process(self, argv: list[str | None], state: State, depth: int) -> None:
         """A process started with `argv` and the exported variables of `state` (already the
         child's): report what it sees from the command, then read what it runs in turn. `env`
         and a shell whose script is read report nothing themselves: the processes they start
@@ -223,6 +205,12 @@ class _Reader:
             if not self.shell(argv, state, depth):
                 self.report_state(state)
             return
+        if self.files is not None and "/" in program and base not in LAUNCHERS and not PYTHON_NAME.match(base):
+            read = self.from_file(program, state, depth)
+            if read is not None:
+                if not read:
+                    self.report_state(state)
+                return
         self.report_state(state)
         if base in LAUNCHERS:
             self.launcher(argv, LAUNCHERS[base], state, depth)
@@ -235,11 +223,12 @@ class _Reader:
                 w = argv[i]
                 if w is not None and not w.startswith("-"):
                     b = w.rsplit("/", 1)[-1]
-                    if b in SHELLS or b == "env" or b in LAUNCHERS or PYTHON_NAME.match(b):
+                    if (b in SHELLS or b == "env" or b in LAUNCHERS or PYTHON_NAME.match(b)
+                            or ("/" in w and self.lookup(w) is not None)):
                         self.process(argv[i:], state, depth + 1)
                         return
 
-    def shell(self, argv: list[str | None], state: _State, depth: int) -> bool:
+    def shell(self, argv: list[str | None], state: State, depth: int) -> bool:
         """`sh -c script`: read the script (True when it was read as the shell reads it)."""
         i, n, with_c = 1, len(argv), False
         while i < n:
@@ -259,16 +248,18 @@ class _Reader:
             break
         script = argv[i] if with_c and i < n else None
         if script is None:
-            return False  # `bash file.sh`, stdin: a script in the image, out of reach
+            if not with_c and i < n:  # `bash file.sh`: read when it is a ConfigMap's file
+                return self.from_file(argv[i], state, depth) is True
+            return False  # stdin, a script in the image: out of reach
         return self.script(script, state, depth + 1)
 
-    def script(self, text: str, state: _State, depth: int) -> bool:
+    def script(self, text: str, state: State, depth: int) -> bool:
         """Read a shell script in `state`; False when it was not read as the shell reads it
         (then the caller reports what the shell itself sees). A script that does not mention
         the names is not parsed: it changes none of them, and the shell's own view stands for
         the processes it starts."""
-        if not mentions(text, self.names):
-            return False
+        if not mentions(text, self.names) and not self.mentioned(text):
+            return False  # it changes none of the names and runs none of the ConfigMap files
         block: Block | None = None
         if depth <= MAX_DEPTH:
             block = PARSED.get(text)
@@ -284,20 +275,20 @@ class _Reader:
         self.run(block, state, depth)
         return True
 
-    def env_command(self, argv: list[str | None], state: _State, depth: int) -> None:
+    def env_command(self, argv: list[str | None], state: State, depth: int) -> None:
         i, n = 1, len(argv)
         while i < n:
             w = argv[i]
             if w is None:
                 return
             if w in ("-i", "--ignore-environment", "-"):
-                state = _State({}, False, True)
+                state = State({}, False, True)
             elif w in ("-u", "--unset"):
                 i += 1
                 if i < n and argv[i] is not None:
-                    state.vars[str(argv[i])] = _Var([], False)
+                    state.vars[str(argv[i])] = Var([], False)
             elif w.startswith("--unset=") or (w.startswith("-u") and len(w) > 2):
-                state.vars[w.split("=", 1)[1] if w.startswith("--") else w[2:]] = _Var([], False)
+                state.vars[w.split("=", 1)[1] if w.startswith("--") else w[2:]] = Var([], False)
             elif w in ("-C", "--chdir"):
                 i += 1
             elif w in ("-S", "--split-string") or w.startswith("--split-string=") or (w.startswith("-S") and len(w) > 2):
@@ -316,14 +307,14 @@ class _Reader:
                 pass  # -0, -v, --debug ...
             elif "=" in w and _NAME.match(w.split("=", 1)[0]):
                 name, value = w.split("=", 1)
-                state.vars[name] = _Var([value], True)
+                state.vars[name] = Var([value], True, True, self.file)
             else:
                 break
             i += 1
         if i < n:
             self.process(argv[i:], state, depth + 1)
 
-    def launcher(self, argv: list[str | None], flags: dict[str, str], state: _State, depth: int) -> None:
+    def launcher(self, argv: list[str | None], flags: dict[str, str], state: State, depth: int) -> None:
         ranks = state.copy()
         i, n = 1, len(argv)
         while i < n:
@@ -354,7 +345,7 @@ class _Reader:
             elif action == "set" and i + 2 < n:
                 name, value = argv[i + 1], argv[i + 2]
                 if name is not None:
-                    ranks.vars[name] = _Var([value], True)
+                    ranks.vars[name] = Var([value], True, True, self.file)
                 i += 3
             elif action == "export" and i + 1 < n:
                 self.launcher_item(argv[i + 1], state, ranks)
@@ -376,28 +367,30 @@ class _Reader:
         # the launcher's own flags make settings even when its program is unknown
         self.report_state(ranks)
 
-    def launcher_item(self, item: str | None, state: _State, ranks: _State) -> None:
+    def launcher_item(self, item: str | None, state: State, ranks: State) -> None:
         """NAME=VALUE, or NAME: the launcher's own value of NAME (its container env, or what the
         script exported before it)."""
         if not item:
             return
         if "=" in item:
             name, value = item.split("=", 1)
-            ranks.vars[name] = _Var([value], True)
+            ranks.vars[name] = Var([value], True, True, self.file)
             return
         v = state.vars.get(item)
         if v is not None:
             values = [x if x is not None else self.inherited(state, item) for x in v.values]
-            ranks.vars[item] = _Var(values, True)
+            ranks.vars[item] = Var(values, True)
         else:
-            ranks.vars[item] = _Var([self.inherited(state, item)], True)
+            ranks.vars[item] = Var([self.inherited(state, item)], True)
 
-    def python(self, argv: list[str | None], state: _State) -> None:
+    def python(self, argv: list[str | None], state: State) -> None:
         i, n = 1, len(argv)
         while i < n:
             w = argv[i]
             if w is None or not w.startswith("-") or w in ("-", "-m") or w.startswith("-m"):
-                return  # a script file, stdin or a module: out of reach
+                if w is not None and not w.startswith("-"):
+                    self.from_file(w, state, 1, python=True)  # a ConfigMap's file is read
+                return  # a script file in the image, stdin or a module: out of reach
             if w in ("-W", "-X", "--check-hash-based-pycs"):
                 i += 2
                 continue
@@ -414,7 +407,7 @@ class _Reader:
 
     # the shell --------------------------------------------------------------------------------
 
-    def run(self, block: Block, state: _State, depth: int) -> None:
+    def run(self, block: Block, state: State, depth: int) -> None:
         self.spend(len(block.items))
         for item in block.items:
             if isinstance(item, Cmd):
@@ -432,7 +425,7 @@ class _Reader:
                     self.run(inner, branch, depth)
                     state.merge(branch)
 
-    def command(self, cmd: Cmd, state: _State, depth: int) -> None:
+    def command(self, cmd: Cmd, state: State, depth: int) -> None:
         for sub in cmd.subs:
             self.spend(len(state.vars))
             self.run(sub, state.copy(), depth)
@@ -467,15 +460,18 @@ class _Reader:
                 rest = rest[1:]
             self.command(Cmd(cmd.assigns, [[w] for w in rest], []), state, depth)
             return
+        if program in ("source", ".") and len(argv) > 1:
+            self.from_file(argv[1], state, depth + 1)  # read in this shell: its assignments stay
+            return
         if program in _NO_PROCESS:
             return
         child = state.child()
         for name, word in cmd.assigns:  # NAME=value cmd: for this process only
             if name:
-                child.vars[name] = _Var([self.expand(word, state)], True)
+                child.vars[name] = Var([self.expand(word, state)], True, True, self.file)
         self.process(argv, child, depth + 1)
 
-    def declare(self, keyword: str, args: list[str | None], state: _State) -> None:
+    def declare(self, keyword: str, args: list[str | None], state: State) -> None:
         export = keyword == "export"
         unexport = False
         functions = False
@@ -494,7 +490,7 @@ class _Reader:
                     functions = w == "-f"
                     continue
                 if not functions:
-                    state.vars[w] = _Var([], False)  # unset: nothing to see, nothing inherited
+                    state.vars[w] = Var([], False)  # unset: nothing to see, nothing inherited
                 continue
             if functions:
                 continue
@@ -509,7 +505,7 @@ class _Reader:
                 v = state.vars.get(name)
                 if v is None:
                     inherited = self.inherited(state, name)
-                    v = state.vars[name] = _Var([inherited] if inherited is not None else [], inherited is not None, False)
+                    v = state.vars[name] = Var([inherited] if inherited is not None else [], inherited is not None, False)
                 if export:
                     v.exported = True
                 elif unexport:
@@ -521,42 +517,58 @@ class _Reader:
 def settings(command: list[str] | str, names: frozenset[str], env: Lookup | None = None,
              budget: Budget | None = None) -> list[tuple[str, str]]:
     """The values of `names` that the command makes and some process it starts will see, in the
-    order first seen, each (name, value) once. `command`: argv (a container's command + args,
-    `$(VAR)` already expanded) or a shell script. `env`: the container's env, for what the
-    command forwards from it (`mpirun -x NAME`, `export NAME=$OTHER`). `budget`: shared by the
-    calls of one decision (a fresh one per call when None). Never raises: what cannot be read
-    within the budget gets the textual reading (`scan_text`)."""
+    order first seen, each (name, value) once: `read(...).found`."""
+    return read(command, names, env, budget).found
+
+
+def read(command: list[str] | str, names: frozenset[str], env: Lookup | None = None,
+         budget: Budget | None = None, files: FileSource | None = None) -> Reading:
+    """What the command makes that processes it starts will see (`Reading`). `command`: argv (a
+    container's command + args, `$(VAR)` already expanded) or a shell script. `env`: the
+    container's env, for what the command forwards from it (`mpirun -x NAME`, `export
+    NAME=$OTHER`). `budget`: shared by the calls of one decision (a fresh one when None).
+    `files`: the ConfigMap script files the container sees (`bash FILE`, `source FILE`, `FILE`,
+    `python FILE` are read as the same reading). Never raises: what cannot be read within the
+    budget gets the textual reading (`scan_text`)."""
     script = isinstance(command, str)
     text = command if isinstance(command, str) else "\0".join(command)
-    if not mentions(text, names):
-        return []
+    if not mentions(text, names) and not (files is not None and files.mentioned(text)):
+        return Reading([], {}, [])
     # The pods of a job send the same command: its reading is remembered with the env values
-    # it looked up, and reused while the container env gives the same values.
-    key = (script, text, names)
+    # and the files it looked up, and reused while the container gives the same answers (a
+    # reading that looked no file up never asks for the files).
+    key = (script, text, names, files is not None)
     known = _READ.get(key)
     if known is not None:
-        deps, found = known
+        deps, file_deps, was = known
         same = True
-        for name, value in deps:
+        for name, value in deps:  # a plain loop: compiled, no generator object per decision
             if (env.get(name) if env is not None else None) != value:
                 same = False
                 break
+        if same and files is not None:
+            for is_lookup, arg, answer in file_deps:
+                if (files.lookup(arg) if is_lookup else files.mentioned(arg)) != answer:
+                    same = False
+                    break
         if same:
-            return list(found)
-    reader = _Reader(names, env, budget if budget is not None else Budget())
+            return Reading(list(was.found), dict(was.origins), list(was.unread))
+    reader = _Reader(names, env, budget if budget is not None else Budget(), files)
     try:
         if isinstance(command, str):
-            reader.script(command, _State({}), 0)
+            reader.script(command, State({}), 0)
         else:
             argv: list[str | None] = list(command)
-            reader.process(argv, _State({}), 0)
+            reader.process(argv, State({}), 0)
     except (Unreadable, RecursionError):
-        return scan_text(text.replace("\0", " "), names)
+        return Reading(scan_text(text.replace("\0", " "), names), {}, list(reader.unread))
     if reader.complete and len(text) <= MAX_PARSED:
         if len(_READ) >= CACHE_MAX:
             _READ.clear()
-        _READ[key] = (tuple(reader.deps), tuple(reader.found))
-    return reader.found
+        _READ[key] = (tuple(reader.deps), tuple(reader.file_deps),
+                      Reading(list(reader.found), dict(reader.origins), list(reader.unread)))
+    return Reading(reader.found, reader.origins, reader.unread)
 
 
-_READ: dict[tuple[bool, str, frozenset[str]], tuple[tuple[tuple[str, str | None], ...], tuple[tuple[str, str], ...]]] = {}
+_READ: dict[tuple[bool, str, frozenset[str], bool],
+            tuple[tuple[tuple[str, str | None], ...], tuple[tuple[bool, str, Any], ...], Reading]] = {}

@@ -99,7 +99,7 @@ def scan_text(text: str, names: frozenset[str]) -> list[tuple[str, str]]:
 # -- which launchers a command runs -----------------------------------------------------------
 
 _WORD = re.compile(r"[^\s;&|()'\"`\x00]+")
-_USES: dict[str, tuple[tuple[str, ...], bool, bool]] = {}
+_USES: dict[str, tuple[tuple[str, ...], bool, bool, bool]] = {}
 # The launcher names no other one contains (mpirun.openmpi holds mpirun): a text that holds none
 # of them runs no launcher, whatever else it says (`torchrun` holds "run" but none of these).
 LAUNCHER_NEEDLES: Final[tuple[str, ...]] = tuple(n for n in launchers.FAMILIES if not any(m != n and m in n for m in launchers.FAMILIES))
@@ -113,19 +113,22 @@ def mentions_launcher(text: str) -> bool:
     return False
 
 
-def launcher_use(text: str) -> tuple[tuple[str, ...], bool, bool]:
+def launcher_use(text: str) -> tuple[tuple[str, ...], bool, bool, bool]:
     """The MPI launcher families a command's text runs (`launchers.FAMILIES`, by the base name
     of any word, in scripts too), whether it restricts Hydra's forwarding (`-genvnone`,
-    `-genvlist`, ...) and whether it gives `mca_base_env_list` on the command line. Textual,
-    so a launcher in a comment counts too: that only adds forwarding. Remembered by text."""
+    `-genvlist`, ...), whether it gives `mca_base_env_list` on the command line, and whether an
+    Open MPI export flag (`-x`) follows a launcher's name (a `set -x` before it does not count).
+    Textual, so a launcher in a comment counts too: that only adds forwarding. Remembered by
+    text."""
     if "mpi" not in text and "run" not in text:
-        return (), False, False
+        return (), False, False, False
     known = _USES.get(text)
     if known is not None:
         return known
     families: list[str] = []
     restricts = False
     env_list = False
+    exports = False
     for m in _WORD.finditer(text):
         word = m.group(0)
         family = launchers.FAMILIES.get(word.rsplit("/", 1)[-1])
@@ -135,7 +138,9 @@ def launcher_use(text: str) -> tuple[tuple[str, ...], bool, bool]:
             restricts = True
         elif launchers.OMPI_CMD_ENV_LIST in word:
             env_list = True
-    found = (tuple(families), restricts, env_list)
+        elif families and word in launchers.OMPI_EXPORT_FLAGS:
+            exports = True
+    found = (tuple(families), restricts, env_list, exports)
     if len(text) <= 64 * 1024:
         if len(_USES) >= 512:
             _USES.clear()

@@ -16,6 +16,7 @@ from typing import Any, Final, Mapping, Protocol
 
 
 from webhook.core import fallback, keys, mutation, ranks
+from webhook.core.scripts import ConfigMaps
 from webhook.grammar import k8s, nccl
 from webhook.fabrics import multus
 from webhook.core.fallback import Finding, Subject, Target
@@ -430,6 +431,9 @@ def _warnings(pod: dict[str, Any], subject: Subject) -> list[str]:
             if name == "NCCL_DEBUG" and nccl.debug_verbose(value):
                 out.append(f"{c.get('name')}: the command sets NCCL_DEBUG={value}, which logs heavily; use WARN outside debugging")
                 break
+    for container, path, cm in subject.unread:
+        out.append(f"{container}: the script {path} comes from ConfigMap {repr(cm)}, which is not at hand here, so its NCCL "
+                   f"settings were not read; check it with `rdma-webhook review` given the ConfigMap and the workload")
     for t in subject.targets:
         debug = t.env.get("NCCL_DEBUG")
         if nccl.debug_verbose(debug):
@@ -459,8 +463,17 @@ def _warnings(pod: dict[str, Any], subject: Subject) -> list[str]:
     return out
 
 
+def _subject(pod: Any, policy: Policy, namespace: Namespace, targets: list[Target], config_maps: ConfigMaps | None,
+             devices: list[Device] | None = None, problems: list[Finding] | None = None,
+             networks: multus.Plan | None = None, claim_entry: str | None = None) -> Subject:
+    subject = Subject(pod, policy, namespace.labels, targets, devices, problems, networks, claim_entry)
+    subject.config_maps = config_maps
+    subject.namespace = namespace.name
+    return subject
+
+
 def _assess(pod: Any, namespace: Namespace | None, policies: PolicySet | None, attachments: Attachments | None,
-            operation: str, final: bool) -> Decision | tuple[Subject, list[str]]:
+            operation: str, final: bool, config_maps: ConfigMaps | None = None) -> Decision | tuple[Subject, list[str]]:
     """The steps `decide` and `check_final` share: who is considered, the policy, the targets and
     the rules. Returns a finished Decision, or the subject and warnings of a pod that passed."""
     problem = shape_problem(pod)
@@ -495,7 +508,7 @@ def _assess(pod: Any, namespace: Namespace | None, policies: PolicySet | None, a
     if not targets and not launchers:
         # No container gets RDMA: the command rules apply to every labelled pod, and the env
         # rule to containers that see GPUs without requesting one.
-        subject = Subject(pod, policy, namespace.labels, [])
+        subject = _subject(pod, policy, namespace, [], config_maps)
         subject.others = others
         warnings = _warnings(pod, subject)
         denials = fallback.rule("env-fallback").check(subject) + fallback.rule("command-fallback").check(subject)
@@ -513,7 +526,7 @@ def _assess(pod: Any, namespace: Namespace | None, policies: PolicySet | None, a
             names = multus.plan(annotations_.get(keys.MULTUS_NETWORKS), policy.networks, namespace.name)
             if names.problem is not None:
                 names = multus.plan(None, policy.networks, namespace.name)
-        subject = Subject(pod, policy, namespace.labels, [], networks=names)
+        subject = _subject(pod, policy, namespace, [], config_maps, networks=names)
         subject.others = others
         subject.launchers = launchers
         warnings = _warnings(pod, subject)
@@ -536,7 +549,7 @@ def _assess(pod: Any, namespace: Namespace | None, policies: PolicySet | None, a
             if policy.networks:
                 problems.append(Finding("multus-annotation", None, f"{keys.MULTUS_NETWORKS}: {plan.problem}"))
             plan = None
-    subject = Subject(pod, policy, namespace.labels, targets, devices, problems, plan, claim_entry)
+    subject = _subject(pod, policy, namespace, targets, config_maps, devices, problems, plan, claim_entry)
     subject.others = others
     subject.launchers = launchers
     denials = fallback.findings(subject, final=final)
@@ -547,9 +560,12 @@ def _assess(pod: Any, namespace: Namespace | None, policies: PolicySet | None, a
 
 
 def decide(pod: Any, namespace: Namespace | None, policies: PolicySet | None,
-           attachments: Attachments | None = None, operation: str = "CREATE") -> Decision:
-    """Decide what happens to `pod` (the raw object as sent; never modified here)."""
-    assessed = _assess(pod, namespace, policies, attachments, operation, final=False)
+           attachments: Attachments | None = None, operation: str = "CREATE",
+           config_maps: ConfigMaps | None = None) -> Decision:
+    """Decide what happens to `pod` (the raw object as sent; never modified here). `config_maps`:
+    the ConfigMaps at hand, for scripts the containers run from ConfigMap volumes
+    (`webhook.core.scripts`; None: none, and such a script is named in a warning)."""
+    assessed = _assess(pod, namespace, policies, attachments, operation, False, config_maps)
     if isinstance(assessed, Decision):
         return assessed
     subject, warnings = assessed
@@ -561,10 +577,11 @@ def decide(pod: Any, namespace: Namespace | None, policies: PolicySet | None,
 
 
 def check_final(pod: Any, namespace: Namespace | None, policies: PolicySet | None,
-                attachments: Attachments | None = None, operation: str = "CREATE") -> Decision:
+                attachments: Attachments | None = None, operation: str = "CREATE",
+                config_maps: ConfigMaps | None = None) -> Decision:
     """The final-state guard for a pod as it will be stored, after every mutating webhook ran:
     the TCP-fallback rules plus the rules that the RDMA pieces are really there. No mutation."""
-    assessed = _assess(pod, namespace, policies, attachments, operation, final=True)
+    assessed = _assess(pod, namespace, policies, attachments, operation, True, config_maps)
     if isinstance(assessed, Decision):
         return assessed
     subject, warnings = assessed

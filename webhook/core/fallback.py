@@ -19,7 +19,7 @@ from typing import Any, Callable
 from webhook.commands import launchers, reader
 from webhook.commands.text import mentions
 from webhook.grammar import k8s, nccl
-from webhook.core import keys
+from webhook.core import keys, scripts
 from webhook.fabrics import multus
 from webhook.core.model import Device, Policy
 from webhook.fabrics.transports import DENY, TRANSPORTS
@@ -55,6 +55,7 @@ class Target:
         self.families: tuple[str, ...] = ()
         self.restricts = False
         self.cmd_env_list = False
+        self.exports = False  # its command gives Open MPI's -x (webhook.core.ranks._export_flags)
         self.is_target = False
 
 
@@ -82,6 +83,14 @@ class Subject:
         # reaches every rank, so their settings are judged as a GPU container's, GPU or not.
         self.launchers: list[Target] = []
         self._commands: list[tuple[dict[str, Any], str, list[tuple[str, str]]]] | None = None
+        # Scripts from ConfigMap volumes (`webhook.core.scripts`): the ConfigMaps handed in (None:
+        # none at hand, as at admission), the namespace they are looked up in; what the reading
+        # found in each script file (name, value) -> (path, ConfigMap), and the scripts that
+        # could not be read (container, path, ConfigMap), once each.
+        self.config_maps: scripts.ConfigMaps | None = None
+        self.namespace = ""
+        self.origins: dict[int, dict[tuple[str, str], tuple[str, str]]] = {}
+        self.unread: list[tuple[str, str, str]] = []
 
     def container(self, t: Target) -> dict[str, Any]:
         spec: dict[str, Any] = self.pod["spec"]
@@ -100,6 +109,7 @@ class Subject:
         found: list[tuple[dict[str, Any], str, list[tuple[str, str]]]] = []
         budget: reader.Budget | None = None  # one per decision: linear whatever the scripts
         spec: dict[str, Any] = self.pod.get("spec") or {}
+        volumes: scripts.PodVolumes | None = None  # the ConfigMap volumes, found when first needed
         for kind in ("initContainers", "containers"):
             containers: list[dict[str, Any]] = spec.get(kind) or []
             for i, c in enumerate(containers):
@@ -114,12 +124,26 @@ class Subject:
                             break
                 words = command_words(c, env)
                 line = " ".join(words)
-                if mentions(line, wanted):
+                named = mentions(line, wanted)
+                files: scripts.MountedFiles | None = None
+                if named or scripts.may_name_a_mount(c, line):  # most commands name no mounted path
+                    if volumes is None:
+                        volumes = scripts.PodVolumes(spec)
+                    files = scripts.MountedFiles(c, volumes, self.namespace, self.config_maps)
+                if named or (files is not None and files.mentioned(line)):
                     if env is None:
                         env = k8s.Env(c.get("env"))
                     if budget is None:
                         budget = reader.Budget()
-                    settings = reader.settings(words, wanted, env, budget)
+                    reading = reader.read(words, wanted, env, budget, files)
+                    settings = reading.found
+                    if files is not None:
+                        for pair, path in reading.origins.items():
+                            origin = files.lookup(path)
+                            self.origins.setdefault(id(c), {})[pair] = (path, origin[1] if origin is not None else "")
+                        for path, cm in reading.unread:
+                            if not any(u[1] == path and u[2] == cm for u in self.unread):
+                                self.unread.append((str(c.get("name")), path, cm))
                     if settings:
                         found.append((c, line, settings))
         self._commands = found
@@ -240,7 +264,10 @@ def _rule_command(s: Subject) -> list[Finding]:
         for name, value in settings:
             why = judge_setting(name, value, s.policy)
             if why is not None and why[0] == DENY:
-                out.append(Finding("command-fallback", c.get("name"), why[1] + f" in the command{_launcher_note(line)}"))
+                origin = s.origins.get(id(c), {}).get((name, value))
+                where = (f" in the script {origin[0]} (ConfigMap {repr(origin[1])}) that the command runs"
+                         if origin is not None else f" in the command{_launcher_note(line)}")
+                out.append(Finding("command-fallback", c.get("name"), why[1] + where))
     return out
 
 

@@ -81,8 +81,9 @@ def find_launchers(pod: dict[str, Any], labels: dict[str, str], targets: list[Ta
         families: tuple[str, ...] = ()
         restricts = False
         env_list = False
+        exports = False
         if has_command and (by_label or _may_run_a_launcher(c, env)):
-            families, restricts, env_list = launcher_use("\0".join(command_words(c)))
+            families, restricts, env_list, exports = launcher_use("\0".join(command_words(c)))
         if not families:
             if not by_label:
                 continue
@@ -94,6 +95,7 @@ def find_launchers(pod: dict[str, Any], labels: dict[str, str], targets: list[Ta
         t.families = families
         t.restricts = restricts
         t.cmd_env_list = env_list
+        t.exports = exports
         out.append(t)
     return out
 
@@ -110,6 +112,9 @@ def forward(container: dict[str, Any], t: Target, policy: Policy, warnings: list
     if openmpi and t.cmd_env_list:
         warnings.append(f"{t.name}: the command's --mca {launchers.MCA_ENV_LIST} replaces {launchers.OMPI_ENV_LIST}, so Open MPI "
                         f"forwards the policy's {', '.join(names)} only where the command names them: add -x NAME for each")
+    elif openmpi and t.exports and t.env.index(launchers.OMPI_ENV_LIST) is None:
+        # (a user who sets the env list and -x runs Open MPI 5, which takes both: the list is extended)
+        note = _export_flags(container, t, names, warnings)
     elif openmpi:
         env: list[Any] = container.get("env") or []
         i = t.env.index(launchers.OMPI_ENV_LIST)
@@ -151,3 +156,46 @@ def forward(container: dict[str, Any], t: Target, policy: Policy, warnings: list
         warnings.append(f"{t.name}: the command's -genvnone/-genvlist keeps the launcher's environment from the ranks of MPICH and "
                         f"Intel MPI, so the policy's {', '.join(names)} reach them only if listed: add them to -genvlist")
     return note
+
+
+def _export_flags(container: dict[str, Any], t: Target, names: list[str], warnings: list[str]) -> str | None:
+    """The command gives `-x`, so the launcher is Open MPI, and Open MPI 4 refuses `-x` together
+    with `mca_base_env_list`: the block's names the command does not export yet go out as
+    `-x NAME` flags right after the launcher's name (each forwards the launcher env's value,
+    which holds the block; a user's `-x NAME=VALUE` of an enforced name with another value is
+    denied by the launcher-enforced rule). Only where the launcher is a word of `command` or
+    `args`: in a script the flags cannot be placed safely, and a warning says what to add."""
+    where: tuple[str, int] | None = None
+    words: list[tuple[str, int, str]] = []  # (command or args, index, word) in the order run
+    for key in ("command", "args"):
+        part = container.get(key)
+        if isinstance(part, list):
+            for i, w in enumerate(part):
+                if isinstance(w, str):
+                    words.append((key, i, w))
+                    if where is None and launchers.FAMILIES.get(w.rsplit("/", 1)[-1]) in ("openmpi", "either"):
+                        where = (key, i)
+    if where is None:
+        warnings.append(f"{t.name}: the command's script runs an Open MPI launcher with -x, which Open MPI 4 refuses together with "
+                        f"{launchers.OMPI_ENV_LIST}, so the policy's {', '.join(names)} reach the ranks only where the "
+                        f"script names them: add -x NAME for each")
+        return None
+    listed: list[str] = []
+    after = False
+    for j in range(len(words) - 1):
+        key, i, w = words[j]
+        if (key, i) == where:
+            after = True
+        elif after and w in launchers.OMPI_EXPORT_FLAGS:
+            listed.append(words[j + 1][2].split("=", 1)[0])
+    missing = [name for name in names if name not in listed]
+    if not missing:
+        return None
+    key, i = where
+    container[key] = edited = list(container[key])  # a new list: the pod as sent keeps its own
+    flags: list[str] = []
+    for name in missing:
+        flags.append("-x")
+        flags.append(name)
+    edited[i + 1:i + 1] = flags
+    return "-x " + " -x ".join(missing)
