@@ -211,7 +211,7 @@ def test_an_unlabelled_launcher_template_is_warned_about_at_apply_time(policies)
 
 def test_review_of_the_why_examples():
     """`rdma-webhook review` on the launcher pods of the issue's examples: the mutated launcher
-    (exit 0, the env list in the patch) and the -x NCCL_IB_DISABLE=1 one (exit 1)."""
+    (exit 0, mutated: the block and its -x flags) and the -x NCCL_IB_DISABLE=1 one (exit 1)."""
     good = ROOT / "examples" / "pods" / "mpijob-launcher.yaml"
     out = subprocess.run([sys.executable, "-m", "webhook", "review", "--policies", str(ROOT / "policies"), "--output", "json", str(good)],
                          capture_output=True, text=True, cwd=ROOT)

@@ -131,8 +131,16 @@ def run_ranks(hosts, package: str, launcher_env: dict[str, str], launcher_flags:
         argv = [str(bin_dir / "mpiexec"), *harness, "-n", str(np), "-ppn", "1", *launcher_flags, sys.executable, "-c", RANK,
                 str(seen)]
     env = {**launcher_env, "PATH": path, "HOME": "/root"}
-    out = subprocess.run(["ip", "netns", "exec", hosts["launcher"], "env", "-i", *[f"{n}={v}" for n, v in env.items()], *argv],
-                         capture_output=True, text=True, timeout=120)
+    for attempt in range(3):
+        out = subprocess.run(["ip", "netns", "exec", hosts["launcher"], "env", "-i", *[f"{n}={v}" for n, v in env.items()], *argv],
+                             capture_output=True, text=True, timeout=120)
+        # Open MPI 4's daemons once failed to connect back under a load of 5.5 (both cores busy):
+        # an infrastructure hiccup of the test hosts, not what is tested, so the run is repeated
+        # (at most twice); every other failure counts at once.
+        if out.returncode == 0 or "unable to complete a TCP connection" not in out.stderr:
+            break
+        for f in seen.glob("rank-*.json"):
+            f.unlink()
     ranks = [json.loads(f.read_text()) for f in sorted(seen.glob("rank-*.json"))]
     assert out.returncode == 0 and len(ranks) == np, (out.returncode, out.stdout[-2000:], out.stderr[-4000:])
     for r in ranks:  # each rank ran on a worker host, started through the agent, fresh
