@@ -57,6 +57,10 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--cluster-state", metavar="FILE",
                    help="read namespaces, NetworkAttachmentDefinitions and Trainer runtimes from this YAML file instead "
                         "of watching the API server (default: the API server, in-cluster or kubeconfig)")
+    s.add_argument("--check-admission-policy", action="store_true",
+                   help="the policy mode: watch (read-only) the ValidatingAdmissionPolicies that `policy admission-policy` "
+                        "generated and report on /metrics (rdma_webhook_admission_policy_in_sync) and /readyz whether they "
+                        "match the policies in force (default: off; needs get/list/watch on them, see README)")
     s.add_argument("--log-level", default="INFO", help="DEBUG, INFO, WARNING or ERROR (default: %(default)s)")
     s.add_argument("--trainer-release", choices=trainer.TRAINER_RELEASES, default=trainer.trainer_release(),
                    help="the Kubeflow Trainer release whose rules make a TrainJob's pods from its runtime "

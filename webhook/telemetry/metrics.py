@@ -22,6 +22,15 @@ CERT_EXPIRY = Gauge("rdma_webhook_certificate_expiry_timestamp_seconds", "Unix t
                     multiprocess_mode="livemin")
 CACHE_READY = Gauge("rdma_webhook_cluster_cache_ready", "1 once the cluster state cache is ready.",
                     multiprocess_mode="livemin")
+# The policy mode's run-time check (webhook.cluster.admission_policies): whether the generated
+# ValidatingAdmissionPolicies the cluster holds match the policies in force. Absent unless
+# `serve --check-admission-policy`.
+ADMISSION_POLICY_IN_SYNC = Gauge("rdma_webhook_admission_policy_in_sync",
+                                 "1 if the cluster's generated ValidatingAdmissionPolicies match the policies in force, else 0.",
+                                 multiprocess_mode="livemin")
+ADMISSION_POLICY_MISMATCHES = Gauge("rdma_webhook_admission_policy_mismatches",
+                                    "Differences between the generated ValidatingAdmissionPolicies and the policies in force.",
+                                    multiprocess_mode="livemax")
 
 EXPORTED_METRIC_NAMES = frozenset({
     "rdma_webhook_admissions_total",
@@ -34,6 +43,8 @@ EXPORTED_METRIC_NAMES = frozenset({
     "rdma_webhook_policy_last_reload_success",
     "rdma_webhook_certificate_expiry_timestamp_seconds",
     "rdma_webhook_cluster_cache_ready",
+    "rdma_webhook_admission_policy_in_sync",
+    "rdma_webhook_admission_policy_mismatches",
 })
 
 
