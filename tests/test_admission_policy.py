@@ -274,3 +274,29 @@ def test_kustomize_policy_mode(tmp_path):
     dry = _kustomize(tmp_path / "dry", ["catalogue/erdma", "admission-policy/erdma", "admission-policy/mode",
                                         "admission-policy/dry-run"])
     assert [d["spec"]["validationActions"] for d in dry if d["kind"] == ap.BINDING_KIND] == [["Warn", "Audit"]]
+
+
+def test_the_metrics_read_as_the_worker_set_them_under_gunicorn(tmp_path):
+    """Multi-process metrics: the master imports the module (a 0 it never sets) and forks the
+    workers that check; the page shows the worker's value, in sync or not."""
+    script = """
+import os
+from webhook.telemetry import metrics
+pid = os.fork()
+if pid == 0:
+    out = []
+    for in_sync, mismatches in ((1, 0), (0, 2)):
+        metrics.ADMISSION_POLICY_IN_SYNC.set(in_sync)
+        metrics.ADMISSION_POLICY_MISMATCHES.set(mismatches)
+        out.append(sorted(l for l in metrics.exposition()[0].decode().splitlines()
+                          if l.startswith("rdma_webhook_admission_policy_")))
+    print(out)
+    os._exit(0)
+os.waitpid(pid, 0)
+"""
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60, cwd=ROOT,
+                          env={**__import__("os").environ, "PROMETHEUS_MULTIPROC_DIR": str(tmp_path)})
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == str([
+        ["rdma_webhook_admission_policy_in_sync 1.0", "rdma_webhook_admission_policy_mismatches 0.0"],
+        ["rdma_webhook_admission_policy_in_sync 0.0", "rdma_webhook_admission_policy_mismatches 2.0"]])
