@@ -293,12 +293,11 @@ def objects(policies: PolicySet, actions: Sequence[str] = ("Deny",)) -> list[dic
     out: list[dict[str, Any]] = []
     for policy in sorted(policies.by_name.values(), key=lambda p: p.name):
         spec = policy_spec(policy)
-        meta = {"name": object_name(policy.name), "labels": {**PART_OF, POLICY_LABEL: policy.name},
-                "annotations": {DIGEST_ANNOTATION: digest(spec)}}
-        out.append({"apiVersion": API_VERSION, "kind": POLICY_KIND, "metadata": meta, "spec": spec})
-        binding_spec = {"policyName": object_name(policy.name), "validationActions": list(actions)}
-        out.append({"apiVersion": API_VERSION, "kind": BINDING_KIND,
-                    "metadata": {**meta, "annotations": {DIGEST_ANNOTATION: digest(spec)}}, "spec": binding_spec})
+        for kind, body in ((POLICY_KIND, spec),
+                           (BINDING_KIND, {"policyName": object_name(policy.name), "validationActions": list(actions)})):
+            meta = {"name": object_name(policy.name), "labels": {**PART_OF, POLICY_LABEL: policy.name},
+                    "annotations": {DIGEST_ANNOTATION: digest(spec)}}  # each object its own dicts
+            out.append({"apiVersion": API_VERSION, "kind": kind, "metadata": meta, "spec": body})
     return out
 
 
