@@ -393,8 +393,9 @@ class Webhook:
 
     def __init__(self, workdir: Path, kubeconfig_file: Path | None, policies: Path = ROOT / "policies",
                  workers: int = 2, port: int | None = None, certs: Path | None = None, name: str = "webhook",
-                 launcher: list[str] | None = None):
+                 launcher: list[str] | None = None, extra_args: list[str] | None = None):
         self.launcher = launcher  # argv before "serve" (default: the installed rdma-webhook)
+        self.extra_args = list(extra_args or [])  # more `serve` flags (e.g. --check-admission-policy)
         self.dir = Path(workdir)
         self.kubeconfig, self.policies, self.workers = kubeconfig_file, policies, workers
         self.port = port or free_port()
@@ -416,7 +417,7 @@ class Webhook:
         launcher = self.launcher or ([str(exe)] if exe.exists() else [sys.executable, "-m", "webhook"])
         argv = [*launcher, "serve", "--policies", str(self.policies),
                 "--tls-cert", str(self.certs / "tls.crt"), "--tls-key", str(self.certs / "tls.key"),
-                "--host", "127.0.0.1", "--port", str(self.port), "--workers", str(self.workers)]
+                "--host", "127.0.0.1", "--port", str(self.port), "--workers", str(self.workers), *self.extra_args]
         self.proc = Process(self.name, argv, self.dir / f"{self.name}.log", env=env, cwd=ROOT)
         if wait_ready:
             self.wait_ready(timeout)

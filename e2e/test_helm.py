@@ -146,7 +146,8 @@ def _admitted_with_ib_shared(cp, served: c.Webhook, ns: str, name: str) -> bool:
     [],
     ["policies.enabled={ib-shared}", "certificates.source=certManager", "monitoring.serviceMonitor.enabled=true",
      "monitoring.prometheusRule.enabled=true", "monitoring.dashboard.enabled=true", "networkPolicy.enabled=true"],
-], ids=["default", "everything"])
+    ["policies.enabled={ib-shared,erdma}", "finalStateCheck.mode=admissionPolicy", "finalStateCheck.dryRun=true"],
+], ids=["default", "everything", "admission-policy"])
 def test_chart_objects_pass_server_side_dry_run(cp, helm, combination):
     """The API server's own validation (and the minimal cert-manager and Prometheus Operator CRDs
     of e2e/crds.yaml) of every object, in a namespace made for it as --create-namespace would."""
@@ -160,5 +161,13 @@ def test_chart_objects_pass_server_side_dry_run(cp, helm, combination):
     assert proc.stdout.count("(server dry run)") == len(docs), proc.stdout
     kinds = {d["kind"] for d in docs}
     assert {"Deployment", "MutatingWebhookConfiguration", "ValidatingWebhookConfiguration", "ConfigMap"} <= kinds
-    if combination:
+    if "networkPolicy.enabled=true" in combination:
         assert {"Certificate", "Issuer", "ServiceMonitor", "PrometheusRule", "NetworkPolicy"} <= kinds
+    if "finalStateCheck.mode=admissionPolicy" in combination:  # the API server compiled their CEL
+        vaps = [d for d in docs if d["kind"] == "ValidatingAdmissionPolicy"]
+        assert sorted(d["metadata"]["name"] for d in vaps) == ["rdma-webhook-final-state-erdma",
+                                                             "rdma-webhook-final-state-ib-shared"]
+        assert [d["spec"]["validationActions"] for d in docs if d["kind"] == "ValidatingAdmissionPolicyBinding"] == \
+            [["Warn", "Audit"]] * 2
+        vwc = [d for d in docs if d["kind"] == "ValidatingWebhookConfiguration"][0]
+        assert [h["name"] for h in vwc["webhooks"]] == ["workloads.validate.rdma-webhook.io"]

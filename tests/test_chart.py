@@ -137,6 +137,9 @@ COMBINATIONS = {
     "monitoring": ["monitoring.serviceMonitor.enabled=true", "monitoring.prometheusRule.enabled=true",
                    "monitoring.dashboard.enabled=true"],
     "network-policy": ["networkPolicy.enabled=true"],
+    "admission-policy": ["policies.enabled={" + ",".join(NAMES) + "}", "finalStateCheck.mode=admissionPolicy"],
+    "admission-policy-dry-run": ["policies.enabled={erdma}", "finalStateCheck.mode=admissionPolicy",
+                                 "finalStateCheck.dryRun=true"],
     "url": ["webhook.url=https://127.0.0.1:8443", "deployment.enabled=false"],
     "scheduling": ["replicaCount=3", "priorityClassName=rdma-webhook-critical", "nodeSelector.pool=system",
                    "tolerations[0].key=dedicated", "tolerations[0].operator=Exists",
@@ -348,6 +351,7 @@ def test_network_policy():
     ("image.pullPolicy=Sometimes", "/image/pullPolicy"),
     ("certificates.source=provided", "/certificates/provided/caCert"),
     ("networkPolicy.apiServerPorts={0}", "/networkPolicy/apiServerPorts/0"),
+    ("finalStateCheck.mode=policy", "value must be one of 'webhook', 'admissionPolicy'"),
 ])
 def test_bad_values_fail_with_a_clear_message(bad, message):
     err = refused(bad)
@@ -392,13 +396,22 @@ def _by_key(docs) -> dict:
     return {(d["kind"], _normalise(d["metadata"]["name"])): _normalise(d) for d in docs}
 
 
-@pytest.mark.parametrize("chosen", [[], ["ib-shared"], NAMES], ids=["none", "one", "all"])
-def test_chart_equals_kustomize_with_cert_manager(tmp_path, chosen):
+@pytest.mark.parametrize("chosen,policy_mode", [([], False), (["ib-shared"], False), (NAMES, False),
+                                                (["erdma", "sriov-roce"], True), (NAMES, True)],
+                         ids=["none", "one", "all", "two-policy-mode", "all-policy-mode"])
+def test_chart_equals_kustomize_with_cert_manager(tmp_path, chosen, policy_mode):
+    """The policy mode too: finalStateCheck.mode=admissionPolicy against the components
+    deploy/admission-policy/NAME and deploy/admission-policy/mode."""
     rel = os.path.relpath(REPO / "deploy", tmp_path)
+    components = [f"{rel}/catalogue/{n}" for n in chosen]
+    if policy_mode:
+        components += [f"{rel}/admission-policy/{n}" for n in chosen] + [f"{rel}/admission-policy/mode"]
     (tmp_path / "kustomization.yaml").write_text(
-        f"resources: [{rel}]\n" + (f"components: [{', '.join(f'{rel}/catalogue/{n}' for n in chosen)}]\n" if chosen else ""))
+        f"resources: [{rel}]\n" + (f"components: [{', '.join(components)}]\n" if components else ""))
     kustomize = _by_key(_kustomize(tmp_path))
     sets = ["certificates.source=certManager"] + (["policies.enabled={" + ",".join(chosen) + "}"] if chosen else [])
+    sets += ["finalStateCheck.mode=admissionPolicy"] if policy_mode else []
+    assert sum(k[0] == "ValidatingAdmissionPolicy" for k in kustomize) == (len(chosen) if policy_mode else 0)
     chart = _by_key(template(*sets))
     # The chart creates no Namespace (`helm install --create-namespace`, Helm's convention);
     # deploy/'s carries the Pod Security and opt-out labels that deploy/README.md asks Helm users to add.
@@ -435,3 +448,41 @@ def test_chart_monitoring_equals_kustomize_monitoring():
 def test_chart_monitoring_files_are_byte_identical(name):
     assert (CHART / "files" / name).read_bytes() == (REPO / "deploy" / "monitoring" / name).read_bytes(), \
         f"copy deploy/monitoring/{name} to charts/rdma-webhook/files/ again"
+
+
+# --- the final-state check's policy mode ---------------------------------------------------------------------
+
+def test_policy_mode_objects_are_the_generators(tmp_path):
+    """What the chart renders for finalStateCheck.mode=admissionPolicy is what `rdma-webhook
+    policy admission-policy` makes from policies.enabled, with the release namespace in the
+    namespace selector and the dry run in the binding; the pod webhook of /validate is gone, the
+    workloads' one stays; the webhook gets read-only access and the --check-admission-policy flag."""
+    from webhook.policy import admission_policy as ap
+    from webhook.policy.load import load_texts
+
+    chosen = ["erdma", "sriov-roce"]
+    wanted, errors = load_texts([(f"{n}.yaml", (CATALOGUE / f"{n}.yaml").read_text()) for n in chosen])
+    assert wanted is not None, errors
+    docs = template("policies.enabled={erdma,sriov-roce}", "finalStateCheck.mode=admissionPolicy",
+                    "finalStateCheck.dryRun=true", release="other", namespace="gpu-admission")
+    got = [d for d in docs if d["kind"] in (ap.POLICY_KIND, ap.BINDING_KIND)]
+    expected = ap.objects(wanted, ap.DRY_RUN)
+    for doc in expected:
+        if doc["kind"] == ap.POLICY_KIND:
+            doc["spec"]["matchConstraints"]["namespaceSelector"]["matchExpressions"][1]["values"] = ["kube-system", "gpu-admission"]
+    def order(d):
+        return d["kind"], d["metadata"]["name"]  # helm sorts its output by kind
+    assert sorted(got, key=order) == sorted(expected, key=order)
+    assert ap.mismatches(wanted, [d for d in got if d["kind"] == ap.POLICY_KIND],
+                         [d for d in got if d["kind"] == ap.BINDING_KIND]) == []
+    assert [h["name"] for h in one(docs, "ValidatingWebhookConfiguration")["webhooks"]] == ["workloads.validate.rdma-webhook.io"]
+    assert "--check-admission-policy" in one(docs, "Deployment")["spec"]["template"]["spec"]["containers"][0]["args"]
+    rules = one(docs, "ClusterRole")["rules"]
+    assert [r for r in rules if r["apiGroups"] == ["admissionregistration.k8s.io"]] == [
+        {"apiGroups": ["admissionregistration.k8s.io"],
+         "resources": ["validatingadmissionpolicies", "validatingadmissionpolicybindings"], "verbs": ["get", "list", "watch"]}]
+    # the webhook mode (the default) has none of it
+    default = template("policies.enabled={erdma}")
+    assert not find(default, ap.POLICY_KIND) and not find(default, ap.BINDING_KIND)
+    assert "pods.validate.rdma-webhook.io" in [h["name"] for h in one(default, "ValidatingWebhookConfiguration")["webhooks"]]
+    assert all("admissionregistration.k8s.io" not in r["apiGroups"] for r in one(default, "ClusterRole")["rules"])

@@ -336,9 +336,12 @@ def test_metrics_page_names_are_the_exported_list(server):
     server.request("POST", "/mutate", b"junk")
     text = server.request("GET", "/metrics")[1].decode()
     served = {m.group(1) for m in re.finditer(r"^(rdma_webhook_[a-z_]+)(?:\{| )", text, re.M)}
-    # policy reloads only appear once a reload happened in this process; everything else must be there
+    # policy reloads only appear once a reload happened in this process, the admission-policy
+    # check's gauges only under --check-admission-policy (e2e/test_admission_policy.py reads
+    # them there); everything else must be there
     assert served <= EXPORTED_METRIC_NAMES
-    assert EXPORTED_METRIC_NAMES - served <= {"rdma_webhook_policy_reloads_total"}
+    assert EXPORTED_METRIC_NAMES - served <= {"rdma_webhook_policy_reloads_total", "rdma_webhook_admission_policy_in_sync",
+                                              "rdma_webhook_admission_policy_mismatches"}
 
 
 def test_graceful_shutdown_under_traffic_loses_no_request(tmp_path):

@@ -7,7 +7,7 @@ import argparse
 from typing import Iterable
 
 from webhook.cli.certs import cmd_certs
-from webhook.cli.policy import cmd_lint, cmd_migrate
+from webhook.cli.policy import cmd_admission_policy, cmd_lint, cmd_migrate
 from webhook.cli.review import cmd_review
 from webhook.cli.serve import cmd_serve
 
@@ -57,6 +57,10 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--cluster-state", metavar="FILE",
                    help="read namespaces, NetworkAttachmentDefinitions and Trainer runtimes from this YAML file instead "
                         "of watching the API server (default: the API server, in-cluster or kubeconfig)")
+    s.add_argument("--check-admission-policy", action="store_true",
+                   help="the policy mode: watch (read-only) the ValidatingAdmissionPolicies that `policy admission-policy` "
+                        "generated and report on /metrics (rdma_webhook_admission_policy_in_sync) and /readyz whether they "
+                        "match the policies in force (default: off; needs get/list/watch on them, see README)")
     s.add_argument("--log-level", default="INFO", help="DEBUG, INFO, WARNING or ERROR (default: %(default)s)")
     s.add_argument("--trainer-release", choices=trainer.TRAINER_RELEASES, default=trainer.trainer_release(),
                    help="the Kubeflow Trainer release whose rules make a TrainJob's pods from its runtime "
@@ -101,7 +105,7 @@ def build_parser() -> argparse.ArgumentParser:
     r.set_defaults(func=cmd_review)
 
     pol = sub.add_parser("policy", help="policy tools", description="Policy tools.")
-    polsub = pol.add_subparsers(dest="policy_command", required=True, metavar="{lint}")
+    polsub = pol.add_subparsers(dest="policy_command", required=True, metavar="{lint,migrate,admission-policy}")
     lint = polsub.add_parser("lint", help="validate the policy files of a folder", formatter_class=raw,
                              description="Validate every policy file of a folder, reporting every problem of every file.",
                              epilog="exit status: 0 all policies valid (warnings allowed), 1 any problem")
@@ -110,6 +114,21 @@ def build_parser() -> argparse.ArgumentParser:
     mig = polsub.add_parser("migrate", help="print v1alpha1 policy files as v1alpha2 (comments are not kept)")
     mig.add_argument("files", nargs="+", metavar="FILE")
     mig.set_defaults(func=cmd_migrate)
+    vap = polsub.add_parser(
+        "admission-policy", formatter_class=raw,
+        help="print the pods' final-state check as ValidatingAdmissionPolicies (CEL) and their bindings",
+        description="Print, as YAML, one ValidatingAdmissionPolicy and one ValidatingAdmissionPolicyBinding per policy "
+                    "of the folder: the final-state check of labelled pods that `/validate` makes, run by the API server "
+                    "itself (Kubernetes >= 1.30), keyed on the rdma-webhook.io/applied-policy annotation the mutating "
+                    "webhook writes. Apply the output with the webhook configurations of the policy mode (README, "
+                    "\"Final-state check as a ValidatingAdmissionPolicy\"); regenerate it whenever a policy changes.",
+        epilog="exit status: 0 printed, 1 a policy file is invalid (nothing printed), 2 on a bad flag")
+    vap.add_argument("--policies", metavar="DIR", help="the policies folder in force (default: the repository's policies/)")
+    vap.add_argument("--dry-run", action="store_true",
+                     help="bind with validationActions [Warn, Audit]: a pod that fails the check is admitted, the client "
+                          "gets a warning and the audit log an annotation (default: off: [Deny])")
+    vap.add_argument("--out", metavar="FILE", help="write to FILE instead of stdout")
+    vap.set_defaults(func=cmd_admission_policy)
 
     c = sub.add_parser("certs", help="write a CA and a serving certificate for the webhook Service", formatter_class=raw,
                        description="Write ca.crt, ca.key, tls.crt and tls.key (keys 0600) into --out. stdout carries "

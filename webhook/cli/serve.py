@@ -19,6 +19,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
               f"({serve.SERVERS[0]} is the default)", file=sys.stderr)
         return 2
 
+    if args.check_admission_policy and args.cluster_state:
+        print("error: --check-admission-policy reads the cluster's ValidatingAdmissionPolicies from the API server; "
+              "it cannot be combined with --cluster-state", file=sys.stderr)
+        return 2
     for label, path in (("--tls-cert", args.tls_cert), ("--tls-key", args.tls_key), ("--client-ca", args.client_ca),
                         ("--cluster-state", args.cluster_state)):
         if path and not os.path.isfile(path):
@@ -26,4 +30,5 @@ def cmd_serve(args: argparse.Namespace) -> int:
             return 2
     return serve.run(policies_dir=policies_dir(args.policies), tls_cert=args.tls_cert, tls_key=args.tls_key,
                      host=args.host, port=args.port, workers=args.workers,
-                     cluster_state=args.cluster_state, client_ca=args.client_ca, log_level=args.log_level)
+                     cluster_state=args.cluster_state, client_ca=args.client_ca, log_level=args.log_level,
+                     check_admission_policy=args.check_admission_policy)

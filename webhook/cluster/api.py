@@ -314,7 +314,8 @@ class ApiClusterState:
                  watch_timeout: int = 300, backoff_min: float = 0.5, backoff_max: float = 30.0,
                  networks_check_interval: float = 5.0, fetch_timeout: float = 2.0, miss_ttl: float = 5.0,
                  connect_timeout: float = 5.0, watch_runtimes: bool = True, page_size: int = 500,
-                 stale_after: float = 60.0, clock: Callable[[], float] = time.monotonic):
+                 stale_after: float = 60.0, clock: Callable[[], float] = time.monotonic,
+                 admission_policies: Callable[[], Any] | None = None):
         self.uses_networks = uses_networks
         self.watch_runtimes = watch_runtimes
         self.watch_timeout, self.backoff_min, self.backoff_max = int(watch_timeout), backoff_min, backoff_max
@@ -339,6 +340,13 @@ class ApiClusterState:
                       _tr_key, _runtime_value, optional=True),
             _Informer(self, CTR_PLURAL, custom.list_cluster_custom_object, (TRAINER_GROUP, TRAINER_VERSION, CTR_PLURAL),
                       lambda obj: str(obj["metadata"]["name"]), _runtime_value, optional=True))
+        # The policy mode's read-only check of the generated ValidatingAdmissionPolicies, when
+        # `admission_policies` gives the policies in force (webhook.cluster.admission_policies).
+        self.admission_policy_check: Any = None
+        if admission_policies is not None:
+            from webhook.cluster.admission_policies import AdmissionPolicyCheck
+
+            self.admission_policy_check = AdmissionPolicyCheck(self, api_client, admission_policies)
         self._tracking_nads = False
         self._started = False
         self._stopping = threading.Event()
@@ -415,6 +423,8 @@ class ApiClusterState:
         for informer in self._runtime_informers if self.watch_runtimes else ():
             informer.start()
             self._threads.append(informer.thread)  # type: ignore[arg-type]
+        if self.admission_policy_check is not None:
+            self._threads.extend(self.admission_policy_check.start())
         if not self._maybe_track_networks():
             checker = threading.Thread(target=self._check_networks, name="watch-policy-networks", daemon=True)
             checker.start()
@@ -426,7 +436,8 @@ class ApiClusterState:
         deadline = time.monotonic() + timeout
         for thread in self._threads:
             while thread.is_alive() and time.monotonic() < deadline:
-                for informer in (self._ns, self._nads, *self._runtime_informers):
+                checked = self.admission_policy_check.informers if self.admission_policy_check is not None else ()
+                for informer in (self._ns, self._nads, *self._runtime_informers, *checked):
                     if informer.watch is not None:  # shuts an open watch's socket; repeated in case one was opening
                         informer.watch.stop()
                 thread.join(0.05)

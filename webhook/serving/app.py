@@ -146,7 +146,11 @@ def create_app(store: PolicyStore, cluster: ClusterState) -> Flask:
             problems.append((reason() if reason else None) or "cluster state not synced yet")
         if problems:
             return _json({"status": "not ready", "problems": problems}, 503)
-        return _json({"status": "ready", "policies": sorted(store.current.by_name)})
+        body: dict[str, Any] = {"status": "ready", "policies": sorted(store.current.by_name)}
+        check = getattr(cluster, "admission_policy_check", None)
+        if check is not None and check.problems:  # reported, never a reason to leave the Service
+            body["warnings"] = list(check.problems)
+        return _json(body)
 
     @app.get("/metrics")
     def metrics_page() -> Response:

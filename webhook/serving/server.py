@@ -63,7 +63,8 @@ class _Server(BaseApplication):
 
 
 def run(*, policies_dir: str, tls_cert: str, tls_key: str, host: str, port: int, workers: int,
-        cluster_state: str | None, client_ca: str | None, log_level: str = "INFO") -> int:
+        cluster_state: str | None, client_ca: str | None, log_level: str = "INFO",
+        check_admission_policy: bool = False) -> int:
     server = os.environ.get("RDMA_WEBHOOK_SERVER") or SERVERS[0]  # `rdma-webhook serve` checked the name
     if server == "granian":
         try:
@@ -98,7 +99,9 @@ def run(*, policies_dir: str, tls_cert: str, tls_key: str, host: str, port: int,
         from webhook.cluster.api import ApiClusterState
 
         try:
-            cluster = ApiClusterState.from_environment(uses_networks=lambda: _uses_networks(store))
+            cluster = ApiClusterState.from_environment(
+                uses_networks=lambda: _uses_networks(store),
+                admission_policies=(lambda: store.current) if check_admission_policy else None)
         except Exception as exc:  # no in-cluster config and no kubeconfig
             log.error("cannot reach the Kubernetes API (%s); run in a cluster, set KUBECONFIG, or pass --cluster-state FILE", exc)
             return 2

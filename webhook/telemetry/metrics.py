@@ -22,6 +22,17 @@ CERT_EXPIRY = Gauge("rdma_webhook_certificate_expiry_timestamp_seconds", "Unix t
                     multiprocess_mode="livemin")
 CACHE_READY = Gauge("rdma_webhook_cluster_cache_ready", "1 once the cluster state cache is ready.",
                     multiprocess_mode="livemin")
+# The policy mode's run-time check (webhook.cluster.admission_policies): whether the generated
+# ValidatingAdmissionPolicies the cluster holds match the policies in force. Meaningful only
+# with `serve --check-admission-policy`. `livemostrecent`: the value a worker's check set last
+# (each worker checks on its own, every few seconds); the gunicorn master, which imports this
+# module and so holds a 0 it never sets, does not pull a `livemin` down to 0.
+ADMISSION_POLICY_IN_SYNC = Gauge("rdma_webhook_admission_policy_in_sync",
+                                 "1 if the cluster's generated ValidatingAdmissionPolicies match the policies in force, else 0.",
+                                 multiprocess_mode="livemostrecent")
+ADMISSION_POLICY_MISMATCHES = Gauge("rdma_webhook_admission_policy_mismatches",
+                                    "Differences between the generated ValidatingAdmissionPolicies and the policies in force.",
+                                    multiprocess_mode="livemostrecent")
 
 EXPORTED_METRIC_NAMES = frozenset({
     "rdma_webhook_admissions_total",
@@ -34,6 +45,8 @@ EXPORTED_METRIC_NAMES = frozenset({
     "rdma_webhook_policy_last_reload_success",
     "rdma_webhook_certificate_expiry_timestamp_seconds",
     "rdma_webhook_cluster_cache_ready",
+    "rdma_webhook_admission_policy_in_sync",
+    "rdma_webhook_admission_policy_mismatches",
 })
 
 

@@ -1,0 +1,302 @@
+"""The final-state check as ValidatingAdmissionPolicies (webhook/policy/admission_policy.py): the
+objects' structure for every shipped policy, each policy feature reaching a rule, the CEL
+regular expression for NCCL_IB_DISABLE against NCCL's own reading, the comparison the webhook
+makes at run time, the CLI, the committed copies (kustomize, chart) and the kustomize policy
+mode. Whether the CEL compiles and denies what /validate denies is e2e/test_admission_policy.py's
+part, against kube-apiserver 1.37."""
+
+from __future__ import annotations
+
+import copy
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from conftest import CLI, POLICIES, ROOT
+from webhook.grammar import nccl
+from webhook.policy import admission_policy as ap
+from webhook.policy.load import load_dir, load_texts
+
+NAMES = sorted(p.stem for p in POLICIES.glob("*.yaml"))
+
+
+@pytest.fixture(scope="module")
+def shipped():
+    policies, errors = load_dir(POLICIES)
+    assert policies is not None, errors
+    return policies
+
+
+def _by_kind(docs, kind):
+    return [d for d in docs if d["kind"] == kind]
+
+
+def test_one_policy_and_one_binding_per_policy(shipped):
+    docs = ap.objects(shipped)
+    assert [d["metadata"]["name"] for d in _by_kind(docs, ap.POLICY_KIND)] == [f"rdma-webhook-final-state-{n}" for n in NAMES]
+    for vap, binding in zip(_by_kind(docs, ap.POLICY_KIND), _by_kind(docs, ap.BINDING_KIND)):
+        name = vap["metadata"]["labels"][ap.POLICY_LABEL]
+        assert vap["apiVersion"] == binding["apiVersion"] == "admissionregistration.k8s.io/v1"
+        assert binding["spec"] == {"policyName": vap["metadata"]["name"], "validationActions": ["Deny"]}
+        spec = vap["spec"]
+        assert spec["failurePolicy"] == "Fail"
+        assert spec["matchConstraints"]["resourceRules"] == [
+            {"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"], "resources": ["pods"]}]
+        assert spec["matchConstraints"]["objectSelector"] == {"matchLabels": {"rdma-webhook.io/inject": "true"}}
+        assert [c["name"] for c in spec["matchConditions"]] == ["applied-policy"]
+        assert f"== '{name}'" in spec["matchConditions"][0]["expression"]
+        assert "rdma-webhook.io/applied-policy" in spec["matchConditions"][0]["expression"]
+        for v in spec["validations"]:
+            assert set(v) in ({"expression", "messageExpression", "reason"}, {"expression", "message", "reason"}), v
+            assert v["reason"] == "Forbidden"
+            _balanced(v["expression"])
+            _balanced(v.get("messageExpression", "''"))
+
+
+def _balanced(expr: str) -> None:
+    """Quotes closed and brackets nested: what a CEL parser would refuse first."""
+    stack, quote, i = [], None, 0
+    while i < len(expr):
+        ch = expr[i]
+        if quote:
+            if ch == "\\":
+                i += 2
+                continue
+            if ch == quote:
+                quote = None
+        elif ch in "'\"":
+            quote = ch
+        elif ch in "([":
+            stack.append(ch)
+        elif ch in ")]":
+            assert stack and stack.pop() == {")": "(", "]": "["}[ch], expr
+        i += 1
+    assert quote is None and not stack, expr
+
+
+def _rules(vap) -> list[str]:
+    out = []
+    for v in vap["spec"]["validations"]:
+        text = v.get("messageExpression") or v["message"]
+        out.append(re.search(r"\[([a-z-]+)\]'?\s*$", text).group(1))
+    return out
+
+
+def test_every_policy_feature_has_its_rule(shipped):
+    """Each shipped policy's devices, enforced variables, transport, networks and hostNetwork
+    reach the CEL, read from the policy (not from a list kept here)."""
+    docs = {d["metadata"]["labels"][ap.POLICY_LABEL]: d for d in _by_kind(ap.objects(shipped), ap.POLICY_KIND)}
+    assert sorted(docs) == NAMES
+    for name, policy in shipped.by_name.items():
+        vap = docs[name]
+        text = "\n".join(v["expression"] + "\n" + v.get("messageExpression", v.get("message", "")) for v in vap["spec"]["validations"])
+        rules = _rules(vap)
+        assert rules.count("ipc-lock-missing") == rules.count("ipc-lock-dropped") == rules.count("shm") == 1
+        assert ("device-missing" in rules) == bool(policy.devices or policy.claim)
+        for d in policy.devices:
+            assert f"'{d.resource}'" in text
+        for resource in policy.equivalent_resources:
+            assert f"'{resource}'" in text
+        enforced = [e for e in policy.env if e.enforce]
+        assert rules.count("enforced-env") == len(enforced) >= 1
+        for e in enforced:
+            want = e.value.casefold() if e.name == "NCCL_NET" else e.value
+            assert f"'{want}'" in text and f"e.name == '{e.name}'" in text
+        assert rules.count("multus-networks") == len(policy.networks)
+        for n in policy.networks:
+            assert n.name in text
+        assert rules.count("host-network") == (policy.host_network != "Allowed")
+        for gpu in policy.gpu_resources:
+            assert f"'{gpu}'" in vap["spec"]["variables"][0]["expression"]
+        assert "env-fallback" in rules  # NCCL_NET at least, on every transport
+
+
+def test_templated_enforced_values_are_checked_for_presence():
+    text = (POLICIES / "sriov-roce.yaml").read_text().replace('NCCL_SOCKET_IFNAME: "{interface}"',
+                                                              'NCCL_SOCKET_IFNAME: {value: "{interface}", enforce: true}')
+    policies, errors = load_texts([("sriov-roce.yaml", text)])
+    assert policies is not None, errors
+    vap = _by_kind(ap.objects(policies), ap.POLICY_KIND)[0]
+    found = [v for v in vap["spec"]["validations"] if "NCCL_SOCKET_IFNAME" in v.get("messageExpression", "")]
+    assert len(found) == 1 and "!= ''" in found[0]["expression"] and "{interface}" not in found[0]["expression"]
+
+
+@pytest.mark.parametrize("value", ["1", "0", "", "08", "010", "0x0", "0x1", "0xA", "  -1", "+2", "abc", "0x", "00",
+                                   "7", "0 1", "1abc", " 0x00f", "9", "\t3", "-0"])
+def test_the_ib_disable_expression_reads_as_nccl_does(value):
+    assert bool(re.match(ap.IB_DISABLED_RE, value)) == nccl.ib_disabled(value)
+
+
+@pytest.mark.parametrize("text,literal", [("IB", "'IB'"), ("it's", "'it\\'s'"), ("a\\b", "'a\\\\b'"), ("x\ny", "'x\\x0ay'")])
+def test_cel_string_literals(text, literal):
+    assert ap.cel_str(text) == literal
+
+
+def test_dry_run_and_bad_actions(shipped):
+    binding = _by_kind(ap.objects(shipped, ap.DRY_RUN), ap.BINDING_KIND)[0]
+    assert binding["spec"]["validationActions"] == ["Warn", "Audit"]
+    for bad in ([], ["Deny", "Warn"], ["Block"], ["Warn", "Warn"]):
+        with pytest.raises(ValueError, match="validationActions"):
+            ap.objects(shipped, bad)
+
+
+def test_the_generated_objects_match_themselves_and_nothing_else(shipped):
+    docs = ap.objects(shipped)
+    vaps, bindings = _by_kind(docs, ap.POLICY_KIND), _by_kind(docs, ap.BINDING_KIND)
+    assert ap.mismatches(shipped, vaps, bindings) == []
+    # a policy changed without regenerating: named with both digests
+    changed, errors = load_texts([("erdma.yaml", (POLICIES / "erdma.yaml").read_text().replace(
+        "NCCL_NET: {value: IB, enforce: true}", "NCCL_NET: {value: IB, enforce: true}\n  NCCL_IB_TC: {value: '41', enforce: true}"))])
+    assert changed is not None, errors
+    erdma = [v for v in vaps if v["metadata"]["name"] == "rdma-webhook-final-state-erdma"]
+    found = ap.mismatches(changed, erdma, bindings)
+    assert len(found) == 1 and "another version of policy erdma (digest " in found[0], found
+    assert sum("not in force" in f for f in ap.mismatches(changed, vaps, bindings)) == 5
+    # a rule edited by hand (digest kept)
+    edited = copy.deepcopy(vaps)
+    edited[1]["spec"]["validations"].pop()
+    assert ap.mismatches(shipped, edited, bindings) == [
+        "ValidatingAdmissionPolicy rdma-webhook-final-state-erdma: its rules were edited after generation; regenerate and apply it"]
+    # defaults the API server adds elsewhere are no difference
+    defaulted = copy.deepcopy(vaps)
+    for v in defaulted:
+        v["spec"]["matchConstraints"]["matchPolicy"] = "Equivalent"
+        v["spec"]["auditAnnotations"] = None
+    assert ap.mismatches(shipped, defaulted, bindings) == []
+    # missing objects
+    assert ap.mismatches(shipped, vaps[1:], bindings[:-1]) == [
+        "ValidatingAdmissionPolicy rdma-webhook-final-state-efa for policy efa is not installed",
+        "ValidatingAdmissionPolicy rdma-webhook-final-state-sriov-roce-8rail has no ValidatingAdmissionPolicyBinding, so it checks nothing"]
+
+
+def test_the_run_time_check_sets_the_metrics(shipped):
+    from kubernetes import client
+
+    from webhook.cluster.admission_policies import AdmissionPolicyCheck
+    from webhook.cluster.api import ApiClusterState
+    from webhook.telemetry import metrics
+
+    state = ApiClusterState(client.ApiClient(client.Configuration()))  # no connection before start()
+    check = AdmissionPolicyCheck(state, client.ApiClient(client.Configuration()), lambda: shipped)
+    vaps, bindings = check.informers
+    assert check.check() is None  # nothing listed yet
+    docs = ap.objects(shipped)
+    vaps.items = {d["metadata"]["name"]: d for d in _by_kind(docs, ap.POLICY_KIND)}
+    bindings.items = {d["metadata"]["name"]: d for d in _by_kind(docs, ap.BINDING_KIND)}
+    vaps.synced = bindings.synced = True
+    assert check.check() == [] and metrics.ADMISSION_POLICY_IN_SYNC._value.get() == 1
+    del vaps.items["rdma-webhook-final-state-efa"]
+    vaps.items["someone-elses"] = {"metadata": {"name": "someone-elses"}, "spec": {}}  # not ours: ignored
+    assert check.check() == ["ValidatingAdmissionPolicy rdma-webhook-final-state-efa for policy efa is not installed"]
+    assert metrics.ADMISSION_POLICY_IN_SYNC._value.get() == 0 and metrics.ADMISSION_POLICY_MISMATCHES._value.get() == 1
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess:
+    script = Path(sys.executable).parent / "rdma-webhook"
+    cli = [str(script)] if script.exists() else [*CLI]
+    return subprocess.run([*cli, *args], capture_output=True, text=True, timeout=120, cwd=ROOT)
+
+
+def test_cli_prints_the_objects(shipped):
+    proc = _cli("policy", "admission-policy", "--policies", str(POLICIES))
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.startswith("# Generated by `rdma-webhook policy admission-policy` from the RDMA policies efa, erdma,")
+    assert list(yaml.safe_load_all(proc.stdout)) == ap.objects(shipped)
+    dry = _cli("policy", "admission-policy", "--policies", str(POLICIES), "--dry-run")
+    assert dry.returncode == 0 and list(yaml.safe_load_all(dry.stdout)) == ap.objects(shipped, ap.DRY_RUN)
+
+
+def test_cli_bad_input_is_a_clear_error(tmp_path):
+    (tmp_path / "bad.yaml").write_text("apiVersion: rdma-webhook.io/v1alpha2\nkind: RdmaPolicy\nname: x\n")
+    proc = _cli("policy", "admission-policy", "--policies", str(tmp_path))
+    assert proc.returncode == 1 and proc.stdout == ""
+    assert "error: " in proc.stderr and "nothing generated" in proc.stderr and "Traceback" not in proc.stderr
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    proc = _cli("policy", "admission-policy", "--policies", str(empty))
+    assert proc.returncode == 1 and "no *.yaml policy files" in proc.stderr and "Traceback" not in proc.stderr
+    proc = _cli("policy", "admission-policy", "--policies", str(POLICIES), "--out", str(tmp_path / "no" / "such.yaml"))
+    assert proc.returncode == 1 and "cannot write" in proc.stderr and "Traceback" not in proc.stderr
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_committed_copies_are_current(name):
+    """deploy/admission-policy/NAME/NAME.yaml and the chart's copy are what the generator makes
+    from the catalogue policy now (`make admission-policies` rewrites them)."""
+    policies, errors = load_dir_of(name)
+    assert policies is not None, errors
+    committed = ROOT / "deploy" / "admission-policy" / name / f"{name}.yaml"
+    assert list(yaml.safe_load_all(committed.read_text())) == ap.objects(policies), "run `make admission-policies`"
+    assert (ROOT / "charts" / "rdma-webhook" / "files" / "admission-policy" / f"{name}.yaml").read_bytes() == committed.read_bytes()
+
+
+def load_dir_of(name: str):
+    return load_texts([(f"{name}.yaml", (POLICIES / f"{name}.yaml").read_text())])
+
+
+def _kustomize(tmp_path: Path, components: list[str]) -> list[dict]:
+    kubectl = shutil.which("kubectl")
+    if kubectl is None:
+        pytest.fail("kubectl is not on PATH (the deploy tests render with `kubectl kustomize`)", pytrace=False)
+    root = tmp_path / "deploy"
+    shutil.copytree(ROOT / "deploy", root, ignore=shutil.ignore_patterns("certs"))
+    overlay = root / "mine"
+    overlay.mkdir()
+    (overlay / "kustomization.yaml").write_text(yaml.safe_dump({
+        "apiVersion": "kustomize.config.k8s.io/v1beta1", "kind": "Kustomization",
+        "resources": ["../overlays/cert-manager"], "components": [f"../{c}" for c in components]}))
+    proc = subprocess.run([kubectl, "kustomize", str(overlay)], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    return [d for d in yaml.safe_load_all(proc.stdout) if d]
+
+
+def test_kustomize_policy_mode(tmp_path):
+    docs = _kustomize(tmp_path, ["catalogue/erdma", "admission-policy/erdma", "admission-policy/mode"])
+    vwc = [d for d in docs if d["kind"] == "ValidatingWebhookConfiguration"][0]
+    assert [h["name"] for h in vwc["webhooks"]] == ["workloads.validate.rdma-webhook.io"]
+    mwc = [d for d in docs if d["kind"] == "MutatingWebhookConfiguration"][0]
+    assert [h["name"] for h in mwc["webhooks"]] == ["pods.mutate.rdma-webhook.io"]
+    assert mwc["webhooks"][0]["reinvocationPolicy"] == "IfNeeded"
+    deployment = [d for d in docs if d["kind"] == "Deployment"][0]
+    assert "--check-admission-policy" in deployment["spec"]["template"]["spec"]["containers"][0]["args"]
+    role = [d for d in docs if d["kind"] == "ClusterRole"][0]
+    admission = [r for r in role["rules"] if "admissionregistration.k8s.io" in r["apiGroups"]]
+    assert admission == [{"apiGroups": ["admissionregistration.k8s.io"],
+                          "resources": ["validatingadmissionpolicies", "validatingadmissionpolicybindings"],
+                          "verbs": ["get", "list", "watch"]}]  # read-only: never writes admission objects
+    policies, _ = load_dir_of("erdma")
+    assert [d for d in docs if d["kind"] in (ap.POLICY_KIND, ap.BINDING_KIND)] == ap.objects(policies)
+    dry = _kustomize(tmp_path / "dry", ["catalogue/erdma", "admission-policy/erdma", "admission-policy/mode",
+                                        "admission-policy/dry-run"])
+    assert [d["spec"]["validationActions"] for d in dry if d["kind"] == ap.BINDING_KIND] == [["Warn", "Audit"]]
+
+
+def test_the_metrics_read_as_the_worker_set_them_under_gunicorn(tmp_path):
+    """Multi-process metrics: the master imports the module (a 0 it never sets) and forks the
+    workers that check; the page shows the worker's value, in sync or not."""
+    script = """
+import os
+from webhook.telemetry import metrics
+pid = os.fork()
+if pid == 0:
+    out = []
+    for in_sync, mismatches in ((1, 0), (0, 2)):
+        metrics.ADMISSION_POLICY_IN_SYNC.set(in_sync)
+        metrics.ADMISSION_POLICY_MISMATCHES.set(mismatches)
+        out.append(sorted(l for l in metrics.exposition()[0].decode().splitlines()
+                          if l.startswith("rdma_webhook_admission_policy_")))
+    print(out)
+    os._exit(0)
+os.waitpid(pid, 0)
+"""
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60, cwd=ROOT,
+                          env={**__import__("os").environ, "PROMETHEUS_MULTIPROC_DIR": str(tmp_path)})
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == str([
+        ["rdma_webhook_admission_policy_in_sync 1.0", "rdma_webhook_admission_policy_mismatches 0.0"],
+        ["rdma_webhook_admission_policy_in_sync 0.0", "rdma_webhook_admission_policy_mismatches 2.0"]])

@@ -1,0 +1,350 @@
+"""The pods' final-state check as Kubernetes objects: one ValidatingAdmissionPolicy (CEL, run by
+the API server itself) and its binding per RDMA policy, generated from the policy so that the
+two can never disagree.
+
+Why: `/validate` on pods is a second webhook round trip for every labelled pod, made only to
+look at the pod once every mutating webhook has run. What it checks there is mostly whether the
+pieces our mutation added are still in place, and that is plain data the API server can check
+in-process: the mutating webhook writes the policy it applied on the pod
+(`rdma-webhook.io/applied-policy`), and each generated policy matches the pods that carry its
+name and checks, in CEL:
+
+- device-missing: every GPU container still has the policy's device resources (non-zero
+  limits), an equivalent resource, or a reference to the policy's DRA claim;
+- ipc-lock-missing / ipc-lock-dropped: IPC_LOCK is still added (or the container privileged)
+  and not dropped;
+- enforced-env: each enforced NCCL variable still has its value (the last entry of that name,
+  as the kubelet reads `env`; NCCL_NET without case);
+- env-fallback: no later `env` entry turns the transport off (NCCL_IB_DISABLE, NCCL_NET,
+  NCCL_NET_PLUGIN: the judgements `webhook.fabrics.transports` makes that a regular
+  expression can make too);
+- shm: the /dev/shm our mutation mounted is still a memory-backed emptyDir;
+- host-network: hostNetwork as the policy wants it;
+- multus-networks: the policy's Multus networks are still in the pod's networks annotation.
+
+What CEL cannot check (commands read as the shell reads them, NCCL_IB_HCA's filter grammar,
+`$(VAR)` expansion, a network's device named by its NetworkAttachmentDefinition) is listed in
+the README with what covers it. Nothing here runs on the admission path: the objects are made
+by `rdma-webhook policy admission-policy` at install time, and compared with what the cluster
+holds by `webhook.cluster.admission_policies` (read-only).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Any, Iterable, Sequence
+
+from webhook.core import keys
+from webhook.core.model import Policy, PolicySet
+
+API_VERSION = "admissionregistration.k8s.io/v1"
+POLICY_KIND = "ValidatingAdmissionPolicy"
+BINDING_KIND = "ValidatingAdmissionPolicyBinding"
+NAME_PREFIX = "rdma-webhook-final-state-"
+# The label every generated object carries, and the one naming its RDMA policy: the run-time
+# check lists the objects by the first and pairs them with the policies by the second.
+PART_OF = {"app.kubernetes.io/name": "rdma-webhook", "app.kubernetes.io/part-of": "rdma-webhook"}
+POLICY_LABEL = keys.PREFIX + "rdma-policy"
+# A digest of the generated spec, written on both objects, so a mismatch is one string compare
+# and a person can see which policy text an object was made from.
+DIGEST_ANNOTATION = keys.PREFIX + "final-state-digest"
+ACTIONS = ("Deny", "Warn", "Audit")
+DRY_RUN = ("Warn", "Audit")
+WEBHOOK_NAMESPACES = ("kube-system", "rdma-webhook")  # as deploy/base/*webhook.yaml exclude them
+
+# NCCL_IB_DISABLE as NCCL reads it (strtoll base 0, `webhook.grammar.nccl.int_param`): non-zero
+# when the number's first non-zero digit comes before it ends. (A number past int64 is 0 to
+# NCCL; this calls it non-zero: the one place the CEL is stricter than the webhook.)
+IB_DISABLED_RE = r"^[ \t\n\v\f\r]*[+-]?(0[xX][0-9a-fA-F]*[1-9a-fA-F]|0[0-7]*[1-7]|[1-9])"
+
+
+def cel_str(text: str) -> str:
+    """A CEL string literal (single quotes; backslash, quote and control characters escaped)."""
+    out = []
+    for ch in text:
+        if ch in "\\'":
+            out.append("\\" + ch)
+        elif ord(ch) < 0x20 or ch == "\x7f":
+            out.append(f"\\x{ord(ch):02x}")
+        else:
+            out.append(ch)
+    return "'" + "".join(out) + "'"
+
+
+def cel_list(items: Iterable[str]) -> str:
+    return "[" + ", ".join(cel_str(i) for i in items) + "]"
+
+
+def object_name(policy_name: str) -> str:
+    return NAME_PREFIX + policy_name
+
+
+# -- CEL fragments over one container `c` ------------------------------------------------------
+
+def _has_section(section: str) -> str:
+    return f"has(c.resources) && has(c.resources.{section})"
+
+
+def _positive(section: str, resources: Sequence[str]) -> str:
+    """A resource of `resources` with a quantity above zero in `section` of c."""
+    return (f"({_has_section(section)} && {cel_list(resources)}.exists(r, r in c.resources.{section} "
+            f"&& quantity(string(c.resources.{section}[r])).isGreaterThan(quantity('0'))))")
+
+
+def _target(policy: Policy) -> str:
+    """A container the decision makes a target: it requests one of the policy's GPUs (`find_targets`)."""
+    return f"{_positive('limits', policy.gpu_resources)} || {_positive('requests', policy.gpu_resources)}"
+
+
+def _others() -> str:
+    """A container that sees GPUs without requesting one (`decision._sees_gpus_otherwise`): its
+    env is judged like a target's."""
+    return ("(has(c.resources) && has(c.resources.claims) && size(c.resources.claims) > 0) || "
+            "(has(c.env) && c.env.exists(e, e.name == 'NVIDIA_VISIBLE_DEVICES' && has(e.value) && "
+            "!(e.value.trim().lowerAscii() in ['', 'void', 'none'])))")
+
+
+def _last_env(name: str) -> str:
+    """The value of the last env entry named `name` ('' for a valueFrom), for a container that has one."""
+    entries = f"c.env.filter(e, e.name == {cel_str(name)})"
+    return f"(has({entries}[size({entries}) - 1].value) ? {entries}[size({entries}) - 1].value : '')"
+
+
+def _has_env(name: str) -> str:
+    return f"(has(c.env) && c.env.exists(e, e.name == {cel_str(name)}))"
+
+
+def _capability(field: str) -> str:
+    return (f"(has(c.securityContext) && has(c.securityContext.capabilities) && has(c.securityContext.capabilities.{field}) "
+            f"&& c.securityContext.capabilities.{field}.exists(x, x.upperAscii() in ['IPC_LOCK', 'CAP_IPC_LOCK']))")
+
+
+def _names(condition: str, over: str = "variables.targets") -> str:
+    """The names of the containers of `over` for which `condition` is false, quoted and joined."""
+    return f"{over}.filter(c, !({condition})).map(c, \"'\" + c.name + \"'\").join(', ')"
+
+
+def _validation(rule: str, condition: str, message: str, over: str = "variables.targets") -> dict[str, Any]:
+    """One rule: `condition` must hold for every container of `over`; the message names the
+    containers it fails for, then says why and what to do, as the webhook's denial does."""
+    return {
+        "expression": f"{over}.all(c, {condition})",
+        "messageExpression": f"'rdma-webhook: container ' + {_names(condition, over)} + {cel_str(': ' + message + f' [{rule}]')}",
+        "reason": "Forbidden",
+    }
+
+
+def _pod_validation(rule: str, condition: str, message: str) -> dict[str, Any]:
+    return {"expression": f"size(variables.targets) == 0 || ({condition})",
+            "message": f"rdma-webhook: {message} [{rule}]", "reason": "Forbidden"}
+
+
+def _fallback_checks(policy: Policy) -> list[tuple[str, str, str]]:
+    """(variable, CEL that its last value is fine, why) for the transport's variables whose
+    judgement a CEL expression makes exactly (`webhook.fabrics.transports`)."""
+    out: list[tuple[str, str, str]] = []
+    for name in policy.watched:
+        if name in policy.warned:
+            continue
+        value = _last_env(name)
+        if name == "NCCL_IB_DISABLE":
+            out.append((name, f"!{value}.matches({cel_str(IB_DISABLED_RE)})",
+                        "NCCL_IB_DISABLE is non-zero, which turns NCCL's IB/RoCE transport off, so NCCL runs on TCP sockets; "
+                        "a webhook that ran after rdma-webhook may have set it"))
+        elif name == "NCCL_NET":
+            nets = [n.casefold() for n in policy.nccl_nets]
+            out.append((name, f"{value}.lowerAscii() in {cel_list(nets)}",
+                        f"NCCL_NET names a transport that policy {policy.name} does not provide ({'/'.join(policy.nccl_nets)}), "
+                        f"so NCCL uses TCP; a webhook that ran after rdma-webhook may have set it"))
+        elif name == "NCCL_NET_PLUGIN" and policy.fabric.net_plugins:
+            out.append((name, f"{value} in {cel_list(policy.fabric.net_plugins)}",
+                        f"NCCL_NET_PLUGIN does not load the fabric's plugin ({'/'.join(policy.fabric.net_plugins)}), which "
+                        f"leaves NCCL its built-in transports (TCP sockets here)"))
+    return out
+
+
+def _device_condition(policy: Policy) -> tuple[str, str] | None:
+    """(CEL that a target has the fabric's device, what it lacks) or None when the policy's
+    device is not a fixed resource (a host fabric; a network's device, named by its
+    NetworkAttachmentDefinition, which CEL cannot read)."""
+    parts: list[str] = []
+    wants: list[str] = []
+    if policy.devices:
+        resources = [d.resource for d in policy.devices]
+        parts.append(f"({_has_section('limits')} && {cel_list(resources)}.all(r, r in c.resources.limits "
+                     f"&& quantity(string(c.resources.limits[r])).isGreaterThan(quantity('0'))))")
+        wants.append(" and ".join(resources) + " in resources.limits")
+    if policy.claim is not None:
+        templates = [policy.claim.template, *policy.claim.equivalent]
+        parts.append("(has(object.spec.resourceClaims) && has(c.resources) && has(c.resources.claims) && "
+                     "c.resources.claims.exists(cl, object.spec.resourceClaims.exists(rc, rc.name == cl.name && "
+                     f"has(rc.resourceClaimTemplateName) && rc.resourceClaimTemplateName in {cel_list(templates)})))")
+        wants.append(f"a resources.claims entry for the pod's {policy.claim.template} claim")
+    if not parts:
+        return None
+    equivalent = list(policy.equivalent_resources)
+    if equivalent:
+        parts.append(f"{_positive('limits', equivalent)} || {_positive('requests', equivalent)}")
+    return " || ".join(parts), " or ".join(wants)
+
+
+def validations(policy: Policy) -> list[dict[str, Any]]:
+    """The CEL rules of one policy, in the order of the webhook's final-state rules."""
+    out: list[dict[str, Any]] = []
+    device = _device_condition(policy)
+    if device is not None:
+        condition, wants = device
+        out.append(_validation("device-missing", condition,
+                               f"lacks {wants}, so it gets no RDMA device and NCCL uses TCP; a webhook that ran after "
+                               f"rdma-webhook may have removed it"))
+    privileged = "(has(c.securityContext) && has(c.securityContext.privileged) && c.securityContext.privileged)"
+    out.append(_validation("ipc-lock-missing", f"{privileged} || {_capability('add')}",
+                           "securityContext.capabilities.add lacks IPC_LOCK, which RDMA needs to pin memory"))
+    out.append(_validation("ipc-lock-dropped", f"!{_capability('drop')}",
+                           "securityContext.capabilities.drop lists IPC_LOCK, which RDMA needs to pin memory (ibv_reg_mr fails "
+                           "and NCCL falls back to TCP)"))
+    for setting in policy.env:
+        if not setting.enforce:
+            continue
+        if setting.templated:  # the value names the pod's interfaces: present, not compared
+            same = f"{_has_env(setting.name)} && {_last_env(setting.name)} != ''"
+            want = f"set (to {setting.value!r} with the pod's interface names)"
+        elif setting.name == "NCCL_NET":
+            same = f"{_has_env(setting.name)} && {_last_env(setting.name)}.lowerAscii() == {cel_str(setting.value.casefold())}"
+            want = f"{setting.value!r}"
+        else:
+            same = f"{_has_env(setting.name)} && {_last_env(setting.name)} == {cel_str(setting.value)}"
+            want = f"{setting.value!r}"
+        out.append(_validation("enforced-env", same,
+                               f"{setting.name} is missing or changed, but policy {policy.name} pins it to {want} so that a "
+                               f"missing RDMA device fails at start instead of running on TCP"))
+    for name, fine, why in _fallback_checks(policy):
+        out.append(_validation("env-fallback", f"!{_has_env(name)} || {fine}", why, over="variables.checked"))
+    mount = "c.volumeMounts.filter(m, m.mountPath == '/dev/shm' || m.mountPath == '/dev/shm/')"
+    ours = (f"object.spec.volumes.filter(v, v.name == {mount}[0].name && v.name.startsWith('rdma-webhook-dshm'))")
+    shm = (f"has(c.volumeMounts) && size({mount}) > 0 && (!has(object.spec.volumes) || size({ours}) == 0 || "
+           f"{ours}.all(v, has(v.emptyDir) && has(v.emptyDir.medium) && v.emptyDir.medium == 'Memory'))")
+    out.append(_validation("shm", shm,
+                           "/dev/shm is no longer the memory-backed emptyDir rdma-webhook mounted there; NCCL and "
+                           "DataLoader workers need shared memory in RAM"))
+    host = "(has(object.spec.hostNetwork) && object.spec.hostNetwork)"
+    if policy.host_network == "Forbidden":
+        out.append(_pod_validation("host-network", f"!{host}",
+                                   f"hostNetwork: true, but policy {policy.name} attaches its fabric through the pod's own "
+                                   f"interfaces (Multus does not attach networks to host-network pods); remove hostNetwork"))
+    elif policy.host_network == "Required":
+        out.append(_pod_validation("host-network", host,
+                                   f"policy {policy.name} reaches its fabric through the host's interfaces and the pod no "
+                                   f"longer has hostNetwork: true, so NCCL finds no RDMA device and uses TCP"))
+    for network in policy.networks:
+        name = network.name
+        csv = rf"(^|,)\s*([^,/@]*/)?{_re_escape(name)}(@[^,]*)?\s*(,|$)"
+        js = rf"\"name\"\s*:\s*\"{_re_escape(name)}\""
+        ann = f"object.metadata.annotations[{cel_str(keys.MULTUS_NETWORKS)}]"
+        present = (f"{cel_str(keys.MULTUS_NETWORKS)} in object.metadata.annotations && "
+                   f"({ann}.matches({cel_str(csv)}) || {ann}.matches({cel_str(js)}))")
+        out.append(_pod_validation("multus-networks", present,
+                                   f"the pod's {keys.MULTUS_NETWORKS} annotation no longer lists the {name} network of policy "
+                                   f"{policy.name}; a webhook that ran after rdma-webhook may have removed it"))
+    return out
+
+
+def _re_escape(text: str) -> str:
+    """`text` as a literal in an RE2 pattern."""
+    return "".join("\\" + ch if ch in r"\.^$|?*+()[]{}" else ch for ch in text)
+
+
+def policy_spec(policy: Policy) -> dict[str, Any]:
+    """The ValidatingAdmissionPolicy's spec for one RDMA policy."""
+    return {
+        "failurePolicy": "Fail",
+        "matchConstraints": {
+            "resourceRules": [{"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"], "resources": ["pods"]}],
+            "namespaceSelector": {"matchExpressions": [
+                {"key": keys.NS_INJECTION, "operator": "In", "values": [keys.NS_INJECTION_ENABLED]},
+                {"key": "kubernetes.io/metadata.name", "operator": "NotIn", "values": list(WEBHOOK_NAMESPACES)}]},
+            "objectSelector": {"matchLabels": {keys.POD_INJECT: keys.POD_INJECT_TRUE}},
+        },
+        "matchConditions": [{
+            "name": "applied-policy",
+            "expression": (f"has(object.metadata.annotations) && {cel_str(keys.APPLIED_POLICY)} in object.metadata.annotations "
+                           f"&& object.metadata.annotations[{cel_str(keys.APPLIED_POLICY)}] == {cel_str(policy.name)}"),
+        }],
+        "variables": [
+            {"name": "targets", "expression": f"object.spec.containers.filter(c, {_target(policy)})"},
+            {"name": "checked", "expression": f"object.spec.containers.filter(c, {_target(policy)} || {_others()})"},
+        ],
+        "validations": validations(policy),
+    }
+
+
+def digest(spec: Any) -> str:
+    return hashlib.sha256(json.dumps(spec, sort_keys=True, separators=(",", ":")).encode()).hexdigest()[:16]
+
+
+def objects(policies: PolicySet, actions: Sequence[str] = ("Deny",)) -> list[dict[str, Any]]:
+    """The ValidatingAdmissionPolicy and binding of every policy, by policy name. `actions` are
+    the binding's validationActions: Deny (the default), or Warn and Audit (a dry run: the API
+    server warns the client and writes the audit annotation, the pod is admitted)."""
+    bad = [a for a in actions if a not in ACTIONS]
+    if bad or not actions or len(set(actions)) != len(actions) or ("Deny" in actions and "Warn" in actions):
+        raise ValueError(f"validationActions {list(actions)}: give Deny, or Warn and/or Audit (each once)")
+    out: list[dict[str, Any]] = []
+    for policy in sorted(policies.by_name.values(), key=lambda p: p.name):
+        spec = policy_spec(policy)
+        for kind, body in ((POLICY_KIND, spec),
+                           (BINDING_KIND, {"policyName": object_name(policy.name), "validationActions": list(actions)})):
+            meta = {"name": object_name(policy.name), "labels": {**PART_OF, POLICY_LABEL: policy.name},
+                    "annotations": {DIGEST_ANNOTATION: digest(spec)}}  # each object its own dicts
+            out.append({"apiVersion": API_VERSION, "kind": kind, "metadata": meta, "spec": body})
+    return out
+
+
+def mismatches(policies: PolicySet, installed: Iterable[dict[str, Any]], bindings: Iterable[dict[str, Any]]) -> list[str]:
+    """How the generated objects the cluster holds (`installed`: ValidatingAdmissionPolicies,
+    `bindings`: their bindings, both as the API returns them, our label on each) differ from
+    those the policies in force make: one line per difference, [] when they agree. The
+    binding's validationActions are the installer's choice (Deny or a dry run), not compared."""
+    by_name = {str((o.get("metadata") or {}).get("name")): o for o in installed}
+    bound = {str((o.get("spec") or {}).get("policyName")): o for o in bindings}
+    out: list[str] = []
+    wanted = sorted(policies.by_name.values(), key=lambda p: p.name)
+    for policy in wanted:
+        name = object_name(policy.name)
+        spec = policy_spec(policy)
+        found = by_name.get(name)
+        if found is None:
+            out.append(f"{POLICY_KIND} {name} for policy {policy.name} is not installed")
+        else:
+            have = ((found.get("metadata") or {}).get("annotations") or {}).get(DIGEST_ANNOTATION)
+            if have != digest(spec):
+                out.append(f"{POLICY_KIND} {name} was generated from another version of policy {policy.name} "
+                           f"(digest {have}, the policy in force makes {digest(spec)}); regenerate and apply it")
+            elif not _same_rules(found.get("spec") or {}, spec):
+                out.append(f"{POLICY_KIND} {name}: its rules were edited after generation; regenerate and apply it")
+        if name not in bound:
+            out.append(f"{POLICY_KIND} {name} has no {BINDING_KIND}, so it checks nothing")
+    known = {object_name(p.name) for p in wanted}
+    for name in sorted(set(by_name) - known):
+        out.append(f"{POLICY_KIND} {name} checks pods of a policy that is not in force; delete it")
+    return out
+
+
+def _same_rules(have: dict[str, Any], want: dict[str, Any]) -> bool:
+    """The fields we generate, compared as generated (the API server adds defaults to others)."""
+    for field in ("matchConditions", "variables", "validations"):
+        if [_strip(x) for x in have.get(field) or []] != [_strip(x) for x in want.get(field) or []]:
+            return False
+    return True
+
+
+def _strip(item: Any) -> Any:
+    return {k: v for k, v in item.items() if v not in (None, "")} if isinstance(item, dict) else item
+
+
+def to_yaml(docs: list[dict[str, Any]], header: str = "") -> str:
+    import yaml
+
+    return header + yaml.safe_dump_all(docs, sort_keys=False, width=1000)
+
