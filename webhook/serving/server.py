@@ -132,6 +132,10 @@ def run(*, policies_dir: str, tls_cert: str, tls_key: str, host: str, port: int,
     prime = getattr(cluster, "prime", None)
     if prime:  # one list for the replica, before the fork (ApiClusterState.prime)
         prime()
+    # The master serves nothing, but in multi-process mode it holds an entry of every gauge (it
+    # imports them, at 0): the cache gauge is a livemin over the workers, so the master's entry
+    # is the neutral 1 (else a ready replica reads 0 and the cache-not-ready alert fires).
+    metrics.CACHE_READY.set(1)
     gc.freeze()  # what the master built is shared with the forks, never scanned by the GC again
     if server == "granian":  # a measured candidate
         def loader(_target=None):
