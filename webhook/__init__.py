@@ -12,7 +12,7 @@ COMPILED_MODULES = (
     "grammar.k8s", "grammar.nccl",
     "commands.launchers", "commands.shell", "commands.text", "commands.python", "commands.reader",
     "fabrics.transports", "fabrics.multus",
-    "core.keys", "core.model", "core.fallback", "core.decision", "core.mutation", "core.ranks", "core.patch",
+    "core.keys", "core.model", "core.claims", "core.fallback", "core.families", "core.decision", "core.mutation", "core.ranks", "core.patch",
     "admission.review",
 )
 

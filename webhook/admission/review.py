@@ -14,6 +14,7 @@ import orjson
 
 from webhook.core import patch
 from webhook.core.decision import DENIED, MUTATED, Attachments, Decision, Namespace, check_final, decide, pod_name
+from webhook.core.claims import Claims
 from webhook.core.model import PolicySet
 
 API_VERSION = "admission.k8s.io/v1"
@@ -145,11 +146,11 @@ def _namespace(req: Request, namespace_of: NamespaceLookup) -> Namespace | None:
 
 
 def review_request(req: Request, policies: PolicySet | None, namespace_of: NamespaceLookup,
-                   attachments: Attachments | None) -> Decision | None:
+                   attachments: Attachments | None, claims: Claims | None = None) -> Decision | None:
     """The decision for a parsed request; None when the request is not about a pod at all."""
     if not _is_pod(req):
         return None
-    return decide(req.obj, _namespace(req, namespace_of), policies, attachments, req.operation)
+    return decide(req.obj, _namespace(req, namespace_of), policies, attachments, req.operation, claims)
 
 
 Handled = tuple[int, dict[str, Any], Decision | None, Request | None]
@@ -175,7 +176,7 @@ def _parsed(body: bytes) -> Request | Handled:
 
 
 def handle(body: bytes, policies: PolicySet | None, namespace_of: NamespaceLookup,
-           attachments: Attachments | None) -> Handled:
+           attachments: Attachments | None, claims: Claims | None = None) -> Handled:
     """(HTTP status, response document, decision, request) for one /mutate body."""
     req = _parsed(body)
     if not isinstance(req, Request):
@@ -183,14 +184,15 @@ def handle(body: bytes, policies: PolicySet | None, namespace_of: NamespaceLooku
     other = _other_operation(req)
     if other is not None:
         return other
-    decision = review_request(req, policies, namespace_of, attachments)
+    decision = review_request(req, policies, namespace_of, attachments, claims)
     if decision is None:
         return 200, response(req.uid, Decision("skipped", req.obj, reason="not a pod")), None, req
     return 200, response(req.uid, decision, req.obj), decision, req
 
 
 def validate_request(req: Request, policies: PolicySet | None, namespace_of: NamespaceLookup,
-                     attachments: Attachments | None, runtimes: Any = None) -> tuple[Decision | None, str | None]:
+                     attachments: Attachments | None, runtimes: Any = None,
+                     claims: Claims | None = None) -> tuple[Decision | None, str | None]:
     """(decision, deny message) for /validate: the final-state guard for a pod, the template
     check for a workload, (None, None) for anything else. `runtimes` looks up Kubeflow Trainer
     runtimes for TrainJobs (webhook.kinds.trainer.Runtimes; None: not tracked)."""
@@ -198,13 +200,13 @@ def validate_request(req: Request, policies: PolicySet | None, namespace_of: Nam
     from webhook.kinds.verdict import check_workload
 
     if _is_pod(req):
-        return check_final(req.obj, _namespace(req, namespace_of), policies, attachments, req.operation), None
+        return check_final(req.obj, _namespace(req, namespace_of), policies, attachments, req.operation, claims), None
     obj = req.obj if isinstance(req.obj, dict) else {}
     group = req.group if req.kind else workloads.group_of(obj.get("apiVersion"))
     kind = req.kind or str(obj.get("kind") or "")
     if not workloads.is_workload(group, kind) or req.sub_resource:
         return None, None
-    verdict = check_workload(req.obj, group, kind, _namespace(req, namespace_of), policies, attachments, runtimes)
+    verdict = check_workload(req.obj, group, kind, _namespace(req, namespace_of), policies, attachments, runtimes, claims=claims)
     # A validating webhook never patches: a workload whose pods will be mutated is allowed as is,
     # with the summary of what they will get among its warnings.
     outcome, reason = verdict.outcome, "" if verdict.results else (
@@ -217,7 +219,7 @@ def validate_request(req: Request, policies: PolicySet | None, namespace_of: Nam
 
 
 def handle_validate(body: bytes, policies: PolicySet | None, namespace_of: NamespaceLookup,
-                    attachments: Attachments | None, runtimes: Any = None) -> Handled:
+                    attachments: Attachments | None, runtimes: Any = None, claims: Claims | None = None) -> Handled:
     """(HTTP status, response document, decision, request) for one /validate body. Never a
     patch: a validating webhook only allows, denies and warns."""
     req = _parsed(body)
@@ -226,7 +228,7 @@ def handle_validate(body: bytes, policies: PolicySet | None, namespace_of: Names
     other = _other_operation(req)
     if other is not None:
         return other
-    decision, message = validate_request(req, policies, namespace_of, attachments, runtimes)
+    decision, message = validate_request(req, policies, namespace_of, attachments, runtimes, claims)
     if decision is None:
         return 200, response(req.uid, Decision("skipped", req.obj, reason="not a pod or workload")), None, req
     return 200, response(req.uid, decision, req.obj, message), decision, req
