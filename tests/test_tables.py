@@ -31,7 +31,8 @@ from webhook.cluster.state import FileClusterState
 from webhook.commands import reader
 from webhook.commands.launchers import FAMILIES, FORWARDS_ALL, LAUNCHERS, MCA_ENV_LIST
 from webhook.core import keys
-from webhook.core.decision import DENIED, decide, select_policy
+from webhook.core.decision import DENIED, select_policy
+from webhook.core.decision import decide as _decide
 from webhook.core.model import PolicySet
 from webhook.fabrics import transports
 from webhook.fabrics.transports import (DENY, NETWORK_DEVICE, NETWORK_DEVICE_PREFIXES, RDMA_SHARED, SHARED_DEVICE_PREFIX,
@@ -45,6 +46,38 @@ assert PS is not None, _ERRORS
 SHIPPED = sorted(PS.by_name)
 STATE = FileClusterState.from_file(str(CLUSTER_STATE))
 NAMESPACES = sorted(STATE._namespaces)  # the example cluster's namespaces, where each policy's baseline pod is sent
+
+
+def _nic_objects(policy) -> list[dict]:
+    """A DeviceClass of a DRA policy's NICs (its first named class, else one selecting its first
+    driver) and, in every namespace of the example cluster, a ResourceClaimTemplate of it."""
+    dra = policy.dra
+    driver = sorted(dra.drivers)[0] if dra.drivers else "nic.example.com"
+    cel = f'device.driver == "{driver}"' + "".join(f' && device.attributes["{driver}"].note == "{t}"' for t in dra.selectors[:1])
+    cls = sorted(dra.classes)[0] if dra.classes else f"{policy.name}-nic"
+    out = [{"apiVersion": "resource.k8s.io/v1", "kind": "DeviceClass", "metadata": {"name": cls},
+            "spec": {"selectors": [{"cel": {"expression": cel}}]}}]
+    for ns in NAMESPACES:
+        out.append({"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaimTemplate",
+                    "metadata": {"name": f"{policy.name}-nic", "namespace": ns},
+                    "spec": {"spec": {"devices": {"requests": [{"name": "nic", "exactly": {"deviceClassName": cls}}]}}}})
+    return out
+
+
+CLAIMS = FileClusterState([], [], [], [o for p in PS.by_name.values() if p.dra for o in _nic_objects(p)]).claims()
+
+
+def decide(*args, **kw):
+    """The decision with the DRA objects of the shipped DRA policies known."""
+    kw.setdefault("claims", CLAIMS)
+    return _decide(*args, **kw)
+
+
+def _nic_claim(policy) -> dict:
+    """What a pod under a DRA policy brings: its claim of the policy's NIC."""
+    if policy.dra is None or policy.devices or policy.networks or policy.claim is not None:
+        return {}
+    return {"resourceClaims": [{"name": "nic", "resourceClaimTemplateName": f"{policy.name}-nic"}]}
 
 
 class Env(dict):
@@ -203,11 +236,12 @@ def _baseline(policy_name: str, env=None, limits=None, policies: PolicySet = PS)
         if ns is None or not policy.allows_namespace(ns.labels):
             continue
         c = k.container("trainer", env=env, limits=limits, **sec)
-        pod = k.pod([c], namespace=name, annotations={keys.POD_POLICY: policy_name}, **kw)
+        pod = k.pod([c], namespace=name, annotations={keys.POD_POLICY: policy_name}, **kw, **_nic_claim(policy))
         chosen, why = select_policy(pod, ns, policies)
         if chosen is None or chosen.name != policy_name:
             continue
-        plain = k.pod([k.container("trainer", **sec)], namespace=name, annotations={keys.POD_POLICY: policy_name}, **kw)
+        plain = k.pod([k.container("trainer", **sec)], namespace=name, annotations={keys.POD_POLICY: policy_name}, **kw,
+                      **_nic_claim(policy))
         if decide(plain, ns, policies, STATE.attachments()).outcome == "mutated":  # the namespace has what it needs
             return pod, ns
     raise AssertionError(f"no namespace of {CLUSTER_STATE} allows policy {policy_name}")

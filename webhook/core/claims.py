@@ -141,7 +141,10 @@ def _selected(p: Policy, req: ClaimRequest, info: DeviceClassInfo | None) -> boo
 
 def nic_policies(req: ClaimRequest, policies: PolicySet, claims: Claims | None) -> list[Policy]:
     """The policies whose fabric's NIC `req` claims (none: not a NIC of any loaded policy)."""
-    found: list[Policy] = list(policies.by_device_class.get(req.device_class) or ())
+    by_name = policies.by_device_class.get(req.device_class)
+    if by_name:  # a class a policy names is that policy's, whatever its driver
+        return by_name
+    found: list[Policy] = []
     if policies.by_driver:
         info = claims.device_class(req.device_class) if claims is not None else None
         for driver in (*req.drivers, *(info.drivers if info is not None else ())):

@@ -444,6 +444,9 @@ def _assess(pod: Any, namespace: Namespace | None, policies: PolicySet | None, a
         subject.others = others
         warnings = _warnings(pod, subject)
         denials = fallback.rule("env-fallback").check(subject) + fallback.rule("command-fallback").check(subject)
+        spec_: dict[str, Any] = checked.get("spec") or {}
+        if spec_.get("resourceClaims") and policies is not None:  # GPUs and NICs by claim: of this fabric?
+            families.check(checked, policy, policies, namespace.name, namespace.labels, [], [], denials, attachments, claims)
         if denials:
             return Decision(DENIED, pod, policy.name, denials, warnings)
         why = why_no_target(checked, policy, others)
