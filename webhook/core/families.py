@@ -37,6 +37,7 @@ class Brought:
         self.own_claim = False
         self.own_network = False
         self.interfaces: list[str] = []
+        self.unknown = False  # a claim whose requests are not known here (no template or claim of that name)
 
 
 def fitting(candidates: list[Policy], policy: Policy, namespace_labels: dict[str, str]) -> str:
@@ -149,8 +150,8 @@ def check(pod: dict[str, Any], policy: Policy, policies: PolicySet, namespace: s
     entries: list[dict[str, Any]] = spec.get("resourceClaims") or []
     if entries:
         _check_claims(entries, policy, policies, namespace, namespace_labels, targets, problems, claims, brought)
-    if (policy.dra is not None and not brought.own_claim and policy.claim is None and not policy.devices
-            and not policy.networks and targets):
+    if (policy.dra is not None and not brought.own_claim and not brought.unknown and policy.claim is None
+            and not policy.devices and not policy.networks and targets):
         problems.append(Finding("device-missing", None,
                                 f"the pod claims no NIC of the {policy.fabric.kind} fabric, and policy {policy.name} gets its "
                                 f"NICs only through DRA ({dra.label(policy)}): NCCL would find no RDMA device and use TCP; "
@@ -172,6 +173,7 @@ def _check_claims(entries: list[dict[str, Any]], policy: Policy, policies: Polic
             continue
         requests = dra.requests_of(c, namespace, claims)
         if requests is None:  # not known here: the policies' template names are all there is
+            brought.unknown = True
             others = policies.by_claim_template.get(template)
             if others:
                 problems.append(Finding("fabric-mismatch", None,
