@@ -397,3 +397,23 @@ def test_cluster_state_file_and_review_input_read_dra_objects(tmp_path):
     both.write_text(yaml.safe_dump_all([ns, *objs, pod]))
     out, records = review_of(str(both))
     assert out.returncode == 0, out.stdout + out.stderr
+
+
+# -- a policy that adds a claim: its template must exist ------------------------------------------
+
+CLAIM_POLICY = BASE.replace("name: p\n", "name: claimer\n") + "claim: {name: rdma-nic, template: rdma-nic-template}\n"
+
+
+def test_an_added_claim_whose_template_does_not_exist_is_denied_clearly():
+    ps, errors = load_texts([("c.yaml", CLAIM_POLICY)])
+    assert ps is not None, errors
+    pod = pod_of([worker()], generate_name="pytorch-worker-")
+    resp, _, d = respond(pod, "claimer", policies=ps)
+    assert not resp["allowed"] and [f.rule for f in d.denials] == ["claim-template"], d.denials
+    assert f"ResourceClaimTemplate {NS}/rdma-nic-template, which does not exist" in d.denials[0].message
+    store = ClaimStore([template("rdma-nic-template", request("nic", "rdma"))])
+    resp, out, d = respond(pod, "claimer", policies=ps, claims=store)
+    assert resp["allowed"] and out["spec"]["resourceClaims"] == [{"name": "rdma-nic", "resourceClaimTemplateName": "rdma-nic-template"}]
+    assert out["spec"]["containers"][0]["resources"]["claims"] == [{"name": "rdma-nic"}]
+    resp, out, d = respond(pod, "claimer", policies=ps, claims=None)  # DRA objects not tracked: not judged
+    assert resp["allowed"] and d.outcome == "mutated"

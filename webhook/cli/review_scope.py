@@ -134,4 +134,4 @@ class ReviewState:
         return self.base.attachments()
 
     def claims(self) -> Any:
-        return self.dra
+        return self.dra if len(self.dra) else None  # none given: not known, not judged

@@ -224,8 +224,9 @@ class FileClusterState:
     def runtimes(self) -> RuntimeStore:
         return self._runtimes
 
-    def claims(self) -> ClaimStore:
-        return self._claims
+    def claims(self) -> ClaimStore | None:
+        """The DRA objects of the file; None when it has none (a file without them does not track them)."""
+        return self._claims if len(self._claims) else None
 
 
 class AssumedClusterState:

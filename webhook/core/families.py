@@ -150,6 +150,13 @@ def check(pod: dict[str, Any], policy: Policy, policies: PolicySet, namespace: s
     entries: list[dict[str, Any]] = spec.get("resourceClaims") or []
     if entries:
         _check_claims(entries, policy, policies, namespace, namespace_labels, targets, problems, claims, brought)
+    own = policy.claim
+    if own is not None and brought.entry == own.name and claims is not None and targets \
+            and claims.claim_template(namespace, own.template) is None:
+        problems.append(Finding("claim-template", None,
+                                f"policy {policy.name} adds the DRA claim {own.name!r} from ResourceClaimTemplate "
+                                f"{namespace}/{own.template}, which does not exist, so the pod would stay Pending; "
+                                f"ask the platform team to create it in {namespace!r}"))
     if (policy.dra is not None and not brought.own_claim and not brought.unknown and policy.claim is None
             and not policy.devices and not policy.networks and targets):
         problems.append(Finding("device-missing", None,

@@ -219,7 +219,7 @@ def run_granian(target, *, host: str, port: int, workers: int, tls_cert: str, tl
 
 def _uses_dra(store) -> bool:
     policies = store.current
-    return bool(policies) and any(p.dra is not None for p in policies.by_name.values())
+    return bool(policies) and any(p.dra is not None or p.claim is not None for p in policies.by_name.values())
 
 
 def _uses_networks(store) -> bool:
