@@ -144,6 +144,8 @@ class Policy:
             parts.append("networks " + ", ".join(n.name for n in self.networks))
         if self.claim is not None:
             parts.append(f"DRA claim {self.claim.template}")
+        if self.dra is not None:
+            parts.append("DRA NICs " + ", ".join([*sorted(self.dra.classes), *sorted(self.dra.drivers)]))
         if self.host_network != "Forbidden":
             parts.append(f"hostNetwork {self.host_network}")
         return "; ".join(parts)
