@@ -51,6 +51,45 @@ def until(what: str, check, bound: float = BOUND) -> float:
 
 # --- NADs and namespaces change decisions -------------------------------------------------------------
 
+def _dra_probe(cp, namespace: str, template: str) -> tuple[bool, str, dict | None]:
+    """A labelled GPU pod that claims its NIC through `template` (dryRun=server)."""
+    pod = gpu_pod(unique("probe"), namespace)
+    pod["spec"]["resourceClaims"] = [{"name": "nic", "resourceClaimTemplateName": template}]
+    pod["spec"]["containers"][0]["resources"]["claims"] = [{"name": "nic"}]
+    proc = create(cp, pod, "--dry-run=server")
+    return proc.returncode == 0, proc.stderr, (json.loads(proc.stdout) if proc.returncode == 0 else None)
+
+
+def test_device_class_created_after_start_reaches_decisions(cp, hook):
+    """A ResourceClaimTemplate of a DeviceClass that does not exist yet: the claim is no NIC, so
+    roce-dranet (NICs only through DRA) denies the pod for claiming none. Once the class exists
+    (the dra.net driver, RDMA devices) the same pod is admitted with no device added, and under
+    ib-shared it is another fabric's NIC, roce-dranet named; deleting the class undoes it."""
+    cls = unique("e2e-rdma")
+    dranet = make_namespace(cp, unique("e2e-dranet"), {**OPT_IN, "rdma-webhook.io/policy": "roce-dranet"})
+    shared = make_namespace(cp, unique("e2e-ib"), {**OPT_IN, "rdma-webhook.io/policy": "ib-shared"})
+    for ns in (dranet, shared):
+        cp.apply([{"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaimTemplate",
+                   "metadata": {"name": "rdma-nic", "namespace": ns},
+                   "spec": {"spec": {"devices": {"requests": [{"name": "nic", "exactly": {"deviceClassName": cls}}]}}}}])
+    until("templates reach decisions", lambda: "claims no NIC" in _dra_probe(cp, dranet, "rdma-nic")[1])
+    allowed, _, out = _dra_probe(cp, shared, "rdma-nic")
+    assert allowed and "rdma/rdma_shared_device_a" in device_of(out)  # not a NIC: the policy's device
+
+    cp.apply([{"apiVersion": "resource.k8s.io/v1", "kind": "DeviceClass", "metadata": {"name": cls},
+               "spec": {"selectors": [{"cel": {"expression": 'device.driver == "dra.net"'}},
+                                      {"cel": {"expression": 'device.attributes["dra.net"].rdma'}}]}}])
+    until("DeviceClass created -> the claim is roce-dranet's NIC", lambda: _dra_probe(cp, dranet, "rdma-nic")[0])
+    allowed, _, out = _dra_probe(cp, dranet, "rdma-nic")
+    assert allowed and device_of(out) == set(), device_of(out)
+    assert out["spec"]["resourceClaims"] == [{"name": "nic", "resourceClaimTemplateName": "rdma-nic"}]
+    allowed, err, _ = _dra_probe(cp, shared, "rdma-nic")
+    assert not allowed and "another fabric's RDMA NIC" in err and "select policy roce-dranet" in err, err
+
+    cp.kubectl("delete", "deviceclasses.resource.k8s.io", cls, check=True)
+    until("DeviceClass deleted -> no NIC again", lambda: "claims no NIC" in _dra_probe(cp, dranet, "rdma-nic")[1])
+
+
 def test_nad_create_change_delete_reach_decisions(cp, hook):
     ns = make_namespace(cp, unique("e2e-sriov"), SRIOV)
     allowed, err, _ = probe(cp, ns)
@@ -149,6 +188,9 @@ def test_service_account_has_only_what_deploy_grants(cp, hook):
     for verb, resource, want in [("list", "namespaces", "yes"), ("watch", "namespaces", "yes"),
                                  ("get", "namespaces", "yes"),
                                  ("watch", "network-attachment-definitions.k8s.cni.cncf.io", "yes"),
+                                 ("watch", "deviceclasses.resource.k8s.io", "yes"),
+                                 ("list", "resourceclaimtemplates.resource.k8s.io", "yes"),
+                                 ("create", "resourceclaims.resource.k8s.io", "no"),
                                  ("list", "secrets", "no"), ("list", "configmaps", "no"), ("list", "pods", "no"),
                                  ("update", "namespaces", "no")]:
         proc = cp.kubectl("auth", "can-i", verb, resource, "--all-namespaces", "--as", who)

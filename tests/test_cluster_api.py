@@ -350,7 +350,9 @@ def test_stop_ends_threads_promptly(apiserver, make_state):
     state = synced(make_state(lambda: True))
     eventually(lambda: apiserver.open_watches() == 2, what="both watches open")
     threads = threads_of(state)
-    assert len(threads) == 2 and all(t.daemon for t in threads)
+    # the two watches, and the checker that starts the DRA informers once a policy names DRA classes
+    assert sorted(t.name for t in threads) == ["watch-namespaces", "watch-network-attachment-definitions",
+                                               "watch-policy-networks"] and all(t.daemon for t in threads)
     state.stop(timeout=20.0)  # returns as soon as the threads ended; they must end, not time out
     assert not [t.name for t in threads if t.is_alive()]
     eventually(lambda: apiserver.open_watches() == 0, what="watch connections closed")
@@ -645,3 +647,22 @@ def test_a_watch_open_long_enough_counts_as_working_on_a_quiet_cluster(apiserver
     assert not state.ready()
     state._ns.watching_since = 1100.0 - state.connect_timeout - 1.5
     assert state.ready()
+
+
+def test_dra_kinds_the_server_does_not_serve_hold_nothing_up(apiserver, make_state):
+    """A policy names DRA classes, and the server answers 404 for resource.k8s.io (a cluster
+    before 1.34): the DRA informers are marked absent, the cache is ready, and the lookups answer
+    from nothing (no claim is known, so none is judged)."""
+    apiserver.put_namespace("team-a", OPTED_IN)
+    state = synced(make_state(uses_dra=lambda: True))
+    eventually(lambda: state.claims() is state, what="DRA kinds found absent")
+    assert all(i.absent and not i.synced for i in state._dra_informers)
+    assert state.claim_template("team-a", "rdma-nics") is None and state.device_class("dranet") is None
+    assert state.not_ready_reason() is None
+    state.stop()
+
+
+def test_dra_kinds_are_not_watched_until_a_policy_names_them(apiserver, make_state):
+    state = synced(make_state())
+    assert state.claims() is None and not any(i.thread for i in state._dra_informers)
+    state.stop()

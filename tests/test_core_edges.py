@@ -487,12 +487,12 @@ def test_another_fabrics_claim_names_the_policy_of_this_namespace_that_provides_
     d = decision.decide(pod, ib_ns, ps)
     assert [(f.rule, f.container, f.message) for f in d.denials] == [(
         "fabric-mismatch", None,
-        "this pod claims ib-nic-template, another fabric's RDMA NIC; policy roce-nic provides another claim; "
+        "this pod claims ib-nic-template, another fabric's RDMA NIC; policy roce-nic provides a DRA claim (roce-nic-template); "
         "select policy ib-nic with the annotation rdma-webhook.io/policy: ib-nic")]
     d = decision.decide(pod, NS, ps)  # ib-nic does not serve this namespace
     assert [(f.rule, f.container, f.message) for f in d.denials] == [(
         "fabric-mismatch", None,
-        "this pod claims ib-nic-template, another fabric's RDMA NIC; policy roce-nic provides another claim; "
+        "this pod claims ib-nic-template, another fabric's RDMA NIC; policy roce-nic provides a DRA claim (roce-nic-template); "
         "no policy of this namespace provides it; remove it, or ask the platform team for a policy of that fabric")]
 
 

@@ -302,6 +302,7 @@ def test_rbac_is_read_only_on_namespaces_and_nads():
     assert rules == [
         (("",), ("namespaces",), ("get", "list", "watch")),
         (("k8s.cni.cncf.io",), ("network-attachment-definitions",), ("get", "list", "watch")),
+        (("resource.k8s.io",), ("deviceclasses", "resourceclaimtemplates", "resourceclaims"), ("get", "list", "watch")),
         (("trainer.kubeflow.org",), ("trainingruntimes", "clustertrainingruntimes"), ("get", "list", "watch")),
     ]
     for r in role["rules"]:

@@ -528,23 +528,33 @@ def test_a_pod_listing_a_hundred_thousand_networks_is_answered(server):
 
 
 def test_fabric_mismatch_says_what_the_policy_provides():
-    """decision._check_fabric's message for a host-fabric and a DRA policy, a device in requests
+    """webhook.core.families.check's message for a host-fabric and a DRA policy, a device in requests
     only or in limits only, and a claim named through resourceClaimName."""
     ps = dra_policies()
     pod = oke_worker()
     pod["spec"]["containers"][0]["resources"].setdefault("requests", {})["rdma/hca"] = "1"
     _, _, d = respond(pod, OKE, ps)
     other = "no policy of this namespace provides it; remove it, or ask the platform team for a policy of that fabric"
+    # every rdma/<name> is the RDMA shared device plugin's: ib-shared's family, named as the fix
     assert [(f.rule, f.container, f.message) for f in d.denials] == [(
         "fabric-mismatch", "mpi-worker",
-        f"this pod requests rdma/hca, another fabric's RDMA device; policy oke-roce-host provides the host's devices; {other}")]
+        "this pod requests rdma/hca, another fabric's RDMA device; policy oke-roce-host provides the host's devices; "
+        "select policy ib-shared with the annotation rdma-webhook.io/policy: ib-shared")]
     pod = k.pod([k.container("trainer", resources={"limits": {"nvidia.com/gpu": "1", "rdma/hca": "1"}})],
                 annotations={keys.POD_POLICY: "dranet"})
     pod["spec"]["containers"][0]["resources"].get("requests", {}).pop("rdma/hca", None)
     _, _, d = respond(pod, ML, ps)
     assert [(f.rule, f.container, f.message) for f in d.denials] == [(
         "fabric-mismatch", "trainer",
-        f"this pod requests rdma/hca, another fabric's RDMA device; policy dranet provides a DRA claim (rdma-nic-template); {other}")]
+        "this pod requests rdma/hca, another fabric's RDMA device; policy dranet provides a DRA claim (rdma-nic-template); "
+        "select policy ib-shared with the annotation rdma-webhook.io/policy: ib-shared")]
+    # without a policy of the RDMA shared device plugin's family, nothing fits
+    from webhook.core.model import PolicySet
+
+    alone = PolicySet([p for p in ps.by_name.values() if not p.name.endswith(("ib-shared", "infiniband"))])
+    _, _, d = respond(pod, ML, alone)
+    assert [f.message for f in d.denials] == [
+        f"this pod requests rdma/hca, another fabric's RDMA device; policy dranet provides a DRA claim (rdma-nic-template); {other}"]
     pod = k.pod([k.container("trainer")], resourceClaims=[{"name": "x", "resourceClaimName": "rdma-nic-template"}])
     _, _, d = respond(pod, ML, ps)
     assert [(f.rule, f.container, f.message) for f in d.denials] == [(

@@ -8,8 +8,9 @@ passes by default.
 
 - `LAUNCHERS` (webhook/commands/launchers.py): each flag of each launcher, in a command, is read by
   `webhook.commands.reader.settings` as the launcher reads it;
-- `WELL_KNOWN_RDMA`, `WELL_KNOWN_RDMA_PREFIXES` (webhook/fabrics/transports.py): each is an RDMA
-  device, and a pod bringing it under a policy of another fabric is denied [fabric-mismatch];
+- `WELL_KNOWN_RDMA`, `SHARED_DEVICE_PREFIX`, `NETWORK_DEVICE_PREFIXES` (webhook/fabrics/transports.py):
+  each is an RDMA device (a network device when the pod's Multus network names it), equivalent
+  under a policy of its family and denied [fabric-mismatch] under a policy of another fabric;
 - `TRANSPORTS`: each signature of each transport judges a falling-back value so and a good value
   not, through the decision of a pod under each shipped policy of that transport;
 - `TEMPLATES` (webhook/kinds/workloads.py): each kind, built from its own entry, expands to exactly
@@ -30,10 +31,12 @@ from webhook.cluster.state import FileClusterState
 from webhook.commands import reader
 from webhook.commands.launchers import FAMILIES, FORWARDS_ALL, LAUNCHERS, MCA_ENV_LIST
 from webhook.core import keys
-from webhook.core.decision import DENIED, decide, select_policy
+from webhook.core.decision import DENIED, select_policy
+from webhook.core.decision import decide as _decide
 from webhook.core.model import PolicySet
 from webhook.fabrics import transports
-from webhook.fabrics.transports import DENY, TRANSPORTS, WARN, WELL_KNOWN_RDMA, WELL_KNOWN_RDMA_PREFIXES
+from webhook.fabrics.transports import (DENY, NETWORK_DEVICE, NETWORK_DEVICE_PREFIXES, RDMA_SHARED, SHARED_DEVICE_PREFIX,
+                                        TRANSPORTS, WARN, WELL_KNOWN_RDMA)
 from webhook.kinds import trainer, verdict, workloads
 from webhook.kinds.workloads import TEMPLATES, Converted, Embedded, Nested, TrainJobPods
 from webhook.policy.load import load_dir
@@ -43,6 +46,38 @@ assert PS is not None, _ERRORS
 SHIPPED = sorted(PS.by_name)
 STATE = FileClusterState.from_file(str(CLUSTER_STATE))
 NAMESPACES = sorted(STATE._namespaces)  # the example cluster's namespaces, where each policy's baseline pod is sent
+
+
+def _nic_objects(policy) -> list[dict]:
+    """A DeviceClass of a DRA policy's NICs (its first named class, else one selecting its first
+    driver) and, in every namespace of the example cluster, a ResourceClaimTemplate of it."""
+    dra = policy.dra
+    driver = sorted(dra.drivers)[0] if dra.drivers else "nic.example.com"
+    cel = f'device.driver == "{driver}"' + "".join(f' && device.attributes["{driver}"].note == "{t}"' for t in dra.selectors[:1])
+    cls = sorted(dra.classes)[0] if dra.classes else f"{policy.name}-nic"
+    out = [{"apiVersion": "resource.k8s.io/v1", "kind": "DeviceClass", "metadata": {"name": cls},
+            "spec": {"selectors": [{"cel": {"expression": cel}}]}}]
+    for ns in NAMESPACES:
+        out.append({"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaimTemplate",
+                    "metadata": {"name": f"{policy.name}-nic", "namespace": ns},
+                    "spec": {"spec": {"devices": {"requests": [{"name": "nic", "exactly": {"deviceClassName": cls}}]}}}})
+    return out
+
+
+CLAIMS = FileClusterState([], [], [], [o for p in PS.by_name.values() if p.dra for o in _nic_objects(p)]).claims()
+
+
+def decide(*args, **kw):
+    """The decision with the DRA objects of the shipped DRA policies known."""
+    kw.setdefault("claims", CLAIMS)
+    return _decide(*args, **kw)
+
+
+def _nic_claim(policy) -> dict:
+    """What a pod under a DRA policy brings: its claim of the policy's NIC."""
+    if policy.dra is None or policy.devices or policy.networks or policy.claim is not None:
+        return {}
+    return {"resourceClaims": [{"name": "nic", "resourceClaimTemplateName": f"{policy.name}-nic"}]}
 
 
 class Env(dict):
@@ -169,13 +204,22 @@ def test_a_program_argument_that_looks_like_a_flag_is_not_a_launcher_flag(launch
 # The device-plugin resources named in the plugins' and operators' documentation (AWS EFA device
 # plugin, Alibaba eRDMA controller, NVIDIA network-operator SR-IOV and RDMA shared device plugin,
 # OpenShift SR-IOV operator): pinned here, since a case generated from the table goes with its entry.
-DOCUMENTED_RDMA = ["vpc.amazonaws.com/efa", "aliyun/erdma", "nvidia.com/rdma-vf", "openshift.io/mellanoxrdma",
-                   "nvidia.com/hostdev", "rdma/rdma_shared_device_a", "rdma/hca_shared_devices_a"]
+DOCUMENTED_RDMA = ["vpc.amazonaws.com/efa", "aliyun/erdma", "rdma/rdma_shared_device_a", "rdma/hca_shared_devices_a",
+                   "rdma/shared_ib"]
+# SR-IOV VFs and host devices as the operators' examples name them: network devices, known as such
+# through the NetworkAttachmentDefinition that names them.
+DOCUMENTED_NETWORK_DEVICES = ["nvidia.com/rdma-vf", "openshift.io/mellanoxrdma", "openshift.io/sriovlegacy",
+                              "nvidia.com/hostdev", "intel.com/intel_sriov_netdevice"]
 
 
 def _rdma_families() -> list[str]:
-    table = [*WELL_KNOWN_RDMA, *(prefix + "rdma_shared_device_z" for prefix in WELL_KNOWN_RDMA_PREFIXES)]
+    table = [*WELL_KNOWN_RDMA, SHARED_DEVICE_PREFIX + "rdma_shared_device_z"]
     return table + [r for r in DOCUMENTED_RDMA if r not in table]
+
+
+def _network_devices() -> list[str]:
+    table = [prefix.rstrip("/") + ("/vf_z" if prefix.endswith("/") else "") for prefix in NETWORK_DEVICE_PREFIXES]
+    return table + [r for r in DOCUMENTED_NETWORK_DEVICES if r not in table]
 
 
 def _baseline(policy_name: str, env=None, limits=None, policies: PolicySet = PS):
@@ -192,11 +236,12 @@ def _baseline(policy_name: str, env=None, limits=None, policies: PolicySet = PS)
         if ns is None or not policy.allows_namespace(ns.labels):
             continue
         c = k.container("trainer", env=env, limits=limits, **sec)
-        pod = k.pod([c], namespace=name, annotations={keys.POD_POLICY: policy_name}, **kw)
+        pod = k.pod([c], namespace=name, annotations={keys.POD_POLICY: policy_name}, **kw, **_nic_claim(policy))
         chosen, why = select_policy(pod, ns, policies)
         if chosen is None or chosen.name != policy_name:
             continue
-        plain = k.pod([k.container("trainer", **sec)], namespace=name, annotations={keys.POD_POLICY: policy_name}, **kw)
+        plain = k.pod([k.container("trainer", **sec)], namespace=name, annotations={keys.POD_POLICY: policy_name}, **kw,
+                      **_nic_claim(policy))
         if decide(plain, ns, policies, STATE.attachments()).outcome == "mutated":  # the namespace has what it needs
             return pod, ns
     raise AssertionError(f"no namespace of {CLUSTER_STATE} allows policy {policy_name}")
@@ -231,13 +276,58 @@ def test_each_rdma_family_under_another_fabric_is_that_fabrics_device(policy_nam
     pod, ns = _baseline(policy_name, limits={resource: "1"}, policies=alone)
     d = decide(pod, ns, alone, STATE.attachments())
     mismatch = [f for f in d.denials if f.rule == "fabric-mismatch"]
-    if resource in policy.expected_resources or resource in policy.equivalent_resources:
+    if (resource in policy.expected_resources or resource in policy.equivalent_resources
+            or (resource.startswith(SHARED_DEVICE_PREFIX) and RDMA_SHARED in policy.families)):
         assert not mismatch, [f.message for f in mismatch]
         return
     assert d.outcome == DENIED and len(mismatch) == 1, (d.outcome, [f.message for f in d.denials])
     assert f"requests {resource}, another fabric's RDMA device; policy {policy_name} provides" in mismatch[0].message
     # and the policy set's kinds say so for the next pod
     assert alone.resource_kind(policy, resource, {}) == 2  # RESOURCE_FOREIGN
+
+
+NETWORK = [(p, r) for p in SHIPPED for r in _network_devices()]
+
+
+@pytest.mark.parametrize("policy_name,resource", NETWORK)
+def test_each_network_device_named_by_the_pods_network_is_that_family(policy_name, resource):
+    """A pod that requests a VF or host device and attaches the NetworkAttachmentDefinition naming
+    it brings a network device: under a policy of that family it gets no second device or network,
+    under any other it is denied, the network-device policy that fits named."""
+    from webhook.cluster.state import FileClusterState as State
+
+    policy = PS.get(policy_name)
+    pod, ns = _baseline(policy_name, limits={resource: "1"})
+    pod["metadata"]["annotations"]["k8s.v1.cni.cncf.io/networks"] = "own-vf@ownnet"
+    nad = {"apiVersion": "k8s.cni.cncf.io/v1", "kind": "NetworkAttachmentDefinition",
+           "metadata": {"name": "own-vf", "namespace": ns.name, "annotations": {"k8s.v1.cni.cncf.io/resourceName": resource}}}
+    state = State(list(STATE._namespaces.values()), [*STATE._nads.values(), nad])
+    d = decide(pod, ns, PS, state.attachments())
+    mismatch = [f for f in d.denials if f.rule == "fabric-mismatch"]
+    if NETWORK_DEVICE in policy.families:
+        assert d.outcome == "mutated", (d.outcome, [f.message for f in d.denials])
+        limits = d.pod["spec"]["containers"][0]["resources"]["limits"]
+        assert [r for r in limits if r not in ("nvidia.com/gpu", "cpu", "memory")] == [resource], limits
+        assert d.pod["metadata"]["annotations"]["k8s.v1.cni.cncf.io/networks"] == "own-vf@ownnet"
+        env = {e["name"]: e.get("value") for e in d.pod["spec"]["containers"][0]["env"]}
+        assert env.get("NCCL_SOCKET_IFNAME", "ownnet") == "ownnet", env
+        return
+    assert d.outcome == DENIED and len(mismatch) == 1, (d.outcome, [f.message for f in d.denials])
+    assert f"requests {resource}, another fabric's network device" in mismatch[0].message
+    fits = [p for p in PS.by_family.get(NETWORK_DEVICE, []) if p.allows_namespace(ns.labels)]
+    if fits:
+        assert f"select policy {fits[0].name}" in mismatch[0].message, mismatch[0].message
+
+
+@pytest.mark.parametrize("resource", [r for r in _network_devices() if r not in PS.by_resource])
+def test_a_network_device_without_a_network_naming_it_is_nothing_to_the_fabric(resource):
+    """The same resource with no Multus network of the pod naming it (the example cluster's
+    NADs known) and no loaded policy giving it: not recognised as RDMA, so neither equivalent
+    nor foreign."""
+    pod, ns = _baseline("ib-shared", limits={resource: "1"})
+    d = decide(pod, ns, PS, STATE.attachments())
+    assert d.outcome == "mutated", (d.outcome, [f.message for f in d.denials])
+    assert "rdma/rdma_shared_device_a" in d.pod["spec"]["containers"][0]["resources"]["limits"]
 
 
 # -- transports' signatures --------------------------------------------------------------------------

@@ -12,7 +12,8 @@ COMPILED_MODULES = (
     "grammar.k8s", "grammar.nccl",
     "commands.launchers", "commands.shell", "commands.text", "commands.python", "commands.files", "commands.state", "commands.reader",
     "fabrics.transports", "fabrics.multus",
-    "core.keys", "core.model", "core.scripts", "core.fallback", "core.decision", "core.mutation", "core.ranks", "core.patch",
+    "core.keys", "core.model", "core.scripts", "core.claims", "core.fallback", "core.families", "core.decision", "core.mutation",
+    "core.ranks", "core.patch",
     "admission.review",
 )
 

@@ -14,6 +14,7 @@ import orjson
 
 from webhook.core import patch
 from webhook.core.decision import DENIED, MUTATED, Attachments, Decision, Namespace, check_final, decide, pod_name
+from webhook.core.claims import Claims
 from webhook.core.model import PolicySet
 
 API_VERSION = "admission.k8s.io/v1"
@@ -145,13 +146,13 @@ def _namespace(req: Request, namespace_of: NamespaceLookup) -> Namespace | None:
 
 
 def review_request(req: Request, policies: PolicySet | None, namespace_of: NamespaceLookup,
-                   attachments: Attachments | None, config_maps: Any = None) -> Decision | None:
+                   attachments: Attachments | None, config_maps: Any = None, claims: Claims | None = None) -> Decision | None:
     """The decision for a parsed request; None when the request is not about a pod at all.
     `config_maps`: the ConfigMaps at hand (`webhook.core.scripts.ConfigMaps`): none when served,
-    those of its input in `rdma-webhook review`."""
+    those of its input in `rdma-webhook review`. `claims`: the DRA objects known."""
     if not _is_pod(req):
         return None
-    return decide(req.obj, _namespace(req, namespace_of), policies, attachments, req.operation, config_maps)
+    return decide(req.obj, _namespace(req, namespace_of), policies, attachments, req.operation, config_maps, claims)
 
 
 Handled = tuple[int, dict[str, Any], Decision | None, Request | None]
@@ -177,7 +178,7 @@ def _parsed(body: bytes) -> Request | Handled:
 
 
 def handle(body: bytes, policies: PolicySet | None, namespace_of: NamespaceLookup,
-           attachments: Attachments | None, config_maps: Any = None) -> Handled:
+           attachments: Attachments | None, config_maps: Any = None, claims: Claims | None = None) -> Handled:
     """(HTTP status, response document, decision, request) for one /mutate body."""
     req = _parsed(body)
     if not isinstance(req, Request):
@@ -185,7 +186,7 @@ def handle(body: bytes, policies: PolicySet | None, namespace_of: NamespaceLooku
     other = _other_operation(req)
     if other is not None:
         return other
-    decision = review_request(req, policies, namespace_of, attachments, config_maps)
+    decision = review_request(req, policies, namespace_of, attachments, config_maps, claims)
     if decision is None:
         return 200, response(req.uid, Decision("skipped", req.obj, reason="not a pod")), None, req
     return 200, response(req.uid, decision, req.obj), decision, req
@@ -193,7 +194,7 @@ def handle(body: bytes, policies: PolicySet | None, namespace_of: NamespaceLooku
 
 def validate_request(req: Request, policies: PolicySet | None, namespace_of: NamespaceLookup,
                      attachments: Attachments | None, runtimes: Any = None,
-                     config_maps: Any = None) -> tuple[Decision | None, str | None]:
+                     config_maps: Any = None, claims: Claims | None = None) -> tuple[Decision | None, str | None]:
     """(decision, deny message) for /validate: the final-state guard for a pod, the template
     check for a workload, (None, None) for anything else. `runtimes` looks up Kubeflow Trainer
     runtimes for TrainJobs (webhook.kinds.trainer.Runtimes; None: not tracked)."""
@@ -201,16 +202,17 @@ def validate_request(req: Request, policies: PolicySet | None, namespace_of: Nam
     from webhook.kinds.verdict import check_workload
 
     if _is_pod(req):
-        return check_final(req.obj, _namespace(req, namespace_of), policies, attachments, req.operation, config_maps), None
+        return check_final(req.obj, _namespace(req, namespace_of), policies, attachments, req.operation, config_maps,
+                           claims), None
     obj = req.obj if isinstance(req.obj, dict) else {}
     group = req.group if req.kind else workloads.group_of(obj.get("apiVersion"))
     kind = req.kind or str(obj.get("kind") or "")
     if group == "" and kind == "List" and isinstance(obj.get("items"), list) and not req.sub_resource:
-        return _validate_list(req, obj["items"], policies, namespace_of, attachments, runtimes, config_maps)
+        return _validate_list(req, obj["items"], policies, namespace_of, attachments, runtimes, config_maps, claims)
     if not workloads.is_workload(group, kind) or req.sub_resource:
         return None, None
     verdict = check_workload(req.obj, group, kind, _namespace(req, namespace_of), policies, attachments, runtimes,
-                             config_maps=config_maps)
+                             config_maps=config_maps, claims=claims)
     # A validating webhook never patches: a workload whose pods will be mutated is allowed as is,
     # with the summary of what they will get among its warnings.
     outcome, reason = verdict.outcome, "" if verdict.results else (
@@ -223,7 +225,8 @@ def validate_request(req: Request, policies: PolicySet | None, namespace_of: Nam
 
 
 def _validate_list(req: Request, items: list[Any], policies: PolicySet | None, namespace_of: NamespaceLookup,
-                   attachments: Attachments | None, runtimes: Any, config_maps: Any) -> tuple[Decision | None, str | None]:
+                   attachments: Attachments | None, runtimes: Any, config_maps: Any,
+                   claims: Claims | None = None) -> tuple[Decision | None, str | None]:
     """A `v1` List (what `kubectl get -o yaml` and `kubectl kustomize` print, sent by a caller,
     never by the API server): every workload and pod in it, judged with the ConfigMaps it holds
     (scripts run from ConfigMap volumes), one answer naming each object."""
@@ -252,10 +255,10 @@ def _validate_list(req: Request, items: list[Any], policies: PolicySet | None, n
         ns = namespace_of(ns_name) if ns_name else None
         label = f"{kind} {meta.get('name') or meta.get('generateName') or '(unnamed)'}"
         if group == "" and kind == "Pod":
-            d = check_final(item, ns, policies, attachments, "CREATE", store)
+            d = check_final(item, ns, policies, attachments, "CREATE", store, claims)
             found, said, allowed, used = d.denials, d.warnings, d.outcome != DENIED, d.policy
         elif workloads.is_workload(group, kind):
-            verdict = check_workload(item, group, kind, ns, policies, attachments, runtimes, config_maps=store)
+            verdict = check_workload(item, group, kind, ns, policies, attachments, runtimes, config_maps=store, claims=claims)
             found, said, allowed, used = verdict.denials(), verdict.warnings(), verdict.allowed, verdict.policy
             results.extend(verdict.results)
         else:
@@ -278,7 +281,8 @@ def _validate_list(req: Request, items: list[Any], policies: PolicySet | None, n
 
 
 def handle_validate(body: bytes, policies: PolicySet | None, namespace_of: NamespaceLookup,
-                    attachments: Attachments | None, runtimes: Any = None, config_maps: Any = None) -> Handled:
+                    attachments: Attachments | None, runtimes: Any = None, config_maps: Any = None,
+                    claims: Claims | None = None) -> Handled:
     """(HTTP status, response document, decision, request) for one /validate body. Never a
     patch: a validating webhook only allows, denies and warns."""
     req = _parsed(body)
@@ -287,7 +291,7 @@ def handle_validate(body: bytes, policies: PolicySet | None, namespace_of: Names
     other = _other_operation(req)
     if other is not None:
         return other
-    decision, message = validate_request(req, policies, namespace_of, attachments, runtimes, config_maps)
+    decision, message = validate_request(req, policies, namespace_of, attachments, runtimes, config_maps, claims)
     if decision is None:
         return 200, response(req.uid, Decision("skipped", req.obj, reason="not a pod or workload")), None, req
     return 200, response(req.uid, decision, req.obj, message), decision, req

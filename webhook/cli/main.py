@@ -78,16 +78,18 @@ def build_parser() -> argparse.ArgumentParser:
                                    "as opted in with no other labels (said on stderr).")
     r.add_argument("files", nargs="+", metavar="PATH", help="manifest files or directories (YAML or JSON); - for stdin")
     r.add_argument("--policy", action="append", metavar="NAME",
-                   help="judge against this policy of the shipped catalogue (policies/: efa, erdma, ib-shared, "
-                        "oke-roce-host, sriov-roce, sriov-roce-8rail); repeatable, or names separated by commas "
+                   help="judge against this policy of the shipped catalogue (policies/: efa, efa-dra, erdma, ib-shared, "
+                        "nd-infiniband, oke-roce-host, roce-dranet, sriov-roce, sriov-roce-8rail); repeatable, or names "
+                        "separated by commas "
                         "(default: none)")
     r.add_argument("--policies", metavar="DIR",
                    help="judge against every policy of this folder, e.g. the one your cluster's webhook mounts "
                         "(default: none; RdmaPolicy documents in the input are in force too, and with no policy in "
                         "force a pod that would be checked is bad input)")
     r.add_argument("--cluster-state", metavar="FILE",
-                   help="namespaces, NetworkAttachmentDefinitions and Trainer runtimes "
-                        "(kubectl get ns,net-attach-def,trainingruntimes,clustertrainingruntimes -A -o yaml); "
+                   help="namespaces, NetworkAttachmentDefinitions, Trainer runtimes and DRA DeviceClasses, "
+                        "ResourceClaimTemplates and ResourceClaims (kubectl get ns,net-attach-def,trainingruntimes,"
+                        "clustertrainingruntimes,deviceclasses,resourceclaimtemplates,resourceclaims -A -o yaml); "
                         "a namespace missing from it is bad input (default: none, see above)")
     r.add_argument("--namespace", metavar="NS", help="namespace for objects that name none; an object's own namespace is kept (default: 'default')")
     r.add_argument("--explain", action="store_true", help="print the decision, reasons and a diff for people (default: off)")

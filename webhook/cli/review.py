@@ -25,6 +25,7 @@ COMPANION_KINDS = frozenset({
     "CustomResourceDefinition", "APIService", "MutatingWebhookConfiguration", "ValidatingWebhookConfiguration",
     "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding", "Lease", "CertificateSigningRequest",
     "FlowSchema", "PriorityLevelConfiguration", "Event",
+    "DeviceClass", "ResourceClaimTemplate", "ResourceClaim", "ResourceSlice",
     # Dynamic Resource Allocation
     "ResourceClaim", "ResourceClaimTemplate", "DeviceClass", "ResourceSlice",
     # Kueue
@@ -159,7 +160,7 @@ def cmd_review(args: argparse.Namespace) -> int:
     from webhook.admission import review
     from webhook.cli import review_input, review_scope
     from webhook.cli.review_explain import color as paint, explain
-    from webhook.cluster.state import AssumedClusterState, ClusterStateError, FileClusterState, RuntimeStore, is_runtime
+    from webhook.cluster.state import AssumedClusterState, ClusterStateError, FileClusterState, RuntimeStore, is_dra, is_runtime
     from webhook.core import keys, scripts
     from webhook.kinds import trainer, workloads
 
@@ -212,6 +213,8 @@ def cmd_review(args: argparse.Namespace) -> int:
                 config_maps.add(doc, args.namespace or "default")
             elif is_runtime(doc):
                 runtimes.add(doc, args.namespace or "default")
+            elif is_dra(doc):
+                state.dra.add(doc, args.namespace or "default")
             elif review_scope.is_policy_document(doc):
                 policy_docs.append((where, doc))
             elif isinstance(doc, dict) and doc.get("kind") == "Namespace" and doc.get("apiVersion") == "v1" \
@@ -309,10 +312,11 @@ def cmd_review(args: argparse.Namespace) -> int:
                     continue
             body = json.dumps({"apiVersion": review.API_VERSION, "kind": "AdmissionReview", "request": req}).encode()
             if is_pod:
-                code, resp, decision, _ = review.handle(body, policies, state.namespace, state.attachments(), config_maps)
+                code, resp, decision, _ = review.handle(body, policies, state.namespace, state.attachments(), config_maps,
+                                                        claims=state.claims())
             else:
                 code, resp, decision, _ = review.handle_validate(body, policies, state.namespace, state.attachments(),
-                                                                 runtimes, config_maps)
+                                                                 runtimes, config_maps, claims=state.claims())
             if code != 200:
                 bad(f"{where}: {resp.get('error')}", record, where)
                 continue

@@ -102,6 +102,13 @@ class ReviewState:
         self.assumed = assumed
         self.input: dict[str, Namespace] = {}
         self.notes: list[str] = []
+        from webhook.cluster.state import ClaimStore
+
+        # DRA objects: the cluster-state file's, then the input's (DeviceClasses, claim templates)
+        self.dra = ClaimStore()
+        base_claims = base.claims() if hasattr(base, "claims") else None
+        if isinstance(base_claims, ClaimStore):
+            self.dra.update(base_claims)
 
     def add(self, obj: Mapping[str, Any], where: str, state_file: str | None) -> None:
         from webhook.cluster.state import namespace_from
@@ -125,3 +132,6 @@ class ReviewState:
 
     def attachments(self) -> Any:
         return self.base.attachments()
+
+    def claims(self) -> Any:
+        return self.dra if len(self.dra) else None  # none given: not known, not judged

@@ -56,6 +56,7 @@ from kubernetes.client.exceptions import ApiException
 from webhook.telemetry import metrics
 from webhook.core.keys import NAD_RESOURCE_NAME
 from webhook.cluster.state import namespace_from
+from webhook.cluster.dra_watch import DraLookups, dra_informers
 from webhook.core.decision import Namespace
 
 log = logging.getLogger("rdma_webhook.cluster")
@@ -142,6 +143,7 @@ class _Informer:
         self.list_kind: str | None = None  # the `kind` of the last list page the server sent
         self.optional = optional  # a CRD that may not be installed: a 404 is expected, not an error
         self.absent_logged = False
+        self.absent = False  # an optional kind the server answered 404 for (not served)
         self.items: dict[Hashable, Any] = {}
         self.synced = False  # the first list completed
         self.resource_version: str | None = None
@@ -185,6 +187,8 @@ class _Informer:
                         continue
                     error: BaseException = exc  # 410 straight after a list: back off
                 elif exc.status == NOT_FOUND and self.optional:
+                    self.absent = True
+                    self.owner._record_ready()
                     if not self.absent_logged:
                         self.absent_logged = True
                         log.info("%s: not served by this cluster (CRD not installed); looking again every %.0fs",
@@ -264,6 +268,7 @@ class _Informer:
             if not token:
                 break
         self.items = items  # one assignment: readers see the old dict or the new one
+        self.absent = False
         self.removals += 1
         self.resource_version = self.listed_version = version
         self.lists += 1
@@ -307,7 +312,7 @@ class _Informer:
             self.resource_version = str(meta["resourceVersion"])
 
 
-class ApiClusterState:
+class ApiClusterState(DraLookups):
     """`ClusterState` backed by list+watch against the API server (see the module docstring)."""
 
     def __init__(self, api_client: client.ApiClient, uses_networks: Callable[[], bool] = lambda: False, *,
@@ -315,8 +320,9 @@ class ApiClusterState:
                  networks_check_interval: float = 5.0, fetch_timeout: float = 2.0, miss_ttl: float = 5.0,
                  connect_timeout: float = 5.0, watch_runtimes: bool = True, page_size: int = 500,
                  stale_after: float = 60.0, clock: Callable[[], float] = time.monotonic,
-                 admission_policies: Callable[[], Any] | None = None):
+                 admission_policies: Callable[[], Any] | None = None, uses_dra: Callable[[], bool] = lambda: False):
         self.uses_networks = uses_networks
+        self.uses_dra = uses_dra
         self.watch_runtimes = watch_runtimes
         self.watch_timeout, self.backoff_min, self.backoff_max = int(watch_timeout), backoff_min, backoff_max
         self.networks_check_interval, self.fetch_timeout, self.miss_ttl = networks_check_interval, fetch_timeout, miss_ttl
@@ -347,7 +353,9 @@ class ApiClusterState:
             from webhook.cluster.admission_policies import AdmissionPolicyCheck
 
             self.admission_policy_check = AdmissionPolicyCheck(self, api_client, admission_policies)
+        self._dra_informers = dra_informers(self, custom, _Informer)
         self._tracking_nads = False
+        self._tracking_dra = False
         self._started = False
         self._stopping = threading.Event()
         self._threads: list[threading.Thread] = []
@@ -356,7 +364,7 @@ class ApiClusterState:
         self._inflight: dict[str, list[Any]] = {}  # namespace name -> [Event, result] of a direct read
 
     @classmethod
-    def from_environment(cls, uses_networks: Callable[[], bool], **kw: Any) -> "ApiClusterState":
+    def from_environment(cls, uses_networks: Callable[[], bool], **kw: Any) -> "ApiClusterState":  # uses_dra= in kw
         """In-cluster service account, else the kubeconfig. Reads files only: no connection is
         made before `start()`."""
         configuration = client.Configuration()
@@ -386,11 +394,18 @@ class ApiClusterState:
             return False
         deadline = time.monotonic() + budget
         informers = [self._ns, self._nads] if self._uses_networks() else [self._ns]
+        if self._uses_dra():
+            informers.extend(self._dra_informers)
         errors: list[str] = []
 
         def relist(informer: _Informer) -> None:
             try:
                 informer.relist(deadline)
+            except ApiException as exc:
+                if exc.status == NOT_FOUND and informer.optional:
+                    informer.absent = True  # not served: each worker looks again
+                else:
+                    errors.append(f"{informer.kind}: {_describe(exc)}")
             except Exception as exc:
                 errors.append(f"{informer.kind}: {_describe(exc)}")
 
@@ -425,7 +440,9 @@ class ApiClusterState:
             self._threads.append(informer.thread)  # type: ignore[arg-type]
         if self.admission_policy_check is not None:
             self._threads.extend(self.admission_policy_check.start())
-        if not self._maybe_track_networks():
+        tracking = self._maybe_track_networks()
+        tracking = self._maybe_track_dra() and tracking
+        if not tracking:
             checker = threading.Thread(target=self._check_networks, name="watch-policy-networks", daemon=True)
             checker.start()
             self._threads.append(checker)
@@ -437,7 +454,7 @@ class ApiClusterState:
         for thread in self._threads:
             while thread.is_alive() and time.monotonic() < deadline:
                 checked = self.admission_policy_check.informers if self.admission_policy_check is not None else ()
-                for informer in (self._ns, self._nads, *self._runtime_informers, *checked):
+                for informer in (self._ns, self._nads, *self._runtime_informers, *self._dra_informers, *checked):
                     if informer.watch is not None:  # shuts an open watch's socket; repeated in case one was opening
                         informer.watch.stop()
                 thread.join(0.05)
@@ -465,8 +482,10 @@ class ApiClusterState:
         return True
 
     def _check_networks(self) -> None:
+        """Start the NAD and DRA informers once a (reloaded) policy needs them."""
         while not self._stopping.wait(self.networks_check_interval):
-            if self._maybe_track_networks():
+            tracking = self._maybe_track_networks()
+            if self._maybe_track_dra() and tracking:
                 return
 
     def _record_ready(self) -> None:
@@ -476,8 +495,12 @@ class ApiClusterState:
     # --- ClusterState -----------------------------------------------------------------------------
 
     def _needed(self) -> list[_Informer]:
-        """The informers readiness waits for (Trainer runtimes never hold it up)."""
-        return [self._ns, self._nads] if self._tracking_nads else [self._ns]
+        """The informers readiness waits for (Trainer runtimes never hold it up; a DRA kind the
+        server does not serve neither)."""
+        needed = [self._ns, self._nads] if self._tracking_nads else [self._ns]
+        if self._tracking_dra:
+            needed.extend(i for i in self._dra_informers if not i.absent)
+        return needed
 
     def ready(self) -> bool:
         now = self.clock()

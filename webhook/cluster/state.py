@@ -16,6 +16,7 @@ from typing import Any, Iterable, Mapping, Protocol
 
 import yaml
 
+from webhook.core import claims as dra
 from webhook.core import keys
 from webhook.core.decision import Namespace
 
@@ -61,6 +62,57 @@ class RuntimeStore:
         return self.cluster.get(name)
 
 
+DRA_GROUP = "resource.k8s.io"
+DRA_KINDS = ("DeviceClass", "ResourceClaimTemplate", "ResourceClaim")
+
+
+def is_dra(obj: Any) -> bool:
+    """A resource.k8s.io DeviceClass, ResourceClaimTemplate or ResourceClaim."""
+    return (isinstance(obj, dict) and obj.get("kind") in DRA_KINDS and isinstance(obj.get("apiVersion"), str)
+            and obj["apiVersion"].startswith(DRA_GROUP + "/"))
+
+
+class ClaimStore:
+    """DeviceClasses by name, ResourceClaimTemplates and ResourceClaims by (namespace, name), as
+    the decision reads them (`webhook.core.claims.Claims`): from a file or `review`'s input."""
+
+    def __init__(self, objects: Iterable[Mapping[str, Any]] = (), default_namespace: str = "default"):
+        self.classes: dict[str, dra.DeviceClassInfo] = {}
+        self.templates: dict[tuple[str, str], tuple[dra.ClaimRequest, ...]] = {}
+        self.claims: dict[tuple[str, str], tuple[dra.ClaimRequest, ...]] = {}
+        for obj in objects:
+            self.add(obj, default_namespace)
+
+    def add(self, obj: Mapping[str, Any], default_namespace: str = "default") -> None:
+        meta = obj.get("metadata") if isinstance(obj.get("metadata"), dict) else {}
+        name = str(meta.get("name") or "")
+        key = (str(meta.get("namespace") or default_namespace), name)
+        kind = obj.get("kind")
+        if kind == "DeviceClass":
+            self.classes[name] = dra.device_class_value(obj)
+        elif kind == "ResourceClaimTemplate":
+            self.templates[key] = dra.template_value(obj)
+        elif kind == "ResourceClaim":
+            self.claims[key] = dra.claim_value(obj)
+
+    def update(self, other: "ClaimStore") -> None:
+        self.classes.update(other.classes)
+        self.templates.update(other.templates)
+        self.claims.update(other.claims)
+
+    def __len__(self) -> int:
+        return len(self.classes) + len(self.templates) + len(self.claims)
+
+    def device_class(self, name: str) -> dra.DeviceClassInfo | None:
+        return self.classes.get(name)
+
+    def claim_template(self, namespace: str, name: str) -> tuple[dra.ClaimRequest, ...] | None:
+        return self.templates.get((namespace, name))
+
+    def resource_claim(self, namespace: str, name: str) -> tuple[dra.ClaimRequest, ...] | None:
+        return self.claims.get((namespace, name))
+
+
 class ClusterStateError(Exception):
     pass
 
@@ -80,6 +132,9 @@ class ClusterState(Protocol):
 
     def runtimes(self) -> Any:
         """The Trainer runtimes (`webhook.kinds.workloads.Runtimes`), None when they are not known."""
+
+    def claims(self) -> Any:
+        """The DRA DeviceClasses, templates and claims (`webhook.core.claims.Claims`), None when not known."""
 
 
 def _objects(doc: Any) -> Iterable[Mapping[str, Any]]:
@@ -109,8 +164,9 @@ class FileClusterState:
     """Namespaces, NetworkAttachmentDefinitions and Trainer runtimes read once from a YAML file."""
 
     def __init__(self, namespaces: Iterable[Namespace], attachments: Iterable[Mapping[str, Any]],
-                 runtimes: Iterable[Mapping[str, Any]] = ()):
+                 runtimes: Iterable[Mapping[str, Any]] = (), dra_objects: Iterable[Mapping[str, Any]] = ()):
         self._runtimes = RuntimeStore(runtimes)
+        self._claims = ClaimStore(dra_objects)
         self._namespaces = {ns.name: ns for ns in namespaces}
         self._nads = {}
         for nad in attachments:
@@ -122,6 +178,7 @@ class FileClusterState:
         namespaces: list[Namespace] = []
         nads: list[Mapping[str, Any]] = []
         runtimes: list[Mapping[str, Any]] = []
+        dra_objects: list[Mapping[str, Any]] = []
         try:
             docs = list(yaml.safe_load_all(text))
         except yaml.YAMLError as exc:
@@ -138,9 +195,11 @@ class FileClusterState:
                         nads.append(obj)
                     elif is_runtime(obj):
                         runtimes.append(obj)
+                    elif is_dra(obj):
+                        dra_objects.append(obj)
         except ClusterStateError as exc:
             raise ClusterStateError(f"{source}: {exc}") from None
-        return cls(namespaces, nads, runtimes)
+        return cls(namespaces, nads, runtimes, dra_objects)
 
     @classmethod
     def from_file(cls, path: str) -> "FileClusterState":
@@ -165,6 +224,10 @@ class FileClusterState:
     def runtimes(self) -> RuntimeStore:
         return self._runtimes
 
+    def claims(self) -> ClaimStore | None:
+        """The DRA objects of the file; None when it has none (a file without them does not track them)."""
+        return self._claims if len(self._claims) else None
+
 
 class AssumedClusterState:
     """No cluster state: every namespace is taken as opted in (labels as given), attachments as
@@ -186,4 +249,7 @@ class AssumedClusterState:
         return None
 
     def runtimes(self) -> None:
+        return None
+
+    def claims(self) -> None:
         return None

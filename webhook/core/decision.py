@@ -15,12 +15,13 @@ from dataclasses import dataclass
 from typing import Any, Final, Mapping, Protocol
 
 
-from webhook.core import fallback, keys, mutation, ranks
+from webhook.core import families, fallback, keys, mutation, ranks
+from webhook.core.claims import Claims
 from webhook.core.scripts import ConfigMaps
 from webhook.grammar import k8s, nccl
 from webhook.fabrics import multus
 from webhook.core.fallback import Finding, Subject, Target
-from webhook.core.model import RESOURCE_EQUIVALENT, RESOURCE_FOREIGN, Device, Policy, PolicySet
+from webhook.core.model import Device, Policy, PolicySet
 from webhook.fabrics.transports import WARN
 
 SKIPPED, UNCHANGED, MUTATED, DENIED = "skipped", "unchanged", "mutated", "denied"
@@ -330,62 +331,6 @@ def _network_devices(policy: Policy, pod_ns: str, attachments: Attachments | Non
     return out
 
 
-def _fitting(resource: str, ns: Namespace, by: dict[str, list[Policy]]) -> str:
-    """How to fix a pod that brings another fabric's device or claim: the policy that provides it
-    here. `by` never lists the pod's own policy under `resource`, which is foreign to it."""
-    for other in by.get(resource) or ():
-        if other.allows_namespace(ns.labels):
-            return f"select policy {other.name} with the annotation {keys.POD_POLICY}: {other.name}"
-    return "no policy of this namespace provides it; remove it, or ask the platform team for a policy of that fabric"
-
-
-def _check_fabric(pod: dict[str, Any], policy: Policy, policies: PolicySet, ns: Namespace, targets: list[Target],
-                  devices: list[Device], problems: list[Finding]) -> str | None:
-    """Mark targets that already have this fabric's device by another name, deny another fabric's
-    device or claim, and return the pod's resourceClaims entry of this fabric's claim (None when
-    the policy claims nothing; the policy's own entry name when the pod has none yet)."""
-    kinds = policies.resource_kinds(policy)
-    for t in targets:
-        resources: dict[str, Any] = (_container(pod, t.index).get("resources") or {})
-        seen: list[str] = []
-        for section in ("limits", "requests"):
-            values: dict[str, Any] = resources.get(section) or {}
-            for res in values:
-                kind = kinds.get(res)
-                if kind is None:
-                    kind = policies.resource_kind(policy, res, kinds)
-                if kind == RESOURCE_EQUIVALENT:
-                    t.has_fabric = True
-                elif kind == RESOURCE_FOREIGN and res not in seen and not _resolved(res, devices):
-                    seen.append(res)
-                    mine = ", ".join(policy.own_resources) or (f"a DRA claim ({policy.claim.template})" if policy.claim else "the host's devices")
-                    problems.append(Finding("fabric-mismatch", t.name,
-                                            f"this pod requests {res}, another fabric's RDMA device; policy {policy.name} provides "
-                                            f"{mine}; {_fitting(res, ns, policies.by_resource)}"))
-    spec: dict[str, Any] = pod.get("spec") or {}
-    claims: list[dict[str, Any]] = spec.get("resourceClaims") or []
-    entry = policy.claim.name if policy.claim is not None else None
-    for c in claims:
-        template = c.get("resourceClaimTemplateName") or c.get("resourceClaimName")
-        if not isinstance(template, str):
-            continue
-        if policy.claim is not None and (template == policy.claim.template or template in policy.claim.equivalent):
-            entry = str(c.get("name"))
-        elif template in policies.by_claim_template:
-            problems.append(Finding("fabric-mismatch", None,
-                                    f"this pod claims {template}, another fabric's RDMA NIC; policy {policy.name} provides "
-                                    f"{', '.join(policy.own_resources) or 'another claim'}; "
-                                    f"{_fitting(template, ns, policies.by_claim_template)}"))
-    return entry
-
-
-def _resolved(resource: str, devices: list[Device]) -> bool:
-    for d in devices:
-        if d.resource == resource:
-            return True
-    return False
-
-
 def _container(pod: dict[str, Any], index: int) -> dict[str, Any]:
     spec: dict[str, Any] = pod["spec"]
     containers: list[dict[str, Any]] = spec["containers"]
@@ -473,7 +418,7 @@ def _subject(pod: Any, policy: Policy, namespace: Namespace, targets: list[Targe
 
 
 def _assess(pod: Any, namespace: Namespace | None, policies: PolicySet | None, attachments: Attachments | None,
-            operation: str, final: bool, config_maps: ConfigMaps | None = None) -> Decision | tuple[Subject, list[str]]:
+            operation: str, final: bool, config_maps: ConfigMaps | None, claims: Claims | None) -> Decision | tuple[Subject, list[str]]:
     """The steps `decide` and `check_final` share: who is considered, the policy, the targets and
     the rules. Returns a finished Decision, or the subject and warnings of a pod that passed."""
     problem = shape_problem(pod)
@@ -512,6 +457,9 @@ def _assess(pod: Any, namespace: Namespace | None, policies: PolicySet | None, a
         subject.others = others
         warnings = _warnings(pod, subject)
         denials = fallback.rule("env-fallback").check(subject) + fallback.rule("command-fallback").check(subject)
+        spec_: dict[str, Any] = checked.get("spec") or {}
+        if spec_.get("resourceClaims") and policies is not None:  # GPUs and NICs by claim: of this fabric?
+            families.check(checked, policy, policies, namespace.name, namespace.labels, [], [], denials, attachments, claims)
         if denials:
             return Decision(DENIED, pod, policy.name, denials, warnings)
         why = why_no_target(checked, policy, others)
@@ -537,19 +485,30 @@ def _assess(pod: Any, namespace: Namespace | None, policies: PolicySet | None, a
 
     problems: list[Finding] = []
     devices = list(policy.devices)
+    unresolved: list[Finding] = []  # a policy network's missing NAD: moot when the pod brings its own
     if policy.networks:
-        devices.extend(_network_devices(policy, namespace.name, attachments, problems))
+        devices.extend(_network_devices(policy, namespace.name, attachments, unresolved))
     assert policies is not None  # select_policy found one
-    claim_entry = _check_fabric(checked, policy, policies, namespace, targets, devices, problems)
+    brought = families.check(checked, policy, policies, namespace.name, namespace.labels, targets, devices, problems,
+                             attachments, claims)
+    networks = policy.networks
+    if brought.own_network:  # the pod attaches its fabric's network or claims its NIC itself
+        networks = ()
+        devices = list(policy.devices)
+    else:
+        problems.extend(unresolved)
     annotations: dict[str, str] = meta.get("annotations") or {}
     plan: multus.Plan | None = None
-    if policy.networks or keys.MULTUS_NETWORKS in annotations:
-        plan = multus.plan(annotations.get(keys.MULTUS_NETWORKS), policy.networks, namespace.name)
+    if networks or keys.MULTUS_NETWORKS in annotations:
+        plan = multus.plan(annotations.get(keys.MULTUS_NETWORKS), networks, namespace.name)
         if plan.problem is not None:
-            if policy.networks:
+            if networks:
                 problems.append(Finding("multus-annotation", None, f"{keys.MULTUS_NETWORKS}: {plan.problem}"))
             plan = None
-    subject = _subject(pod, policy, namespace, targets, config_maps, devices, problems, plan, claim_entry)
+        elif brought.own_network:
+            plan.interfaces = brought.interfaces
+    subject = _subject(pod, policy, namespace, targets, config_maps, devices, problems, plan, brought.entry)
+    subject.own_claim = brought.own_claim
     subject.others = others
     subject.launchers = launchers
     denials = fallback.findings(subject, final=final)
@@ -561,11 +520,12 @@ def _assess(pod: Any, namespace: Namespace | None, policies: PolicySet | None, a
 
 def decide(pod: Any, namespace: Namespace | None, policies: PolicySet | None,
            attachments: Attachments | None = None, operation: str = "CREATE",
-           config_maps: ConfigMaps | None = None) -> Decision:
+           config_maps: ConfigMaps | None = None, claims: Claims | None = None) -> Decision:
     """Decide what happens to `pod` (the raw object as sent; never modified here). `config_maps`:
     the ConfigMaps at hand, for scripts the containers run from ConfigMap volumes
-    (`webhook.core.scripts`; None: none, and such a script is named in a warning)."""
-    assessed = _assess(pod, namespace, policies, attachments, operation, False, config_maps)
+    (`webhook.core.scripts`; None: none, and such a script is named in a warning). `claims`: the
+    DRA DeviceClasses, templates and claims known (webhook.core.claims), None when not tracked."""
+    assessed = _assess(pod, namespace, policies, attachments, operation, False, config_maps, claims)
     if isinstance(assessed, Decision):
         return assessed
     subject, warnings = assessed
@@ -578,10 +538,10 @@ def decide(pod: Any, namespace: Namespace | None, policies: PolicySet | None,
 
 def check_final(pod: Any, namespace: Namespace | None, policies: PolicySet | None,
                 attachments: Attachments | None = None, operation: str = "CREATE",
-                config_maps: ConfigMaps | None = None) -> Decision:
+                config_maps: ConfigMaps | None = None, claims: Claims | None = None) -> Decision:
     """The final-state guard for a pod as it will be stored, after every mutating webhook ran:
     the TCP-fallback rules plus the rules that the RDMA pieces are really there. No mutation."""
-    assessed = _assess(pod, namespace, policies, attachments, operation, True, config_maps)
+    assessed = _assess(pod, namespace, policies, attachments, operation, True, config_maps, claims)
     if isinstance(assessed, Decision):
         return assessed
     subject, warnings = assessed

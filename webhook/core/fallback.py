@@ -76,6 +76,7 @@ class Subject:
         self.problems: list[Finding] = [] if problems is None else problems  # found while resolving
         self.networks = networks  # the Multus annotation as it will be, and the interface names
         self.claim_entry = claim_entry  # the spec.resourceClaims entry the targets reference
+        self.own_claim = False  # that entry is the pod's own NIC claim (webhook.core.families)
         # Containers that see GPUs without requesting one (a DRA claim, NVIDIA_VISIBLE_DEVICES):
         # their settings are checked like the targets', nothing is added to them.
         self.others: list[Target] = []
@@ -432,7 +433,7 @@ def _rule_enforced_env(s: Subject) -> list[Finding]:
     out: list[Finding] = []
     for t in s.targets:
         for setting in s.policy.env:
-            if not setting.enforce:
+            if not setting.enforce or (setting.templated and s.networks is not None and not s.networks.interfaces):
                 continue
             value = t.env.get(setting.name)
             want = setting.render(s.networks.interfaces) if s.networks is not None else setting.value

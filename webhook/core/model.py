@@ -16,7 +16,9 @@ from functools import lru_cache
 from typing import Any, Final, Iterable, Mapping
 
 from webhook.fabrics.multus import Network
-from webhook.fabrics.transports import WELL_KNOWN_RDMA, WELL_KNOWN_RDMA_PREFIXES, Fabric, Signature
+from webhook.fabrics.transports import (NETWORK_DEVICE, RDMA_SHARED, SHARED_DEVICE_PREFIX, WELL_KNOWN_RDMA, NETWORK_DEVICE_PREFIXES,
+                                        Fabric,
+                                        Signature)
 
 
 @dataclass(frozen=True)
@@ -59,6 +61,17 @@ class Claim:
 
 
 @dataclass(frozen=True)
+class Dra:
+    """The DeviceClasses that are a policy's fabric's NICs (webhook.core.claims): by name, by the
+    driver their CEL selectors name (`device.driver == "..."`), narrowed, when `selectors` is not
+    empty, to classes or requests whose CEL contains one of those texts."""
+
+    classes: frozenset[str]
+    drivers: frozenset[str]
+    selectors: tuple[str, ...]
+
+
+@dataclass(frozen=True)
 class Policy:
     """A validated policy with everything the admission path needs precomputed."""
 
@@ -78,11 +91,14 @@ class Policy:
     networks: tuple[Network, ...]
     claim: Claim | None
     equivalent_resources: tuple[str, ...]  # requests that already give a container this fabric's device
+    dra: Dra | None  # the DeviceClasses of this fabric's NICs
+    families: frozenset[str]  # the device families (RDMA_SHARED, NETWORK_DEVICE) this fabric's devices belong to
     host_network: str  # Forbidden | Allowed | Required
     own_resources: tuple[str, ...]  # the devices' resources and the networks' fallback resources
     # own_resources and gpu_resources: requests that say nothing of another fabric, skipped in
     # one set lookup by the fabric check of every labelled pod
     expected_resources: frozenset[str]
+    network_resources: frozenset[str]  # the networks' fallback resources, of a NETWORK_DEVICE policy
     shm_fixed: int | None
     shm_per_gpu: int | None
     shm_max: int | None
@@ -128,13 +144,15 @@ class Policy:
             parts.append("networks " + ", ".join(n.name for n in self.networks))
         if self.claim is not None:
             parts.append(f"DRA claim {self.claim.template}")
+        if self.dra is not None:
+            parts.append("DRA NICs " + ", ".join([*sorted(self.dra.classes), *sorted(self.dra.drivers)]))
         if self.host_network != "Forbidden":
             parts.append(f"hostNetwork {self.host_network}")
         return "; ".join(parts)
 
     def host_fabric(self) -> bool:
-        """No device plugin, network or claim: the RDMA devices come from the host."""
-        return not self.devices and not self.networks and self.claim is None
+        """No device plugin, network, claim or DRA class: the RDMA devices come from the host."""
+        return not self.devices and not self.networks and self.claim is None and self.dra is None
 
     def shm_bytes_for(self, gpus: int) -> int:
         if self.shm_fixed is not None:
@@ -149,6 +167,9 @@ class Policy:
 RESOURCE_PLAIN: Final = 0
 RESOURCE_EQUIVALENT: Final = 1
 RESOURCE_FOREIGN: Final = 2
+# An extended resource none of the above: a network device (SR-IOV VF, host device) when a Multus
+# network of the pod names it (webhook.core.families), else nothing to the fabric.
+RESOURCE_CANDIDATE: Final = 3
 
 
 class PolicySet:
@@ -166,7 +187,18 @@ class PolicySet:
         # of another fabric is denied with the name of the policy that fits it.
         self.by_resource: dict[str, list[Policy]] = {}
         self.by_claim_template: dict[str, list[Policy]] = {}
+        # Which policies' fabric a DRA DeviceClass (by name, by driver) or a device family is.
+        self.by_device_class: dict[str, list[Policy]] = {}
+        self.by_driver: dict[str, list[Policy]] = {}
+        self.by_family: dict[str, list[Policy]] = {}
         for p in self._ranked:
+            if p.dra is not None:
+                for cls in sorted(p.dra.classes):
+                    self.by_device_class.setdefault(cls, []).append(p)
+                for driver in sorted(p.dra.drivers):
+                    self.by_driver.setdefault(driver, []).append(p)
+            for family in sorted(p.families):
+                self.by_family.setdefault(family, []).append(p)
             for res in (*p.own_resources, *p.equivalent_resources):
                 self.by_resource.setdefault(res, []).append(p)
             if p.claim is not None:
@@ -176,14 +208,11 @@ class PolicySet:
         self._kinds: dict[str, dict[str, int]] = {p.name: {} for p in self._ranked}
 
     def is_rdma_resource(self, resource: str) -> bool:
-        """Whether a container resource is an RDMA device: one a loaded policy gives, or a
-        well-known RDMA device-plugin resource (webhook.fabrics.transports.WELL_KNOWN_RDMA)."""
-        if resource in self.by_resource or resource in WELL_KNOWN_RDMA:
-            return True
-        for prefix in WELL_KNOWN_RDMA_PREFIXES:
-            if resource.startswith(prefix):
-                return True
-        return False
+        """Whether a container resource is an RDMA device by name alone: one a loaded policy gives,
+        any `rdma/<name>` (the RDMA shared device plugin), or a fixed-name RDMA device plugin's
+        resource (webhook.fabrics.transports.WELL_KNOWN_RDMA). Network devices (SR-IOV VFs, host
+        devices) are known by the Multus network that names them: webhook.core.families."""
+        return resource in self.by_resource or resource in WELL_KNOWN_RDMA or resource.startswith(SHARED_DEVICE_PREFIX)
 
     def resource_kinds(self, policy: Policy) -> dict[str, int]:
         """What each container resource a pod under `policy` requested was found to be
@@ -196,12 +225,20 @@ class PolicySet:
         return kinds
 
     def resource_kind(self, policy: Policy, resource: str, kinds: dict[str, int]) -> int:
-        if resource in policy.expected_resources:
+        if resource in policy.network_resources:
+            kind = RESOURCE_CANDIDATE  # its network's device: the pod may attach that network itself
+        elif resource in policy.expected_resources:
             kind = RESOURCE_PLAIN  # its GPUs and own devices
         elif resource in policy.equivalent_resources:
             kind = RESOURCE_EQUIVALENT
+        elif resource.startswith(SHARED_DEVICE_PREFIX):
+            # every rdma/<name> is the RDMA shared device plugin: this fabric's when it is of that family
+            kind = RESOURCE_EQUIVALENT if RDMA_SHARED in policy.families else RESOURCE_FOREIGN
         elif self.is_rdma_resource(resource):
             kind = RESOURCE_FOREIGN
+        elif "/" in resource and (self.by_family.get(NETWORK_DEVICE) or NETWORK_DEVICE in policy.families
+                                  or resource.startswith(NETWORK_DEVICE_PREFIXES)):
+            kind = RESOURCE_CANDIDATE
         else:
             kind = RESOURCE_PLAIN
         if len(kinds) >= 1024:  # a hostile stream of distinct names stays bounded

@@ -110,6 +110,8 @@ def add_env(container: dict[str, Any], target: Target, policy: Policy, interface
     env = _list_at(container, "env")
     added = 0
     for setting in policy.env:
+        if setting.templated and not interfaces:
+            continue  # the pod's own network or NIC claim: its interface names are not known here
         value = setting.render(interfaces) if setting.templated else setting.value
         i = target.env.index(setting.name)  # into the same list (the copy shares its items)
         if i is None:
@@ -229,14 +231,13 @@ def add_ipc_lock(container: dict[str, Any]) -> bool:
 
 
 def add_claim(pod: dict[str, Any], container: dict[str, Any], policy: Policy, entry: str) -> bool:
-    """The policy's DRA claim: the pod-level `spec.resourceClaims` entry (unless the pod has one
-    of this fabric already, then `entry` is its name) and the container's reference to it."""
+    """The DRA NIC claim the container references: the policy's (the pod-level
+    `spec.resourceClaims` entry added unless the pod has one of this fabric already, then `entry`
+    is its name) or the one the pod brings; the container's reference to it."""
     claim = policy.claim
-    if claim is None:
-        return False
     spec: dict[str, Any] = pod["spec"]
     changed = False
-    if entry == claim.name:
+    if claim is not None and entry == claim.name:
         claims = _list_at(spec, "resourceClaims")
         if not any(isinstance(c, dict) and c.get("name") == entry for c in claims):
             claims.append({"name": claim.name, "resourceClaimTemplateName": claim.template})
@@ -264,9 +265,9 @@ def apply(pod: dict[str, Any], subject: Subject, warnings: list[str]) -> list[st
                 dev = add_device(c, d.resource, d.count_for(t.gpus))
                 if dev:
                     what.append(dev)
-            entry = subject.claim_entry
-            if entry is not None and add_claim(pod, c, policy, entry):
-                what.append(f"DRA claim {entry}")
+        entry = subject.claim_entry
+        if entry is not None and (not t.has_fabric or subject.own_claim) and add_claim(pod, c, policy, entry):
+            what.append(f"DRA claim {entry}")
         variables = add_env(c, t, policy, interfaces, warnings)
         if variables:
             what.append(f"{variables} NCCL variables")

@@ -157,14 +157,27 @@ LIBFABRIC: tuple[Signature, ...] = (
 )
 
 
-# RDMA device-plugin resources in wide use, so that a pod bringing one of another fabric is told so
-# even when no loaded policy provides it: the RDMA shared device plugin's `rdma/<name>`
-# (Mellanox/k8s-rdma-shared-dev-plugin, NVIDIA network-operator), AWS's EFA device plugin,
-# Alibaba Cloud's eRDMA controller, SR-IOV VFs as NVIDIA network-operator and OpenShift's SR-IOV
-# operator name them in their examples.
-WELL_KNOWN_RDMA: tuple[str, ...] = ("vpc.amazonaws.com/efa", "aliyun/erdma", "nvidia.com/rdma-vf",
-                                    "openshift.io/mellanoxrdma", "nvidia.com/hostdev")
-WELL_KNOWN_RDMA_PREFIXES: tuple[str, ...] = ("rdma/",)
+# RDMA device families, by rule rather than by list (README "Device families"):
+# - RDMA_SHARED: every `rdma/<name>` is the RDMA shared device plugin's (Mellanox/k8s-rdma-shared-dev-plugin
+#   advertises each configured resource as rdma/<resourceName>; NVIDIA network-operator, AKS's
+#   rdma/shared_ib), whatever the name;
+# - NETWORK_DEVICE: a device the SR-IOV network device plugin gives with a Multus network, a VF or a
+#   whole host device (openshift.io/<name>, intel.com/<name>, nvidia.com/hostdev, ...): known as such
+#   when a NetworkAttachmentDefinition the pod attaches names it in its resourceName annotation
+#   (webhook.core.families); NETWORK_DEVICE_PREFIXES are the names those plugins' operators give,
+#   read as network devices when the pod's networks cannot be looked up (`review` without state).
+# A policy belongs to the families of its devices (`deviceFamilies`, else derived: rdma/ devices
+# make it RDMA_SHARED, Multus networks NETWORK_DEVICE); a device of a family is equivalent to the
+# policy's own under a policy of that family, another fabric's under any other.
+RDMA_SHARED = "rdma-shared-device"
+NETWORK_DEVICE = "network-device"
+FAMILIES: tuple[str, ...] = (RDMA_SHARED, NETWORK_DEVICE)
+SHARED_DEVICE_PREFIX = "rdma/"
+NETWORK_DEVICE_PREFIXES: tuple[str, ...] = ("openshift.io/", "intel.com/", "nvidia.com/hostdev", "nvidia.com/rdma")
+# RDMA device plugins with one fixed resource name, so that a pod bringing one of another fabric is
+# told so even when no loaded policy provides it: AWS's EFA device plugin, Alibaba Cloud's eRDMA
+# controller.
+WELL_KNOWN_RDMA: tuple[str, ...] = ("vpc.amazonaws.com/efa", "aliyun/erdma")
 
 
 TRANSPORTS: dict[str, tuple[Signature, ...]] = {"ib-verbs": IB_VERBS, "libfabric": LIBFABRIC}

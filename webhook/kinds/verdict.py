@@ -172,7 +172,7 @@ def _pod(template: Any, namespace: str, owner: str, launcher: bool) -> Any:
 
 def check_workload(obj: Any, group: str, kind: str, namespace: Namespace | None, policies: PolicySet | None,
                    attachments: Attachments | None, runtimes: Runtimes | None = None,
-                   release: str | None = None, config_maps: ConfigMaps | None = None) -> WorkloadVerdict:
+                   release: str | None = None, config_maps: ConfigMaps | None = None, claims: Any = None) -> WorkloadVerdict:
     """What the labelled pod templates of a workload would meet, template by template.
 
     A template without a target container (an MPI launcher) is judged only when the workload
@@ -212,7 +212,7 @@ def check_workload(obj: Any, group: str, kind: str, namespace: Namespace | None,
             pod, decision, deny, why_not = _cluster_scoped_result(path, judged, policies, verdict)
         else:
             pod = _pod(template, ns_name, str(name), launcher)
-            decision = decide(pod, namespace, policies, attachments, "CREATE", config_maps)
+            decision = decide(pod, namespace, policies, attachments, "CREATE", config_maps, claims)
             if decision.outcome == "skipped":
                 continue
             if cluster_scoped and decision.outcome == DENIED and all(f.rule in _NAMESPACE_RULES for f in decision.denials):

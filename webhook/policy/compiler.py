@@ -18,7 +18,7 @@ from typing import Any, Iterable
 
 from webhook.grammar import k8s
 from webhook.fabrics import transports
-from webhook.core.model import Claim, Device, EnvSetting, Policy
+from webhook.core.model import Claim, Device, Dra, EnvSetting, Policy
 from webhook.fabrics.multus import Network
 from webhook.policy.migrate import migrate_v1alpha1, v1alpha1_field
 from webhook.policy.schema import API_VERSION, API_VERSION_V1ALPHA1, FORBIDDEN_KEYS, VALIDATORS
@@ -269,12 +269,37 @@ def compile_policy(doc: Any, file: str) -> tuple[Policy | None, list[PolicyError
                 errors.append(PolicyError(file, name, fld, f"{template!r} is not a valid ResourceClaimTemplate name"))
         claim = Claim(c["name"], c["template"], tuple(c.get("equivalentTemplates") or ()))
 
+    dra = None
+    if doc.get("dra") is not None:
+        d = doc["dra"]
+        for i, cls in enumerate(d.get("deviceClasses") or ()):
+            if not k8s.is_dns1123_subdomain(cls):
+                errors.append(PolicyError(file, name, f"dra.deviceClasses[{i}]", f"{cls!r} is not a valid DeviceClass name"))
+        for i, driver in enumerate(d.get("drivers") or ()):
+            if not k8s.is_dns1123_subdomain(driver):
+                errors.append(PolicyError(file, name, f"dra.drivers[{i}]", f"{driver!r} is not a valid DRA driver name (a DNS subdomain)"))
+        if d.get("selectors") and not d.get("drivers"):
+            errors.append(PolicyError(file, name, "dra.selectors", "narrows the classes of dra.drivers, and there are none: add drivers"))
+        if not d.get("deviceClasses") and not d.get("drivers"):
+            errors.append(PolicyError(file, name, "dra", "give deviceClasses or drivers: the DeviceClasses that are this fabric's NICs"))
+        dra = Dra(frozenset(d.get("deviceClasses") or ()), frozenset(d.get("drivers") or ()), tuple(d.get("selectors") or ()))
+    if "deviceFamilies" in doc:
+        families = frozenset(doc["deviceFamilies"])
+    else:  # what the policy's own devices are
+        derived = []
+        if any(dv.resource.startswith(transports.SHARED_DEVICE_PREFIX) for dv in devices):
+            derived.append(transports.RDMA_SHARED)
+        if networks:
+            derived.append(transports.NETWORK_DEVICE)
+        families = frozenset(derived)
+
     host_network = doc.get("hostNetwork") or ("Forbidden" if networks else "Allowed")
     if host_network == "Required" and networks:
         errors.append(PolicyError(file, name, "hostNetwork", "Required with Multus networks: Multus attaches no networks to host-network pods"))
-    if not devices and not networks and claim is None and host_network != "Required":
-        errors.append(PolicyError(file, name, "devices", "the policy gives no device resource, Multus network or DRA claim: "
-                                                         "give one, or set hostNetwork: Required for a fabric reached through the host's interfaces"))
+    if not devices and not networks and claim is None and dra is None and host_network != "Required":
+        errors.append(PolicyError(file, name, "devices", "the policy gives no device resource, Multus network or DRA claim "
+                                                         "and names no DRA DeviceClass: give one, or set hostNetwork: Required "
+                                                         "for a fabric reached through the host's interfaces"))
 
     shm = _obj(doc.get("shm"))
     if "shm" in doc and ("sizeLimit" in shm) == ("perGpu" in shm):
@@ -345,9 +370,12 @@ def compile_policy(doc: Any, file: str) -> tuple[Policy | None, list[PolicyError
         networks=tuple(networks),
         claim=claim,
         equivalent_resources=equivalent,
+        dra=dra,
+        families=families,
         host_network=host_network,
         own_resources=own,
         expected_resources=frozenset((*own, *gpu_resources)),
+        network_resources=frozenset(n.resource for n in networks if n.resource and transports.NETWORK_DEVICE in families),
         shm_fixed=shm_fixed,
         shm_per_gpu=shm_per_gpu,
         shm_max=shm_max,

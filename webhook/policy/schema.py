@@ -165,6 +165,19 @@ SCHEMA: dict[str, Any] = {
                 "equivalentTemplates": {"type": "array", "items": {"type": "string"}},
             },
         },
+        # The DRA DeviceClasses of this fabric's NICs: a pod that claims one keeps its claim and gets
+        # no second device; a claim of another policy's classes is a fabric mismatch.
+        "dra": {
+            "type": "object",
+            "additionalProperties": False,
+            "minProperties": 1,
+            "properties": {
+                "deviceClasses": {"type": "array", "items": {"type": "string", "minLength": 1}},
+                "drivers": {"type": "array", "items": {"type": "string", "minLength": 1}},
+                "selectors": {"type": "array", "items": {"type": "string", "minLength": 1}},
+            },
+        },
+        "deviceFamilies": {"type": "array", "items": {"enum": list(transports.FAMILIES)}},
         "hostNetwork": {"enum": ["Forbidden", "Allowed", "Required"]},
         "shm": SCHEMA_V1ALPHA1["properties"]["shm"],
         "nccl": _NCCL_BLOCK,

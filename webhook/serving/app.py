@@ -87,6 +87,12 @@ class WebhookFlask(Flask):
                           env.get("REQUEST_METHOD", "GET"), env.get("QUERY_STRING", ""))
 
 
+def claims_of(cluster: Any) -> Any:
+    """The cluster's DRA lookups (webhook.core.claims.Claims), None when it does not track them."""
+    lookup = getattr(cluster, "claims", None)
+    return lookup() if lookup is not None else None
+
+
 def create_app(store: PolicyStore, cluster: ClusterState) -> Flask:
     app = WebhookFlask("rdma_webhook")
     batch = Batch()  # the metrics and log line of each admission, written once per loop pass
@@ -110,7 +116,8 @@ def create_app(store: PolicyStore, cluster: ClusterState) -> Flask:
             metrics.child(metrics.ADMISSIONS, endpoint, "error", "").inc()
             return _json({"error": f"request body over {MAX_BODY} bytes"}, 413)
         try:
-            status, doc, decision, req = handler(body, store.current, namespace_of, cluster.attachments(), *extra)
+            status, doc, decision, req = handler(body, store.current, namespace_of, cluster.attachments(), *extra,
+                                                 claims=claims_of(cluster))
         except Exception as exc:  # a bug must not become a 500: deny (fail closed) and say so
             log.exception("internal error while deciding")
             uid = _uid_of(body)

@@ -100,7 +100,7 @@ def run(*, policies_dir: str, tls_cert: str, tls_key: str, host: str, port: int,
 
         try:
             cluster = ApiClusterState.from_environment(
-                uses_networks=lambda: _uses_networks(store),
+                uses_networks=lambda: _uses_networks(store), uses_dra=lambda: _uses_dra(store),
                 admission_policies=(lambda: store.current) if check_admission_policy else None)
         except Exception as exc:  # no in-cluster config and no kubeconfig
             log.error("cannot reach the Kubernetes API (%s); run in a cluster, set KUBECONFIG, or pass --cluster-state FILE", exc)
@@ -221,6 +221,11 @@ def run_granian(target, *, host: str, port: int, workers: int, tls_cert: str, tl
         server.serve(target_loader=target_loader)
     else:
         server.serve()
+
+
+def _uses_dra(store) -> bool:
+    policies = store.current
+    return bool(policies) and any(p.dra is not None or p.claim is not None for p in policies.by_name.values())
 
 
 def _uses_networks(store) -> bool:

@@ -1,0 +1,212 @@
+"""Which fabric a pod already brings: its container resources by device family, its DRA claims
+by DeviceClass (webhook.core.claims). What the pod brings of the policy's own fabric stands (no
+second device, network or claim); what it brings of another fabric is a `fabric-mismatch`
+denial naming the policy that fits; anything else changes nothing.
+
+Families (webhook.fabrics.transports): every `rdma/<name>` is the RDMA shared device plugin's; a
+resource a NetworkAttachmentDefinition of the pod's Multus networks names in its resourceName
+annotation is a network device (an SR-IOV VF or a host device); a policy belongs to the families
+of its own devices. Equivalence and mismatch follow from the family, not from a list of names.
+
+Cost: a pod whose resources are all known kinds (its GPU, cpu, memory, the policy's devices)
+reads one dict entry per resource (`PolicySet.resource_kinds`); the pod's networks are read only
+when one of its resources could be a network device, its claims only when it has any.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from webhook.core import claims as dra
+from webhook.core import keys
+from webhook.core.fallback import Finding, Target
+from webhook.core.model import (RESOURCE_CANDIDATE, RESOURCE_EQUIVALENT, RESOURCE_FOREIGN, Device, Policy,
+                                PolicySet)
+from webhook.fabrics import multus
+from webhook.fabrics.transports import NETWORK_DEVICE, NETWORK_DEVICE_PREFIXES, RDMA_SHARED, SHARED_DEVICE_PREFIX
+
+
+class Brought:
+    """What `check` found the pod brings of the policy's fabric: `entry`, the spec.resourceClaims
+    entry the targets reference (the pod's own NIC claim, or the policy's claim name), `own_claim`
+    whether that entry is the pod's; `own_network` whether the pod attaches its fabric's network
+    itself (the policy's networks are then not added) and the interfaces of those networks."""
+
+    def __init__(self, entry: str | None):
+        self.entry = entry
+        self.own_claim = False
+        self.own_network = False
+        self.interfaces: list[str] = []
+        self.unknown = False  # a claim whose requests are not known here (no template or claim of that name)
+
+
+def fitting(candidates: list[Policy], policy: Policy, namespace_labels: dict[str, str]) -> str:
+    """How to fix a pod that brings another fabric's device or claim: the policy that provides it
+    in this namespace."""
+    for other in candidates:
+        if other is not policy and other.allows_namespace(namespace_labels):
+            return f"select policy {other.name} with the annotation {keys.POD_POLICY}: {other.name}"
+    return "no policy of this namespace provides it; remove it, or ask the platform team for a policy of that fabric"
+
+
+def _mine(policy: Policy) -> str:
+    if policy.own_resources:
+        return ", ".join(policy.own_resources)
+    if policy.claim is not None:
+        return f"a DRA claim ({policy.claim.template})"
+    if policy.dra is not None:
+        return dra.label(policy)
+    return "the host's devices"
+
+
+def _resolved(resource: str, devices: list[Device]) -> bool:
+    for d in devices:
+        if d.resource == resource:
+            return True
+    return False
+
+
+def _network_resources(pod: dict[str, Any], namespace: str, attachments: Any) -> dict[str, str]:
+    """resource -> interface for the pod's Multus networks whose NetworkAttachmentDefinition names
+    a device resource. Without attachments (nothing to look up) each network stands for any
+    resource named as the SR-IOV operators name them, keyed "" (webhook.fabrics.transports)."""
+    meta: dict[str, Any] = pod.get("metadata") or {}
+    annotations: dict[str, str] = meta.get("annotations") or {}
+    value = annotations.get(keys.MULTUS_NETWORKS)
+    out: dict[str, str] = {}
+    parsed = multus.parse(value) if value else None
+    if parsed is None:
+        return out
+    for i, e in enumerate(parsed[1]):
+        iface = multus.interface_of(e, i + 1)
+        if attachments is None:
+            out.setdefault("", iface)
+            continue
+        ns, name = multus.entry_key(e, namespace)
+        nad = attachments.attachment(ns, name)
+        if nad is None:
+            continue
+        resource = ((nad.get("metadata") or {}).get("annotations") or {}).get(keys.NAD_RESOURCE_NAME)
+        if isinstance(resource, str) and resource:
+            out.setdefault(resource, iface)
+    return out
+
+
+def check(pod: dict[str, Any], policy: Policy, policies: PolicySet, namespace: str, namespace_labels: dict[str, str],
+          targets: list[Target], devices: list[Device], problems: list[Finding], attachments: Any,
+          claims: dra.Claims | None) -> Brought:
+    """Mark targets that already have this fabric's device, deny another fabric's device or NIC
+    claim, and say what the pod brings (`Brought`)."""
+    kinds = policies.resource_kinds(policy)
+    spec: dict[str, Any] = pod.get("spec") or {}
+    containers: list[dict[str, Any]] = spec.get("containers") or []
+    networks: dict[str, str] | None = None
+    brought = Brought(policy.claim.name if policy.claim is not None else None)
+    for t in targets:
+        resources: dict[str, Any] = containers[t.index].get("resources") or {}
+        seen: list[str] = []
+        for section in ("limits", "requests"):
+            values: dict[str, Any] = resources.get(section) or {}
+            for res in values:
+                kind = kinds.get(res)
+                if kind is None:
+                    kind = policies.resource_kind(policy, res, kinds)
+                if kind == RESOURCE_EQUIVALENT:
+                    t.has_fabric = True
+                    continue
+                if kind == RESOURCE_FOREIGN and res.startswith(SHARED_DEVICE_PREFIX):
+                    family = RDMA_SHARED
+                elif kind == RESOURCE_CANDIDATE or kind == RESOURCE_FOREIGN:
+                    if networks is None:
+                        networks = _network_resources(pod, namespace, attachments)
+                    iface = networks.get(res)
+                    if iface is None and "" in networks and res.startswith(NETWORK_DEVICE_PREFIXES):
+                        iface = networks[""]
+                    if iface is None:
+                        if kind == RESOURCE_CANDIDATE:
+                            continue  # no network of the pod names it: nothing to the fabric
+                        family = ""
+                    elif NETWORK_DEVICE in policy.families:
+                        t.has_fabric = True
+                        brought.own_network = True
+                        if iface not in brought.interfaces:
+                            brought.interfaces.append(iface)
+                        continue
+                    else:
+                        family = NETWORK_DEVICE
+                else:
+                    continue
+                if res in seen or _resolved(res, devices):
+                    continue
+                seen.append(res)
+                candidates = list(policies.by_resource.get(res) or ())
+                for p in policies.by_family.get(family) or () if family else ():
+                    if p not in candidates:
+                        candidates.append(p)
+                what = "network device (its Multus network names it)" if family == NETWORK_DEVICE else "RDMA device"
+                problems.append(Finding("fabric-mismatch", t.name,
+                                        f"this pod requests {res}, another fabric's {what}; policy {policy.name} provides "
+                                        f"{_mine(policy)}; {fitting(candidates, policy, namespace_labels)}"))
+    entries: list[dict[str, Any]] = spec.get("resourceClaims") or []
+    if entries:
+        _check_claims(entries, policy, policies, namespace, namespace_labels, targets, problems, claims, brought)
+    own = policy.claim
+    if own is not None and brought.entry == own.name and claims is not None and targets \
+            and claims.claim_template(namespace, own.template) is None:
+        problems.append(Finding("claim-template", None,
+                                f"policy {policy.name} adds the DRA claim {own.name!r} from ResourceClaimTemplate "
+                                f"{namespace}/{own.template}, which does not exist, so the pod would stay Pending; "
+                                f"ask the platform team to create it in {namespace!r}"))
+    if (policy.dra is not None and not brought.own_claim and not brought.unknown and policy.claim is None
+            and not policy.devices and not policy.networks and targets):
+        problems.append(Finding("device-missing", None,
+                                f"the pod claims no NIC of the {policy.fabric.kind} fabric, and policy {policy.name} gets its "
+                                f"NICs only through DRA ({dra.label(policy)}): NCCL would find no RDMA device and use TCP; "
+                                f"add a spec.resourceClaims entry whose ResourceClaimTemplate requests that DeviceClass"))
+    return brought
+
+
+def _check_claims(entries: list[dict[str, Any]], policy: Policy, policies: PolicySet, namespace: str,
+                  namespace_labels: dict[str, str], targets: list[Target], problems: list[Finding],
+                  claims: dra.Claims | None, brought: Brought) -> None:
+    own = policy.claim
+    for c in entries:
+        template = c.get("resourceClaimTemplateName") or c.get("resourceClaimName")
+        if not isinstance(template, str):
+            continue
+        name = str(c.get("name"))
+        if own is not None and (template == own.template or template in own.equivalent):
+            brought.entry = name  # the policy's claim, or one it takes for it: referenced, not doubled
+            continue
+        requests = dra.requests_of(c, namespace, claims)
+        if requests is None:  # not known here: the policies' template names are all there is
+            brought.unknown = True
+            others = policies.by_claim_template.get(template)
+            if others:
+                problems.append(Finding("fabric-mismatch", None,
+                                        f"this pod claims {template}, another fabric's RDMA NIC; policy {policy.name} provides "
+                                        f"{_mine(policy)}; {fitting(others, policy, namespace_labels)}"))
+            continue
+        for req in requests:
+            fits = dra.nic_policies(req, policies, claims)
+            if not fits:
+                continue  # a GPU, an IMEX channel: not a NIC
+            if policy in fits:
+                _own(brought, name, targets)
+                break
+            problems.append(Finding("fabric-mismatch", None,
+                                    f"this pod claims {name!r} (DeviceClass {req.device_class}), another fabric's RDMA NIC; "
+                                    f"policy {policy.name} provides {_mine(policy)}; {fitting(fits, policy, namespace_labels)}"))
+            break
+
+
+def _own(brought: Brought, name: str, targets: list[Target]) -> None:
+    """The pod brings the NIC claim `name` of the policy's fabric: it stands for the policy's
+    devices, networks and claim; the targets reference it (the mutation adds the reference)."""
+    if brought.own_claim:
+        return
+    brought.entry = name
+    brought.own_claim = True
+    brought.own_network = True
+    for t in targets:
+        t.has_fabric = True
