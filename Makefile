@@ -82,7 +82,8 @@ mutation: $(VENV)/.installed
 	test -d $(MUTATION_DIR) || { mkdir -p $(MUTATION_DIR) && git ls-files -z --cached --others --exclude-standard \
 	  | xargs -0 cp -P --parents -t $(MUTATION_DIR) \
 	  && echo "copy of $$(git rev-parse --short HEAD)$$(git diff --quiet HEAD || echo ' plus uncommitted changes') taken $$(date -u +%FT%TZ) on $$(nproc) cores" \
-	  > $(MUTATION_DIR)/.mutation-provenance; }
+	  > $(MUTATION_DIR)/.mutation-provenance \
+	  && { test -z "$(MUTANTS)" || (cd $(MUTATION_DIR) && $(CURDIR)/$(BIN)/python $(CURDIR)/tests/mutation_part.py $(MUTANTS) >> .mutation-provenance); }; }
 	start=$$(date +%s); echo "run $$(date -u +%FT%TZ), load average $$(cut -d' ' -f1-3 /proc/loadavg): mutmut run --max-children $(MUTATION_CHILDREN) $(MUTANTS)" >> $(MUTATION_DIR)/.mutation-provenance; \
 	cd $(MUTATION_DIR) && HYPOTHESIS_PROFILE=mutation $(CURDIR)/$(BIN)/mutmut run --max-children $(MUTATION_CHILDREN) $(MUTANTS) \
 	  && echo "  finished $$(date -u +%FT%TZ) after $$(( $$(date +%s) - start )) s, load average $$(cut -d' ' -f1-3 /proc/loadavg)" >> .mutation-provenance
