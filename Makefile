@@ -72,10 +72,12 @@ planted: $(VENV)/.compiled
 # commit and wall time) in tests/mutation-survivors.txt or tests/mutation-survivors-<part>.txt,
 # the equivalents in tests/mutation_equivalents/.
 # MUTANTS='webhook.core.fallback.*' runs a part (mutmut's name patterns; the part is named after
-# the first pattern: core.fallback). MUTATION_CHILDREN=1 on a shared machine.
+# the first pattern: core.fallback, or PART_NAME). MUTATION_CHILDREN=1 on a shared machine.
 MUTANTS ?=
 MUTATION_CHILDREN ?= 2
-PART := $(if $(MUTANTS),-$(patsubst webhook.%,%,$(patsubst %.*,%,$(firstword $(MUTANTS)))))
+# PART_NAME names a part of several patterns (MUTANTS='webhook.kinds.merge.* webhook.kinds.trainer.*' PART_NAME=kinds.merge-trainer).
+PART_NAME ?= $(patsubst webhook.%,%,$(patsubst %.*,%,$(firstword $(MUTANTS))))
+PART := $(if $(MUTANTS),-$(PART_NAME))
 MUTATION_DIR := build/mutation$(PART)
 mutation: $(VENV)/.installed
 	$(EDITABLE) '.[test,mutation]'
