@@ -1,0 +1,120 @@
+"""Issue 28 item 4: what the fabrics' own modules decide that the fabric tests did not pin down,
+found by mutation testing (`make mutation MUTANTS='webhook.fabrics.*'`, tests/MUTATION.md):
+Multus annotations the pod brings that Multus reads differently from a naive reading (an
+entry without a name, an empty interface request, a policy network that asks for its own
+interface name), and what the libfabric table tells the user about NCCL_NET_PLUGIN.
+
+Every test goes through the admission review of an API-server-shaped pod (tests/kube_objects.py)
+with the shipped policies or one changed in a single field."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+import kube_objects as k
+from test_fabrics import EKS, STATE, efa_worker, env_of, mutated, respond
+from webhook.core import keys
+from webhook.policy.load import load_texts
+
+ROOT = Path(__file__).resolve().parent.parent
+AI = STATE.namespace("ai-training")  # policy sriov-roce: the rdma-network attachment, interface net1
+
+
+def sriov_worker(annotation: str | None = None) -> dict:
+    """A PyTorchJob worker in ai-training (sriov-roce), optionally listing networks of its own."""
+    pod = k.pytorchjob_worker()
+    pod["metadata"]["namespace"] = AI.name
+    for c in pod["spec"]["containers"]:
+        c["env"] = [e for e in c.get("env", []) if e["name"] != "NCCL_SOCKET_IFNAME"]
+    if annotation is not None:
+        pod["metadata"].setdefault("annotations", {})[keys.MULTUS_NETWORKS] = annotation
+    return pod
+
+
+def policies_with_interface(interface: str):
+    """The shipped policies, sriov-roce asking Multus for `interface` instead of net1."""
+    texts = []
+    for p in sorted((ROOT / "policies").glob("*.yaml")):
+        text = p.read_text()
+        if p.name == "sriov-roce.yaml":
+            assert "    interface: net1\n" in text
+            text = text.replace("    interface: net1\n", f"    interface: {interface}\n")
+        texts.append((str(p), text))
+    ps, errors = load_texts(texts)
+    assert errors == []
+    return ps
+
+
+# -- what Multus cannot read is denied, saying so ----------------------------------------------------
+
+@pytest.mark.parametrize("annotation", [
+    '[{"interface": "net1"}]',  # a selection object without a name: Multus has no network to attach
+    '[{"name": 7}]',  # a name that is not a string
+    '["rdma-network"]',  # the comma form's entry written as a JSON string
+], ids=["no-name", "name-not-a-string", "json-string-entry"])
+def test_a_json_annotation_multus_cannot_read_is_denied_with_the_fix(policies, annotation):
+    resp, _, d = respond(sriov_worker(annotation), AI, policies)
+    assert not resp["allowed"]
+    assert [f.rule for f in d.denials] == ["multus-annotation"]
+    assert (f"{keys.MULTUS_NETWORKS}: annotation is neither a comma-separated list of networks nor a JSON list of "
+            f"network objects with a name; Multus would reject the pod. Fix the annotation") in resp["status"]["message"]
+
+
+def test_a_json_annotation_of_named_objects_is_read(policies):
+    resp, out = mutated(sriov_worker('[{"name": "macvlan-conf", "namespace": "shared"}]'), AI, policies)
+    entries = json.loads(out["metadata"]["annotations"][keys.MULTUS_NETWORKS])
+    assert entries == [{"name": "macvlan-conf", "namespace": "shared"},
+                       {"name": "rdma-network", "interface": "net2"}]
+    assert env_of(out["spec"]["containers"][0])["NCCL_SOCKET_IFNAME"] == "net2"
+
+
+# -- interface names as Multus gives them ---------------------------------------------------------
+
+def test_an_empty_interface_request_is_multus_default_name(policies):
+    """`"interface": ""` asks for nothing: Multus names the attachment net<position>, so the
+    policy's network cannot be net1 too."""
+    resp, out = mutated(sriov_worker('[{"name": "macvlan-conf", "interface": ""}]'), AI, policies)
+    entries = json.loads(out["metadata"]["annotations"][keys.MULTUS_NETWORKS])
+    assert entries[1] == {"name": "rdma-network", "interface": "net2"}
+    assert env_of(out["spec"]["containers"][0])["NCCL_SOCKET_IFNAME"] == "net2"
+    resp, out = mutated(sriov_worker("macvlan-conf@"), AI, policies)  # the comma form's empty request
+    assert out["metadata"]["annotations"][keys.MULTUS_NETWORKS] == "macvlan-conf@,rdma-network@net2"
+
+
+def test_the_policy_networks_own_interface_name_is_asked_for(policies):
+    ps = policies_with_interface("rdma0")
+    resp, out = mutated(sriov_worker(), AI, ps)
+    assert out["metadata"]["annotations"][keys.MULTUS_NETWORKS] == "rdma-network@rdma0"
+    assert env_of(out["spec"]["containers"][0])["NCCL_SOCKET_IFNAME"] == "rdma0"
+
+
+def test_when_the_pod_has_the_policys_interface_the_lowest_free_net_name_is_taken(policies):
+    """rdma0 is the pod's own macvlan: the policy's network gets net1, the lowest name Multus
+    would not give another attachment."""
+    ps = policies_with_interface("rdma0")
+    resp, out = mutated(sriov_worker("macvlan-conf@rdma0"), AI, ps)
+    assert out["metadata"]["annotations"][keys.MULTUS_NETWORKS] == "macvlan-conf@rdma0,rdma-network@net1"
+    assert env_of(out["spec"]["containers"][0])["NCCL_SOCKET_IFNAME"] == "net1"
+
+
+# -- the libfabric table's NCCL_NET_PLUGIN ---------------------------------------------------------
+
+def test_nccl_net_plugin_none_says_no_plugin_is_loaded(policies):
+    resp, _, d = respond(efa_worker(env=[{"name": "NCCL_NET_PLUGIN", "value": "none"}]), EKS, policies)
+    assert not resp["allowed"] and [f.rule for f in d.denials] == ["env-fallback"]
+    assert ("NCCL_NET_PLUGIN='none' loads no net plugin, leaving NCCL its built-in transports, which on the efa "
+            "policy's efa fabric means TCP sockets (NET/Socket); remove it or set NCCL_NET_PLUGIN=ofi") in d.denials[0].message
+
+
+def test_nccl_net_plugin_naming_another_library_says_which(policies):
+    resp, _, d = respond(efa_worker(env=[{"name": "NCCL_NET_PLUGIN", "value": "ib"}]), EKS, policies)
+    assert not resp["allowed"]
+    assert ("NCCL_NET_PLUGIN='ib' loads libnccl-net-ib.so instead of the fabric's plugin, leaving NCCL its built-in "
+            "transports") in d.denials[0].message
+    assert d.denials[0].message.endswith("remove it or set NCCL_NET_PLUGIN=ofi in env")
+    for value in ("ofi", "aws-ofi"):  # both names the policy lists open the plugin
+        resp, _, _ = respond(efa_worker(env=[{"name": "NCCL_NET_PLUGIN", "value": value}]), EKS, policies)
+        assert resp["allowed"], resp.get("status")
