@@ -9,13 +9,16 @@ with the shipped policies or one changed in a single field."""
 
 from __future__ import annotations
 
+import copy
 import json
 from pathlib import Path
 
 import pytest
+import yaml
 
 import kube_objects as k
 from test_fabrics import EKS, STATE, efa_worker, env_of, mutated, respond
+from webhook.cluster.state import FileClusterState
 from webhook.core import keys
 from webhook.policy.load import load_texts
 
@@ -34,14 +37,17 @@ def sriov_worker(annotation: str | None = None) -> dict:
     return pod
 
 
-def policies_with_interface(interface: str):
-    """The shipped policies, sriov-roce asking Multus for `interface` instead of net1."""
+def policies_with_interface(interface: str, namespace: str | None = None):
+    """The shipped policies, sriov-roce asking Multus for `interface` instead of net1 (and for
+    its network in `namespace` instead of the pod's)."""
     texts = []
     for p in sorted((ROOT / "policies").glob("*.yaml")):
         text = p.read_text()
         if p.name == "sriov-roce.yaml":
             assert "    interface: net1\n" in text
             text = text.replace("    interface: net1\n", f"    interface: {interface}\n")
+            if namespace:
+                text = text.replace("  - name: rdma-network\n", f"  - name: rdma-network\n    namespace: {namespace}\n")
         texts.append((str(p), text))
     ps, errors = load_texts(texts)
     assert errors == []
@@ -89,6 +95,8 @@ def test_the_policy_networks_own_interface_name_is_asked_for(policies):
     resp, out = mutated(sriov_worker(), AI, ps)
     assert out["metadata"]["annotations"][keys.MULTUS_NETWORKS] == "rdma-network@rdma0"
     assert env_of(out["spec"]["containers"][0])["NCCL_SOCKET_IFNAME"] == "rdma0"
+    _, _, d = respond(sriov_worker(), AI, ps)
+    assert "network ai-training/rdma-network@rdma0" in d.notes  # what the user is told was added
 
 
 def test_when_the_pod_has_the_policys_interface_the_lowest_free_net_name_is_taken(policies):
@@ -98,6 +106,26 @@ def test_when_the_pod_has_the_policys_interface_the_lowest_free_net_name_is_take
     resp, out = mutated(sriov_worker("macvlan-conf@rdma0"), AI, ps)
     assert out["metadata"]["annotations"][keys.MULTUS_NETWORKS] == "macvlan-conf@rdma0,rdma-network@net1"
     assert env_of(out["spec"]["containers"][0])["NCCL_SOCKET_IFNAME"] == "net1"
+
+
+def test_a_policy_network_in_another_namespace_is_named_with_it(policies, tmp_path):
+    """A network the policy takes from a shared namespace: the JSON form names the namespace, the
+    comma form writes namespace/name, and the note says which namespace's network was added."""
+    ps = policies_with_interface("net1", namespace="sriov-nets")
+    doc = yaml.safe_load((ROOT / "examples" / "cluster-state.yaml").read_text())
+    nad = copy.deepcopy(next(i for i in doc["items"] if i["kind"] == "NetworkAttachmentDefinition"
+                             and i["metadata"]["name"] == "rdma-network"))
+    nad["metadata"]["namespace"] = "sriov-nets"
+    doc["items"].append(nad)
+    (tmp_path / "state.yaml").write_text(yaml.safe_dump(doc))
+    state = FileClusterState.from_file(str(tmp_path / "state.yaml"))
+    resp, out, d = respond(sriov_worker('[{"name": "macvlan-conf"}]'), AI, ps, state)
+    assert resp["allowed"], resp.get("status")
+    entries = json.loads(out["metadata"]["annotations"][keys.MULTUS_NETWORKS])
+    assert entries[1] == {"name": "rdma-network", "namespace": "sriov-nets", "interface": "net2"}
+    assert "network sriov-nets/rdma-network@net2" in d.notes
+    resp, out, d = respond(sriov_worker("macvlan-conf"), AI, ps, state)
+    assert out["metadata"]["annotations"][keys.MULTUS_NETWORKS] == "macvlan-conf,sriov-nets/rdma-network@net2"
 
 
 # -- the libfabric table's NCCL_NET_PLUGIN ---------------------------------------------------------
