@@ -20,7 +20,7 @@ import kube_objects as k
 from test_fabrics import EKS, STATE, efa_worker, env_of, mutated, respond
 from webhook.cluster.state import FileClusterState
 from webhook.core import keys
-from webhook.policy.load import load_texts
+from webhook.policy.load import load_dir, load_texts
 
 ROOT = Path(__file__).resolve().parent.parent
 AI = STATE.namespace("ai-training")  # policy sriov-roce: the rdma-network attachment, interface net1
@@ -130,14 +130,24 @@ def test_a_policy_network_in_another_namespace_is_named_with_it(policies, tmp_pa
 
 # -- the libfabric table's NCCL_NET_PLUGIN ---------------------------------------------------------
 
-def test_nccl_net_plugin_none_says_no_plugin_is_loaded(policies):
+def shipped():
+    """The shipped policies loaded by the test itself (the session's `policies` are loaded once,
+    before mutation testing's mutant of the policy model is in place)."""
+    ps, errors = load_dir(ROOT / "policies")
+    assert ps is not None, errors
+    return ps
+
+
+def test_nccl_net_plugin_none_says_no_plugin_is_loaded():
+    policies = shipped()
     resp, _, d = respond(efa_worker(env=[{"name": "NCCL_NET_PLUGIN", "value": "none"}]), EKS, policies)
     assert not resp["allowed"] and [f.rule for f in d.denials] == ["env-fallback"]
     assert ("NCCL_NET_PLUGIN='none' loads no net plugin, leaving NCCL its built-in transports, which on the efa "
             "policy's efa fabric means TCP sockets (NET/Socket); remove it or set NCCL_NET_PLUGIN=ofi") in d.denials[0].message
 
 
-def test_nccl_net_plugin_naming_another_library_says_which(policies):
+def test_nccl_net_plugin_naming_another_library_says_which():
+    policies = shipped()
     resp, _, d = respond(efa_worker(env=[{"name": "NCCL_NET_PLUGIN", "value": "ib"}]), EKS, policies)
     assert not resp["allowed"]
     assert ("NCCL_NET_PLUGIN='ib' loads libnccl-net-ib.so instead of the fabric's plugin, leaving NCCL its built-in "
@@ -146,3 +156,22 @@ def test_nccl_net_plugin_naming_another_library_says_which(policies):
     for value in ("ofi", "aws-ofi"):  # both names the policy lists open the plugin
         resp, _, _ = respond(efa_worker(env=[{"name": "NCCL_NET_PLUGIN", "value": value}]), EKS, policies)
         assert resp["allowed"], resp.get("status")
+
+
+@pytest.mark.parametrize("value, allowed", [
+    ("efa;ofi_rxr", True),  # core;utility: the efa core provider under the rxr utility provider
+    ("efa;ofi_rxm,shm", True),
+    ("tcp;ofi_rxm", False),  # the tcp core provider: bytes over TCP
+    ("^efa;ofi_rxr", False),
+])
+def test_fi_provider_core_and_utility_names_are_judged_by_their_core_provider(value, allowed):
+    resp, _, d = respond(efa_worker(env=[{"name": "FI_PROVIDER", "value": value}]), EKS, shipped())
+    assert resp["allowed"] is allowed, resp.get("status")
+    assert [f.rule for f in d.denials] == ([] if allowed else ["env-fallback"])
+
+
+def test_the_policy_lint_line_names_fabric_and_transport():
+    """`rdma-webhook policy lint` prints each policy's summary: its fabric over its transport."""
+    ps = shipped()
+    assert ps.get("efa").summary() == "efa over libfabric; vpc.amazonaws.com/efa x4/GPU; hostNetwork Allowed"
+    assert ps.get("sriov-roce").summary() == "sriov over ib-verbs; networks rdma-network"
