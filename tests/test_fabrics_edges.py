@@ -175,3 +175,23 @@ def test_the_policy_lint_line_names_fabric_and_transport():
     ps = shipped()
     assert ps.get("efa").summary() == "efa over libfabric; vpc.amazonaws.com/efa x4/GPU; hostNetwork Allowed"
     assert ps.get("sriov-roce").summary() == "sriov over ib-verbs; networks rdma-network"
+
+
+@pytest.mark.parametrize("value", ["^", ",", " , "])
+def test_an_fi_provider_filter_that_names_no_provider_keeps_them_all(value):
+    """libfabric's filter without a name (`^` alone, empty items) filters nothing out."""
+    resp, _, d = respond(efa_worker(env=[{"name": "FI_PROVIDER", "value": value}]), EKS, shipped())
+    assert resp["allowed"], resp.get("status")
+
+
+@pytest.mark.parametrize("value, runs", [("tcp", "tcp"), (" sockets ", "sockets"), ("^efa,efa-direct", "another provider"),
+                                         ("^shm,efa-direct,efa", "another provider")])
+def test_the_fi_provider_denial_says_what_the_plugin_runs_over(value, runs):
+    ps, errors = load_texts([(str(p), p.read_text().replace("providers: [efa]", "providers: [efa, efa-direct]"))
+                             for p in sorted((ROOT / "policies").glob("*.yaml"))])
+    assert errors == []
+    resp, _, d = respond(efa_worker(env=[{"name": "FI_PROVIDER", "value": value}]), EKS, ps)
+    assert not resp["allowed"]
+    assert (f"FI_PROVIDER={value!r} keeps none of the efa policy's efa fabric's libfabric providers (efa/efa-direct), "
+            f"so the plugin runs over {runs} and NCCL's bytes go over TCP although it logs the Libfabric network; "
+            f"remove it or set FI_PROVIDER=efa") in d.denials[0].message

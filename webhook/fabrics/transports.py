@@ -128,8 +128,11 @@ def fi_provider_selects(value: str, providers: tuple[str, ...]) -> bool:
 def _fi_provider(value: str, f: Fabric) -> str | None:
     if fi_provider_selects(value, f.providers):
         return None
+    text = value.strip()
+    # `^efa` excludes efa: the plugin runs over whatever else is there, not over efa
+    runs = "another provider" if text.startswith("^") else text
     return (f"FI_PROVIDER={value!r} keeps none of {f.label()}'s libfabric providers ({'/'.join(f.providers)}), "
-            f"so the plugin runs over {value.strip().lstrip('^') or 'another provider'} and NCCL's bytes go over TCP "
+            f"so the plugin runs over {runs} and NCCL's bytes go over TCP "
             f"although it logs the Libfabric network; remove it or set FI_PROVIDER={f.providers[0]}")
 
 
