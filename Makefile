@@ -74,24 +74,33 @@ admission-policies: $(VENV)/.installed
 planted: $(VENV)/.compiled
 	$(BIN)/python tests/planted_bugs.py --json tests/planted_bugs.json
 
-# Mutation testing of decision, fallback, mutation, nccl, k8s and patch with mutmut (outside CI):
-# the interpreted source in a copy (build/mutation; a second `make mutation` resumes where the
-# copy's results stop, `rm -rf build/mutation` starts afresh), the configuration in
-# pyproject.toml's [tool.mutmut], the score and the survivors (with the run's commit and wall time)
-# in tests/mutation-survivors.txt, the equivalents in tests/mutation_equivalents/.
-# MUTANTS='webhook.core.fallback.*' runs a part (mutmut's name patterns).
+# Mutation testing with mutmut (outside CI; tests/MUTATION.md): the core (decision, fallback,
+# mutation, nccl, k8s, patch) and, run as parts, the fabrics, kinds, ranks, command readers and the
+# review layer. The interpreted source in a copy (build/mutation, or build/mutation-<part> for a
+# part; a second run resumes where the copy's results stop, `rm -rf` the copy starts afresh), the
+# configuration in pyproject.toml's [tool.mutmut], the score and the survivors (with the run's
+# commit and wall time) in tests/mutation-survivors.txt or tests/mutation-survivors-<part>.txt,
+# the equivalents in tests/mutation_equivalents/.
+# MUTANTS='webhook.core.fallback.*' runs a part (mutmut's name patterns; the part is named after
+# the first pattern: core.fallback, or PART_NAME). MUTATION_CHILDREN=1 on a shared machine.
 MUTANTS ?=
+MUTATION_CHILDREN ?= 2
+# PART_NAME names a part of several patterns (MUTANTS='webhook.kinds.merge.* webhook.kinds.trainer.*' PART_NAME=kinds.merge-trainer).
+PART_NAME ?= $(patsubst webhook.%,%,$(patsubst %.*,%,$(firstword $(MUTANTS))))
+PART := $(if $(MUTANTS),-$(PART_NAME))
+MUTATION_DIR := build/mutation$(PART)
 mutation: $(VENV)/.installed
 	$(EDITABLE) '.[test,mutation]'
-	test -d build/mutation || { mkdir -p build/mutation && git ls-files -z --cached --others --exclude-standard \
-	  | xargs -0 cp -P --parents -t build/mutation \
+	test -d $(MUTATION_DIR) || { mkdir -p $(MUTATION_DIR) && git ls-files -z --cached --others --exclude-standard \
+	  | xargs -0 cp -P --parents -t $(MUTATION_DIR) \
 	  && echo "copy of $$(git rev-parse --short HEAD)$$(git diff --quiet HEAD || echo ' plus uncommitted changes') taken $$(date -u +%FT%TZ) on $$(nproc) cores" \
-	  > build/mutation/.mutation-provenance; }
-	start=$$(date +%s); echo "run $$(date -u +%FT%TZ), load average $$(cut -d' ' -f1-3 /proc/loadavg): mutmut run --max-children 2 $(MUTANTS)" >> build/mutation/.mutation-provenance; \
-	cd build/mutation && HYPOTHESIS_PROFILE=mutation $(CURDIR)/$(BIN)/mutmut run --max-children 2 $(MUTANTS) \
+	  > $(MUTATION_DIR)/.mutation-provenance \
+	  && { test -z "$(MUTANTS)" || (cd $(MUTATION_DIR) && $(CURDIR)/$(BIN)/python $(CURDIR)/tests/mutation_part.py $(MUTANTS) >> .mutation-provenance); }; }
+	start=$$(date +%s); echo "run $$(date -u +%FT%TZ), load average $$(cut -d' ' -f1-3 /proc/loadavg): mutmut run --max-children $(MUTATION_CHILDREN) $(MUTANTS)" >> $(MUTATION_DIR)/.mutation-provenance; \
+	cd $(MUTATION_DIR) && HYPOTHESIS_PROFILE=mutation $(CURDIR)/$(BIN)/mutmut run --max-children $(MUTATION_CHILDREN) $(MUTANTS) \
 	  && echo "  finished $$(date -u +%FT%TZ) after $$(( $$(date +%s) - start )) s, load average $$(cut -d' ' -f1-3 /proc/loadavg)" >> .mutation-provenance
-	cd build/mutation && $(CURDIR)/$(BIN)/python $(CURDIR)/tests/mutation_summary.py > $(CURDIR)/tests/mutation-survivors.txt
-	@sed -n '1,/^| all/p' tests/mutation-survivors.txt
+	cd $(MUTATION_DIR) && $(CURDIR)/$(BIN)/python $(CURDIR)/tests/mutation_summary.py $(MUTANTS) > $(CURDIR)/tests/mutation-survivors$(PART).txt
+	@sed -n '1,/^| all/p' tests/mutation-survivors$(PART).txt
 
 bench: $(VENV)/.compiled
 	$(EDITABLE) '.[test,bench]'

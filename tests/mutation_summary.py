@@ -17,13 +17,19 @@ function's code changes; one entry covers every survivor of its function with th
 minus the equivalents; a survivor without an entry counts as not killed. An entry that matches
 no survivor is listed as stale (a test kills it now, or the code it argued about changed).
 
-    cd build/mutation && ../../.venv/bin/python ../../tests/mutation_summary.py
+    cd build/mutation && ../../.venv/bin/python ../../tests/mutation_summary.py [PATTERN ...]
+
+With mutmut name patterns (what `make mutation MUTANTS=...` ran, e.g. `webhook.fabrics.*`) only
+the mutants they match are counted and listed, and only those modules' entries can be stale. A
+mutant that no test reaches ("no tests": no selected test calls its function) counts as run and
+not killed: code no test runs is code no test checks.
 """
 
 from __future__ import annotations
 
 import collections
 import contextlib
+import fnmatch
 import io
 import sys
 from pathlib import Path
@@ -34,6 +40,9 @@ EQUIVALENTS = HERE / "mutation_equivalents"
 PROVENANCE = ".mutation-provenance"  # written by `make mutation` in build/mutation
 
 Key = tuple[str, str, tuple[str, ...]]  # module, function, changed lines
+# mutmut's statuses of a mutant that was given its chance: "no tests" is a mutant of a function no
+# selected test calls (a survivor by another name).
+RAN = ("killed", "timeout", "survived", "segfault", "suspicious", "no tests")
 
 
 def parse_equivalents(folder: Path = EQUIVALENTS) -> dict[Key, str]:
@@ -82,20 +91,24 @@ def score_table(status: dict[str, str], equivalent: set[str]) -> list[str]:
             by_module[m]["equivalent"] += name in equivalent
     for module in sorted(by_module, key=lambda m: (m == "all", m)):
         c = by_module[module]
-        ran = sum(c[k] for k in ("killed", "timeout", "survived", "segfault", "suspicious"))
+        ran = sum(c[k] for k in RAN)
         killed = c["killed"] + c["timeout"] + c["segfault"]
         denominator = ran - c["equivalent"]
         no_verdict = ran - killed - c["equivalent"]
         score = killed / denominator if denominator else 1.0
-        not_run = sum(v for k, v in c.items() if k not in ("killed", "timeout", "survived", "segfault",
-                                                               "suspicious", "equivalent"))
+        not_run = sum(v for k, v in c.items() if k not in (*RAN, "equivalent"))
+        if not ran:  # nothing of this module ran (a part stopped early): no score to claim
+            rows.append(f"| {module.removeprefix('webhook.')} | 0 (+{not_run} not run) | 0 | 0 | 0 | 0 | 0 | - | not run |")
+            continue
+        # a module part of whose mutants did not run has no result against the target yet
+        verdict_ = "partial run" if not_run else "met" if score >= TARGET else "NOT met"
         rows.append(f"| {module.removeprefix('webhook.')} | {ran}{f' (+{not_run} not run)' if not_run else ''} "
                     f"| {c['killed']} | {c['timeout']} | {c['survived']} | {c['equivalent']} | {no_verdict} "
-                    f"| {killed}/{denominator} = {100 * score:.1f}% | {'met' if score >= TARGET else 'NOT met'} |")
+                    f"| {killed}/{denominator} = {100 * score:.1f}% | {verdict_} |")
     return rows
 
 
-def main() -> int:
+def main(patterns: list[str]) -> int:
     from mutmut.__main__ import find_mutant, get_diff_for_mutant, results  # noqa: F401  (mutmut 3)
 
     buf = io.StringIO()
@@ -107,15 +120,18 @@ def main() -> int:
     status = {}
     for line in buf.getvalue().splitlines():
         name, _, verdict = line.strip().rpartition(": ")
-        if name:
+        if name and (not patterns or any(fnmatch.fnmatch(name, p) for p in patterns)):
             status[name] = verdict
     entries = parse_equivalents()
+    if patterns:  # only the modules of this part can have stale entries
+        modules = {split_name(name)[0] for name in status}
+        entries = {key: why for key, why in entries.items() if key[0] in modules}
     provenance = Path(PROVENANCE)
-    print("mutmut run of the interpreted core (tests/MUTATION.md says how to read this)")
+    print("mutmut run of the interpreted source (tests/MUTATION.md says how to read this)")
     print(provenance.read_text().rstrip() if provenance.exists() else "(no provenance: not made by `make mutation`)")
 
     survivors: dict[str, tuple[Key, list[str]]] = {}
-    for name in sorted(n for n, v in status.items() if v == "survived" or v == "suspicious"):
+    for name in sorted(n for n, v in status.items() if v in ("survived", "suspicious", "no tests")):
         m = find_mutant(name)
         diff = get_diff_for_mutant(name, path=m.path)
         changed = [line.rstrip() for line in diff.splitlines() if line.startswith(("+", "-")) and not line.startswith(("+++", "---"))]
@@ -141,4 +157,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(sys.argv[1:]))

@@ -33,7 +33,8 @@ def main() -> int:
         return 2
     alive = 0
     for name in args.names:
-        module = ".".join(name.split(".")[:2])
+        parts = name.split(".")  # the module is every part before mutmut's mangled function name
+        module = ".".join(parts[:next(i for i, part in enumerate(parts) if part.startswith(("x_", "xǁ")))])
         source = here / (module.replace(".", "/") + ".py")
         backup = source.read_bytes()
         try:

@@ -63,7 +63,7 @@ PLANTS = [
           "webhook/core/patch.py", "    if type(a) is not type(b) or a != b:\n        return False", "    if a != b:\n        return False",
           ["tests/test_patch.py::test_a_changed_type_is_one_replace"]),
     Plant("match-condition-label", "tests/test_deploy.py checked a string the test itself defines",
-          "webhook/core/keys.py", 'POD_INJECT = PREFIX + "inject"', 'POD_INJECT = PREFIX + "enable"',
+          "webhook/core/keys.py", 'POD_INJECT: Final = PREFIX + "inject"', 'POD_INJECT: Final = PREFIX + "enable"',
           ["tests/test_deploy.py::test_match_conditions_check_the_pod_label"]),
     Plant("tls10-allowed", "the TLS-version test passed with the server's minimum at TLS 1.0",
           "webhook/serving/tls.py", "ctx.minimum_version = ssl.TLSVersion.TLSv1_2", "ctx.minimum_version = ssl.TLSVersion.TLSv1",

@@ -254,8 +254,12 @@ def cmd_review(args: argparse.Namespace) -> int:
             if req is None:
                 kind = doc.get("kind")
                 known = isinstance(kind, str) and kind in COMPANION_KINDS
+                # Neither apiVersion nor kind: another tool's YAML (a GitHub Actions workflow, a
+                # Compose file, Helm values), which no cluster would take; --strict lets it be.
+                foreign = "kind" not in doc and "apiVersion" not in doc
                 why = ("holds no pods" if known else
-                       "unknown kind: pods it may create are not checked" if kind else "not a Kubernetes object (no kind)")
+                       "unknown kind: pods it may create are not checked" if kind else
+                       "not a Kubernetes object (no apiVersion, no kind)" if foreign else "not a Kubernetes object (no kind)")
                 if not known and kind and keys.POD_INJECT in json.dumps(doc, default=str):
                     why = (f"unknown kind that carries pod templates labelled {keys.POD_INJECT}: the pods it makes "
                            f"are not checked here (review them as they are made, or use --strict to fail)")
@@ -266,7 +270,7 @@ def cmd_review(args: argparse.Namespace) -> int:
                 elif review_scope.is_policy_document(doc):
                     why = "holds no pods; a policy in force for this review"
                 record.update(outcome="not-checked", allowed=True, messages=[why])
-                if args.strict and (not known or review_input.is_kustomization(doc)):
+                if args.strict and ((not known and not foreign) or review_input.is_kustomization(doc)):
                     bad(f"{where}: {why} ({kind!r}, {doc.get('apiVersion')!r}); --strict refuses what it cannot check",
                         record, where)
                     continue
@@ -274,7 +278,8 @@ def cmd_review(args: argparse.Namespace) -> int:
                 if args.explain:
                     explain(sys.stdout, where, record, None, None, color)
                 elif args.output == "review":
-                    print(f"{where}: {kind}: not checked ({why})", file=sys.stderr)
+                    print(f"{where}: {kind}: not checked ({why})" if kind else f"{where}: not checked ({why})",
+                          file=sys.stderr)
                 continue
             kind_of = (req.get("kind") or {}).get("kind", "Pod") if isinstance(req.get("kind"), dict) else "Pod"
             group_of = (req.get("kind") or {}).get("group", "") if isinstance(req.get("kind"), dict) else ""

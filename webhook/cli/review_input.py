@@ -8,7 +8,7 @@ from __future__ import annotations
 import os
 import re
 import sys
-from typing import Any
+from typing import Any, Iterator
 
 import yaml
 
@@ -21,27 +21,48 @@ KUSTOMIZATION_FILES = ("kustomization.yaml", "kustomization.yml", "Kustomization
 KUSTOMIZE_GROUP = "kustomize.config.k8s.io"
 
 
+def _walk(top: str) -> Iterator[tuple[str, list[str]]]:
+    """(folder, file names) of `top` and every folder below it, sorted, hidden entries (a name
+    starting with ".": .git, .github) left out; a symlink to a folder is followed like a folder,
+    and each real folder is walked once, so a link back up the tree (`loop -> ..`) is no loop."""
+    seen: set[str] = set()
+    for root, dirs, files in os.walk(top, followlinks=True):
+        real = os.path.realpath(root)
+        if real in seen:
+            dirs[:] = []
+            continue
+        seen.add(real)
+        dirs[:] = sorted(d for d in dirs if not d.startswith("."))
+        yield root, sorted(f for f in files if not f.startswith("."))
+
+
 def input_files(paths: list[str]) -> tuple[list[str], dict[str, str]]:
     """The files to read: each argument, directories walked recursively for *.yaml, *.yml and
-    *.json (hidden entries skipped), `-` for stdin; and, for each file inside a kustomize tree
-    (a folder holding a kustomization file, and everything below it), that tree's kustomization
-    file: such files are bases and patches, not the objects the cluster gets."""
+    *.json (hidden entries skipped unless named as an argument; symlinks followed, to files and to
+    folders; a file reached twice through links is read once, under the first path found), `-`
+    for stdin; and, for each file inside a kustomize tree (a folder holding a kustomization file,
+    and everything below it), that tree's kustomization file: such files are bases and patches,
+    not the objects the cluster gets."""
     out: list[str] = []
     trees: dict[str, str] = {}
+    read: set[str] = set()  # real paths of the files found by walking
     for path in paths:
         if path != "-" and os.path.isdir(path):
             found = []
             roots: list[str] = []
-            for root, dirs, files in os.walk(path):
-                dirs[:] = sorted(d for d in dirs if not d.startswith("."))
+            for root, files in _walk(path):
                 marker = next((f for f in KUSTOMIZATION_FILES if f in files), None)
                 if marker is not None and not any(root.startswith(r + os.sep) for r in roots):
                     roots.append(root)
                 tree = next((r for r in roots if root == r or root.startswith(r + os.sep)), None)
                 for f in files:
-                    if f.startswith(".") or not (f.endswith((".yaml", ".yml", ".json")) or f == "Kustomization"):
+                    if not (f.endswith((".yaml", ".yml", ".json")) or f == "Kustomization"):
                         continue
                     full = os.path.join(root, f)
+                    real = os.path.realpath(full)
+                    if real in read:
+                        continue
+                    read.add(real)
                     found.append(full)
                     if tree is not None:
                         kfile = next(os.path.join(tree, m) for m in KUSTOMIZATION_FILES

@@ -31,6 +31,7 @@ RDMA device; `WARN`: RDMA stays but loses a feature) and the source that says so
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Callable
 
 from webhook.grammar import nccl
@@ -38,15 +39,16 @@ from webhook.grammar import nccl
 DENY, WARN = "deny", "warn"
 
 
+@dataclass(frozen=True)
 class Signature:
     """One variable of a transport: `judge(value, fabric)` says why `value` sends NCCL to TCP (or
-    costs RDMA a feature), None when it does not."""
+    costs RDMA a feature), None when it does not. (A dataclass: the tables below are built at
+    import, so a hand-written __init__ was code no test could reach under mutation testing.)"""
 
-    def __init__(self, variable: str, severity: str, judge: Callable[[str, "Fabric"], str | None], source: str):
-        self.variable = variable
-        self.severity = severity
-        self.judge = judge
-        self.source = source
+    variable: str
+    severity: str
+    judge: Callable[[str, "Fabric"], str | None]
+    source: str
 
 
 class Fabric:
@@ -126,8 +128,11 @@ def fi_provider_selects(value: str, providers: tuple[str, ...]) -> bool:
 def _fi_provider(value: str, f: Fabric) -> str | None:
     if fi_provider_selects(value, f.providers):
         return None
+    text = value.strip()
+    # `^efa` excludes efa: the plugin runs over whatever else is there, not over efa
+    runs = "another provider" if text.startswith("^") else text
     return (f"FI_PROVIDER={value!r} keeps none of {f.label()}'s libfabric providers ({'/'.join(f.providers)}), "
-            f"so the plugin runs over {value.strip().lstrip('^') or 'another provider'} and NCCL's bytes go over TCP "
+            f"so the plugin runs over {runs} and NCCL's bytes go over TCP "
             f"although it logs the Libfabric network; remove it or set FI_PROVIDER={f.providers[0]}")
 
 
