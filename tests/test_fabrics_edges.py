@@ -69,6 +69,16 @@ def test_a_json_annotation_multus_cannot_read_is_denied_with_the_fix(policies, a
             f"network objects with a name; Multus would reject the pod. Fix the annotation") in resp["status"]["message"]
 
 
+@pytest.mark.parametrize("annotation", ["macvlan-conf@net1@net2", "shared/extra/macvlan-conf", "ok-net, a@b@c"])
+def test_a_comma_entry_multus_cannot_read_is_denied_with_the_fix(policies, annotation):
+    """Multus splits an entry once at '/' and once at '@' and refuses more ("Invalid network
+    object (failed at '/')" or "(failed at '@')"): such a pod never starts, so it is denied here
+    with the fix instead of mutated."""
+    resp, _, d = respond(sriov_worker(annotation), AI, policies)
+    assert not resp["allowed"] and [f.rule for f in d.denials] == ["multus-annotation"], d.denials
+    assert "Multus would reject the pod. Fix the annotation" in resp["status"]["message"]
+
+
 def test_a_json_annotation_of_named_objects_is_read(policies):
     resp, out = mutated(sriov_worker('[{"name": "macvlan-conf", "namespace": "shared"}]'), AI, policies)
     entries = json.loads(out["metadata"]["annotations"][keys.MULTUS_NETWORKS])
@@ -174,7 +184,9 @@ def test_the_policy_lint_line_names_fabric_and_transport():
     """`rdma-webhook policy lint` prints each policy's summary: its fabric over its transport."""
     ps = shipped()
     assert ps.get("efa").summary() == "efa over libfabric; vpc.amazonaws.com/efa x4/GPU; hostNetwork Allowed"
-    assert ps.get("sriov-roce").summary() == "sriov over ib-verbs; networks rdma-network"
+    assert ps.get("sriov-roce").summary() == ("sriov over ib-verbs; networks rdma-network; DRA NICs class "
+                                               "sriovnetwork.k8snetworkplumbingwg.io, driver sriovnetwork.k8snetworkplumbingwg.io")
+    assert ps.get("roce-dranet").summary().startswith("roce over ib-verbs; DRA NICs driver dra.net")
 
 
 @pytest.mark.parametrize("value", ["^", ",", " , "])

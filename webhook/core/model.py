@@ -145,7 +145,8 @@ class Policy:
         if self.claim is not None:
             parts.append(f"DRA claim {self.claim.template}")
         if self.dra is not None:
-            parts.append("DRA NICs " + ", ".join([*sorted(self.dra.classes), *sorted(self.dra.drivers)]))
+            named = [f"class {c}" for c in sorted(self.dra.classes)] + [f"driver {d}" for d in sorted(self.dra.drivers)]
+            parts.append("DRA NICs " + ", ".join(named))
         if self.host_network != "Forbidden":
             parts.append(f"hostNetwork {self.host_network}")
         return "; ".join(parts)

@@ -63,7 +63,11 @@ def parse(value: str) -> tuple[str, list[Any]] | None:
             if not isinstance(e, dict) or not isinstance(e.get("name"), str):
                 return None
         return "json", entries
-    return "csv", [part.strip() for part in text.split(",") if part.strip()]
+    parts = [part.strip() for part in text.split(",") if part.strip()]
+    for part in parts:  # Multus refuses an entry with two slashes or two @ ("failed at '/'", "failed at '@'")
+        if part.count("/") > 1 or part.count("@") > 1:
+            return None
+    return "csv", parts
 
 
 def entry_key(entry: Any, pod_ns: str) -> tuple[str, str]:
