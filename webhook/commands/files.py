@@ -35,7 +35,7 @@ class FileSource(Protocol):
     def mentioned(self, text: str) -> bool: ...
 
 
-def _normal(path: str) -> str:
+def normal_path(path: str) -> str:
     """`posixpath.normpath`, called only for a path that needs it (it is interpreted code)."""
     return posixpath.normpath(path) if ("//" in path or "/." in path or path.endswith("/")) else path
 
@@ -52,10 +52,10 @@ class Files:
         self.working_dir = working_dir
 
     def add_file(self, path: str, text: str | None, source: str) -> None:
-        self.files[_normal(path)] = (text, source)
+        self.files[normal_path(path)] = (text, source)
 
     def add_dir(self, path: str, source: str) -> None:
-        self.dirs.append((_normal(path).rstrip("/") + "/", source))
+        self.dirs.append((normal_path(path).rstrip("/") + "/", source))
 
     def __bool__(self) -> bool:
         return bool(self.files) or bool(self.dirs)
@@ -68,7 +68,7 @@ class Files:
             if not self.working_dir:
                 return None
             path = self.working_dir.rstrip("/") + "/" + path
-        path = _normal(path)
+        path = normal_path(path)
         found = self.files.get(path)
         if found is not None:
             return found
@@ -80,7 +80,7 @@ class Files:
     def mentioned(self, text: str) -> bool:
         """Whether `text` may name one of the files (the pre-check before reading a command)."""
         if self.working_dir:
-            wd = _normal(self.working_dir)
+            wd = normal_path(self.working_dir)
             for prefix, _ in self.dirs:
                 if (wd + "/").startswith(prefix):
                     return True

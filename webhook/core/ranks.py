@@ -31,34 +31,6 @@ def labelled_launcher(labels: dict[str, str]) -> bool:
             or labels.get(keys.JOBSET_REPLICATED_JOB) == keys.MPI_LAUNCHER)
 
 
-def _may_run_a_launcher(c: dict[str, Any], env: k8s.Env) -> bool:
-    """Whether the container's command could run a launcher: its words, or the values of the
-    variables its `$(VAR)` references expand to, name one. Every pod with a command pays this,
-    so a reference is looked up in the container's `Env` (the target's own, already built: a
-    scan from the end, no hashing of the pod's other names), and the command is read only for
-    the few that can (a torchrun worker's `$(MASTER_ADDR)` cannot)."""
-    words: list[str] = []
-    for key in ("command", "args"):
-        part = c.get(key)
-        if isinstance(part, list):
-            for w in part:
-                if isinstance(w, str):
-                    words.append(w)
-    text = "\0".join(words)
-    if mentions_launcher(text):
-        return True
-    at = text.find("$(")
-    while at >= 0:
-        end = text.find(")", at + 2)
-        if end < 0:
-            break
-        value = env.get(text[at + 2:end])
-        if isinstance(value, str) and mentions_launcher(value):
-            return True
-        at = text.find("$(", end)
-    return False
-
-
 def find_launchers(pod: dict[str, Any], labels: dict[str, str], targets: list[Target]) -> list[Target]:
     """The containers (not init containers) that launch ranks: those whose command runs a
     launcher, and in a labelled launcher pod every container (a command not read, such as
@@ -82,8 +54,12 @@ def find_launchers(pod: dict[str, Any], labels: dict[str, str], targets: list[Ta
         restricts = False
         env_list = False
         exports = False
-        if has_command and (by_label or _may_run_a_launcher(c, env)):
-            families, restricts, env_list, exports = launcher_use("\0".join(command_words(c)))
+        if has_command:
+            # as the kubelet runs it, `$(VAR)` expanded through the target's own Env (resolved
+            # once, shared with the command rules); read further only when it names a launcher
+            text = "\0".join(command_words(c, env))
+            if by_label or mentions_launcher(text):
+                families, restricts, env_list, exports = launcher_use(text)
         if not families:
             if not by_label:
                 continue

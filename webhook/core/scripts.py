@@ -10,10 +10,9 @@ warning as not read. The reading itself is `webhook.commands.reader.read`.
 
 from __future__ import annotations
 
-import posixpath
 from typing import Any, Mapping, Protocol
 
-from webhook.commands.files import Files
+from webhook.commands.files import Files, normal_path
 
 
 class ConfigMaps(Protocol):
@@ -107,9 +106,7 @@ def may_name_a_mount(container: dict[str, Any], line: str) -> bool:
     if not isinstance(mounts, list) or not mounts:
         return False
     found_wd = container.get("workingDir")
-    wd = found_wd if isinstance(found_wd, str) else ""
-    if "//" in wd or "/." in wd:
-        wd = posixpath.normpath(wd)
+    wd = normal_path(found_wd) if isinstance(found_wd, str) and found_wd else ""
     has_wd = bool(wd)
     wd = wd.rstrip("/")  # "/" becomes "", so that wd + "/" is the directory's prefix
     absolute = "/" in line
@@ -122,9 +119,7 @@ def may_name_a_mount(container: dict[str, Any], line: str) -> bool:
         path = mount.get("mountPath")
         if not isinstance(path, str) or not path.startswith("/"):
             continue
-        if "//" in path or "/." in path:
-            path = posixpath.normpath(path)
-        path = path.rstrip("/")
+        path = normal_path(path).rstrip("/")
         if not path or (absolute and path in line):  # a mount at / holds every path
             return True
         if has_wd:
