@@ -141,37 +141,34 @@ def _export_flags(container: dict[str, Any], t: Target, names: list[str], warnin
     which holds the block; a user's `-x NAME=VALUE` of an enforced name with another value is
     denied by the launcher-enforced rule). Only where the launcher is a word of `command` or
     `args`: in a script the flags cannot be placed safely, and a warning says what to add."""
-    where: tuple[str, int] | None = None
-    words: list[tuple[str, int, str]] = []  # (command or args, index, word) in the order run
+    flat: list[str] = []  # command + args, the words in the order run
+    at = -1  # the launcher's position in `flat`, and where it stands in the container
+    where_key = ""
+    where_i = -1
     for key in ("command", "args"):
         part = container.get(key)
         if isinstance(part, list):
             for i, w in enumerate(part):
                 if isinstance(w, str):
-                    words.append((key, i, w))
-                    if where is None and launchers.FAMILIES.get(w.rsplit("/", 1)[-1]) in ("openmpi", "either"):
-                        where = (key, i)
-    if where is None:
+                    if at < 0 and launchers.FAMILIES.get(w.rsplit("/", 1)[-1]) in ("openmpi", "either"):
+                        at, where_key, where_i = len(flat), key, i
+                    flat.append(w)
+    if at < 0:
         warnings.append(f"{t.name}: the command's script runs an Open MPI launcher with -x, which Open MPI 4 refuses together with "
                         f"{launchers.OMPI_ENV_LIST}, so the policy's {', '.join(names)} reach the ranks only where the "
                         f"script names them: add -x NAME for each")
         return None
     listed: list[str] = []
-    after = False
-    for j in range(len(words) - 1):
-        key, i, w = words[j]
-        if (key, i) == where:
-            after = True
-        elif after and w in launchers.OMPI_EXPORT_FLAGS:
-            listed.append(words[j + 1][2].split("=", 1)[0])
+    for j in range(at + 1, len(flat) - 1):
+        if flat[j] in launchers.OMPI_EXPORT_FLAGS:
+            listed.append(flat[j + 1].split("=", 1)[0])
     missing = [name for name in names if name not in listed]
     if not missing:
         return None
-    key, i = where
-    container[key] = edited = list(container[key])  # a new list: the pod as sent keeps its own
+    container[where_key] = edited = list(container[where_key])  # a new list: the pod as sent keeps its own
     flags: list[str] = []
     for name in missing:
         flags.append("-x")
         flags.append(name)
-    edited[i + 1:i + 1] = flags
+    edited[where_i + 1:where_i + 1] = flags
     return "-x " + " -x ".join(missing)

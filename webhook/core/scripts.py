@@ -208,6 +208,8 @@ class MountedFiles:
         return self._files
 
     def lookup(self, path: str) -> tuple[str | None, str] | None:
+        if not path.startswith("/") and not self.container.get("workingDir"):
+            return None  # a relative path without a working dir is no file here (`Files.lookup`): not worth the map
         files = self.files()
         return files.lookup(path) if files is not None else None
 
