@@ -91,6 +91,31 @@ def test_a_list_item_changed_in_place_is_one_replace_at_its_index():
     assert patch.make([None, "keep"], [2, "keep"]) == [{"op": "replace", "path": "/0", "value": 2}]
 
 
+def test_words_inserted_in_the_middle_are_adds_at_their_place():
+    """`-x NAME` inserted after a launcher's name: an add per new word, and nothing for the
+    words after them (not a replace of each)."""
+    a = ["mpirun", "--allow-run-as-root", "-np", "8", "python", "train.py"]
+    b = a[:1] + ["-x", "NCCL_NET"] + a[1:]
+    assert patch.make(a, b) == [{"op": "add", "path": "/1", "value": "-x"}, {"op": "add", "path": "/2", "value": "NCCL_NET"}]
+    b = ["mpirun", "-x", "NCCL_NET"] + [w.upper() for w in a[1:]]  # the tail changed too: pairs and appends
+    assert jsonpatch.apply_patch(list(a), patch.make(a, b)) == b
+
+
+def test_items_appended_are_adds_at_the_end():
+    a = [{"name": "A", "value": "1"}, {"name": "B", "value": "2"}]
+    b = [*a, {"name": "NCCL_NET", "value": "IB"}]
+    assert patch.make(a, b) == [{"op": "add", "path": "/2", "value": {"name": "NCCL_NET", "value": "IB"}}]
+    b = [*a, {"name": "B", "value": "2"}]  # the new item equals the old last one: still one add
+    assert jsonpatch.apply_patch(copy.deepcopy(a), patch.make(a, b)) == b and len(patch.make(a, b)) == 1
+
+
+def test_a_list_that_more_than_doubles_is_one_replace():
+    """More new items than kept ones: the whole list in one replace, shorter than an add each."""
+    assert patch.make({"c": ["mpirun"]}, {"c": ["mpirun", "-x", "A"]}) == [{"op": "replace", "path": "/c", "value": ["mpirun", "-x", "A"]}]
+    assert patch.make({"c": []}, {"c": ["x"]}) == [{"op": "replace", "path": "/c", "value": ["x"]}]
+    assert patch.make(["a", "b"], ["a", "b", "c", "d"]) == [{"op": "add", "path": "/2", "value": "c"}, {"op": "add", "path": "/3", "value": "d"}]
+
+
 def test_list_removals_are_from_the_end():
     assert patch.make([1, 2, 3], [1]) == [{"op": "remove", "path": "/2"}, {"op": "remove", "path": "/1"}]
 

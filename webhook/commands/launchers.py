@@ -74,4 +74,4 @@ OMPI_CMD_ENV_LIST: Final = MCA_ENV_LIST  # on the command line (`--mca mca_base_
 # together with `mca_base_env_list` from anywhere (its env included: "You have attempted to pass
 # environment variables to Open MPI with both the -x method and by setting the
 # mca_base_env_list variable"); Open MPI 5 takes both.
-OMPI_EXPORT_FLAGS: Final = tuple(flag for flag, action in _OPEN_MPI.items() if action == "export")
+OMPI_EXPORT_FLAGS: Final[frozenset[str]] = frozenset(flag for flag, action in _OPEN_MPI.items() if action == "export")

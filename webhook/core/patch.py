@@ -8,22 +8,25 @@ reinvocation is a no-op.
 Why not `jsonpatch.make_patch`: it looks for moved and copied values across the whole document
 (sorting and serialising every member of every list it compares), which cost about 2 ms per
 admission, over 90% of the decision, for a pod of 8 KB. The mutation never moves anything: it
-adds keys, appends to lists and replaces values in place. This diff walks both documents
+adds keys, appends to lists (inserts, for a launcher's `-x` flags) and replaces values in place. This diff walks both documents
 together; a value the copy shares with the original (the very same object: most of a pod) is
 skipped by identity before any call, and list items are screened with a C-level `==`, so its
 cost is that of the parts that changed:
 
     dicts   a key only in the original: remove; only in the copy: add (whole value); in both and
             different: recurse
-    lists   the common positions that differ: recurse; extra items in the copy: add at their
-            index, in order; extra items in the original: remove from the end backwards
+    lists   the copy longer: when it has more new items than kept ones, one replace of the
+            whole list (shorter than an add per item, and less for the API server to apply);
+            else the items both end with are set aside (words inserted in the middle, such as
+            `-x NAME` after a launcher's name, come out as adds at their place, not as a
+            replace of every later item), the common positions that differ: recurse, the new
+            items: add at their index, in order; the copy shorter: the common positions that
+            differ: recurse, extra items of the original: remove from the end backwards
     other   different type or value: replace
 
 Every operation applies to the document as it stands after the previous ones, so the patch
 applies to exactly the object sent and yields the copy (tests/test_decision.py applies every
-patch with `jsonpatch` and checks that a second pass gives none). Insertions in the middle of a
-list come out as replacements plus an append: correct, just longer than a minimal patch, and
-the mutation never inserts there.
+patch with `jsonpatch` and checks that a second pass gives none).
 
 Equality is JSON equality, not Python's: `1 == 1.0 == True` in Python, so two subtrees that
 `==` calls equal are confirmed by walking them with type checks, unless they are the very same
@@ -112,16 +115,35 @@ def _diff_dicts(a: dict[str, Any], b: dict[str, Any], path: str, ops: list[dict[
 
 
 def _diff_lists(a: list[Any], b: list[Any], path: str, ops: list[dict[str, Any]]) -> None:
-    common = min(len(a), len(b))
-    # The usual case, items appended: the common part is the same objects, skipped by identity.
-    for i in range(common):
+    la, lb = len(a), len(b)
+    if lb > la:
+        grown = lb - la
+        if grown > la:
+            ops.append({"op": "replace", "path": path, "value": b})
+            return
+        # a[:end] pairs with b[:end], b[end:end + grown] is new, and the tails after them are
+        # equal. In the usual case, items appended, that is one comparison of the last items.
+        end = la
+        while end > 0:
+            x, y = a[end - 1], b[end - 1 + grown]
+            if x is not y and not _same(x, y):
+                break
+            end -= 1
+        _diff_items(a, b, end, path, ops)
+        for i in range(end, end + grown):
+            ops.append({"op": "add", "path": f"{path}/{i}", "value": b[i]})
+        return
+    _diff_items(a, b, lb, path, ops)
+    for i in range(la - 1, lb - 1, -1):
+        ops.append({"op": "remove", "path": f"{path}/{i}"})
+
+
+def _diff_items(a: list[Any], b: list[Any], n: int, path: str, ops: list[dict[str, Any]]) -> None:
+    """The first n positions, pair by pair; what the mutation shares is skipped by identity."""
+    for i in range(n):
         x, y = a[i], b[i]
         if x is not y and not _same(x, y):
             _diff(x, y, f"{path}/{i}", ops)
-    for i in range(common, len(b)):
-        ops.append({"op": "add", "path": f"{path}/{i}", "value": b[i]})
-    for i in range(len(a) - 1, common - 1, -1):
-        ops.append({"op": "remove", "path": f"{path}/{i}"})
 
 
 def make(original: Any, mutated: Any) -> list[dict[str, Any]]:
