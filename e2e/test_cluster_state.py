@@ -10,13 +10,16 @@ printed; benchmarks/ measures it).
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 import time
 from pathlib import Path
 
 import pytest
+import yaml
 
 from e2e import cluster as c
-from e2e.conftest import OPT_IN, create, gpu_pod, make_namespace, unique
+from e2e.conftest import OPT_IN, create, env_of, gpu_pod, make_namespace, pod_path, stored, unique
 
 SRIOV = {**OPT_IN, "rdma-webhook.io/policy": "sriov-roce"}
 RESOURCE = "k8s.v1.cni.cncf.io/resourceName"
@@ -88,6 +91,48 @@ def test_device_class_created_after_start_reaches_decisions(cp, hook):
 
     cp.kubectl("delete", "deviceclasses.resource.k8s.io", cls, check=True)
     until("DeviceClass deleted -> no NIC again", lambda: "claims no NIC" in _dra_probe(cp, dranet, "rdma-nic")[1])
+
+
+def test_an_aligned_claim_is_made_from_the_generated_template_and_stored_as_defaulted(cp, hook):
+    """roce-dranet-aligned: the template `rdma-webhook policy claim-template` writes is accepted
+    by the API server (resource.k8s.io/v1 validation of its requests and pcieRoot constraints);
+    once the webhook has it, a labelled pod asking nvidia.com/gpu: 8 is stored with the claim of
+    gpu-nic-aligned-8 instead of the device-plugin GPUs, with the API server's defaults; a pod of
+    4 GPUs, whose template is missing, is refused naming the command that writes it."""
+    ns = make_namespace(cp, unique("e2e-aligned"), {**OPT_IN, "rdma-webhook.io/policy": "roce-dranet-aligned"})
+    nic_class = unique("e2e-dranet-rdma")
+    cp.apply([{"apiVersion": "resource.k8s.io/v1", "kind": "DeviceClass", "metadata": {"name": nic_class},
+               "spec": {"selectors": [{"cel": {"expression": 'device.driver == "dra.net"'}},
+                                      {"cel": {"expression": 'device.attributes["dra.net"].rdma'}}]}}])
+    out = subprocess.run([sys.executable, "-m", "webhook", "policy", "claim-template", "roce-dranet-aligned",
+                          "--gpus", "8", "--nic-class", nic_class, "--namespace", ns],
+                         capture_output=True, text=True, timeout=60, cwd=c.ROOT)
+    assert out.returncode == 0, out.stderr
+    cp.apply([yaml.safe_load(out.stdout)])
+    kept = stored(cp, f"/apis/resource.k8s.io/v1/namespaces/{ns}/resourceclaimtemplates/gpu-nic-aligned-8")
+    assert len(kept["spec"]["spec"]["devices"]["constraints"]) == 8
+
+    def admitted() -> bool:
+        return create(cp, gpu_pod(unique("probe"), ns, gpus=8), "--dry-run=server").returncode == 0
+    until("the template reaches decisions", admitted)
+    pod = gpu_pod("", ns, gpus=8)
+    del pod["metadata"]["name"]
+    pod["metadata"]["generateName"] = "llama-worker-"
+    made = create(cp, pod)
+    assert made.returncode == 0, made.stderr
+    got = stored(cp, pod_path(ns, json.loads(made.stdout)["metadata"]["name"]))
+    assert got["spec"]["resourceClaims"] == [{"name": "gpus-and-nics", "resourceClaimTemplateName": "gpu-nic-aligned-8"}]
+    ctr = got["spec"]["containers"][0]
+    assert ctr["resources"] == {"claims": [{"name": "gpus-and-nics"}]}, ctr["resources"]
+    assert env_of(ctr)["NCCL_NET"] == "IB" and "IPC_LOCK" in ctr["securityContext"]["capabilities"]["add"]
+    # the API server's defaults around what the webhook wrote
+    assert ctr["terminationMessagePath"] == "/dev/termination-log" and got["spec"]["restartPolicy"] == "Always"
+    assert got["metadata"]["annotations"]["rdma-webhook.io/applied-policy"] == "roce-dranet-aligned"
+
+    refused = create(cp, gpu_pod(unique("four"), ns, gpus=4), "--dry-run=server")
+    assert refused.returncode != 0 and f"ResourceClaimTemplate {ns}/gpu-nic-aligned-4, which does not exist" in refused.stderr
+    assert "rdma-webhook policy claim-template roce-dranet-aligned --gpus 4" in refused.stderr
+    cp.kubectl("delete", "deviceclasses.resource.k8s.io", nic_class, check=True)
 
 
 def test_nad_create_change_delete_reach_decisions(cp, hook):

@@ -140,22 +140,22 @@ def pod_of(containers, resource_claims=None, annotations=None, **kw) -> dict:
 
 
 # Each example: the pod, the policy that fits, the policies that take it as theirs too (the same
-# family), and whether the fitting policy mutates it (a pod whose GPUs come by claim is checked,
-# not mutated).
+# family; roce-dranet-aligned claims the same DRANET NICs as roce-dranet), and whether the fitting
+# policy mutates it (a pod whose GPUs come by claim is checked, not mutated).
 EXAMPLES = {
     # kubernetes-sigs/dranet: an RDMA claim from the plain dra.net class narrowed by the request
     "dranet-rdma-request": (lambda: pod_of([worker(claims=["rdma"])], [claim_ref("rdma", "rdma-nics")],
-                                           generate_name="llama-worker-"), "roce-dranet", set(), True),
+                                           generate_name="llama-worker-"), "roce-dranet", {"roce-dranet-aligned"}, True),
     # the dranet rdma-perftest StatefulSet: a class that selects RDMA devices; its container does
     # not reference the claim, so the webhook adds the reference
     "dranet-rdma-class": (lambda: pod_of([worker("perftest")], [claim_ref("rdma-net-interface", "rdma-net-template")],
-                                         name="rdma-perftest-0", generate_name=None), "roce-dranet", set(), True),
+                                         name="rdma-perftest-0", generate_name=None), "roce-dranet", {"roce-dranet-aligned"}, True),
     # GKE managed DRANET: eight RDMA NICs of mrdma.google.com
     "gke-mrdma": (lambda: pod_of([worker(claims=["rdma"])], [claim_ref("rdma", "all-mrdma")], generate_name="jobset-worker-0-"),
                   "gke-mrdma", set(), True),
     # dranet's AKS GB300 example: GPU and NIC in one claim, no nvidia.com/gpu resource
     "aks-gb300-dranet": (lambda: pod_of([worker("nccl", gpus=None, claims=["gpu-nic"])], [claim_ref("gpu-nic", "1nic-aligned")],
-                                        generate_name="nccl-test-worker-"), "roce-dranet", set(), False),
+                                        generate_name="nccl-test-worker-"), "roce-dranet", {"roce-dranet-aligned"}, False),
     # EKS through the EFA DRA driver: GPU and EFA aligned in one claim (dranet's gpu-efa example)
     "eks-efa-dra-aligned": (lambda: pod_of([worker("nccl", gpus=None, claims=["gpu-efa"])], [claim_ref("gpu-efa", "gpu-efa-aligned")],
                                            generate_name="nccl-tests-worker-"), "efa-dra", set(), False),
@@ -303,7 +303,7 @@ def test_a_class_a_policy_names_wins_over_a_driver_match():
     req = dra.ClaimRequest("efa.networking.k8s.aws", (), 'device.attributes["dra.net"].rdma == true')
     assert [p.name for p in dra.nic_policies(req, PS, STATE.claims())] == ["efa-dra"]
     req = dra.ClaimRequest("rdma", (), "")
-    assert [p.name for p in dra.nic_policies(req, PS, STATE.claims())] == ["roce-dranet"]
+    assert [p.name for p in dra.nic_policies(req, PS, STATE.claims())] == ["roce-dranet", "roce-dranet-aligned"]
     assert dra.nic_policies(dra.ClaimRequest("dranet", (), ""), PS, STATE.claims()) == []  # dra.net without rdma
     assert dra.nic_policies(dra.ClaimRequest("gpu.nvidia.com", (), ""), PS, STATE.claims()) == []
 

@@ -7,7 +7,7 @@ import argparse
 from typing import Iterable
 
 from webhook.cli.certs import cmd_certs
-from webhook.cli.policy import cmd_admission_policy, cmd_lint, cmd_migrate
+from webhook.cli.policy import cmd_admission_policy, cmd_claim_template, cmd_lint, cmd_migrate
 from webhook.cli.review import cmd_review
 from webhook.cli.serve import cmd_serve
 
@@ -107,7 +107,7 @@ def build_parser() -> argparse.ArgumentParser:
     r.set_defaults(func=cmd_review)
 
     pol = sub.add_parser("policy", help="policy tools", description="Policy tools.")
-    polsub = pol.add_subparsers(dest="policy_command", required=True, metavar="{lint,migrate,admission-policy}")
+    polsub = pol.add_subparsers(dest="policy_command", required=True, metavar="{lint,migrate,admission-policy,claim-template}")
     lint = polsub.add_parser("lint", help="validate the policy files of a folder", formatter_class=raw,
                              description="Validate every policy file of a folder, reporting every problem of every file.",
                              epilog="exit status: 0 all policies valid (warnings allowed), 1 any problem")
@@ -131,6 +131,21 @@ def build_parser() -> argparse.ArgumentParser:
                           "gets a warning and the audit log an annotation (default: off: [Deny])")
     vap.add_argument("--out", metavar="FILE", help="write to FILE instead of stdout")
     vap.set_defaults(func=cmd_admission_policy)
+    ct = polsub.add_parser(
+        "claim-template", formatter_class=raw,
+        help="print the ResourceClaimTemplate of a policy's aligned claim (GPU and NIC pairs on one PCIe root)",
+        description="Print, as YAML, the ResourceClaimTemplate that a policy with `claim: {aligned: true}` injects for "
+                    "a GPU count: one request per GPU and per NIC, each pair constrained to one "
+                    "resource.kubernetes.io/pcieRoot (Kubernetes >= 1.34; GPUs from a DRA driver, not a device plugin).",
+        epilog="exit status: 0 printed, 1 no such policy, its claim is not aligned, or no NIC class known, 2 on a bad flag")
+    ct.add_argument("policy", metavar="POLICY", help="the policy's name")
+    ct.add_argument("--policies", metavar="DIR", help="the policies folder (default: the repository's policies/)")
+    ct.add_argument("--gpus", type=int, choices=range(1, 65), metavar="N", required=True, help="GPUs per pod (1-64)")
+    ct.add_argument("--gpu-class", default="gpu.nvidia.com",
+                    help="the GPUs' DeviceClass (default: %(default)s, NVIDIA's GPU DRA driver)")
+    ct.add_argument("--nic-class", help="the NICs' DeviceClass (default: the policy's first dra.deviceClasses)")
+    ct.add_argument("--namespace", help="set metadata.namespace (default: none, for kubectl -n)")
+    ct.set_defaults(func=cmd_claim_template)
 
     c = sub.add_parser("certs", help="write a CA and a serving certificate for the webhook Service", formatter_class=raw,
                        description="Write ca.crt, ca.key, tls.crt and tls.key (keys 0600) into --out. stdout carries "

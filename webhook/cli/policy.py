@@ -1,4 +1,4 @@
-"""`rdma-webhook policy lint | migrate | admission-policy`: the policy author's and installer's tools."""
+"""`rdma-webhook policy lint | migrate | admission-policy | claim-template`: the policy author's and installer's tools."""
 
 from __future__ import annotations
 
@@ -12,13 +12,14 @@ from webhook.cli.common import EXIT_DENIED, EXIT_OK, policies_dir
 
 
 def cmd_lint(args: argparse.Namespace) -> int:
-    from webhook.policy.lint import lint_warnings
+    from webhook.policy.lint import lint_notes, lint_warnings
     from webhook.policy.load import load_dir
 
     policies, errors = load_dir(args.dir)
-    warnings = lint_warnings(args.dir)
-    for warning in warnings:
+    for warning in lint_warnings(args.dir):
         print(f"warning: {warning}", file=sys.stderr)
+    for note in lint_notes(args.dir):
+        print(f"note: {note}", file=sys.stderr)
     if policies is None:
         for err in errors:
             print(f"error: {err}", file=sys.stderr)
@@ -88,4 +89,33 @@ def cmd_admission_policy(args: argparse.Namespace) -> int:
         print(f"wrote {len(docs)} objects for {len(policies)} policies to {args.out}", file=sys.stderr)
     else:
         sys.stdout.write(text)
+    return EXIT_OK
+
+
+def cmd_claim_template(args: argparse.Namespace) -> int:
+    """Print the ResourceClaimTemplate of a policy's aligned claim for a GPU count; exit 1 when the
+    policy is not there, its claim is not aligned, or no NIC DeviceClass is known."""
+    from webhook.policy.claim_template import aligned_template
+    from webhook.policy.load import load_dir
+
+    folder = policies_dir(args.policies)
+    policies, errors = load_dir(folder)
+    if policies is None:
+        for err in errors:
+            print(f"error: {err}", file=sys.stderr)
+        return EXIT_DENIED
+    policy = policies.by_name.get(args.policy)
+    if policy is None:
+        print(f"error: no policy {args.policy!r} in {folder} (there: {', '.join(sorted(policies.by_name))})", file=sys.stderr)
+        return EXIT_DENIED
+    claim = policy.claim
+    if claim is None or not claim.aligned:
+        print(f"error: policy {policy.name} has no aligned claim (claim: {{name, template, aligned: true}})", file=sys.stderr)
+        return EXIT_DENIED
+    nic_class = args.nic_class or (min(policy.dra.classes) if policy.dra is not None and policy.dra.classes else None)
+    if nic_class is None:
+        print(f"error: policy {policy.name} names no NIC DeviceClass (dra.deviceClasses): give --nic-class", file=sys.stderr)
+        return EXIT_DENIED
+    doc = aligned_template(claim.template_for(args.gpus), args.gpus, args.gpu_class, nic_class, args.namespace)
+    sys.stdout.write(yaml.safe_dump(doc, sort_keys=False, width=100))
     return EXIT_OK

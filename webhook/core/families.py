@@ -151,12 +151,20 @@ def check(pod: dict[str, Any], policy: Policy, policies: PolicySet, namespace: s
     if entries:
         _check_claims(entries, policy, policies, namespace, namespace_labels, targets, problems, claims, brought)
     own = policy.claim
-    if own is not None and brought.entry == own.name and claims is not None and targets \
-            and claims.claim_template(namespace, own.template) is None:
-        problems.append(Finding("claim-template", None,
-                                f"policy {policy.name} adds the DRA claim {own.name!r} from ResourceClaimTemplate "
-                                f"{namespace}/{own.template}, which does not exist, so the pod would stay Pending; "
-                                f"ask the platform team to create it in {namespace!r}"))
+    if own is not None and own.aligned and brought.entry == own.name and len(targets) > 1:
+        problems.append(Finding("claim-aligned", None,
+                                f"policy {policy.name} claims each GPU together with a NIC on its PCIe root, for one container; "
+                                f"this pod has {len(targets)} GPU containers ({', '.join(t.name for t in targets)}): "
+                                f"put the GPUs in one container, or run the pod under a policy without aligned claims"))
+    elif own is not None and brought.entry == own.name and claims is not None and targets:
+        template = own.template_for(targets[0].gpus)
+        if claims.claim_template(namespace, template) is None:
+            problems.append(Finding("claim-template", None,
+                                    f"policy {policy.name} adds the DRA claim {own.name!r} from ResourceClaimTemplate "
+                                    f"{namespace}/{template}, which does not exist, so the pod would stay Pending; "
+                                    f"ask the platform team to create it in {namespace!r}"
+                                    + (f" (`rdma-webhook policy claim-template {policy.name} --gpus {targets[0].gpus}` writes it)"
+                                       if own.aligned else "")))
     if (policy.dra is not None and not brought.own_claim and not brought.unknown and policy.claim is None
             and not policy.devices and not policy.networks and targets):
         problems.append(Finding("device-missing", None,
@@ -175,7 +183,7 @@ def _check_claims(entries: list[dict[str, Any]], policy: Policy, policies: Polic
         if not isinstance(template, str):
             continue
         name = str(c.get("name"))
-        if own is not None and (template == own.template or template in own.equivalent):
+        if own is not None and own.made_from(template):
             brought.entry = name  # the policy's claim, or one it takes for it: referenced, not doubled
             continue
         requests = dra.requests_of(c, namespace, claims)

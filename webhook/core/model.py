@@ -58,6 +58,26 @@ class Claim:
     name: str
     template: str
     equivalent: tuple[str, ...]
+    # The template claims the GPUs too, each with a NIC under the same PCIe root (`aligned`): the
+    # target's device-plugin GPU request is taken out, and `{gpus}` in `template` is its count.
+    aligned: bool = False
+
+    def template_for(self, gpus: int) -> str:
+        """The template a target of `gpus` GPUs gets."""
+        return self.template.replace(GPUS_FIELD, str(gpus)) if self.aligned else self.template
+
+    def made_from(self, template: str) -> bool:
+        """`template` is this claim's (for some GPU count, when aligned) or an equivalent one."""
+        if template == self.template or template in self.equivalent:
+            return True
+        if not self.aligned or GPUS_FIELD not in self.template:
+            return False
+        head, _, tail = self.template.partition(GPUS_FIELD)
+        count = template[len(head):len(template) - len(tail)] if len(template) > len(head) + len(tail) else ""
+        return template.startswith(head) and template.endswith(tail) and count.isdigit()
+
+
+GPUS_FIELD: Final = "{gpus}"  # in an aligned claim's template name: the target's GPU count
 
 
 @dataclass(frozen=True)
@@ -143,7 +163,7 @@ class Policy:
         if self.networks:
             parts.append("networks " + ", ".join(n.name for n in self.networks))
         if self.claim is not None:
-            parts.append(f"DRA claim {self.claim.template}")
+            parts.append(f"{'aligned GPU+NIC ' if self.claim.aligned else ''}DRA claim {self.claim.template}")
         if self.dra is not None:
             named = [f"class {c}" for c in sorted(self.dra.classes)] + [f"driver {d}" for d in sorted(self.dra.drivers)]
             parts.append("DRA NICs " + ", ".join(named))

@@ -230,18 +230,29 @@ def add_ipc_lock(container: dict[str, Any]) -> bool:
     return True
 
 
-def add_claim(pod: dict[str, Any], container: dict[str, Any], policy: Policy, entry: str) -> bool:
+def add_claim(pod: dict[str, Any], container: dict[str, Any], policy: Policy, entry: str, gpus: int) -> bool:
     """The DRA NIC claim the container references: the policy's (the pod-level
     `spec.resourceClaims` entry added unless the pod has one of this fabric already, then `entry`
-    is its name) or the one the pod brings; the container's reference to it."""
+    is its name) or the one the pod brings; the container's reference to it. An aligned claim
+    brings the container's `gpus` GPUs too, so its device-plugin GPU request is taken out."""
     claim = policy.claim
     spec: dict[str, Any] = pod["spec"]
     changed = False
     if claim is not None and entry == claim.name:
         claims = _list_at(spec, "resourceClaims")
         if not any(isinstance(c, dict) and c.get("name") == entry for c in claims):
-            claims.append({"name": claim.name, "resourceClaimTemplateName": claim.template})
+            claims.append({"name": claim.name, "resourceClaimTemplateName": claim.template_for(gpus)})
             changed = True
+        if claim.aligned:
+            resources: dict[str, Any] = container.get("resources") or {}
+            for section in ("limits", "requests"):
+                values: dict[str, Any] = resources.get(section) or {}
+                for res in policy.gpu_resources:
+                    if res in values:
+                        del values[res]
+                        changed = True
+                if section in resources and not values:
+                    del resources[section]
     refs = _list_at(_dict_at(container, "resources"), "claims")
     if not any(isinstance(r, dict) and r.get("name") == entry for r in refs):
         refs.append({"name": entry})
@@ -266,7 +277,7 @@ def apply(pod: dict[str, Any], subject: Subject, warnings: list[str]) -> list[st
                 if dev:
                     what.append(dev)
         entry = subject.claim_entry
-        if entry is not None and (not t.has_fabric or subject.own_claim) and add_claim(pod, c, policy, entry):
+        if entry is not None and (not t.has_fabric or subject.own_claim) and add_claim(pod, c, policy, entry, t.gpus):
             what.append(f"DRA claim {entry}")
         variables = add_env(c, t, policy, interfaces, warnings)
         if variables:

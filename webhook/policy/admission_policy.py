@@ -36,7 +36,7 @@ import json
 from typing import Any, Iterable, Sequence
 
 from webhook.core import keys
-from webhook.core.model import Policy, PolicySet
+from webhook.core.model import GPUS_FIELD, Policy, PolicySet
 
 API_VERSION = "admissionregistration.k8s.io/v1"
 POLICY_KIND = "ValidatingAdmissionPolicy"
@@ -176,10 +176,17 @@ def _device_condition(policy: Policy) -> tuple[str, str] | None:
                      f"&& quantity(string(c.resources.limits[r])).isGreaterThan(quantity('0'))))")
         wants.append(" and ".join(resources) + " in resources.limits")
     if policy.claim is not None:
-        templates = [policy.claim.template, *policy.claim.equivalent]
+        claim = policy.claim
+        templates = [claim.template, *claim.equivalent]
+        made_from = f"rc.resourceClaimTemplateName in {cel_list(templates)}"
+        if claim.aligned and GPUS_FIELD in claim.template:  # the template of any GPU count (Claim.made_from)
+            head, _, tail = claim.template.partition(GPUS_FIELD)
+            # A template name is a DNS subdomain: `.` is its only character special to RE2.
+            pattern = "^" + head.replace(".", "\\.") + "[0-9]+" + tail.replace(".", "\\.") + "$"
+            made_from = f"({made_from} || rc.resourceClaimTemplateName.matches({cel_str(pattern)}))"
         parts.append("(has(object.spec.resourceClaims) && has(c.resources) && has(c.resources.claims) && "
                      "c.resources.claims.exists(cl, object.spec.resourceClaims.exists(rc, rc.name == cl.name && "
-                     f"has(rc.resourceClaimTemplateName) && rc.resourceClaimTemplateName in {cel_list(templates)})))")
+                     f"has(rc.resourceClaimTemplateName) && {made_from})))")
         wants.append(f"a resources.claims entry for the pod's {policy.claim.template} claim")
     if not parts:
         return None

@@ -18,7 +18,7 @@ from typing import Any, Iterable
 
 from webhook.grammar import k8s
 from webhook.fabrics import transports
-from webhook.core.model import Claim, Device, Dra, EnvSetting, Policy
+from webhook.core.model import GPUS_FIELD, Claim, Device, Dra, EnvSetting, Policy
 from webhook.fabrics.multus import Network
 from webhook.policy.migrate import migrate_v1alpha1, v1alpha1_field
 from webhook.policy.schema import API_VERSION, API_VERSION_V1ALPHA1, FORBIDDEN_KEYS, VALIDATORS
@@ -264,10 +264,13 @@ def compile_policy(doc: Any, file: str) -> tuple[Policy | None, list[PolicyError
         c = doc["claim"]
         if not k8s.is_dns1123_label(c["name"]):
             errors.append(PolicyError(file, name, "claim.name", f"{c['name']!r} must be a DNS-1123 label (the pod's resourceClaims entry)"))
+        aligned = bool(c.get("aligned", False))
         for fld, template in [("claim.template", c["template"]), *((f"claim.equivalentTemplates[{i}]", t) for i, t in enumerate(c.get("equivalentTemplates") or ()))]:
-            if not k8s.is_dns1123_subdomain(template):
+            if GPUS_FIELD in template and not (aligned and fld == "claim.template"):
+                errors.append(PolicyError(file, name, fld, f"{template!r}: {GPUS_FIELD} (the GPU count) is for the template of an aligned claim"))
+            elif not k8s.is_dns1123_subdomain(template.replace(GPUS_FIELD, "8")):
                 errors.append(PolicyError(file, name, fld, f"{template!r} is not a valid ResourceClaimTemplate name"))
-        claim = Claim(c["name"], c["template"], tuple(c.get("equivalentTemplates") or ()))
+        claim = Claim(c["name"], c["template"], tuple(c.get("equivalentTemplates") or ()), aligned)
 
     dra = None
     if doc.get("dra") is not None:

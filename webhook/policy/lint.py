@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import yaml
 
+from webhook.policy.claim_template import MIN_KUBERNETES, PCIE_ROOT
 from webhook.policy.load import policy_files
 
 
@@ -33,4 +34,29 @@ def lint_warnings(directory: str) -> list[str]:
                 if isinstance(key, str) and not key.startswith(read):
                     out.append(f"{path}: policy {name!r}: field nccl.{key}: not a variable of the fabric's transport "
                                f"(NCCL reads NCCL_*, libfabric FI_*); set it in the pod spec, or check the spelling")
+    return out
+
+
+def lint_notes(directory: str) -> list[str]:
+    """What a valid policy needs of the cluster that no file can show: an aligned claim needs
+    Kubernetes 1.34 and GPUs from a DRA driver, and its templates in each namespace."""
+    out = []
+    try:
+        files = policy_files(directory)
+    except OSError:
+        return out
+    for path in files:
+        try:
+            docs = list(yaml.safe_load_all(path.read_text(encoding="utf-8")))
+        except (OSError, UnicodeDecodeError, yaml.YAMLError):
+            continue  # reported as an error by the load
+        for doc in docs:
+            claim = doc.get("claim") if isinstance(doc, dict) else None
+            if isinstance(claim, dict) and claim.get("aligned") is True:
+                name = doc.get("name")
+                out.append(f"{path}: policy {name!r}: claim.aligned needs Kubernetes >= {MIN_KUBERNETES} "
+                           f"(resource.k8s.io/v1, the {PCIE_ROOT} attribute) and GPUs from a DRA driver (NVIDIA's "
+                           f"GPU DRA driver, DeviceClass gpu.nvidia.com), not the device plugin: a pod's nvidia.com/gpu "
+                           f"request is taken out and its GPUs claimed with their NICs; create the templates with "
+                           f"`rdma-webhook policy claim-template {name} --gpus N` in each namespace")
     return out

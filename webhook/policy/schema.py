@@ -163,6 +163,8 @@ SCHEMA: dict[str, Any] = {
                 "name": {"type": "string"},
                 "template": {"type": "string"},
                 "equivalentTemplates": {"type": "array", "items": {"type": "string"}},
+                # The template claims GPU and NIC pairs on one PCIe root (webhook.core.model.Claim).
+                "aligned": {"type": "boolean"},
             },
         },
         # The DRA DeviceClasses of this fabric's NICs: a pod that claims one keeps its claim and gets
