@@ -9,10 +9,15 @@ and records:
 - ready_s: from the process start to /readyz answering 200 six times in a row;
 - per process (master and each worker): RSS and PSS (/proc/PID/smaps_rollup), in MB;
 - nad_change_s: a NAD's resourceName changed through the API until /mutate (called directly,
-  as the API server would) patches the new device resource.
+  as the API server would) patches the new device resource;
+- with --dra N: N DeviceClasses (half of the dra.net driver with an rdma selector, half of the
+  SR-IOV DRA driver) and N ResourceClaimTemplates spread over the namespaces, created before the
+  first size (the policies' `dra` blocks make the webhook list and watch them), and
+  class_change_s: a DeviceClass created after the start until a pod whose template requests it
+  is taken as claiming sriov-roce's NIC (no VF added any more).
 
-    .venv/bin/python benchmarks/e2e_scale.py [--sizes 0,5000,20000] [--settle 300] [--unprimed] [--repeats N]
-        [--out FILE]
+    .venv/bin/python benchmarks/e2e_scale.py [--sizes 0,5000,20000] [--dra 1000] [--settle 300] [--unprimed]
+        [--repeats N] [--out FILE]
 
 With --unprimed each size is measured twice: as shipped (the gunicorn master lists once before
 the fork, ApiClusterState.prime) and with that disabled (each worker lists for itself).
@@ -95,11 +100,61 @@ def create_many(cp: c.ControlPlane, start: int, stop: int, threads: int = 16) ->
                 "spec": {"config": json.dumps({"cniVersion": "0.3.1", "type": "sriov", "name": "rdma-network",
                                                "ipam": {"type": "whereabouts", "range": "192.0.2.0/24"}})}})
 
+    _run_pool(work, threads)
+    if failures:
+        raise RuntimeError(f"{len(failures)} creations failed, first: {failures[0]}")
+
+
+def _run_pool(work, threads: int) -> None:
     pool = [threading.Thread(target=work) for _ in range(threads)]
     for t in pool:
         t.start()
     for t in pool:
         t.join()
+
+
+SRIOV_DRIVER = "sriovnetwork.k8snetworkplumbingwg.io"
+
+
+def device_class(name: str, sriov: bool) -> dict:
+    cel = [f'device.driver == "{SRIOV_DRIVER}"'] if sriov else ['device.driver == "dra.net"', 'device.attributes["dra.net"].rdma']
+    return {"apiVersion": "resource.k8s.io/v1", "kind": "DeviceClass", "metadata": {"name": name},
+            "spec": {"selectors": [{"cel": {"expression": e}} for e in cel]}}
+
+
+def claim_template(namespace: str, name: str, device_class_name: str) -> dict:
+    return {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaimTemplate", "metadata": {"name": name, "namespace": namespace},
+            "spec": {"spec": {"devices": {"requests": [{"name": "nic", "exactly": {"deviceClassName": device_class_name}}]}}}}
+
+
+def create_dra(cp: c.ControlPlane, n: int, namespaces: int, threads: int = 16) -> None:
+    """N DeviceClasses e2e-scale-class-<i> and N templates e2e-scale-tmpl-<i>, each in namespace
+    e2e-scale-<i mod namespaces> (which must exist) and requesting class i."""
+    ctx = cp.ssl_context()
+    headers = {"Authorization": f"Bearer {cp.admin_token}", "Content-Type": "application/json"}
+    todo = iter(range(n))
+    lock = threading.Lock()
+    failures: list[str] = []
+
+    def work():
+        conn = http.client.HTTPSConnection("127.0.0.1", cp.port, context=ctx, timeout=60)
+        while True:
+            with lock:
+                i = next(todo, None)
+            if i is None:
+                conn.close()
+                return
+            ns = f"e2e-scale-{i % namespaces}"
+            for path, doc in (("/apis/resource.k8s.io/v1/deviceclasses", device_class(f"e2e-scale-class-{i}", i % 2 == 1)),
+                              (f"/apis/resource.k8s.io/v1/namespaces/{ns}/resourceclaimtemplates",
+                               claim_template(ns, f"e2e-scale-tmpl-{i}", f"e2e-scale-class-{i}"))):
+                conn.request("POST", path, body=json.dumps(doc).encode(), headers=headers)
+                resp = conn.getresponse()
+                body = resp.read()
+                if resp.status not in (201, 409):
+                    failures.append(f"{path}: {resp.status} {body[:200]!r}")
+
+    _run_pool(work, threads)
     if failures:
         raise RuntimeError(f"{len(failures)} creations failed, first: {failures[0]}")
 
@@ -122,10 +177,14 @@ def children(pid: int) -> list[int]:
         return []
 
 
-def mutate_device(hook: c.Webhook, namespace: str) -> set[str]:
+def mutate_device(hook: c.Webhook, namespace: str, template: str | None = None) -> set[str]:
+    """The VF resources /mutate adds to a 1-GPU pod (which claims its NIC from `template`, if given)."""
     pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "probe", "namespace": namespace,
                                                             "labels": {"rdma-webhook.io/inject": "true"}},
            "spec": {"containers": [{"name": "c", "image": "x", "resources": {"limits": {"nvidia.com/gpu": "1"}}}]}}
+    if template is not None:
+        pod["spec"]["resourceClaims"] = [{"name": "nic", "resourceClaimTemplateName": template}]
+        pod["spec"]["containers"][0]["resources"]["claims"] = [{"name": "nic"}]
     review = {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": {
         "uid": str(uuid.uuid4()), "kind": {"group": "", "version": "v1", "kind": "Pod"},
         "resource": {"group": "", "version": "v1", "resource": "pods"}, "namespace": namespace,
@@ -136,6 +195,8 @@ def mutate_device(hook: c.Webhook, namespace: str) -> set[str]:
         doc = json.loads(conn.getresponse().read())
     finally:
         conn.close()
+    if not doc["response"]["allowed"]:  # never one of the sets compared with
+        return {"denied: " + doc["response"]["status"]["message"]}
     patch = json.loads(base64.b64decode(doc["response"].get("patch") or b"W10="))
     text = json.dumps(patch)
     return {r for r in ("openshift.io/mellanoxrdma", "openshift.io/scale_changed") if r in text}
@@ -168,11 +229,16 @@ def main() -> int:
     ap.add_argument("--repeats", type=int, default=1, help="starts of each variant at each size, in turn")
     ap.add_argument("--unprimed", action="store_true",
                     help="at each size also start the webhook without the master's list before the fork")
+    ap.add_argument("--dra", type=int, default=0, metavar="N",
+                    help="also N DeviceClasses and N ResourceClaimTemplates (in the first namespaces of the first size)")
     ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "e2e_scale.json"))
     args = ap.parse_args()
+    if args.dra and not min(s for s in [int(x) for x in args.sizes.split(",")] if s):
+        ap.error("--dra needs a size above 0 (its templates live in the namespaces)")
     sizes = [int(s) for s in args.sizes.split(",")]
     prov = provenance.start()
-    results: dict = {"shipped_memory_limit_mb": SHIPPED_LIMIT_MB, "runs": []}
+    results: dict = {"shipped_memory_limit_mb": SHIPPED_LIMIT_MB, "device_classes": args.dra, "claim_templates": args.dra,
+                     "runs": []}
     with control_plane("rdma-webhook-e2e-scale-") as (cp, workdir):
         docs = c.render_deploy(cp)
         cp.apply([c.pick(docs, "Namespace", "rdma-webhook"), c.pick(docs, "ServiceAccount", "rdma-webhook"),
@@ -189,10 +255,15 @@ def main() -> int:
                 t = time.monotonic()
                 create_many(cp, have, size)
                 print(f"created namespaces+NADs {have}..{size} in {time.monotonic() - t:.0f}s", flush=True)
+                if args.dra and not have:
+                    t = time.monotonic()
+                    create_dra(cp, args.dra, size)
+                    print(f"created {args.dra} DeviceClasses + {args.dra} ResourceClaimTemplates in {time.monotonic() - t:.0f}s",
+                          flush=True)
                 have = size
             for repeat in range(args.repeats):
                 for variant in variants:
-                    run = measure(cp, workdir, kc, size, variant, variants, args.settle, repeat)
+                    run = measure(cp, workdir, kc, size, variant, variants, args.settle, repeat, dra=args.dra > 0)
                     results["runs"].append(run)
     write(args.out, prov, results)
     return 0
@@ -200,13 +271,14 @@ def main() -> int:
 
 # `--unprimed`: the same webhook with ApiClusterState.prime disabled, so that each worker makes
 # the first list itself (as before the master listed once for the replica): an A/B in one run.
-UNPRIMED = [sys.executable, "-c", "import sys; from webhook import cluster_api, cli; "
-            "cluster_api.ApiClusterState.prime = lambda self, budget=0: False; sys.exit(cli.main(sys.argv[1:]))"]
+UNPRIMED = [sys.executable, "-c", "import sys; from webhook.cluster import api; from webhook.cli import main; "
+            "api.ApiClusterState.prime = lambda self, budget=0: False; sys.exit(main.main(sys.argv[1:]))"]
 
 
 def measure(cp: c.ControlPlane, workdir: Path, kc: Path, size: int, variant: str, variants: list[str],
-            settle_limit: float, repeat: int = 0) -> dict:
-    """One start of the webhook at this size: readiness, memory, a NAD change in decisions."""
+            settle_limit: float, repeat: int = 0, dra: bool = False) -> dict:
+    """One start of the webhook at this size: readiness, memory, a NAD change in decisions (and
+    with `dra` a DeviceClass created after the start)."""
     settled = settle(settle_limit)
     load = os.getloadavg()[0]
     hook = c.Webhook(workdir, kc, workers=2, name=f"scale-{size}-{variant}-{repeat}",
@@ -236,6 +308,16 @@ def measure(cp: c.ControlPlane, workdir: Path, kc: Path, size: int, variant: str
                    lambda: all(mutate_device(hook, ns) == {"openshift.io/scale_changed"} for _ in range(6)), 60,
                    interval=0.05)
         run["nad_change_s"] = round(time.monotonic() - t, 3)
+        if dra:
+            late = f"e2e-scale-late-{variant}-{repeat}"
+            cp.apply([claim_template(ns, late, late)])  # its class does not exist yet: no NIC, the VF is added
+            c.wait_for("the template in decisions", lambda: mutate_device(hook, ns, late) == {"openshift.io/scale_changed"},
+                       60, interval=0.05)
+            cp.apply([device_class(late, sriov=True)])
+            t = time.monotonic()
+            c.wait_for("DeviceClass creation in decisions",
+                       lambda: all(mutate_device(hook, ns, late) == set() for _ in range(6)), 60, interval=0.05)
+            run["class_change_s"] = round(time.monotonic() - t, 3)
     print(json.dumps(run), flush=True)
     hook.stop()
     return run

@@ -75,6 +75,17 @@ def test_two_gpu_containers_cannot_share_one_aligned_claim():
     assert "2 GPU containers (a, b)" in d.denials[0].message
 
 
+def test_a_pod_with_its_own_nic_claim_and_device_plugin_gpus_is_told_they_are_not_aligned():
+    """Its claim of the fabric's NICs stands (no second NIC), its GPUs too; a warning says why
+    they are not aligned and how to get the policy's claim."""
+    pod = pod_of([worker(gpus=8, claims=["rdma"])], [{"name": "rdma", "resourceClaimTemplateName": "rdma-nics"}],
+                 generate_name="w-")
+    resp, out, d = respond(pod, "aligned", policies=PS, claims=ClaimStore([template("rdma-nics", request("nic", "rdma-nic"))]))
+    assert resp["allowed"] and out["spec"]["resourceClaims"] == pod["spec"]["resourceClaims"], (resp, d)
+    assert out["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] == "8"
+    assert any("brings its own NIC claim 'rdma'" in w and "not aligned" in w for w in resp["warnings"]), resp.get("warnings")
+
+
 def test_a_pod_that_brings_the_aligned_claim_keeps_it():
     """A pod already referencing an aligned template of the policy (any GPU count) brings it: no
     second claim, and its own device-plugin request is not the webhook's to take out."""
