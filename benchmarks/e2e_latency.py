@@ -10,6 +10,11 @@ stalled server is not hidden by a slower sender) for DURATION seconds:
     phase "with":    the MutatingWebhookConfiguration and ValidatingWebhookConfiguration of
                      deploy/ are registered (the API server calls /mutate, then /validate)
     phase "mutate-only": only the MutatingWebhookConfiguration (one webhook call per pod)
+    phase "policy":  the policy mode (deploy/admission-policy/mode): the MutatingWebhookConfiguration,
+                     no pod webhook of the ValidatingWebhookConfiguration, and the
+                     ValidatingAdmissionPolicies and bindings `rdma-webhook policy admission-policy`
+                     generates from the shipped policies: one webhook call per pod, the final-state
+                     check in the API server's own CEL
     phase "go-peer": the same MutatingWebhookConfiguration pointed at the Go yardstick of
                      ../shared/bench/go-peer (standard library, the same mutation): what one
                      webhook call costs the API server and the machine when the webhook is Go
@@ -19,7 +24,7 @@ The sender runs in this process (threads over keep-alive HTTPS connections), on 
 on 2 cores it competes with the API server, etcd and the webhook; say so with the figures.
 
     .venv/bin/python benchmarks/e2e_latency.py [--rates 50,200] [--duration 20] [--out FILE]
-        [--phases without,with,mutate-only,go-peer --go-peer BINARY] [--repeats N]
+        [--phases without,with,mutate-only,policy,go-peer --go-peer BINARY] [--repeats N]
 
 With --repeats N the phases run in turn N times per rate, and what a phase adds is the median of
 its repeats minus the median of the repeats without a webhook.
@@ -116,7 +121,7 @@ def open_loop(cp: c.ControlPlane, namespace: str, rate: float, duration: float, 
             "mean_ms": round(statistics.fmean(latencies) * 1000, 2) if latencies else None}
 
 
-PHASES = ("without", "with", "mutate-only", "go-peer")
+PHASES = ("without", "with", "mutate-only", "policy", "go-peer")
 
 # What the API server itself measures (its /metrics, histograms: a mean per phase from the deltas
 # of _sum and _count): each webhook call as the API server times it (the round trip: encode,
@@ -124,6 +129,7 @@ PHASES = ("without", "with", "mutate-only", "go-peer")
 SERVER_METRICS = {
     "apiserver_admission_webhook_admission_duration_seconds": ("name", "type"),
     "apiserver_admission_step_admission_duration_seconds": ("type", "operation"),
+    "apiserver_validating_admission_policy_check_duration_seconds": ("policy",),  # the policy mode's CEL
 }
 
 
@@ -155,8 +161,10 @@ def server_means(before: dict, after: dict) -> dict[str, dict]:
     return out
 
 
-def phase_configs(phase: str, configs: list[dict], peer_port: int | None, ca_bundle: str) -> list[dict]:
-    """The webhook configurations registered in a phase (none for "without")."""
+def phase_configs(phase: str, configs: list[dict], peer_port: int | None, ca_bundle: str,
+                  admission_policies: list[dict] | None = None) -> list[dict]:
+    """The webhook configurations (and, in the policy mode, admission policies) registered in a
+    phase (none for "without")."""
     if phase == "without":
         return []
     if phase == "with":
@@ -165,7 +173,20 @@ def phase_configs(phase: str, configs: list[dict], peer_port: int | None, ca_bun
     if phase == "go-peer":
         for hook in mutating["webhooks"]:
             hook["clientConfig"] = {"url": f"https://127.0.0.1:{peer_port}/mutate", "caBundle": ca_bundle}
+    if phase == "policy":
+        return [mutating, *(admission_policies or [])]
     return [mutating]
+
+
+def generated_admission_policies() -> list[dict]:
+    """`rdma-webhook policy admission-policy` over the shipped policies, as an installer runs it."""
+    import subprocess
+
+    import yaml
+
+    proc = subprocess.run([sys.executable, "-m", "webhook", "policy", "admission-policy", "--policies", str(ROOT / "policies")],
+                          capture_output=True, text=True, timeout=120, cwd=ROOT, check=True)
+    return [d for d in yaml.safe_load_all(proc.stdout) if d]
 
 
 def start_go_peer(binary: str, hook: c.Webhook, workdir: Path) -> int:
@@ -224,13 +245,17 @@ def main() -> int:
         hook = c.install_webhook(cp, workdir, docs)  # registers the configurations
         configs = c.loopback_webhooks(docs, hook.port, hook.ca_bundle)
         peer_port = start_go_peer(args.go_peer, hook, workdir) if "go-peer" in phases else None
+        admission_policies = generated_admission_policies() if "policy" in phases else []
         warmed = False
         for rate in rates:
             for repeat in range(args.repeats):
                 for phase in phases:
                     cp.kubectl("delete", "mutatingwebhookconfiguration,validatingwebhookconfiguration",
                                "rdma-webhook", "--ignore-not-found", check=True)
-                    registered = phase_configs(phase, configs, peer_port, hook.ca_bundle)
+                    for doc in admission_policies:
+                        cp.kubectl("delete", f"{doc['kind'].lower()}.admissionregistration.k8s.io", doc["metadata"]["name"],
+                                   "--ignore-not-found", check=True)
+                    registered = phase_configs(phase, configs, peer_port, hook.ca_bundle, admission_policies)
                     if registered:
                         cp.apply(registered)
                     time.sleep(3)  # the API server's webhook configuration informer catches up
