@@ -137,3 +137,66 @@ def test_the_body_deadline_is_armed_only_when_the_body_may_still_be_on_its_way(m
         seen = []
         assert answer(drive(Front(echo_app(seen), timeout=7.0), sc, list(body)))[0] == 200
     assert armed == [7.0]  # only for the scope without the mark
+
+
+# -- the admissions taken without Flask -------------------------------------------------------------
+
+def _front_and_flask(cluster):
+    from conftest import POLICIES
+    from webhook.policy.store import PolicyStore
+    from webhook.serving.app import create_app, wsgi
+
+    store = PolicyStore(str(POLICIES))
+    store.reload(force=True)
+    app = wsgi(create_app(store, cluster))
+    return Front(app), app
+
+
+def _bodies():
+    import kube_objects as k
+
+    good = json.dumps(k.admission_review(k.pytorchjob_worker())).encode()
+    return {"good": good, "empty": b"", "not json": b"{not json", "not a review": b'{"kind": "Pod"}',
+            "no uid": json.dumps({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": {}}).encode(),
+            "list": b"[1, 2]"}
+
+
+def test_admissions_skip_flask_and_answer_exactly_as_its_routes_do(cluster):
+    """A POST to /mutate or /validate goes straight to Admissions.answer (the WSGI app is never
+    called), and the answer is the one Flask's route gives for the same body, bad bodies included."""
+    front, app = _front_and_flask(cluster)
+    calls = []
+    front.app = lambda environ, start_response: calls.append(environ) or app(environ, start_response)
+    for path in ("/mutate", "/validate"):
+        for what, body in _bodies().items():
+            status, headers, data = answer(drive(front, scope(path=path, headers=[("content-length", str(len(body)))]),
+                                                 [{"type": "http.request", "body": body, "more_body": False}]))
+            via_flask = []
+            flask_data = b"".join(app({"REQUEST_METHOD": "POST", "PATH_INFO": path, "SCRIPT_NAME": "", "QUERY_STRING": "",
+                                       "SERVER_NAME": "x", "SERVER_PORT": "443", "SERVER_PROTOCOL": "HTTP/1.1",
+                                       "CONTENT_LENGTH": str(len(body)), "CONTENT_TYPE": "application/json",
+                                       "wsgi.input": __import__("io").BytesIO(body), "wsgi.url_scheme": "https",
+                                       "wsgi.errors": __import__("sys").stderr},
+                                      lambda s, h, e=None: via_flask.append((int(s[:3]), dict(h)))))
+            assert status == via_flask[0][0], (path, what, status, via_flask)
+            if what == "good":  # the same decision; the uid and the patch are the same, the timing is not in the body
+                assert json.loads(data) == json.loads(flask_data), (path, what)
+            else:
+                assert data == flask_data, (path, what, data, flask_data)
+            assert headers[b"content-type"] == b"application/json" and int(headers[b"content-length"]) == len(data)
+    assert calls == []  # Flask never saw them
+    # Everything else still goes through Flask: a wrong method, the probes.
+    status, _, data = answer(drive(front, scope(method="GET", path="/mutate"), [{"type": "http.request", "body": b""}]))
+    assert status == 405 and len(calls) == 1
+    status, _, data = answer(drive(front, scope(method="GET", path="/healthz"), [{"type": "http.request", "body": b""}]))
+    assert status == 200 and json.loads(data) == {"status": "ok"} and len(calls) == 2
+
+
+def test_an_error_outside_the_decision_on_the_direct_path_is_a_503_not_a_crash(cluster):
+    front, _ = _front_and_flask(cluster)
+
+    def broken(endpoint, body):
+        raise RuntimeError("boom")
+    front.direct = {"/mutate": ("mutate", broken)}
+    status, headers, data = answer(drive(front, scope(), [{"type": "http.request", "body": b"{}"}]))
+    assert status == 503 and json.loads(data) == {"error": "internal error"}

@@ -9,6 +9,14 @@
 Nothing here decides anything; it reads the body (bounded), asks `webhook.admission.review`, and records
 the metrics and one JSON log line per admission (`webhook.serving.batch`). No request may end in a 500: an unexpected
 error while deciding is answered with a deny that says so, and logged with its traceback.
+
+The two admission routes are one function of the body (`Admissions.answer`), which Flask's
+routes call and which `webhook.serving.asgi.Front` calls directly for a POST to /mutate or
+/validate: Flask's request cycle (the request and response objects, the contexts, routing,
+the response's headers) cost about a third of the instructions of an admission through the
+server (benchmarks/README.md, "The admission path without Flask's request cycle"), and an
+admission needs none of it. Everything else (the probes, /metrics, wrong methods, unknown
+paths, errors) still goes through Flask.
 """
 
 from __future__ import annotations
@@ -93,31 +101,36 @@ def claims_of(cluster: Any) -> Any:
     return lookup() if lookup is not None else None
 
 
-def create_app(store: PolicyStore, cluster: ClusterState) -> Flask:
-    app = WebhookFlask("rdma_webhook")
-    batch = Batch()  # the metrics and log line of each admission, written once per loop pass
-    app.config["MAX_CONTENT_LENGTH"] = MAX_BODY
+class Admissions:
+    """/mutate and /validate as one function of the request body, with the metrics and log line
+    of each admission: what Flask's routes and the ASGI front's direct path both call."""
 
-    def namespace_of(name: str):
-        return cluster.namespace(name)
+    PATHS = {"/mutate": "mutate", "/validate": "validate"}
 
-    def admit(endpoint: str, handler, *extra: Any) -> Response:
+    def __init__(self, store: PolicyStore, cluster: ClusterState):
+        self.store, self.cluster = store, cluster
+        self.batch = Batch()  # the metrics and log line of each admission, written once per loop pass
+
+    def namespace_of(self, name: str):
+        return self.cluster.namespace(name)
+
+    def answer(self, endpoint: str, body: bytes | None) -> tuple[int, bytes]:
+        """(HTTP status, JSON body) for a review sent to `endpoint` ("mutate" or "validate");
+        `body` None or over MAX_BODY: refused (413)."""
         start = time.perf_counter()
-        # The body straight from the server's stream (werkzeug's wrapper reads it in chunks and
-        # costs ~5% of an admission); chunked: one byte past the limit, to know it is over.
-        length = request.content_length
-        if length is None:
-            body = request.environ["wsgi.input"].read(MAX_BODY + 1)
-        elif length <= MAX_BODY:
-            body = request.environ["wsgi.input"].read(length) if length else b""
-        else:
-            body = None  # refused unread
         if body is None or len(body) > MAX_BODY:
             metrics.child(metrics.ADMISSIONS, endpoint, "error", "").inc()
-            return _json({"error": f"request body over {MAX_BODY} bytes"}, 413)
+            metrics.child(metrics.RESPONSES, "413").inc()
+            return 413, orjson.dumps({"error": f"request body over {MAX_BODY} bytes"})
+        cluster = self.cluster
         try:
-            status, doc, decision, req = handler(body, store.current, namespace_of, cluster.attachments(), *extra,
-                                                 claims=claims_of(cluster))
+            if endpoint == "mutate":
+                status, doc, decision, req = review.handle(body, self.store.current, self.namespace_of, cluster.attachments(),
+                                                           claims=claims_of(cluster))
+            else:
+                status, doc, decision, req = review.handle_validate(body, self.store.current, self.namespace_of,
+                                                                    cluster.attachments(), cluster.runtimes(),
+                                                                    claims=claims_of(cluster))
         except Exception as exc:  # a bug must not become a 500: deny (fail closed) and say so
             log.exception("internal error while deciding")
             uid = _uid_of(body)
@@ -128,16 +141,35 @@ def create_app(store: PolicyStore, cluster: ClusterState) -> Flask:
         elapsed = time.perf_counter() - start
         outcome = decision.outcome if decision else ("error" if status != 200 or not doc.get("response", {}).get("allowed") else "skipped")
         policy = (decision.policy or "") if decision else ""
-        batch.record(endpoint, outcome, policy, status, elapsed, _log_fields(endpoint, req, decision, doc, outcome, elapsed))
-        return _response(doc, status)
+        self.batch.record(endpoint, outcome, policy, status, elapsed, _log_fields(endpoint, req, decision, doc, outcome, elapsed))
+        return status, orjson.dumps(doc)
+
+
+def create_app(store: PolicyStore, cluster: ClusterState) -> Flask:
+    app = WebhookFlask("rdma_webhook")
+    admissions = app.extensions["rdma_webhook.admissions"] = Admissions(store, cluster)
+    app.config["MAX_CONTENT_LENGTH"] = MAX_BODY
+
+    def admit(endpoint: str) -> Response:
+        # The body straight from the server's stream (werkzeug's wrapper reads it in chunks and
+        # costs ~5% of an admission); chunked: one byte past the limit, to know it is over.
+        length = request.content_length
+        if length is None:
+            body: bytes | None = request.environ["wsgi.input"].read(MAX_BODY + 1)
+        elif length <= MAX_BODY:
+            body = request.environ["wsgi.input"].read(length) if length else b""
+        else:
+            body = None  # refused unread
+        status, data = admissions.answer(endpoint, body)
+        return Response(data, status=status, content_type=_JSON, direct_passthrough=True)
 
     @app.post("/mutate")
     def mutate() -> Response:
-        return admit("mutate", review.handle)
+        return admit("mutate")
 
     @app.post("/validate")
     def validate() -> Response:
-        return admit("validate", review.handle_validate, cluster.runtimes())
+        return admit("validate")
 
     @app.get("/healthz")
     def healthz() -> Response:
@@ -192,6 +224,7 @@ def wsgi(app: Flask):
                 close()
 
     call.flask = app  # type: ignore[attr-defined]  # for the worker's one application context (webhook.serving.worker)
+    call.admissions = app.extensions.get("rdma_webhook.admissions")  # type: ignore[attr-defined]  # for asgi.Front
     return call
 
 
