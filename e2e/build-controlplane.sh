@@ -3,6 +3,7 @@
 # that directory:
 #   the control plane   etcd, kube-apiserver, kube-controller-manager
 #   the node            kube-scheduler, kubelet, kube-proxy (e2e/controlplane, the same release),
+#                       a fake device plugin (e2e/controlplane/cmd/fake-device-plugin),
 #                       containerd 2, its runc shim and ctr (e2e/containerd), and the sandbox's
 #                       pause program (e2e/containerd/cmd/pause, packed into an image by e2e/node.py)
 # runc and the CNI plugins are Debian's (.ci/run installs them). The key names the Kubernetes,
@@ -19,7 +20,7 @@ containerd=$(version github.com/containerd/containerd/v2 "$here/containerd/go.mo
 digest=$(cat "$0" "$here"/{controlplane,etcd,containerd}/go.{mod,sum} \
          "$here"/{controlplane,etcd,containerd}/cmd/*/main.go | sha256sum | cut -c1-12)
 out="${RDMA_WEBHOOK_E2E_CACHE:-$HOME/.cache/rdma-webhook-e2e}/k8s-$k8s-etcd-$etcd-containerd-$containerd-$digest"
-binaries=(etcd kube-apiserver kube-controller-manager kube-scheduler kubelet kube-proxy
+binaries=(etcd kube-apiserver kube-controller-manager kube-scheduler kubelet kube-proxy fake-device-plugin
           containerd containerd-shim-runc-v2 ctr pause)
 complete() { for b in "${binaries[@]}"; do [[ -x "$1/$b" ]] || return 1; done; }
 if complete "$out/bin"; then
@@ -37,7 +38,8 @@ stamp="-X k8s.io/component-base/version.gitVersion=$k8s -X k8s.io/component-base
 stamp+=" -X k8s.io/component-base/version.gitMinor=$minor -X k8s.io/component-base/version.gitTreeState=clean"
 (cd "$here/etcd" && go build -trimpath -buildvcs=false -ldflags "-s -w" -o "$tmp/etcd" ./cmd/etcd) >&2
 (cd "$here/controlplane" && go build -trimpath -buildvcs=false -ldflags "-s -w $stamp" -o "$tmp/" \
-    ./cmd/kube-apiserver ./cmd/kube-controller-manager ./cmd/kube-scheduler ./cmd/kubelet ./cmd/kube-proxy) >&2
+    ./cmd/kube-apiserver ./cmd/kube-controller-manager ./cmd/kube-scheduler ./cmd/kubelet ./cmd/kube-proxy \
+    ./cmd/fake-device-plugin) >&2
 # Static (no cgo): containerd then leaves out the btrfs snapshotter, which the node does not use.
 # Its version stamped as its release build does (the node reports containerd://$containerd).
 (cd "$here/containerd" && CGO_ENABLED=0 go build -trimpath -buildvcs=false \

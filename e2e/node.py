@@ -20,18 +20,27 @@ Started here, each a child process recorded and stopped by its PID like the cont
   the Node authorizer), serves TLS with a certificate of the cluster CA, and the API server
   reaches it (exec, logs) with a client certificate of that CA.
 - kube-scheduler (same release), with the admin kubeconfig like the controller-manager.
+- a fake device plugin (e2e/controlplane/cmd/fake-device-plugin): nvidia.com/gpu x8 as
+  /dev/nvidiaN with NVIDIA_VISIBLE_DEVICES, and each RDMA resource the shipped policies name
+  (aliyun/erdma, rdma/shared_ib, ...) x4 as /dev/infiniband/fake-<resource>-N with
+  FAKE_DEVICES_<RESOURCE>; every device node is the host's /dev/null (char 1:3).
 
-The kubelet sets a few kernel tunables when they differ from what it wants (vm.overcommit_memory,
-kernel.panic...), and the bridge plugin sets net.ipv4.ip_forward: their values are read before
-and written back at the end. `stop()` deletes the node's pods, stops the processes, kills any
-task still running, unmounts what was mounted under the work folder (volumes, rootfs, network
-namespaces), removes the session's cgroups and deletes the bridge.
+The kubelet serves device plugins at /var/lib/kubelet/device-plugins whatever its root dir, and
+empties that folder when it starts: one node per machine at a time, which a lock file
+(/run/rdma-webhook-e2e-node.lock) makes sessions wait for. The kubelet sets a few kernel tunables
+when they differ from what it wants (vm.overcommit_memory, kernel.panic...), the bridge plugin
+sets net.ipv4.ip_forward, and the kubelet adds KUBE-* iptables chains (KUBE-FIREWALL, its
+canaries): the tunables are written back at the end, and the chains that were not there before
+are removed. `stop()` deletes the node's pods, stops the processes, kills any task still running,
+unmounts what was mounted under the work folder (volumes, rootfs, network namespaces), removes
+the session's cgroups and deletes the bridge.
 
 Needs root, runc, the CNI plugins and busybox-static (Debian packages: .ci/run installs them).
 """
 
 from __future__ import annotations
 
+import fcntl
 import gzip
 import hashlib
 import io
@@ -58,6 +67,10 @@ CNI_BIN = Path(os.environ.get("RDMA_WEBHOOK_E2E_CNI_BIN", "/usr/lib/cni"))
 PAUSE_IMAGE = "e2e.local/pause:1"
 SHELL_IMAGE = "e2e.local/shell:1"
 NODE_NAME = c.NODE_NAME
+# The kubelet serves device plugins at this fixed path, whatever its --root-dir, and empties the
+# folder when it starts: one node per machine at a time (NODE_LOCK serialises sessions).
+DEVICE_PLUGIN_DIR = Path("/var/lib/kubelet/device-plugins")
+NODE_LOCK = Path("/run/rdma-webhook-e2e-node.lock")
 # Tunables the kubelet (setupKernelTunables) or the CNI bridge plugin may write: restored at stop.
 SYSCTLS = ["vm/overcommit_memory", "vm/panic_on_oom", "kernel/panic", "kernel/panic_on_oops",
            "kernel/keys/root_maxkeys", "kernel/keys/root_maxbytes", "net/ipv4/ip_forward"]
@@ -168,6 +181,50 @@ def shell_image(out: Path) -> Path:
     return oci_archive(SHELL_IMAGE, files, {"Entrypoint": ["/bin/sh"], "Env": ["PATH=/bin"]}, out)
 
 
+# --- the fake devices ------------------------------------------------------------------------------
+
+GPUS = 8  # nvidia.com/gpu devices the node advertises
+RDMA_DEVICES = 4  # devices of each RDMA resource of the shipped policies
+
+
+def policy_resources(folder: Path = c.ROOT / "policies") -> list[str]:
+    """Every extended resource the shipped policies name (`resource:` keys: devices, networks)."""
+    found: set[str] = set()
+
+    def walk(node) -> None:
+        if isinstance(node, dict):
+            for key, value in node.items():
+                if key == "resource" and isinstance(value, str) and "/" in value:
+                    found.add(value)
+                else:
+                    walk(value)
+        elif isinstance(node, list):
+            for item in node:
+                walk(item)
+    for f in sorted(folder.glob("*.yaml")):
+        for doc in yaml.safe_load_all(f.read_text()):
+            walk(doc)
+    return sorted(found)
+
+
+def env_name(resource: str) -> str:
+    """FAKE_DEVICES_ALIYUN_ERDMA for aliyun/erdma: the variable listing a container's devices."""
+    return "FAKE_DEVICES_" + "".join(ch if ch.isalnum() else "_" for ch in resource).upper()
+
+
+def device_path(resource: str) -> str:
+    """Where device i of an RDMA resource appears in a container (a /dev/null device node)."""
+    return "/dev/infiniband/fake-" + "".join(ch if ch.isalnum() else "-" for ch in resource) + "-%d"
+
+
+def device_plugin_resources() -> list[str]:
+    """The fake device plugin's --resource flags: GPUs as /dev/nvidiaN with NVIDIA_VISIBLE_DEVICES
+    (as NVIDIA's plugin names them), and each RDMA resource of the shipped policies."""
+    flags = [f"nvidia.com/gpu={GPUS}:/dev/nvidia%d:NVIDIA_VISIBLE_DEVICES"]
+    flags += [f"{r}={RDMA_DEVICES}:{device_path(r)}:{env_name(r)}" for r in policy_resources() if r != "nvidia.com/gpu"]
+    return flags
+
+
 # --- the host: network, cgroups, mounts -------------------------------------------------------------
 
 def _routes() -> list[ipaddress.IPv4Network]:
@@ -216,6 +273,39 @@ def mounts_under(folder: Path) -> list[str]:
     return sorted(set(found), key=lambda p: (-p.count("/"), p))
 
 
+IPTABLES = ("iptables", "ip6tables")
+
+
+def kube_chains() -> set[tuple[str, str, str]]:
+    """(command, table, chain) of every KUBE-* chain: the kubelet makes KUBE-FIREWALL,
+    KUBE-KUBELET-CANARY and KUBE-IPTABLES-HINT, and jumps to KUBE-FIREWALL from INPUT and OUTPUT."""
+    found = set()
+    for cmd in IPTABLES:
+        if shutil.which(f"{cmd}-save") is None:
+            continue
+        out = subprocess.run([f"{cmd}-save"], capture_output=True, text=True).stdout
+        table = ""
+        for line in out.splitlines():
+            if line.startswith("*"):
+                table = line[1:].strip()
+            elif line.startswith(":KUBE-"):
+                found.add((cmd, table, line[1:].split()[0]))
+    return found
+
+
+def remove_chains(chains: Iterable[tuple[str, str, str]]) -> None:
+    """Delete the rules that jump to each chain, then the chain."""
+    for cmd, table, chain in chains:
+        rules = subprocess.run([cmd, "-w", "-t", table, "-S"], capture_output=True, text=True).stdout.splitlines()
+        for rule in rules:
+            words = rule.split()
+            if words[:1] == ["-A"] and words[-2:] == ["-j", chain] and not words[1].startswith("KUBE-"):
+                subprocess.run([cmd, "-w", "-t", table, "-D", *words[1:]], capture_output=True)
+        subprocess.run([cmd, "-w", "-t", table, "-F", chain], capture_output=True)
+    for cmd, table, chain in chains:
+        subprocess.run([cmd, "-w", "-t", table, "-X", chain], capture_output=True)
+
+
 def read_sysctls() -> dict[str, str]:
     values = {}
     for name in SYSCTLS:
@@ -246,10 +336,13 @@ class Node:
         self.containerd: c.Process | None = None
         self.kubelet: c.Process | None = None
         self.scheduler: c.Process | None = None
+        self.device_plugin: c.Process | None = None
         self._sysctls: dict[str, str] = {}
+        self._chains: set[tuple[str, str, str]] | None = None  # KUBE-* chains before the kubelet
         self._cgroups: list[Path] = []
         self._bridge_made = False
         self.timings: dict[str, float] = {}
+        self._lock = None
 
     # --- start ----------------------------------------------------------------------------------
 
@@ -264,7 +357,7 @@ class Node:
                 problems.append(f"{CNI_BIN / plugin} missing (apt-get install containernetworking-plugins)")
         if shutil.which("ip") is None:
             problems.append("ip is not on PATH (iproute2)")
-        for b in ("kubelet", "kube-scheduler", "containerd", "containerd-shim-runc-v2", "ctr", "pause"):
+        for b in ("kubelet", "kube-scheduler", "fake-device-plugin", "containerd", "containerd-shim-runc-v2", "ctr", "pause"):
             if not (self.bin / b).exists():
                 problems.append(f"{self.bin / b} missing (e2e/build-controlplane.sh builds it)")
         if not cgroup_v1_hierarchies() and not Path("/sys/fs/cgroup/cgroup.controllers").exists():
@@ -276,12 +369,24 @@ class Node:
         if problems:
             raise NodeError("the node cannot start here:\n  " + "\n  ".join(problems))
 
+    def lock(self, timeout: float = 900) -> None:
+        """Wait for this machine's node lock (another session's node holds it until it stops)."""
+        self._lock = open(NODE_LOCK, "a")
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                fcntl.flock(self._lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                return
+            except BlockingIOError:
+                if time.monotonic() > deadline:
+                    raise NodeError(f"{NODE_LOCK} still held by another session's node after {timeout:.0f}s")
+                time.sleep(1)
+
     def start(self, timeout: float = 180) -> "Node":
         self.check_host()
-        self._sysctls = read_sysctls()
         try:
-            for step in (self.start_network, self.make_cgroup_root, self.start_containerd, self.import_images,
-                         self.start_kubelet, self.start_scheduler, self.wait_ready):
+            for step in (self.lock, self.start_network, self.make_cgroup_root, self.start_containerd, self.import_images,
+                         self.start_kubelet, self.start_device_plugin, self.start_scheduler, self.wait_ready):
                 began = time.monotonic()
                 step()
                 self.timings[step.__name__] = time.monotonic() - began
@@ -291,6 +396,8 @@ class Node:
         return self
 
     def start_network(self) -> None:
+        self._sysctls = read_sysctls()
+        self._chains = kube_chains()
         self.subnet = pick_subnet()
         self.ip = str(self.subnet.network_address + 1)
         # Made here (the bridge plugin would make it on the first pod) so that the kubelet can
@@ -423,6 +530,8 @@ class Node:
             "imageGCHighThresholdPercent": 100, "imageGCLowThresholdPercent": 99,
             "serializeImagePulls": False,
             "maxPods": 60,
+            # the device plugin's resources reach the node's allocatable at the next status update
+            "nodeStatusUpdateFrequency": "2s",
         }
 
     def start_kubelet(self) -> None:
@@ -446,6 +555,25 @@ class Node:
         ], self.dir / "kubelet.log", env=self.env())
         c.wait_for(f"Node {self.name} registered", lambda: self.cp.get(f"/api/v1/nodes/{self.name}"), 120,
                    interval=0.5, proc=self.kubelet)
+
+    def start_device_plugin(self, timeout: float = 60) -> None:
+        """The fake devices (e2e/controlplane/cmd/fake-device-plugin), registered with the kubelet;
+        done when the node's allocatable lists every resource."""
+        plugin_dir = DEVICE_PLUGIN_DIR
+        c.wait_for("the kubelet's device-plugin socket", lambda: (plugin_dir / "kubelet.sock").exists(), timeout,
+                   proc=self.kubelet)
+        flags = device_plugin_resources()
+        argv = [str(self.bin / "fake-device-plugin"), "--plugin-dir", str(plugin_dir)]
+        for flag in flags:
+            argv += ["--resource", flag]
+        self.device_plugin = c.Process("fake-device-plugin", argv, self.dir / "fake-device-plugin.log")
+        counts = {f.split("=", 1)[0]: f.split("=", 1)[1].split(":", 1)[0] for f in flags}
+
+        def advertised() -> bool:
+            allocatable = self.node().get("status", {}).get("allocatable", {})
+            return all(allocatable.get(r) == n for r, n in counts.items())
+        c.wait_for(f"the node's allocatable listing {sorted(counts)}", advertised, timeout, interval=0.5,
+                   proc=self.device_plugin)
 
     def start_scheduler(self) -> None:
         kc = str(self.cp.admin_kubeconfig)
@@ -500,7 +628,7 @@ class Node:
 
         if self.kubelet is not None and self.kubelet.alive() and self.containerd is not None and self.containerd.alive():
             attempt("drain", self.drain)
-        for proc in (self.scheduler, self.kubelet):
+        for proc in (self.scheduler, self.device_plugin, self.kubelet):
             if proc is not None:
                 attempt(f"stop {proc.name}", proc.stop)
         if self.containerd is not None and self.containerd.alive():
@@ -519,6 +647,11 @@ class Node:
             attempt("bridge", lambda: subprocess.run(["ip", "link", "del", self.bridge], capture_output=True))
             self._bridge_made = False
         attempt("sysctls", self._restore_sysctls)
+        if self._chains is not None:
+            attempt("iptables", lambda: remove_chains(kube_chains() - self._chains))
+        if self._lock is not None:
+            self._lock.close()  # releases the node lock
+            self._lock = None
         if errors:
             print("node teardown: " + "; ".join(errors))
 
