@@ -212,8 +212,9 @@ class ControlPlane:
         pki = self.dir / "pki"
         pki.mkdir(exist_ok=True)
         ca, ca_key = make_ca("rdma-webhook e2e cluster CA")
+        # 10.96.0.1: the `kubernetes` Service's address, through which pods on the node reach us
         cert, key = make_serving(ca, ca_key, ["localhost", "kubernetes", "kubernetes.default",
-                                              "kubernetes.default.svc"], ["127.0.0.1"])
+                                              "kubernetes.default.svc"], ["127.0.0.1", "10.96.0.1"])
         pem = serialization.Encoding.PEM
         pkcs8 = dict(encoding=pem, format=serialization.PrivateFormat.PKCS8,
                      encryption_algorithm=serialization.NoEncryption())
@@ -277,6 +278,10 @@ class ControlPlane:
             "--kubelet-client-key", str(self.kubelet_client_key),
             "--kubelet-certificate-authority", str(self.ca_file),
             "--kubelet-preferred-address-types", "InternalIP",
+            # webhooks (and aggregated APIs) behind a Service are called at the Service's endpoints
+            # (the pods' addresses), not its cluster IP: no kube-proxy is needed on the API server's
+            # side, as on control planes that run no kube-proxy
+            "--enable-aggregator-routing=true",
             "--service-account-issuer", ISSUER,
             "--service-account-key-file", str(self.sa_pub),
             "--service-account-signing-key-file", str(self.sa_key),

@@ -48,6 +48,9 @@ import ipaddress
 import json
 import os
 import random
+import shlex
+import socket
+import threading
 import shutil
 import struct
 import subprocess
@@ -67,13 +70,21 @@ CNI_BIN = Path(os.environ.get("RDMA_WEBHOOK_E2E_CNI_BIN", "/usr/lib/cni"))
 PAUSE_IMAGE = "e2e.local/pause:1"
 SHELL_IMAGE = "e2e.local/shell:1"
 NODE_NAME = c.NODE_NAME
+# The node is tainted: only pods that tolerate this run on it. The rest of the suite's pods (images
+# of no registry, GPUs asked for) stay Pending as they always have, and hold none of its devices.
+TAINT = {"key": "e2e.rdma-webhook.io/node", "value": "tests", "effect": "NoSchedule"}
+TOLERATION = {"key": TAINT["key"], "operator": "Equal", "value": TAINT["value"], "effect": TAINT["effect"]}
 # The kubelet serves device plugins at this fixed path, whatever its --root-dir, and empties the
 # folder when it starts: one node per machine at a time (NODE_LOCK serialises sessions).
 DEVICE_PLUGIN_DIR = Path("/var/lib/kubelet/device-plugins")
 NODE_LOCK = Path("/run/rdma-webhook-e2e-node.lock")
 # Tunables the kubelet (setupKernelTunables) or the CNI bridge plugin may write: restored at stop.
 SYSCTLS = ["vm/overcommit_memory", "vm/panic_on_oom", "kernel/panic", "kernel/panic_on_oops",
-           "kernel/keys/root_maxkeys", "kernel/keys/root_maxbytes", "net/ipv4/ip_forward"]
+           "kernel/keys/root_maxkeys", "kernel/keys/root_maxbytes", "net/ipv4/ip_forward",
+           # and kube-proxy's, when started
+           "net/ipv4/conf/all/route_localnet", "net/bridge/bridge-nf-call-iptables",
+           "net/netfilter/nf_conntrack_max", "net/netfilter/nf_conntrack_tcp_timeout_established",
+           "net/netfilter/nf_conntrack_tcp_timeout_close_wait"]
 
 
 class NodeError(RuntimeError):
@@ -298,7 +309,7 @@ def remove_chains(chains: Iterable[tuple[str, str, str]]) -> None:
     for cmd, table, chain in chains:
         rules = subprocess.run([cmd, "-w", "-t", table, "-S"], capture_output=True, text=True).stdout.splitlines()
         for rule in rules:
-            words = rule.split()
+            words = shlex.split(rule)  # comments are quoted: "kubernetes service portals"
             if words[:1] == ["-A"] and words[-2:] == ["-j", chain] and not words[1].startswith("KUBE-"):
                 subprocess.run([cmd, "-w", "-t", table, "-D", *words[1:]], capture_output=True)
         subprocess.run([cmd, "-w", "-t", table, "-F", chain], capture_output=True)
@@ -314,6 +325,61 @@ def read_sysctls() -> dict[str, str]:
         except OSError:
             pass
     return values
+
+
+# --- pods to the API server --------------------------------------------------------------------------
+
+class Relay:
+    """TCP from (host, a free port) to (target_host, target_port), a thread per direction: the API
+    server listens on 127.0.0.1 only, which no pod can reach; pods reach this relay on the node's
+    address, through the `kubernetes` Service (kube-proxy) or directly."""
+
+    def __init__(self, host: str, target_host: str, target_port: int):
+        self.target = (target_host, target_port)
+        self.listener = socket.create_server((host, 0))
+        self.port = self.listener.getsockname()[1]
+        self.closed = False
+        self.connections: list[socket.socket] = []
+        threading.Thread(target=self._accept, daemon=True, name="relay-accept").start()
+
+    def _accept(self) -> None:
+        while not self.closed:
+            try:
+                client, _ = self.listener.accept()
+            except OSError:
+                return
+            try:
+                upstream = socket.create_connection(self.target, timeout=10)
+                upstream.settimeout(None)
+            except OSError:
+                client.close()
+                continue
+            self.connections += [client, upstream]
+            for a, b in ((client, upstream), (upstream, client)):
+                threading.Thread(target=self._pipe, args=(a, b), daemon=True, name="relay-pipe").start()
+
+    @staticmethod
+    def _pipe(src: socket.socket, dst: socket.socket) -> None:
+        try:
+            while data := src.recv(65536):
+                dst.sendall(data)
+        except OSError:
+            pass
+        finally:
+            for sock in (src, dst):
+                try:
+                    sock.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+
+    def close(self) -> None:
+        self.closed = True
+        self.listener.close()
+        for sock in self.connections:
+            try:
+                sock.close()
+            except OSError:
+                pass
 
 
 # --- the node ---------------------------------------------------------------------------------------
@@ -337,6 +403,8 @@ class Node:
         self.kubelet: c.Process | None = None
         self.scheduler: c.Process | None = None
         self.device_plugin: c.Process | None = None
+        self.kube_proxy: c.Process | None = None
+        self.relay: Relay | None = None
         self._sysctls: dict[str, str] = {}
         self._chains: set[tuple[str, str, str]] | None = None  # KUBE-* chains before the kubelet
         self._cgroups: list[Path] = []
@@ -530,6 +598,7 @@ class Node:
             "imageGCHighThresholdPercent": 100, "imageGCLowThresholdPercent": 99,
             "serializeImagePulls": False,
             "maxPods": 60,
+            "registerWithTaints": [TAINT],
             # the device plugin's resources reach the node's allocatable at the next status update
             "nodeStatusUpdateFrequency": "2s",
         }
@@ -584,6 +653,46 @@ class Node:
             "--cert-dir", str(self.dir / "scheduler-certs"), "--leader-elect=false", "--v", "1",
         ], self.dir / "kube-scheduler.log")
 
+    def start_service_routing(self, timeout: float = 60) -> None:
+        """What the API server's Services need on this node, started on demand (the chart's
+        tests): a relay on the node's address to the API server, the `kubernetes` Service's
+        endpoints pointing at it (the API server publishes none: its loopback address cannot be),
+        and kube-proxy (iptables mode), so that a pod's in-cluster config (10.96.0.1:443) reaches
+        the API server, whose certificate names that address."""
+        if self.kube_proxy is not None:
+            return
+        self.relay = Relay(self.ip, "127.0.0.1", self.cp.port)
+        self.cp.apply([{
+            "apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
+            "metadata": {"name": "kubernetes-e2e-node", "namespace": "default",
+                         "labels": {"kubernetes.io/service-name": "kubernetes",
+                                    "endpointslice.kubernetes.io/managed-by": "e2e.rdma-webhook.io"}},
+            "addressType": "IPv4", "endpoints": [{"addresses": [self.ip], "conditions": {"ready": True}}],
+            "ports": [{"name": "https", "port": self.relay.port, "protocol": "TCP"}],
+        }])
+        config = c._write(self.dir / "kube-proxy.yaml", yaml.safe_dump({
+            "apiVersion": "kubeproxy.config.k8s.io/v1alpha1", "kind": "KubeProxyConfiguration",
+            "clientConnection": {"kubeconfig": str(self.cp.admin_kubeconfig)},
+            "hostnameOverride": self.name, "mode": "iptables", "clusterCIDR": str(self.subnet),
+            "healthzBindAddress": f"127.0.0.1:{c.free_port()}", "metricsBindAddress": f"127.0.0.1:{c.free_port()}",
+            # leave the machine's conntrack table and route_localnet alone
+            "conntrack": {"maxPerCore": 0, "min": 0, "tcpEstablishedTimeout": "0s", "tcpCloseWaitTimeout": "0s"},
+            "iptables": {"localhostNodePorts": False},
+            "nodePortAddresses": [f"{self.ip}/32"],
+        }))
+        self.kube_proxy = c.Process("kube-proxy", [str(self.bin / "kube-proxy"), "--config", str(config), "--v", "1"],
+                                    self.dir / "kube-proxy.log", env=self.env())
+        ctx = self.cp.ssl_context()
+
+        def api_via_service() -> bool:
+            with socket.create_connection(("10.96.0.1", 443), timeout=3) as raw:
+                with ctx.wrap_socket(raw, server_hostname="10.96.0.1") as tls:
+                    tls.sendall(b"GET /readyz HTTP/1.0\r\nHost: 10.96.0.1\r\nAuthorization: Bearer "
+                                + self.cp.admin_token.encode() + b"\r\n\r\n")
+                    return tls.recv(64).split(b"\r\n", 1)[0].split()[1:2] == [b"200"]
+        c.wait_for("the API server through the kubernetes Service (10.96.0.1:443)", api_via_service, timeout,
+                   interval=0.5, proc=self.kube_proxy)
+
     def node(self) -> dict:
         status, data = self.cp.request("GET", f"/api/v1/nodes/{self.name}")
         if status != 200:
@@ -628,7 +737,7 @@ class Node:
 
         if self.kubelet is not None and self.kubelet.alive() and self.containerd is not None and self.containerd.alive():
             attempt("drain", self.drain)
-        for proc in (self.scheduler, self.device_plugin, self.kubelet):
+        for proc in (self.kube_proxy, self.scheduler, self.device_plugin, self.kubelet):
             if proc is not None:
                 attempt(f"stop {proc.name}", proc.stop)
         if self.containerd is not None and self.containerd.alive():
@@ -640,6 +749,8 @@ class Node:
                 attempt("delete task", lambda t=line.split()[0]: self.ctr("tasks", "delete", "--force", t,
                                                                          check=False, timeout=30))
             attempt("stop containerd", self.containerd.stop)
+        if self.relay is not None:
+            attempt("relay", self.relay.close)
         attempt("kill shims", self._kill_shims)
         attempt("unmount", self._unmount)
         attempt("cgroups", self._remove_cgroups)

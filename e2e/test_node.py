@@ -3,7 +3,8 @@ and runc from images imported without a registry, wired by the CNI bridge, limit
 and reachable with `kubectl logs` and `kubectl exec` through the API server and the kubelet.
 
 Each test asks for the `node` fixture: if the node cannot start here, they fail (never skip).
-These run after every other file of the suite (LAST in conftest.py)."""
+These run after every other file of the suite (LAST in conftest.py), and their pods tolerate the
+node's taint, which keeps the rest of the suite's pods (Pending by design) off it."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ import pytest
 
 from e2e import cluster as c
 from e2e.conftest import INJECT, create, env_of, gpu_pod, make_namespace, stored, unique
-from e2e.node import SHELL_IMAGE, device_path, env_name
+from e2e.node import SHELL_IMAGE, TOLERATION, device_path, env_name
 
 CAP_IPC_LOCK = 14  # linux/capability.h
 
@@ -25,7 +26,8 @@ def shell_pod(name: str, namespace: str, script: str, **container) -> dict:
     ctr = {"name": "main", "image": SHELL_IMAGE, "imagePullPolicy": "Never", "command": ["sh", "-c", script]}
     ctr.update(container)
     return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": namespace},
-            "spec": {"restartPolicy": "Never", "terminationGracePeriodSeconds": 1, "containers": [ctr]}}
+            "spec": {"restartPolicy": "Never", "terminationGracePeriodSeconds": 1, "containers": [ctr],
+                     "tolerations": [TOLERATION]}}
 
 
 @pytest.fixture
@@ -126,7 +128,7 @@ def test_labelled_training_pod_starts_with_what_the_webhook_injected(cp, hook, n
     name = unique("trainer")
     pod = gpu_pod(name, namespace, labels=INJECT, gpus=2, image=SHELL_IMAGE, imagePullPolicy="Never",
                   command=["sh", "-c", "exec sleep 3600"])
-    pod["spec"]["terminationGracePeriodSeconds"] = 1
+    pod["spec"].update(terminationGracePeriodSeconds=1, tolerations=[TOLERATION])
     run(cp, node, pod)
     got = stored(cp, f"/api/v1/namespaces/{namespace}/pods/{name}")
     assert got["metadata"]["annotations"]["rdma-webhook.io/status"] == "injected"
