@@ -17,7 +17,8 @@ an exception, SIGINT/SIGTERM or interpreter exit):
 There is no kubelet and no scheduler here: pods stay Pending, which is all admission needs. The
 tests that need pods to run start one node (e2e/node.py: kube-scheduler, kubelet, containerd) with
 the `node` fixture; the API server is ready for it from the start (the Node authorizer, a token for
-the node's kubelet, a client certificate to reach kubelets).
+the node's kubelet, a client certificate to reach kubelets, 10.96.0.1 among its certificate's names,
+and `--enable-aggregator-routing`, so that it calls a webhook Service at its endpoints).
 
 The binaries come from e2e/build-controlplane.sh (Kubernetes and etcd built from the Go
 modules under e2e/). Run `python -m e2e.cluster` to bring a cluster up by hand (Ctrl-C stops it).

@@ -25,12 +25,19 @@ Started here, each a child process recorded and stopped by its PID like the cont
   (aliyun/erdma, rdma/shared_ib, ...) x4 as /dev/infiniband/fake-<resource>-N with
   FAKE_DEVICES_<RESOURCE>; every device node is the host's /dev/null (char 1:3).
 
+The node registers with a taint (e2e.rdma-webhook.io/node=tests:NoSchedule): only the node tests'
+pods (and the chart's Deployment, given the toleration) run there; the rest of the suite's pods
+stay Pending as they always have. On demand (`start_service_routing`, the chart's tests), a relay
+on the node's address to the API server (which listens on 127.0.0.1 only), an EndpointSlice of the
+`kubernetes` Service pointing at it, and kube-proxy (iptables mode): pods' in-cluster config
+(10.96.0.1:443, a name of the API server's certificate) then reaches the API server.
+
 The kubelet serves device plugins at /var/lib/kubelet/device-plugins whatever its root dir, and
 empties that folder when it starts: one node per machine at a time, which a lock file
 (/run/rdma-webhook-e2e-node.lock) makes sessions wait for. The kubelet sets a few kernel tunables
 when they differ from what it wants (vm.overcommit_memory, kernel.panic...), the bridge plugin
-sets net.ipv4.ip_forward, and the kubelet adds KUBE-* iptables chains (KUBE-FIREWALL, its
-canaries): the tunables are written back at the end, and the chains that were not there before
+sets net.ipv4.ip_forward, and the kubelet and kube-proxy add KUBE-* iptables chains (KUBE-FIREWALL,
+canaries, Service rules): the tunables are written back at the end, and the chains that were not there before
 are removed. `stop()` deletes the node's pods, stops the processes, kills any task still running,
 unmounts what was mounted under the work folder (volumes, rootfs, network namespaces), removes
 the session's cgroups and deletes the bridge.
