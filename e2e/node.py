@@ -748,13 +748,13 @@ class Node:
             if proc is not None:
                 attempt(f"stop {proc.name}", proc.stop)
         if self.containerd is not None and self.containerd.alive():
-            for task in self.running_tasks():
-                attempt(f"kill task {task}", lambda t=task: self.ctr("tasks", "kill", "--all", "--signal", "SIGKILL",
-                                                                      t, check=False, timeout=30))
-            time.sleep(0.5)
-            for line in self.ctr("tasks", "ls", check=False, timeout=30).stdout.splitlines()[1:]:
-                attempt("delete task", lambda t=line.split()[0]: self.ctr("tasks", "delete", "--force", t,
-                                                                         check=False, timeout=30))
+            def kill_tasks() -> None:
+                for task in self.running_tasks():
+                    self.ctr("tasks", "kill", "--all", "--signal", "SIGKILL", task, check=False, timeout=30)
+                time.sleep(0.5)
+                for line in self.ctr("tasks", "ls", check=False, timeout=30).stdout.splitlines()[1:]:
+                    self.ctr("tasks", "delete", "--force", line.split()[0], check=False, timeout=30)
+            attempt("kill tasks", kill_tasks)
             attempt("stop containerd", self.containerd.stop)
         if self.relay is not None:
             attempt("relay", self.relay.close)
