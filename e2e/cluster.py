@@ -14,7 +14,11 @@ an exception, SIGINT/SIGTERM or interpreter exit):
 - `rdma-webhook serve` without `--cluster-state`: it finds the API through a kubeconfig that
   holds a token issued by the TokenRequest API for the ServiceAccount of deploy/.
 
-There is no kubelet and no scheduler: pods stay Pending, which is all admission needs.
+There is no kubelet and no scheduler here: pods stay Pending, which is all admission needs. The
+tests that need pods to run start one node (e2e/node.py: kube-scheduler, kubelet, containerd) with
+the `node` fixture; the API server is ready for it from the start (the Node authorizer, a token for
+the node's kubelet, a client certificate to reach kubelets, 10.96.0.1 among its certificate's names,
+and `--enable-aggregator-routing`, so that it calls a webhook Service at its endpoints).
 
 The binaries come from e2e/build-controlplane.sh (Kubernetes and etcd built from the Go
 modules under e2e/). Run `python -m e2e.cluster` to bring a cluster up by hand (Ctrl-C stops it).
@@ -41,13 +45,16 @@ from pathlib import Path
 from typing import Any, Callable, Iterable
 
 import yaml
-from cryptography.hazmat.primitives import serialization
-from cryptography.hazmat.primitives.asymmetric import rsa
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec, rsa
+from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from webhook.serving.certs import make_ca, make_serving, write_certs
 
 ROOT = Path(__file__).resolve().parent.parent
 ADMIN_TOKEN_USER = "e2e-admin"
+NODE_NAME = "e2e-node"  # the one node of e2e/node.py, when a test starts it
 ISSUER = "https://kubernetes.default.svc.cluster.local"
 
 _RUNNING: dict[int, "Process"] = {}  # pid -> every child still to be stopped
@@ -169,6 +176,22 @@ def kubectl_binary(bin_dir: Path | None = None) -> str:
     raise RuntimeError("kubectl not found on PATH nor in the control-plane build")
 
 
+def _client_cert(ca, ca_key, common_name: str, groups: Iterable[str] = (), days: int = 30):
+    """A client certificate of the cluster CA and its key: the API server (and a kubelet) reads the
+    user from CN and the groups from O."""
+    key = ec.generate_private_key(ec.SECP256R1())
+    now = dt.datetime.now(dt.timezone.utc)
+    subject = [x509.NameAttribute(NameOID.COMMON_NAME, common_name)]
+    subject += [x509.NameAttribute(NameOID.ORGANIZATION_NAME, g) for g in groups]
+    cert = (x509.CertificateBuilder().subject_name(x509.Name(subject)).issuer_name(ca.subject)
+            .public_key(key.public_key()).serial_number(x509.random_serial_number())
+            .not_valid_before(now - dt.timedelta(minutes=5)).not_valid_after(now + dt.timedelta(days=days))
+            .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+            .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.CLIENT_AUTH]), critical=False)
+            .sign(ca_key, hashes.SHA256()))
+    return cert, key
+
+
 class ControlPlane:
     def __init__(self, bin_dir: Path, workdir: Path):
         self.bin = Path(bin_dir)
@@ -190,8 +213,9 @@ class ControlPlane:
         pki = self.dir / "pki"
         pki.mkdir(exist_ok=True)
         ca, ca_key = make_ca("rdma-webhook e2e cluster CA")
+        # 10.96.0.1: the `kubernetes` Service's address, through which pods on the node reach us
         cert, key = make_serving(ca, ca_key, ["localhost", "kubernetes", "kubernetes.default",
-                                              "kubernetes.default.svc"], ["127.0.0.1"])
+                                              "kubernetes.default.svc"], ["127.0.0.1", "10.96.0.1"])
         pem = serialization.Encoding.PEM
         pkcs8 = dict(encoding=pem, format=serialization.PrivateFormat.PKCS8,
                      encryption_algorithm=serialization.NoEncryption())
@@ -203,8 +227,17 @@ class ControlPlane:
         self.sa_key = _write(pki / "sa.key", sa.private_bytes(**pkcs8), private=True)
         self.sa_pub = _write(pki / "sa.pub", sa.public_key().public_bytes(
             pem, serialization.PublicFormat.SubjectPublicKeyInfo))
+        # The node's kubelet (e2e/node.py) authenticates as system:node:<name>, authorized by the
+        # Node authorizer; the API server reaches kubelets with a client certificate of the CA.
+        self.node_token = base64.urlsafe_b64encode(os.urandom(24)).decode().rstrip("=")
         self.token_file = _write(pki / "tokens.csv",
-                                 f'{self.admin_token},{ADMIN_TOKEN_USER},e2e-admin-uid,"system:masters"\n', private=True)
+                                 f'{self.admin_token},{ADMIN_TOKEN_USER},e2e-admin-uid,"system:masters"\n'
+                                 f'{self.node_token},system:node:{NODE_NAME},e2e-node-uid,"system:nodes"\n',
+                                 private=True)
+        kubelet_client, kubelet_client_key = _client_cert(ca, ca_key, "kube-apiserver-kubelet-client", ["system:masters"])
+        self.kubelet_client_cert = _write(pki / "apiserver-kubelet-client.crt", kubelet_client.public_bytes(pem))
+        self.kubelet_client_key = _write(pki / "apiserver-kubelet-client.key",
+                                         kubelet_client_key.private_bytes(**pkcs8), private=True)
         self.admin_kubeconfig = _write(self.dir / "admin.kubeconfig",
                                        kubeconfig(self.server, self.ca_file, self.admin_token, ADMIN_TOKEN_USER), private=True)
 
@@ -241,7 +274,15 @@ class ControlPlane:
             "--client-ca-file", str(self.ca_file),
             "--cert-dir", str(self.dir / "apiserver-certs"),
             "--token-auth-file", str(self.token_file),
-            "--authorization-mode", "RBAC",
+            "--authorization-mode", "Node,RBAC",
+            "--kubelet-client-certificate", str(self.kubelet_client_cert),
+            "--kubelet-client-key", str(self.kubelet_client_key),
+            "--kubelet-certificate-authority", str(self.ca_file),
+            "--kubelet-preferred-address-types", "InternalIP",
+            # webhooks (and aggregated APIs) behind a Service are called at the Service's endpoints
+            # (the pods' addresses), not its cluster IP: no kube-proxy is needed on the API server's
+            # side, as on control planes that run no kube-proxy
+            "--enable-aggregator-routing=true",
             "--service-account-issuer", ISSUER,
             "--service-account-key-file", str(self.sa_pub),
             "--service-account-signing-key-file", str(self.sa_key),

@@ -69,6 +69,24 @@ def hook(cp, workdir, deploy_docs) -> c.Webhook:
 
 
 @pytest.fixture(scope="session")
+def node(cp, workdir):
+    """One node (e2e/node.py: kube-scheduler, kubelet, containerd) joined to the session's control
+    plane, started by the first test that asks for it (the node's tests run last: see ORDER).
+    A node that cannot start here fails those tests; they are never skipped."""
+    from e2e.node import Node
+
+    started = time.monotonic()
+    n = Node(cp, workdir)
+    n.start()
+    steps = ", ".join(f"{k.replace('start_', '')} {v:.1f}s" for k, v in n.timings.items())
+    print(f"node {n.name} Ready in {time.monotonic() - started:.1f}s ({steps}); bridge {n.bridge} {n.subnet}")
+    try:
+        yield n
+    finally:
+        n.stop()
+
+
+@pytest.fixture(scope="session")
 def second(cp, workdir, hook):
     sw = SecondWebhook(workdir)
     cp.apply([sw.configuration()])
@@ -146,12 +164,17 @@ def env_of(container: dict) -> dict[str, str]:
 
 
 ORDER = ["test_pods.py", "test_controllers.py", "test_cluster_state.py", "test_operations.py"]
+LAST = ["test_node.py", "test_node_chart.py"]
 
 
 def pytest_collection_modifyitems(session, config, items):
     """Run the files in this order whatever their names: test_operations.py stops and restarts
-    the session's webhook, and test_cluster_state.py restarts the API server."""
+    the session's webhook, and test_cluster_state.py restarts the API server. The files of LAST
+    come after all others: they start the node, after which pods are scheduled and started, where
+    every other test has them stay Pending."""
     def rank(item):
         name = item.path.name
+        if name in LAST:
+            return len(ORDER) + 1 + LAST.index(name)
         return ORDER.index(name) if name in ORDER else len(ORDER)
     items.sort(key=rank)  # stable: the order inside a file is kept

@@ -1,7 +1,7 @@
 """The Helm chart (charts/rdma-webhook) installed and upgraded into the real control plane.
 
-There is no kubelet, so the chart's Deployment could never run: the chart is installed in its URL
-mode (`webhook.url`, `deployment.enabled=false`), which points both webhook configurations at a
+Here the chart runs without the node (e2e/test_node_chart.py installs it on the node, Deployment
+and Service included): it is installed in its URL mode (`webhook.url`, `deployment.enabled=false`), which points both webhook configurations at a
 webhook process on the host, and that process is started with what the chart made: the serving
 certificate and CA of the chart's Secret (`certificates.source=chart`, with 127.0.0.1 as an extra
 IP address), the policy files of the chart's ConfigMap (`policies.enabled={ib-shared}`), and a

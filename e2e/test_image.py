@@ -63,12 +63,22 @@ def podman(*args: str, check: bool = True, timeout: float = 300) -> subprocess.C
 
 @pytest.fixture(scope="module")
 def image() -> str:
+    return build_image()
+
+
+def image_cache() -> Path:
+    return Path(os.environ.get("RDMA_WEBHOOK_IMAGE_CACHE") or Path.home() / ".cache" / "rdma-webhook-image")
+
+
+def build_image() -> str:
+    """The image of the current inputs in podman (built, or loaded from the cache), by name; its
+    OCI archive is in image_cache() once built here (the node imports that into containerd)."""
     for tool in ("podman", "mmdebstrap", "runc"):
         if shutil.which(tool) is None:
             pytest.fail(f"{tool} is not installed (apt-get install podman mmdebstrap runc; .ci/run does)", pytrace=False)
     key = image_key()
     name = f"localhost/rdma-webhook:e2e-{key}"
-    cache = Path(os.environ.get("RDMA_WEBHOOK_IMAGE_CACHE") or Path.home() / ".cache" / "rdma-webhook-image")
+    cache = image_cache()
     archive = cache / f"rdma-webhook-{key}.oci.tar"
     if podman("image", "exists", name, check=False).returncode == 0:
         print(f"image {name}: reused")

@@ -1,0 +1,15 @@
+// kube-proxy as the release ships it, for the end-to-end suite's node (Service addresses
+// reachable from pods).
+package main
+
+import (
+	"os"
+	_ "time/tzdata"
+
+	"k8s.io/component-base/cli"
+	"k8s.io/kubernetes/cmd/kube-proxy/app"
+)
+
+func main() {
+	os.Exit(cli.Run(app.NewProxyCommand()))
+}

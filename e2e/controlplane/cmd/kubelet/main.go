@@ -1,0 +1,15 @@
+// kubelet as the release ships it, for the end-to-end suite's node.
+package main
+
+import (
+	"context"
+	"os"
+	_ "time/tzdata"
+
+	"k8s.io/component-base/cli"
+	"k8s.io/kubernetes/cmd/kubelet/app"
+)
+
+func main() {
+	os.Exit(cli.Run(app.NewKubeletCommand(context.Background())))
+}
