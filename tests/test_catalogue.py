@@ -54,8 +54,8 @@ def _policies(docs: list[dict]) -> dict[str, bytes]:
     return {k: v.encode() for k, v in (cm.get("data") or {}).items()}
 
 
-def test_the_catalogue_is_the_nine_shipped_fabrics():
-    assert NAMES == ["efa", "efa-dra", "erdma", "ib-shared", "nd-infiniband", "oke-roce-host", "roce-dranet", "sriov-roce",
+def test_the_catalogue_is_the_eleven_shipped_fabrics():
+    assert NAMES == ["efa", "efa-dra", "erdma", "gke-gib", "gke-tcpxo", "ib-shared", "nd-infiniband", "oke-roce-host", "roce-dranet", "sriov-roce",
                      "sriov-roce-8rail"]
 
 

@@ -116,7 +116,7 @@ def test_oversized_body_refused_without_reading_it(server):
 def test_health_ready_metrics(server):
     assert server.request("GET", "/healthz")[0] == 200
     code, data, _ = server.request("GET", "/readyz")
-    assert code == 200 and json.loads(data)["policies"] == ["efa", "efa-dra", "erdma", "ib-shared", "nd-infiniband",
+    assert code == 200 and json.loads(data)["policies"] == ["efa", "efa-dra", "erdma", "gke-gib", "gke-tcpxo", "ib-shared", "nd-infiniband",
                                                         "oke-roce-host", "roce-dranet", "sriov-roce", "sriov-roce-8rail"]
     server.review(k.admission_review(k.pytorchjob_worker()))
     code, data, headers = server.request("GET", "/metrics")
