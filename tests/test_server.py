@@ -125,7 +125,7 @@ def test_health_ready_metrics(server):
     assert 'rdma_webhook_admissions_total{endpoint="mutate",outcome="mutated",policy="erdma"}' in text
     assert "rdma_webhook_admission_duration_seconds_bucket" in text
     assert "rdma_webhook_certificate_expiry_timestamp_seconds" in text
-    assert "rdma_webhook_policies_loaded 9.0" in text
+    assert "rdma_webhook_policies_loaded 11.0" in text
     # a ready replica says so: the gunicorn master holds an entry of every gauge too (multi-process
     # mode), and it must not pull the livemin gauge down to 0 (the cache-not-ready alert would fire)
     assert "rdma_webhook_cluster_cache_ready 1.0" in text, [l for l in text.splitlines() if "cache_ready" in l]
