@@ -113,6 +113,26 @@ PLANTS = [
           ["tests/test_syntax_properties.py::test_strategic_merge_patch_wins_for_every_field",
            "tests/test_syntax_properties.py::test_trainjob_overrides_win_over_the_runtime",
            "tests/test_syntax_properties.py::test_rolebasedgroup_patches_win_over_the_role_template"]),
+    # issue 27 item 3 (GKE): the merge of GKE multi-networking's annotation, the fit named, gIB's fallback
+    Plant("gke-annotation-clobbered", "issue 27: a pod's own GKE interfaces replaced by the policy's",
+          "webhook/fabrics/gke.py", "    value = json.dumps(entries + new_entries, ",
+          "    value = json.dumps([e for e in entries if e[\"network\"] == DEFAULT_NETWORK] + new_entries, ",
+          ["tests/test_gke.py::test_plan_reuses_the_pods_own_names_and_avoids_taken_ones",
+           "tests/test_gke.py::test_fitting_policy_admits_cleanly[a3ultra-gib-pods.yaml]"]),
+    Plant("gke-interface-taken", "issue 27: a policy network given an interface name the pod already uses",
+          "webhook/fabrics/gke.py", "        iface = n.interface if n.interface and n.interface not in taken else \"\"\n",
+          "        iface = n.interface or \"\"\n",
+          ["tests/test_gke.py::test_plan_reuses_the_pods_own_names_and_avoids_taken_ones"]),
+    Plant("gke-network-of-another-fabric", "issue 27: a pod listing another policy's GKE networks admitted",
+          "webhook/core/families.py", "    if foreign:\n", "    if foreign and False:\n",
+          ["tests/test_gke.py::test_never_a_second_nic_and_denied_naming_the_fit[erdma-a3mega-tcpxo-job.yaml]",
+           "tests/test_gke.py::test_denials_say_why_under_another_fabric"]),
+    Plant("gib-socket-allowed", "issue 27: NCCL_NET=gIB was read as a fallback; the opposite slip, Socket as gIB",
+          "webhook/fabrics/transports.py",
+          '    Signature("NCCL_NET", DENY, _nccl_net, "NCCL src/plugin/net.cc ncclNetInit; Google\'s set_nccl_env.sh (NCCL_NET=gIB)"),\n',
+          "",
+          ["tests/test_gke.py::test_gib_signatures[NCCL_NET-Socket-True]",
+           "tests/test_tables.py::test_each_documented_signature_is_in_its_transports_table[gib]"]),
 ]
 
 

@@ -474,7 +474,18 @@ multus_annotation = st.one_of(
     st.sampled_from(["", "[{\"name\": ", "[\"rdma-network\"]"]),  # empty, and JSON-looking but unreadable by Multus
 )
 
-POLICY_CHOICES = (None, None, "erdma", "sriov-roce", "no-such-policy")
+# GKE multi-networking's annotation (webhook/fabrics/gke.py): entries of the pod network, the
+# shipped GKE policies' networks, others; repeated names and unreadable text included.
+_GKE_ENTRIES = [{"interfaceName": i, "network": n} for i, n in
+                [("eth0", "default"), ("eth1", "gvnic-1"), ("eth2", "rdma-0"), ("eth3", "rdma-1"), ("eth1", "vpc1"),
+                 ("eth9", "scratch"), ("gpu0", "rdma-7"), ("eth2", "vpc2")]]
+gke_annotation = st.one_of(
+    st.lists(st.sampled_from(_GKE_ENTRIES), max_size=4).flatmap(
+        lambda xs: st.sampled_from([None, 2]).map(lambda indent: json.dumps(xs, indent=indent))),
+    st.sampled_from(["", "[{\"interfaceName\": \"eth1\"}]", "eth1@rdma-0"]),  # unreadable by GKE
+)
+
+POLICY_CHOICES = (None, None, "erdma", "sriov-roce", "gke-gib", "gke-tcpxo", "no-such-policy")
 
 OPERATOR_LABELS = (
     {}, {"training.kubeflow.org/job-name": "llama", "training.kubeflow.org/replica-type": "worker",
@@ -506,6 +517,8 @@ def pods(draw, namespaces: tuple[str, ...] = NAMESPACES_WEIGHTED) -> dict[str, A
         annotations["rdma-webhook.io/policy"] = policy
     if draw(st.booleans()):
         annotations["k8s.v1.cni.cncf.io/networks"] = draw(multus_annotation)
+    if draw(rare(3)):
+        annotations["networking.gke.io/interfaces"] = draw(gke_annotation)
     if draw(rare(4)):
         annotations["example.com/note"] = draw(user_text)
     named = draw(st.booleans())

@@ -54,9 +54,9 @@ def _policies(docs: list[dict]) -> dict[str, bytes]:
     return {k: v.encode() for k, v in (cm.get("data") or {}).items()}
 
 
-def test_the_catalogue_is_the_ten_shipped_fabrics():
-    assert NAMES == ["efa", "efa-dra", "erdma", "ib-shared", "nd-infiniband", "oke-roce-host", "roce-dranet",
-                     "roce-dranet-aligned", "sriov-roce", "sriov-roce-8rail"]
+def test_the_catalogue_is_the_twelve_shipped_fabrics():
+    assert NAMES == ["efa", "efa-dra", "erdma", "gke-gib", "gke-tcpxo", "ib-shared", "nd-infiniband", "oke-roce-host",
+                     "roce-dranet", "roce-dranet-aligned", "sriov-roce", "sriov-roce-8rail"]
 
 
 @pytest.mark.parametrize("copies", [COMPONENTS, CHART_POLICIES], ids=["kustomize", "helm"])

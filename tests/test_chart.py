@@ -343,7 +343,7 @@ def test_network_policy():
 # --- the values schema ------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("bad, message", [
-    ("policies.enabled={infiniband}", "value must be one of 'efa', 'efa-dra', 'erdma', 'ib-shared'"),
+    ("policies.enabled={infiniband}", "value must be one of 'efa', 'efa-dra', 'erdma', 'gke-gib', 'gke-tcpxo', 'ib-shared'"),
     ("certificates.source=vault", "value must be one of 'chart', 'certManager', 'provided'"),
     ("replicaCount=0", "/replicaCount"),
     ("webhook.url=http://127.0.0.1:8443", "/webhook/url"),

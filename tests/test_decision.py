@@ -291,7 +291,7 @@ def test_policy_choice(policies):
 def test_unknown_or_forbidden_policy_denied(policies):
     pod = k.pod([k.container("trainer")], annotations={keys.POD_POLICY: "fast-please"})
     resp, _, _ = respond(pod, ML, policies)
-    assert not resp["allowed"] and "names no policy (known: efa, efa-dra, erdma, ib-shared, nd-infiniband, oke-roce-host, roce-dranet, roce-dranet-aligned, sriov-roce, sriov-roce-8rail)" in resp["status"]["message"]
+    assert not resp["allowed"] and "names no policy (known: efa, efa-dra, erdma, gke-gib, gke-tcpxo, ib-shared, nd-infiniband, oke-roce-host, roce-dranet, roce-dranet-aligned, sriov-roce, sriov-roce-8rail)" in resp["status"]["message"]
     from webhook.policy.load import load_texts
     text = open("policies/erdma.yaml").read().replace("namespaceSelector: {}", "namespaceSelector: {matchLabels: {tier: gold}}")
     ps, _ = load_texts([("e.yaml", text)])

@@ -45,7 +45,7 @@ def errors_of(text, file="f.yaml"):
 
 def test_shipped_policies_load(policies):
     assert set(policies.by_name) == {"erdma", "sriov-roce", "sriov-roce-8rail", "ib-shared", "efa", "oke-roce-host",
-                                     "efa-dra", "roce-dranet", "roce-dranet-aligned", "nd-infiniband"}
+                                     "efa-dra", "roce-dranet", "roce-dranet-aligned", "nd-infiniband", "gke-gib", "gke-tcpxo"}
     erdma = policies.get("erdma")
     assert [(d.resource, d.count, d.per_gpu) for d in erdma.devices] == [("aliyun/erdma", 1, False)]
     env = {e.name: e for e in erdma.env}

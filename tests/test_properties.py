@@ -34,6 +34,7 @@ from hypothesis import strategies as st
 
 import kube_objects as k
 import strategies as S
+from webhook.fabrics import gke
 from webhook.grammar import k8s
 from webhook.core import keys, ranks
 from webhook.admission import review
@@ -157,8 +158,19 @@ def check_mutation(pod: dict[str, Any], out: dict[str, Any], decision: Any) -> N
     assert {k: v for k, v in meta.items() if k != "annotations"} == {k: v for k, v in ometa.items() if k != "annotations"}
     # annotations: only the webhook's own and the Multus one
     ann, oann = meta.get("annotations") or {}, ometa.get("annotations") or {}
-    owned = {keys.STATUS, keys.APPLIED_POLICY, keys.MULTUS_NETWORKS}
+    owned = {keys.STATUS, keys.APPLIED_POLICY, keys.MULTUS_NETWORKS, gke.INTERFACES, gke.DEFAULT_INTERFACE}
     assert {k: v for k, v in ann.items() if k not in owned} == {k: v for k, v in oann.items() if k not in owned}
+    if oann.get(gke.INTERFACES) != ann.get(gke.INTERFACES):  # GKE multi-networking: merged, never clobbered
+        assert policy is not None and policy.gke_networks
+        before, after = gke.parse(ann.get(gke.INTERFACES) or "[]"), gke.parse(oann[gke.INTERFACES])
+        assert before is not None and after is not None and after[: len(before)] == before
+        assert {g.name for g in policy.gke_networks} <= {e["network"] for e in after}
+        names = [e["interfaceName"] for e in after]
+        assert len(names) == len(set(names))
+    if gke.DEFAULT_INTERFACE in ann:
+        assert oann[gke.DEFAULT_INTERFACE] == ann[gke.DEFAULT_INTERFACE]
+    else:
+        assert oann.get(gke.DEFAULT_INTERFACE) in (None, "eth0")
     if oann.get(keys.MULTUS_NETWORKS) != ann.get(keys.MULTUS_NETWORKS):
         assert policy is not None and policy.networks
         assert all(n.name in oann[keys.MULTUS_NETWORKS] for n in policy.networks)
@@ -345,8 +357,9 @@ def test_opted_in_pods_without_fallback_settings_are_mutated(pod):
                 (c["resources"].get(section) or {}).pop(r, None)
     pod["spec"].pop("hostNetwork", None)
     ann = pod["metadata"].get("annotations") or {}
-    if ann.get(keys.POD_POLICY) == "no-such-policy":
+    if ann.get(keys.POD_POLICY) in ("no-such-policy", "gke-gib", "gke-tcpxo"):  # GKE's pods: tests/test_gke.py
         del ann[keys.POD_POLICY]
+    ann.pop(gke.INTERFACES, None)  # another fabric's GKE networks are a fabric-mismatch here
     if ann.get(keys.MULTUS_NETWORKS, "").strip().startswith("[") and not isinstance(_json_or_none(ann[keys.MULTUS_NETWORKS]), list):
         del ann[keys.MULTUS_NETWORKS]
     if isinstance(_json_or_none(ann.get(keys.MULTUS_NETWORKS, "")), list) and not all(isinstance(e, dict) for e in json.loads(ann[keys.MULTUS_NETWORKS])):

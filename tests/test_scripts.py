@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 import yaml
 
@@ -309,6 +309,7 @@ _PATHS = st.lists(_SEGMENTS, min_size=0, max_size=4).map(lambda parts: "/" + "/"
 
 
 @settings(max_examples=400, deadline=None)
+@example(mounts=[("//etc", "sub")], wd="/", words=["etc"])  # normpath keeps a leading `//`: found by this property
 @given(mounts=st.lists(st.tuples(_PATHS, st.sampled_from(["", "sub", "sub/x.sh"])), min_size=1, max_size=4),
        wd=st.one_of(st.none(), _PATHS),
        words=st.lists(st.one_of(_PATHS, _SEGMENTS, st.sampled_from(["bash", "torchrun", "scripts/train.sh",

@@ -116,7 +116,7 @@ def test_oversized_body_refused_without_reading_it(server):
 def test_health_ready_metrics(server):
     assert server.request("GET", "/healthz")[0] == 200
     code, data, _ = server.request("GET", "/readyz")
-    assert code == 200 and json.loads(data)["policies"] == ["efa", "efa-dra", "erdma", "ib-shared", "nd-infiniband",
+    assert code == 200 and json.loads(data)["policies"] == ["efa", "efa-dra", "erdma", "gke-gib", "gke-tcpxo", "ib-shared", "nd-infiniband",
                                                         "oke-roce-host", "roce-dranet", "roce-dranet-aligned", "sriov-roce", "sriov-roce-8rail"]
     server.review(k.admission_review(k.pytorchjob_worker()))
     code, data, headers = server.request("GET", "/metrics")
@@ -125,7 +125,7 @@ def test_health_ready_metrics(server):
     assert 'rdma_webhook_admissions_total{endpoint="mutate",outcome="mutated",policy="erdma"}' in text
     assert "rdma_webhook_admission_duration_seconds_bucket" in text
     assert "rdma_webhook_certificate_expiry_timestamp_seconds" in text
-    assert "rdma_webhook_policies_loaded 10.0" in text
+    assert "rdma_webhook_policies_loaded 12.0" in text
     # a ready replica says so: the gunicorn master holds an entry of every gauge too (multi-process
     # mode), and it must not pull the livemin gauge down to 0 (the cache-not-ready alert would fire)
     assert "rdma_webhook_cluster_cache_ready 1.0" in text, [l for l in text.splitlines() if "cache_ready" in l]

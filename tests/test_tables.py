@@ -236,11 +236,13 @@ def _baseline(policy_name: str, env=None, limits=None, policies: PolicySet = PS)
         if ns is None or not policy.allows_namespace(ns.labels):
             continue
         c = k.container("trainer", env=env, limits=limits, **sec)
-        pod = k.pod([c], namespace=name, annotations={keys.POD_POLICY: policy_name}, **kw, **_nic_claim(policy))
+        # the sidecar a fabric needs (GPUDirect-TCPXO's tcpxo-daemon), as the policy names its image
+        side = [k.container(policy.sidecar.name, f"registry.example/{policy.sidecar.image}:1", gpus=None)] if policy.sidecar else []
+        pod = k.pod([c, *side], namespace=name, annotations={keys.POD_POLICY: policy_name}, **kw, **_nic_claim(policy))
         chosen, why = select_policy(pod, ns, policies)
         if chosen is None or chosen.name != policy_name:
             continue
-        plain = k.pod([k.container("trainer", **sec)], namespace=name, annotations={keys.POD_POLICY: policy_name}, **kw,
+        plain = k.pod([k.container("trainer", **sec), *side], namespace=name, annotations={keys.POD_POLICY: policy_name}, **kw,
                       **_nic_claim(policy))
         if decide(plain, ns, policies, STATE.attachments()).outcome == "mutated":  # the namespace has what it needs
             return pod, ns
@@ -346,6 +348,7 @@ SAMPLES = {
     "FI_PROVIDER": (lambda f: ["tcp", "sockets", "^" + ",".join(f.providers)], lambda f: [*f.providers, "^tcp"]),
     "NCCL_NET_PLUGIN": (lambda f: ["none", "nccl-net-other"], lambda f: list(f.net_plugins)),
     "FI_EFA_USE_DEVICE_RDMA": (lambda f: ["0", "false"], lambda f: ["1"]),
+    "NCCL_FASTRAK_IFNAME": (lambda f: ["eth0", "eth0,lo"], lambda f: ["eth1,eth2,eth3,eth4,eth5,eth6,eth7,eth8", "eth1"]),
 }
 
 SIGNATURE_CASES = [(p, transport, i) for transport, sigs in TRANSPORTS.items() for i in range(len(sigs))
@@ -356,7 +359,9 @@ SIGNATURE_CASES = [(p, transport, i) for transport, sigs in TRANSPORTS.items() f
 # takes its generated case along.
 DOCUMENTED_SIGNATURES = {"ib-verbs": {"NCCL_IB_DISABLE": DENY, "NCCL_NET": DENY, "NCCL_IB_HCA": DENY},
                          "libfabric": {"FI_PROVIDER": DENY, "NCCL_NET_PLUGIN": DENY, "NCCL_NET": DENY,
-                                       "FI_EFA_USE_DEVICE_RDMA": WARN}}
+                                       "FI_EFA_USE_DEVICE_RDMA": WARN},
+                         "gib": {"NCCL_NET": DENY, "NCCL_NET_PLUGIN": DENY, "NCCL_IB_DISABLE": DENY, "NCCL_IB_HCA": DENY},
+                         "fastrak": {"NCCL_NET": DENY, "NCCL_NET_PLUGIN": DENY, "NCCL_FASTRAK_IFNAME": WARN}}
 
 
 @pytest.mark.parametrize("transport", sorted(DOCUMENTED_SIGNATURES))

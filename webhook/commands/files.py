@@ -36,8 +36,13 @@ class FileSource(Protocol):
 
 
 def normal_path(path: str) -> str:
-    """`posixpath.normpath`, called only for a path that needs it (it is interpreted code)."""
-    return posixpath.normpath(path) if ("//" in path or "/." in path or path.endswith("/")) else path
+    """`posixpath.normpath`, called only for a path that needs it (it is interpreted code), with
+    a leading `//` made `/` as Linux reads it (normpath keeps exactly two, which POSIX leaves to
+    the implementation: `//etc` stayed `//etc`, and a mount there never matched `/etc`)."""
+    if not ("//" in path or "/." in path or path.endswith("/")):
+        return path
+    out = posixpath.normpath(path)
+    return "/" + out.lstrip("/") if out.startswith("//") else out
 
 
 class Files:

@@ -19,9 +19,9 @@ from webhook.core import families, fallback, keys, mutation, ranks
 from webhook.core.claims import Claims
 from webhook.core.scripts import ConfigMaps
 from webhook.grammar import k8s, nccl
-from webhook.fabrics import multus
+from webhook.fabrics import gke, multus
 from webhook.core.fallback import Finding, Subject, Target
-from webhook.core.model import Device, Policy, PolicySet
+from webhook.core.model import Device, PluginMount, Policy, PolicySet
 from webhook.fabrics.transports import WARN
 
 SKIPPED, UNCHANGED, MUTATED, DENIED = "skipped", "unchanged", "mutated", "denied"
@@ -364,6 +364,36 @@ def _ifname_matches(value: str, secondary: list[str]) -> bool:
     return found
 
 
+def _sees_plugin(spec: dict[str, Any], container: dict[str, Any], m: PluginMount) -> bool:
+    """Whether the container sees the host's `m.host_dir` at `m.mount_path`: a hostPath volume
+    mounted there, or a folder above both (/home/kubernetes/bin/nvidia at /usr/local/nvidia
+    shows lib64 at /usr/local/nvidia/lib64)."""
+    mounts: list[Any] = container.get("volumeMounts") or []
+    volumes: list[Any] = spec.get("volumes") or []
+    for vm in mounts:
+        if not isinstance(vm, dict):
+            continue
+        path, name = vm.get("mountPath"), vm.get("name")
+        if not isinstance(path, str) or not isinstance(name, str):
+            continue
+        path = path.rstrip("/") or "/"
+        if m.mount_path != path and not m.mount_path.startswith(path.rstrip("/") + "/"):
+            continue
+        for v in volumes:
+            if not isinstance(v, dict) or v.get("name") != name:
+                continue
+            hp = v.get("hostPath")
+            host = hp.get("path") if isinstance(hp, dict) else None
+            if not isinstance(host, str):
+                continue
+            sub = vm.get("subPath")
+            if isinstance(sub, str) and sub:
+                host = host.rstrip("/") + "/" + sub.strip("/")
+            if (host.rstrip("/") + m.mount_path[len(path):] if path != "/" else host.rstrip("/") + m.mount_path) == m.host_dir:
+                return True
+    return False
+
+
 def _warnings(pod: dict[str, Any], subject: Subject) -> list[str]:
     out: list[str] = []
     spec: dict[str, Any] = pod.get("spec") or {}
@@ -405,6 +435,12 @@ def _warnings(pod: dict[str, Any], subject: Subject) -> list[str]:
             have = ", ".join(["eth0", *secondary])
             out.append(f"{t.name}: NCCL_SOCKET_IFNAME={repr(ifname)} names no interface the pod will have ({have}), so NCCL's "
                        f"bootstrap cannot start; remove it or name one of those")
+        for m in subject.policy.plugin_mounts:
+            if not _sees_plugin(spec, subject.container(t), m):
+                out.append(f"{t.name}: does not mount the host's {m.host_dir} at {m.mount_path}, where the nodes of policy "
+                           f"{subject.policy.name} install its NCCL plugin ({'/'.join(subject.policy.nccl_nets)}); unless the "
+                           f"image brings the plugin there, NCCL cannot open it: add a hostPath volume of {m.host_dir} "
+                           f"mounted at {m.mount_path}")
         sc: dict[str, Any] = subject.container(t).get("securityContext") or {}
         non_root = sc.get("runAsNonRoot", pod_sc.get("runAsNonRoot")) is True
         user = sc.get("runAsUser", pod_sc.get("runAsUser"))
@@ -415,9 +451,10 @@ def _warnings(pod: dict[str, Any], subject: Subject) -> list[str]:
 
 
 def _subject(pod: Any, policy: Policy, namespace: Namespace, targets: list[Target], config_maps: ConfigMaps | None,
-             devices: list[Device] | None = None, problems: list[Finding] | None = None,
+             policies: PolicySet | None, devices: list[Device] | None = None, problems: list[Finding] | None = None,
              networks: multus.Plan | None = None, claim_entry: str | None = None) -> Subject:
     subject = Subject(pod, policy, namespace.labels, targets, devices, problems, networks, claim_entry)
+    subject.policies = policies
     subject.config_maps = config_maps
     subject.namespace = namespace.name
     return subject
@@ -459,7 +496,7 @@ def _assess(pod: Any, namespace: Namespace | None, policies: PolicySet | None, a
     if not targets and not launchers:
         # No container gets RDMA: the command rules apply to every labelled pod, and the env
         # rule to containers that see GPUs without requesting one.
-        subject = _subject(pod, policy, namespace, [], config_maps)
+        subject = _subject(pod, policy, namespace, [], config_maps, policies)
         subject.others = others
         warnings = _warnings(pod, subject)
         denials = fallback.rule("env-fallback").check(subject) + fallback.rule("command-fallback").check(subject)
@@ -476,11 +513,15 @@ def _assess(pod: Any, namespace: Namespace | None, policies: PolicySet | None, a
         # no device, network or /dev/shm, and meets the rules of what the ranks will see.
         annotations_: dict[str, str] = meta.get("annotations") or {}
         names: multus.Plan | None = None
-        if policy.networks:  # `{interface}` in the block: the names the workers get by default
+        if policy.gke_networks:  # the same for GKE multi-networking
+            names = gke.plan(annotations_.get(gke.INTERFACES), policy.gke_networks)
+            if names.problem is not None:
+                names = gke.plan(None, policy.gke_networks)
+        elif policy.networks:  # `{interface}` in the block: the names the workers get by default
             names = multus.plan(annotations_.get(keys.MULTUS_NETWORKS), policy.networks, namespace.name)
             if names.problem is not None:
                 names = multus.plan(None, policy.networks, namespace.name)
-        subject = _subject(pod, policy, namespace, [], config_maps, networks=names)
+        subject = _subject(pod, policy, namespace, [], config_maps, policies, networks=names)
         subject.others = others
         subject.launchers = launchers
         warnings = _warnings(pod, subject)
@@ -505,7 +546,12 @@ def _assess(pod: Any, namespace: Namespace | None, policies: PolicySet | None, a
         problems.extend(unresolved)
     annotations: dict[str, str] = meta.get("annotations") or {}
     plan: multus.Plan | None = None
-    if networks or keys.MULTUS_NETWORKS in annotations:
+    if policy.gke_networks:  # GKE multi-networking instead of Multus (webhook.fabrics.gke)
+        plan = gke.plan(annotations.get(gke.INTERFACES), policy.gke_networks)
+        if plan.problem is not None:
+            problems.append(Finding("gke-annotation", None, f"{gke.INTERFACES}: {plan.problem}"))
+            plan = None
+    elif networks or keys.MULTUS_NETWORKS in annotations:
         plan = multus.plan(annotations.get(keys.MULTUS_NETWORKS), networks, namespace.name)
         if plan.problem is not None:
             if networks:
@@ -513,7 +559,7 @@ def _assess(pod: Any, namespace: Namespace | None, policies: PolicySet | None, a
             plan = None
         elif brought.own_network:
             plan.interfaces = brought.interfaces
-    subject = _subject(pod, policy, namespace, targets, config_maps, devices, problems, plan, brought.entry)
+    subject = _subject(pod, policy, namespace, targets, config_maps, policies, devices, problems, plan, brought.entry)
     subject.own_claim = brought.own_claim
     subject.others = others
     subject.launchers = launchers

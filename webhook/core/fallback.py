@@ -21,7 +21,7 @@ from webhook.commands.text import mentions
 from webhook.grammar import k8s, nccl
 from webhook.core import keys, scripts
 from webhook.fabrics import multus
-from webhook.core.model import Device, Policy
+from webhook.core.model import Device, Policy, PolicySet
 from webhook.fabrics.transports import DENY, TRANSPORTS
 
 
@@ -88,6 +88,7 @@ class Subject:
         # none at hand, as at admission), the namespace they are looked up in; what the reading
         # found in each script file (name, value) -> (path, ConfigMap), and the scripts that
         # could not be read (container, path, ConfigMap), once each.
+        self.policies: PolicySet | None = None  # every policy loaded: which one a setting of another fabric fits
         self.config_maps: scripts.ConfigMaps | None = None
         self.namespace = ""
         self.origins: dict[int, dict[tuple[str, str], tuple[str, str]]] = {}
@@ -177,6 +178,18 @@ def judge_setting(name: str, value: str, policy: Policy) -> tuple[str, str] | No
     return why
 
 
+def _fitting_net(s: Subject, name: str, value: str) -> str:
+    """For a denied NCCL_NET that another loaded policy's fabric runs on (gIB, FasTrak, the EFA
+    plugin under an IB policy): the policy to select. Only on the denial path."""
+    if name != "NCCL_NET" or s.policies is None:
+        return ""
+    for p in s.policies.ranked():
+        if p is not s.policy and p.allows_namespace(s.namespace_labels) and judge_setting(name, value, p) is None:
+            return (f"; NCCL_NET={value!r} is the network of the {p.name} policy's {p.fabric.kind} fabric: select that policy "
+                    f"with the annotation {keys.POD_POLICY}: {p.name}")
+    return ""
+
+
 def _rule_env(s: Subject) -> list[Finding]:
     out: list[Finding] = []
     checked = s.targets + s.others if s.others else s.targets
@@ -188,7 +201,7 @@ def _rule_env(s: Subject) -> list[Finding]:
             if value is not None:
                 why = judge_setting(name, value, s.policy)
                 if why is not None and why[0] == DENY:
-                    out.append(Finding("env-fallback", t.name, why[1] + " in env"))
+                    out.append(Finding("env-fallback", t.name, why[1] + " in env" + _fitting_net(s, name, value)))
     for t in s.launchers:  # what Open MPI's env list forwards to every rank
         listed = t.env.get(launchers.OMPI_ENV_LIST)
         if listed is not None and "=" in listed:
@@ -268,7 +281,7 @@ def _rule_command(s: Subject) -> list[Finding]:
                 origin = s.origins.get(id(c), {}).get((name, value))
                 where = (f" in the script {origin[0]} (ConfigMap {repr(origin[1])}) that the command runs"
                          if origin is not None else f" in the command{_launcher_note(line)}")
-                out.append(Finding("command-fallback", c.get("name"), why[1] + where))
+                out.append(Finding("command-fallback", c.get("name"), why[1] + where + _fitting_net(s, name, value)))
     return out
 
 
@@ -293,7 +306,10 @@ def _rule_host_network(s: Subject) -> list[Finding]:
     mode = s.policy.host_network
     on_host = (s.pod.get("spec") or {}).get("hostNetwork") is True
     if mode == "Forbidden" and on_host:
-        if s.policy.networks:
+        if s.policy.gke_networks:
+            names = ", ".join(repr(n.name) for n in s.policy.gke_networks)
+            why = f"attaches the GKE network(s) {names} and GKE attaches no additional networks to host-network pods"
+        elif s.policy.networks:
             names = ", ".join(repr(n.name) for n in s.policy.networks)
             why = f"attaches the Multus network(s) {names} and Multus does not attach networks to host-network pods"
         else:
@@ -332,6 +348,26 @@ def _rule_host_devices(s: Subject) -> list[Finding]:
                                f"and this container neither mounts /dev/infiniband nor runs privileged, so NCCL finds no "
                                f"RDMA device and uses TCP; mount the host's /dev/infiniband (hostPath) into it"))
     return out
+
+
+def _rule_sidecar(s: Subject) -> list[Finding]:
+    """A fabric that needs a sidecar beside the GPU containers (GPUDirect-TCPXO's tcpxo-daemon):
+    some container, or a native sidecar (an init container restarted Always), runs its image."""
+    need = s.policy.sidecar
+    if need is None or not s.targets:
+        return []
+    spec: dict[str, Any] = s.pod.get("spec") or {}
+    for kind in ("containers", "initContainers"):
+        containers: list[dict[str, Any]] = spec.get(kind) or []
+        for c in containers:
+            image = c.get("image")
+            if isinstance(image, str) and need.image in image and (kind == "containers" or c.get("restartPolicy") == "Always"):
+                return []
+    return [Finding("sidecar-missing", None,
+                    f"the {s.policy.name} policy's {s.policy.fabric.kind} fabric needs the {need.name} sidecar (an image of "
+                    f"{need.image}) beside the GPU containers, and no container of the pod runs it, so the "
+                    f"{'/'.join(s.policy.nccl_nets)} plugin cannot move data and NCCL does not run on the fabric; add the "
+                    f"{need.name} container")]
 
 
 def _rule_pod_security(s: Subject) -> list[Finding]:
@@ -386,11 +422,13 @@ RULES: tuple[Rule, ...] = (
     Rule("ipc-lock-dropped", "a GPU container drops IPC_LOCK explicitly", _rule_ipc_lock_dropped),
     Rule("host-network", "hostNetwork on a policy whose fabric is not the host's (Multus networks), or none on one that requires it", _rule_host_network),
     Rule("host-rdma-devices", "a host-network fabric's GPU container that cannot see the host's /dev/infiniband", _rule_host_devices),
+    Rule("sidecar-missing", "a pod with a GPU container lacks the sidecar its fabric needs (GPUDirect-TCPXO's tcpxo-daemon)", _rule_sidecar),
     Rule("pod-security", "the namespace enforces the baseline or restricted Pod Security Standard", _rule_pod_security),
     Rule("device-zero", "a GPU container sets an RDMA device resource to zero", _rule_device_zero),
     Rule("resolved", "found while resolving the fabric for this pod: a missing NetworkAttachmentDefinition or one "
                      "without a device resource (network-attachment), an unreadable or conflicting Multus annotation "
-                     "(multus-annotation), another fabric's device or claim (fabric-mismatch)", _rule_problems),
+                     "(multus-annotation) or GKE interfaces annotation (gke-annotation), another fabric's device, claim or GKE "
+                     "network (fabric-mismatch)", _rule_problems),
 )
 
 

@@ -22,7 +22,7 @@ from webhook.core import keys
 from webhook.core.fallback import Finding, Target
 from webhook.core.model import (RESOURCE_CANDIDATE, RESOURCE_EQUIVALENT, RESOURCE_FOREIGN, Device, Policy,
                                 PolicySet)
-from webhook.fabrics import multus
+from webhook.fabrics import gke, multus
 from webhook.fabrics.transports import NETWORK_DEVICE, NETWORK_DEVICE_PREFIXES, RDMA_SHARED, SHARED_DEVICE_PREFIX
 
 
@@ -50,6 +50,8 @@ def fitting(candidates: list[Policy], policy: Policy, namespace_labels: dict[str
 
 
 def _mine(policy: Policy) -> str:
+    if policy.gke_networks:
+        return "the GKE networks " + ", ".join(g.name for g in policy.gke_networks)
     if policy.own_resources:
         return ", ".join(policy.own_resources)
     if policy.claim is not None:
@@ -147,6 +149,12 @@ def check(pod: dict[str, Any], policy: Policy, policies: PolicySet, namespace: s
                 problems.append(Finding("fabric-mismatch", t.name,
                                         f"this pod requests {res}, another fabric's {what}; policy {policy.name} provides "
                                         f"{_mine(policy)}; {fitting(candidates, policy, namespace_labels)}"))
+    if policies.by_gke_network:
+        meta: dict[str, Any] = pod.get("metadata") or {}
+        annotations: dict[str, str] = meta.get("annotations") or {}
+        listed = annotations.get(gke.INTERFACES)
+        if listed is not None:
+            _check_gke(listed, policy, policies, namespace_labels, problems)
     entries: list[dict[str, Any]] = spec.get("resourceClaims") or []
     if entries:
         _check_claims(entries, policy, policies, namespace, namespace_labels, targets, problems, claims, brought)
@@ -172,6 +180,29 @@ def check(pod: dict[str, Any], policy: Policy, policies: PolicySet, namespace: s
                                 f"NICs only through DRA ({dra.label(policy)}): NCCL would find no RDMA device and use TCP; "
                                 f"add a spec.resourceClaims entry whose ResourceClaimTemplate requests that DeviceClass"))
     return brought
+
+
+def _check_gke(listed: str, policy: Policy, policies: PolicySet, namespace_labels: dict[str, str],
+               problems: list[Finding]) -> None:
+    """The GKE networks the pod's networking.gke.io/interfaces lists that another policy attaches
+    and this one does not: another fabric's NICs (one finding for them all)."""
+    mine = [g.name for g in policy.gke_networks]
+    foreign: list[str] = []
+    candidates: list[Policy] = []
+    for network in gke.networks_of(listed):
+        if network in mine:
+            continue
+        others = policies.by_gke_network.get(network)
+        if others:
+            foreign.append(network)
+            for p in others:
+                if p not in candidates:
+                    candidates.append(p)
+    if foreign:
+        names = ", ".join(repr(n) for n in foreign)
+        problems.append(Finding("fabric-mismatch", None,
+                                f"this pod attaches the GKE network(s) {names} ({gke.INTERFACES}), another fabric's NICs; "
+                                f"policy {policy.name} provides {_mine(policy)}; {fitting(candidates, policy, namespace_labels)}"))
 
 
 def _check_claims(entries: list[dict[str, Any]], policy: Policy, policies: PolicySet, namespace: str,

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any, Final, Iterable, Mapping
 
+from webhook.fabrics.gke import GkeNetwork
 from webhook.fabrics.multus import Network
 from webhook.fabrics.transports import (NETWORK_DEVICE, RDMA_SHARED, SHARED_DEVICE_PREFIX, WELL_KNOWN_RDMA, NETWORK_DEVICE_PREFIXES,
                                         Fabric,
@@ -92,6 +93,26 @@ class Dra:
 
 
 @dataclass(frozen=True)
+class PluginMount:
+    """A net plugin a fabric's nodes install on the host (GKE: gIB under /home/kubernetes/bin/gib,
+    the TCPXO plugin under /home/kubernetes/bin/nvidia/lib64): a GPU container sees it when it
+    mounts `host_dir` (or a folder above it) at `mount_path` (or the folder above it likewise).
+    Checked, never added: the webhook adds no hostPath volume."""
+
+    host_dir: str
+    mount_path: str
+
+
+@dataclass(frozen=True)
+class Sidecar:
+    """A container the fabric needs beside the GPU containers (GPUDirect-TCPXO's receive-datapath
+    manager, `tcpxo-daemon`): known by a text its image contains."""
+
+    name: str
+    image: str
+
+
+@dataclass(frozen=True)
 class Policy:
     """A validated policy with everything the admission path needs precomputed."""
 
@@ -130,6 +151,12 @@ class Policy:
     # Kept here so they go away with the policy when a reload replaces it.
     judged: dict[tuple[str, str], tuple[str, str] | None] = field(default_factory=dict, repr=False, compare=False)
     resolved: dict[tuple[str, str, str], Device] = field(default_factory=dict, repr=False, compare=False)
+    # GKE multi-networking (webhook.fabrics.gke): the networks the pod is attached to by the
+    # networking.gke.io/interfaces annotation (a policy has these or Multus `networks`, not both);
+    # the host-installed plugin a GPU container must mount; the sidecar the fabric needs.
+    gke_networks: tuple[GkeNetwork, ...] = ()
+    plugin_mounts: tuple[PluginMount, ...] = ()
+    sidecar: Sidecar | None = None
 
     @property
     def fabric_kind(self) -> str:
@@ -162,6 +189,10 @@ class Policy:
             parts.append(", ".join(f"{d.resource} x{d.count}{'/GPU' if d.per_gpu else ''}" for d in self.devices))
         if self.networks:
             parts.append("networks " + ", ".join(n.name for n in self.networks))
+        if self.gke_networks:
+            parts.append("GKE networks " + ", ".join(n.name for n in self.gke_networks))
+        if self.sidecar is not None:
+            parts.append(f"sidecar {self.sidecar.name}")
         if self.claim is not None:
             parts.append(f"{'aligned GPU+NIC ' if self.claim.aligned else ''}DRA claim {self.claim.template}")
         if self.dra is not None:
@@ -173,7 +204,8 @@ class Policy:
 
     def host_fabric(self) -> bool:
         """No device plugin, network, claim or DRA class: the RDMA devices come from the host."""
-        return not self.devices and not self.networks and self.claim is None and self.dra is None
+        return (not self.devices and not self.networks and self.claim is None and self.dra is None
+                and not self.gke_networks)
 
     def shm_bytes_for(self, gpus: int) -> int:
         if self.shm_fixed is not None:
@@ -212,7 +244,12 @@ class PolicySet:
         self.by_device_class: dict[str, list[Policy]] = {}
         self.by_driver: dict[str, list[Policy]] = {}
         self.by_family: dict[str, list[Policy]] = {}
+        # Which policies attach a GKE network (webhook.fabrics.gke): a pod that lists one of another
+        # policy's is denied with the name of the policy that fits it.
+        self.by_gke_network: dict[str, list[Policy]] = {}
         for p in self._ranked:
+            for g in p.gke_networks:
+                self.by_gke_network.setdefault(g.name, []).append(p)
             if p.dra is not None:
                 for cls in sorted(p.dra.classes):
                     self.by_device_class.setdefault(cls, []).append(p)
@@ -227,6 +264,10 @@ class PolicySet:
                     self.by_claim_template.setdefault(template, []).append(p)
 
         self._kinds: dict[str, dict[str, int]] = {p.name: {} for p in self._ranked}
+
+    def ranked(self) -> list[Policy]:
+        """The policies in precedence order (priority, selector size, name)."""
+        return self._ranked
 
     def is_rdma_resource(self, resource: str) -> bool:
         """Whether a container resource is an RDMA device by name alone: one a loaded policy gives,

@@ -1,5 +1,5 @@
 """What a policy adds to a pod: device resources, the NCCL block, /dev/shm, IPC_LOCK, the Multus
-network and the status annotations.
+networks or GKE multi-networking interfaces, and the status annotations.
 
 Every function edits the pod copy in place and only adds what is missing, so running them on
 their own output changes nothing: the patch of a second pass is empty by construction. They
@@ -303,8 +303,12 @@ def apply(pod: dict[str, Any], subject: Subject, warnings: list[str]) -> list[st
     shm = add_shm(pod, subject.targets, policy, warnings) if subject.targets else None
     if shm:
         notes.append(shm)
-    if plan is not None and plan.value is not None:
-        _dict_at(_dict_at(pod, "metadata"), "annotations")[keys.MULTUS_NETWORKS] = plan.value
+    if plan is not None and plan.value is not None:  # Multus's annotation, or GKE multi-networking's
+        written = _dict_at(_dict_at(pod, "metadata"), "annotations")
+        written[plan.key] = plan.value
+        for key, value in plan.also.items():
+            if key not in written:
+                written[key] = value
         notes.extend(plan.added)
     annotations = _dict_at(_dict_at(pod, "metadata"), "annotations")
     if notes or annotations.get(keys.STATUS) != keys.STATUS_INJECTED or annotations.get(keys.APPLIED_POLICY) != policy.name:

@@ -32,20 +32,25 @@ class Network:
 
 
 CLUSTER_INTERFACES = ("eth0", "lo")
+ANNOTATION = "k8s.v1.cni.cncf.io/networks"
 
 
 class Plan:
     """The annotation as it will be (`value`, None when the pod keeps its own), the interface of
     each policy network in policy order, every secondary interface the pod will have, what was
-    added (for people) and what makes the annotation unusable (a denial)."""
+    added (for people) and what makes the annotation unusable (a denial). `key` is the annotation
+    written (Multus's, or GKE multi-networking's: webhook.fabrics.gke), `also` annotations set
+    with it when the pod has none of that name."""
 
     def __init__(self, value: str | None, interfaces: list[str], pod_interfaces: list[str], added: list[str],
-                 problem: str | None):
+                 problem: str | None, key: str = ANNOTATION, also: dict[str, str] | None = None):
         self.value = value
         self.interfaces = interfaces
         self.pod_interfaces = pod_interfaces
         self.added = added
         self.problem = problem
+        self.key = key
+        self.also: dict[str, str] = {} if also is None else also
 
 
 def parse(value: str) -> tuple[str, list[Any]] | None:

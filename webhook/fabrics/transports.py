@@ -27,6 +27,26 @@ RDMA device; `WARN`: RDMA stays but loses a feature) and the source that says so
   NCCL with its internal IB and Socket transports, and on EFA that is Socket (NCCL
   src/plugin/plugin_open.cc). FI_EFA_USE_DEVICE_RDMA=0 keeps EFA but turns off RDMA reads from
   GPU memory (libfabric prov/efa, fi_efa(7)): slower, not TCP, so a warning.
+- `gib`: Google's gIB NCCL net plugin (GKE A3 Ultra and A4: RoCE NICs, mlx5, on GKE RDMA
+  networks), installed on the node under /home/kubernetes/bin/gib and selected with
+  `NCCL_NET=gIB` (Google's `set_nccl_env.sh`; GoogleCloudPlatform/container-engine-accelerators
+  gpudirect-rdma/). gIB is NCCL's IB verbs transport built as a plugin: it is tuned with NCCL's
+  own NCCL_IB_* variables (NCCL_IB_TC, NCCL_IB_QPS_PER_CONNECTION, NCCL_IB_ADAPTIVE_ROUTING in
+  Google's environment) and its devices are filtered by NCCL_IB_HCA as NCCL's are, so
+  NCCL_IB_DISABLE and NCCL_IB_HCA are judged as for `ib-verbs`. What turns it into TCP: an
+  NCCL_NET that is not gIB (`Socket`, `IB` outside the plugin), and an NCCL_NET_PLUGIN that does
+  not open the plugin (/usr/local/gib/lib64/libnccl-net_internal.so; `none` opens none: NCCL
+  src/plugin/plugin_open.cc), leaving NCCL only its internal transports. Without the plugin and
+  with NCCL_NET=gIB pinned, NCCL stops with "network gIB not found" instead.
+- `fastrak`: GPUDirect-TCPXO (GKE A3 Mega), neither RDMA nor a socket fallback: the FasTrak NCCL
+  net plugin (`NCCL_NET=FasTrak`, loaded as libnccl-net.so from the host's
+  /home/kubernetes/bin/nvidia/lib64) moves GPU memory over the eight secondary gVNICs named by
+  NCCL_FASTRAK_IFNAME, with the receive data path managed by the `tcpxo-daemon` sidecar
+  (Google Cloud, "Maximize GPU network bandwidth in Standard mode clusters",
+  https://cloud.google.com/kubernetes-engine/docs/how-to/gpu-bandwidth-gpudirect-tcpx). Its
+  fallback is NCCL's own Socket transport over eth0: an NCCL_NET that is not FasTrak, or an
+  NCCL_NET_PLUGIN that does not open the installer's libnccl-net.so (`none`, another name). NCCL_FASTRAK_IFNAME naming only the pod network (eth0) keeps the plugin
+  but not the GPU NICs: a warning (the policy sets it from the pod's GKE interfaces).
 """
 
 from __future__ import annotations
@@ -137,14 +157,22 @@ def _fi_provider(value: str, f: Fabric) -> str | None:
 
 
 def _net_plugin(value: str, f: Fabric) -> str | None:
-    if not f.net_plugins or value in f.net_plugins:
-        return None
+    if not f.net_plugins or value in f.net_plugins or value.rsplit("/", 1)[-1] in f.net_plugins:
+        return None  # a listed name, or a path to a listed library (NCCL also opens the value as given)
     what = "loads no net plugin" if value == "none" else f"loads libnccl-net-{value}.so instead of the fabric's plugin"
     return (f"NCCL_NET_PLUGIN={value!r} {what}, leaving NCCL its built-in transports, which on "
             f"{f.label()} means TCP sockets (NET/Socket); remove it or set NCCL_NET_PLUGIN={f.net_plugins[0]}")
 
 
 _FALSE = ("0", "false", "no", "off", "n", "f")
+
+
+def _fastrak_ifname(value: str, f: Fabric) -> str | None:
+    names = [n.strip() for n in value.split(",") if n.strip()]
+    if names and all(n in ("eth0", "lo") for n in names):
+        return (f"NCCL_FASTRAK_IFNAME={value!r} names only the pod network, so GPUDirect-TCPXO has none of "
+                f"{f.label()}'s GPU NICs; remove it and let the policy name the pod's GKE interfaces")
+    return None
 
 
 def _efa_device_rdma(value: str, f: Fabric) -> str | None:
@@ -159,6 +187,25 @@ LIBFABRIC: tuple[Signature, ...] = (
     Signature("NCCL_NET_PLUGIN", DENY, _net_plugin, "NCCL src/plugin/plugin_open.cc (libnccl-net-<name>.so, 'none')"),
     Signature("NCCL_NET", DENY, _nccl_net, "aws-ofi-nccl src/nccl_ofi_interface_nvidia.cpp (Libfabric, AWS Libfabric, OFI)"),
     Signature("FI_EFA_USE_DEVICE_RDMA", WARN, _efa_device_rdma, "libfabric fi_efa(7) FI_EFA_USE_DEVICE_RDMA"),
+)
+
+
+# -- gib (Google's gIB plugin, GKE A3 Ultra / A4) ----------------------------------------------
+
+GIB: tuple[Signature, ...] = (
+    Signature("NCCL_NET", DENY, _nccl_net, "NCCL src/plugin/net.cc ncclNetInit; Google's set_nccl_env.sh (NCCL_NET=gIB)"),
+    Signature("NCCL_NET_PLUGIN", DENY, _net_plugin, "NCCL src/plugin/plugin_open.cc; gIB is /usr/local/gib/lib64/libnccl-net_internal.so"),
+    Signature("NCCL_IB_DISABLE", DENY, _ib_disable, "gIB reads NCCL's NCCL_IB_* settings (NCCL src/transport/net_ib.cc ncclIbInit)"),
+    Signature("NCCL_IB_HCA", DENY, _ib_hca, "NCCL src/misc/utils.cc parseStringList/matchIfList"),
+)
+
+
+# -- fastrak (GPUDirect-TCPXO, GKE A3 Mega) ------------------------------------------------------
+
+FASTRAK: tuple[Signature, ...] = (
+    Signature("NCCL_NET", DENY, _nccl_net, "NCCL src/plugin/net.cc ncclNetInit; the FasTrak plugin (GPUDirect-TCPXO)"),
+    Signature("NCCL_NET_PLUGIN", DENY, _net_plugin, "NCCL src/plugin/plugin_open.cc; the TCPXO installer's libnccl-net.so"),
+    Signature("NCCL_FASTRAK_IFNAME", WARN, _fastrak_ifname, "GKE, Maximize GPU network bandwidth in Standard mode clusters"),
 )
 
 
@@ -185,7 +232,7 @@ NETWORK_DEVICE_PREFIXES: tuple[str, ...] = ("openshift.io/", "intel.com/", "nvid
 WELL_KNOWN_RDMA: tuple[str, ...] = ("vpc.amazonaws.com/efa", "aliyun/erdma")
 
 
-TRANSPORTS: dict[str, tuple[Signature, ...]] = {"ib-verbs": IB_VERBS, "libfabric": LIBFABRIC}
+TRANSPORTS: dict[str, tuple[Signature, ...]] = {"ib-verbs": IB_VERBS, "libfabric": LIBFABRIC, "gib": GIB, "fastrak": FASTRAK}
 
 
 def signatures(transport: str) -> tuple[Signature, ...]:

@@ -21,6 +21,8 @@ name and checks, in CEL:
 - shm: the /dev/shm our mutation mounted is still a memory-backed emptyDir;
 - host-network: hostNetwork as the policy wants it;
 - multus-networks: the policy's Multus networks are still in the pod's networks annotation.
+- gke-networks: the policy's GKE networks are still in the pod's networking.gke.io/interfaces
+  annotation; sidecar-missing: a pod with a GPU container still runs the fabric's sidecar.
 
 What CEL cannot check (commands read as the shell reads them, NCCL_IB_HCA's filter grammar,
 `$(VAR)` expansion, a network's device named by its NetworkAttachmentDefinition) is listed in
@@ -37,6 +39,7 @@ from typing import Any, Iterable, Sequence
 
 from webhook.core import keys
 from webhook.core.model import GPUS_FIELD, Policy, PolicySet
+from webhook.fabrics import gke
 
 API_VERSION = "admissionregistration.k8s.io/v1"
 POLICY_KIND = "ValidatingAdmissionPolicy"
@@ -158,7 +161,8 @@ def _fallback_checks(policy: Policy) -> list[tuple[str, str, str]]:
                         f"NCCL_NET names a transport that policy {policy.name} does not provide ({'/'.join(policy.nccl_nets)}), "
                         f"so NCCL uses TCP; a webhook that ran after rdma-webhook may have set it"))
         elif name == "NCCL_NET_PLUGIN" and policy.fabric.net_plugins:
-            out.append((name, f"{value} in {cel_list(policy.fabric.net_plugins)}",
+            paths = "^.*/(" + "|".join(_re_escape(n) for n in policy.fabric.net_plugins) + ")$"  # a path to a listed library
+            out.append((name, f"({value} in {cel_list(policy.fabric.net_plugins)} || {value}.matches({cel_str(paths)}))",
                         f"NCCL_NET_PLUGIN does not load the fabric's plugin ({'/'.join(policy.fabric.net_plugins)}), which "
                         f"leaves NCCL its built-in transports (TCP sockets here)"))
     return out
@@ -237,9 +241,10 @@ def validations(policy: Policy) -> list[dict[str, Any]]:
                            "DataLoader workers need shared memory in RAM"))
     host = "(has(object.spec.hostNetwork) && object.spec.hostNetwork)"
     if policy.host_network == "Forbidden":
+        mechanism = "GKE attaches" if policy.gke_networks else "Multus does"
         out.append(_pod_validation("host-network", f"!{host}",
                                    f"hostNetwork: true, but policy {policy.name} attaches its fabric through the pod's own "
-                                   f"interfaces (Multus does not attach networks to host-network pods); remove hostNetwork"))
+                                   f"interfaces ({mechanism} not attach networks to host-network pods); remove hostNetwork"))
     elif policy.host_network == "Required":
         out.append(_pod_validation("host-network", host,
                                    f"policy {policy.name} reaches its fabric through the host's interfaces and the pod no "
@@ -254,6 +259,21 @@ def validations(policy: Policy) -> list[dict[str, Any]]:
         out.append(_pod_validation("multus-networks", present,
                                    f"the pod's {keys.MULTUS_NETWORKS} annotation no longer lists the {name} network of policy "
                                    f"{policy.name}; a webhook that ran after rdma-webhook may have removed it"))
+    for g in policy.gke_networks:  # GKE multi-networking's JSON list (webhook.fabrics.gke)
+        ann = f"object.metadata.annotations[{cel_str(gke.INTERFACES)}]"
+        listed = rf"\"network\"\s*:\s*\"{_re_escape(g.name)}\""
+        present = f"{cel_str(gke.INTERFACES)} in object.metadata.annotations && {ann}.matches({cel_str(listed)})"
+        out.append(_pod_validation("gke-networks", present,
+                                   f"the pod's {gke.INTERFACES} annotation no longer lists the {g.name} network of policy "
+                                   f"{policy.name}; a webhook that ran after rdma-webhook may have removed it"))
+    if policy.sidecar is not None:
+        image = cel_str(policy.sidecar.image)
+        runs = (f"object.spec.containers.exists(c, has(c.image) && c.image.contains({image})) || "
+                f"(has(object.spec.initContainers) && object.spec.initContainers.exists(c, has(c.image) && "
+                f"c.image.contains({image}) && has(c.restartPolicy) && c.restartPolicy == 'Always'))")
+        out.append(_pod_validation("sidecar-missing", runs,
+                                   f"no container of the pod runs the {policy.sidecar.name} sidecar (an image of "
+                                   f"{policy.sidecar.image}) that policy {policy.name}'s fabric needs beside the GPU containers"))
     return out
 
 

@@ -18,7 +18,8 @@ from typing import Any, Iterable
 
 from webhook.grammar import k8s
 from webhook.fabrics import transports
-from webhook.core.model import GPUS_FIELD, Claim, Device, Dra, EnvSetting, Policy
+from webhook.core.model import GPUS_FIELD, Claim, Device, Dra, EnvSetting, PluginMount, Policy, Sidecar
+from webhook.fabrics.gke import GkeNetwork
 from webhook.fabrics.multus import Network
 from webhook.policy.migrate import migrate_v1alpha1, v1alpha1_field
 from webhook.policy.schema import API_VERSION, API_VERSION_V1ALPHA1, FORBIDDEN_KEYS, VALIDATORS
@@ -259,6 +260,27 @@ def compile_policy(doc: Any, file: str) -> tuple[Policy | None, list[PolicyError
     if len({(n.namespace, n.name) for n in networks}) != len(networks):
         errors.append(PolicyError(file, name, "networks", "a network is listed twice"))
 
+    gke_networks = []
+    gke_interfaces: set[str] = set()
+    for i, g in enumerate(doc.get("gkeNetworks") or ()):
+        if not k8s.is_dns1123_label(g["name"]) or g["name"] == "default":
+            errors.append(PolicyError(file, name, f"gkeNetworks[{i}].name", f"{g['name']!r} is not the name of a GKE Network "
+                                                                            f"besides the pod network 'default'"))
+        iface = g.get("interface")
+        if iface is not None:
+            if iface in gke_interfaces or iface in ("eth0", "lo"):
+                errors.append(PolicyError(file, name, f"gkeNetworks[{i}].interface", f"{iface!r} is taken (by another network, or eth0/lo of the pod network)"))
+            gke_interfaces.add(iface)
+        gke_networks.append(GkeNetwork(g["name"], iface))
+    if len({g.name for g in gke_networks}) != len(gke_networks):
+        errors.append(PolicyError(file, name, "gkeNetworks", "a network is listed twice"))
+    if gke_networks and networks:
+        errors.append(PolicyError(file, name, "gkeNetworks", "a pod is attached by Multus (networks) or by GKE multi-networking "
+                                                             "(gkeNetworks), not both: give one of them"))
+    plugin_mounts = tuple(PluginMount(m["hostDir"].rstrip("/") or "/", m["mountPath"].rstrip("/") or "/")
+                          for m in doc.get("pluginMounts") or ())
+    sidecar = Sidecar(doc["sidecar"]["name"], doc["sidecar"]["image"]) if doc.get("sidecar") is not None else None
+
     claim = None
     if doc.get("claim") is not None:
         c = doc["claim"]
@@ -296,10 +318,12 @@ def compile_policy(doc: Any, file: str) -> tuple[Policy | None, list[PolicyError
             derived.append(transports.NETWORK_DEVICE)
         families = frozenset(derived)
 
-    host_network = doc.get("hostNetwork") or ("Forbidden" if networks else "Allowed")
+    host_network = doc.get("hostNetwork") or ("Forbidden" if networks or gke_networks else "Allowed")
     if host_network == "Required" and networks:
         errors.append(PolicyError(file, name, "hostNetwork", "Required with Multus networks: Multus attaches no networks to host-network pods"))
-    if not devices and not networks and claim is None and dra is None and host_network != "Required":
+    if host_network == "Required" and gke_networks:
+        errors.append(PolicyError(file, name, "hostNetwork", "Required with gkeNetworks: GKE attaches no additional networks to host-network pods"))
+    if not devices and not networks and not gke_networks and claim is None and dra is None and host_network != "Required":
         errors.append(PolicyError(file, name, "devices", "the policy gives no device resource, Multus network or DRA claim "
                                                          "and names no DRA DeviceClass: give one, or set hostNetwork: Required "
                                                          "for a fabric reached through the host's interfaces"))
@@ -318,12 +342,13 @@ def compile_policy(doc: Any, file: str) -> tuple[Policy | None, list[PolicyError
     nets = tuple(fab["ncclNet"])
     if any(n.casefold() == "socket" for n in nets):
         errors.append(PolicyError(file, name, "fabric.ncclNet", "'Socket' is NCCL's TCP transport, not an RDMA fabric"))
-    if transport == "ib-verbs" and not fab.get("hcaDevices"):
-        errors.append(PolicyError(file, name, "fabric.hcaDevices", "required for the ib-verbs transport (the device names NCCL_IB_HCA must keep)"))
-    if transport == "libfabric" and not fab.get("providers"):
-        errors.append(PolicyError(file, name, "fabric.providers", "required for the libfabric transport (the FI_PROVIDER values that are RDMA, e.g. efa)"))
+    judged = {sig.variable for sig in transports.signatures(transport)}
+    if "NCCL_IB_HCA" in judged and not fab.get("hcaDevices"):
+        errors.append(PolicyError(file, name, "fabric.hcaDevices", f"required for the {transport} transport (the device names NCCL_IB_HCA must keep)"))
+    if "FI_PROVIDER" in judged and not fab.get("providers"):
+        errors.append(PolicyError(file, name, "fabric.providers", f"required for the {transport} transport (the FI_PROVIDER values that are RDMA, e.g. efa)"))
     for fld in ("hcaDevices", "providers"):
-        if fld in fab and transport != ("ib-verbs" if fld == "hcaDevices" else "libfabric"):
+        if fld in fab and ("NCCL_IB_HCA" if fld == "hcaDevices" else "FI_PROVIDER") not in judged:
             errors.append(PolicyError(file, name, f"fabric.{fld}", f"not read by the {transport} transport"))
     fabric = transports.Fabric(str(name), fab["kind"], transport, nets, _expand_devices(fab.get("hcaDevices") or ()),
                                tuple(fab.get("providers") or ()), tuple(fab.get("netPlugins") or ()))
@@ -338,8 +363,8 @@ def compile_policy(doc: Any, file: str) -> tuple[Policy | None, list[PolicyError
             errors.append(PolicyError(file, name, f"nccl.{var}", "not a valid environment variable name"))
             continue
         templated = "{interface" in value
-        if templated and not networks:
-            errors.append(PolicyError(file, name, f"nccl.{var}", "{interface}/{interfaces} name the policy's Multus interfaces, and it has no networks"))
+        if templated and not networks and not gke_networks:
+            errors.append(PolicyError(file, name, f"nccl.{var}", "{interface}/{interfaces} name the policy's Multus or GKE interfaces, and it has no networks"))
         env.append(EnvSetting(var, value, enforce, templated))
         # The policy's own block must not be what sends NCCL to TCP.
         for sig in table:
@@ -385,6 +410,9 @@ def compile_policy(doc: Any, file: str) -> tuple[Policy | None, list[PolicyError
         env=tuple(env),
         workload_validation=doc.get("workloadValidation", "Deny"),
         allows_namespace=k8s.compile_selector(selector_spec),
+        gke_networks=tuple(gke_networks),
+        plugin_mounts=plugin_mounts,
+        sidecar=sidecar,
     ), []
 
 

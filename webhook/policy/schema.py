@@ -155,6 +155,36 @@ SCHEMA: dict[str, Any] = {
                 },
             },
         },
+        # GKE multi-networking (webhook.fabrics.gke): GKE Network objects the pod is attached to
+        # through the networking.gke.io/interfaces annotation, instead of Multus networks.
+        "gkeNetworks": {
+            "type": "array",
+            "minItems": 1,
+            "items": {
+                "type": "object",
+                "additionalProperties": False,
+                "required": ["name"],
+                "properties": {"name": {"type": "string"}, "interface": _IFNAME},
+            },
+        },
+        # A net plugin the nodes install on the host: checked in every GPU container (a warning
+        # names the mount to add), never added.
+        "pluginMounts": {
+            "type": "array",
+            "items": {
+                "type": "object",
+                "additionalProperties": False,
+                "required": ["hostDir", "mountPath"],
+                "properties": {"hostDir": {"type": "string", "pattern": "^/"}, "mountPath": {"type": "string", "pattern": "^/"}},
+            },
+        },
+        # A container the fabric needs in every pod with a GPU container, known by its image.
+        "sidecar": {
+            "type": "object",
+            "additionalProperties": False,
+            "required": ["name", "image"],
+            "properties": {"name": {"type": "string", "minLength": 1}, "image": {"type": "string", "minLength": 1}},
+        },
         "claim": {
             "type": "object",
             "additionalProperties": False,
