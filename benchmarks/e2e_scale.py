@@ -54,11 +54,12 @@ import provenance  # noqa: E402
 SHIPPED_LIMIT_MB = 256  # deploy/base/deployment.yaml: resources.limits.memory 256Mi
 
 
-def create_many(cp: c.ControlPlane, start: int, stop: int, threads: int = 16) -> None:
-    """Namespaces e2e-scale-<i> (opted in, policy sriov-roce) and one NAD in each."""
+def post_all(cp: c.ControlPlane, objects_of, indexes: range, threads: int = 16) -> None:
+    """POST `objects_of(i)` (a list of (path, object)) for every i, from `threads` keep-alive
+    connections; 409 (exists) is fine, 429 and 5xx are retried."""
     ctx = cp.ssl_context()
     headers = {"Authorization": f"Bearer {cp.admin_token}", "Content-Type": "application/json"}
-    todo = iter(range(start, stop))
+    todo = iter(indexes)
     lock = threading.Lock()
     failures: list[str] = []
 
@@ -89,28 +90,32 @@ def create_many(cp: c.ControlPlane, start: int, stop: int, threads: int = 16) ->
             if i is None:
                 conn.close()
                 return
-            ns = f"e2e-scale-{i}"
-            conn = post(conn, "/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {
-                "name": ns, "labels": {"rdma-webhook.io/injection": "enabled", "rdma-webhook.io/policy": "sriov-roce",
-                                       "team": f"t{i % 50}"}}})
-            conn = post(conn, f"/apis/k8s.cni.cncf.io/v1/namespaces/{ns}/network-attachment-definitions", {
-                "apiVersion": "k8s.cni.cncf.io/v1", "kind": "NetworkAttachmentDefinition",
-                "metadata": {"name": "rdma-network", "namespace": ns,
-                             "annotations": {"k8s.v1.cni.cncf.io/resourceName": "openshift.io/mellanoxrdma"}},
-                "spec": {"config": json.dumps({"cniVersion": "0.3.1", "type": "sriov", "name": "rdma-network",
-                                               "ipam": {"type": "whereabouts", "range": "192.0.2.0/24"}})}})
+            for path, doc in objects_of(i):
+                conn = post(conn, path, doc)
 
-    _run_pool(work, threads)
-    if failures:
-        raise RuntimeError(f"{len(failures)} creations failed, first: {failures[0]}")
-
-
-def _run_pool(work, threads: int) -> None:
     pool = [threading.Thread(target=work) for _ in range(threads)]
     for t in pool:
         t.start()
     for t in pool:
         t.join()
+    if failures:
+        raise RuntimeError(f"{len(failures)} creations failed, first: {failures[0]}")
+
+
+def create_many(cp: c.ControlPlane, start: int, stop: int) -> None:
+    """Namespaces e2e-scale-<i> (opted in, policy sriov-roce) and one NAD in each."""
+    def objects(i: int) -> list[tuple[str, dict]]:
+        ns = f"e2e-scale-{i}"
+        return [("/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {
+                    "name": ns, "labels": {"rdma-webhook.io/injection": "enabled", "rdma-webhook.io/policy": "sriov-roce",
+                                           "team": f"t{i % 50}"}}}),
+                (f"/apis/k8s.cni.cncf.io/v1/namespaces/{ns}/network-attachment-definitions", {
+                    "apiVersion": "k8s.cni.cncf.io/v1", "kind": "NetworkAttachmentDefinition",
+                    "metadata": {"name": "rdma-network", "namespace": ns,
+                                 "annotations": {"k8s.v1.cni.cncf.io/resourceName": "openshift.io/mellanoxrdma"}},
+                    "spec": {"config": json.dumps({"cniVersion": "0.3.1", "type": "sriov", "name": "rdma-network",
+                                                   "ipam": {"type": "whereabouts", "range": "192.0.2.0/24"}})}})]
+    post_all(cp, objects, range(start, stop))
 
 
 SRIOV_DRIVER = "sriovnetwork.k8snetworkplumbingwg.io"
@@ -127,36 +132,15 @@ def claim_template(namespace: str, name: str, device_class_name: str) -> dict:
             "spec": {"spec": {"devices": {"requests": [{"name": "nic", "exactly": {"deviceClassName": device_class_name}}]}}}}
 
 
-def create_dra(cp: c.ControlPlane, n: int, namespaces: int, threads: int = 16) -> None:
+def create_dra(cp: c.ControlPlane, n: int, namespaces: int) -> None:
     """N DeviceClasses e2e-scale-class-<i> and N templates e2e-scale-tmpl-<i>, each in namespace
     e2e-scale-<i mod namespaces> (which must exist) and requesting class i."""
-    ctx = cp.ssl_context()
-    headers = {"Authorization": f"Bearer {cp.admin_token}", "Content-Type": "application/json"}
-    todo = iter(range(n))
-    lock = threading.Lock()
-    failures: list[str] = []
-
-    def work():
-        conn = http.client.HTTPSConnection("127.0.0.1", cp.port, context=ctx, timeout=60)
-        while True:
-            with lock:
-                i = next(todo, None)
-            if i is None:
-                conn.close()
-                return
-            ns = f"e2e-scale-{i % namespaces}"
-            for path, doc in (("/apis/resource.k8s.io/v1/deviceclasses", device_class(f"e2e-scale-class-{i}", i % 2 == 1)),
-                              (f"/apis/resource.k8s.io/v1/namespaces/{ns}/resourceclaimtemplates",
-                               claim_template(ns, f"e2e-scale-tmpl-{i}", f"e2e-scale-class-{i}"))):
-                conn.request("POST", path, body=json.dumps(doc).encode(), headers=headers)
-                resp = conn.getresponse()
-                body = resp.read()
-                if resp.status not in (201, 409):
-                    failures.append(f"{path}: {resp.status} {body[:200]!r}")
-
-    _run_pool(work, threads)
-    if failures:
-        raise RuntimeError(f"{len(failures)} creations failed, first: {failures[0]}")
+    def objects(i: int) -> list[tuple[str, dict]]:
+        ns = f"e2e-scale-{i % namespaces}"
+        return [("/apis/resource.k8s.io/v1/deviceclasses", device_class(f"e2e-scale-class-{i}", i % 2 == 1)),
+                (f"/apis/resource.k8s.io/v1/namespaces/{ns}/resourceclaimtemplates",
+                 claim_template(ns, f"e2e-scale-tmpl-{i}", f"e2e-scale-class-{i}"))]
+    post_all(cp, objects, range(n))
 
 
 def memory(pid: int) -> dict:

@@ -154,7 +154,7 @@ def _pod_validator(version: str):
     return jsonschema.Draft202012Validator(schema, registry=registry)
 
 
-SCHEMA_VERSION = "1.30.0"
+SCHEMA_VERSION = "1.37.0"  # the API server e2e runs (PodResourceClaim.resourceClaimTemplateName since 1.31)
 
 
 def schema_errors(pod: Any, version: str = SCHEMA_VERSION) -> list[str]:

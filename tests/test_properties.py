@@ -151,8 +151,16 @@ def check_mutation(pod: dict[str, Any], out: dict[str, Any], decision: Any) -> N
     # host namespaces, pod security context, everything else in the spec except volumes
     for key in HOST_FIELDS + ("securityContext",):
         assert spec.get(key) == ospec.get(key), key
-    rest = {k: v for k, v in spec.items() if k not in ("containers", "volumes")}
-    assert rest == {k: v for k, v in ospec.items() if k not in ("containers", "volumes")}
+    rest = {k: v for k, v in spec.items() if k not in ("containers", "volumes", "resourceClaims")}
+    assert rest == {k: v for k, v in ospec.items() if k not in ("containers", "volumes", "resourceClaims")}
+    # DRA claims: the ones sent stay, in place; the addition is the policy's claim, once
+    claims_sent, claims_now = spec.get("resourceClaims") or [], ospec.get("resourceClaims") or []
+    assert claims_now[: len(claims_sent)] == claims_sent
+    for extra in claims_now[len(claims_sent):]:
+        assert policy is not None and policy.claim is not None, extra
+        assert set(extra) == {"name", "resourceClaimTemplateName"} and extra["name"] == policy.claim.name, extra
+        assert policy.claim.made_from(extra["resourceClaimTemplateName"]), extra
+    assert len(claims_now) - len(claims_sent) <= 1
     assert {k: v for k, v in pod.items() if k not in ("spec", "metadata")} == {k: v for k, v in out.items() if k not in ("spec", "metadata")}
     meta, ometa = pod["metadata"], out["metadata"]
     assert {k: v for k, v in meta.items() if k != "annotations"} == {k: v for k, v in ometa.items() if k != "annotations"}
@@ -217,10 +225,18 @@ def check_mutation(pod: dict[str, Any], out: dict[str, Any], decision: Any) -> N
         assert oadd[: len(add)] == add and set(oadd[len(add):]) <= {"IPC_LOCK"}
         assert _caps(c, "drop") == _caps(oc, "drop")
         assert (c.get("securityContext") or {}).get("privileged") == (oc.get("securityContext") or {}).get("privileged")
-        # resources: what was set stays; additions are the device resource, in limits and requests
+        # resources: what was set stays (but the GPUs an aligned claim takes over); additions are the
+        # device resource, in limits and requests, and a reference to the pod's NIC claim
+        aligned = policy.claim is not None and policy.claim.aligned
+        refs, orefs = (c.get("resources") or {}).get("claims") or [], (oc.get("resources") or {}).get("claims") or []
+        assert orefs[: len(refs)] == refs and all(set(r) == {"name"} for r in orefs[len(refs):]), (refs, orefs)
+        assert {r["name"] for r in orefs[len(refs):]} <= {e["name"] for e in claims_now}
         for section in ("limits", "requests"):
             have = (c.get("resources") or {}).get(section) or {}
             now = (oc.get("resources") or {}).get(section) or {}
+            if aligned and claims_now[len(claims_sent):]:  # the GPUs are claimed with their NICs now
+                have = {r: q for r, q in have.items() if r not in policy.gpu_resources}
+                assert not set(policy.gpu_resources) & set(now)
             assert {r: q for r, q in now.items() if r in have} == have
             for r in set(now) - set(have):
                 assert r in (*policy.own_resources, "example.com/rdma_vf", "openshift.io/mellanoxrdma"), r

@@ -39,6 +39,7 @@ from webhook.fabrics.transports import (DENY, NETWORK_DEVICE, NETWORK_DEVICE_PRE
                                         TRANSPORTS, WARN, WELL_KNOWN_RDMA)
 from webhook.kinds import trainer, verdict, workloads
 from webhook.kinds.workloads import TEMPLATES, Converted, Embedded, Nested, TrainJobPods
+from webhook.policy.claim_template import aligned_template
 from webhook.policy.load import load_dir
 
 PS, _ERRORS = load_dir(POLICIES)
@@ -61,6 +62,8 @@ def _nic_objects(policy) -> list[dict]:
         out.append({"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaimTemplate",
                     "metadata": {"name": f"{policy.name}-nic", "namespace": ns},
                     "spec": {"spec": {"devices": {"requests": [{"name": "nic", "exactly": {"deviceClassName": cls}}]}}}})
+        if policy.claim is not None and policy.claim.aligned:  # its GPU and NIC pairs, as the CLI writes them
+            out.extend(aligned_template(policy.claim.template_for(n), n, "gpu.nvidia.com", cls, ns) for n in range(1, 9))
     return out
 
 

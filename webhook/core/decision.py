@@ -409,12 +409,9 @@ def _warnings(pod: dict[str, Any], subject: Subject) -> list[str]:
     for container, path, cm in subject.unread:
         out.append(f"{container}: the script {path} comes from ConfigMap {repr(cm)}, which is not at hand here, so its NCCL "
                    f"settings were not read; check it with `rdma-webhook review` given the ConfigMap and the workload")
-    claim = subject.policy.claim
-    if claim is not None and claim.aligned and subject.own_claim and subject.targets:
-        out.append(f"policy {subject.policy.name} claims each GPU with a NIC on its PCIe root, but this pod brings its own NIC "
-                   f"claim {subject.claim_entry!r} and takes its GPUs from the device plugin "
-                   f"({', '.join(subject.policy.gpu_resources)}): they are not aligned; leave out the claim to get the "
-                   f"policy's aligned one")
+    if subject.own_claim and subject.targets and subject.policy.claim is not None and subject.policy.claim.aligned:
+        out.append(f"policy {subject.policy.name} claims each GPU with a NIC on its PCIe root, but this pod brings its own NIC claim "
+                   f"{subject.claim_entry!r} and device-plugin GPUs: not aligned; leave out the claim to get the policy's")
     for t in subject.targets:
         debug = t.env.get("NCCL_DEBUG")
         if nccl.debug_verbose(debug):
