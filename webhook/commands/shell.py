@@ -79,10 +79,10 @@ def parse_script(text: str) -> Block | None:
     block: Block | None = None
     if len(text) <= MAX_PARSED:
         try:
-            tree = _tree_sitter_parser().parse(text.encode("utf-8", "surrogatepass"))
-            root = tree.root_node
+            src = text.encode("utf-8", "surrogatepass")
+            root = _tree_sitter_parser().parse(src).root_node
             if not root.has_error:
-                block = _Converter().block(root, SEQ, 0)
+                block = _Converter(src).block(root, SEQ, 0)
         except (Unreadable, RecursionError, ValueError, UnicodeError):
             block = None
     if len(PARSED) >= CACHE_MAX:
@@ -92,7 +92,22 @@ def parse_script(text: str) -> Block | None:
 
 
 class _Converter:
-    """tree-sitter-bash's tree -> Block/Cmd. Node kinds as in the grammar's node-types.json."""
+    """tree-sitter-bash's tree -> Block/Cmd. Node kinds as in the grammar's node-types.json.
+
+    Where tree-sitter's nodes lose part of a word, the word is read from the source text
+    (`src`, the script's bytes): an escaped blank or newline between two of a word's tokens
+    (`A=\\ a`, `'a'\\ 'b'`) is skipped by the grammar as if it were white space, a word that
+    goes on with an escape after a quoted string (`A='0'\\1`) is split into two nodes, blanks
+    in double quotes next to an expansion or alone (`" "`, `"$X "`) belong to no node or to the
+    `$` token, and an ANSI-C string's body is one token (decoded by `ansi_c`)."""
+
+    __slots__ = ("src",)
+
+    def __init__(self, src: bytes):
+        self.src = src
+
+    def raw(self, start: int, end: int) -> str:
+        return self.src[start:end].decode("utf-8", "replace")
 
     def block(self, node: Any, kind: int, depth: int) -> Block:
         items: list[Any] = []
@@ -186,33 +201,85 @@ class _Converter:
         assigns: list[tuple[str, list[Any]]] = []
         words: list[list[Any]] = []
         subs: list[Block] = []
+        pieces: list[Any] = []  # the nodes that make up words, in order (see `words`)
         if t in ("variable_assignment", "variable_assignments"):
             for a in ([node] if t == "variable_assignment" else node.named_children):
                 if a.type == "variable_assignment":
-                    assigns.append(self.assignment(a, subs, depth))
+                    pieces.append(a)
+            for name, parts in self.words(pieces, True, subs, depth):
+                if name is not None:
+                    assigns.append((name, parts))
             return Cmd(assigns, words, subs)
         if t in ("declaration_command", "unset_command"):
             keyword = node.children[0].type if node.child_count else ""
             words.append([keyword])
             for child in node.named_children:
-                if child.type == "variable_assignment":
-                    name, value = self.assignment(child, subs, depth)
-                    words.append([name, "="] + value)
-                elif child.type == "variable_name":
-                    words.append([child.text.decode("utf-8", "replace")])
-                else:
-                    words.append(self.word(child, subs, depth))
+                pieces.append(child)
+            for _, parts in self.words(pieces, False, subs, depth):
+                words.append(parts)
             return Cmd(assigns, words, subs)
         for i, child in enumerate(node.children):
             field = node.field_name_for_child(i)
-            if child.type == "variable_assignment" and not words:
-                assigns.append(self.assignment(child, subs, depth))
-            elif field == "name":
-                inner = child.named_children
-                words.append(self.word(inner[0], subs, depth) if inner else [None])
-            elif field == "argument":
-                words.append(self.word(child, subs, depth))
+            if child.type == "variable_assignment" or field == "name" or field == "argument":
+                pieces.append(child)
+        for name, parts in self.words(pieces, True, subs, depth):
+            if name is not None:
+                assigns.append((name, parts))
+            else:
+                words.append(parts)
         return Cmd(assigns, words, subs)
+
+    def words(self, pieces: list[Any], assigning: bool, subs: list[Block], depth: int) -> list[tuple[str | None, list[Any]]]:
+        """The shell words that `pieces` (a command's nodes: assignments, its name, arguments) make,
+        each with its assignment's name when it is one of the command's prefix assignments
+        (`assigning`; else `NAME=` stays part of the word). tree-sitter skips escaped blanks and
+        newlines and the characters it takes for white space that bash does not (\\r, \\v, \\f)
+        and may split one word into several nodes there (`A='0'\\1` is A=01): nodes with only
+        those between them are one word, and those right after a node belong to its word. A
+        word that goes on past its last node in any other way is not known."""
+        out: list[tuple[str | None, list[Any]]] = []
+        src = self.src
+        size = len(src)
+        n = len(pieces)
+        i = 0
+        while i < n:
+            piece = pieces[i]
+            i += 1
+            name: str | None = None
+            parts: list[Any]
+            if assigning and piece.type == "variable_assignment":
+                name, parts = self.assignment(piece, subs, depth)
+            else:
+                assigning = False  # NAME=value after the command's name is an argument
+                parts = self.piece(piece, subs, depth)
+            end: int = piece.end_byte
+            while True:
+                following: int = pieces[i].start_byte if i < n else size
+                p = _glue(src, end, following)
+                if p > end:
+                    parts.append(unquoted(self.raw(end, p)))
+                if i < n and following == p:
+                    parts.extend(self.piece(pieces[i], subs, depth))
+                    end = pieces[i].end_byte
+                    i += 1
+                    continue
+                if p < size and src[p] not in _WORD_END:
+                    parts = [None]  # the word goes on where no node of ours does
+                break
+            out.append((name, parts))
+        return out
+
+    def piece(self, node: Any, subs: list[Block], depth: int) -> list[Any]:
+        t: str = node.type
+        if t == "command_name":
+            inner = node.named_children
+            return self.word(inner[0], subs, depth) if inner else [None]
+        if t == "variable_name":
+            return [node.text.decode("utf-8", "replace")]
+        if t == "variable_assignment":
+            name, value = self.assignment(node, subs, depth)
+            return [name, "="] + value
+        return self.word(node, subs, depth)
 
     def assignment(self, node: Any, subs: list[Block], depth: int) -> tuple[str, list[Any]]:
         name_node = node.child_by_field_name("name")
@@ -220,7 +287,19 @@ class _Converter:
         name = name_node.text.decode("utf-8", "replace") if name_node is not None else ""
         if name_node is not None and name_node.type != "variable_name":
             name = ""  # arr[i]=...: not an environment variable
-        value: list[Any] = self.word(value_node, subs, depth) if value_node is not None else [""]
+        if value_node is None:
+            return name, [""]
+        value: list[Any] = []
+        op = value_node.prev_sibling
+        if op is not None:
+            if op.type == "+=":
+                value.append(Ref(name))  # A+=x appends to A
+            start: int = op.end_byte
+            if start < value_node.start_byte:  # what tree-sitter skipped: A=\\ a
+                if _glue(self.src, start, value_node.start_byte) != value_node.start_byte:
+                    raise Unreadable()
+                value.append(unquoted(self.raw(start, value_node.start_byte)))
+        value.extend(self.word(value_node, subs, depth))
         return name, value
 
     def word(self, node: Any, subs: list[Block], depth: int) -> list[Any]:
@@ -233,22 +312,47 @@ class _Converter:
         if t == "raw_string":
             return [text[1:-1]]
         if t in ("string", "translated_string"):
+            # the text between the quotes, less the expansions in it: blanks can belong to no node
+            # (`" "`, `"$X "`) or to the `$` token after them (`" $X"`), and a lone `$` is a token
+            src = self.src
             parts: list[Any] = []
+            pos: int = node.start_byte + (1 if t == "string" else 2)
             for child in node.named_children:
-                ct = child.type
-                if ct == "string_content":
-                    parts.append(in_double_quotes(child.text.decode("utf-8", "replace")))
-                else:
-                    parts.extend(self.word(child, subs, depth + 1))
+                if child.type == "string_content":
+                    continue
+                start: int = child.start_byte
+                while src[start] in _BLANKS:
+                    start += 1
+                if start > pos:
+                    parts.append(in_double_quotes(self.raw(pos, start)))
+                parts.extend(self.word(child, subs, depth + 1))
+                pos = child.end_byte
+            end: int = node.end_byte - 1
+            if end > pos:
+                parts.append(in_double_quotes(self.raw(pos, end)))
             return parts or [""]
         if t == "concatenation":
             parts = []
+            known = True
+            pos = node.start_byte
             for child in node.children:
+                start = child.start_byte
+                if start > pos:  # what tree-sitter skipped between two tokens
+                    if _glue(self.src, pos, start) != start:
+                        raise Unreadable()
+                    parts.append(unquoted(self.raw(pos, start)))
                 if child.is_named:
                     parts.extend(self.word(child, subs, depth + 1))
                 else:
-                    parts.append(child.text.decode("utf-8", "replace"))
-            return parts
+                    anon = child.text.decode("utf-8", "replace")
+                    if anon.startswith("`"):
+                        parts.append("")  # an empty command substitution
+                    elif anon == "$" and (child.end_byte >= len(self.src) or self.src[child.end_byte] in _WORD_END):
+                        parts.append("$")  # a `$` that ends the word is itself
+                    else:
+                        known = False  # `$$` (the shell's pid), a `$` that starts what follows
+                pos = child.end_byte
+            return parts if known else [None]
         if t == "simple_expansion" or t == "expansion":
             inner = node.named_children
             if len(inner) == 1 and inner[0].type == "variable_name" and node.child_count == (2 if t == "simple_expansion" else 3):
@@ -256,7 +360,11 @@ class _Converter:
             return [None]
         if t == "ansi_c_string":
             body = text[2:-1]
-            return [body] if "\\" not in body else [None]
+            if "\\" not in body:
+                return [body]
+            if ansi_c_end(text, 2) != len(text):  # tree-sitter's token is not bash's ($'a\\' b')
+                raise Unreadable()
+            return [ansi_c(body)]
         if t in ("command_substitution", "process_substitution"):
             subs.append(self.block(node, SUB, depth + 1))
             return [None]
@@ -291,3 +399,161 @@ def unquoted(text: str) -> str:
 def in_double_quotes(text: str) -> str:
     """Inside "...", a backslash escapes only $ ` " \\ and a newline."""
     return _unescape(text, '$`"\\\n')
+
+
+# -- words from the source text ---------------------------------------------------------------
+
+_WORD_END: Final = frozenset(b" \t\n;&|()<>`")  # what ends an unquoted word (a blank or a metacharacter)
+_BLANKS: Final = frozenset(b" \t\n")
+
+
+def _glue(src: bytes, start: int, stop: int) -> int:
+    """How far from `start` (up to `stop`) the source holds only what tree-sitter skips inside
+    one shell word: backslash pairs (`\\ `, `\\<tab>`, `\\<newline>`) and \\r, \\v, \\f, which
+    it takes for white space and bash does not."""
+    p = start
+    while p < stop:
+        b = src[p]
+        if b == 92 and p + 1 < stop:
+            p += 2
+        elif b == 13 or b == 11 or b == 12:
+            p += 1
+        else:
+            break
+    return p
+
+
+_ANSI_SIMPLE: Final = {"a": 7, "b": 8, "e": 27, "E": 27, "f": 12, "n": 10, "r": 13, "t": 9, "v": 11,
+                       "\\": 92, "'": 39, '"': 34, "?": 63}
+_HEX: Final = "0123456789abcdefABCDEF"
+
+
+def ansi_c_end(text: str, i: int) -> int:
+    """Where the ANSI-C string whose body starts at text[i] (after `$'`) ends: after its closing
+    quote, as bash finds it (a backslash escapes the next character, a quote too); -1 when it
+    is not closed."""
+    n = len(text)
+    while i < n:
+        ch = text[i]
+        if ch == "'":
+            return i + 1
+        i += 2 if ch == "\\" else 1
+    return -1
+
+
+def ansi_c(body: str) -> str | None:
+    """The value of `$'body'` as bash gives it (bash(1), QUOTING, ANSI-C Quoting): \\a \\b \\e \\E \\f
+    \\n \\r \\t \\v \\\\ \\' \\" \\?, \\nnn (one to three octal digits, the byte's low 8 bits), \\xHH (one
+    or two hex digits), \\uHHHH and \\UHHHHHHHH (one to four, one to eight), \\cX (control-X: X's
+    upper case & 0x1f, `\\c?` is DEL, `\\c\\\\` one backslash); any other escape, and \\x, \\u, \\U, \\c
+    without what they take, stay as written. A NUL byte ends the string there. None when the
+    value is not known here: a \\u or \\U escape above 0x7f (its bytes are the locale's) or bytes
+    that are not UTF-8."""
+    out = bytearray()
+    i, n = 0, len(body)
+    while i < n:
+        ch = body[i]
+        if ch != "\\" or i + 1 >= n:
+            out += ch.encode("utf-8", "surrogatepass") if ch >= "\x80" else bytes((ord(ch),))
+            i += 1
+            continue
+        c = body[i + 1]
+        i += 2
+        simple = _ANSI_SIMPLE.get(c)
+        value = -1
+        if simple is not None:
+            value = simple
+        elif "0" <= c <= "7":
+            value = ord(c) - 48
+            k = 0
+            while k < 2 and i < n and "0" <= body[i] <= "7":
+                value = value * 8 + ord(body[i]) - 48
+                i += 1
+                k += 1
+            value &= 0xFF
+        elif c == "x" or c == "u" or c == "U":
+            most = 2 if c == "x" else 4 if c == "u" else 8
+            k = 0
+            while k < most and i + k < n and body[i + k] in _HEX:
+                k += 1
+            if k:
+                value = int(body[i:i + k], 16)
+                i += k
+                if c != "x" and value > 0x7F:
+                    return None  # the locale's encoding of that character
+        elif c == "c" and i < n:
+            x = body[i]
+            i += 1
+            if x == "\\" and i < n and body[i] == "\\":
+                i += 1
+            if x >= "\x80":
+                return None
+            value = 0x7F if x == "?" else ord(x.upper()) & 0x1F
+        if value < 0:  # not an escape: the backslash stays
+            out += b"\\"
+            i -= 1
+            continue
+        if value == 0:
+            break  # bash's strings end at a NUL
+        out.append(value)
+    try:
+        return out.decode("utf-8")
+    except UnicodeDecodeError:
+        return None
+
+
+def word_at(text: str, i: int) -> tuple[str | None, int]:
+    """The shell word that starts at text[i] (the value of a `NAME=` there) with its quotes
+    removed, and where it ends: what the textual reading (`webhook.commands.text.scan_text`)
+    reads without a parse. Single and double quotes, `$'...'`, backslashes; None for a word
+    with an expansion or a backquote (its end then is where that starts), or with a quote
+    that is not closed (its end then is -1)."""
+    out: list[str] = []
+    n = len(text)
+    while i < n:
+        ch = text[i]
+        if ch in " \t\n;&|()<>":
+            break
+        if ch == "\\":
+            if i + 1 < n:
+                if text[i + 1] != "\n":
+                    out.append(text[i + 1])
+                i += 2
+            else:
+                out.append(ch)
+                i += 1
+        elif ch == "'":
+            close = text.find("'", i + 1)
+            if close < 0:
+                return None, -1
+            out.append(text[i + 1:close])
+            i = close + 1
+        elif ch == '"' or (ch == "$" and text.startswith('$"', i)):
+            start = i + (1 if ch == '"' else 2)
+            j = start
+            while j < n and text[j] != '"':
+                if text[j] == "\\":
+                    j += 1
+                elif text[j] == "$" or text[j] == "`":
+                    if text[j] == "`" or (j + 1 < n and (text[j + 1] in "{(_@*#?$!-" or text[j + 1].isalnum())):
+                        return None, j
+                j += 1
+            if j >= n:
+                return None, -1
+            out.append(in_double_quotes(text[start:j]))
+            i = j + 1
+        elif ch == "$" and text.startswith("$'", i):
+            end = ansi_c_end(text, i + 2)
+            if end < 0:
+                return None, -1
+            value = ansi_c(text[i + 2:end - 1])
+            if value is None:
+                return None, end
+            out.append(value)
+            i = end
+        elif ch == "`" or (ch == "$" and i + 1 < n and (text[i + 1] in "{(_@*#?$!-" or text[i + 1].isalnum())):
+            return None, i
+        else:
+            out.append(ch)
+            i += 1
+    return "".join(out), i
