@@ -3,8 +3,10 @@ item 2): not only the bare form of each, but its variants.
 
 - shell option clusters: `bash -c`, `-lc`, `-ec`, `-xc`, `-euxc`, `sh -c`, separate `-e -c`, `-o
   pipefail -c`, ... all read the script; without `c` the word is a file, not read;
-- quoting of `NAME=value`: single, double, escaped, `$'...'`, and concatenations of them, in
-  `export`, `declare -x`, `NAME=value cmd` and `env NAME=value cmd`;
+- quoting of `NAME=value`: single, double, escaped, `$'...'` (with its escapes), and
+  concatenations of them, in `export`, `declare -x`, `NAME=value cmd` and `env NAME=value cmd`;
+  compared with what real bash gives, for those and for any run of quotes, backslashes, blanks,
+  `$'...'` escapes, expansions, letters and digits (the reading is bash's value or "not known");
 - launcher flag spellings (`-x`, `--x`, `-genv`, `-env`, `--mca mca_base_env_list`, ...) among
   the family's other flags, drawn from the table;
 - `$(VAR)` forms of the kubelet's expansion, in env values and in command arguments;
@@ -263,6 +265,35 @@ def test_any_word_is_read_as_bash_reads_it_or_not_known(word, form):
     assert got in ([], [("NCCL_NET", expected)]), (word, expected, got)
     value, end = word_at(word, 0)  # the textual reading, for scripts the parser does not take
     assert value is None or (value, end) == (expected, len(word)), (word, expected, value, end)
+
+
+# Scripts where tree-sitter's nodes and bash's words part (each found by the tests above or by
+# reading the tree): the reading is bash's for the names it gives, and gives those in `known`.
+SPLIT_SCRIPTS = [
+    ("export NCCL_NET=IB; NCCL_NET+=x; {cmd}", {"NCCL_NET"}),  # += appends
+    ("export NCCL_NET=a$$; {cmd}", set()),  # $$ (the pid) is a `$$` token in a concatenation
+    ("export NCCL_NET=$X$$${{X}}; {cmd}", set()),  # `$` ends one node, `${X}` starts the next
+    ("export NCCL_NET=IB\r\n{cmd}", {"NCCL_NET"}),  # \r is part of the word in bash, white space in tree-sitter
+    ("export NCCL_NET=IB\rx NCCL_IB_HCA=y; {cmd}", {"NCCL_NET", "NCCL_IB_HCA"}),
+    ('export NCCL_NET="a"\\\nb; {cmd}', {"NCCL_NET"}),  # a line continuation after a string
+    ("export NCCL_NET='a'\\ 'b'; {cmd}", {"NCCL_NET"}),  # an escaped blank between two strings
+    ("NCCL_NET=a\\\t\\ b {cmd}", {"NCCL_NET"}),
+    ("NCCL_IB_DISABLE='0'\\1 {cmd}", {"NCCL_IB_DISABLE"}),  # `\1` is the command's name in the tree
+    ("env NCCL_IB_DISABLE='0'\\1 {cmd}", {"NCCL_IB_DISABLE"}),
+    ('export NCCL_NET=" $X" NCCL_IB_HCA="$X "; {cmd}', {"NCCL_NET", "NCCL_IB_HCA"}),  # blanks around an expansion
+    ('export NCCL_NET="$" NCCL_IB_HCA="$\'x\'"; {cmd}', {"NCCL_NET", "NCCL_IB_HCA"}),  # `$` tokens in a string
+    ("export NCCL_NET=$'\\x31'\\ 1; {cmd}", {"NCCL_NET"}),
+    ("export NCCL_IB_DISABLE='0'\\1 NCCL_NET='IB'\\\n; {cmd}", {"NCCL_IB_DISABLE", "NCCL_NET"}),
+]
+
+
+@pytest.mark.parametrize("script,known", SPLIT_SCRIPTS)
+def test_words_tree_sitter_splits_are_read_as_bash_reads_them(script, known):
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "LC_ALL": "C.UTF-8", "X": BASH_X}
+    out = subprocess.run(["bash", "-c", script.format(cmd="env -0")], env=env, capture_output=True, timeout=20, check=True)
+    seen = dict(v.split("=", 1) for v in out.stdout.decode().split("\0") if v.split("=", 1)[0] in NAMES)
+    got = reader.settings(["bash", "-c", script.format(cmd="python t.py")], NAMES, Env(X=BASH_X))
+    assert {n for n, _ in got} == known and all(seen[n] == v for n, v in got), (seen, got)
 
 
 # -- launcher flag spellings -----------------------------------------------------------------------
