@@ -510,6 +510,8 @@ def word_at(text: str, i: int) -> tuple[str | None, int]:
     that is not closed (its end then is -1)."""
     out: list[str] = []
     n = len(text)
+    if text.startswith("(", i):
+        return None, i  # NAME=(a b): an array
     while i < n:
         ch = text[i]
         if ch in " \t\n;&|()<>":
