@@ -284,6 +284,15 @@ SPLIT_SCRIPTS = [
     ('export NCCL_NET="$" NCCL_IB_HCA="$\'x\'"; {cmd}', {"NCCL_NET", "NCCL_IB_HCA"}),  # `$` tokens in a string
     ("export NCCL_NET=$'\\x31'\\ 1; {cmd}", {"NCCL_NET"}),
     ("export NCCL_IB_DISABLE='0'\\1 NCCL_NET='IB'\\\n; {cmd}", {"NCCL_IB_DISABLE", "NCCL_NET"}),
+    # a word token that takes the newline before it (`\env` on the next line) makes the next
+    # command an argument of export in the tree: the script gets the textual reading
+    ("export NCCL_NET=1\n\\env NCCL_IB_DISABLE=1 {cmd}", {"NCCL_NET", "NCCL_IB_DISABLE"}),
+    ("export NCCL_NET=${{X}}\\e=; {cmd}", set()),  # `\e=` is a word, not an assignment
+    ("export NCCL_NET=~/x NCCL_IB_HCA=a:~; {cmd}", set()),  # tilde expansion: not known
+    ("env NCCL_NET=\\\n~ NCCL_IB_HCA=${{X}}\\t{{:~ {cmd}", set()),
+    ("export NCCL_NET=':'~ NCCL_IB_HCA=a\\:~ NCCL_SOCKET_IFNAME=\"~\"; {cmd}", {"NCCL_NET", "NCCL_IB_HCA", "NCCL_SOCKET_IFNAME"}),  # not expanded
+    ("env NCCL_NET=\\~ {cmd}", {"NCCL_NET"}),
+    ("declare -x NCCL_NET=#:=\\0\\\n=\n{cmd}", {"NCCL_NET"}),  # tree-sitter: A= and a comment
 ]
 
 

@@ -265,6 +265,8 @@ class _Converter:
                     continue
                 if p < size and src[p] not in _WORD_END:
                     parts = [None]  # the word goes on where no node of ours does
+                elif b"~" in src[piece.start_byte:p] and _tilde_expanded(src, piece.start_byte, p):
+                    parts = [None]  # NAME=~/x, NAME=a:~/x, also as an argument (env NAME=~/x): bash expands the tilde
                 break
             out.append((name, parts))
         return out
@@ -285,9 +287,14 @@ class _Converter:
         name_node = node.child_by_field_name("name")
         value_node = node.child_by_field_name("value")
         name = name_node.text.decode("utf-8", "replace") if name_node is not None else ""
+        if "\\" in name:
+            raise Unreadable()  # `\e=x`: a word to bash (a command's name, or export's e=x), not NAME=value
         if name_node is not None and name_node.type != "variable_name":
             name = ""  # arr[i]=...: not an environment variable
         if value_node is None:
+            last = node.children[-1]
+            if last.type != "=" and last.type != "+=":  # `A=#x...` read as A= and a comment
+                raise Unreadable()
             return name, [""]
         value: list[Any] = []
         op = value_node.prev_sibling
@@ -308,6 +315,8 @@ class _Converter:
         t: str = node.type
         text: str = node.text.decode("utf-8", "replace")
         if t == "word" or t == "number":
+            if text[:1] in _LEADING_BLANK:  # a word token that took the newline before it: not bash's commands
+                raise Unreadable()
             return [unquoted(text)]
         if t == "raw_string":
             return [text[1:-1]]
@@ -405,6 +414,55 @@ def in_double_quotes(text: str) -> str:
 
 _WORD_END: Final = frozenset(b" \t\n;&|()<>`")  # what ends an unquoted word (a blank or a metacharacter)
 _BLANKS: Final = frozenset(b" \t\n")
+
+
+_LEADING_BLANK: Final = (" ", "\t", "\n")
+_ASSIGNMENT_START: Final = re.compile(rb"[A-Za-z_][A-Za-z0-9_]*\+?=")
+
+
+def _tilde_expanded(src: bytes, start: int, end: int) -> bool:
+    """Whether the word src[start:end] is an assignment, or an argument that looks like one
+    (`env NAME=~/x`: bash expands those too), with a tilde bash expands: an unquoted `~` first in
+    the value or right after an unquoted `:` (`PATH=~/bin:~/x`)."""
+    m = _ASSIGNMENT_START.match(src, start, end)
+    if m is None:
+        return False
+    i: int = m.end()
+    after = True  # at the value's start or after an unquoted `:`
+    while i < end:
+        b = src[i]
+        if b == 126 and after:  # ~
+            return True
+        if b == 92:  # a backslash: what it escapes is quoted; a line continuation is nothing
+            if i + 1 < end and src[i + 1] == 10:
+                i += 2
+                continue
+            i += 2
+        elif b == 39 or (b == 36 and i + 1 < end and src[i + 1] == 39):  # '...' or $'...'
+            i = src.find(b"'", i + 2 if b == 36 else i + 1, end)
+            if b == 36:
+                while i > 0 and src[i - 1] == 92 and _escaped(src, i):
+                    i = src.find(b"'", i + 1, end)
+            if i < 0:
+                return True  # not closed: not known
+            i += 1
+        elif b == 34:  # "..."
+            i += 1
+            while i < end and src[i] != 34:
+                i += 2 if src[i] == 92 else 1
+            i += 1
+        else:
+            i += 1
+        after = b == 58  # :
+    return False
+
+
+def _escaped(src: bytes, i: int) -> bool:
+    """Whether src[i] follows an odd number of backslashes."""
+    k = i - 1
+    while k >= 0 and src[k] == 92:
+        k -= 1
+    return (i - 1 - k) % 2 == 1
 
 
 def _glue(src: bytes, start: int, stop: int) -> int:
@@ -537,7 +595,7 @@ def word_at(text: str, i: int) -> tuple[str | None, int]:
                 if text[j] == "\\":
                     j += 1
                 elif text[j] == "$" or text[j] == "`":
-                    if text[j] == "`" or (j + 1 < n and (text[j + 1] in "{(_@*#?$!-" or text[j + 1].isalnum())):
+                    if text[j] == "`" or (j + 1 < n and (text[j + 1] in "{(_@*#?$!-\\" or text[j + 1].isalnum())):
                         return None, j
                 j += 1
             if j >= n:
@@ -553,8 +611,8 @@ def word_at(text: str, i: int) -> tuple[str | None, int]:
                 return None, end
             out.append(value)
             i = end
-        elif ch == "`" or (ch == "$" and i + 1 < n and (text[i + 1] in "{(_@*#?$!-" or text[i + 1].isalnum())):
-            return None, i
+        elif ch == "`" or ch == "~" or (ch == "$" and i + 1 < n and (text[i + 1] in "{(_@*#?$!-\\" or text[i + 1].isalnum())):
+            return None, i  # an expansion (`$\\<newline>X` is `$X`), a tilde bash may expand
         else:
             out.append(ch)
             i += 1
