@@ -414,8 +414,6 @@ def in_double_quotes(text: str) -> str:
 
 _WORD_END: Final = frozenset(b" \t\n;&|()<>`")  # what ends an unquoted word (a blank or a metacharacter)
 _BLANKS: Final = frozenset(b" \t\n")
-
-
 _LEADING_BLANK: Final = (" ", "\t", "\n")
 _ASSIGNMENT_START: Final = re.compile(rb"[A-Za-z_][A-Za-z0-9_]*\+?=")
 
@@ -438,13 +436,15 @@ def _tilde_expanded(src: bytes, start: int, end: int) -> bool:
                 i += 2
                 continue
             i += 2
-        elif b == 39 or (b == 36 and i + 1 < end and src[i + 1] == 39):  # '...' or $'...'
-            i = src.find(b"'", i + 2 if b == 36 else i + 1, end)
-            if b == 36:
-                while i > 0 and src[i - 1] == 92 and _escaped(src, i):
-                    i = src.find(b"'", i + 1, end)
-            if i < 0:
+        elif b == 39:  # '...'
+            close = src.find(b"'", i + 1, end)
+            if close < 0:
                 return True  # not closed: not known
+            i = close + 1
+        elif b == 36 and i + 1 < end and src[i + 1] == 39:  # $'...'
+            i += 2
+            while i < end and src[i] != 39:
+                i += 2 if src[i] == 92 else 1
             i += 1
         elif b == 34:  # "..."
             i += 1
@@ -455,14 +455,6 @@ def _tilde_expanded(src: bytes, start: int, end: int) -> bool:
             i += 1
         after = b == 58  # :
     return False
-
-
-def _escaped(src: bytes, i: int) -> bool:
-    """Whether src[i] follows an odd number of backslashes."""
-    k = i - 1
-    while k >= 0 and src[k] == 92:
-        k -= 1
-    return (i - 1 - k) % 2 == 1
 
 
 def _glue(src: bytes, start: int, stop: int) -> int:
