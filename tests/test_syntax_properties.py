@@ -34,7 +34,8 @@ from strategies import examples
 from webhook.cluster.state import FileClusterState
 from webhook.commands import reader
 from webhook.commands.launchers import LAUNCHERS, MCA_ENV_LIST
-from webhook.commands.shell import SHELLS, word_at
+from webhook.commands.quoting import word_at
+from webhook.commands.shell import SHELLS
 from webhook.core import keys
 from webhook.core.decision import DENIED, decide
 from webhook.grammar import k8s

@@ -9,7 +9,7 @@ import re
 from typing import Final
 
 from webhook.commands import launchers
-from webhook.commands.shell import word_at
+from webhook.commands.quoting import word_at
 
 # -- the substring pre-check ------------------------------------------------------------------
 
@@ -74,7 +74,7 @@ def scan_text(text: str, names: frozenset[str]) -> list[tuple[str, str]]:
     """The textual reading: every `NAME=value` that starts a word, and every
     `environ["NAME"] = "value"`, in order, whatever surrounds it (a comment, an echo). The value
     is the shell word after `=` with its quotes removed as the shell removes them
-    (`webhook.commands.shell.word_at`, `$'...'` decoded); values with an expansion (`$X`,
+    (`webhook.commands.quoting.word_at`, `$'...'` decoded); values with an expansion (`$X`,
     `$(...)`) are skipped (not known here), and one with a quote that is not closed is read up
     to a blank, its quote characters dropped. What `settings` falls back to for a script it
     cannot parse: it may report more than the shell would set, never less."""
