@@ -98,8 +98,8 @@ def test_command_scan_expands_only_a_reference_within_one_word():
 # The assignment scan as first written: one regex with the word-start lookbehind first, tried at
 # every character. Its values are read as the textual reading reads them now (issue 28: the
 # shell word after `NAME=` with bash's quote removal, `quoting.word_at`, which
-# tests/test_syntax_properties.py compares with bash; a quote left open: up to a blank, without
-# its quote characters): what is compared here is which `NAME=` the two regexes find, in order.
+# tests/test_syntax_properties.py compares with bash; a quote left open: up to a blank, as
+# written): what is compared here is which `NAME=` the two regexes find, in order.
 _ASSIGN_FIRST = re.compile(
     r"(?<![A-Za-z0-9_])(" + "|".join(fallback._SCANNED) + r")="
     r"|environ\[\s*[\"'](" + "|".join(fallback._SCANNED) + r")[\"']\s*\]\s*=\s*(\"[^\"]*\"|'[^']*')")
@@ -117,7 +117,7 @@ def _settings_as_first_written(text: str) -> list[tuple[str, str]]:
         value, end = word_at(text, at)
         if end < 0:
             rest = re.match(r"[^\s;&|)`]*", text[at:]).group(0)
-            value = None if "$" in rest else rest.replace("'", "").replace('"', "")
+            value = None if "$" in rest else rest
         else:
             at = max(at, end)
         if value is not None:

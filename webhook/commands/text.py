@@ -76,7 +76,7 @@ def scan_text(text: str, names: frozenset[str]) -> list[tuple[str, str]]:
     is the shell word after `=` with its quotes removed as the shell removes them
     (`webhook.commands.quoting.word_at`, `$'...'` decoded); values with an expansion (`$X`,
     `$(...)`) are skipped (not known here), and one with a quote that is not closed is read up
-    to a blank, its quote characters dropped. What `settings` falls back to for a script it
+    to a blank as written. What `settings` falls back to for a script it
     cannot parse: it may report more than the shell would set, never less."""
     found: list[tuple[str, str]] = []
     if not mentions(text, names):
@@ -96,10 +96,10 @@ def scan_text(text: str, names: frozenset[str]) -> list[tuple[str, str]]:
                 found.append((m.group(2), raw))
             continue
         value, end = word_at(text, at)
-        if end < 0:  # a quote not closed: the text up to a blank, without its quotes
+        if end < 0:  # a quote not closed: the text up to a blank, as written
             cut = _UNQUOTED.match(text, at)
             rest = cut.group(0) if cut is not None else ""
-            value = None if "$" in rest else rest.replace("'", "").replace('"', "")
+            value = None if "$" in rest else rest
         else:
             at = max(at, end)
         if value is not None:
