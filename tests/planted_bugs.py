@@ -133,6 +133,27 @@ PLANTS = [
           "",
           ["tests/test_gke.py::test_gib_signatures[NCCL_NET-Socket-True]",
            "tests/test_tables.py::test_each_documented_signature_is_in_its_transports_table[gib]"]),
+    # issue 28, the shell reader's misreadings of bash words: each fix reverted
+    Plant("ansi-c-escape-not-known", "issue 28: $'\\x31' (bash: 1) was not known, so `export NCCL_IB_DISABLE=$'\\x31'` was not judged",
+          "webhook/commands/shell.py", "            return [ansi_c(body)]", "            return [None]",
+          ["tests/test_syntax_properties.py::test_ansi_c_escapes_are_decoded",
+           "tests/test_syntax_properties.py::test_every_quoting_of_name_value_is_what_bash_reads"]),
+    Plant("blank-string-dropped", "issue 28: a double-quoted string of blanks only (\" \") was read as ''",
+          "webhook/commands/shell.py",
+          "            if end > pos:\n                parts.append(in_double_quotes(self.raw(pos, end)))",
+          "            if end > pos and self.src[pos:end].strip():\n                parts.append(in_double_quotes(self.raw(pos, end)))",
+          ["tests/test_syntax_properties.py::test_blank_double_quoted_string_is_kept",
+           "tests/test_syntax_properties.py::test_every_quoting_of_name_value_gives_the_value"]),
+    Plant("escaped-blank-first-dropped", "issue 28: `NAME=\\ a` was read as 'a' (tree-sitter skips the escaped blank)",
+          "webhook/commands/shell.py", "                value.append(unquoted(self.raw(start, value_node.start_byte)))",
+          "                pass",
+          ["tests/test_syntax_properties.py::test_escaped_blanks_are_kept",
+           "tests/test_syntax_properties.py::test_every_quoting_of_name_value_gives_the_value"]),
+    Plant("escape-after-quote-dropped", "issue 28: `export NCCL_IB_DISABLE='0'\\1` (bash: 01, IB off) was read as 0 and the pod admitted",
+          "webhook/commands/shell.py", "                if i < n and following == p:",
+          "                if i < n and following == p and p > end:",
+          ["tests/test_syntax_properties.py::test_an_escape_after_a_quoted_string_is_kept",
+           "tests/test_syntax_properties.py::test_an_escape_after_a_quoted_string_is_judged"]),
 ]
 
 

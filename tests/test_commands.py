@@ -182,6 +182,18 @@ def test_a_script_the_parser_cannot_read_gets_the_textual_reading(policies):
     assert reader.settings(big, NAMES) == [("NCCL_NET", "Socket"), ("NCCL_IB_DISABLE", "1")]  # too long to parse
 
 
+def test_the_textual_reading_removes_quotes_as_the_shell_does():
+    """The textual reading takes the shell word after `NAME=` with bash's quote removal
+    (`quoting.word_at`): `$'...'` escapes decoded, an escape after a quoted string and escaped
+    blanks kept; an expansion or an array is not known; a quote left open is read up to a blank,
+    as written."""
+    line = "export NCCL_IB_DISABLE=$'\\x31' NCCL_NET='IB'\\; NCCL_IB_HCA=(a b) NCCL_SOCKET_IFNAME=\\ eth0$X\n"
+    assert text.scan_text(line, NAMES) == [("NCCL_IB_DISABLE", "1"), ("NCCL_NET", "IB;")]
+    assert text.scan_text("NCCL_NET=\\ \nNCCL_IB_HCA=0\\\t\n", NAMES) == [("NCCL_NET", " "), ("NCCL_IB_HCA", "0\t")]
+    assert text.scan_text('echo x; NCCL_NET="Socket', NAMES) == [("NCCL_NET", '"Socket')]
+    assert text.scan_text("NCCL_NET='So'cket", NAMES) == [("NCCL_NET", "Socket")]
+
+
 def test_names_are_a_parameter():
     """Other transports' variables (issue 15): the names asked about, nothing else."""
     names = frozenset({"FI_PROVIDER", "FI_EFA_USE_DEVICE_RDMA", "NCCL_NET_PLUGIN"})

@@ -3,8 +3,10 @@ item 2): not only the bare form of each, but its variants.
 
 - shell option clusters: `bash -c`, `-lc`, `-ec`, `-xc`, `-euxc`, `sh -c`, separate `-e -c`, `-o
   pipefail -c`, ... all read the script; without `c` the word is a file, not read;
-- quoting of `NAME=value`: single, double, escaped, `$'...'`, and concatenations of them, in
-  `export`, `declare -x`, `NAME=value cmd` and `env NAME=value cmd`;
+- quoting of `NAME=value`: single, double, escaped, `$'...'` (with its escapes), and
+  concatenations of them, in `export`, `declare -x`, `NAME=value cmd` and `env NAME=value cmd`;
+  compared with what real bash gives, for those and for any run of quotes, backslashes, blanks,
+  `$'...'` escapes, expansions, letters and digits (the reading is bash's value or "not known");
 - launcher flag spellings (`-x`, `--x`, `-genv`, `-env`, `--mca mca_base_env_list`, ...) among
   the family's other flags, drawn from the table;
 - `$(VAR)` forms of the kubelet's expansion, in env values and in command arguments;
@@ -19,7 +21,9 @@ the `mutation` profile).
 from __future__ import annotations
 
 import copy
+import os
 import re
+import subprocess
 
 import pytest
 from hypothesis import given, strategies as st
@@ -30,6 +34,7 @@ from strategies import examples
 from webhook.cluster.state import FileClusterState
 from webhook.commands import reader
 from webhook.commands.launchers import LAUNCHERS, MCA_ENV_LIST
+from webhook.commands.quoting import word_at
 from webhook.commands.shell import SHELLS
 from webhook.core import keys
 from webhook.core.decision import DENIED, decide
@@ -41,7 +46,7 @@ NAMES = frozenset({"NCCL_IB_DISABLE", "NCCL_NET", "NCCL_IB_HCA", "NCCL_SOCKET_IF
 NAME = st.sampled_from(sorted(NAMES))
 # values as people write them: interface lists, HCA filters, transport names
 PLAIN = st.text(alphabet="abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.,:^=+-/@%", min_size=1, max_size=12)
-SPICY = st.text(alphabet="abcXYZ019_.,:^=-/ *?[]{}~#!&|;<>()$`\"'\\", min_size=1, max_size=12)
+SPICY = st.text(alphabet="abcXYZ019_.,:^=-/ \t*?[]{}~#!&|;<>()$`\"'\\", min_size=1, max_size=12)
 
 
 STATE = FileClusterState.from_file(str(CLUSTER_STATE))
@@ -119,31 +124,35 @@ def _escaped(part: str) -> str:
     return "".join(ch if ch.isalnum() or ch in "_.,:/@%^+=-" else "\\" + ch for ch in part)
 
 
-def _ansi_plain(part: str) -> str:
-    return "$'" + part + "'"  # only for parts with no backslash and no quote
+_ANSI_NAMED = {"\\": "\\\\", "'": "\\'", '"': '\\"', "?": "\\?", "\t": "\\t", "\n": "\\n", "\x1b": "\\e"}
+
+
+def _ansi_char(ch: str, how: int) -> str:
+    """One character inside $'...': itself (0), its named escape (1), or in octal, hex, \\u or \\U
+    (2-5; all the digits each takes, so that a digit after it is not taken too)."""
+    if how == 0 and ch not in "\\'":
+        return ch
+    if how == 1 and ch in _ANSI_NAMED:
+        return _ANSI_NAMED[ch]
+    return ("\\%03o", "\\x%02x", "\\u%04x", "\\U%08X")[how % 4] % ord(ch)
 
 
 @st.composite
 def quoted(draw) -> tuple[str, str]:
-    """(shell word, the value it stands for): the value cut into segments, each quoted its own way."""
+    """(shell word, the value it stands for): the value cut into segments, each quoted its own way:
+    single or double quotes, backslashes, `$'...'` with or without escapes, or bare."""
     segments = draw(st.lists(SPICY, min_size=1, max_size=3))
     word: list[str] = []
-    quoted_before = False
     for seg in segments:
-        ways = [_single]
-        # not after a quoted segment (test_an_escape_after_a_quoted_string_is_kept), nor an
-        # escaped blank first (test_escaped_blanks_are_kept): known misreadings, tested apart
-        if not quoted_before and (word or seg[:1] not in " \t"):
-            ways.append(_escaped)
-        if seg.strip(" \t"):  # a double-quoted string of blanks only: test_blank_double_quoted_string_is_kept
-            ways.append(_double)
-        if "\\" not in seg and "'" not in seg:
-            ways.append(_ansi_plain)
+        ways = ["single", "double", "escaped", "ansi"]
         if all(ch.isalnum() or ch in "_.,:/@%^+=-" for ch in seg):
-            ways.append(str)
+            ways.append("bare")
         way = draw(st.sampled_from(ways))
-        word.append(way(seg))
-        quoted_before = way in (_single, _double, _ansi_plain)
+        if way == "ansi":
+            hows = draw(st.lists(st.integers(0, 5), min_size=len(seg), max_size=len(seg)))
+            word.append("$'" + "".join(_ansi_char(ch, how) for ch, how in zip(seg, hows)) + "'")
+        else:
+            word.append({"single": _single, "double": _double, "escaped": _escaped, "bare": str}[way](seg))
     return "".join(word), "".join(segments)
 
 
@@ -157,44 +166,144 @@ def test_every_quoting_of_name_value_gives_the_value(name, q, form):
     assert reader.settings(["bash", "-c", script], NAMES) == [(name, value)], script
 
 
-@pytest.mark.xfail(strict=True, reason="webhook/commands/shell.py word(): an ANSI-C string $'...' that holds a backslash escape "
-                                       "is 'not known' instead of decoded, so `export NCCL_IB_DISABLE=$'\\x31'` (bash: 1) is not judged")
 @pytest.mark.parametrize("word,value", [("$'\\x31'", "1"), ("$'So\\x63ket'", "Socket"), ("$'\\061'", "1")])
 def test_ansi_c_escapes_are_decoded(word, value):
     assert reader.settings(["bash", "-c", f"export NCCL_IB_DISABLE={word}; python t.py"], NAMES) == [("NCCL_IB_DISABLE", value)]
 
 
-@pytest.mark.xfail(strict=True, reason="webhook/commands/shell.py word(): a double-quoted string of blanks only (\" \") has no "
-                                       "string_content node in tree-sitter-bash and is read as '' (`export NCCL_NET=\"IB\"\" \"` is read as IB, "
-                                       "NCCL sees 'IB ')")
 @pytest.mark.parametrize("word,value", [('" "', " "), ('"IB"" "', "IB "), ('"\t"', "\t")])
 def test_blank_double_quoted_string_is_kept(word, value):
     assert reader.settings(["bash", "-c", f"export NCCL_NET={word}; python t.py"], NAMES) == [("NCCL_NET", value)]
 
 
-@pytest.mark.xfail(strict=True, reason="webhook/commands/shell.py word(): an assignment value that starts with an escaped blank "
-                                       "is misread (`NAME=\\ a` is read as 'a', `NAME=\\ ` as a backslash; bash gives ' a' and ' '), "
-                                       "and an escaped tab is dropped (`NAME=0\\<TAB>` is read as '0')")
 @pytest.mark.parametrize("word,value", [("\\ a", " a"), ("\\ ", " "), ("0\\\t", "0\t")])
 def test_escaped_blanks_are_kept(word, value):
     assert reader.settings(["bash", "-c", f"export NCCL_NET={word}; python t.py"], NAMES) == [("NCCL_NET", value)]
 
 
-@pytest.mark.xfail(strict=True, reason="webhook/commands/shell.py word(), concatenation: a backslash-escaped character after a "
-                                       "quoted string is dropped, so `export NCCL_IB_DISABLE='0'\\1` (bash: 01, NCCL: 1, IB off) is "
-                                       "read as 0 and the pod is allowed")
 @pytest.mark.parametrize("word,value", [("'0'\\1", "01"), ('"0"\\1', "01"), ("'IB'\\;", "IB;")])
 def test_an_escape_after_a_quoted_string_is_kept(policies, word, value):
     name = "NCCL_NET" if "IB" in word else "NCCL_IB_DISABLE"
     assert reader.settings(["bash", "-c", f"export {name}={word}; python t.py"], NAMES) == [(name, value)]
 
 
-@pytest.mark.xfail(strict=True, reason="the same misreading through the decision: `export NCCL_IB_DISABLE='0'\\1` turns IB off "
-                                       "(bash gives 01, NCCL's strtoll 1) and the pod is admitted")
 def test_an_escape_after_a_quoted_string_is_judged(policies):
     c = k.container("trainer", command=["bash", "-c"], args=["export NCCL_IB_DISABLE='0'\\1; exec python train.py"])
     d = decide(k.pod([c], namespace="ml-training"), ML, policies, STATE.attachments())
     assert d.outcome == DENIED
+
+
+# -- the reading against real bash -------------------------------------------------------------------
+# What bash itself gives NAME after `NAME=word` (`bash -c 'printf %s "$NAME"'` in the process that
+# sees it), against what the reader reads from the same script: the same value, or "not known"
+# (nothing reported) where the word is beyond the reader, never another value.
+
+# bash's value of NAME in the process the assignment reaches, in each form the reader reads
+BASH_FORMS = ["export {n}={w}; {cmd}", "declare -x {n}={w}\n{cmd}", "{n}={w} {cmd}", "{n}={w}\n{cmd}", "env {n}={w} {cmd}"]
+BASH_X = "x1"  # $X in the words: the container env's X
+
+
+def bash_reads(form: str, name: str, word: str) -> str | None:
+    """What bash gives `name` after `word` is assigned in `form`; None when bash does not take
+    `word` as one word (`set -- word` gives another count) or the script fails. NAME is in bash's
+    environment already (so that a plain `NAME=word` is exported, as the reader assumes for the
+    names it is asked about)."""
+    # the word alone first (eval'd from $1): a quote it leaves open would otherwise reach into the rest
+    script = 'eval "set -- x${1}%" && [ $# = 1 ] || exit 3\n' + form.format(n=name, w=word, cmd=f"bash -c 'printf %s \"${name}\"'")
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "LC_ALL": "C.UTF-8", name: "inherited", "X": BASH_X}
+    out = subprocess.run(["bash", "-c", script, "bash", word], env=env, capture_output=True, timeout=20)
+    return out.stdout.decode("utf-8", "surrogateescape") if out.returncode == 0 else None
+
+
+def we_read(form: str, name: str, word: str) -> list[tuple[str, str]]:
+    return reader.settings(["bash", "-c", form.format(n=name, w=word, cmd="python t.py")], NAMES, Env(X=BASH_X))
+
+
+# ANSI-C escapes (bash(1), QUOTING): each one as bash gives it; a \u above 0x7f is the locale's
+# (not known here), a byte that is not UTF-8 cannot be a value of ours (not known)
+ANSI_CASES = ["$'\\a\\b\\e\\E\\f\\n\\r\\t\\v'", "$'\\\\'", "$'\\''", "$'\\\"'", "$'\\?'", "$'\\061'", "$'\\61'", "$'\\0101'",
+              "$'\\1011'", "$'\\x31'", "$'\\x3'", "$'\\x414'", "$'\\x'", "$'\\xg'", "$'\\u41'", "$'\\u00411'", "$'\\U00000041'",
+              "$'\\U000000411'", "$'\\u'", "$'\\cA'", "$'\\ca'", "$'\\c?'", "$'\\c['", "$'\\c1'", "$'\\c\\\\x'", "$'\\c\\''",
+              "$'a\\c'", "$'\\z'", "$'\\8'", "$'a\\0b'c", "$'a\\x00b'c", "$'\\c@x'", "$'\\u0'", "$'\\xc3\\xa9'",
+              "$'So\\x63ket'", "$'\\u00e9'", "$'\\U0001F600'", "$'\\xff'", "$'\\777'", "$'a\\\\' NCCL_IB_HCA=x"]
+
+
+@pytest.mark.parametrize("word", ANSI_CASES)
+def test_each_ansi_c_escape_is_what_bash_gives(word):
+    expected = bash_reads(BASH_FORMS[0], "NCCL_NET", word.split(" ")[0])
+    assert expected is not None
+    got = we_read(BASH_FORMS[0], "NCCL_NET", word)
+    if "\\u00e9" in word or "\\U0001" in word or "\\xff" in word or "\\777" in word:
+        assert got == [] and word_at(word, 0)[0] is None  # not known: the locale's bytes, or not UTF-8
+    else:
+        assert ("NCCL_NET", expected) in got and [n for n, _ in got].count("NCCL_NET") == 1, (expected, got)
+        assert word_at(word, 0) == (expected, len(word.split(" ")[0]))  # the textual reading agrees
+
+
+@examples(ci=100, long=2000)
+@given(name=NAME, q=quoted(), form=st.sampled_from(BASH_FORMS))
+def test_every_quoting_of_name_value_is_what_bash_reads(name, q, form):
+    word, value = q
+    assert bash_reads(form, name, word) == value, word
+    assert we_read(form, name, word) == [(name, value)], word
+
+
+# words as they come: any run of quotes, backslashes, blanks (bash's and the \r tree-sitter takes
+# for one), `$'...'` escapes, expansions, letters and digits; most are not one word or not even
+# a whole script, and those bash refuses are not compared
+WORD_TOKENS = ["'", '"', "\\", " ", "\t", "\r", "$'", "$", "$X", "${X}", "\\x31", "\\061", "\\n", "\\t", "\\'", '\\"', "\\\\",
+               "\\cA", "\\u0041", "\\U00000042", "\\e", "\\x", "\\u00e9", "\\xc3\\xa9", "\\0", "a", "I", "B", "0", "1"]
+RAW_WORD = st.lists(st.sampled_from(WORD_TOKENS), min_size=1, max_size=12).map("".join)
+
+
+@examples(ci=400, long=5000)
+@given(word=RAW_WORD, form=st.sampled_from(BASH_FORMS))
+def test_any_word_is_read_as_bash_reads_it_or_not_known(word, form):
+    expected = bash_reads(form, "NCCL_NET", word)
+    if expected is None:
+        return  # not one word, or not a script bash runs
+    got = we_read(form, "NCCL_NET", word)
+    assert got in ([], [("NCCL_NET", expected)]), (word, expected, got)
+    value, end = word_at(word, 0)  # the textual reading, for scripts the parser does not take
+    assert value is None or (value, end) == (expected, len(word)), (word, expected, value, end)
+
+
+# Scripts where tree-sitter's nodes and bash's words part (each found by the tests above or by
+# reading the tree): the reading is bash's for the names it gives, and gives those in `known`.
+SPLIT_SCRIPTS = [
+    ("export NCCL_NET=IB; NCCL_NET+=x; {cmd}", {"NCCL_NET"}),  # += appends
+    ("export NCCL_NET=a$$; {cmd}", set()),  # $$ (the pid) is a `$$` token in a concatenation
+    ("export NCCL_NET=$X$$${{X}}; {cmd}", set()),  # `$` ends one node, `${X}` starts the next
+    ("export NCCL_NET=IB\r\n{cmd}", {"NCCL_NET"}),  # \r is part of the word in bash, white space in tree-sitter
+    ("export NCCL_NET=IB\rx NCCL_IB_HCA=y; {cmd}", {"NCCL_NET", "NCCL_IB_HCA"}),
+    ('export NCCL_NET="a"\\\nb; {cmd}', {"NCCL_NET"}),  # a line continuation after a string
+    ("export NCCL_NET='a'\\ 'b'; {cmd}", {"NCCL_NET"}),  # an escaped blank between two strings
+    ("NCCL_NET=a\\\t\\ b {cmd}", {"NCCL_NET"}),
+    ("NCCL_IB_DISABLE='0'\\1 {cmd}", {"NCCL_IB_DISABLE"}),  # `\1` is the command's name in the tree
+    ("env NCCL_IB_DISABLE='0'\\1 {cmd}", {"NCCL_IB_DISABLE"}),
+    ('export NCCL_NET=" $X" NCCL_IB_HCA="$X "; {cmd}', {"NCCL_NET", "NCCL_IB_HCA"}),  # blanks around an expansion
+    ('export NCCL_NET="$" NCCL_IB_HCA="$\'x\'"; {cmd}', {"NCCL_NET", "NCCL_IB_HCA"}),  # `$` tokens in a string
+    ("export NCCL_NET=$'\\x31'\\ 1; {cmd}", {"NCCL_NET"}),
+    ("export NCCL_IB_DISABLE='0'\\1 NCCL_NET='IB'\\\n; {cmd}", {"NCCL_IB_DISABLE", "NCCL_NET"}),
+    # a word token that takes the newline before it (`\env` on the next line) makes the next
+    # command an argument of export in the tree: the script gets the textual reading
+    ("export NCCL_NET=1\n\\env NCCL_IB_DISABLE=1 {cmd}", {"NCCL_NET", "NCCL_IB_DISABLE"}),
+    ("export NCCL_NET=${{X}}\\e=; {cmd}", set()),  # `\e=` is a word, not an assignment
+    ("export NCCL_NET=~/x NCCL_IB_HCA=a:~; {cmd}", set()),  # tilde expansion: not known
+    ("env NCCL_NET=\\\n~ NCCL_IB_HCA=${{X}}\\t{{:~ {cmd}", set()),
+    ("export NCCL_NET=':'~ NCCL_IB_HCA=a\\:~ NCCL_SOCKET_IFNAME=\"~\"; {cmd}", {"NCCL_NET", "NCCL_IB_HCA", "NCCL_SOCKET_IFNAME"}),  # not expanded
+    ("env NCCL_NET=\\~ {cmd}", {"NCCL_NET"}),
+    ("declare -x NCCL_NET=#:=\\0\\\n=\n{cmd}", {"NCCL_NET"}),  # tree-sitter: A= and a comment
+]
+
+
+@pytest.mark.parametrize("script,known", SPLIT_SCRIPTS)
+def test_words_tree_sitter_splits_are_read_as_bash_reads_them(script, known):
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "LC_ALL": "C.UTF-8", "X": BASH_X}
+    out = subprocess.run(["bash", "-c", script.format(cmd="env -0")], env=env, capture_output=True, timeout=20, check=True)
+    seen = dict(v.split("=", 1) for v in out.stdout.decode().split("\0") if v.split("=", 1)[0] in NAMES)
+    got = reader.settings(["bash", "-c", script.format(cmd="python t.py")], NAMES, Env(X=BASH_X))
+    assert {n for n, _ in got} == known and all(seen[n] == v for n, v in got), (seen, got)
 
 
 # -- launcher flag spellings -----------------------------------------------------------------------

@@ -1,12 +1,15 @@
 """A shell script's syntax, as the reader needs it: tree-sitter-bash's tree turned once per
-script into a few node kinds (`Block`, `Cmd`, `Ref`), remembered by text, and the shell's
-quote removal. What the commands then do with the environment is `webhook.commands.reader`'s.
+script into a few node kinds (`Block`, `Cmd`, `Ref`), remembered by text, its words read as
+bash reads them (quote removal: `webhook.commands.quoting`). What the commands then do with the
+environment is `webhook.commands.reader`'s.
 """
 
 from __future__ import annotations
 
 import re
 from typing import Any, Final
+
+from webhook.commands.quoting import ansi_c, ansi_c_end, in_double_quotes, unquoted
 
 # Programs whose `-c` argument (or heredoc) is a script of their own, read as such.
 SHELLS: Final = frozenset({"sh", "bash", "dash", "ash", "ksh", "mksh", "zsh"})
@@ -79,10 +82,10 @@ def parse_script(text: str) -> Block | None:
     block: Block | None = None
     if len(text) <= MAX_PARSED:
         try:
-            tree = _tree_sitter_parser().parse(text.encode("utf-8", "surrogatepass"))
-            root = tree.root_node
+            src = text.encode("utf-8", "surrogatepass")
+            root = _tree_sitter_parser().parse(src).root_node
             if not root.has_error:
-                block = _Converter().block(root, SEQ, 0)
+                block = _Converter(src).block(root, SEQ, 0)
         except (Unreadable, RecursionError, ValueError, UnicodeError):
             block = None
     if len(PARSED) >= CACHE_MAX:
@@ -92,7 +95,22 @@ def parse_script(text: str) -> Block | None:
 
 
 class _Converter:
-    """tree-sitter-bash's tree -> Block/Cmd. Node kinds as in the grammar's node-types.json."""
+    """tree-sitter-bash's tree -> Block/Cmd. Node kinds as in the grammar's node-types.json.
+
+    Where tree-sitter's nodes lose part of a word, the word is read from the source text
+    (`src`, the script's bytes): an escaped blank or newline between two of a word's tokens
+    (`A=\\ a`, `'a'\\ 'b'`) is skipped by the grammar as if it were white space, a word that
+    goes on with an escape after a quoted string (`A='0'\\1`) is split into two nodes, blanks
+    in double quotes next to an expansion or alone (`" "`, `"$X "`) belong to no node or to the
+    `$` token, and an ANSI-C string's body is one token (decoded by `ansi_c`)."""
+
+    __slots__ = ("src",)
+
+    def __init__(self, src: bytes):
+        self.src = src
+
+    def raw(self, start: int, end: int) -> str:
+        return self.src[start:end].decode("utf-8", "replace")
 
     def block(self, node: Any, kind: int, depth: int) -> Block:
         items: list[Any] = []
@@ -186,41 +204,112 @@ class _Converter:
         assigns: list[tuple[str, list[Any]]] = []
         words: list[list[Any]] = []
         subs: list[Block] = []
+        pieces: list[Any] = []  # the nodes that make up words, in order (see `words`)
         if t in ("variable_assignment", "variable_assignments"):
             for a in ([node] if t == "variable_assignment" else node.named_children):
                 if a.type == "variable_assignment":
-                    assigns.append(self.assignment(a, subs, depth))
+                    pieces.append(a)
+            for name, parts in self.words(pieces, True, subs, depth):
+                if name is not None:
+                    assigns.append((name, parts))
             return Cmd(assigns, words, subs)
         if t in ("declaration_command", "unset_command"):
             keyword = node.children[0].type if node.child_count else ""
             words.append([keyword])
             for child in node.named_children:
-                if child.type == "variable_assignment":
-                    name, value = self.assignment(child, subs, depth)
-                    words.append([name, "="] + value)
-                elif child.type == "variable_name":
-                    words.append([child.text.decode("utf-8", "replace")])
-                else:
-                    words.append(self.word(child, subs, depth))
+                pieces.append(child)
+            for _, parts in self.words(pieces, False, subs, depth):
+                words.append(parts)
             return Cmd(assigns, words, subs)
         for i, child in enumerate(node.children):
             field = node.field_name_for_child(i)
-            if child.type == "variable_assignment" and not words:
-                assigns.append(self.assignment(child, subs, depth))
-            elif field == "name":
-                inner = child.named_children
-                words.append(self.word(inner[0], subs, depth) if inner else [None])
-            elif field == "argument":
-                words.append(self.word(child, subs, depth))
+            if child.type == "variable_assignment" or field == "name" or field == "argument":
+                pieces.append(child)
+        for name, parts in self.words(pieces, True, subs, depth):
+            if name is not None:
+                assigns.append((name, parts))
+            else:
+                words.append(parts)
         return Cmd(assigns, words, subs)
+
+    def words(self, pieces: list[Any], assigning: bool, subs: list[Block], depth: int) -> list[tuple[str | None, list[Any]]]:
+        """The shell words that `pieces` (a command's nodes: assignments, its name, arguments) make,
+        each with its assignment's name when it is one of the command's prefix assignments
+        (`assigning`; else `NAME=` stays part of the word). tree-sitter skips escaped blanks and
+        newlines and the characters it takes for white space that bash does not (\\r, \\v, \\f)
+        and may split one word into several nodes there (`A='0'\\1` is A=01): nodes with only
+        those between them are one word, and those right after a node belong to its word. A
+        word that goes on past its last node in any other way is not known."""
+        out: list[tuple[str | None, list[Any]]] = []
+        src = self.src
+        size = len(src)
+        n = len(pieces)
+        i = 0
+        while i < n:
+            piece = pieces[i]
+            i += 1
+            name: str | None = None
+            parts: list[Any]
+            if assigning and piece.type == "variable_assignment":
+                name, parts = self.assignment(piece, subs, depth)
+            else:
+                assigning = False  # NAME=value after the command's name is an argument
+                parts = self.piece(piece, subs, depth)
+            end: int = piece.end_byte
+            while True:
+                following: int = pieces[i].start_byte if i < n else size
+                p = _glue(src, end, following)
+                if p > end:
+                    parts.append(unquoted(self.raw(end, p)))
+                if i < n and following == p:
+                    parts.extend(self.piece(pieces[i], subs, depth))
+                    end = pieces[i].end_byte
+                    i += 1
+                    continue
+                if p < size and src[p] not in _WORD_END:
+                    parts = [None]  # the word goes on where no node of ours does
+                elif b"~" in src[piece.start_byte:p] and _tilde_expanded(src, piece.start_byte, p):
+                    parts = [None]  # NAME=~/x, NAME=a:~/x, also as an argument (env NAME=~/x): bash expands the tilde
+                break
+            out.append((name, parts))
+        return out
+
+    def piece(self, node: Any, subs: list[Block], depth: int) -> list[Any]:
+        t: str = node.type
+        if t == "command_name":
+            inner = node.named_children
+            return self.word(inner[0], subs, depth) if inner else [None]
+        if t == "variable_name":
+            return [node.text.decode("utf-8", "replace")]
+        if t == "variable_assignment":
+            name, value = self.assignment(node, subs, depth)
+            return [name, "="] + value
+        return self.word(node, subs, depth)
 
     def assignment(self, node: Any, subs: list[Block], depth: int) -> tuple[str, list[Any]]:
         name_node = node.child_by_field_name("name")
         value_node = node.child_by_field_name("value")
         name = name_node.text.decode("utf-8", "replace") if name_node is not None else ""
+        if "\\" in name:
+            raise Unreadable()  # `\e=x`: a word to bash (a command's name, or export's e=x), not NAME=value
         if name_node is not None and name_node.type != "variable_name":
             name = ""  # arr[i]=...: not an environment variable
-        value: list[Any] = self.word(value_node, subs, depth) if value_node is not None else [""]
+        if value_node is None:
+            last = node.children[-1]
+            if last.type != "=" and last.type != "+=":  # `A=#x...` read as A= and a comment
+                raise Unreadable()
+            return name, [""]
+        value: list[Any] = []
+        op = value_node.prev_sibling
+        if op is not None:
+            if op.type == "+=":
+                value.append(Ref(name))  # A+=x appends to A
+            start: int = op.end_byte
+            if start < value_node.start_byte:  # what tree-sitter skipped: A=\\ a
+                if _glue(self.src, start, value_node.start_byte) != value_node.start_byte:
+                    raise Unreadable()
+                value.append(unquoted(self.raw(start, value_node.start_byte)))
+        value.extend(self.word(value_node, subs, depth))
         return name, value
 
     def word(self, node: Any, subs: list[Block], depth: int) -> list[Any]:
@@ -229,26 +318,53 @@ class _Converter:
         t: str = node.type
         text: str = node.text.decode("utf-8", "replace")
         if t == "word" or t == "number":
+            if text[:1] in _LEADING_BLANK:  # a word token that took the newline before it: not bash's commands
+                raise Unreadable()
             return [unquoted(text)]
         if t == "raw_string":
             return [text[1:-1]]
         if t in ("string", "translated_string"):
+            # the text between the quotes, less the expansions in it: blanks can belong to no node
+            # (`" "`, `"$X "`) or to the `$` token after them (`" $X"`), and a lone `$` is a token
+            src = self.src
             parts: list[Any] = []
+            pos: int = node.start_byte + (1 if t == "string" else 2)
             for child in node.named_children:
-                ct = child.type
-                if ct == "string_content":
-                    parts.append(in_double_quotes(child.text.decode("utf-8", "replace")))
-                else:
-                    parts.extend(self.word(child, subs, depth + 1))
+                if child.type == "string_content":
+                    continue
+                start: int = child.start_byte
+                while src[start] in _BLANKS:
+                    start += 1
+                if start > pos:
+                    parts.append(in_double_quotes(self.raw(pos, start)))
+                parts.extend(self.word(child, subs, depth + 1))
+                pos = child.end_byte
+            end: int = node.end_byte - 1
+            if end > pos:
+                parts.append(in_double_quotes(self.raw(pos, end)))
             return parts or [""]
         if t == "concatenation":
             parts = []
+            known = True
+            pos = node.start_byte
             for child in node.children:
+                start = child.start_byte
+                if start > pos:  # what tree-sitter skipped between two tokens
+                    if _glue(self.src, pos, start) != start:
+                        raise Unreadable()
+                    parts.append(unquoted(self.raw(pos, start)))
                 if child.is_named:
                     parts.extend(self.word(child, subs, depth + 1))
                 else:
-                    parts.append(child.text.decode("utf-8", "replace"))
-            return parts
+                    anon = child.text.decode("utf-8", "replace")
+                    if anon.startswith("`"):
+                        parts.append("")  # an empty command substitution
+                    elif anon == "$" and (child.end_byte >= len(self.src) or self.src[child.end_byte] in _WORD_END):
+                        parts.append("$")  # a `$` that ends the word is itself
+                    else:
+                        known = False  # `$$` (the shell's pid), a `$` that starts what follows
+                pos = child.end_byte
+            return parts if known else [None]
         if t == "simple_expansion" or t == "expansion":
             inner = node.named_children
             if len(inner) == 1 and inner[0].type == "variable_name" and node.child_count == (2 if t == "simple_expansion" else 3):
@@ -256,38 +372,75 @@ class _Converter:
             return [None]
         if t == "ansi_c_string":
             body = text[2:-1]
-            return [body] if "\\" not in body else [None]
+            if "\\" not in body:
+                return [body]
+            if ansi_c_end(text, 2) != len(text):  # tree-sitter's token is not bash's ($'a\\' b')
+                raise Unreadable()
+            return [ansi_c(body)]
         if t in ("command_substitution", "process_substitution"):
             subs.append(self.block(node, SUB, depth + 1))
             return [None]
         return [None]  # arithmetic, arrays, brace expansion, globs: not known here
 
 
-def _unescape(text: str, escapable: str | None) -> str:
-    """Backslashes removed as the shell removes them: before any character outside quotes
-    (`escapable` None), or only before one of `escapable` inside double quotes; `\\<newline>`
-    is a line continuation (nothing) in both."""
-    if "\\" not in text:
-        return text
-    out: list[str] = []
-    i, n = 0, len(text)
-    while i < n:
-        ch = text[i]
-        if ch == "\\" and i + 1 < n and (escapable is None or text[i + 1] in escapable):
-            if text[i + 1] != "\n":
-                out.append(text[i + 1])
+# -- words from the source text ---------------------------------------------------------------
+
+_WORD_END: Final = frozenset(b" \t\n;&|()<>`")  # what ends an unquoted word (a blank or a metacharacter)
+_BLANKS: Final = frozenset(b" \t\n")
+_LEADING_BLANK: Final = (" ", "\t", "\n")
+_ASSIGNMENT_START: Final = re.compile(rb"[A-Za-z_][A-Za-z0-9_]*\+?=")
+
+
+def _tilde_expanded(src: bytes, start: int, end: int) -> bool:
+    """Whether the word src[start:end] is an assignment, or an argument that looks like one
+    (`env NAME=~/x`: bash expands those too), with a tilde bash expands: an unquoted `~` first in
+    the value or right after an unquoted `:` (`PATH=~/bin:~/x`)."""
+    m = _ASSIGNMENT_START.match(src, start, end)
+    if m is None:
+        return False
+    i: int = m.end()
+    after = True  # at the value's start or after an unquoted `:`
+    while i < end:
+        b = src[i]
+        if b == 126 and after:  # ~
+            return True
+        if b == 92:  # a backslash: what it escapes is quoted; a line continuation is nothing
+            if i + 1 < end and src[i + 1] == 10:
+                i += 2
+                continue
             i += 2
-            continue
-        out.append(ch)
-        i += 1
-    return "".join(out)
+        elif b == 39:  # '...'
+            close = src.find(b"'", i + 1, end)
+            if close < 0:
+                return True  # not closed: not known
+            i = close + 1
+        elif b == 36 and i + 1 < end and src[i + 1] == 39:  # $'...'
+            i += 2
+            while i < end and src[i] != 39:
+                i += 2 if src[i] == 92 else 1
+            i += 1
+        elif b == 34:  # "..."
+            i += 1
+            while i < end and src[i] != 34:
+                i += 2 if src[i] == 92 else 1
+            i += 1
+        else:
+            i += 1
+        after = b == 58  # :
+    return False
 
 
-def unquoted(text: str) -> str:
-    """An unquoted word's text without its backslashes (`\\x` is `x`, `\\<newline>` nothing)."""
-    return _unescape(text, None)
-
-
-def in_double_quotes(text: str) -> str:
-    """Inside "...", a backslash escapes only $ ` " \\ and a newline."""
-    return _unescape(text, '$`"\\\n')
+def _glue(src: bytes, start: int, stop: int) -> int:
+    """How far from `start` (up to `stop`) the source holds only what tree-sitter skips inside
+    one shell word: backslash pairs (`\\ `, `\\<tab>`, `\\<newline>`) and \\r, \\v, \\f, which
+    it takes for white space and bash does not."""
+    p = start
+    while p < stop:
+        b = src[p]
+        if b == 92 and p + 1 < stop:
+            p += 2
+        elif b == 13 or b == 11 or b == 12:
+            p += 1
+        else:
+            break
+    return p

@@ -6,10 +6,10 @@ textual reading that `webhook.commands.reader` falls back to for a script it can
 from __future__ import annotations
 
 import re
-import shlex
 from typing import Final
 
 from webhook.commands import launchers
+from webhook.commands.quoting import word_at
 
 # -- the substring pre-check ------------------------------------------------------------------
 
@@ -61,7 +61,7 @@ def _scanners(names: frozenset[str]) -> tuple[re.Pattern[str], re.Pattern[str]]:
             rests = sorted((n[len(p):] for n in names if n.startswith(p)), key=len, reverse=True)
             alternatives.append(re.escape(p) + "(?<![A-Za-z0-9_]" + re.escape(p) + ")(?:"
                                 + "|".join(re.escape(r) for r in rests) + ")")
-        shell = "(" + "|".join(alternatives) + r")=(\"[^\"]*\"|'[^']*'|[^\s;&|)`]*)"
+        shell = "(" + "|".join(alternatives) + r")="
         python = (r"environ\[\s*[\"'](" + "|".join(re.escape(n) for n in sorted(names, key=len, reverse=True))
                   + r")[\"']\s*\]\s*=\s*(\"[^\"]*\"|'[^']*')")
         found = (re.compile(shell), re.compile(shell + "|" + python))
@@ -72,28 +72,42 @@ def _scanners(names: frozenset[str]) -> tuple[re.Pattern[str], re.Pattern[str]]:
 
 def scan_text(text: str, names: frozenset[str]) -> list[tuple[str, str]]:
     """The textual reading: every `NAME=value` that starts a word, and every
-    `environ["NAME"] = "value"`, in order, whatever surrounds it (a comment, an echo). Values
-    with a `$` are skipped (not known here). What `settings` falls back to for a script it cannot
-    parse: it may report more than the shell would set, never less."""
+    `environ["NAME"] = "value"`, in order, whatever surrounds it (a comment, an echo). The value
+    is the shell word after `=` with its quotes removed as the shell removes them
+    (`webhook.commands.quoting.word_at`, `$'...'` decoded); values with an expansion (`$X`,
+    `$(...)`) are skipped (not known here), and one with a quote that is not closed is read up
+    to a blank as written. What `settings` falls back to for a script it
+    cannot parse: it may report more than the shell would set, never less."""
     found: list[tuple[str, str]] = []
     if not mentions(text, names):
         return found
     shell, either = _scanners(names)
-    for m in (either if "environ" in text else shell).finditer(text):
+    scanner = either if "environ" in text else shell
+    at = 0
+    while True:
+        m = scanner.search(text, at)
+        if m is None:
+            break
+        at = m.end()
         first: str | None = m.group(1)
-        name: str = first if first else m.group(3)
-        raw: str = m.group(2) if first else m.group(4)
-        if raw[:1] in ("'", '"'):
-            raw = raw[1:-1]
-        elif "\\" in raw or "'" in raw or '"' in raw:  # a shell word with escapes or inner quotes
-            try:
-                raw = "".join(shlex.split(raw))
-            except ValueError:
-                pass
-        if "$" in raw:  # a shell variable: its value is not known here
+        if not first:  # environ["NAME"] = "value"
+            raw: str = m.group(3)[1:-1]
+            if "$" not in raw:
+                found.append((m.group(2), raw))
             continue
-        found.append((name, raw))
+        value, end = word_at(text, at)
+        if end < 0:  # a quote not closed: the text up to a blank, as written
+            cut = _UNQUOTED.match(text, at)
+            rest = cut.group(0) if cut is not None else ""
+            value = None if "$" in rest else rest
+        else:
+            at = max(at, end)
+        if value is not None:
+            found.append((first, value))
     return found
+
+
+_UNQUOTED: Final = re.compile(r"[^\s;&|)`]*")
 
 
 # -- which launchers a command runs -----------------------------------------------------------
