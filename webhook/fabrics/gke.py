@@ -31,7 +31,7 @@ import json
 from dataclasses import dataclass
 from typing import Any, Final
 
-from webhook.fabrics.multus import Plan
+from webhook.fabrics.multus import Plan, free_interface
 
 INTERFACES: Final = "networking.gke.io/interfaces"
 DEFAULT_INTERFACE: Final = "networking.gke.io/default-interface"
@@ -115,14 +115,7 @@ def plan(current: str | None, networks: tuple[GkeNetwork, ...]) -> Plan:
         if found is not None:
             interfaces.append(found)
             continue
-        iface = n.interface if n.interface and n.interface not in taken else ""
-        free = 1
-        while not iface:
-            candidate = f"eth{free}"
-            if candidate not in taken:
-                iface = candidate
-            free += 1
-        taken.add(iface)
+        iface = free_interface(n.interface, taken, "eth")
         names.append(iface)
         interfaces.append(iface)
         added.append(f"GKE network {n.name}@{iface}")

@@ -100,6 +100,20 @@ def interface_of(entry: Any, position: int) -> str:
     return f"net{position}"
 
 
+def free_interface(wanted: str | None, taken: set[str], prefix: str) -> str:
+    """The interface name a new attachment gets: `wanted` when no attachment has it, else the
+    lowest <prefix><N> none has (Multus: net<N>; GKE multi-networking: eth<N>); recorded as taken."""
+    iface = wanted if wanted and wanted not in taken else ""
+    free = 1
+    while not iface:
+        candidate = f"{prefix}{free}"
+        if candidate not in taken:
+            iface = candidate
+        free += 1
+    taken.add(iface)
+    return iface
+
+
 def plan(current: str | None, networks: tuple[Network, ...], pod_ns: str) -> Plan:
     """Where the policy's networks go in the pod's annotation (`current`, the value as sent;
     `decision.shape_problem` has checked that annotations are strings)."""
@@ -135,15 +149,8 @@ def plan(current: str | None, networks: tuple[Network, ...], pod_ns: str) -> Pla
         if found >= 0:
             interfaces.append(names[found])
             continue
-        iface = n.interface if n.interface and n.interface not in taken else ""
-        free = 1  # else the lowest net<free> no attachment has
-        while not iface:
-            candidate = f"net{free}"
-            if candidate not in taken:
-                iface = candidate
-            free += 1
+        iface = free_interface(n.interface, taken, "net")
         names.append(iface)
-        taken.add(iface)
         interfaces.append(iface)
         added.append(f"network {want[0]}/{n.name}@{iface}")
         if form == "json":
