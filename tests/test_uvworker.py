@@ -1,7 +1,7 @@
 """webhook/serving/worker.py's connection, driven on an event loop with a fake transport: the bounds
 and the gentle stop it adds to uvicorn's protocol. Over real TLS the same code serves every test
 in test_server.py, test_hostile.py and test_soak.py; here the timers are shortened so that the
-cases that take 75 s in production (an idle connection) take milliseconds."""
+cases that take 120 s in production (an idle connection) take milliseconds."""
 
 from __future__ import annotations
 
@@ -237,3 +237,23 @@ def test_the_worker_serves_every_request_in_one_application_context(tmp_path):
     finally:
         proc.terminate()
         proc.wait(30)
+
+# The API server's webhook client keeps an idle connection for 90 s (net/http's Transport
+# IdleConnTimeout in k8s.io/apiserver's webhook client). A server that closes it first races a
+# request the API server just sent on it; the API server does not resend a POST, and the
+# admission fails (a rejected pod under failurePolicy Fail).
+API_SERVER_IDLE_S = 90
+
+
+def test_idle_connections_outlive_the_api_servers_own_idle_timeout():
+    from gunicorn.config import Config as GunicornConfig
+    from gunicorn.glogging import Logger
+
+    from webhook.serving.server import gunicorn_options
+
+    tls = type("T", (), {"cert_file": None, "key_file": None})()
+    cfg = GunicornConfig()
+    for key, value in gunicorn_options(host="127.0.0.1", port=1, workers=1, tls=tls).items():
+        cfg.set(key, value)
+    worker = uvworker.Worker(0, 0, [], None, 30, cfg, Logger(cfg))
+    assert worker.config.timeout_keep_alive > API_SERVER_IDLE_S

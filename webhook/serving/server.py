@@ -164,7 +164,10 @@ def gunicorn_options(*, host: str, port: int, workers: int, tls, worker_class: s
         "certfile": tls.cert_file,
         "keyfile": tls.key_file,
         "ssl_context": lambda conf, default_factory: tls,
-        "keepalive": 75,  # the API server reuses connections; keep them longer than its idle
+        # The API server keeps an idle webhook connection for 90 s (client-go's transport, Go's
+        # default IdleConnTimeout) and never resends a POST: a server that closes first races
+        # a request on the closing connection and fails that admission. Outlive it.
+        "keepalive": 120,
         "timeout": 30,
         "graceful_timeout": 20,
         # gunicorn's own parser only (the gthread reference floor); uvicorn's requests are bounded

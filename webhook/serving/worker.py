@@ -17,7 +17,7 @@ What is ours on top of uvicorn's protocol (`Connection`):
   seconds, and a request that arrives meanwhile is answered with `Connection: close`, as
   gunicorn's own workers do;
 - bounds uvicorn leaves out: a connection that never sends a request is closed after the
-  keep-alive time (75 s), a request line and headers must arrive within REQUEST_TIMEOUT and
+  keep-alive time (120 s, longer than the API server keeps an idle connection), a request line and headers must arrive within REQUEST_TIMEOUT and
   MAX_HEAD bytes (431 otherwise); the body is bounded by `Front` (10 s, 3 MiB);
 - the scope of a request whose body was complete before the app ran is marked
   (`asgi.BODY_COMPLETE`), so `Front` arms no body deadline for it;
