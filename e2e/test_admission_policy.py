@@ -222,6 +222,8 @@ def _create_pods(cp, namespace: str, prefix: str) -> None:
         assert proc.returncode == 0, proc.stderr
         got = stored(cp, pod_path(namespace, f"{prefix}-{i}"))
         assert got["metadata"]["annotations"]["rdma-webhook.io/applied-policy"] == "erdma"
+        # the label the generated policy selects its pods by (no CEL match condition)
+        assert got["metadata"]["labels"]["rdma-webhook.io/applied-policy"] == "erdma"
 
 
 def test_one_webhook_call_per_pod_in_the_policy_mode(cp, hook, mode, namespace, record_property):

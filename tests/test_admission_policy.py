@@ -47,10 +47,10 @@ def test_one_policy_and_one_binding_per_policy(shipped):
         assert spec["failurePolicy"] == "Fail"
         assert spec["matchConstraints"]["resourceRules"] == [
             {"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"], "resources": ["pods"]}]
-        assert spec["matchConstraints"]["objectSelector"] == {"matchLabels": {"rdma-webhook.io/inject": "true"}}
-        assert [c["name"] for c in spec["matchConditions"]] == ["applied-policy"]
-        assert f"== '{name}'" in spec["matchConditions"][0]["expression"]
-        assert "rdma-webhook.io/applied-policy" in spec["matchConditions"][0]["expression"]
+        # the pods of this policy only, by the label the mutation writes, before any CEL runs
+        assert spec["matchConstraints"]["objectSelector"] == {"matchLabels": {"rdma-webhook.io/applied-policy": name}}
+        assert spec["matchConstraints"]["namespaceSelector"] == {}  # the label is only written in opted-in namespaces
+        assert "matchConditions" not in spec
         for v in spec["validations"]:
             assert set(v) in ({"expression", "messageExpression", "reason"}, {"expression", "message", "reason"}), v
             assert v["reason"] == "Forbidden"

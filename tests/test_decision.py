@@ -75,6 +75,9 @@ def test_pytorchjob_worker_gets_everything(policies):
     assert out["spec"]["volumes"][0] == pod["spec"]["volumes"][0]
     ann = out["metadata"]["annotations"]
     assert ann[keys.STATUS] == "injected" and ann[keys.APPLIED_POLICY] == "erdma"
+    # the same name as a label (the generated ValidatingAdmissionPolicy selects by it), the
+    # user's labels kept
+    assert out["metadata"]["labels"] == {**pod["metadata"]["labels"], keys.APPLIED_POLICY_LABEL: "erdma"}
     assert any("NCCL_DEBUG=INFO" in w for w in resp["warnings"])
     # nothing outside metadata.annotations and the container/volumes changed
     assert out["spec"]["tolerations"] == pod["spec"]["tolerations"] and out["metadata"]["name"] == pod["metadata"]["name"]
@@ -435,8 +438,8 @@ def test_operator_pod_shapes(policies, make):
     pod = make()
     resp, out, d = mutate_twice(pod, ML, policies)
     assert d.outcome == "mutated" and d.policy == "erdma"
-    # operator-set labels and env are kept
-    assert out["metadata"]["labels"] == pod["metadata"]["labels"]
+    # operator-set labels and env are kept; the webhook adds its own label only
+    assert out["metadata"]["labels"] == {**pod["metadata"]["labels"], keys.APPLIED_POLICY_LABEL: "erdma"}
     c0, o0 = pod["spec"]["containers"][0], out["spec"]["containers"][0]
     assert o0["env"][: len(c0.get("env", []))] == c0.get("env", [])
 

@@ -367,12 +367,23 @@ def test_a_mutated_pod_that_lost_its_status_annotations_gets_them_back(pinned, d
     assert d.pod["metadata"]["annotations"] == {**annotations, **restored}
 
 
+def test_a_mutated_pod_that_lost_its_policy_label_gets_it_back(pinned):
+    pod = good_pod(pinned)
+    assert pod["metadata"]["labels"][keys.APPLIED_POLICY_LABEL] == "pinned"
+    del pod["metadata"]["labels"][keys.APPLIED_POLICY_LABEL]
+    d = decision.decide(pod, NS, pinned)
+    assert d.outcome == decision.MUTATED and d.notes == [], d.notes
+    assert d.pod["metadata"]["labels"][keys.APPLIED_POLICY_LABEL] == "pinned"
+    assert decision.decide(d.pod, NS, pinned).outcome == decision.UNCHANGED
+
+
 def test_a_pod_applied_by_another_policy_name_is_relabelled(pinned):
     pod = good_pod(pinned)
     pod["metadata"]["annotations"][keys.APPLIED_POLICY] = "old-name"
     d = decision.decide(pod, NS, pinned)
     assert d.outcome == decision.MUTATED and d.notes == []
     assert d.pod["metadata"]["annotations"][keys.APPLIED_POLICY] == "pinned"
+    assert d.pod["metadata"]["labels"][keys.APPLIED_POLICY_LABEL] == "pinned"
     assert decision.decide(d.pod, NS, pinned).outcome == decision.UNCHANGED
 
 

@@ -163,7 +163,10 @@ def check_mutation(pod: dict[str, Any], out: dict[str, Any], decision: Any) -> N
     assert len(claims_now) - len(claims_sent) <= 1
     assert {k: v for k, v in pod.items() if k not in ("spec", "metadata")} == {k: v for k, v in out.items() if k not in ("spec", "metadata")}
     meta, ometa = pod["metadata"], out["metadata"]
-    assert {k: v for k, v in meta.items() if k != "annotations"} == {k: v for k, v in ometa.items() if k != "annotations"}
+    assert {k: v for k, v in meta.items() if k not in ("annotations", "labels")} == {k: v for k, v in ometa.items() if k not in ("annotations", "labels")}
+    # labels: only the webhook's own (the applied policy, which the generated admission policy selects by)
+    labels, olabels = meta.get("labels") or {}, ometa.get("labels") or {}
+    assert {k: v for k, v in labels.items() if k != keys.APPLIED_POLICY_LABEL} == {k: v for k, v in olabels.items() if k != keys.APPLIED_POLICY_LABEL}
     # annotations: only the webhook's own and the Multus one
     ann, oann = meta.get("annotations") or {}, ometa.get("annotations") or {}
     owned = {keys.STATUS, keys.APPLIED_POLICY, keys.MULTUS_NETWORKS, gke.INTERFACES, gke.DEFAULT_INTERFACE}
@@ -332,6 +335,7 @@ def check_round(pod: dict[str, Any]) -> tuple[dict[str, Any], Any]:
     if decision is not None and decision.outcome == MUTATED:
         ann = out["metadata"]["annotations"]
         assert ann[keys.STATUS] == "injected" and ann[keys.APPLIED_POLICY] == decision.policy
+        assert out["metadata"]["labels"][keys.APPLIED_POLICY_LABEL] == decision.policy
     return r, decision
 
 

@@ -21,10 +21,14 @@ POD_INJECT_TRUE: Final = "true"
 # Pod annotation naming the policy the pod asks for.
 POD_POLICY: Final = PREFIX + "policy"
 
-# Annotations the webhook writes on every pod it mutates.
+# Annotations the webhook writes on every pod it mutates, and the policy it applied, also as a
+# label: the generated ValidatingAdmissionPolicy of each policy selects its pods by that label
+# (an objectSelector, matched before any CEL runs), so the API server evaluates the final-state
+# check of one policy per pod instead of a match condition of every policy.
 STATUS: Final = PREFIX + "status"
 STATUS_INJECTED: Final = "injected"
 APPLIED_POLICY: Final = PREFIX + "applied-policy"
+APPLIED_POLICY_LABEL: Final = APPLIED_POLICY
 
 # Multus: the pod annotation listing secondary networks, and the NetworkAttachmentDefinition
 # annotation naming the device-plugin resource behind a network.

@@ -5,9 +5,9 @@ two can never disagree.
 Why: `/validate` on pods is a second webhook round trip for every labelled pod, made only to
 look at the pod once every mutating webhook has run. What it checks there is mostly whether the
 pieces our mutation added are still in place, and that is plain data the API server can check
-in-process: the mutating webhook writes the policy it applied on the pod
-(`rdma-webhook.io/applied-policy`), and each generated policy matches the pods that carry its
-name and checks, in CEL:
+in-process: the mutating webhook writes the policy it applied on the pod (the label
+`rdma-webhook.io/applied-policy`), and each generated policy selects the pods that carry its
+name (an objectSelector, no CEL) and checks, in CEL:
 
 - device-missing: every GPU container still has the policy's device resources (non-zero
   limits), an equivalent resource, or a reference to the policy's DRA claim;
@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from typing import Any, Iterable, Sequence
+from typing import Any, Callable, Iterable, Sequence
 
 from webhook.core import keys
 from webhook.core.model import GPUS_FIELD, Policy, PolicySet
@@ -54,7 +54,6 @@ POLICY_LABEL = keys.PREFIX + "rdma-policy"
 DIGEST_ANNOTATION = keys.PREFIX + "final-state-digest"
 ACTIONS = ("Deny", "Warn", "Audit")
 DRY_RUN = ("Warn", "Audit")
-WEBHOOK_NAMESPACES = ("kube-system", "rdma-webhook")  # as deploy/base/*webhook.yaml exclude them
 
 # NCCL_IB_DISABLE as NCCL reads it (strtoll base 0, `webhook.grammar.nccl.int_param`): non-zero
 # when the number's first non-zero digit comes before it ends. (A number past int64 is 0 to
@@ -108,14 +107,24 @@ def _others() -> str:
             "!(e.value.trim().lowerAscii() in ['', 'void', 'none'])))")
 
 
-def _last_env(name: str) -> str:
-    """The value of the last env entry named `name` ('' for a valueFrom), for a container that has one."""
-    entries = f"c.env.filter(e, e.name == {cel_str(name)})"
-    return f"(has({entries}[size({entries}) - 1].value) ? {entries}[size({entries}) - 1].value : '')"
+# The value of the last env entry of a name ('' for a valueFrom), as the kubelet reads `env`.
+# `[list].all(l, ...)` binds the filtered entries to `l` once: the API server's CEL environment
+# has no `cel.bind`, and writing the filter out at each use evaluated it four times per rule.
+_LAST = "(has(l[size(l) - 1].value) ? l[size(l) - 1].value : '')"
 
 
-def _has_env(name: str) -> str:
-    return f"(has(c.env) && c.env.exists(e, e.name == {cel_str(name)}))"
+def _entries(name: str) -> str:
+    return f"[c.env.filter(e, e.name == {cel_str(name)})]"
+
+
+def _env_set_and(name: str, test: Callable[[str], str]) -> str:
+    """CEL: c has an env entry `name`, and `test` holds for the last one's value."""
+    return f"(has(c.env) && {_entries(name)}.all(l, size(l) > 0 && {test(_LAST)}))"
+
+
+def _env_unset_or(name: str, test: Callable[[str], str]) -> str:
+    """CEL: c has no env entry `name`, or `test` holds for the last one's value."""
+    return f"(!has(c.env) || {_entries(name)}.all(l, size(l) == 0 || {test(_LAST)}))"
 
 
 def _capability(field: str) -> str:
@@ -123,17 +132,22 @@ def _capability(field: str) -> str:
             f"&& c.securityContext.capabilities.{field}.exists(x, x.upperAscii() in ['IPC_LOCK', 'CAP_IPC_LOCK']))")
 
 
-def _names(condition: str, over: str = "variables.targets") -> str:
-    """The names of the containers of `over` for which `condition` is false, quoted and joined."""
-    return f"{over}.filter(c, !({condition})).map(c, \"'\" + c.name + \"'\").join(', ')"
+def _names(over: str = "variables.targets") -> str:
+    """Who the message is about: the container when `over` holds one (most training pods), else
+    the containers among which the rule failed. The API server evaluates every messageExpression
+    of a matched policy whether its rule held or not, so this one must cost little: naming only
+    the failing containers would repeat the rule's whole check for every admitted pod
+    (benchmarks/README.md, "The final-state check in the API server")."""
+    return (f"(size({over}) == 1 ? \"container '\" + {over}[0].name + \"'\" : "
+            f"'one of the containers ' + {over}.map(c, \"'\" + c.name + \"'\").join(', '))")
 
 
 def _validation(rule: str, condition: str, message: str, over: str = "variables.targets") -> dict[str, Any]:
     """One rule: `condition` must hold for every container of `over`; the message names the
-    containers it fails for, then says why and what to do, as the webhook's denial does."""
+    container (`_names`), then says why and what to do, as the webhook's denial does."""
     return {
         "expression": f"{over}.all(c, {condition})",
-        "messageExpression": f"'rdma-webhook: container ' + {_names(condition, over)} + {cel_str(': ' + message + f' [{rule}]')}",
+        "messageExpression": f"'rdma-webhook: ' + {_names(over)} + {cel_str(': ' + message + f' [{rule}]')}",
         "reason": "Forbidden",
     }
 
@@ -143,26 +157,26 @@ def _pod_validation(rule: str, condition: str, message: str) -> dict[str, Any]:
             "message": f"rdma-webhook: {message} [{rule}]", "reason": "Forbidden"}
 
 
-def _fallback_checks(policy: Policy) -> list[tuple[str, str, str]]:
-    """(variable, CEL that its last value is fine, why) for the transport's variables whose
+def _fallback_checks(policy: Policy) -> list[tuple[str, Callable[[str], str], str]]:
+    """(variable, CEL that a value of it is fine, why) for the transport's variables whose
     judgement a CEL expression makes exactly (`webhook.fabrics.transports`)."""
-    out: list[tuple[str, str, str]] = []
+    out: list[tuple[str, Callable[[str], str], str]] = []
     for name in policy.watched:
         if name in policy.warned:
             continue
-        value = _last_env(name)
         if name == "NCCL_IB_DISABLE":
-            out.append((name, f"!{value}.matches({cel_str(IB_DISABLED_RE)})",
+            out.append((name, lambda v: f"!{v}.matches({cel_str(IB_DISABLED_RE)})",
                         "NCCL_IB_DISABLE is non-zero, which turns NCCL's IB/RoCE transport off, so NCCL runs on TCP sockets; "
                         "a webhook that ran after rdma-webhook may have set it"))
         elif name == "NCCL_NET":
-            nets = [n.casefold() for n in policy.nccl_nets]
-            out.append((name, f"{value}.lowerAscii() in {cel_list(nets)}",
+            nets = cel_list(n.casefold() for n in policy.nccl_nets)
+            out.append((name, lambda v, nets=nets: f"{v}.lowerAscii() in {nets}",
                         f"NCCL_NET names a transport that policy {policy.name} does not provide ({'/'.join(policy.nccl_nets)}), "
                         f"so NCCL uses TCP; a webhook that ran after rdma-webhook may have set it"))
         elif name == "NCCL_NET_PLUGIN" and policy.fabric.net_plugins:
-            paths = "^.*/(" + "|".join(_re_escape(n) for n in policy.fabric.net_plugins) + ")$"  # a path to a listed library
-            out.append((name, f"({value} in {cel_list(policy.fabric.net_plugins)} || {value}.matches({cel_str(paths)}))",
+            plugins = cel_list(policy.fabric.net_plugins)
+            paths = cel_str("^.*/(" + "|".join(_re_escape(n) for n in policy.fabric.net_plugins) + ")$")  # a path to a listed library
+            out.append((name, lambda v, plugins=plugins, paths=paths: f"({v} in {plugins} || {v}.matches({paths}))",
                         f"NCCL_NET_PLUGIN does not load the fabric's plugin ({'/'.join(policy.fabric.net_plugins)}), which "
                         f"leaves NCCL its built-in transports (TCP sockets here)"))
     return out
@@ -219,19 +233,19 @@ def validations(policy: Policy) -> list[dict[str, Any]]:
         if not setting.enforce:
             continue
         if setting.templated:  # the value names the pod's interfaces: present, not compared
-            same = f"{_has_env(setting.name)} && {_last_env(setting.name)} != ''"
+            same = _env_set_and(setting.name, lambda v: f"{v} != ''")
             want = f"set (to {setting.value!r} with the pod's interface names)"
         elif setting.name == "NCCL_NET":
-            same = f"{_has_env(setting.name)} && {_last_env(setting.name)}.lowerAscii() == {cel_str(setting.value.casefold())}"
+            same = _env_set_and(setting.name, lambda v, w=cel_str(setting.value.casefold()): f"{v}.lowerAscii() == {w}")
             want = f"{setting.value!r}"
         else:
-            same = f"{_has_env(setting.name)} && {_last_env(setting.name)} == {cel_str(setting.value)}"
+            same = _env_set_and(setting.name, lambda v, w=cel_str(setting.value): f"{v} == {w}")
             want = f"{setting.value!r}"
         out.append(_validation("enforced-env", same,
                                f"{setting.name} is missing or changed, but policy {policy.name} pins it to {want} so that a "
                                f"missing RDMA device fails at start instead of running on TCP"))
     for name, fine, why in _fallback_checks(policy):
-        out.append(_validation("env-fallback", f"!{_has_env(name)} || {fine}", why, over="variables.checked"))
+        out.append(_validation("env-fallback", _env_unset_or(name, fine), why, over="variables.checked"))
     mount = "c.volumeMounts.filter(m, m.mountPath == '/dev/shm' || m.mountPath == '/dev/shm/')"
     ours = (f"object.spec.volumes.filter(v, v.name == {mount}[0].name && v.name.startsWith('rdma-webhook-dshm'))")
     shm = (f"has(c.volumeMounts) && size({mount}) > 0 && (!has(object.spec.volumes) || size({ours}) == 0 || "
@@ -288,16 +302,15 @@ def policy_spec(policy: Policy) -> dict[str, Any]:
         "failurePolicy": "Fail",
         "matchConstraints": {
             "resourceRules": [{"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"], "resources": ["pods"]}],
-            "namespaceSelector": {"matchExpressions": [
-                {"key": keys.NS_INJECTION, "operator": "In", "values": [keys.NS_INJECTION_ENABLED]},
-                {"key": "kubernetes.io/metadata.name", "operator": "NotIn", "values": list(WEBHOOK_NAMESPACES)}]},
-            "objectSelector": {"matchLabels": {keys.POD_INJECT: keys.POD_INJECT_TRUE}},
+            # The pods this policy was applied to, by the label the mutation writes, and nothing
+            # else: `/mutate` writes it only on labelled pods of opted-in namespaces outside
+            # kube-system and rdma-webhook, so a namespace selector would repeat what the label
+            # already says. Both selectors are parsed again for every policy and every pod
+            # (LabelSelectorAsSelector validates each requirement), before any CEL runs: one
+            # requirement per policy is the cheapest test the API server offers.
+            "namespaceSelector": {},
+            "objectSelector": {"matchLabels": {keys.APPLIED_POLICY_LABEL: policy.name}},
         },
-        "matchConditions": [{
-            "name": "applied-policy",
-            "expression": (f"has(object.metadata.annotations) && {cel_str(keys.APPLIED_POLICY)} in object.metadata.annotations "
-                           f"&& object.metadata.annotations[{cel_str(keys.APPLIED_POLICY)}] == {cel_str(policy.name)}"),
-        }],
         "variables": [
             {"name": "targets", "expression": f"object.spec.containers.filter(c, {_target(policy)})"},
             {"name": "checked", "expression": f"object.spec.containers.filter(c, {_target(policy)} || {_others()})"},
@@ -360,6 +373,8 @@ def mismatches(policies: PolicySet, installed: Iterable[dict[str, Any]], binding
 
 def _same_rules(have: dict[str, Any], want: dict[str, Any]) -> bool:
     """The fields we generate, compared as generated (the API server adds defaults to others)."""
+    if (have.get("matchConstraints") or {}).get("objectSelector") != want["matchConstraints"]["objectSelector"]:
+        return False
     for field in ("matchConditions", "variables", "validations"):
         if [_strip(x) for x in have.get(field) or []] != [_strip(x) for x in want.get(field) or []]:
             return False
