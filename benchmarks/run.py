@@ -338,7 +338,12 @@ def main() -> int:
         print(json.dumps(report["targets"][name]), file=sys.stderr, flush=True)
     if not args.no_burst:
         report["burst"] = {}
+        import importlib.util
+
         for server in ("uvicorn", "granian"):
+            if server == "granian" and importlib.util.find_spec("granian") is None:
+                print("burst granian: not installed (the bench extra), skipped", file=sys.stderr, flush=True)
+                continue
             for w in (1, 2):
                 print(f"== burst {server} {w} worker(s)", file=sys.stderr, flush=True)
                 report["burst"][f"webhook-{server}-{w}"] = burst(lambda n, s=server: webhook(s, n), work, bodies, w)
@@ -382,7 +387,8 @@ def render(r: dict) -> str:
             lines.append(f"- {name}: the first saturation run was lopsided ({lr['rps']:.0f} req/s, worker CPU s "
                          f"{', '.join(str(v) for v in lr['worker_cpu_s'])}); the better of two runs is shown")
     for wh, fl in (("webhook-uvicorn", "floor-gunicorn"), ("webhook-uvicorn", "floor-uvicorn"),
-                   ("webhook-granian", "floor-gunicorn"), ("webhook-granian", "floor-granian")):
+                   ("webhook-granian", "floor-gunicorn"), ("webhook-granian", "floor-granian"),
+                   ("webhook-uvicorn", "go-peer")):
         if wh in t and fl in t:
             a, b = t[wh], t[fl]
             parts = [f"throughput {a['throughput_rps'] / b['throughput_rps']:.2f}x",

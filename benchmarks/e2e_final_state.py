@@ -1,0 +1,122 @@
+"""What the final-state check as ValidatingAdmissionPolicies costs the API server, per pod CREATE:
+the generated objects of a committed revision against those the work tree generates now.
+
+Starts the e2e control plane and the webhook as e2e_latency.py does, registers the mutating
+configuration alone (one webhook call per pod) and, in turn, per variant:
+
+    none:     no admission policy (the validate step's floor)
+    REV:      the ValidatingAdmissionPolicies and bindings committed at REV
+              (deploy/admission-policy/NAME/NAME.yaml of every catalogue policy)
+    worktree: `rdma-webhook policy admission-policy` over the shipped policies, as generated now
+
+then sends labelled GPU pods at RATE/s for DURATION seconds and records, from the API server's
+own metrics, the mean of the whole validate step of admission (every validating admission
+plugin, the policies' CEL included) and of the admit step, per repeat. The webhook must write
+what the variant selects pods by (REV's objects may need the webhook of REV; the stored pod's
+labels and annotations are recorded so a variant that matched nothing shows).
+
+    .venv/bin/python benchmarks/e2e_final_state.py [--against REV] [--rate 50] [--duration 10]
+        [--repeats 3] [--out FILE]
+
+The variants run interleaved (none, REV, worktree, none, ...): compare them within a run. The
+figures are CPU time of the API server on the same 2 cores as everything else.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import yaml
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+from e2e import cluster as c  # noqa: E402
+from e2e_bench import control_plane, write  # noqa: E402
+import e2e_latency as latency  # noqa: E402
+import provenance  # noqa: E402
+
+STEP = "apiserver_admission_step_admission_duration_seconds"
+
+
+def committed_objects(rev: str) -> list[dict]:
+    """The generated objects of every catalogue policy as committed at `rev`."""
+    listing = subprocess.run(["git", "ls-tree", "-r", "--name-only", rev, "deploy/admission-policy/"], cwd=ROOT,
+                             capture_output=True, text=True, check=True).stdout.split()
+    out: list[dict] = []
+    for path in listing:
+        parts = path.split("/")
+        if len(parts) == 4 and parts[3] == parts[2] + ".yaml":
+            text = subprocess.run(["git", "show", f"{rev}:{path}"], cwd=ROOT, capture_output=True, text=True, check=True).stdout
+            out += [d for d in yaml.safe_load_all(text) if d]
+    return out
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--against", default="HEAD")
+    ap.add_argument("--rate", type=float, default=50.0)
+    ap.add_argument("--duration", type=float, default=10.0)
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "e2e_final_state.json"))
+    args = ap.parse_args()
+    rev = subprocess.run(["git", "rev-parse", "--short", args.against], cwd=ROOT, capture_output=True, text=True,
+                         check=True).stdout.strip()
+    variants = {"none": [], rev: committed_objects(rev), "worktree": latency.generated_admission_policies()}
+    prov = provenance.start()
+    runs: list[dict] = []
+    with control_plane("rdma-webhook-e2e-final-state-") as (cp, workdir):
+        docs = c.render_deploy(cp)
+        hook = c.install_webhook(cp, workdir, docs)
+        mutating = latency.phase_configs("mutate-only", c.loopback_webhooks(docs, hook.port, hook.ca_bundle), None,
+                                         hook.ca_bundle)
+        for repeat in range(args.repeats):
+            for name, objects in variants.items():
+                cp.kubectl("delete", "mutatingwebhookconfiguration,validatingwebhookconfiguration", "rdma-webhook",
+                           "--ignore-not-found", check=True)
+                cp.kubectl("delete", "validatingadmissionpolicy,validatingadmissionpolicybinding", "--all", check=True)
+                cp.apply(mutating + objects)
+                time.sleep(3)  # the API server's informers catch up
+                ns = f"final-state-{len(runs)}"
+                cp.apply([{"apiVersion": "v1", "kind": "Namespace",
+                           "metadata": {"name": ns, "labels": {"rdma-webhook.io/injection": "enabled"}}}])
+                c.wait_for(f"ServiceAccount default in {ns}", lambda: cp.get(f"/api/v1/namespaces/{ns}/serviceaccounts/default"), 60)
+                latency.open_loop(cp, ns, args.rate, 2, "warm")
+                before = latency.server_histograms(cp)
+                run = latency.open_loop(cp, ns, args.rate, args.duration, "p")
+                means = latency.server_means(before, latency.server_histograms(cp))
+                stored = json.loads(cp.get(f"/api/v1/namespaces/{ns}/pods/p-0") or b"{}")
+                meta = stored.get("metadata") or {}
+                row = {"variant": name, "repeat": repeat, "p50_ms": run["p50_ms"], "p99_ms": run["p99_ms"],
+                       "errors": run["errors"], "loadavg_1m": round(os.getloadavg()[0], 2),
+                       "validate_step_ms": (means.get(f"{STEP} validate CREATE") or {}).get("mean_ms"),
+                       "admit_step_ms": (means.get(f"{STEP} admit CREATE") or {}).get("mean_ms"),
+                       "stored_labels": meta.get("labels"), "stored_annotations": meta.get("annotations")}
+                print(json.dumps(row), flush=True)
+                runs.append(row)
+                cp.kubectl("delete", "namespace", ns, "--wait=false")
+    summary = {}
+    for name in variants:
+        values = [r["validate_step_ms"] for r in runs if r["variant"] == name and r["validate_step_ms"] is not None]
+        summary[name] = {"validate_step_ms_median": round(statistics.median(values), 3) if values else None,
+                         "validate_step_ms": values}
+    floor = summary["none"]["validate_step_ms_median"]
+    for name, s in summary.items():
+        if name != "none" and s["validate_step_ms_median"] is not None and floor is not None:
+            s["added_ms"] = round(s["validate_step_ms_median"] - floor, 3)
+    print(json.dumps(summary, indent=1))
+    write(args.out, prov, {"against": rev, "rate": args.rate, "duration_s": args.duration, "repeats": args.repeats,
+                           "runs": runs, "summary": summary})
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
