@@ -21,7 +21,7 @@ SHM_VOLUME = "rdma-webhook-dshm"
 
 def private_copy(pod: dict[str, Any], targets: list[Target]) -> dict[str, Any]:
     """A copy of `pod` that `apply` may edit without touching the original: new dicts and lists
-    for everything `apply` writes into (the pod, metadata, annotations, labels, spec, the volumes and
+    for everything `apply` writes into (the pod, metadata, annotations, spec, the volumes and
     containers lists, and in each target container the paths of `_container_copy`); every
     other subtree is shared. Shared subtrees are the same objects in both, so the patch diff
     skips them by identity instead of comparing or copying the whole pod. A new write in
@@ -32,9 +32,8 @@ def private_copy(pod: dict[str, Any], targets: list[Target]) -> dict[str, Any]:
     meta = copy.get("metadata")
     if isinstance(meta, dict):
         meta = copy["metadata"] = dict(meta)
-        for key in ("annotations", "labels"):
-            if isinstance(meta.get(key), dict):
-                meta[key] = dict(meta[key])
+        if isinstance(meta.get("annotations"), dict):
+            meta["annotations"] = dict(meta["annotations"])
     spec = copy["spec"] = dict(copy["spec"])
     for key in ("volumes", "resourceClaims"):
         if isinstance(spec.get(key), list):
@@ -316,7 +315,9 @@ def apply(pod: dict[str, Any], subject: Subject, warnings: list[str]) -> list[st
     if notes or annotations.get(keys.STATUS) != keys.STATUS_INJECTED or annotations.get(keys.APPLIED_POLICY) != policy.name:
         annotations[keys.STATUS] = keys.STATUS_INJECTED
         annotations[keys.APPLIED_POLICY] = policy.name
-    labels = _dict_at(meta, "labels")
-    if labels.get(keys.APPLIED_POLICY_LABEL) != policy.name:
-        labels[keys.APPLIED_POLICY_LABEL] = policy.name
+    labels = meta.get("labels")
+    if not isinstance(labels, dict):
+        meta["labels"] = {keys.APPLIED_POLICY_LABEL: policy.name}
+    elif labels.get(keys.APPLIED_POLICY_LABEL) != policy.name:  # a new dict: the pod as sent keeps its own
+        meta["labels"] = {**labels, keys.APPLIED_POLICY_LABEL: policy.name}
     return notes
