@@ -313,6 +313,7 @@ def test_both_replicas_down(cp, node, chart):
         assert refused.returncode != 0, refused.stdout
         assert 'failed calling webhook "pods.mutate.rdma-webhook.io"' in refused.stderr, refused.stderr
         assert FULLNAME in refused.stderr, refused.stderr  # the chart's Service has no endpoint
+        print(f"both replicas down, a labelled pod in an opted-in namespace: {refused.stderr.strip()}")
         assert cp.get(pod_path(opted, "refused")) is None
 
         admitted = {
