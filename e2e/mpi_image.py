@@ -19,8 +19,6 @@ image is named `e2e.local/openmpi-sshd:<key>`. Delete the archive to take newer 
 from __future__ import annotations
 
 import hashlib
-import io
-import json
 import os
 import shutil
 import subprocess
@@ -28,6 +26,8 @@ import tarfile
 import tempfile
 import time
 from pathlib import Path
+
+from e2e.node import oci_layout
 
 SUITE = "bookworm"
 PACKAGES = ["openmpi-bin", "openssh-server"]
@@ -122,36 +122,6 @@ def _sha256(path: Path) -> str:
 def oci_archive_of_layer(name: str, layer: Path, config: dict, out: Path) -> Path:
     """An OCI image layout in a tar (what `ctr images import` reads) with one uncompressed layer,
     the file `layer`; `name` is the image's name."""
-    digest = _sha256(layer)
-    blobs: dict[str, bytes] = {}
-
-    def blob(data: bytes) -> dict:
-        d = hashlib.sha256(data).hexdigest()
-        blobs[d] = data
-        return {"digest": f"sha256:{d}", "size": len(data)}
-
-    image_config = {"architecture": "amd64", "os": "linux", "config": config,
-                    "rootfs": {"type": "layers", "diff_ids": [f"sha256:{digest}"]}}
-    cfg = blob(json.dumps(image_config, sort_keys=True).encode())
-    manifest = blob(json.dumps({
-        "schemaVersion": 2, "mediaType": "application/vnd.oci.image.manifest.v1+json",
-        "config": {"mediaType": "application/vnd.oci.image.config.v1+json", **cfg},
-        "layers": [{"mediaType": "application/vnd.oci.image.layer.v1.tar", "digest": f"sha256:{digest}",
-                    "size": layer.stat().st_size}],
-    }, sort_keys=True).encode())
-    index = {"schemaVersion": 2, "mediaType": "application/vnd.oci.image.index.v1+json", "manifests": [{
-        "mediaType": "application/vnd.oci.image.manifest.v1+json", **manifest,
-        "platform": {"architecture": "amd64", "os": "linux"},
-        "annotations": {"io.containerd.image.name": name, "org.opencontainers.image.ref.name": name.rsplit(":", 1)[1]},
-    }]}
-    with tarfile.open(out, "w") as tar:
-        def add(path: str, data: bytes) -> None:
-            info = tarfile.TarInfo(path)
-            info.size, info.mode = len(data), 0o644
-            tar.addfile(info, io.BytesIO(data))
-        add("oci-layout", b'{"imageLayoutVersion":"1.0.0"}')
-        add("index.json", json.dumps(index).encode())
-        for d, data in blobs.items():
-            add(f"blobs/sha256/{d}", data)
-        tar.add(str(layer), arcname=f"blobs/sha256/{digest}")
-    return out
+    digest = "sha256:" + _sha256(layer)
+    descriptor = {"mediaType": "application/vnd.oci.image.layer.v1.tar", "digest": digest, "size": layer.stat().st_size}
+    return oci_layout(name, config, descriptor, digest, out, layer_file=layer)

@@ -139,6 +139,18 @@ def _layer(files: dict[str, tuple[bytes | str, int]]) -> bytes:
 def oci_archive(name: str, files: dict[str, tuple[bytes | str, int]], config: dict, out: Path) -> Path:
     """An OCI image layout in a tar (what `ctr images import` reads): one gzip layer holding
     `files`, the image `config` (Entrypoint, Cmd, Env...) and `name` as the image's name."""
+    raw = _layer(files)
+    packed = gzip.compress(raw, mtime=0)
+    layer = {"mediaType": "application/vnd.oci.image.layer.v1.tar+gzip",
+             "digest": "sha256:" + hashlib.sha256(packed).hexdigest(), "size": len(packed)}
+    return oci_layout(name, config, layer, "sha256:" + hashlib.sha256(raw).hexdigest(), out, layer_data=packed)
+
+
+def oci_layout(name: str, config: dict, layer: dict, diff_id: str, out: Path,
+               layer_data: bytes | None = None, layer_file: Path | None = None) -> Path:
+    """The tar of an OCI image layout with one layer: `layer` its descriptor (mediaType, digest,
+    size), `diff_id` the digest of its uncompressed tar, its content given as bytes or as a file
+    (a root filesystem of hundreds of MB is streamed, never read whole)."""
     blobs: dict[str, bytes] = {}
 
     def blob(data: bytes) -> dict:
@@ -146,21 +158,20 @@ def oci_archive(name: str, files: dict[str, tuple[bytes | str, int]], config: di
         blobs[digest] = data
         return {"digest": digest, "size": len(data)}
 
-    raw = _layer(files)
-    layer = blob(gzip.compress(raw, mtime=0))
     image_config = {"architecture": "amd64", "os": "linux", "config": config,
-                    "rootfs": {"type": "layers", "diff_ids": ["sha256:" + hashlib.sha256(raw).hexdigest()]}}
+                    "rootfs": {"type": "layers", "diff_ids": [diff_id]}}
     cfg = blob(json.dumps(image_config, sort_keys=True).encode())
     manifest = blob(json.dumps({
         "schemaVersion": 2, "mediaType": "application/vnd.oci.image.manifest.v1+json",
         "config": {"mediaType": "application/vnd.oci.image.config.v1+json", **cfg},
-        "layers": [{"mediaType": "application/vnd.oci.image.layer.v1.tar+gzip", **layer}],
+        "layers": [layer],
     }, sort_keys=True).encode())
     index = {"schemaVersion": 2, "mediaType": "application/vnd.oci.image.index.v1+json", "manifests": [{
         "mediaType": "application/vnd.oci.image.manifest.v1+json", **manifest,
         "platform": {"architecture": "amd64", "os": "linux"},
         "annotations": {"io.containerd.image.name": name, "org.opencontainers.image.ref.name": name.rsplit(":", 1)[1]},
     }]}
+    layer_path = "blobs/sha256/" + layer["digest"].split(":", 1)[1]
     with tarfile.open(out, "w") as tar:
         def add(path: str, data: bytes) -> None:
             info = tarfile.TarInfo(path)
@@ -170,6 +181,11 @@ def oci_archive(name: str, files: dict[str, tuple[bytes | str, int]], config: di
         add("index.json", json.dumps(index).encode())
         for digest, data in blobs.items():
             add(f"blobs/sha256/{digest.split(':', 1)[1]}", data)
+        if layer_file is not None:
+            tar.add(str(layer_file), arcname=layer_path)
+        else:
+            assert layer_data is not None, "oci_layout: the layer's content, as bytes or a file"
+            add(layer_path, layer_data)
     return out
 
 
