@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any, Iterable, Sequence
 
 from webhook.core import keys
 from webhook.core.model import GPUS_FIELD, Policy, PolicySet
@@ -117,14 +117,14 @@ def _entries(name: str) -> str:
     return f"[c.env.filter(e, e.name == {cel_str(name)})]"
 
 
-def _env_set_and(name: str, test: Callable[[str], str]) -> str:
-    """CEL: c has an env entry `name`, and `test` holds for the last one's value."""
-    return f"(has(c.env) && {_entries(name)}.all(l, size(l) > 0 && {test(_LAST)}))"
+def _env_set_and(name: str, test: str) -> str:
+    """CEL: c has an env entry `name`, and `test` (CEL over `_LAST`) holds for the last one."""
+    return f"(has(c.env) && {_entries(name)}.all(l, size(l) > 0 && {test}))"
 
 
-def _env_unset_or(name: str, test: Callable[[str], str]) -> str:
-    """CEL: c has no env entry `name`, or `test` holds for the last one's value."""
-    return f"(!has(c.env) || {_entries(name)}.all(l, size(l) == 0 || {test(_LAST)}))"
+def _env_unset_or(name: str, test: str) -> str:
+    """CEL: c has no env entry `name`, or `test` (CEL over `_LAST`) holds for the last one."""
+    return f"(!has(c.env) || {_entries(name)}.all(l, size(l) == 0 || {test}))"
 
 
 def _capability(field: str) -> str:
@@ -157,26 +157,24 @@ def _pod_validation(rule: str, condition: str, message: str) -> dict[str, Any]:
             "message": f"rdma-webhook: {message} [{rule}]", "reason": "Forbidden"}
 
 
-def _fallback_checks(policy: Policy) -> list[tuple[str, Callable[[str], str], str]]:
-    """(variable, CEL that a value of it is fine, why) for the transport's variables whose
+def _fallback_checks(policy: Policy) -> list[tuple[str, str, str]]:
+    """(variable, CEL that its last value `_LAST` is fine, why) for the transport's variables whose
     judgement a CEL expression makes exactly (`webhook.fabrics.transports`)."""
-    out: list[tuple[str, Callable[[str], str], str]] = []
+    out: list[tuple[str, str, str]] = []
     for name in policy.watched:
         if name in policy.warned:
             continue
         if name == "NCCL_IB_DISABLE":
-            out.append((name, lambda v: f"!{v}.matches({cel_str(IB_DISABLED_RE)})",
+            out.append((name, f"!{_LAST}.matches({cel_str(IB_DISABLED_RE)})",
                         "NCCL_IB_DISABLE is non-zero, which turns NCCL's IB/RoCE transport off, so NCCL runs on TCP sockets; "
                         "a webhook that ran after rdma-webhook may have set it"))
         elif name == "NCCL_NET":
-            nets = cel_list(n.casefold() for n in policy.nccl_nets)
-            out.append((name, lambda v, nets=nets: f"{v}.lowerAscii() in {nets}",
+            out.append((name, f"{_LAST}.lowerAscii() in {cel_list(n.casefold() for n in policy.nccl_nets)}",
                         f"NCCL_NET names a transport that policy {policy.name} does not provide ({'/'.join(policy.nccl_nets)}), "
                         f"so NCCL uses TCP; a webhook that ran after rdma-webhook may have set it"))
         elif name == "NCCL_NET_PLUGIN" and policy.fabric.net_plugins:
-            plugins = cel_list(policy.fabric.net_plugins)
             paths = cel_str("^.*/(" + "|".join(_re_escape(n) for n in policy.fabric.net_plugins) + ")$")  # a path to a listed library
-            out.append((name, lambda v, plugins=plugins, paths=paths: f"({v} in {plugins} || {v}.matches({paths}))",
+            out.append((name, f"({_LAST} in {cel_list(policy.fabric.net_plugins)} || {_LAST}.matches({paths}))",
                         f"NCCL_NET_PLUGIN does not load the fabric's plugin ({'/'.join(policy.fabric.net_plugins)}), which "
                         f"leaves NCCL its built-in transports (TCP sockets here)"))
     return out
@@ -233,13 +231,13 @@ def validations(policy: Policy) -> list[dict[str, Any]]:
         if not setting.enforce:
             continue
         if setting.templated:  # the value names the pod's interfaces: present, not compared
-            same = _env_set_and(setting.name, lambda v: f"{v} != ''")
+            same = _env_set_and(setting.name, f"{_LAST} != ''")
             want = f"set (to {setting.value!r} with the pod's interface names)"
         elif setting.name == "NCCL_NET":
-            same = _env_set_and(setting.name, lambda v, w=cel_str(setting.value.casefold()): f"{v}.lowerAscii() == {w}")
+            same = _env_set_and(setting.name, f"{_LAST}.lowerAscii() == {cel_str(setting.value.casefold())}")
             want = f"{setting.value!r}"
         else:
-            same = _env_set_and(setting.name, lambda v, w=cel_str(setting.value): f"{v} == {w}")
+            same = _env_set_and(setting.name, f"{_LAST} == {cel_str(setting.value)}")
             want = f"{setting.value!r}"
         out.append(_validation("enforced-env", same,
                                f"{setting.name} is missing or changed, but policy {policy.name} pins it to {want} so that a "
