@@ -7,6 +7,7 @@ import copy
 import json
 
 import jsonpatch
+import orjson
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -91,14 +92,37 @@ def test_a_list_item_changed_in_place_is_one_replace_at_its_index():
     assert patch.make([None, "keep"], [2, "keep"]) == [{"op": "replace", "path": "/0", "value": 2}]
 
 
-def test_words_inserted_in_the_middle_are_adds_at_their_place():
-    """`-x NAME` inserted after a launcher's name: an add per new word, and nothing for the
-    words after them (not a replace of each)."""
+def test_words_inserted_in_a_command_line_are_one_replace_when_that_is_shorter():
+    """`-x NAME` inserted after a launcher's name: the command line of short words is one replace
+    of the whole list (fewer bytes than an add per new word); where the kept words are long (a
+    script given as one argument) an add per new word at its place, and nothing for the words
+    after them (not a replace of each)."""
     a = ["mpirun", "--allow-run-as-root", "-np", "8", "python", "train.py"]
     b = a[:1] + ["-x", "NCCL_NET"] + a[1:]
-    assert patch.make(a, b) == [{"op": "add", "path": "/1", "value": "-x"}, {"op": "add", "path": "/2", "value": "NCCL_NET"}]
+    ops = patch.make({"args": a}, {"args": b})
+    assert ops == [{"op": "replace", "path": "/args", "value": b}]
+    script = "set -e; " + "echo step; " * 40
+    a = ["mpirun", "-np", "8", "bash", "-c", script]
+    b = a[:1] + ["-x", "NCCL_NET"] + a[1:]
+    ops = patch.make({"args": a}, {"args": b})
+    assert ops == [{"op": "add", "path": "/args/1", "value": "-x"}, {"op": "add", "path": "/args/2", "value": "NCCL_NET"}]
+    assert len(orjson.dumps(ops)) < len(orjson.dumps([{"op": "replace", "path": "/args", "value": b}]))
     b = ["mpirun", "-x", "NCCL_NET"] + [w.upper() for w in a[1:]]  # the tail changed too: pairs and appends
-    assert jsonpatch.apply_patch(list(a), patch.make(a, b)) == b
+    assert jsonpatch.apply_patch({"args": list(a)}, patch.make({"args": a}, {"args": b})) == {"args": b}
+
+
+def test_the_replace_of_a_command_line_is_chosen_by_its_bytes():
+    """At each size of inserted words the rule picks the form that is no longer than the other
+    (counting the new words against the replace, a close call keeps the adds)."""
+    base = ["mpirun", "-np", "8", "python", "train.py"]
+    for pad in (0, 20, 60, 200):
+        a = [*base, "w" * pad]
+        for grown in (2, 4):
+            b = a[:1] + ["-x", "N"] * (grown // 2) + a[1:]
+            ops = patch.make({"args": a}, {"args": b})
+            whole = [{"op": "replace", "path": "/args", "value": b}]
+            assert jsonpatch.apply_patch({"args": list(a)}, ops) == {"args": b}
+            assert len(orjson.dumps(ops)) <= len(orjson.dumps(whole)) + sum(len(w) + 3 for w in b[1:1 + grown])
 
 
 def test_items_appended_are_adds_at_the_end():
@@ -113,7 +137,9 @@ def test_a_list_that_more_than_doubles_is_one_replace():
     """More new items than kept ones: the whole list in one replace, shorter than an add each."""
     assert patch.make({"c": ["mpirun"]}, {"c": ["mpirun", "-x", "A"]}) == [{"op": "replace", "path": "/c", "value": ["mpirun", "-x", "A"]}]
     assert patch.make({"c": []}, {"c": ["x"]}) == [{"op": "replace", "path": "/c", "value": ["x"]}]
-    assert patch.make(["a", "b"], ["a", "b", "c", "d"]) == [{"op": "add", "path": "/2", "value": "c"}, {"op": "add", "path": "/3", "value": "d"}]
+    a = [{"k": "a"}, {"k": "b"}]  # not words: as many new items as kept ones are adds
+    assert patch.make(a, [*a, {"k": "c"}, {"k": "d"}]) == [{"op": "add", "path": "/2", "value": {"k": "c"}},
+                                                         {"op": "add", "path": "/3", "value": {"k": "d"}}]
 
 
 def test_list_removals_are_from_the_end():

@@ -56,6 +56,7 @@ class Target:
         self.restricts = False
         self.cmd_env_list = False
         self.exports = False  # its command gives Open MPI's -x (webhook.core.ranks._export_flags)
+        self.words: list[str] | None = None  # its command + args as run (`command_words`), once read
         self.is_target = False
 
 
@@ -117,14 +118,24 @@ class Subject:
             for i, c in enumerate(containers):
                 if not (c.get("command") or c.get("args")):
                     continue
-                # `$(VAR)` in a target expands against the env the decision resolved already
+                # `$(VAR)` in a target or a launcher expands against the env the decision resolved
+                # already; a launcher's words were read once by `ranks.find_launchers`
                 env: k8s.Env | None = None
+                words: list[str] | None = None
                 if kind == "containers":
                     for t in self.targets:
                         if t.index == i:
                             env = t.env
+                            words = t.words
                             break
-                words = command_words(c, env)
+                    if env is None:
+                        for t in self.launchers:
+                            if t.index == i:
+                                env = t.env
+                                words = t.words
+                                break
+                if words is None:
+                    words = command_words(c, env)
                 line = " ".join(words)
                 named = mentions(line, wanted)
                 files: scripts.MountedFiles | None = None

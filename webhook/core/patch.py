@@ -15,11 +15,12 @@ cost is that of the parts that changed:
 
     dicts   a key only in the original: remove; only in the copy: add (whole value); in both and
             different: recurse
-    lists   the copy longer: when it has more new items than kept ones, one replace of the
-            whole list (shorter than an add per item, and less for the API server to apply);
-            else the items both end with are set aside (words inserted in the middle, such as
-            `-x NAME` after a launcher's name, come out as adds at their place, not as a
-            replace of every later item), the common positions that differ: recurse, the new
+    lists   the copy longer: when it has more new items than kept ones, or it is a list of words
+            (a command line) for which one replace is fewer bytes than an add per new word,
+            one replace of the whole list (less to encode, and less for the API server to apply);
+            else the items both end with are set aside (items inserted in the middle, such
+            as `-x NAME` after the launcher's name in a script's long word list, come out as
+            adds at their place, not as a replace of every later item), the common positions that differ: recurse, the new
             items: add at their index, in order; the copy shorter: the common positions that
             differ: recurse, extra items of the original: remove from the end backwards
     other   different type or value: replace
@@ -118,7 +119,7 @@ def _diff_lists(a: list[Any], b: list[Any], path: str, ops: list[dict[str, Any]]
     la, lb = len(a), len(b)
     if lb > la:
         grown = lb - la
-        if grown > la:
+        if grown > la or _words_shorter_whole(b, grown, len(path)):
             ops.append({"op": "replace", "path": path, "value": b})
             return
         # a[:end] pairs with b[:end], b[end:end + grown] is new, and the tails after them are
@@ -136,6 +137,24 @@ def _diff_lists(a: list[Any], b: list[Any], path: str, ops: list[dict[str, Any]]
     _diff_items(a, b, lb, path, ops)
     for i in range(la - 1, lb - 1, -1):
         ops.append({"op": "remove", "path": f"{path}/{i}"})
+
+
+# The bytes of one add of a word, less the word: `{"op":"add","path":"<path>/<i>","value":""},`
+_ADD_BYTES: Final = 36
+
+
+def _words_shorter_whole(b: list[Any], grown: int, path_len: int) -> bool:
+    """A list of words (a command line) that grew: is one replace of the whole list shorter than
+    an add per new word? Each word costs its length plus its quotes and comma either way; the
+    replace also carries the kept words, each add its own operation and path; the new words are
+    counted against the replace, so a close call keeps the adds. Lists of anything but strings
+    (env, volumes: items of their own size) keep their adds."""
+    kept_bytes = 0
+    for x in b:
+        if type(x) is not str:
+            return False
+        kept_bytes += len(x) + 3
+    return kept_bytes < grown * (_ADD_BYTES + path_len + 3)
 
 
 def _diff_items(a: list[Any], b: list[Any], n: int, path: str, ops: list[dict[str, Any]]) -> None:

@@ -15,7 +15,7 @@ container's (`fallback.Subject.launchers`). No I/O; one text scan per container 
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Final
 
 from webhook.commands import launchers
 from webhook.commands.text import launcher_use, mentions_launcher
@@ -54,10 +54,14 @@ def find_launchers(pod: dict[str, Any], labels: dict[str, str], targets: list[Ta
         restricts = False
         env_list = False
         exports = False
+        words: list[str] = []
         if has_command:
             # as the kubelet runs it, `$(VAR)` expanded through the target's own Env (resolved
             # once, shared with the command rules); read further only when it names a launcher
-            text = "\0".join(command_words(c, env))
+            words = command_words(c, env)
+            if t is not None:
+                t.words = words  # the command rules read the same words (`Subject.commands`)
+            text = "\0".join(words)
             if by_label or mentions_launcher(text):
                 families, restricts, env_list, exports = launcher_use(text)
         if not families:
@@ -68,6 +72,7 @@ def find_launchers(pod: dict[str, Any], labels: dict[str, str], targets: list[Ta
             t = Target(i, str(c.get("name")), 0, env, bool(c.get("envFrom")))
         else:
             t.is_target = True
+        t.words = words if has_command else None
         t.families = families
         t.restricts = restricts
         t.cmd_env_list = env_list
@@ -134,6 +139,9 @@ def forward(container: dict[str, Any], t: Target, policy: Policy, warnings: list
     return note
 
 
+_EXPORT_FLAG_LEN: Final = max(len(flag) for flag in launchers.OMPI_EXPORT_FLAGS)
+
+
 def _export_flags(container: dict[str, Any], t: Target, names: list[str], warnings: list[str]) -> str | None:
     """The command gives `-x`, so the launcher is Open MPI, and Open MPI 4 refuses `-x` together
     with `mca_base_env_list`: the block's names the command does not export yet go out as
@@ -141,27 +149,33 @@ def _export_flags(container: dict[str, Any], t: Target, names: list[str], warnin
     which holds the block; a user's `-x NAME=VALUE` of an enforced name with another value is
     denied by the launcher-enforced rule). Only where the launcher is a word of `command` or
     `args`: in a script the flags cannot be placed safely, and a warning says what to add."""
-    flat: list[str] = []  # command + args, the words in the order run
-    at = -1  # the launcher's position in `flat`, and where it stands in the container
+    # one pass over command + args in the order run: where the launcher stands, then the names
+    # its export flags already forward (a flag's value is the next word)
     where_key = ""
     where_i = -1
+    listed: set[str] = set()
+    exporting = False  # the word before was an export flag
     for key in ("command", "args"):
         part = container.get(key)
-        if isinstance(part, list):
-            for i, w in enumerate(part):
-                if isinstance(w, str):
-                    if at < 0 and launchers.FAMILIES.get(w.rsplit("/", 1)[-1]) in ("openmpi", "either"):
-                        at, where_key, where_i = len(flat), key, i
-                    flat.append(w)
-    if at < 0:
+        if not isinstance(part, list):
+            continue
+        for i, w in enumerate(part):
+            if not isinstance(w, str):
+                continue
+            if where_i < 0:
+                if launchers.FAMILIES.get(w.rsplit("/", 1)[-1]) in ("openmpi", "either"):
+                    where_key, where_i = key, i
+                continue
+            if exporting:
+                eq = w.find("=")
+                listed.add(w[:eq] if eq >= 0 else w)
+            # (the length screens out most words before their first hash)
+            exporting = len(w) <= _EXPORT_FLAG_LEN and w in launchers.OMPI_EXPORT_FLAGS
+    if where_i < 0:
         warnings.append(f"{t.name}: the command's script runs an Open MPI launcher with -x, which Open MPI 4 refuses together with "
                         f"{launchers.OMPI_ENV_LIST}, so the policy's {', '.join(names)} reach the ranks only where the "
                         f"script names them: add -x NAME for each")
         return None
-    listed: list[str] = []
-    for j in range(at + 1, len(flat) - 1):
-        if flat[j] in launchers.OMPI_EXPORT_FLAGS:
-            listed.append(flat[j + 1].split("=", 1)[0])
     missing = [name for name in names if name not in listed]
     if not missing:
         return None
