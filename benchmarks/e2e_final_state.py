@@ -26,11 +26,9 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import yaml
@@ -80,23 +78,13 @@ def main() -> int:
                                          hook.ca_bundle)
         for repeat in range(args.repeats):
             for name, objects in variants.items():
-                cp.kubectl("delete", "mutatingwebhookconfiguration,validatingwebhookconfiguration", "rdma-webhook",
-                           "--ignore-not-found", check=True)
-                cp.kubectl("delete", "validatingadmissionpolicy,validatingadmissionpolicybinding", "--all", check=True)
-                cp.apply(mutating + objects)
-                time.sleep(3)  # the API server's informers catch up
                 ns = f"final-state-{len(runs)}"
-                cp.apply([{"apiVersion": "v1", "kind": "Namespace",
-                           "metadata": {"name": ns, "labels": {"rdma-webhook.io/injection": "enabled"}}}])
-                c.wait_for(f"ServiceAccount default in {ns}", lambda: cp.get(f"/api/v1/namespaces/{ns}/serviceaccounts/default"), 60)
-                latency.open_loop(cp, ns, args.rate, 2, "warm")
-                before = latency.server_histograms(cp)
-                run = latency.open_loop(cp, ns, args.rate, args.duration, "p")
-                means = latency.server_means(before, latency.server_histograms(cp))
+                run = latency.measure_phase(cp, mutating + objects, ns, args.rate, args.duration, "p", warmup=(args.rate, 2))
+                means = run["apiserver"]
                 stored = json.loads(cp.get(f"/api/v1/namespaces/{ns}/pods/p-0") or b"{}")
                 meta = stored.get("metadata") or {}
                 row = {"variant": name, "repeat": repeat, "p50_ms": run["p50_ms"], "p99_ms": run["p99_ms"],
-                       "errors": run["errors"], "loadavg_1m": round(os.getloadavg()[0], 2),
+                       "errors": run["errors"], "loadavg_1m_before": run["loadavg_1m_before"],
                        "validate_step_ms": (means.get(f"{STEP} validate CREATE") or {}).get("mean_ms"),
                        "admit_step_ms": (means.get(f"{STEP} admit CREATE") or {}).get("mean_ms"),
                        "stored_labels": meta.get("labels"), "stored_annotations": meta.get("annotations")}

@@ -208,6 +208,33 @@ def start_go_peer(binary: str, hook: c.Webhook, workdir: Path) -> int:
     return port
 
 
+def measure_phase(cp: c.ControlPlane, registered: list[dict], ns: str, rate: float, duration: float, tag: str,
+                  warmup: tuple[float, float] | None = None) -> dict:
+    """One measured phase: the webhook configurations and the generated admission policies of the
+    previous phase removed, `registered` applied (nothing: no webhook, no policy), a fresh opted-in
+    namespace `ns`, an optional warm-up (rate, seconds), then pod CREATEs at `rate` for `duration`
+    seconds. Returns open_loop's figures with the load average before and the API server's own
+    means per admission step and webhook call (`server_means`) over the measured part. The caller
+    deletes `ns` (after reading what it needs from it). Shared by e2e_final_state.py."""
+    cp.kubectl("delete", "mutatingwebhookconfiguration,validatingwebhookconfiguration", "rdma-webhook",
+               "--ignore-not-found", check=True)
+    cp.kubectl("delete", "validatingadmissionpolicy,validatingadmissionpolicybinding", "-l",
+               "app.kubernetes.io/part-of=rdma-webhook", "--ignore-not-found", check=True)
+    if registered:
+        cp.apply(registered)
+    time.sleep(3)  # the API server's configuration and policy informers catch up
+    cp.apply([{"apiVersion": "v1", "kind": "Namespace",
+               "metadata": {"name": ns, "labels": {"rdma-webhook.io/injection": "enabled"}}}])
+    c.wait_for(f"ServiceAccount default in {ns}", lambda: cp.get(f"/api/v1/namespaces/{ns}/serviceaccounts/default"), 60)
+    if warmup is not None:
+        open_loop(cp, ns, warmup[0], warmup[1], f"warm-{tag}")
+    load_before = os.getloadavg()
+    seen_before = server_histograms(cp)
+    run = open_loop(cp, ns, rate, duration, tag)
+    run.update(loadavg_1m_before=round(load_before[0], 2), apiserver=server_means(seen_before, server_histograms(cp)))
+    return run
+
+
 def added(runs: list[dict], rate: float, phase: str) -> dict | None:
     """Median over the repeats of a phase's p50 and p99, minus the same medians without a webhook."""
     def med(ph: str, key: str) -> float | None:
@@ -250,27 +277,11 @@ def main() -> int:
         for rate in rates:
             for repeat in range(args.repeats):
                 for phase in phases:
-                    cp.kubectl("delete", "mutatingwebhookconfiguration,validatingwebhookconfiguration",
-                               "rdma-webhook", "--ignore-not-found", check=True)
-                    for doc in admission_policies:
-                        cp.kubectl("delete", f"{doc['kind'].lower()}.admissionregistration.k8s.io", doc["metadata"]["name"],
-                                   "--ignore-not-found", check=True)
-                    registered = phase_configs(phase, configs, peer_port, hook.ca_bundle, admission_policies)
-                    if registered:
-                        cp.apply(registered)
-                    time.sleep(3)  # the API server's webhook configuration informer catches up
                     ns = f"bench-{phase}-{int(rate)}-{repeat}"
-                    cp.apply([{"apiVersion": "v1", "kind": "Namespace",
-                               "metadata": {"name": ns, "labels": {"rdma-webhook.io/injection": "enabled"}}}])
-                    c.wait_for(f"ServiceAccount default in {ns}",
-                               lambda: cp.get(f"/api/v1/namespaces/{ns}/serviceaccounts/default"), 60)
-                    if args.warmup and not warmed:
-                        open_loop(cp, ns, rates[0], args.warmup, f"warm-{phase}")
-                    load_before = os.getloadavg()
-                    seen_before = server_histograms(cp)
-                    run = open_loop(cp, ns, rate, args.duration, f"p-{phase}")
-                    run.update(rate=rate, phase=phase, repeat=repeat, loadavg_1m_before=round(load_before[0], 2),
-                               apiserver=server_means(seen_before, server_histograms(cp)))
+                    registered = phase_configs(phase, configs, peer_port, hook.ca_bundle, admission_policies)
+                    run = measure_phase(cp, registered, ns, rate, args.duration, f"p-{phase}",
+                                        warmup=(rates[0], args.warmup) if args.warmup and not warmed else None)
+                    run.update(rate=rate, phase=phase, repeat=repeat)
                     print(json.dumps(run), flush=True)
                     results["runs"].append(run)
                     cp.kubectl("delete", "namespace", ns, "--wait=false")
