@@ -95,6 +95,16 @@ class Subject:
         self.origins: dict[int, dict[tuple[str, str], tuple[str, str]]] = {}
         self.unread: list[tuple[str, str, str]] = []
 
+    def _read(self, i: int) -> Target | None:
+        """The target or launcher that is container `i`: its Env (and words) already read."""
+        for t in self.targets:
+            if t.index == i:
+                return t
+        for t in self.launchers:
+            if t.index == i:
+                return t
+        return None
+
     def container(self, t: Target) -> dict[str, Any]:
         spec: dict[str, Any] = self.pod["spec"]
         containers: list[dict[str, Any]] = spec["containers"]
@@ -120,20 +130,9 @@ class Subject:
                     continue
                 # `$(VAR)` in a target or a launcher expands against the env the decision resolved
                 # already; a launcher's words were read once by `ranks.find_launchers`
-                env: k8s.Env | None = None
-                words: list[str] | None = None
-                if kind == "containers":
-                    for t in self.targets:
-                        if t.index == i:
-                            env = t.env
-                            words = t.words
-                            break
-                    if env is None:
-                        for t in self.launchers:
-                            if t.index == i:
-                                env = t.env
-                                words = t.words
-                                break
+                t = self._read(i) if kind == "containers" else None
+                env: k8s.Env | None = t.env if t is not None else None
+                words = t.words if t is not None else None
                 if words is None:
                     words = command_words(c, env)
                 line = " ".join(words)
