@@ -412,9 +412,8 @@ def _warnings(pod: dict[str, Any], subject: Subject) -> list[str]:
     if subject.own_claim and subject.targets and subject.policy.claim is not None and subject.policy.claim.aligned:
         out.append(f"policy {subject.policy.name} claims each GPU with a NIC on its PCIe root, but this pod brings its own NIC claim "
                    f"{subject.claim_entry!r} and device-plugin GPUs: not aligned; leave out the claim to get the policy's")
-    for t in subject.launchers:  # its env reaches every rank: an envFrom there is as unchecked as a target's
-        if t.has_env_from and not t.is_target:
-            out.append(f"{t.name}: envFrom values cannot be checked for NCCL settings; the policy's env entries take precedence over them")
+    for t in [x for x in subject.launchers if x.has_env_from and not x.is_target]:  # its env reaches every rank
+        out.append(f"{t.name}: envFrom values cannot be checked for NCCL settings; the policy's env entries take precedence over them")
     for t in subject.targets:
         debug = t.env.get("NCCL_DEBUG")
         if nccl.debug_verbose(debug):
