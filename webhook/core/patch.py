@@ -8,10 +8,10 @@ reinvocation is a no-op.
 Why not `jsonpatch.make_patch`: it looks for moved and copied values across the whole document
 (sorting and serialising every member of every list it compares), which cost about 2 ms per
 admission, over 90% of the decision, for a pod of 8 KB. The mutation never moves anything: it
-adds keys, appends to lists (inserts, for a launcher's `-x` flags) and replaces values in place. This diff walks both documents
-together; a value the copy shares with the original (the very same object: most of a pod) is
-skipped by identity before any call, and list items are screened with a C-level `==`, so its
-cost is that of the parts that changed:
+adds keys, appends to lists (inserts, for a launcher's `-x` flags) and replaces values in
+place. This diff walks both documents together; a value the copy shares with the original (the
+very same object: most of a pod) is skipped by identity before any call, and list items are
+screened with a C-level `==`, so its cost is that of the parts that changed:
 
     dicts   a key only in the original: remove; only in the copy: add (whole value); in both and
             different: recurse
@@ -19,10 +19,11 @@ cost is that of the parts that changed:
             (a command line) for which one replace is fewer bytes than an add per new word,
             one replace of the whole list (less to encode, and less for the API server to apply);
             else the items both end with are set aside (items inserted in the middle, such
-            as `-x NAME` after the launcher's name in a script's long word list, come out as
-            adds at their place, not as a replace of every later item), the common positions that differ: recurse, the new
-            items: add at their index, in order; the copy shorter: the common positions that
-            differ: recurse, extra items of the original: remove from the end backwards
+            as `-x NAME` after the launcher's name in a list holding a long script, come out
+            as adds at their place, not as a replace of every later item), the common
+            positions that differ: recurse, the new items: add at their index, in order; the
+            copy shorter: the common positions that differ: recurse, extra items of the
+            original: remove from the end backwards
     other   different type or value: replace
 
 Every operation applies to the document as it stands after the previous ones, so the patch
@@ -149,12 +150,12 @@ def _words_shorter_whole(b: list[Any], grown: int, path_len: int) -> bool:
     replace also carries the kept words, each add its own operation and path; the new words are
     counted against the replace, so a close call keeps the adds. Lists of anything but strings
     (env, volumes: items of their own size) keep their adds."""
-    kept_bytes = 0
+    whole_bytes = 0
     for x in b:
         if type(x) is not str:
             return False
-        kept_bytes += len(x) + 3
-    return kept_bytes < grown * (_ADD_BYTES + path_len + 3)
+        whole_bytes += len(x) + 3
+    return whole_bytes < grown * (_ADD_BYTES + path_len + 3)
 
 
 def _diff_items(a: list[Any], b: list[Any], n: int, path: str, ops: list[dict[str, Any]]) -> None:

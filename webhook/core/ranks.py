@@ -54,7 +54,7 @@ def find_launchers(pod: dict[str, Any], labels: dict[str, str], targets: list[Ta
         restricts = False
         env_list = False
         exports = False
-        words: list[str] = []
+        words: list[str] | None = None
         if has_command:
             # as the kubelet runs it, `$(VAR)` expanded through the target's own Env (resolved
             # once, shared with the command rules); read further only when it names a launcher
@@ -70,9 +70,9 @@ def find_launchers(pod: dict[str, Any], labels: dict[str, str], targets: list[Ta
             families = ("either",)
         if t is None:
             t = Target(i, str(c.get("name")), 0, env, bool(c.get("envFrom")))
+            t.words = words
         else:
             t.is_target = True
-        t.words = words if has_command else None
         t.families = families
         t.restricts = restricts
         t.cmd_env_list = env_list
