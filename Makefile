@@ -27,8 +27,10 @@ $(VENV)/.installed: pyproject.toml
 
 # mypyc reads every module's types, so any change under webhook/ rebuilds (about 45 s).
 $(VENV)/.compiled: $(VENV)/.installed setup.py $(wildcard webhook/*.py webhook/*/*.py)
+# --force: a change of setup.py alone (its compile flags) leaves the C source as it was, and
+# without it the old objects would be linked again.
 # setup.py records what it built from in build/mypyc-sources.json (tests/test_build.py checks it).
-	$(BIN)/python setup.py --quiet build_ext --inplace
+	$(BIN)/python setup.py --quiet build_ext --inplace --force
 	touch $@
 
 compile: $(VENV)/.compiled

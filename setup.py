@@ -18,6 +18,13 @@ def compiled_modules() -> list[str]:
     return [f"webhook/{name.replace('.', '/')}.py" for name in names]
 
 
+# The core is one shared library whose functions call each other. Built as any -fPIC library is,
+# each of those calls goes through the PLT (another library could interpose the symbol) and none
+# can be inlined. Hidden visibility and no interposition make them direct calls; CPython builds
+# libpython with the latter. Measured in benchmarks/README.md, "Build flags".
+COMPILE_FLAGS = ["-fvisibility=hidden", "-fno-semantic-interposition"]
+
+
 def ext_modules():
     if os.environ.get("RDMA_WEBHOOK_PURE_PYTHON"):
         return []
@@ -25,7 +32,10 @@ def ext_modules():
 
     # Imports outside the compiled set (yaml, jsonschema, flask, ...) are typed as Any: the build
     # does not need their stubs, and their own type errors are not the build's business.
-    return mypycify(["--ignore-missing-imports", "--follow-imports=silent", *compiled_modules()], opt_level="3")
+    extensions = mypycify(["--ignore-missing-imports", "--follow-imports=silent", *compiled_modules()], opt_level="3")
+    for ext in extensions:
+        ext.extra_compile_args = [*(ext.extra_compile_args or []), *COMPILE_FLAGS]
+    return extensions
 
 
 # What the compiled extensions were built from: the sha256 of every webhook module present when
