@@ -7,6 +7,8 @@ ServiceAccount token; sriov-roce uses a Multus network, so NADs are listed and w
 and records:
 
 - ready_s: from the process start to /readyz answering 200 six times in a row;
+- prime: the master's log line on its list before the fork (total and per kind: objects,
+  seconds, pages), to tell the list's share of ready_s from the start-up's;
 - per process (master and each worker): RSS and PSS (/proc/PID/smaps_rollup), in MB;
 - nad_change_s: a NAD's resourceName changed through the API until /mutate (called directly,
   as the API server would) patches the new device resource;
@@ -259,6 +261,19 @@ UNPRIMED = [sys.executable, "-c", "import sys; from webhook.cluster import api; 
             "api.ApiClusterState.prime = lambda self, budget=0: False; sys.exit(main.main(sys.argv[1:]))"]
 
 
+def prime_line(hook: c.Webhook) -> str | None:
+    """What the master's list before the fork took, per kind, as it logged it
+    (`ApiClusterState.prime`): where a slow start spent its time."""
+    for line in (hook.dir / f"{hook.name}.log").read_text(errors="replace").splitlines():
+        try:
+            msg = json.loads(line).get("msg", "")
+        except ValueError:
+            continue
+        if isinstance(msg, str) and msg.startswith("listed before the fork"):
+            return msg
+    return None
+
+
 def measure(cp: c.ControlPlane, workdir: Path, kc: Path, size: int, variant: str, variants: list[str],
             settle_limit: float, repeat: int = 0, dra: bool = False) -> dict:
     """One start of the webhook at this size: readiness, memory, a NAD change in decisions (and
@@ -278,7 +293,7 @@ def measure(cp: c.ControlPlane, workdir: Path, kc: Path, size: int, variant: str
     run = {"namespaces": size, "nads": size, "variant": variant, "repeat": repeat, "ready_s": round(ready_s, 2),
            "settle_s": settled, "processes": procs,
            "pss_total_mb": round(sum(p["pss_mb"] for p in procs.values()), 1),
-           "loadavg_1m_at_start": round(load, 2)}
+           "loadavg_1m_at_start": round(load, 2), "prime": prime_line(hook)}
     if size:
         ns = f"e2e-scale-{size // 2 + repeat * len(variants) + variants.index(variant)}"  # a NAD of its own
         assert mutate_device(hook, ns) == {"openshift.io/mellanoxrdma"}

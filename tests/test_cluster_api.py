@@ -3,6 +3,8 @@ the one direct read, NAD tracking, stop; and one decision end to end."""
 
 from __future__ import annotations
 
+import logging
+import re
 import threading
 import time
 from typing import Any, Callable
@@ -261,13 +263,18 @@ def pooled_connections(api: client.ApiClient) -> int:
     return len(api.rest_client.pool_manager.pools)
 
 
-def test_prime_lists_once_before_the_fork_and_the_workers_only_watch(apiserver, make_unstarted):
+def test_prime_lists_once_before_the_fork_and_the_workers_only_watch(apiserver, make_unstarted, caplog):
     apiserver.put_namespace("team-a", OPTED_IN)
     apiserver.put_nad("team-a", "rdma-network", RDMA_VF)
     state, api = make_unstarted(lambda: True)
     threads_before = set(threading.enumerate())
     metrics.CACHE_READY.set(-1)  # whatever earlier tests left, to see that prime leaves it alone
-    assert state.prime() is True
+    with caplog.at_level(logging.INFO, logger="rdma_webhook.cluster"):
+        assert state.prime() is True
+    # one line says what the start spent on each kind (what a slow start is diagnosed from)
+    [line] = [r.getMessage() for r in caplog.records if r.getMessage().startswith("listed before the fork")]
+    assert re.fullmatch(r"listed before the fork in \d+\.\d{3}s: namespaces 1 in \d+\.\d{3}s \(1 pages\), "
+                        r"network-attachment-definitions 1 in \d+\.\d{3}s \(1 pages\)", line), line
     assert (apiserver.count("list namespaces"), apiserver.count("list nads")) == (1, 1)
     new_threads = set(threading.enumerate()) - threads_before
     # none but the in-process fake server's request handlers: no thread of ours crosses the fork
@@ -285,12 +292,15 @@ def test_prime_lists_once_before_the_fork_and_the_workers_only_watch(apiserver, 
     assert (apiserver.count("list namespaces"), apiserver.count("list nads")) == (1, 1)
 
 
-def test_prime_gives_up_within_its_budget_and_the_worker_lists(apiserver, make_unstarted):
+def test_prime_gives_up_within_its_budget_and_the_worker_lists(apiserver, make_unstarted, caplog):
     apiserver.put_namespace("team-a", OPTED_IN)
     state, api = make_unstarted()
     apiserver.lists_gate.clear()  # the API server does not answer lists
     start = time.monotonic()
-    assert state.prime(budget=0.5) is False
+    with caplog.at_level(logging.INFO, logger="rdma_webhook.cluster"):
+        assert state.prime(budget=0.5) is False
+    assert any(re.fullmatch(r"listed before the fork in \d+\.\d{3}s: namespaces not listed", r.getMessage())
+               for r in caplog.records)
     assert time.monotonic() - start < 8.0  # bounded by the budget (0.5 s), with a wide margin
     assert not state.ready() and cached_namespace(state, "team-a") is None
     assert pooled_connections(api) == 0

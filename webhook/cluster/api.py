@@ -150,6 +150,7 @@ class _Informer:
         self.listed_version: str | None = None
         self.lists = 0
         self.pages = 0  # list requests made, pages of every list
+        self.list_seconds = 0.0  # how long the last complete list took (prime logs it)
         # Consecutive failed lists/watches, since when, and the last error: a cache whose watch
         # keeps failing goes stale without a word (see `stale_for` and `ApiClusterState.ready`).
         self.failures = 0
@@ -240,6 +241,7 @@ class _Informer:
         items: dict[Hashable, Any] = {}
         token: str | None = None
         version: str | None = None
+        began = time.monotonic()
         while True:
             read_timeout = 60.0
             if deadline is not None:
@@ -271,7 +273,7 @@ class _Informer:
         self.absent = False
         self.removals += 1
         self.resource_version = self.listed_version = version
-        self.lists += 1
+        self.lists, self.list_seconds = self.lists + 1, time.monotonic() - began
         self.succeeded()
         if not self.synced:
             self.synced = True
@@ -392,7 +394,7 @@ class ApiClusterState(DraLookups):
         cross the fork). Returns whether everything needed for readiness was listed."""
         if self._started:
             return False
-        deadline = time.monotonic() + budget
+        deadline = (began := time.monotonic()) + budget
         informers = [self._ns, self._nads] if self._uses_networks() else [self._ns]
         if self._uses_dra():
             informers.extend(self._dra_informers)
@@ -425,6 +427,9 @@ class ApiClusterState(DraLookups):
         if errors:
             log.warning("listing before the fork failed (%s); each worker lists what is missing",
                         "; ".join(errors))
+        log.info("listed before the fork in %.3fs: %s", time.monotonic() - began, ", ".join(  # where a slow start went
+            f"{i.kind} {len(i.items)} in {i.list_seconds:.3f}s ({i.pages} pages)" if i.synced else f"{i.kind} not listed"
+            for i in informers))
         return not errors
 
     def start(self) -> None:
