@@ -337,6 +337,7 @@ def _container(pod: dict[str, Any], index: int) -> dict[str, Any]:
     return containers[index]
 
 
+_ENV_FROM: Final = "envFrom values cannot be checked for NCCL settings; the policy's env entries take precedence over them"
 _IFNAME_SEEN: Final[dict[tuple[str, tuple[str, ...]], bool]] = {}
 
 
@@ -412,14 +413,13 @@ def _warnings(pod: dict[str, Any], subject: Subject) -> list[str]:
     if subject.own_claim and subject.targets and subject.policy.claim is not None and subject.policy.claim.aligned:
         out.append(f"policy {subject.policy.name} claims each GPU with a NIC on its PCIe root, but this pod brings its own NIC claim "
                    f"{subject.claim_entry!r} and device-plugin GPUs: not aligned; leave out the claim to get the policy's")
-    for t in [x for x in subject.launchers if x.has_env_from and not x.is_target]:  # its env reaches every rank
-        out.append(f"{t.name}: envFrom values cannot be checked for NCCL settings; the policy's env entries take precedence over them")
+    out.extend(f"{t.name}: {_ENV_FROM}" for t in subject.launchers if t.has_env_from and not t.is_target)  # env of every rank
     for t in subject.targets:
         debug = t.env.get("NCCL_DEBUG")
         if nccl.debug_verbose(debug):
             out.append(f"{t.name}: NCCL_DEBUG={debug} logs heavily; use WARN outside debugging")
         if t.has_env_from:
-            out.append(f"{t.name}: envFrom values cannot be checked for NCCL settings; the policy's env entries take precedence over them")
+            out.append(f"{t.name}: {_ENV_FROM}")
         unknown = [n for n in subject.policy.watched if t.env.unknown(n)]
         if unknown:
             out.append(f"{t.name}: {', '.join(unknown)} come from valueFrom and cannot be checked")
