@@ -20,6 +20,10 @@ and records:
 
     .venv/bin/python benchmarks/e2e_scale.py [--sizes 0,5000,20000] [--dra 1000] [--settle 300] [--unprimed]
         [--repeats N] [--out FILE]
+    .venv/bin/python benchmarks/e2e_scale.py --sizes 20000 --dra 1000 --page-sizes 500,2000,5000 [--repeats N]
+
+With --page-sizes the webhook is not started: the master's list before the fork is timed in the
+script's own process at each page size in turn (what `ApiClusterState.page_size` is worth).
 
 With --unprimed each size is measured twice: as shipped (the gunicorn master lists once before
 the fork, ApiClusterState.prime) and with that disabled (each worker lists for itself).
@@ -217,6 +221,9 @@ def main() -> int:
                     help="at each size also start the webhook without the master's list before the fork")
     ap.add_argument("--dra", type=int, default=0, metavar="N",
                     help="also N DeviceClasses and N ResourceClaimTemplates (in the first namespaces of the first size)")
+    ap.add_argument("--page-sizes", metavar="N,N,...",
+                    help="instead of starting the webhook: time the master's list before the fork "
+                         "(ApiClusterState.prime, in this process) at each page size, in turn, --repeats times")
     ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "e2e_scale.json"))
     args = ap.parse_args()
     if args.dra and not min(s for s in [int(x) for x in args.sizes.split(",")] if s):
@@ -247,6 +254,10 @@ def main() -> int:
                     print(f"created {args.dra} DeviceClasses + {args.dra} ResourceClaimTemplates in {time.monotonic() - t:.0f}s",
                           flush=True)
                 have = size
+            if args.page_sizes:
+                results["runs"].extend(prime_by_page_size(kc, size, [int(n) for n in args.page_sizes.split(",")],
+                                                          args.repeats, args.settle, args.dra > 0))
+                continue
             for repeat in range(args.repeats):
                 for variant in variants:
                     run = measure(cp, workdir, kc, size, variant, variants, args.settle, repeat, dra=args.dra > 0)
@@ -259,6 +270,34 @@ def main() -> int:
 # the first list itself (as before the master listed once for the replica): an A/B in one run.
 UNPRIMED = [sys.executable, "-c", "import sys; from webhook.cluster import api; from webhook.cli import main; "
             "api.ApiClusterState.prime = lambda self, budget=0: False; sys.exit(main.main(sys.argv[1:]))"]
+
+
+def prime_by_page_size(kc: Path, size: int, page_sizes: list[int], repeats: int, settle_limit: float,
+                       dra: bool) -> list[dict]:
+    """The master's list before the fork alone (namespaces, NADs and, with `dra`, the DRA kinds, as
+    the shipped policies make it), timed in this process at each page size in turn."""
+    from kubernetes import client, config
+
+    from webhook.cluster.api import ApiClusterState
+
+    runs = []
+    for repeat in range(repeats):
+        for page_size in page_sizes:
+            settled = settle(settle_limit)
+            load = os.getloadavg()[0]
+            configuration = client.Configuration()
+            config.load_kube_config(config_file=str(kc), client_configuration=configuration)  # the webhook's account
+            state = ApiClusterState(client.ApiClient(configuration), lambda: True, page_size=page_size, uses_dra=lambda: dra)
+            t = time.monotonic()
+            assert state.prime(budget=120.0)
+            took = time.monotonic() - t
+            kinds = {i.kind: {"objects": len(i.items), "pages": i.pages, "s": round(i.list_seconds, 3)}
+                     for i in (state._ns, state._nads, *state._dra_informers) if i.synced}
+            run = {"namespaces": size, "page_size": page_size, "repeat": repeat, "prime_s": round(took, 3),
+                   "kinds": kinds, "settle_s": settled, "loadavg_1m_at_start": round(load, 2)}
+            print(json.dumps(run), flush=True)
+            runs.append(run)
+    return runs
 
 
 def prime_line(hook: c.Webhook) -> str | None:
