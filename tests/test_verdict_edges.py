@@ -23,6 +23,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from kube_objects import container
 from test_manifests import ALLOWED, DENIED, DENIED_RULES, STATE
 from webhook.cluster.state import ClaimStore, FileClusterState, RuntimeStore, is_dra, is_runtime
 from webhook.core import keys
@@ -82,18 +83,6 @@ def review(*args: str) -> tuple[int, str, str]:
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
         code = main(["review", *args])
     return code, out.getvalue(), err.getvalue()
-
-
-def container(name: str, *, gpus: str | None = "8", env: list | None = None, command: list | None = None, **extra) -> dict:
-    c: dict = {"name": name, "image": "nvcr.io/nvidia/pytorch:25.01-py3"}
-    if command:
-        c["command"] = command
-    if env:
-        c["env"] = env
-    if gpus:
-        c["resources"] = {"limits": {"nvidia.com/gpu": gpus}}
-    c.update(extra)
-    return c
 
 
 def job(*containers: dict, name: str | None = "train", generate_name: str | None = None,
