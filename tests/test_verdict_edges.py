@@ -699,3 +699,69 @@ def test_each_template_is_judged_on_its_own_whatever_the_one_before_gave():
     launcher = container("launcher", gpus=None, command=["mpirun", "python", "/workspace/train.py"])
     both = check_workload(runtime(bad, launcher=launcher), TRAINER, CTR, None, off, None)
     assert seen(both) == seen(check_workload(runtime(bad), TRAINER, CTR, None, off, None))
+
+
+# -- a cluster-scoped workload's pods share one namespace, so one policy ------------------------------
+
+def erdma_node() -> dict:
+    return container("node", gpus=None, command=["torchrun", "/workspace/train.py"],
+                     resources={"limits": {"nvidia.com/gpu": "8", "aliyun/erdma": "1"}})
+
+
+def hca_launcher(hca: str = "mlx5") -> dict:
+    return container("launcher", gpus=None, command=["mpirun", "-x", f"NCCL_IB_HCA={hca}", "python", "/workspace/train.py"])
+
+
+def test_a_runtime_whose_launcher_fits_one_policy_and_nodes_another_is_denied_under_the_one_the_nodes_fit():
+    """The launcher forwards NCCL_IB_HCA=mlx5 (an InfiniBand HCA) to ranks that run on eRDMA nodes:
+    in a namespace of erdma the launcher is denied, in one of any other policy the nodes are. Judged
+    template by template each found a policy, and the runtime was allowed as "efa,erdma"."""
+    v = check_workload(runtime(erdma_node(), launcher=hca_launcher()), TRAINER, CTR, None, catalogue(), None)
+    assert (v.outcome, v.allowed, v.policy) == ("denied", False, "erdma")
+    assert [(r.path, r.decision.outcome, r.deny) for r in v.results] == [(LAUNCHER, "denied", True), (NODE, "mutated", False)]
+    assert {r.pod["metadata"]["namespace"] for r in v.results} == {under("erdma")}
+    assert [f.rule for f in v.denials()] == ["command-fallback"] and "NCCL_IB_HCA='mlx5'" in v.message()
+    others = sorted(set(catalogue().by_name) - {"erdma"})
+    others.sort(key=lambda n: n not in ("gke-tcpxo", "oke-roce-host"))  # denied without a fabric mismatch: shown first
+    [note] = v.notes
+    assert note.startswith(f"{LAUNCHER}: its pods would be denied under policy erdma, and under every other policy that could "
+                           f"apply ("), note
+    assert sorted(note.split("apply (")[1].split(")")[0].split(", ")) == sorted(others)
+    assert note.endswith("those of another template would be: no one policy admits all the pods; "
+                         "the reasons under policy erdma follow")
+    # as a namespaced TrainingRuntime in a namespace of either policy: denied the same way
+    for policy in ("erdma", "ib-shared"):
+        rt = runtime(erdma_node(), launcher=hca_launcher())
+        rt.update(kind="TrainingRuntime", metadata={**rt["metadata"], "namespace": "ml"})
+        n = check_workload(rt, TRAINER, "TrainingRuntime", opted_in("ml", policy), catalogue(), None)
+        assert (n.outcome, n.policy) == ("denied", policy)
+
+
+def test_a_runtime_is_allowed_under_the_one_policy_that_admits_all_its_pods_with_each_other_policys_denials_named():
+    """Three policies: under erdma the launcher is denied, under ib-shared the node; erdma-any
+    (erdma that leaves NCCL_IB_HCA to the user) admits both, so it is the one shown, and the
+    warnings say which template each other policy would deny."""
+    any_hca = policy_doc("erdma", "erdma-any")
+    any_hca["nccl"] = {k: v for k, v in any_hca["nccl"].items() if k != "NCCL_IB_HCA"}
+    any_hca["fabric"] = {**any_hca["fabric"], "hcaDevices": ["erdma_[0-3]", "mlx5_[0-9]"]}
+    policies = policy_set(policy_doc("erdma", "erdma"), any_hca, policy_doc("ib-shared", "ib-shared"))
+    v = check_workload(runtime(erdma_node(), launcher=hca_launcher()), TRAINER, CTR, None, policies, None)
+    assert (v.outcome, v.allowed, v.policy) == ("mutated", True, "erdma-any"), (v.notes, [r.decision.denials for r in v.results])
+    assert [(r.path, r.decision.outcome, r.deny) for r in v.results] == [(LAUNCHER, "mutated", False), (NODE, "mutated", False)]
+    said = [(n.split(": its pods would be denied in namespaces that use policy ")[0],
+             n.split(": its pods would be denied in namespaces that use policy ")[1].split(":")[0]) for n in v.notes]
+    assert said == [(LAUNCHER, "erdma"), (NODE, "ib-shared")], v.notes
+
+
+def test_a_policy_that_selects_namespaces_with_injection_off_is_no_policy_a_runtime_could_meet():
+    """Its example namespace would not be opted in: the runtime is judged under the other policy
+    alone, and a malformed template (env as a mapping) is denied there with no note naming the first."""
+    off = policy_doc("ib-shared", "a-off", namespaceSelector=sel(**{keys.NS_INJECTION: "disabled"}))
+    bad = ib_node()
+    bad["env"] = {"NCCL_DEBUG": "INFO"}
+    v = check_workload(runtime(bad), TRAINER, CTR, None, policy_set(off, policy_doc("ib-shared", "ib-b")), None)
+    assert (v.outcome, v.notes) == ("denied", [])  # not "denied under every policy that could apply (a-off, ib-b)"
+    assert [f.rule for f in v.denials()] == ["malformed-pod"]
+    assert [r.pod["metadata"]["namespace"] for r in v.results] == [under("ib-b")]
+    v = check_workload(runtime(bad), TRAINER, CTR, None, policy_set(off), None)
+    assert (v.outcome, v.results, v.notes) == ("skipped", [], [])

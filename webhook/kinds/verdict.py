@@ -115,49 +115,75 @@ def example_namespace(policy: Policy) -> Namespace | None:
             labels.setdefault(key, "true")
         elif op == "DoesNotExist" or (op == "NotIn" and labels.get(key) in values):
             labels.pop(key, None)
+    if labels.get(keys.NS_INJECTION) != keys.NS_INJECTION_ENABLED:
+        return None  # the selector asks for namespaces that have not opted in: none uses the policy
     ns = Namespace(f"(a namespace using policy {policy.name})", labels)
     return ns if policy.allows_namespace(labels) else None
 
 
-def _per_policy(pod_of: Any, policies: PolicySet) -> list[tuple[str, Any, Decision]]:
-    """A cluster-scoped template judged once per policy that could apply to an opted-in
-    namespace: (policy name, pod, decision), skipped ones left out. The namespace is one the
-    policy's selector admits; its NetworkAttachmentDefinitions are unknown (the policy's
-    resources are used)."""
+def _per_policy(templates: list[tuple[str, Any]], policies: PolicySet) -> list[tuple[str, dict[str, tuple[Any, Decision]]]]:
+    """A cluster-scoped workload's labelled templates, (path, pod maker), judged together under
+    each policy that could apply to an opted-in namespace: (policy name, {path: (pod,
+    decision)}), skipped templates and policies under which all are skipped left out. The
+    namespace is one the policy's selector admits; its NetworkAttachmentDefinitions are unknown
+    (the policy's resources are used)."""
     out = []
     for policy in sorted(policies.by_name.values(), key=lambda p: p.name):
         ns = example_namespace(policy)
         if ns is None:
             continue
-        pod = pod_of(ns.name)
-        decision = decide(pod, ns, policies, None, "CREATE")
-        if decision.outcome != "skipped":
-            out.append((policy.name, pod, decision))
+        judged: dict[str, tuple[Any, Decision]] = {}
+        for path, pod_of in templates:
+            pod = pod_of(ns.name)
+            decision = decide(pod, ns, policies, None, "CREATE")
+            if decision.outcome != "skipped":
+                judged[path] = (pod, decision)
+        if judged:
+            out.append((policy.name, judged))
     return out
 
 
-def _cluster_scoped_result(path: str, judged: list[tuple[str, Any, Decision]], policies: PolicySet,
-                           verdict: WorkloadVerdict) -> tuple[Any, Decision, bool, str]:
-    """(pod, decision, deny, why not) of a cluster-scoped template from its per-policy
-    decisions: allowed when some policy admits its pods, with a warning naming those under
-    which they would be denied; denied only when denied under all."""
-    ok = [j for j in judged if j[2].outcome != DENIED]
-    denied = [j for j in judged if j[2].outcome == DENIED]
+def _denied(judged: dict[str, tuple[Any, Decision]]) -> bool:
+    return any(d.outcome == DENIED for _, d in judged.values())
+
+
+def _cluster_scoped_results(judged: list[tuple[str, dict[str, tuple[Any, Decision]]]], policies: PolicySet,
+                            verdict: WorkloadVerdict) -> dict[str, tuple[Any, Decision, bool, str]]:
+    """{path: (pod, decision, deny, why not)} of a cluster-scoped workload from its per-policy
+    decisions. All its pods run in one namespace, so under one policy: the workload is allowed
+    when some policy admits every template's pods (a warning names each policy under which some
+    would be denied), denied only when every policy denies one of them. Judged template by
+    template, a launcher fit for one fabric (`-x NCCL_IB_HCA=mlx5`) and nodes fit for another
+    (`aliyun/erdma`) would each find a policy, and the job would be allowed to fall back."""
+    ok = [j for j in judged if not _denied(j[1])]
+    denied = [j for j in judged if _denied(j[1])]
     if ok:
-        ok.sort(key=lambda j: j[2].outcome != MUTATED)
-        for name, _, d in denied:
-            reasons = "; ".join(f.text() for f in d.denials)
-            verdict.notes.append(f"{path}: its pods would be denied in namespaces that use policy {name}: {reasons}")
-        return ok[0][1], ok[0][2], False, ""
+        ok.sort(key=lambda j: not any(d.outcome == MUTATED for _, d in j[1].values()))
+        for name, results in denied:
+            for path, (_, d) in results.items():
+                if d.outcome == DENIED:
+                    reasons = "; ".join(f.text() for f in d.denials)
+                    verdict.notes.append(f"{path}: its pods would be denied in namespaces that use policy {name}: {reasons}")
+        return {path: (pod, d, False, "") for path, (pod, d) in ok[0][1].items()}
     # the reasons shown are those of a policy the pods' devices fit, when there is one
-    denied.sort(key=lambda j: any(f.rule == "fabric-mismatch" for f in j[2].denials))
-    _, pod, decision = denied[0]
-    if len(denied) > 1:
-        verdict.notes.append(f"{path}: its pods would be denied under every policy that could apply "
-                             f"({', '.join(j[0] for j in denied)}); the reasons under policy {denied[0][0]} follow")
-    policy = policies.get(decision.policy) if decision.policy else None
-    deny = policy is None or policy.workload_validation == "Deny"
-    return pod, decision, deny, "" if deny else "workloadValidation Warn"
+    denied.sort(key=lambda j: any(f.rule == "fabric-mismatch" for _, d in j[1].values() for f in d.denials))
+    name, results = denied[0]
+    out = {}
+    for path, (pod, decision) in results.items():
+        if decision.outcome != DENIED:
+            out[path] = (pod, decision, False, "")
+            continue
+        if len(denied) > 1 and all(path in r and r[path][1].outcome == DENIED for _, r in denied):
+            verdict.notes.append(f"{path}: its pods would be denied under every policy that could apply "
+                                 f"({', '.join(j[0] for j in denied)}); the reasons under policy {name} follow")
+        elif len(denied) > 1:  # another template's pods are what each other policy denies
+            verdict.notes.append(f"{path}: its pods would be denied under policy {name}, and under every other policy "
+                                 f"that could apply ({', '.join(j[0] for j in denied[1:])}) those of another template "
+                                 f"would be: no one policy admits all the pods; the reasons under policy {name} follow")
+        policy = policies.get(decision.policy) if decision.policy else None
+        deny = policy is None or policy.workload_validation == "Deny"
+        out[path] = (pod, decision, deny, "" if deny else "workloadValidation Warn")
+    return out
 
 
 def _pod(template: Any, namespace: str, owner: str, launcher: bool) -> Any:
@@ -197,19 +223,25 @@ def check_workload(obj: Any, group: str, kind: str, namespace: Namespace | None,
     verdict.unresolved.extend(found.unresolved)
     targeted: list[bool] = []
     unlabelled_launchers: list[str] = []
+    labelled: list[tuple[str, Any, bool]] = []
     for path, template in found.templates:
         labels = ((template.get("metadata") or {}).get("labels") or {}) if isinstance(template, dict) else {}
         launcher = _LAUNCHER_PATH.search(path) is not None
-        if not isinstance(labels, dict) or labels.get(keys.POD_INJECT) != keys.POD_INJECT_TRUE:
-            if launcher:
-                unlabelled_launchers.append(path)
-            continue
+        if isinstance(labels, dict) and labels.get(keys.POD_INJECT) == keys.POD_INJECT_TRUE:
+            labelled.append((path, template, launcher))
+        elif launcher:
+            unlabelled_launchers.append(path)
+    chosen: dict[str, tuple[Any, Decision, bool, str]] = {}
+    if per_policy:
+        assert policies is not None
+        makers = [(path, lambda ns, t=template, mpi=launcher: _pod(t, ns, str(name), mpi)) for path, template, launcher in labelled]
+        judged = _per_policy(makers, policies)
+        chosen = _cluster_scoped_results(judged, policies, verdict) if judged else {}
+    for path, template, launcher in labelled:
         if per_policy:
-            assert policies is not None
-            judged = _per_policy(lambda ns, t=template, mpi=launcher: _pod(t, ns, str(name), mpi), policies)
-            if not judged:
+            if path not in chosen:
                 continue
-            pod, decision, deny, why_not = _cluster_scoped_result(path, judged, policies, verdict)
+            pod, decision, deny, why_not = chosen[path]
         else:
             pod = _pod(template, ns_name, str(name), launcher)
             decision = decide(pod, namespace, policies, attachments, "CREATE", config_maps, claims)
