@@ -18,7 +18,7 @@ and records:
   class_change_s: a DeviceClass created after the start until a pod whose template requests it
   is taken as claiming sriov-roce's NIC (no VF added any more).
 
-    .venv/bin/python benchmarks/e2e_scale.py [--sizes 0,5000,20000] [--dra 1000] [--settle 300] [--unprimed]
+    .venv/bin/python benchmarks/e2e_scale.py [--sizes 0,5000,20000] [--dra 1000] [--settle 300] [--unprimed] [--etcd-lists]
         [--repeats N] [--out FILE]
     .venv/bin/python benchmarks/e2e_scale.py --sizes 20000 --dra 1000 --page-sizes 500,2000,5000 [--repeats N]
 
@@ -26,7 +26,9 @@ With --page-sizes the webhook is not started: the master's list before the fork 
 script's own process at each page size in turn (what `ApiClusterState.page_size` is worth).
 
 With --unprimed each size is measured twice: as shipped (the gunicorn master lists once before
-the fork, ApiClusterState.prime) and with that disabled (each worker lists for itself).
+the fork, ApiClusterState.prime) and with that disabled (each worker lists for itself). With
+--etcd-lists, also with every list a consistent read paged through etcd (`list_from_cache=False`)
+instead of one answer from the API server's watch cache (webhook/cluster/listing.py).
 
 Before each start of the webhook the script waits (up to --settle seconds) for the machine to go
 idle: the controller-manager keeps creating every new namespace's ServiceAccount and root-CA
@@ -219,6 +221,8 @@ def main() -> int:
     ap.add_argument("--repeats", type=int, default=1, help="starts of each variant at each size, in turn")
     ap.add_argument("--unprimed", action="store_true",
                     help="at each size also start the webhook without the master's list before the fork")
+    ap.add_argument("--etcd-lists", action="store_true",
+                    help="at each size also start the webhook with its lists read from etcd in pages, not from the watch cache")
     ap.add_argument("--dra", type=int, default=0, metavar="N",
                     help="also N DeviceClasses and N ResourceClaimTemplates (in the first namespaces of the first size)")
     ap.add_argument("--page-sizes", metavar="N,N,...",
@@ -238,7 +242,7 @@ def main() -> int:
                   c.pick(docs, "ClusterRole", "rdma-webhook"), c.pick(docs, "ClusterRoleBinding", "rdma-webhook")])
         kc = c.service_account_kubeconfig(cp, "rdma-webhook", "rdma-webhook", workdir / "webhook.kubeconfig")
         have = 0
-        variants = ["primed", "unprimed"] if args.unprimed else ["primed"]
+        variants = ["primed"] + ["unprimed"] * args.unprimed + ["etcd-lists"] * args.etcd_lists
         # One start not recorded, so that no variant pays for being first: on a fresh machine
         # the first start reads the modules from disk (in a run without this, the first start,
         # on the empty cluster, took 2.78 s and the next one 1.54 s).
@@ -268,8 +272,13 @@ def main() -> int:
 
 # `--unprimed`: the same webhook with ApiClusterState.prime disabled, so that each worker makes
 # the first list itself (as before the master listed once for the replica): an A/B in one run.
-UNPRIMED = [sys.executable, "-c", "import sys; from webhook.cluster import api; from webhook.cli import main; "
-            "api.ApiClusterState.prime = lambda self, budget=0: False; sys.exit(main.main(sys.argv[1:]))"]
+UNPRIMED = [sys.executable, "-c", "import sys; from webhook.cluster import api; from webhook.cli.main import main; "
+            "api.ApiClusterState.prime = lambda self, budget=0: False; sys.exit(main(sys.argv[1:]))"]
+# `--etcd-lists`: the same webhook with its lists made as consistent reads, paged through etcd, as
+# they were before they asked the watch cache (`list_from_cache`, webhook/cluster/listing.py).
+ETCD_LISTS = [sys.executable, "-c", "import sys; from webhook.cluster import api; from webhook.cli.main import main; "
+              "api.ApiClusterState.__init__.__kwdefaults__['list_from_cache'] = False; sys.exit(main(sys.argv[1:]))"]
+LAUNCHERS = {"unprimed": UNPRIMED, "etcd-lists": ETCD_LISTS}
 
 
 def prime_by_page_size(kc: Path, size: int, page_sizes: list[int], repeats: int, settle_limit: float,
@@ -320,7 +329,7 @@ def measure(cp: c.ControlPlane, workdir: Path, kc: Path, size: int, variant: str
     settled = settle(settle_limit)
     load = os.getloadavg()[0]
     hook = c.Webhook(workdir, kc, workers=2, name=f"scale-{size}-{variant}-{repeat}",
-                     launcher=UNPRIMED if variant == "unprimed" else None)
+                     launcher=LAUNCHERS.get(variant))
     started = time.monotonic()
     hook.start(wait_ready=False)
     hook.wait_ready(600)

@@ -16,6 +16,9 @@ with the same resourceVersion, `metadata.continue` and `remainingItemCount` unti
 a continue token from before a `compact()` gets 410 Expired, as etcd's compaction makes it.
 `page_hook(kind, n)` (test-side) runs after the n-th list request of that kind is answered, to
 change the cluster between pages. `continues[kind]` counts the pages asked for with a continue token.
+With `watch_cache` set, a list asking for resourceVersion "0" is answered whole, as the real
+watch cache answers it; `list_versions[kind]` records the resourceVersion each list asked for
+(None: not given), and `list_errors[kind]` fails the next lists with the statuses it holds.
 
 Objects share one global resourceVersion, as in etcd. Every change is appended to an event log;
 a watch sends the log entries after its resourceVersion, then waits for more. Test-side controls:
@@ -90,6 +93,12 @@ class FakeApiServer:
         self._snapshots: dict[str, tuple[int, list[dict[str, Any]]]] = {}  # continue token id -> (rv, items)
         self.page_hook: Any = None  # page_hook(kind, n) after the n-th list request of kind is answered
         self.continues: collections.Counter[str] = collections.Counter()
+        # As a server with a watch cache for the kind: a list asking for resourceVersion "0" is
+        # answered whole, whatever its limit (the real cache does not page). Off: the server pages
+        # every list, as one started with --watch-cache=false does.
+        self.watch_cache = False
+        self.list_versions: collections.defaultdict[str, list[str | None]] = collections.defaultdict(list)
+        self.list_errors: collections.defaultdict[str, list[int]] = collections.defaultdict(list)
         self._open_watches = 0
         self._httpd = _QuietServer(("127.0.0.1", 0), _handler_for(self))
         self._thread = threading.Thread(target=self._httpd.serve_forever, kwargs={"poll_interval": 0.05},
@@ -203,7 +212,17 @@ class FakeApiServer:
         """(HTTP status, body) of one list request: the whole list, or one page of a snapshot."""
         limit = int((query.get("limit") or ["0"])[0] or 0)
         token = (query.get("continue") or [""])[0]
+        version = (query.get("resourceVersion") or [None])[0]
         with self.cond:
+            if token and version:
+                return 400, _status(400, "BadRequest", "specifying resource version is not allowed when using continue")
+            if not token:
+                self.list_versions[kind].append(version)  # what each list's first request asked for
+                if self.list_errors[kind]:  # test-side: fail the next first requests with these statuses
+                    status = self.list_errors[kind].pop(0)
+                    return status, _status(status, "Timeout" if status == 504 else "Expired", f"list refused with {status}")
+                if self.watch_cache and version == "0":
+                    limit = 0
             if token:
                 self.continues[kind] += 1
                 snap_id, _, offset_text = token.partition(":")

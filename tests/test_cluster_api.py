@@ -573,6 +573,58 @@ def test_an_expired_continue_token_lists_again_from_the_start(apiserver, make_st
     assert sorted(state._ns.items) == sorted([f"team-{i}" for i in range(5)] + ["after-compaction"])
 
 
+# -- where a list is served from: the watch cache first (webhook.cluster.listing) -------------------
+
+def test_the_first_list_asks_the_watch_cache_and_takes_its_whole_answer(apiserver, make_state):
+    """resourceVersion=0 on the first request: a server with a watch cache answers the whole list
+    in one response whatever the limit, and nothing is asked with a continue token."""
+    apiserver.watch_cache = True
+    for i in range(7):
+        apiserver.put_namespace(f"team-{i}", OPTED_IN)
+    state = synced(make_state(page_size=3))
+    assert apiserver.list_versions["namespaces"] == ["0"]
+    assert apiserver.count("list namespaces") == 1 and apiserver.continues["namespaces"] == 0
+    assert sorted(state._ns.items) == [f"team-{i}" for i in range(7)] and state._ns.pages == 1
+
+
+def test_a_server_that_pages_the_cached_list_is_followed_without_a_version_on_the_continues(apiserver, make_state):
+    """Without a watch cache the server pages as asked: the first request carries
+    resourceVersion=0, the continue requests none (the real server refuses both at once with 400,
+    as the stand-in does), and every page is kept."""
+    for i in range(7):
+        apiserver.put_namespace(f"team-{i}", OPTED_IN)
+    state = synced(make_state(page_size=3))
+    assert apiserver.list_versions["namespaces"] == ["0"] and apiserver.continues["namespaces"] == 2
+    assert sorted(state._ns.items) == [f"team-{i}" for i in range(7)]
+
+
+def test_without_list_from_cache_the_list_is_a_consistent_read(apiserver, make_state):
+    apiserver.watch_cache = True
+    apiserver.put_namespace("team-0", OPTED_IN)
+    synced(make_state(list_from_cache=False))
+    assert apiserver.list_versions["namespaces"] == [None]
+
+
+def test_after_a_410_the_list_asks_for_the_version_last_seen_and_after_a_refusal_reads_etcd(apiserver, make_state):
+    """As client-go's reflector: a relist after the watch's 410 asks the cache for what the
+    informer had seen (so the cache can never take it back in time), and when the cache cannot
+    serve that version (504 Too large resource version) the next list is a consistent read."""
+    apiserver.watch_cache = True
+    apiserver.put_namespace("team-0", OPTED_IN)
+    state = synced(make_state())
+    apiserver.put_namespace("seen")
+    eventually(lambda: cached_namespace(state, "seen"), what="watch progress")
+    seen = state._ns.resource_version
+    apiserver.list_errors["namespaces"].append(504)
+    with apiserver.pause_watches():
+        apiserver.put_namespace("born")
+        apiserver.compact()
+        eventually(lambda: apiserver.count("watch namespaces") >= 3, what="retries while paused")
+    eventually(lambda: cached_namespace(state, "born") is not None, what="relist")
+    assert apiserver.list_versions["namespaces"] == ["0", seen, None], apiserver.list_versions
+    assert seen not in (None, "0")
+
+
 def test_the_fake_server_pages_as_the_real_one(apiserver):
     """The stand-in itself: limit, continue, remainingItemCount, one resourceVersion for every
     page, key order, 410 Expired after a compaction, 400 for a token it never gave."""
@@ -684,3 +736,40 @@ def test_dra_kinds_are_not_watched_until_a_policy_names_them(apiserver, make_sta
     state = synced(make_state())
     assert state.claims() is None and not any(i.thread for i in state._dra_informers)
     state.stop()
+
+
+def test_the_big_lists_are_read_into_the_fields_a_decision_reads_and_cache_what_a_json_tree_would():
+    """webhook.cluster.listing: a namespace list and a NAD list as the API server sends them
+    (metadata only, managedFields, a last-applied annotation) keep name, labels, namespace and
+    the resourceName annotation alone, and the cache built from them is the one the whole JSON
+    tree gives; nulls where the server omits fields are read as absent."""
+    import orjson
+
+    from webhook.cluster import api as cluster_api, listing
+    from webhook.cluster.state import namespace_from
+
+    managed = [{"manager": "kubectl-client-side-apply", "operation": "Update", "apiVersion": "v1",
+                "time": "2026-11-26T19:25:20Z", "fieldsType": "FieldsV1", "fieldsV1": {"f:metadata": {"f:labels": {}}}}]
+    namespaces = {"kind": "PartialObjectMetadataList", "apiVersion": "meta.k8s.io/v1",
+                  "metadata": {"resourceVersion": "81644", "continue": "tok"},
+                  "items": [{"kind": "PartialObjectMetadata", "apiVersion": "meta.k8s.io/v1",
+                             "metadata": {"name": "team-a", "uid": "u1", "resourceVersion": "7", "creationTimestamp": "x",
+                                          "labels": {"kubernetes.io/metadata.name": "team-a", **OPTED_IN},
+                                          "managedFields": managed}},
+                            {"metadata": {"name": "bare", "labels": None}}]}
+    nads = {"kind": "PartialObjectMetadataList", "metadata": {"resourceVersion": "9"},
+            "items": [{"metadata": {"name": "rdma-net", "namespace": "team-a", "managedFields": managed,
+                                    "annotations": {keys.NAD_RESOURCE_NAME: "openshift.io/mellanoxrdma",
+                                                    "kubectl.kubernetes.io/last-applied-configuration": "{...}" * 100}}},
+                      {"metadata": {"name": "plain", "namespace": "team-a", "annotations": None}}]}
+    ns_doc = listing.METADATA_DECODERS["namespaces"](orjson.dumps(namespaces))
+    assert ns_doc == {"kind": "PartialObjectMetadataList", "metadata": {"resourceVersion": "81644", "continue": "tok"},
+                      "items": [{"metadata": {"name": "team-a", "labels": namespaces["items"][0]["metadata"]["labels"]}},
+                                {"metadata": {"name": "bare", "labels": None}}]}
+    nad_doc = listing.METADATA_DECODERS[cluster_api.NAD_PLURAL](orjson.dumps(nads))
+    assert nad_doc["items"] == [
+        {"metadata": {"name": "rdma-net", "namespace": "team-a", "annotations": {keys.NAD_RESOURCE_NAME: "openshift.io/mellanoxrdma"}}},
+        {"metadata": {"name": "plain", "namespace": "team-a", "annotations": None}}]
+    for doc, whole, key, value in ((ns_doc, namespaces, listing.ns_key, namespace_from),
+                                   (nad_doc, nads, listing.nad_key, listing.nad_value)):
+        assert {key(o): value(o) for o in doc["items"]} == {key(o): value(o) for o in whole["items"]}

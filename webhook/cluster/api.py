@@ -35,15 +35,15 @@ once), `runtimes()` is None and a TrainJob gets a warning instead of a check.
 Lists, the direct read and watch events are handled as plain JSON (`_preload_content=False`,
 orjson; watches with `return_type="object"`): building the client's models and converting them
 back to dicts costs about 25 times more than parsing (3000 namespaces: ~300 ms against ~12 ms)
-for objects of which we keep the labels alone. Namespace and NAD lists ask for metadata only
-(PartialObjectMetadataList, see METADATA_LIST): a decision reads nothing else of them.
+for objects of which we keep the labels alone. Namespace and NAD lists ask for metadata only, and
+every list starts from the API server's watch cache (`resourceVersion=0`): see
+webhook.cluster.listing for both.
 """
 
 from __future__ import annotations
 
 import logging
 import random
-import sys
 import threading
 import time
 from typing import Any, Callable, Hashable, Mapping
@@ -54,9 +54,9 @@ from kubernetes.client import rest
 from kubernetes.client.exceptions import ApiException
 
 from webhook.telemetry import metrics
-from webhook.core.keys import NAD_RESOURCE_NAME
 from webhook.cluster.state import namespace_from
 from webhook.cluster.dra_watch import DraLookups, dra_informers
+from webhook.cluster.listing import METADATA_DECODERS, METADATA_LIST, nad_key, nad_value, ns_key
 from webhook.core.decision import Namespace
 
 log = logging.getLogger("rdma_webhook.cluster")
@@ -64,49 +64,12 @@ log = logging.getLogger("rdma_webhook.cluster")
 NAD_GROUP, NAD_VERSION, NAD_PLURAL = "k8s.cni.cncf.io", "v1", "network-attachment-definitions"
 TRAINER_GROUP, TRAINER_VERSION = "trainer.kubeflow.org", "v1alpha1"
 TR_PLURAL, CTR_PLURAL = "trainingruntimes", "clustertrainingruntimes"
-GONE, NOT_FOUND = 410, 404
-# Lists of the kinds whose metadata is all a decision reads (namespaces: name and labels; NADs:
-# the resourceName annotation) ask for metadata only, as client-go's metadata informers do: the
-# server leaves out spec and status (a NAD's CNI config, a namespace's finalizers and phase), so
-# it encodes and we parse less. A server that cannot answer so picks the plain JSON that follows.
-METADATA_LIST = "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1, application/json"
+GONE, NOT_FOUND, TIMEOUT = 410, 404, 504
 # A cache whose list or watch has failed this many times in a row, for longer than the state's
 # `stale_after`, is stale: `ready()` is False (with the reason in `not_ready_reason()`), so that
 # a replica whose watch is refused (a missing RBAC verb) or broken stops serving decisions from a
 # cache that no longer follows the cluster, instead of serving them without a word.
 STALE_FAILURES = 3
-
-
-# Cached names are interned (sys.intern): a namespace's name is its cache key, its
-# kubernetes.io/metadata.name label and the first half of its NADs' keys, and NADs across
-# namespaces share a few names ("rdma-network"); one string object each instead of one per use.
-
-def _ns_key(obj: Mapping[str, Any]) -> str:
-    return sys.intern(str(obj["metadata"]["name"]))
-
-
-def _nad_key(obj: Mapping[str, Any]) -> tuple[str, str]:
-    meta = obj["metadata"]
-    return sys.intern(str(meta.get("namespace") or "default")), sys.intern(str(meta["name"]))
-
-
-_NAD_VALUES: dict[str | None, dict[str, Any]] = {}  # resourceName -> the one value object for it
-
-
-def _nad_value(obj: Mapping[str, Any]) -> dict[str, Any]:
-    """What the decision reads of a NetworkAttachmentDefinition: the resourceName annotation, nothing
-    else (its CNI config, other annotations and managed fields are never read). NADs naming the
-    same resource share one value object: a cluster has thousands of NADs and a handful of
-    resource names, so a NAD costs its key in the cache and nothing more."""
-    annotations = (obj.get("metadata") or {}).get("annotations") or {}
-    found = annotations.get(NAD_RESOURCE_NAME) if isinstance(annotations, dict) else None
-    resource = found if isinstance(found, str) else None
-    value = _NAD_VALUES.get(resource)
-    if value is None:
-        value = {"metadata": {"annotations": {NAD_RESOURCE_NAME: resource} if resource is not None else {}}}
-        if len(_NAD_VALUES) < 1024:  # a cluster with more distinct resource names gets a value each
-            _NAD_VALUES[resource] = value
-    return value
 
 
 def _tr_key(obj: Mapping[str, Any]) -> tuple[str, str]:
@@ -140,6 +103,8 @@ class _Informer:
                  optional: bool = False, metadata_only: bool = False):
         self.owner, self.kind, self.list_call, self.args, self.key, self.value = owner, kind, list_call, args, key, value
         self.metadata_only = metadata_only  # lists ask for PartialObjectMetadataList (METADATA_LIST)
+        # the kinds with many objects keep a few fields of each, decoded as such (webhook.cluster.listing)
+        self.decode: Callable[[bytes], Any] = METADATA_DECODERS.get(kind, orjson.loads) if metadata_only else orjson.loads
         self.list_kind: str | None = None  # the `kind` of the last list page the server sent
         self.optional = optional  # a CRD that may not be installed: a 404 is expected, not an error
         self.absent_logged = False
@@ -147,6 +112,10 @@ class _Informer:
         self.items: dict[Hashable, Any] = {}
         self.synced = False  # the first list completed
         self.resource_version: str | None = None
+        # The resourceVersion a list asks for (webhook.cluster.listing): "0" the watch cache as it
+        # is (the first list); after a 410 the version last seen, which the cache serves once it
+        # holds it (the cache never goes back in time); "" etcd, once the cache could not serve it.
+        self.relist_version = "0"
         self.listed_version: str | None = None
         self.lists = 0
         self.pages = 0  # list requests made, pages of every list
@@ -183,6 +152,7 @@ class _Informer:
                 if exc.status == GONE:
                     stale = self.resource_version
                     self.resource_version = None
+                    self.relist_version = stale or "0"  # from the cache once it holds what was seen
                     if stale != self.listed_version:  # expired after some progress: list at once
                         log.info("%s: resourceVersion %s expired; listing again", self.kind, stale)
                         continue
@@ -233,11 +203,11 @@ class _Informer:
         return now - self.failing_since
 
     def relist(self, deadline: float | None = None) -> None:
-        """List in pages of `owner.page_size` (`limit` and `continue`, as client-go's reflector
-        does): one page's body and parsed objects are held at a time, not the whole list, so the
-        peak memory of a list stays that of a page however many objects the cluster has. A
-        continue token that expires (410) fails the list, which the loop retries from the start.
-        Past `deadline` (time.monotonic()) the list gives up with TimeoutError, the cache as it was."""
+        """List as client-go's reflector does: from the API server's watch cache when it has one
+        (`relist_version`; the cache answers the whole list at once), else in pages of
+        `owner.page_size` (`limit` and `continue`), one page's body held at a time. A continue
+        token that expires (410) fails the list, which the loop retries from the start. Past
+        `deadline` (time.monotonic()) the list gives up with TimeoutError, the cache as it was."""
         items: dict[Hashable, Any] = {}
         token: str | None = None
         version: str | None = None
@@ -252,11 +222,18 @@ class _Informer:
                                       "_request_timeout": (self.owner.connect_timeout, read_timeout)}
             if token:
                 kwargs["_continue"] = token
+            elif self.owner.list_from_cache and self.relist_version:
+                kwargs["resource_version"] = self.relist_version
             if self.metadata_only:
                 kwargs["_headers"] = {"Accept": METADATA_LIST}
-            resp = self.list_call(*self.args, **kwargs)
             try:
-                doc = orjson.loads(resp.data)
+                resp = self.list_call(*self.args, **kwargs)
+            except ApiException as exc:
+                if not token and exc.status in (GONE, TIMEOUT):  # the cache cannot serve that version
+                    self.relist_version = ""  # the next list reads etcd, as client-go's reflector does
+                raise
+            try:
+                doc = self.decode(resp.data)
             finally:
                 resp.release_conn()
             for obj in doc.get("items") or ():
@@ -322,7 +299,8 @@ class ApiClusterState(DraLookups):
                  networks_check_interval: float = 5.0, fetch_timeout: float = 2.0, miss_ttl: float = 5.0,
                  connect_timeout: float = 5.0, watch_runtimes: bool = True, page_size: int = 500,
                  stale_after: float = 60.0, clock: Callable[[], float] = time.monotonic,
-                 admission_policies: Callable[[], Any] | None = None, uses_dra: Callable[[], bool] = lambda: False):
+                 admission_policies: Callable[[], Any] | None = None, uses_dra: Callable[[], bool] = lambda: False,
+                 list_from_cache: bool = True):
         self.uses_networks = uses_networks
         self.uses_dra = uses_dra
         self.watch_runtimes = watch_runtimes
@@ -330,6 +308,7 @@ class ApiClusterState(DraLookups):
         self.networks_check_interval, self.fetch_timeout, self.miss_ttl = networks_check_interval, fetch_timeout, miss_ttl
         self.connect_timeout = connect_timeout
         self.page_size = page_size  # objects per list request (client-go's reflector: 500)
+        self.list_from_cache = list_from_cache  # resourceVersion=0 on a list's first request (see relist)
         self.stale_after = stale_after  # seconds of failing lists/watches before `ready()` says no
         self.clock = clock  # what the stale rule reads the time from (tests pass one they move)
         if api_client.configuration.retries is None:
@@ -339,10 +318,10 @@ class ApiClusterState(DraLookups):
             api_client.rest_client = rest.RESTClientObject(api_client.configuration)
         self._core = client.CoreV1Api(api_client)
         custom = client.CustomObjectsApi(api_client)
-        self._ns = _Informer(self, "namespaces", self._core.list_namespace, (), _ns_key, namespace_from,
+        self._ns = _Informer(self, "namespaces", self._core.list_namespace, (), ns_key, namespace_from,
                              metadata_only=True)
         self._nads = _Informer(self, NAD_PLURAL, custom.list_cluster_custom_object,
-                               (NAD_GROUP, NAD_VERSION, NAD_PLURAL), _nad_key, _nad_value, metadata_only=True)
+                               (NAD_GROUP, NAD_VERSION, NAD_PLURAL), nad_key, nad_value, metadata_only=True)
         self._runtime_informers = (
             _Informer(self, TR_PLURAL, custom.list_cluster_custom_object, (TRAINER_GROUP, TRAINER_VERSION, TR_PLURAL),
                       _tr_key, _runtime_value, optional=True),
