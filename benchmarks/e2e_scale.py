@@ -18,7 +18,7 @@ and records:
   class_change_s: a DeviceClass created after the start until a pod whose template requests it
   is taken as claiming sriov-roce's NIC (no VF added any more).
 
-    .venv/bin/python benchmarks/e2e_scale.py [--sizes 0,5000,20000] [--dra 1000] [--settle 300] [--unprimed] [--etcd-lists]
+    .venv/bin/python benchmarks/e2e_scale.py [--sizes 0,5000,20000] [--dra 1000] [--settle 300] [--unprimed] [--etcd-lists] [--age S]
         [--repeats N] [--out FILE]
     .venv/bin/python benchmarks/e2e_scale.py --sizes 20000 --dra 1000 --page-sizes 500,2000,5000 [--repeats N]
 
@@ -221,6 +221,9 @@ def main() -> int:
     ap.add_argument("--repeats", type=int, default=1, help="starts of each variant at each size, in turn")
     ap.add_argument("--unprimed", action="store_true",
                     help="at each size also start the webhook without the master's list before the fork")
+    ap.add_argument("--age", type=float, default=0.0, metavar="S",
+                    help="wait S seconds after creating the objects before the first start: a real cluster's "
+                         "objects were not all made a minute ago (the etcd-paged lists were seen to slow down with age)")
     ap.add_argument("--etcd-lists", action="store_true",
                     help="at each size also start the webhook with its lists read from etcd in pages, not from the watch cache")
     ap.add_argument("--dra", type=int, default=0, metavar="N",
@@ -258,6 +261,9 @@ def main() -> int:
                     print(f"created {args.dra} DeviceClasses + {args.dra} ResourceClaimTemplates in {time.monotonic() - t:.0f}s",
                           flush=True)
                 have = size
+                if args.age:
+                    print(f"waiting {args.age:.0f}s (--age) before the starts", flush=True)
+                    time.sleep(args.age)
             if args.page_sizes:
                 results["runs"].extend(prime_by_page_size(kc, size, [int(n) for n in args.page_sizes.split(",")],
                                                           args.repeats, args.settle, args.dra > 0))

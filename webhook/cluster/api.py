@@ -236,14 +236,20 @@ class _Informer:
                 doc = self.decode(resp.data)
             finally:
                 resp.release_conn()
-            for obj in doc.get("items") or ():
+            del resp  # the body, before the cache's objects are made
+            # Each decoded object is freed as soon as what the cache keeps of it is made, so that
+            # goes where the object was: a whole list from the watch cache then leaves no heap behind.
+            objs = doc.get("items") or []
+            objs.reverse()
+            while objs:
+                obj = objs.pop()
                 items[self.key(obj)] = self.value(obj)
             meta = doc.get("metadata") or {}
             version = str(meta.get("resourceVersion") or "") or None  # every page: the snapshot's
             token = meta.get("continue") or None
             self.pages += 1
             self.list_kind = str(doc.get("kind") or "") or None
-            del doc, resp
+            del doc
             if not token:
                 break
         self.items = items  # one assignment: readers see the old dict or the new one
