@@ -249,7 +249,7 @@ def main() -> int:
         # One start not recorded, so that no variant pays for being first: on a fresh machine
         # the first start reads the modules from disk (in a run without this, the first start,
         # on the empty cluster, took 2.78 s and the next one 1.54 s).
-        measure(cp, workdir, kc, 0, "warm-up", variants, args.settle)
+        results["warm_up"] = measure(cp, workdir, kc, 0, "warm-up", variants, args.settle)  # the empty replica's memory
         for size in sizes:
             if size > have:
                 t = time.monotonic()

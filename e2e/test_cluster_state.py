@@ -329,11 +329,13 @@ def test_readyz_only_after_nad_cache_synced(cp, hook, workdir):
         cp.kubectl("wait", "--for=condition=Established", "--timeout=60s", f"crd/{crd}")
 
 
-def test_lists_come_in_pages_and_keep_what_decisions_read(cp, workdir):
-    """The informers list in pages (`limit` + `continue`, as client-go does) so that a list's peak
-    memory is a page's, and keep of a NAD only its resourceName. Against the real server's
-    pagination, with pages of 2: every namespace and NAD arrives, in as many requests as pages, and
-    the pages hold metadata only (PartialObjectMetadataList)."""
+@pytest.mark.parametrize("from_cache", [True, False], ids=["watch-cache", "etcd-pages"])
+def test_lists_come_whole_from_the_watch_cache_or_in_pages_and_keep_what_decisions_read(cp, workdir, from_cache):
+    """As shipped, a list asks for resourceVersion=0 and the real server answers it from its watch
+    cache in one response, whatever the limit (pages of 2 here); with `list_from_cache=False` it is
+    a consistent read in pages (`limit` + `continue`), as many requests as pages. Either way every
+    namespace and NAD arrives, the lists hold metadata only (PartialObjectMetadataList), and of a
+    NAD only its resourceName is kept (webhook/cluster/listing.py)."""
     from kubernetes import client, config
 
     from webhook.cluster.api import ApiClusterState
@@ -345,15 +347,20 @@ def test_lists_come_in_pages_and_keep_what_decisions_read(cp, workdir):
     configuration = client.Configuration()
     config.load_kube_config(config_file=str(cp.admin_kubeconfig), client_configuration=configuration)
     total_ns = len(json.loads(cp.kubectl("get", "namespaces", "-o", "json", check=True).stdout)["items"])
-    state = ApiClusterState(client.ApiClient(configuration), lambda: True, page_size=2, watch_runtimes=False)
+    state = ApiClusterState(client.ApiClient(configuration), lambda: True, page_size=2, watch_runtimes=False,
+                            list_from_cache=from_cache)
     state.start()
     try:
-        c.wait_for("the paged lists to sync", state.ready, 60)
+        c.wait_for("the lists to sync", state.ready, 60)
         for ns in names:
             got = state.namespace(ns)
             assert got is not None and got.labels.get("page-test") == tag, (ns, got)
-        assert state._ns.pages >= (total_ns + 1) // 2 > 1, (state._ns.pages, total_ns)
-        assert state._nads.pages >= 2, state._nads.pages
+        if from_cache:
+            assert (state._ns.pages, state._nads.pages) == (1, 1), (state._ns.pages, state._nads.pages)
+            assert len(state._ns.items) >= total_ns > 2 and len(state._nads.items) >= 4
+        else:
+            assert state._ns.pages >= (total_ns + 1) // 2 > 1, (state._ns.pages, total_ns)
+            assert state._nads.pages >= 2, state._nads.pages
         # metadata only: the server sent PartialObjectMetadataList pages (no spec, no status)
         assert (state._ns.list_kind, state._nads.list_kind) == ("PartialObjectMetadataList",) * 2, \
             (state._ns.list_kind, state._nads.list_kind)

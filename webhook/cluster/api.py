@@ -237,8 +237,8 @@ class _Informer:
             finally:
                 resp.release_conn()
             del resp  # the body, before the cache's objects are made
-            # Each decoded object is freed as soon as what the cache keeps of it is made, so that
-            # goes where the object was: a whole list from the watch cache then leaves no heap behind.
+            # Each decoded object is freed as soon as what the cache keeps of it is made, so the
+            # kept objects reuse its memory instead of growing the heap past a whole list's worth.
             objs = doc.get("items") or []
             objs.reverse()
             while objs:
