@@ -46,14 +46,36 @@ def python_settings(code: str, names: frozenset[str]) -> list[tuple[str, str]]:
     return out
 
 
+# Nodes whose inner code may run never, once or many times: a function or lambda body (it runs
+# when called, which the reading does not follow), a comprehension's element and conditions.
+_MAY_RUN = (ast.Lambda, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.ListComp, ast.SetComp,
+            ast.DictComp, ast.GeneratorExp)
+
+
 def _python_ops(code: str) -> list[tuple[str, str | None, bool]]:
-    """(name, value or None for a deletion or an unknown value, on the straight-line path)."""
+    """(name, value or None for a deletion or an unknown value, on the straight-line path), in
+    the order the code runs. On the straight-line path: a top-level assignment, deletion or
+    expression statement, except where it may not run: past the first operand of `and`/`or`,
+    the branches of `x if c else y`, and inside a lambda or a comprehension (so
+    `rank == 0 and os.environ.update(NCCL_IB_DISABLE='0')` adds a possible value, as an `if`
+    would, instead of replacing the one every other rank keeps)."""
     tree = ast.parse(code, mode="exec")
     ops: list[tuple[str, str | None, bool]] = []
     for stmt in tree.body:
-        certain = isinstance(stmt, (ast.Assign, ast.Expr, ast.Delete, ast.AugAssign))
-        for node in ast.walk(stmt):
+        stack: list[tuple[Any, bool]] = [(stmt, isinstance(stmt, (ast.Assign, ast.Expr, ast.Delete, ast.AugAssign)))]
+        while stack:  # depth first, children in source order (iterative: no recursion limit)
+            node, certain = stack.pop()
             _python_op(node, ops, certain)
+            if isinstance(node, _MAY_RUN):
+                certain = False
+            children: list[tuple[Any, bool]]
+            if isinstance(node, ast.BoolOp):
+                children = [(v, certain and i == 0) for i, v in enumerate(node.values)]
+            elif isinstance(node, ast.IfExp):
+                children = [(node.test, certain), (node.body, False), (node.orelse, False)]
+            else:
+                children = [(child, certain) for child in ast.iter_child_nodes(node)]
+            stack.extend(reversed(children))
     return ops
 
 
