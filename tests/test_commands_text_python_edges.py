@@ -342,3 +342,22 @@ def test_a_pod_whose_ranks_but_rank_0_run_with_ib_off_is_denied():
     code = DISABLED_THEN + MAY_NOT_RUN["and"] + "; import runpy; runpy.run_path('train.py')"
     decision = decide(pod([container("trainer", command=["python", "-c", code])]), ns, policies, None, "CREATE")
     assert decision.outcome == DENIED and [f.rule for f in decision.denials] == ["command-fallback"], decision.denials
+
+
+def test_plus_equals_appends_to_the_value_before_and_is_unknown_without_one():
+    """`os.environ[NAME] += "x"` (before: not read, so the value before it was reported)."""
+    code = "import os\nos.environ['NCCL_IB_HCA'] = 'mlx5_0'\nos.environ['NCCL_IB_HCA'] += ',mlx5_1'\n"
+    assert python_settings(code, NCCL) == [("NCCL_IB_HCA", "mlx5_0,mlx5_1")]
+    # '1' then += '0': "10", still non-zero (IB off), not the "1" alone nor the "0"
+    code = "import os\nos.environ['NCCL_IB_DISABLE'] = '1'\nos.environ['NCCL_IB_DISABLE'] += '0'\n"
+    assert python_settings(code, NCCL) == [("NCCL_IB_DISABLE", "10")]
+    # every possible value gets the suffix; in a branch the values before stay possible too
+    code = "import os\nif a:\n    os.environ['NCCL_IB_HCA'] = 'mlx5_0'\nelse:\n    os.environ['NCCL_IB_HCA'] = 'mlx5_2'\n" \
+           "os.environ['NCCL_IB_HCA'] = 'mlx5_4'\nif b:\n    os.environ['NCCL_IB_HCA'] += ',mlx5_5'\n"
+    assert python_settings(code, NCCL) == [("NCCL_IB_HCA", "mlx5_4"), ("NCCL_IB_HCA", "mlx5_4,mlx5_5")]
+    # appended to a value this code did not set (the container's), or a suffix not known: unknown
+    assert python_settings("import os\nos.environ['NCCL_IB_HCA'] += ',mlx5_1'\n", NCCL) == []
+    code = "import os\nos.environ['NCCL_IB_HCA'] = 'mlx5_0'\nos.environ['NCCL_IB_HCA'] += extra\n"
+    assert python_settings(code, NCCL) == []
+    code = "import os\nos.environ['NCCL_IB_DISABLE'] = '1'\nos.environ['NCCL_IB_DISABLE'] *= 2\n"
+    assert python_settings(code, NCCL) == []

@@ -11,14 +11,18 @@ from webhook.commands.text import scan_text
 
 # -- python -c --------------------------------------------------------------------------------
 
-_PY_PARSED: dict[str, list[tuple[str, str | None, bool]] | None] = {}
+# (name, value or None for a deletion or an unknown value, on the straight-line path, appended to
+# the value before: `+=`), in the order the code runs
+_Op = tuple[str, str | None, bool, bool]
+_PY_PARSED: dict[str, list[_Op] | None] = {}
 
 
 def python_settings(code: str, names: frozenset[str]) -> list[tuple[str, str]]:
     """What `python -c code` puts into os.environ for `names` (the process itself and everything
     it starts sees it): `os.environ[NAME] = "v"`, `.update`, `.setdefault`, `os.putenv`, the
-    last one on the straight-line path; inside a branch, a loop or a function, every value. Read
-    with Python's own parser (`ast`); a text it rejects gets the textual reading."""
+    last one on the straight-line path; inside a branch, a loop or a function, every value; `+=`
+    appends to each value before it (unknown when none is). Read with Python's own parser
+    (`ast`); a text it rejects gets the textual reading."""
     ops = _PY_PARSED.get(code)
     if ops is None and code not in _PY_PARSED:
         try:
@@ -31,13 +35,16 @@ def python_settings(code: str, names: frozenset[str]) -> list[tuple[str, str]]:
     if ops is None:
         return scan_text(code, names)
     final: dict[str, list[str | None]] = {}
-    for name, value, certain in ops:
+    for name, value, certain, append in ops:
         if name not in names:
             continue
+        values: list[str | None] = [value]
+        if append:  # NAME += "x": what was there before, unknown unless this code set it
+            values = [b + value if b is not None and value is not None else None for b in final.get(name) or [None]]
         if certain:
-            final[name] = [value]
+            final[name] = values
         else:
-            final.setdefault(name, []).append(value)
+            final.setdefault(name, []).extend(values)
     out: list[tuple[str, str]] = []
     for name, values in final.items():
         for value in values:
@@ -52,15 +59,14 @@ _MAY_RUN = (ast.Lambda, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast
             ast.DictComp, ast.GeneratorExp)
 
 
-def _python_ops(code: str) -> list[tuple[str, str | None, bool]]:
-    """(name, value or None for a deletion or an unknown value, on the straight-line path), in
-    the order the code runs. On the straight-line path: a top-level assignment, deletion or
+def _python_ops(code: str) -> list[_Op]:
+    """What the code does to os.environ (`_Op`), in the order it runs. On the straight-line path: a top-level assignment, deletion or
     expression statement, except where it may not run: past the first operand of `and`/`or`,
     the branches of `x if c else y`, and inside a lambda or a comprehension (so
     `rank == 0 and os.environ.update(NCCL_IB_DISABLE='0')` adds a possible value, as an `if`
     would, instead of replacing the one every other rank keeps)."""
     tree = ast.parse(code, mode="exec")
-    ops: list[tuple[str, str | None, bool]] = []
+    ops: list[_Op] = []
     for stmt in tree.body:
         stack: list[tuple[Any, bool]] = [(stmt, isinstance(stmt, (ast.Assign, ast.Expr, ast.Delete, ast.AugAssign)))]
         while stack:  # depth first, children in source order (iterative: no recursion limit)
@@ -89,41 +95,47 @@ def _const(node: Any) -> str | None:
     return None
 
 
-def _python_op(node: Any, ops: list[tuple[str, str | None, bool]], certain: bool) -> None:
+def _python_op(node: Any, ops: list[_Op], certain: bool) -> None:
     if isinstance(node, ast.Assign):
         for target in node.targets:
             if isinstance(target, ast.Subscript) and _is_environ(target.value):
                 name = _const(target.slice)
                 if name is not None:
-                    ops.append((name, _const(node.value), certain))
+                    ops.append((name, _const(node.value), certain, False))
+    elif isinstance(node, ast.AugAssign):
+        target = node.target
+        if isinstance(target, ast.Subscript) and _is_environ(target.value):
+            name = _const(target.slice)
+            if name is not None:
+                ops.append((name, _const(node.value) if isinstance(node.op, ast.Add) else None, certain, True))
     elif isinstance(node, ast.Delete):
         for target in node.targets:
             if isinstance(target, ast.Subscript) and _is_environ(target.value):
                 name = _const(target.slice)
                 if name is not None:
-                    ops.append((name, None, certain))
+                    ops.append((name, None, certain, False))
     elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
         attr = node.func.attr
         owner = node.func.value
         if _is_environ(owner) and attr in ("setdefault", "__setitem__") and len(node.args) >= 2:
             name = _const(node.args[0])
             if name is not None:
-                ops.append((name, _const(node.args[1]), certain and attr == "__setitem__"))
+                ops.append((name, _const(node.args[1]), certain and attr == "__setitem__", False))
         elif _is_environ(owner) and attr == "update":
             for arg in node.args:
                 if isinstance(arg, ast.Dict):
                     for k, v in zip(arg.keys, arg.values):
                         name = _const(k) if k is not None else None
                         if name is not None:
-                            ops.append((name, _const(v), certain))
+                            ops.append((name, _const(v), certain, False))
             for kw in node.keywords:
                 if kw.arg is not None:
-                    ops.append((kw.arg, _const(kw.value), certain))
+                    ops.append((kw.arg, _const(kw.value), certain, False))
         elif _is_environ(owner) and attr == "pop" and node.args:
             name = _const(node.args[0])
             if name is not None:
-                ops.append((name, None, certain))
+                ops.append((name, None, certain, False))
         elif attr == "putenv" and len(node.args) >= 2:
             name = _const(node.args[0])
             if name is not None:
-                ops.append((name, _const(node.args[1]), certain))
+                ops.append((name, _const(node.args[1]), certain, False))
