@@ -672,3 +672,40 @@ def test_a_template_whose_metadata_is_no_object_makes_a_pod_with_that_metadata(m
     pod = workloads.pod_from_template({"metadata": metadata, "spec": spec}, "ml-training", "train")
     assert pod == {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": spec}
     assert workloads.pod_from_template({"spec": spec}, "ml-training", "train")["metadata"] is None
+
+
+@pytest.mark.parametrize("command", [["bash"], ["bash", "-e"], ["bash", "-ex"], ["/bin/sh", "-e"], ["/usr/bin/env", "bash"]])
+def test_an_argo_script_with_options_after_its_shell_is_read_as_its_script(command):
+    """Argo's executor runs `command args /argo/staging/script`: with `[bash, -e]` the shell
+    still reads the source, so an export in it is what the pod runs with (before: the last word,
+    the option, was taken as the interpreter and the source was never read, and the
+    fallback was allowed)."""
+    from webhook.kinds.verdict import check_workload
+    from webhook.policy.load import load_dir
+    from webhook.core import keys
+    from webhook.core.decision import Namespace
+    from pathlib import Path
+
+    policies, errors = load_dir(Path(__file__).resolve().parent.parent / "policies")
+    assert policies is not None, errors
+    wf = {"apiVersion": "argoproj.io/v1alpha1", "kind": "Workflow", "metadata": {"name": "nccl", "namespace": "ml"},
+          "spec": {"entrypoint": "train", "templates": [
+              {"name": "train", "metadata": {"labels": {keys.POD_INJECT: keys.POD_INJECT_TRUE}},
+               "script": {"image": "nvcr.io/nvidia/pytorch:25.11-py3", "command": command,
+                          "source": "export NCCL_IB_DISABLE=1\ntorchrun --nproc_per_node=8 train.py\n",
+                          "resources": {"limits": {"nvidia.com/gpu": "8", "rdma/rdma_shared_device_a": "1"}}}}]}}
+    ns = Namespace("ml", {keys.NS_INJECTION: keys.NS_INJECTION_ENABLED, keys.NS_POLICY: "ib-shared"})
+    v = check_workload(wf, "argoproj.io", "Workflow", ns, policies, None)
+    assert v.outcome == "denied" and "NCCL_IB_DISABLE" in v.message(), (v.outcome, v.message())
+
+
+@pytest.mark.parametrize("command", [["python3"], ["python3", "-u"], ["/usr/bin/env", "python3"]])
+def test_an_argo_python_script_with_options_is_read_as_python(command):
+    from webhook.kinds.workloads import expand
+
+    wf = {"apiVersion": "argoproj.io/v1alpha1", "kind": "Workflow", "metadata": {"name": "py", "namespace": "ml"},
+          "spec": {"templates": [{"name": "t", "script": {"image": "python:3.12", "command": command,
+                                                          "source": "import os\nos.environ['NCCL_IB_DISABLE'] = '1'\n"}}]}}
+    [(_, template)] = expand(wf, "argoproj.io", "Workflow", None, "ml", None).templates
+    [main] = template["spec"]["containers"]
+    assert main["command"] == command and main["args"] == ["-c", "import os\nos.environ['NCCL_IB_DISABLE'] = '1'\n"]

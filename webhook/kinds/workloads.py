@@ -100,7 +100,10 @@ def _argo_template(step: Any, workflow: dict[str, Any], wf_spec: Any) -> Iterato
         if isinstance(source, str):  # the executor writes the source to a file the command runs:
             # for a shell or Python that is `command -c source` as the command reader reads it
             command = script.get("command") if isinstance(script.get("command"), list) else []
-            interpreter = str(command[-1]).rsplit("/", 1)[-1] if command else ""
+            # the interpreter is the last word that is no option: `[bash, -e]`, `[python3, -u]`,
+            # `[/usr/bin/env, python3]` (the executor runs `command args file`)
+            words = [str(w) for w in command if not str(w).startswith("-")]
+            interpreter = words[-1].rsplit("/", 1)[-1] if words else ""
             if interpreter in ("sh", "bash", "dash", "zsh", "ash") or interpreter.startswith("python"):
                 script["args"] = ["-c", source]
             else:
