@@ -328,16 +328,12 @@ def test_the_first_operand_and_the_condition_are_on_the_straight_line():
     assert python_settings(code, NCCL) == []
 
 
-def test_a_pod_whose_ranks_but_rank_0_run_with_ib_off_is_denied():
+def test_a_pod_whose_ranks_but_rank_0_run_with_ib_off_is_denied(policies):
     """The decision on the whole pod: under erdma, the `and` form is a TCP fallback."""
     from kube_objects import container, pod
     from webhook.core import keys
     from webhook.core.decision import DENIED, Namespace, decide
-    from webhook.policy.load import load_dir
-    from pathlib import Path
 
-    policies, errors = load_dir(Path(__file__).resolve().parent.parent / "policies")
-    assert policies is not None, errors
     ns = Namespace("ml-training", {keys.NS_INJECTION: keys.NS_INJECTION_ENABLED, keys.NS_POLICY: "erdma"})
     code = DISABLED_THEN + MAY_NOT_RUN["and"] + "; import runpy; runpy.run_path('train.py')"
     decision = decide(pod([container("trainer", command=["python", "-c", code])]), ns, policies, None, "CREATE")

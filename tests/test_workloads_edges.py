@@ -675,19 +675,14 @@ def test_a_template_whose_metadata_is_no_object_makes_a_pod_with_that_metadata(m
 
 
 @pytest.mark.parametrize("command", [["bash"], ["bash", "-e"], ["bash", "-ex"], ["/bin/sh", "-e"], ["/usr/bin/env", "bash"]])
-def test_an_argo_script_with_options_after_its_shell_is_read_as_its_script(command):
+def test_an_argo_script_with_options_after_its_shell_is_read_as_its_script(command, policies):
     """Argo's executor runs `command args /argo/staging/script`: with `[bash, -e]` the shell
     still reads the source, so an export in it is what the pod runs with (before: the last word,
     the option, was taken as the interpreter and the source was never read, and the
     fallback was allowed)."""
     from webhook.kinds.verdict import check_workload
-    from webhook.policy.load import load_dir
-    from webhook.core import keys
     from webhook.core.decision import Namespace
-    from pathlib import Path
 
-    policies, errors = load_dir(Path(__file__).resolve().parent.parent / "policies")
-    assert policies is not None, errors
     wf = {"apiVersion": "argoproj.io/v1alpha1", "kind": "Workflow", "metadata": {"name": "nccl", "namespace": "ml"},
           "spec": {"entrypoint": "train", "templates": [
               {"name": "train", "metadata": {"labels": {keys.POD_INJECT: keys.POD_INJECT_TRUE}},

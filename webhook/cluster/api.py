@@ -236,20 +236,14 @@ class _Informer:
                 doc = self.decode(resp.data)
             finally:
                 resp.release_conn()
-            del resp  # the body, before the cache's objects are made
-            # Each decoded object is freed as soon as what the cache keeps of it is made, so the
-            # kept objects reuse its memory instead of growing the heap past a whole list's worth.
-            objs = doc.get("items") or []
-            objs.reverse()
-            while objs:
-                obj = objs.pop()
+            for obj in doc.get("items") or ():
                 items[self.key(obj)] = self.value(obj)
             meta = doc.get("metadata") or {}
             version = str(meta.get("resourceVersion") or "") or None  # every page: the snapshot's
             token = meta.get("continue") or None
             self.pages += 1
             self.list_kind = str(doc.get("kind") or "") or None
-            del doc
+            del doc, resp
             if not token:
                 break
         self.items = items  # one assignment: readers see the old dict or the new one

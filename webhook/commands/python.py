@@ -60,8 +60,9 @@ _MAY_RUN = (ast.Lambda, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast
 
 
 def _python_ops(code: str) -> list[_Op]:
-    """What the code does to os.environ (`_Op`), in the order it runs. On the straight-line path: a top-level assignment, deletion or
-    expression statement, except where it may not run: past the first operand of `and`/`or`,
+    """What the code does to os.environ (`_Op`), in the order it runs. On the straight-line
+    path: a top-level assignment, deletion or expression statement, except where it may not
+    run: past the first operand of `and`/`or`,
     the branches of `x if c else y`, and inside a lambda or a comprehension (so
     `rank == 0 and os.environ.update(NCCL_IB_DISABLE='0')` adds a possible value, as an `if`
     would, instead of replacing the one every other rank keeps)."""
@@ -95,25 +96,28 @@ def _const(node: Any) -> str | None:
     return None
 
 
+def _environ_name(target: Any) -> str | None:
+    """NAME of an `os.environ["NAME"]` target (assigned, appended to or deleted), else None."""
+    if isinstance(target, ast.Subscript) and _is_environ(target.value):
+        return _const(target.slice)
+    return None
+
+
 def _python_op(node: Any, ops: list[_Op], certain: bool) -> None:
     if isinstance(node, ast.Assign):
         for target in node.targets:
-            if isinstance(target, ast.Subscript) and _is_environ(target.value):
-                name = _const(target.slice)
-                if name is not None:
-                    ops.append((name, _const(node.value), certain, False))
-    elif isinstance(node, ast.AugAssign):
-        target = node.target
-        if isinstance(target, ast.Subscript) and _is_environ(target.value):
-            name = _const(target.slice)
+            name = _environ_name(target)
             if name is not None:
-                ops.append((name, _const(node.value) if isinstance(node.op, ast.Add) else None, certain, True))
+                ops.append((name, _const(node.value), certain, False))
+    elif isinstance(node, ast.AugAssign):
+        name = _environ_name(node.target)
+        if name is not None:
+            ops.append((name, _const(node.value) if isinstance(node.op, ast.Add) else None, certain, True))
     elif isinstance(node, ast.Delete):
         for target in node.targets:
-            if isinstance(target, ast.Subscript) and _is_environ(target.value):
-                name = _const(target.slice)
-                if name is not None:
-                    ops.append((name, None, certain, False))
+            name = _environ_name(target)
+            if name is not None:
+                ops.append((name, None, certain, False))
     elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
         attr = node.func.attr
         owner = node.func.value
