@@ -161,6 +161,41 @@ def server_means(before: dict, after: dict) -> dict[str, dict]:
     return out
 
 
+def cpu_by_process() -> dict[str, float]:
+    """CPU seconds (user + system, all threads) used so far by each process this run started
+    (e2e/cluster.py's registry: etcd, kube-apiserver, the webhook, the Go yardstick...), each
+    with its descendants (the webhook's gunicorn workers), and by this process, the sender.
+    Per phase, the difference over the pods sent says which process a phase's cost lands in."""
+    ticks = os.sysconf("SC_CLK_TCK")
+    parent: dict[int, int] = {}
+    used: dict[int, float] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            fields = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        parent[int(entry)] = int(fields[1])
+        used[int(entry)] = (int(fields[11]) + int(fields[12])) / ticks
+    roots = {pid: proc.name for pid, proc in c._RUNNING.items()}
+    out: dict[str, float] = {}
+    for pid, seconds in used.items():
+        up = pid
+        while up in parent and up not in roots and up > 1:
+            up = parent[up]
+        if up in roots:
+            out[roots[up]] = out.get(roots[up], 0.0) + seconds
+    self_times = os.times()
+    out["sender"] = self_times.user + self_times.system
+    return out
+
+
+def cpu_per_pod(before: dict[str, float], after: dict[str, float], pods: int) -> dict[str, float]:
+    """ms of CPU per pod sent, by process, over one phase."""
+    return {name: round((after[name] - before.get(name, 0.0)) * 1000 / pods, 3) for name in sorted(after) if pods}
+
+
 def phase_configs(phase: str, configs: list[dict], peer_port: int | None, ca_bundle: str,
                   admission_policies: list[dict] | None = None) -> list[dict]:
     """The webhook configurations (and, in the policy mode, admission policies) registered in a
@@ -229,9 +264,10 @@ def measure_phase(cp: c.ControlPlane, registered: list[dict], ns: str, rate: flo
     if warmup is not None:
         open_loop(cp, ns, warmup[0], warmup[1], f"warm-{tag}")
     load_before = os.getloadavg()
-    seen_before = server_histograms(cp)
+    seen_before, cpu_before = server_histograms(cp), cpu_by_process()
     run = open_loop(cp, ns, rate, duration, tag)
-    run.update(loadavg_1m_before=round(load_before[0], 2), apiserver=server_means(seen_before, server_histograms(cp)))
+    run.update(loadavg_1m_before=round(load_before[0], 2), apiserver=server_means(seen_before, server_histograms(cp)),
+               cpu_ms_per_pod=cpu_per_pod(cpu_before, cpu_by_process(), run["sent"]))
     return run
 
 

@@ -50,7 +50,10 @@ def test_one_policy_and_one_binding_per_policy(shipped):
         # the pods of this policy only, by the label the mutation writes, before any CEL runs
         assert spec["matchConstraints"]["objectSelector"] == {"matchLabels": {"rdma-webhook.io/applied-policy": name}}
         assert spec["matchConstraints"]["namespaceSelector"] == {}  # the label is only written in opted-in namespaces
-        assert "matchConditions" not in spec
+        # one match condition: some rule fails (without it the API server evaluates every
+        # validation and message of the policy for every pod it selects)
+        assert [m["name"] for m in spec["matchConditions"]] == ["final-state-broken"]
+        _balanced(spec["matchConditions"][0]["expression"])
         for v in spec["validations"]:
             assert set(v) in ({"expression", "messageExpression", "reason"}, {"expression", "message", "reason"}), v
             assert v["reason"] == "Forbidden"
@@ -119,6 +122,28 @@ def test_every_policy_feature_has_its_rule(shipped):
         for gpu in policy.gpu_resources:
             assert f"'{gpu}'" in vap["spec"]["variables"][0]["expression"]
         assert "env-fallback" in rules  # NCCL_NET at least, on every transport
+
+
+def test_the_match_condition_holds_each_rule_of_the_validations(shipped):
+    """The policy's match condition is the negation of all its rules, each rule's condition in
+    the group (targets, checked containers, the pod) its validation applies it to; the e2e suite
+    (e2e/test_admission_policy.py) checks against the API server that it lets through every pod
+    the validations admit and stops every change a later webhook makes."""
+    for policy in shipped.by_name.values():
+        spec = ap.policy_spec(policy)
+        expression = spec["matchConditions"][0]["expression"]
+        assert expression.startswith("!(") and expression.endswith(")")
+        target = ap._target(policy)
+        groups = {ap.TARGETS: f"object.spec.containers.all(c, !({target}) || (",
+                  ap.CHECKED: f"object.spec.containers.all(c, !({target} || {ap._others()}) || (",
+                  ap.POD: f"(!object.spec.containers.exists(c, {target}) || ("}
+        rules = ap.rules(policy)
+        assert [v["expression"] for v in spec["validations"]] == [ap._validation(*r[:1], r[1], r[2], r[3])["expression"] for r in rules]
+        for rule, over, condition, _message in rules:
+            start = expression.index(groups[over])
+            assert f"({condition})" in expression[start:], (policy.name, rule)
+        for over, head in groups.items():  # a group appears once, and only when it has a rule
+            assert expression.count(head) == (1 if any(r[1] == over for r in rules) else 0), (policy.name, over)
 
 
 def test_templated_enforced_values_are_checked_for_presence():

@@ -142,19 +142,29 @@ def _names(over: str = "variables.targets") -> str:
             f"'one of the containers ' + {over}.map(c, \"'\" + c.name + \"'\").join(', '))")
 
 
-def _validation(rule: str, condition: str, message: str, over: str = "variables.targets") -> dict[str, Any]:
-    """One rule: `condition` must hold for every container of `over`; the message names the
-    container (`_names`), then says why and what to do, as the webhook's denial does."""
+# What a rule's condition is about: every container of the targets, every container the
+# transport's env checks judge, or the pod.
+TARGETS, CHECKED, POD = "targets", "checked", "pod"
+
+
+def _rule(rule: str, condition: str, message: str, over: str = TARGETS) -> tuple[str, str, str, str]:
+    """(rule, what the condition is over, the condition, why and what to do)."""
+    return rule, over, condition, message
+
+
+def _validation(rule: str, over: str, condition: str, message: str) -> dict[str, Any]:
+    """One rule as a validation. Over containers: `condition` must hold for each of them; the
+    message names the container (`_names`), then says why and what to do, as the webhook's
+    denial does. Over the pod: it must hold when the pod has a target."""
+    if over == POD:
+        return {"expression": f"size(variables.targets) == 0 || ({condition})",
+                "message": f"rdma-webhook: {message} [{rule}]", "reason": "Forbidden"}
+    group = f"variables.{over}"
     return {
-        "expression": f"{over}.all(c, {condition})",
-        "messageExpression": f"'rdma-webhook: ' + {_names(over)} + {cel_str(': ' + message + f' [{rule}]')}",
+        "expression": f"{group}.all(c, {condition})",
+        "messageExpression": f"'rdma-webhook: ' + {_names(group)} + {cel_str(': ' + message + f' [{rule}]')}",
         "reason": "Forbidden",
     }
-
-
-def _pod_validation(rule: str, condition: str, message: str) -> dict[str, Any]:
-    return {"expression": f"size(variables.targets) == 0 || ({condition})",
-            "message": f"rdma-webhook: {message} [{rule}]", "reason": "Forbidden"}
 
 
 def _fallback_checks(policy: Policy) -> list[tuple[str, str, str]]:
@@ -212,21 +222,22 @@ def _device_condition(policy: Policy) -> tuple[str, str] | None:
     return " || ".join(parts), " or ".join(wants)
 
 
-def validations(policy: Policy) -> list[dict[str, Any]]:
-    """The CEL rules of one policy, in the order of the webhook's final-state rules."""
-    out: list[dict[str, Any]] = []
+def rules(policy: Policy) -> list[tuple[str, str, str, str]]:
+    """The final-state rules of one policy as (rule, over, CEL condition, message), in the order of
+    the webhook's final-state rules."""
+    out: list[tuple[str, str, str, str]] = []
     device = _device_condition(policy)
     if device is not None:
         condition, wants = device
-        out.append(_validation("device-missing", condition,
-                               f"lacks {wants}, so it gets no RDMA device and NCCL uses TCP; a webhook that ran after "
-                               f"rdma-webhook may have removed it"))
+        out.append(_rule("device-missing", condition,
+                         f"lacks {wants}, so it gets no RDMA device and NCCL uses TCP; a webhook that ran after "
+                         f"rdma-webhook may have removed it"))
     privileged = "(has(c.securityContext) && has(c.securityContext.privileged) && c.securityContext.privileged)"
-    out.append(_validation("ipc-lock-missing", f"{privileged} || {_capability('add')}",
-                           "securityContext.capabilities.add lacks IPC_LOCK, which RDMA needs to pin memory"))
-    out.append(_validation("ipc-lock-dropped", f"!{_capability('drop')}",
-                           "securityContext.capabilities.drop lists IPC_LOCK, which RDMA needs to pin memory (ibv_reg_mr fails "
-                           "and NCCL falls back to TCP)"))
+    out.append(_rule("ipc-lock-missing", f"{privileged} || {_capability('add')}",
+                     "securityContext.capabilities.add lacks IPC_LOCK, which RDMA needs to pin memory"))
+    out.append(_rule("ipc-lock-dropped", f"!{_capability('drop')}",
+                     "securityContext.capabilities.drop lists IPC_LOCK, which RDMA needs to pin memory (ibv_reg_mr fails "
+                     "and NCCL falls back to TCP)"))
     for setting in policy.env:
         if not setting.enforce:
             continue
@@ -239,54 +250,86 @@ def validations(policy: Policy) -> list[dict[str, Any]]:
         else:
             same = _env_set_and(setting.name, f"{_LAST} == {cel_str(setting.value)}")
             want = f"{setting.value!r}"
-        out.append(_validation("enforced-env", same,
-                               f"{setting.name} is missing or changed, but policy {policy.name} pins it to {want} so that a "
-                               f"missing RDMA device fails at start instead of running on TCP"))
+        out.append(_rule("enforced-env", same,
+                         f"{setting.name} is missing or changed, but policy {policy.name} pins it to {want} so that a "
+                         f"missing RDMA device fails at start instead of running on TCP"))
     for name, fine, why in _fallback_checks(policy):
-        out.append(_validation("env-fallback", _env_unset_or(name, fine), why, over="variables.checked"))
+        out.append(_rule("env-fallback", _env_unset_or(name, fine), why, over=CHECKED))
     mount = "c.volumeMounts.filter(m, m.mountPath == '/dev/shm' || m.mountPath == '/dev/shm/')"
     ours = (f"object.spec.volumes.filter(v, v.name == {mount}[0].name && v.name.startsWith('rdma-webhook-dshm'))")
     shm = (f"has(c.volumeMounts) && size({mount}) > 0 && (!has(object.spec.volumes) || size({ours}) == 0 || "
            f"{ours}.all(v, has(v.emptyDir) && has(v.emptyDir.medium) && v.emptyDir.medium == 'Memory'))")
-    out.append(_validation("shm", shm,
-                           "/dev/shm is no longer the memory-backed emptyDir rdma-webhook mounted there; NCCL and "
-                           "DataLoader workers need shared memory in RAM"))
+    out.append(_rule("shm", shm,
+                     "/dev/shm is no longer the memory-backed emptyDir rdma-webhook mounted there; NCCL and "
+                     "DataLoader workers need shared memory in RAM"))
     host = "(has(object.spec.hostNetwork) && object.spec.hostNetwork)"
     if policy.host_network == "Forbidden":
         mechanism = "GKE attaches" if policy.gke_networks else "Multus does"
-        out.append(_pod_validation("host-network", f"!{host}",
-                                   f"hostNetwork: true, but policy {policy.name} attaches its fabric through the pod's own "
-                                   f"interfaces ({mechanism} not attach networks to host-network pods); remove hostNetwork"))
+        out.append(_rule("host-network", f"!{host}",
+                         f"hostNetwork: true, but policy {policy.name} attaches its fabric through the pod's own "
+                         f"interfaces ({mechanism} not attach networks to host-network pods); remove hostNetwork", over=POD))
     elif policy.host_network == "Required":
-        out.append(_pod_validation("host-network", host,
-                                   f"policy {policy.name} reaches its fabric through the host's interfaces and the pod no "
-                                   f"longer has hostNetwork: true, so NCCL finds no RDMA device and uses TCP"))
+        out.append(_rule("host-network", host,
+                         f"policy {policy.name} reaches its fabric through the host's interfaces and the pod no "
+                         f"longer has hostNetwork: true, so NCCL finds no RDMA device and uses TCP", over=POD))
     for network in policy.networks:
         name = network.name
         csv = rf"(^|,)\s*([^,/@]*/)?{_re_escape(name)}(@[^,]*)?\s*(,|$)"
         js = rf"\"name\"\s*:\s*\"{_re_escape(name)}\""
         ann = f"object.metadata.annotations[{cel_str(keys.MULTUS_NETWORKS)}]"
-        present = (f"{cel_str(keys.MULTUS_NETWORKS)} in object.metadata.annotations && "
+        present = (f"has(object.metadata.annotations) && {cel_str(keys.MULTUS_NETWORKS)} in object.metadata.annotations && "
                    f"({ann}.matches({cel_str(csv)}) || {ann}.matches({cel_str(js)}))")
-        out.append(_pod_validation("multus-networks", present,
-                                   f"the pod's {keys.MULTUS_NETWORKS} annotation no longer lists the {name} network of policy "
-                                   f"{policy.name}; a webhook that ran after rdma-webhook may have removed it"))
+        out.append(_rule("multus-networks", present,
+                         f"the pod's {keys.MULTUS_NETWORKS} annotation no longer lists the {name} network of policy "
+                         f"{policy.name}; a webhook that ran after rdma-webhook may have removed it", over=POD))
     for g in policy.gke_networks:  # GKE multi-networking's JSON list (webhook.fabrics.gke)
         ann = f"object.metadata.annotations[{cel_str(gke.INTERFACES)}]"
         listed = rf"\"network\"\s*:\s*\"{_re_escape(g.name)}\""
-        present = f"{cel_str(gke.INTERFACES)} in object.metadata.annotations && {ann}.matches({cel_str(listed)})"
-        out.append(_pod_validation("gke-networks", present,
-                                   f"the pod's {gke.INTERFACES} annotation no longer lists the {g.name} network of policy "
-                                   f"{policy.name}; a webhook that ran after rdma-webhook may have removed it"))
+        present = (f"has(object.metadata.annotations) && {cel_str(gke.INTERFACES)} in object.metadata.annotations && "
+                   f"{ann}.matches({cel_str(listed)})")
+        out.append(_rule("gke-networks", present,
+                         f"the pod's {gke.INTERFACES} annotation no longer lists the {g.name} network of policy "
+                         f"{policy.name}; a webhook that ran after rdma-webhook may have removed it", over=POD))
     if policy.sidecar is not None:
         image = cel_str(policy.sidecar.image)
         runs = (f"object.spec.containers.exists(c, has(c.image) && c.image.contains({image})) || "
                 f"(has(object.spec.initContainers) && object.spec.initContainers.exists(c, has(c.image) && "
                 f"c.image.contains({image}) && has(c.restartPolicy) && c.restartPolicy == 'Always'))")
-        out.append(_pod_validation("sidecar-missing", runs,
-                                   f"no container of the pod runs the {policy.sidecar.name} sidecar (an image of "
-                                   f"{policy.sidecar.image}) that policy {policy.name}'s fabric needs beside the GPU containers"))
+        out.append(_rule("sidecar-missing", runs,
+                         f"no container of the pod runs the {policy.sidecar.name} sidecar (an image of "
+                         f"{policy.sidecar.image}) that policy {policy.name}'s fabric needs beside the GPU containers", over=POD))
     return out
+
+
+def validations(policy: Policy) -> list[dict[str, Any]]:
+    """The CEL rules of one policy as the ValidatingAdmissionPolicy's validations."""
+    return [_validation(rule, over, condition, message) for rule, over, condition, message in rules(policy)]
+
+
+def broken(policy: Policy) -> str:
+    """CEL that is true when some rule of the policy fails: the policy's match condition.
+
+    Why: the API server evaluates every validation and every messageExpression of a policy
+    whose match conditions hold, for every pod, whether a rule failed or not (k8s.io/apiserver
+    policy/validating/validator.go): the validations and the second activation the messages
+    need were most of the check's cost (benchmarks/README.md). This one expression holds the
+    same conditions, grouped into one pass over the containers per group; for a pod that keeps
+    everything the mutation gave it (nearly every pod) it is false, and the API server skips
+    the validations. For a pod it holds for, the validations run as before and name the rule
+    and the container. It cannot use `variables` (match conditions are evaluated before them),
+    so the groups' filters are written out."""
+    by_over: dict[str, list[str]] = {TARGETS: [], CHECKED: [], POD: []}
+    for _rule_name, over, condition, _message in rules(policy):
+        by_over[over].append(f"({condition})")
+    target = _target(policy)
+    holds: list[str] = []
+    if by_over[TARGETS]:
+        holds.append(f"object.spec.containers.all(c, !({target}) || ({' && '.join(by_over[TARGETS])}))")
+    if by_over[CHECKED]:
+        holds.append(f"object.spec.containers.all(c, !({target} || {_others()}) || ({' && '.join(by_over[CHECKED])}))")
+    if by_over[POD]:
+        holds.append(f"(!object.spec.containers.exists(c, {target}) || ({' && '.join(by_over[POD])}))")
+    return "!(" + " && ".join(holds) + ")"
 
 
 def _re_escape(text: str) -> str:
@@ -309,6 +352,7 @@ def policy_spec(policy: Policy) -> dict[str, Any]:
             "namespaceSelector": {},
             "objectSelector": {"matchLabels": {keys.APPLIED_POLICY_LABEL: policy.name}},
         },
+        "matchConditions": [{"name": "final-state-broken", "expression": broken(policy)}],
         "variables": [
             {"name": "targets", "expression": f"object.spec.containers.filter(c, {_target(policy)})"},
             {"name": "checked", "expression": f"object.spec.containers.filter(c, {_target(policy)} || {_others()})"},
@@ -358,7 +402,7 @@ def mismatches(policies: PolicySet, installed: Iterable[dict[str, Any]], binding
             have = ((found.get("metadata") or {}).get("annotations") or {}).get(DIGEST_ANNOTATION)
             if have != digest(spec):
                 out.append(f"{POLICY_KIND} {name} was generated from another version of policy {policy.name} "
-                           f"(digest {have}, the policy in force makes {digest(spec)}); regenerate and apply it")
+                     f"(digest {have}, the policy in force makes {digest(spec)}); regenerate and apply it")
             elif not _same_rules(found.get("spec") or {}, spec):
                 out.append(f"{POLICY_KIND} {name}: its rules were edited after generation; regenerate and apply it")
         if name not in bound:

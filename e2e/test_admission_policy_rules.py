@@ -1,0 +1,171 @@
+"""Every rule of every shipped policy's generated ValidatingAdmissionPolicy, judged by the real
+kube-apiserver 1.37's CEL (issue 29): a pod that keeps everything its policy's mutation gives it
+is admitted, and the same pod with one piece undone is denied with that piece's rule.
+
+Why here and not only through the late webhook of test_admission_policy.py: each generated policy
+has a match condition (`webhook.policy.admission_policy.broken`) that is false for a pod whose
+final state is fine, so that the API server skips the validations and their messages for nearly
+every pod. A rule the match condition left out would let its change through without a word. The
+late webhook undoes erdma's pieces; this file undoes each piece of each shipped policy (devices,
+DRA claims, IPC_LOCK, enforced and fallback variables, /dev/shm, hostNetwork, Multus and GKE
+networks, sidecars).
+
+The pods are sent as server-side dry runs to a namespace that is not opted in, so /mutate and
+/validate leave them alone and only the generated policies, which select by the applied-policy
+label alone, judge them. The complete pod is built here from the policy's own settings (what it
+adds), not from the generator's CEL.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from typing import Any, Callable
+
+import pytest
+
+from e2e import cluster as c
+from e2e.conftest import make_namespace, unique
+from e2e.test_admission_policy import generate
+from webhook.core import keys
+from webhook.core.model import GPUS_FIELD, Policy
+from webhook.fabrics import gke
+from webhook.policy.admission_policy import NAME_PREFIX
+from webhook.policy.load import load_dir
+
+POLICIES, _ERRORS = load_dir(str(c.ROOT / "policies"))
+SHM = "rdma-webhook-dshm"
+
+
+def complete_pod(policy: Policy, name: str, namespace: str) -> dict[str, Any]:
+    """A GPU pod as `policy`'s mutation leaves it: its devices (or its DRA claim), IPC_LOCK, the
+    enforced variables, a memory-backed /dev/shm, hostNetwork as required, its networks and its
+    sidecar; labelled with the applied policy, as /mutate labels it."""
+    limits = {policy.gpu_resources[0]: "1", **{d.resource: "1" for d in policy.devices}}
+    env = [{"name": s.name, "value": "net1" if s.templated else s.value} for s in policy.env if s.enforce]
+    trainer: dict[str, Any] = {
+        "name": "trainer", "image": "registry.example/trainer:1", "resources": {"limits": limits},
+        "securityContext": {"capabilities": {"add": ["IPC_LOCK"]}},
+        "volumeMounts": [{"name": SHM, "mountPath": "/dev/shm"}]}
+    if env:
+        trainer["env"] = env
+    spec: dict[str, Any] = {"containers": [trainer], "volumes": [{"name": SHM, "emptyDir": {"medium": "Memory"}}]}
+    if policy.claim is not None:
+        spec["resourceClaims"] = [{"name": "rdma", "resourceClaimTemplateName": policy.claim.template.replace(GPUS_FIELD, "1")}]
+        trainer["resources"]["claims"] = [{"name": "rdma"}]
+    if policy.host_network == "Required":
+        spec["hostNetwork"] = True
+    if policy.sidecar is not None:
+        spec["containers"].append({"name": "fabric-sidecar", "image": policy.sidecar.image + ":1"})
+    annotations: dict[str, str] = {}
+    if policy.networks:
+        annotations[keys.MULTUS_NETWORKS] = ",".join(n.name for n in policy.networks)
+    if policy.gke_networks:
+        annotations[gke.INTERFACES] = json.dumps(
+            [{"interfaceName": "eth0", "network": "default"}]
+            + [{"interfaceName": f"eth{i + 1}", "network": g.name} for i, g in enumerate(policy.gke_networks)])
+    meta: dict[str, Any] = {"name": name, "namespace": namespace, "labels": {keys.APPLIED_POLICY_LABEL: policy.name}}
+    if annotations:
+        meta["annotations"] = annotations
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": spec}
+
+
+def _trainer(pod: dict) -> dict:
+    return pod["spec"]["containers"][0]
+
+
+def _set_env(name: str, value: str) -> Callable[[dict], None]:
+    def change(pod: dict) -> None:
+        env = _trainer(pod).setdefault("env", [])
+        env[:] = [e for e in env if e["name"] != name] + [{"name": name, "value": value}]
+    return change
+
+
+def undoings(policy: Policy) -> list[tuple[str, set[str], Callable[[dict], None]]]:
+    """(what is undone, the rules that may name it, the change) for each piece of `policy`."""
+    out: list[tuple[str, set[str], Callable[[dict], None]]] = []
+
+    def no_device(pod: dict) -> None:
+        resources = _trainer(pod)["resources"]
+        for d in policy.devices:
+            resources["limits"].pop(d.resource)
+        resources.pop("claims", None)
+    if policy.devices or policy.claim is not None:
+        out.append(("device", {"device-missing"}, no_device))
+    out.append(("ipc-lock added", {"ipc-lock-missing"}, lambda pod: _trainer(pod)["securityContext"].pop("capabilities")))
+    out.append(("ipc-lock dropped", {"ipc-lock-dropped"},
+                lambda pod: _trainer(pod)["securityContext"]["capabilities"].update(drop=["IPC_LOCK"])))
+    for s in policy.env:
+        if s.enforce:
+            out.append((f"{s.name} changed", {"enforced-env", "env-fallback"}, _set_env(s.name, "" if s.templated else "changed")))
+    for name in policy.watched:
+        if name in policy.warned:
+            continue
+        bad = {"NCCL_IB_DISABLE": "1", "NCCL_NET": "Socket", "NCCL_NET_PLUGIN": "none"}.get(name)
+        if bad is not None and (name != "NCCL_NET_PLUGIN" or policy.fabric.net_plugins):
+            out.append((f"{name}={bad}", {"env-fallback", "enforced-env"}, _set_env(name, bad)))
+    out.append(("/dev/shm on disk", {"shm"}, lambda pod: pod["spec"]["volumes"][0].update(emptyDir={})))
+    if policy.host_network == "Required":
+        out.append(("hostNetwork", {"host-network"}, lambda pod: pod["spec"].pop("hostNetwork")))
+    elif policy.host_network == "Forbidden":
+        out.append(("hostNetwork", {"host-network"}, lambda pod: pod["spec"].update(hostNetwork=True)))
+    if policy.networks:
+        out.append(("Multus networks", {"multus-networks"},
+                    lambda pod: pod["metadata"]["annotations"].pop(keys.MULTUS_NETWORKS)))
+    if policy.gke_networks:
+        out.append(("GKE networks", {"gke-networks"}, lambda pod: pod["metadata"]["annotations"].pop(gke.INTERFACES)))
+    if policy.sidecar is not None:
+        out.append(("sidecar", {"sidecar-missing"}, lambda pod: pod["spec"]["containers"].pop()))
+    return out
+
+
+@pytest.fixture(scope="module")
+def policies_in_force(cp, hook):
+    """The generated objects of every shipped policy (Deny), until the module ends; a namespace
+    that is not opted in, once the API server enforces them."""
+    docs = generate(c.ROOT / "policies")
+    cp.apply(docs)
+    ns = make_namespace(cp, unique("e2e-vap-rules"))
+
+    def enforced() -> bool:  # the API server compiles each policy on its own, some later than others
+        for policy in POLICIES.by_name.values():
+            pod = complete_pod(policy, unique("probe"), ns)
+            _trainer(pod)["securityContext"].pop("capabilities")
+            if dry_run(cp, pod)[0] != 403:
+                return False
+        return True
+    c.wait_for("every generated policy in effect", enforced, 90, interval=0.5)
+    try:
+        yield ns
+    finally:
+        cp.kubectl("delete", "validatingadmissionpolicybindings,validatingadmissionpolicies",
+                   "-l", "app.kubernetes.io/part-of=rdma-webhook", "--ignore-not-found")
+
+
+def dry_run(cp, pod: dict) -> tuple[int, str]:
+    """(HTTP status, the Status message or '') of a server-side dry run of creating `pod`."""
+    status, data = cp.request("POST", f"/api/v1/namespaces/{pod['metadata']['namespace']}/pods?dryRun=All", pod)
+    body = json.loads(data or b"{}")
+    return status, str(body.get("message", "")) if body.get("kind") == "Status" else ""
+
+
+def test_the_shipped_policies_load():
+    assert not _ERRORS and len(POLICIES.by_name) >= 12
+
+
+@pytest.mark.parametrize("name", sorted(POLICIES.by_name))
+def test_each_piece_a_policy_adds_is_checked_by_its_generated_policy(cp, policies_in_force, name):
+    policy = POLICIES.by_name[name]
+    good = complete_pod(policy, unique("vap"), policies_in_force)
+    status, message = dry_run(cp, good)
+    assert status == 201, f"{name}: the complete pod was refused: {message}"
+    undone = undoings(policy)
+    assert len(undone) >= 4
+    for what, rules, change in undone:
+        pod = copy.deepcopy(good)
+        change(pod)
+        status, message = dry_run(cp, pod)
+        assert status == 403, f"{name}: admitted with {what} undone ({status} {message[:300]})"
+        assert f"ValidatingAdmissionPolicy '{NAME_PREFIX}{name}'" in message, message
+        named = {rule for rule in rules if f"[{rule}]" in message}
+        assert named, f"{name}: {what} undone was denied, but not by {sorted(rules)}: {message[:400]}"
