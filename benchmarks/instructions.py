@@ -98,8 +98,12 @@ def run(target: str, n: int, connections: int) -> None:
     async def main() -> None:
         loop = asyncio.get_running_loop()
         app.flask.app_context().push()  # as webhook.serving.worker.Worker does before serving
-        cls = uvworker.connection_class(None)
-        config = Config(app=Front(app), http=cls, lifespan="off", access_log=False, server_header=False, proxy_headers=False)
+        front = Front(app)
+        try:  # the worker's class: admissions answered by the connection (older trees: the ASGI path)
+            cls = uvworker.connection_class(None, front)
+        except TypeError:
+            cls = uvworker.connection_class(None)
+        config = Config(app=front, http=cls, lifespan="off", access_log=False, server_header=False, proxy_headers=False)
         config.load()
         conns = []
         for _ in range(connections):

@@ -22,7 +22,14 @@ What is ours on top of uvicorn's protocol (`Connection`):
 - the scope of a request whose body was complete before the app ran is marked
   (`asgi.BODY_COMPLETE`), so `Front` arms no body deadline for it;
 - one write per response (`_OneWrite`): the header block goes out with the body, one TLS record
-  and one system call instead of two.
+  and one system call instead of two;
+- admissions without the ASGI cycle: a POST to /mutate or /validate with a Content-Length within
+  the body limit is answered from the parser's own callbacks (`Connection.on_message_complete`:
+  the body, `Admissions.answer`, one write), with no RequestResponseCycle, task, ASGI messages or
+  `Front` call. What that cycle gave an admission was bookkeeping: the answer is the same bytes
+  (`Front`'s direct path calls the same function). Everything else (other paths and methods,
+  chunked bodies, `Expect: 100-continue`, HTTP/1.0, a declared body over the limit, a request
+  pipelined behind one still answered by the app) takes uvicorn's path.
 uvicorn's own limit for a stop is set 2 s under gunicorn's `graceful_timeout`, so the worker
 exits on its own and runs its exit hooks. The TLS handshake is bounded by uvloop's default
 (60 s); a handshaking client holds a transport, not a thread.
@@ -37,7 +44,9 @@ from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 from uvicorn.server import Server
 from uvicorn_worker import UvicornWorker
 
-from webhook.serving.asgi import BODY_COMPLETE, REQUEST_TIMEOUT, Front
+from uvicorn.protocols.http.httptools_impl import STATUS_LINE
+
+from webhook.serving.asgi import _CLOSE, BODY_COMPLETE, REQUEST_TIMEOUT, Front, log as asgi_log
 
 DRAIN_IDLE = 1.0
 # The request line and headers of one request (an API server's are about 300 bytes); httptools
@@ -54,9 +63,15 @@ class Connection(HttpToolsProtocol):
 
     tls = None  # the worker's ServingTLS, set on the subclass `connection_class` makes
     stopping = False  # set on that subclass when the worker begins to stop (`_Server.shutdown`)
+    # path -> (endpoint, answer(endpoint, body) -> (status, JSON bytes)): `Front.direct`, set by
+    # `connection_class`; and the body limit those answers have (`Front.max_body`)
+    direct: dict = {}
+    max_body = 0
     _in_head = False  # between the first byte of a request and the end of its headers
     _head_bytes = 0
     _head_deadline = None
+    _admission = None  # (endpoint, answer, body chunks) of a direct admission being read
+    _body_deadline = None
 
     def __init__(self, *args, **kwargs):
         if self.tls is not None:
@@ -73,6 +88,9 @@ class Connection(HttpToolsProtocol):
 
     def data_received(self, data: bytes) -> None:
         super().data_received(data)
+        if self._admission is not None and self._body_deadline is None and not self.transport.is_closing():
+            # a direct admission's body is still coming: the same bound Front gives one
+            self._body_deadline = self.loop.call_later(REQUEST_TIMEOUT, self._body_too_slow)
         if self._in_head and not self.transport.is_closing():
             self._head_bytes += len(data)
             if self._head_bytes > MAX_HEAD:
@@ -85,15 +103,13 @@ class Connection(HttpToolsProtocol):
         super().on_message_begin()
         self._in_head, self._head_bytes = True, 0
 
-    def on_message_complete(self) -> None:
-        super().on_message_complete()
-        self.scope[BODY_COMPLETE] = True  # `Front` need not arm its body deadline
-
     def _head_too_slow(self) -> None:
         if self._in_head and not self.transport.is_closing():
             self.transport.close()
 
     def shutdown(self) -> None:
+        if self._admission is not None:  # being read: answered with Connection: close (`stopping`)
+            return
         if self.cycle is None or self.cycle.response_complete:
             self._unset_keepalive_if_required()
             self.timeout_keep_alive_task = self.loop.call_later(DRAIN_IDLE, self.timeout_keep_alive_handler)
@@ -105,6 +121,8 @@ class Connection(HttpToolsProtocol):
         if self._head_deadline is not None:
             self._head_deadline.cancel()
             self._head_deadline = None
+        if self.direct and self._take_directly():
+            return
         super().on_headers_complete()
         cycle = self.cycle
         if cycle is not None and cycle.transport is self.transport:  # the cycle made for this request
@@ -118,6 +136,82 @@ class Connection(HttpToolsProtocol):
             cycle.on_response = on_response
             if self.stopping:
                 cycle.keep_alive = False
+
+    def _take_directly(self) -> bool:
+        """Whether this request is an admission answered here (see the module docstring); if so,
+        its body is gathered by `on_body` and answered by `on_message_complete`."""
+        parser = self.parser
+        if parser.get_method() != b"POST" or parser.get_http_version() != "1.1" or self.expect_100_continue:
+            return False
+        if self.pipeline or not (self.cycle is None or self.cycle.response_complete):
+            return False  # behind a request the app is still answering: keep the order uvicorn keeps
+        route = self.direct.get(self.url.partition(b"?")[0])
+        if route is None:
+            return False
+        length = None
+        for name, value in self.headers:
+            if name == b"content-length":
+                length = value
+            elif name in (b"transfer-encoding", b"upgrade"):
+                return False
+        if length is None or not length.isdigit() or int(length) > self.max_body:
+            return False  # chunked, absent or over the limit: Front's bounds and answers
+        self._admission = (route[0], route[1], [])
+        return True
+
+    def on_body(self, body: bytes) -> None:
+        if self._admission is not None:
+            self._admission[2].append(body)
+            return
+        super().on_body(body)
+
+    def on_message_complete(self) -> None:
+        admission = self._admission
+        if admission is None:
+            super().on_message_complete()
+            self.scope[BODY_COMPLETE] = True  # `Front` need not arm its body deadline
+            return
+        self._admission = None
+        if self._body_deadline is not None:
+            self._body_deadline.cancel()
+            self._body_deadline = None
+        endpoint, answer, chunks = admission
+        try:
+            status, data = answer(endpoint, chunks[0] if len(chunks) == 1 else b"".join(chunks))
+        except Exception:  # what Front answers: never a 500
+            asgi_log.exception("unexpected error outside admission")
+            status, data = 503, b'{"error":"internal error"}'
+        keep = not self.stopping and status != 413 and self.parser.should_keep_alive()
+        head = [STATUS_LINE[status]]
+        for name, value in self.server_state.default_headers:
+            head += [name, b": ", value, b"\r\n"]
+        head.append(b"content-type: application/json\r\ncontent-length: %d\r\n" % len(data))
+        if not keep:
+            head.append(b"%s: %s\r\n" % _CLOSE)
+        head += [b"\r\n", data]
+        self.transport.write(b"".join(head))
+        self.server_state.total_requests += 1
+        if not keep:
+            self.transport.close()
+        elif not self.transport.is_closing():  # as uvicorn's on_response_complete: the idle timer again
+            self._unset_keepalive_if_required()
+            self.timeout_keep_alive_task = self.loop.call_later(self.timeout_keep_alive, self.timeout_keep_alive_handler)
+
+    def _body_too_slow(self) -> None:
+        self._body_deadline = None
+        if self._admission is not None and not self.transport.is_closing():
+            self._admission = None
+            data = b'{"error":"request body not received in time"}'
+            self.transport.write(STATUS_LINE[408] + b"content-type: application/json\r\ncontent-length: %d\r\n"
+                                 b"connection: close\r\n\r\n%s" % (len(data), data))
+            self.transport.close()
+
+    def connection_lost(self, exc) -> None:
+        self._admission = None
+        if self._body_deadline is not None:
+            self._body_deadline.cancel()
+            self._body_deadline = None
+        super().connection_lost(exc)
 
 
 class _OneWrite:
@@ -154,8 +248,14 @@ class _OneWrite:
         return getattr(self._transport, name)
 
 
-def connection_class(tls) -> type[Connection]:
-    return type("TLSConnection", (Connection,), {"tls": tls})
+def connection_class(tls, front: Front | None = None) -> type[Connection]:
+    """The connection class of one worker: its TLS, and the admissions `front` answers without
+    Flask, which the connection then answers without the ASGI cycle."""
+    attrs = {"tls": tls}
+    if front is not None:
+        attrs.update(direct={path.encode("latin-1"): route for path, route in front.direct.items()},
+                     max_body=front.max_body)
+    return type("TLSConnection", (Connection,), attrs)
 
 
 class _Server(Server):
@@ -182,8 +282,8 @@ class Worker(UvicornWorker):
             # of 1,143K); the app keeps no per-request state in `g` and has no appcontext
             # teardown functions.
             flask_app.app_context().push()
-        self.config.app = Front(self.wsgi)
-        self.config.http = connection_class(tls)
+        front = self.config.app = Front(self.wsgi)
+        self.config.http = connection_class(tls, front)
         self.config.timeout_graceful_shutdown = max(1, self.cfg.graceful_timeout - 2)
         self.config.load()
         if tls is not None:
