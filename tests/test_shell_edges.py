@@ -547,3 +547,16 @@ def test_appending_nothing_to_an_unset_variable_gives_the_empty_value():
     script = "NCCL_NET+= torchrun t.py"
     assert seen(script) == [("NCCL_NET", "")]
     assert shape(parse_script(script)) == ("SEQ", ["NCCL_NET= torchrun t.py"])
+
+
+@pytest.mark.parametrize("blank", ["\f", "\v"])
+def test_a_comment_tree_sitter_sees_after_a_form_feed_does_not_hide_the_commands_after_it(blank, policies):
+    """To bash a form feed or vertical tab is part of a word, so `IB\\f#` is one word and the
+    commands after `;` run; tree-sitter takes the character for a blank and the `#` for a comment
+    to the end of the line. The script is read as text instead (found by the commands.shell part;
+    before the fix it read as [] and the pod was admitted while NCCL ran on TCP)."""
+    from test_commands import denied, script_pod
+
+    script = f"export NCCL_NET=IB{blank}#; export NCCL_IB_DISABLE=1; torchrun t.py"
+    assert ("NCCL_IB_DISABLE", "1") in reader.settings(["bash", "-c", script], frozenset({"NCCL_IB_DISABLE", "NCCL_NET"}))
+    denied(script_pod(script), policies)

@@ -267,8 +267,11 @@ class _Converter:
                     i += 1
                     continue
                 if p < size and src[p] not in _WORD_END:
-                    parts = [None]  # the word goes on where no node of ours does
-                elif b"~" in src[piece.start_byte:p] and _tilde_expanded(src, piece.start_byte, p):
+                    # the word goes on where no node of ours does: tree-sitter read what follows as
+                    # something else (after \f or \v, a `#` starts a comment to it and hides the
+                    # commands after it), so the script is read as text
+                    raise Unreadable()
+                if b"~" in src[piece.start_byte:p] and _tilde_expanded(src, piece.start_byte, p):
                     parts = [None]  # NAME=~/x, NAME=a:~/x, also as an argument (env NAME=~/x): bash expands the tilde
                 break
             out.append((name, parts))
