@@ -49,8 +49,10 @@ async def ok_app(scope, receive, send):
     await send({"type": "http.response.body", "body": b"ok"})
 
 
-def connect(loop, keep_alive=75.0, stopping=False, app=ok_app):
-    cls = uvworker.connection_class(None)
+def connect(loop, keep_alive=75.0, stopping=False, app=ok_app, front=None):
+    """A worker connection on `loop` over a fake transport; `front`: what the worker's `Front`
+    gives the connection (the admissions it answers itself), None for none."""
+    cls = uvworker.connection_class(None, front) if front is not None else uvworker.connection_class(None)
     cls.stopping = stopping
     config = Config(app=app, http=cls, lifespan="off", loop="asyncio", timeout_keep_alive=keep_alive)
     config.load()

@@ -9,10 +9,8 @@ from __future__ import annotations
 import json
 
 import pytest
-from uvicorn.config import Config
-from uvicorn.server import ServerState
-
 from test_uvworker import Transport, ok_app, run_until, settle
+from test_uvworker import connect as base_connect
 from webhook.serving import worker as uvworker
 from webhook.serving.asgi import Front
 
@@ -41,20 +39,16 @@ class _Front:
         self.max_body = MAX_BODY
 
 
-def connect(loop, answers: Answers, stopping: bool = False, keep_alive: float = 75.0):
+def connect(loop, answers: Answers, stopping: bool = False):
+    """test_uvworker's connection with `answers` as the admissions: (class, connection,
+    transport, the requests the ASGI app was called for)."""
     app_calls: list[str] = []
 
     async def app(scope, receive, send):
         app_calls.append(f"{scope['method']} {scope['path']}")
         await ok_app(scope, receive, send)
 
-    cls = uvworker.connection_class(None, _Front(answers))
-    cls.stopping = stopping
-    config = Config(app=app, http=cls, lifespan="off", loop="asyncio", timeout_keep_alive=keep_alive)
-    config.load()
-    conn = cls(config=config, server_state=ServerState(), app_state={}, _loop=loop)
-    transport = Transport()
-    conn.connection_made(transport)
+    cls, conn, transport = base_connect(loop, stopping=stopping, app=app, front=_Front(answers))
     return cls, conn, transport, app_calls
 
 
