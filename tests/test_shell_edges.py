@@ -560,3 +560,18 @@ def test_a_comment_tree_sitter_sees_after_a_form_feed_does_not_hide_the_commands
     script = f"export NCCL_NET=IB{blank}#; export NCCL_IB_DISABLE=1; torchrun t.py"
     assert ("NCCL_IB_DISABLE", "1") in reader.settings(["bash", "-c", script], frozenset({"NCCL_IB_DISABLE", "NCCL_NET"}))
     denied(script_pod(script), policies)
+
+
+@pytest.mark.parametrize("script", [
+    "! { export NCCL_IB_DISABLE=1; }; torchrun t.py",
+    "! {\n  export NCCL_IB_DISABLE=1\n}\ntorchrun t.py",
+])
+def test_a_negated_group_is_read_as_text_since_tree_sitter_names_a_command_after_its_brace(script, policies):
+    """tree-sitter-bash parses `! { ...; }` as a command named `{` without an error; to bash the
+    group runs in this shell, so its export reaches torchrun. Read as text, the export is seen
+    (found by the commands.shell part; before the fix the script read as [] and the pod was
+    admitted while NCCL ran on TCP)."""
+    from test_commands import denied, script_pod
+
+    assert ("NCCL_IB_DISABLE", "1") in reader.settings(["bash", "-c", script], frozenset({"NCCL_IB_DISABLE"}))
+    denied(script_pod(script), policies)

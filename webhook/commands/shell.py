@@ -225,6 +225,10 @@ class _Converter:
             field = node.field_name_for_child(i)
             if child.type == "variable_assignment" or field == "name" or field == "argument":
                 pieces.append(child)
+                if field == "name" and self.src[child.start_byte:child.end_byte] in (b"{", b"}"):
+                    # a group's brace as a command's name: tree-sitter-bash parses `! { ...; }` so,
+                    # without an error; to bash it is a group that runs in this shell
+                    raise Unreadable()
         for name, parts in self.words(pieces, True, subs, depth):
             if name is not None:
                 assigns.append((name, parts))
