@@ -138,12 +138,12 @@ def test_the_match_condition_holds_each_rule_of_the_validations(shipped):
                   ap.CHECKED: f"object.spec.containers.all(c, !({target} || {ap._others()}) || (",
                   ap.POD: f"(!object.spec.containers.exists(c, {target}) || ("}
         rules = ap.rules(policy)
-        assert [v["expression"] for v in spec["validations"]] == [ap._validation(*r[:1], r[1], r[2], r[3])["expression"] for r in rules]
-        for rule, over, condition, _message in rules:
-            start = expression.index(groups[over])
-            assert f"({condition})" in expression[start:], (policy.name, rule)
+        assert [v["expression"] for v in spec["validations"]] == [ap._validation(r)["expression"] for r in rules]
+        for rule in rules:
+            start = expression.index(groups[rule.over])
+            assert f"({rule.condition})" in expression[start:], (policy.name, rule.name)
         for over, head in groups.items():  # a group appears once, and only when it has a rule
-            assert expression.count(head) == (1 if any(r[1] == over for r in rules) else 0), (policy.name, over)
+            assert expression.count(head) == (1 if any(r.over == over for r in rules) else 0), (policy.name, over)
 
 
 def test_templated_enforced_values_are_checked_for_presence():

@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from typing import Any, Iterable, Sequence
+from typing import Any, Iterable, NamedTuple, Sequence
 
 from webhook.core import keys
 from webhook.core.model import GPUS_FIELD, Policy, PolicySet
@@ -147,22 +147,33 @@ def _names(over: str = "variables.targets") -> str:
 TARGETS, CHECKED, POD = "targets", "checked", "pod"
 
 
-def _rule(rule: str, condition: str, message: str, over: str = TARGETS) -> tuple[str, str, str, str]:
-    """(rule, what the condition is over, the condition, why and what to do)."""
-    return rule, over, condition, message
+class Rule(NamedTuple):
+    """One final-state rule: its id, the CEL condition that must hold, why and what to do, and
+    what the condition is over (TARGETS, CHECKED or POD)."""
+    name: str
+    condition: str
+    message: str
+    over: str = TARGETS
 
 
-def _validation(rule: str, over: str, condition: str, message: str) -> dict[str, Any]:
-    """One rule as a validation. Over containers: `condition` must hold for each of them; the
+def _groups(policy: Policy) -> dict[str, str]:
+    """CEL over a container `c` for each container group: the policy's variables filter the
+    containers by it, and the match condition tests it."""
+    target = _target(policy)
+    return {TARGETS: target, CHECKED: f"{target} || {_others()}"}
+
+
+def _validation(rule: Rule) -> dict[str, Any]:
+    """One rule as a validation. Over containers: the condition must hold for each of them; the
     message names the container (`_names`), then says why and what to do, as the webhook's
     denial does. Over the pod: it must hold when the pod has a target."""
-    if over == POD:
-        return {"expression": f"size(variables.targets) == 0 || ({condition})",
-                "message": f"rdma-webhook: {message} [{rule}]", "reason": "Forbidden"}
-    group = f"variables.{over}"
+    if rule.over == POD:
+        return {"expression": f"size(variables.targets) == 0 || ({rule.condition})",
+                "message": f"rdma-webhook: {rule.message} [{rule.name}]", "reason": "Forbidden"}
+    group = f"variables.{rule.over}"
     return {
-        "expression": f"{group}.all(c, {condition})",
-        "messageExpression": f"'rdma-webhook: ' + {_names(group)} + {cel_str(': ' + message + f' [{rule}]')}",
+        "expression": f"{group}.all(c, {rule.condition})",
+        "messageExpression": f"'rdma-webhook: ' + {_names(group)} + {cel_str(': ' + rule.message + f' [{rule.name}]')}",
         "reason": "Forbidden",
     }
 
@@ -222,20 +233,19 @@ def _device_condition(policy: Policy) -> tuple[str, str] | None:
     return " || ".join(parts), " or ".join(wants)
 
 
-def rules(policy: Policy) -> list[tuple[str, str, str, str]]:
-    """The final-state rules of one policy as (rule, over, CEL condition, message), in the order of
-    the webhook's final-state rules."""
-    out: list[tuple[str, str, str, str]] = []
+def rules(policy: Policy) -> list[Rule]:
+    """The final-state rules of one policy, in the order of the webhook's final-state rules."""
+    out: list[Rule] = []
     device = _device_condition(policy)
     if device is not None:
         condition, wants = device
-        out.append(_rule("device-missing", condition,
+        out.append(Rule("device-missing", condition,
                          f"lacks {wants}, so it gets no RDMA device and NCCL uses TCP; a webhook that ran after "
                          f"rdma-webhook may have removed it"))
     privileged = "(has(c.securityContext) && has(c.securityContext.privileged) && c.securityContext.privileged)"
-    out.append(_rule("ipc-lock-missing", f"{privileged} || {_capability('add')}",
+    out.append(Rule("ipc-lock-missing", f"{privileged} || {_capability('add')}",
                      "securityContext.capabilities.add lacks IPC_LOCK, which RDMA needs to pin memory"))
-    out.append(_rule("ipc-lock-dropped", f"!{_capability('drop')}",
+    out.append(Rule("ipc-lock-dropped", f"!{_capability('drop')}",
                      "securityContext.capabilities.drop lists IPC_LOCK, which RDMA needs to pin memory (ibv_reg_mr fails "
                      "and NCCL falls back to TCP)"))
     for setting in policy.env:
@@ -250,26 +260,26 @@ def rules(policy: Policy) -> list[tuple[str, str, str, str]]:
         else:
             same = _env_set_and(setting.name, f"{_LAST} == {cel_str(setting.value)}")
             want = f"{setting.value!r}"
-        out.append(_rule("enforced-env", same,
+        out.append(Rule("enforced-env", same,
                          f"{setting.name} is missing or changed, but policy {policy.name} pins it to {want} so that a "
                          f"missing RDMA device fails at start instead of running on TCP"))
     for name, fine, why in _fallback_checks(policy):
-        out.append(_rule("env-fallback", _env_unset_or(name, fine), why, over=CHECKED))
+        out.append(Rule("env-fallback", _env_unset_or(name, fine), why, over=CHECKED))
     mount = "c.volumeMounts.filter(m, m.mountPath == '/dev/shm' || m.mountPath == '/dev/shm/')"
     ours = (f"object.spec.volumes.filter(v, v.name == {mount}[0].name && v.name.startsWith('rdma-webhook-dshm'))")
     shm = (f"has(c.volumeMounts) && size({mount}) > 0 && (!has(object.spec.volumes) || size({ours}) == 0 || "
            f"{ours}.all(v, has(v.emptyDir) && has(v.emptyDir.medium) && v.emptyDir.medium == 'Memory'))")
-    out.append(_rule("shm", shm,
+    out.append(Rule("shm", shm,
                      "/dev/shm is no longer the memory-backed emptyDir rdma-webhook mounted there; NCCL and "
                      "DataLoader workers need shared memory in RAM"))
     host = "(has(object.spec.hostNetwork) && object.spec.hostNetwork)"
     if policy.host_network == "Forbidden":
         mechanism = "GKE attaches" if policy.gke_networks else "Multus does"
-        out.append(_rule("host-network", f"!{host}",
+        out.append(Rule("host-network", f"!{host}",
                          f"hostNetwork: true, but policy {policy.name} attaches its fabric through the pod's own "
                          f"interfaces ({mechanism} not attach networks to host-network pods); remove hostNetwork", over=POD))
     elif policy.host_network == "Required":
-        out.append(_rule("host-network", host,
+        out.append(Rule("host-network", host,
                          f"policy {policy.name} reaches its fabric through the host's interfaces and the pod no "
                          f"longer has hostNetwork: true, so NCCL finds no RDMA device and uses TCP", over=POD))
     for network in policy.networks:
@@ -279,7 +289,7 @@ def rules(policy: Policy) -> list[tuple[str, str, str, str]]:
         ann = f"object.metadata.annotations[{cel_str(keys.MULTUS_NETWORKS)}]"
         present = (f"has(object.metadata.annotations) && {cel_str(keys.MULTUS_NETWORKS)} in object.metadata.annotations && "
                    f"({ann}.matches({cel_str(csv)}) || {ann}.matches({cel_str(js)}))")
-        out.append(_rule("multus-networks", present,
+        out.append(Rule("multus-networks", present,
                          f"the pod's {keys.MULTUS_NETWORKS} annotation no longer lists the {name} network of policy "
                          f"{policy.name}; a webhook that ran after rdma-webhook may have removed it", over=POD))
     for g in policy.gke_networks:  # GKE multi-networking's JSON list (webhook.fabrics.gke)
@@ -287,7 +297,7 @@ def rules(policy: Policy) -> list[tuple[str, str, str, str]]:
         listed = rf"\"network\"\s*:\s*\"{_re_escape(g.name)}\""
         present = (f"has(object.metadata.annotations) && {cel_str(gke.INTERFACES)} in object.metadata.annotations && "
                    f"{ann}.matches({cel_str(listed)})")
-        out.append(_rule("gke-networks", present,
+        out.append(Rule("gke-networks", present,
                          f"the pod's {gke.INTERFACES} annotation no longer lists the {g.name} network of policy "
                          f"{policy.name}; a webhook that ran after rdma-webhook may have removed it", over=POD))
     if policy.sidecar is not None:
@@ -295,7 +305,7 @@ def rules(policy: Policy) -> list[tuple[str, str, str, str]]:
         runs = (f"object.spec.containers.exists(c, has(c.image) && c.image.contains({image})) || "
                 f"(has(object.spec.initContainers) && object.spec.initContainers.exists(c, has(c.image) && "
                 f"c.image.contains({image}) && has(c.restartPolicy) && c.restartPolicy == 'Always'))")
-        out.append(_rule("sidecar-missing", runs,
+        out.append(Rule("sidecar-missing", runs,
                          f"no container of the pod runs the {policy.sidecar.name} sidecar (an image of "
                          f"{policy.sidecar.image}) that policy {policy.name}'s fabric needs beside the GPU containers", over=POD))
     return out
@@ -303,11 +313,12 @@ def rules(policy: Policy) -> list[tuple[str, str, str, str]]:
 
 def validations(policy: Policy) -> list[dict[str, Any]]:
     """The CEL rules of one policy as the ValidatingAdmissionPolicy's validations."""
-    return [_validation(rule, over, condition, message) for rule, over, condition, message in rules(policy)]
+    return [_validation(rule) for rule in rules(policy)]
 
 
-def broken(policy: Policy) -> str:
-    """CEL that is true when some rule of the policy fails: the policy's match condition.
+def broken(policy: Policy, found: list[Rule] | None = None) -> str:
+    """CEL that is true when some rule of the policy (`found`: its `rules`) fails: the policy's
+    match condition.
 
     Why: the API server evaluates every validation and every messageExpression of a policy
     whose match conditions hold, for every pod, whether a rule failed or not (k8s.io/apiserver
@@ -319,16 +330,13 @@ def broken(policy: Policy) -> str:
     and the container. It cannot use `variables` (match conditions are evaluated before them),
     so the groups' filters are written out."""
     by_over: dict[str, list[str]] = {TARGETS: [], CHECKED: [], POD: []}
-    for _rule_name, over, condition, _message in rules(policy):
-        by_over[over].append(f"({condition})")
-    target = _target(policy)
-    holds: list[str] = []
-    if by_over[TARGETS]:
-        holds.append(f"object.spec.containers.all(c, !({target}) || ({' && '.join(by_over[TARGETS])}))")
-    if by_over[CHECKED]:
-        holds.append(f"object.spec.containers.all(c, !({target} || {_others()}) || ({' && '.join(by_over[CHECKED])}))")
+    for rule in rules(policy) if found is None else found:
+        by_over[rule.over].append(f"({rule.condition})")
+    groups = _groups(policy)
+    holds = [f"object.spec.containers.all(c, !({groups[over]}) || ({' && '.join(by_over[over])}))"
+             for over in (TARGETS, CHECKED) if by_over[over]]
     if by_over[POD]:
-        holds.append(f"(!object.spec.containers.exists(c, {target}) || ({' && '.join(by_over[POD])}))")
+        holds.append(f"(!object.spec.containers.exists(c, {groups[TARGETS]}) || ({' && '.join(by_over[POD])}))")
     return "!(" + " && ".join(holds) + ")"
 
 
@@ -339,6 +347,7 @@ def _re_escape(text: str) -> str:
 
 def policy_spec(policy: Policy) -> dict[str, Any]:
     """The ValidatingAdmissionPolicy's spec for one RDMA policy."""
+    found, groups = rules(policy), _groups(policy)
     return {
         "failurePolicy": "Fail",
         "matchConstraints": {
@@ -352,12 +361,10 @@ def policy_spec(policy: Policy) -> dict[str, Any]:
             "namespaceSelector": {},
             "objectSelector": {"matchLabels": {keys.APPLIED_POLICY_LABEL: policy.name}},
         },
-        "matchConditions": [{"name": "final-state-broken", "expression": broken(policy)}],
-        "variables": [
-            {"name": "targets", "expression": f"object.spec.containers.filter(c, {_target(policy)})"},
-            {"name": "checked", "expression": f"object.spec.containers.filter(c, {_target(policy)} || {_others()})"},
-        ],
-        "validations": validations(policy),
+        "matchConditions": [{"name": "final-state-broken", "expression": broken(policy, found)}],
+        "variables": [{"name": over, "expression": f"object.spec.containers.filter(c, {groups[over]})"}
+                      for over in (TARGETS, CHECKED)],
+        "validations": [_validation(rule) for rule in found],
     }
 
 
@@ -402,7 +409,7 @@ def mismatches(policies: PolicySet, installed: Iterable[dict[str, Any]], binding
             have = ((found.get("metadata") or {}).get("annotations") or {}).get(DIGEST_ANNOTATION)
             if have != digest(spec):
                 out.append(f"{POLICY_KIND} {name} was generated from another version of policy {policy.name} "
-                     f"(digest {have}, the policy in force makes {digest(spec)}); regenerate and apply it")
+                           f"(digest {have}, the policy in force makes {digest(spec)}); regenerate and apply it")
             elif not _same_rules(found.get("spec") or {}, spec):
                 out.append(f"{POLICY_KIND} {name}: its rules were edited after generation; regenerate and apply it")
         if name not in bound:
