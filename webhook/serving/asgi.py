@@ -40,6 +40,10 @@ BODY_COMPLETE = "rdma_webhook.body_complete"
 log = logging.getLogger("rdma_webhook.serve")
 
 _JSON = (b"content-type", b"application/json")
+# The bodies of a body deadline passed and of an unexpected error; the worker's own admissions
+# (webhook.serving.worker) answer the same.
+TOO_SLOW = b'{"error":"request body not received in time"}'
+INTERNAL_ERROR = b'{"error":"internal error"}'
 _CLOSE = (b"connection", b"close")
 _SPECIAL = {b"content-type": "CONTENT_TYPE", b"content-length": "CONTENT_LENGTH"}
 
@@ -72,7 +76,7 @@ class Front:
                 async with asyncio.timeout(self.timeout):
                     body = await self._body(scope, receive)
         except TimeoutError:
-            await _answer(send, 408, [_JSON, _CLOSE], b'{"error":"request body not received in time"}')
+            await _answer(send, 408, [_JSON, _CLOSE], TOO_SLOW)
             return
         except TooLarge:
             await _answer(send, 413, [_JSON, _CLOSE], b'{"error":"request body over %d bytes"}' % self.max_body)
@@ -85,7 +89,7 @@ class Front:
                 status, data = direct[1](direct[0], body)
             except Exception:  # what Flask's error handler would answer: never a 500
                 log.exception("unexpected error outside admission")
-                status, data = 503, b'{"error":"internal error"}'
+                status, data = 503, INTERNAL_ERROR
             headers = [_JSON, (b"content-length", b"%d" % len(data))]
             if status == 413:  # an unread body must not be parsed as the next request
                 headers.append(_CLOSE)

@@ -40,13 +40,11 @@ from __future__ import annotations
 import sys
 
 from gunicorn.arbiter import Arbiter
-from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
 from uvicorn.server import Server
 from uvicorn_worker import UvicornWorker
 
-from uvicorn.protocols.http.httptools_impl import STATUS_LINE
-
-from webhook.serving.asgi import _CLOSE, BODY_COMPLETE, REQUEST_TIMEOUT, Front, log as asgi_log
+from webhook.serving.asgi import BODY_COMPLETE, INTERNAL_ERROR, REQUEST_TIMEOUT, TOO_SLOW, Front, log as asgi_log
 
 DRAIN_IDLE = 1.0
 # The request line and headers of one request (an API server's are about 300 bytes); httptools
@@ -171,46 +169,48 @@ class Connection(HttpToolsProtocol):
             super().on_message_complete()
             self.scope[BODY_COMPLETE] = True  # `Front` need not arm its body deadline
             return
-        self._admission = None
-        if self._body_deadline is not None:
-            self._body_deadline.cancel()
-            self._body_deadline = None
+        self._end_admission()
         endpoint, answer, chunks = admission
         try:
             status, data = answer(endpoint, chunks[0] if len(chunks) == 1 else b"".join(chunks))
         except Exception:  # what Front answers: never a 500
             asgi_log.exception("unexpected error outside admission")
-            status, data = 503, b'{"error":"internal error"}'
-        keep = not self.stopping and status != 413 and self.parser.should_keep_alive()
+            status, data = 503, INTERNAL_ERROR
+        self._respond(status, data, keep=not self.stopping and status != 413 and self.parser.should_keep_alive())
+
+    def _respond(self, status: int, data: bytes, keep: bool) -> None:
+        """A direct admission's answer (JSON) in one write; the connection then waits for the next
+        request as after uvicorn's own responses (`on_response_complete`), or is closed."""
         head = [STATUS_LINE[status]]
         for name, value in self.server_state.default_headers:
             head += [name, b": ", value, b"\r\n"]
         head.append(b"content-type: application/json\r\ncontent-length: %d\r\n" % len(data))
         if not keep:
-            head.append(b"%s: %s\r\n" % _CLOSE)
+            head.append(b"connection: close\r\n")
         head += [b"\r\n", data]
         self.transport.write(b"".join(head))
         self.server_state.total_requests += 1
         if not keep:
             self.transport.close()
-        elif not self.transport.is_closing():  # as uvicorn's on_response_complete: the idle timer again
+        elif not self.transport.is_closing():
             self._unset_keepalive_if_required()
             self.timeout_keep_alive_task = self.loop.call_later(self.timeout_keep_alive, self.timeout_keep_alive_handler)
+
+    def _end_admission(self) -> None:
+        """No direct admission is being read any more: its body deadline goes."""
+        self._admission = None
+        if self._body_deadline is not None:
+            self._body_deadline.cancel()
+            self._body_deadline = None
 
     def _body_too_slow(self) -> None:
         self._body_deadline = None
         if self._admission is not None and not self.transport.is_closing():
             self._admission = None
-            data = b'{"error":"request body not received in time"}'
-            self.transport.write(STATUS_LINE[408] + b"content-type: application/json\r\ncontent-length: %d\r\n"
-                                 b"connection: close\r\n\r\n%s" % (len(data), data))
-            self.transport.close()
+            self._respond(408, TOO_SLOW, keep=False)
 
     def connection_lost(self, exc) -> None:
-        self._admission = None
-        if self._body_deadline is not None:
-            self._body_deadline.cancel()
-            self._body_deadline = None
+        self._end_admission()
         super().connection_lost(exc)
 
 
