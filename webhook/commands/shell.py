@@ -243,7 +243,8 @@ class _Converter:
         newlines and the characters it takes for white space that bash does not (\\r, \\v, \\f)
         and may split one word into several nodes there (`A='0'\\1` is A=01): nodes with only
         those between them are one word, and those right after a node belong to its word. A
-        word that goes on past its last node in any other way is not known."""
+        word that goes on past its last node in any other way makes the script unreadable
+        (tree-sitter read what follows as something else, e.g. a comment)."""
         out: list[tuple[str | None, list[Any]]] = []
         src = self.src
         size = len(src)
