@@ -87,6 +87,8 @@ planted: $(VENV)/.compiled
 # the first pattern: core.fallback, or PART_NAME). MUTATION_CHILDREN=1 on a shared machine.
 MUTANTS ?=
 MUTATION_CHILDREN ?= 2
+# MUTATION_TESTS=tests/a.py,tests/b.py narrows a part's test selection (tests/mutation_part.py says why).
+MUTATION_TESTS ?=
 # PART_NAME names a part of several patterns (MUTANTS='webhook.kinds.merge.* webhook.kinds.trainer.*' PART_NAME=kinds.merge-trainer).
 PART_NAME ?= $(patsubst webhook.%,%,$(patsubst %.*,%,$(firstword $(MUTANTS))))
 PART := $(if $(MUTANTS),-$(PART_NAME))
@@ -97,7 +99,7 @@ mutation: $(VENV)/.installed
 	  | xargs -0 cp -P --parents -t $(MUTATION_DIR) \
 	  && echo "copy of $$(git rev-parse --short HEAD)$$(git diff --quiet HEAD || echo ' plus uncommitted changes') taken $$(date -u +%FT%TZ) on $$(nproc) cores" \
 	  > $(MUTATION_DIR)/.mutation-provenance \
-	  && { test -z "$(MUTANTS)" || (cd $(MUTATION_DIR) && $(CURDIR)/$(BIN)/python $(CURDIR)/tests/mutation_part.py $(MUTANTS) >> .mutation-provenance); }; }
+	  && { test -z "$(MUTANTS)" || (cd $(MUTATION_DIR) && $(CURDIR)/$(BIN)/python $(CURDIR)/tests/mutation_part.py $(if $(MUTATION_TESTS),--tests $(MUTATION_TESTS)) $(MUTANTS) >> .mutation-provenance); }; }
 	start=$$(date +%s); echo "run $$(date -u +%FT%TZ), load average $$(cut -d' ' -f1-3 /proc/loadavg): mutmut run --max-children $(MUTATION_CHILDREN) $(MUTANTS)" >> $(MUTATION_DIR)/.mutation-provenance; \
 	cd $(MUTATION_DIR) && HYPOTHESIS_PROFILE=mutation $(CURDIR)/$(BIN)/mutmut run --max-children $(MUTATION_CHILDREN) $(MUTANTS) \
 	  && echo "  finished $$(date -u +%FT%TZ) after $$(( $$(date +%s) - start )) s, load average $$(cut -d' ' -f1-3 /proc/loadavg)" >> .mutation-provenance

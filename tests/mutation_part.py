@@ -4,6 +4,12 @@ mutates every file of only_mutate before it filters by name (4 minutes for all 2
 loaded 2-core machine). Run by `make mutation` in the copy (build/mutation-<part>):
 
     python ../../tests/mutation_part.py 'webhook.fabrics.*' ...
+    python ../../tests/mutation_part.py --tests tests/test_cli.py,tests/test_review_truth.py 'webhook.cli.*'
+
+`--tests` (MUTATION_TESTS) narrows the test selection too: a survivor runs every selected test that
+called its function, so a part whose functions the whole selection calls (the review CLI, the shell
+reader) spends most of its time in tests that cannot kill its mutants. Narrowing can only lose kills,
+never add one, so a part's score stays a lower bound of the full selection's.
 """
 
 from __future__ import annotations
@@ -24,7 +30,11 @@ def wanted(module: str, patterns: list[str]) -> bool:
     return any(fnmatch.fnmatch(module + ".x_", p) or p.startswith(module + ".") for p in patterns)
 
 
-def main(patterns: list[str]) -> int:
+def main(args: list[str]) -> int:
+    tests = None
+    if args[:1] == ["--tests"]:
+        tests, args = [t for t in args[1].split(",") if t], args[2:]
+    patterns = args
     pyproject = Path("pyproject.toml")
     text = pyproject.read_text()
     files = tomllib.loads(text)["tool"]["mutmut"]["only_mutate"]
@@ -35,8 +45,18 @@ def main(patterns: list[str]) -> int:
     new, n = re.subn(r"^only_mutate = \[.*?\]", "only_mutate = " + repr(keep).replace("'", '"'), text,
                      count=1, flags=re.S | re.M)
     assert n == 1, "only_mutate not found in pyproject.toml"
-    pyproject.write_text(new)
     print(f"only_mutate narrowed to {', '.join(keep)}")
+    if tests:
+        missing = [t for t in tests if not Path(t.split("::")[0]).exists()]
+        if missing:
+            print(f"no such test file: {', '.join(missing)}", file=sys.stderr)
+            return 1
+        new, n = re.subn(r"^pytest_add_cli_args_test_selection = \[.*?\]",
+                         "pytest_add_cli_args_test_selection = " + repr(tests).replace("'", '"'), new,
+                         count=1, flags=re.S | re.M)
+        assert n == 1, "pytest_add_cli_args_test_selection not found in pyproject.toml"
+        print(f"test selection narrowed to {', '.join(tests)}")
+    pyproject.write_text(new)
     return 0
 
 
