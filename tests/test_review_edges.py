@@ -1265,3 +1265,51 @@ def test_a_huge_body_is_refused_with_413_and_a_large_pod_is_answered():
     assert out["metadata"]["annotations"]["example.com/notes"] == "x" * (1 << 20)
     assert out["metadata"]["annotations"]["rdma-webhook.io/status"] == "injected"
     assert len(resp["patch"]) < 8192  # the patch carries the changes, not the pod
+
+
+# -- fixed after the part's run (tests/MUTATION.md, admission.review, "found on the way") ---------------------
+
+def test_a_review_naming_neither_kind_nor_resource_is_read_by_its_object_kind():
+    """A hand-written review without request.kind and request.resource: a Job is judged as a Job at
+    /validate (allowed with the summary, as with `kind` or `resource: jobs`), not refused as a
+    malformed pod; a Pod object, or one that names no kind, is still judged as a pod."""
+    jb = job(namespace=IB)
+    rv = job_review(jb, namespace=IB)
+    _, doc, with_kind, _ = validate(rv)
+    del rv["request"]["kind"], rv["request"]["resource"]
+    status, doc2, decision, _ = validate(rv)
+    assert status == 200 and envelope(doc2)["allowed"] is True, doc2
+    assert envelope(doc2).get("warnings") == envelope(doc).get("warnings") and envelope(doc2)["warnings"]
+    assert decision.outcome == with_kind.outcome == "unchanged" and decision.reason == "pods will be mutated"
+    # at /mutate the same review is about no pod: skipped, no patch
+    status, doc3, decision, _ = mutate(rv)
+    assert (status, decision) == (200, None) and envelope(doc3) == {"uid": rv["request"]["uid"], "allowed": True}
+    # a Pod object, or an object without kind, in such a review is a pod
+    pod = trainer_pod()
+    for obj in (pod, {x: v for x, v in pod.items() if x not in ("kind", "apiVersion")}):
+        prv = k.admission_review(obj)
+        del prv["request"]["kind"], prv["request"]["resource"]
+        _, doc4, decision, _ = mutate(prv)
+        assert decision is not None and decision.outcome == "mutated" and envelope(doc4)["patchType"] == "JSONPatch"
+
+
+def test_a_pod_in_a_list_is_judged_as_its_create_would_be():
+    """`kubectl kustomize | curl /validate`: a Pod in a List has not been mutated yet, so it is
+    judged as the API server would judge its CREATE (the mutation, then the final state that
+    mutation makes), as a Job's template in the same List is, not as a stored pod missing its
+    device, IPC_LOCK and pinned variables."""
+    pod = k.pod([k.container("trainer")], namespace=IB)
+    _, doc, decision, _ = validate(list_review([pod]))
+    resp = envelope(doc)
+    assert resp["allowed"] is True and decision.outcome == "unchanged" and decision.policy == "ib-shared", resp
+    assert decision.denials == [] and decision.reason == "every object of the list passes"
+    # the same containers as a Job's template in the List: the same answer
+    jb = job(namespace=IB)
+    _, doc2, decision2, _ = validate(list_review([jb]))
+    assert envelope(doc2)["allowed"] is True and decision2.policy == decision.policy
+    # what the mutation cannot mend is still denied, named by the pod
+    bad = k.pod([k.container("trainer", env=[{"name": "NCCL_IB_DISABLE", "value": "1"}])], namespace=IB)
+    _, doc3, decision3, _ = validate(list_review([pod, bad]))
+    message = envelope(doc3)["status"]["message"]
+    assert message.startswith("rdma-webhook: Pod trainer-: container 'trainer': ") and "[env-fallback]" in message
+    assert [f.rule for f in decision3.denials] == ["env-fallback"] and decision3.outcome == "denied"

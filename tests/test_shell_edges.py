@@ -575,3 +575,94 @@ def test_a_negated_group_is_read_as_text_since_tree_sitter_names_a_command_after
 
     assert ("NCCL_IB_DISABLE", "1") in reader.settings(["bash", "-c", script], frozenset({"NCCL_IB_DISABLE"}))
     denied(script_pod(script), policies)
+
+
+# -- findings 1, 2 and 5 of the commands.shell part, fixed (nineteenth session) ------------------------------
+# Each script below runs NCCL with NCCL_IB_DISABLE=1 under bash (checked by `bash_sees`, which runs it
+# with torchrun replaced by a function printing the variable); before the fix each read as nothing and
+# the pod was admitted while NCCL ran on TCP.
+
+def bash_sees(script: str) -> str:
+    """What `torchrun` (a program on PATH printing NCCL_IB_DISABLE) sees when bash runs the script."""
+    import os
+    import subprocess
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as bin_dir:
+        torchrun = os.path.join(bin_dir, "torchrun")
+        with open(torchrun, "w") as f:
+            f.write("#!/bin/sh\nprintf '%s' \"${NCCL_IB_DISABLE-unset}\"\n")
+        os.chmod(torchrun, 0o755)
+        env = {**os.environ, "PATH": bin_dir + os.pathsep + os.environ.get("PATH", "")}
+        env.pop("NCCL_IB_DISABLE", None)
+        return subprocess.run(["bash", "-c", script], capture_output=True, text=True, cwd=bin_dir, env=env,
+                              timeout=10).stdout
+
+
+HEREDOC_LINES = [
+    # finding 1: what follows && or || on the line of a heredoc's start may run, in this shell
+    "cat <<EOF > /tmp/rdma-webhook-hostfile && export NCCL_IB_DISABLE=1\nnode-0 slots=8\nEOF\ntorchrun t.py",
+    "cat <<EOF > /tmp/rdma-webhook-hostfile && NCCL_IB_DISABLE=1 && export NCCL_IB_DISABLE\nnode-0\nEOF\ntorchrun t.py",
+    "cat <<EOF > /tmp/rdma-webhook-hostfile || true && eval 'export NCCL_IB_DISABLE=1'\nnode-0\nEOF\ntorchrun t.py",
+    "cat <<EOF > /tmp/rdma-webhook-hostfile && set -a\nnode-0\nEOF\nNCCL_IB_DISABLE=1\ntorchrun t.py",
+    # finding 2: a heredoc `cat` pipes into a shell is that shell's script
+    "cat <<EOF | bash\nexport NCCL_IB_DISABLE=1\ntorchrun t.py\nEOF",
+    "cat <<'EOF' | sh -s -- --verbose\nexport NCCL_IB_DISABLE=1\ntorchrun t.py\nEOF",
+    "cat <<EOF | bash --norc -o pipefail | tee /tmp/rdma-webhook-log\nexport NCCL_IB_DISABLE=1\ntorchrun t.py\nEOF",
+]
+
+
+@pytest.mark.parametrize("script", HEREDOC_LINES)
+def test_the_rest_of_a_heredoc_line_is_read_as_bash_runs_it(script, policies):
+    from test_commands import denied, script_pod
+
+    assert bash_sees(script) == "1"
+    assert ("NCCL_IB_DISABLE", "1") in seen(script)
+    denied(script_pod(script), policies)
+
+
+def test_the_shape_of_a_heredoc_line():
+    """cat and the commands it pipes into are subshells; a shell reading the heredoc gets it as
+    `-c`; what follows && or || may run; a program with a script of its own gets data."""
+    assert shape(parse_script("cat <<EOF | bash -s | tee log && X=1 || y\nbody\nEOF\n")) == (
+        "SEQ", [("SUB", ["cat"]), ("SUB", ["bash -c body\n"]), ("SUB", ["tee log"]), ("MAYBE", ["X=1", "y"])])
+    for fed in ("python t.py", "bash -c 'echo hi'", "bash train.sh", "python3 -m torch.distributed.run t.py", "tee out"):
+        parsed = shape(parse_script(f"cat <<EOF | {fed}\nexport NCCL_IB_DISABLE=1\nEOF\n"))
+        assert parsed[1][0] == ("SUB", ["cat"]) and "NCCL_IB_DISABLE" not in str(parsed[1][1]), parsed
+    assert shape(parse_script("cat <<EOF | python3 -u -\nimport os\nEOF\n"))[1][1] == ("SUB", ["python3 -c import os\n"])
+    # only cat passes the heredoc on as it is
+    assert "-c" not in str(shape(parse_script("grep -v x <<EOF | bash\nexport NCCL_IB_DISABLE=1\nEOF\n")))
+    # after `;` tree-sitter-bash reports an error: the script is read as text, which sees the export
+    script = "cat <<EOF > f; export NCCL_IB_DISABLE=1\nx\nEOF\ntorchrun t.py"
+    assert parse_script(script) is None and bash_sees(script) == "1" and seen(script) == [("NCCL_IB_DISABLE", "1")]
+
+
+BRACES = [
+    # finding 5: brace expansion applies to export's and env's arguments (not to prefix assignments)
+    ("export NCCL_IB_DISABLE={0,1}; torchrun t.py", "1"),
+    ("export NCCL_IB_DISABLE={1,0}; torchrun t.py", "0"),
+    ("declare -x NCCL_IB_DISABLE={0..1}; torchrun t.py", "1"),
+    ("env NCCL_IB_DISABLE={0,1} torchrun t.py", "1"),
+    ("export NCCL_IB_DISABLE=x{0,1}; torchrun t.py", "x1"),
+    ("NCCL_IB_DISABLE={0,1} torchrun t.py", "{0,1}"),
+    ("export NCCL_IB_DISABLE='{0,1}'; torchrun t.py", "{0,1}"),
+    ("export NCCL_IB_DISABLE=\\{0,1}; torchrun t.py", "{0,1}"),
+]
+
+
+@pytest.mark.parametrize("script,value", BRACES)
+def test_brace_expansion_in_an_argument_as_bash_does_it(script, value):
+    assert bash_sees(script) == value
+    assert seen(script) == [("NCCL_IB_DISABLE", value)]
+
+
+def test_a_brace_expansion_with_an_expansion_in_an_assigning_word_is_read_as_text(policies):
+    from test_commands import denied, script_pod
+
+    script = "export NCCL_IB_DISABLE=${ZERO:-0}{,1}; torchrun t.py"
+    assert bash_sees(script) == "01"
+    assert parse_script(script) is None
+    # elsewhere such a word stays one word and the script is read
+    assert shape(parse_script("cp ${SRC}/{a,b} /dst; export NCCL_IB_DISABLE=1")) == (
+        "SEQ", ["cp $SRC/{a,b} /dst", "export NCCL_IB_DISABLE=1"])
+    denied(script_pod("export NCCL_IB_DISABLE={0,1}; torchrun t.py"), policies, rule="command-fallback")

@@ -135,7 +135,15 @@ NamespaceLookup = Callable[[str], Namespace | None]
 
 
 def _is_pod(req: Request) -> bool:
-    return not req.sub_resource and (req.resource or "pods") == "pods" and (req.kind or "Pod") == "Pod"
+    """The request is about a pod: by its kind or resource, or, in a hand-written review that
+    names neither (the API server always sends both), by its object's own kind, so that a Job
+    sent that way is judged as a Job, not refused as a malformed pod."""
+    if req.sub_resource:
+        return False
+    if req.kind or req.resource:
+        return (req.resource or "pods") == "pods" and (req.kind or "Pod") == "Pod"
+    obj = req.obj
+    return not isinstance(obj, dict) or obj.get("kind") in (None, "", "Pod")
 
 
 def _namespace(req: Request, namespace_of: NamespaceLookup) -> Namespace | None:
@@ -229,7 +237,9 @@ def _validate_list(req: Request, items: list[Any], policies: PolicySet | None, n
                    claims: Claims | None = None) -> tuple[Decision | None, str | None]:
     """A `v1` List (what `kubectl get -o yaml` and `kubectl kustomize` print, sent by a caller,
     never by the API server): every workload and pod in it, judged with the ConfigMaps it holds
-    (scripts run from ConfigMap volumes), one answer naming each object."""
+    (scripts run from ConfigMap volumes), one answer naming each object. A pod is judged as its
+    CREATE would be: by /mutate's decision, as a workload's template is (a manifest's pod has not
+    been mutated yet; a stored one is left as it is by the decision, which is idempotent)."""
     from webhook.core.fallback import Finding
     from webhook.core.scripts import ConfigMapStore, is_config_map
     from webhook.kinds import workloads
@@ -255,7 +265,7 @@ def _validate_list(req: Request, items: list[Any], policies: PolicySet | None, n
         ns = namespace_of(ns_name) if ns_name else None
         label = f"{kind} {meta.get('name') or meta.get('generateName') or '(unnamed)'}"
         if group == "" and kind == "Pod":
-            d = check_final(item, ns, policies, attachments, "CREATE", store, claims)
+            d = decide(item, ns, policies, attachments, "CREATE", store, claims)
             found, said, allowed, used = d.denials, d.warnings, d.outcome != DENIED, d.policy
         elif workloads.is_workload(group, kind):
             verdict = check_workload(item, group, kind, ns, policies, attachments, runtimes, config_maps=store, claims=claims)

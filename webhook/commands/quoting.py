@@ -6,6 +6,7 @@ tree's reading is `webhook.commands.shell`'s.
 
 from __future__ import annotations
 
+import re
 from typing import Final
 
 
@@ -177,3 +178,124 @@ def word_at(text: str, i: int) -> tuple[str | None, int]:
             out.append(ch)
             i += 1
     return "".join(out), i
+
+
+# -- brace expansion ----------------------------------------------------------------------------
+
+_OPEN, _CLOSE, _COMMA = "\ue000", "\ue001", "\ue002"  # an unquoted { } , (private-use characters)
+_SEQUENCE: Final = re.compile(r"(-?\d+)\.\.(-?\d+)(?:\.\.(-?\d+))?$|([A-Za-z])\.\.([A-Za-z])(?:\.\.(-?\d+))?$")
+MAX_BRACE_WORDS: Final = 256  # more words than this from one word: not read (a script listing ranks)
+
+
+def brace_words(text: str) -> list[str] | None:
+    """bash's brace expansion of one word's text before quote removal (bash(1), Brace
+    Expansion): `A={0,1}` as an argument of `export` or `env` is the two words `A=0 A=1`, the
+    last of which wins. The words, their quotes kept; None when the word has no brace expression
+    bash expands (quoted or escaped braces, `${X}`, `{a}`, `{}`). ValueError when it has one that
+    is not read here: with an expansion (`$`, a backquote) in the word, or too many words."""
+    if "{" not in text or "}" not in text:
+        return None
+    marked: list[str] = []
+    expansion = False
+    i, n = 0, len(text)
+    while i < n:
+        ch = text[i]
+        if ch == "\\":
+            marked.append(text[i:i + 2])
+            i += 2
+        elif ch == "'" or (ch == "$" and text.startswith("$'", i)):
+            end = ansi_c_end(text, i + 2) if ch == "$" else text.find("'", i + 1) + 1
+            end = n if end <= 0 else end
+            marked.append(text[i:end])
+            i = end
+        elif ch == '"':
+            j = i + 1
+            while j < n and text[j] != '"':
+                j += 2 if text[j] == "\\" else 1
+            expansion = expansion or "$" in text[i:j] or "`" in text[i:j]
+            marked.append(text[i:j + 1])
+            i = j + 1
+        elif ch == "$" and text.startswith("${", i):  # a parameter expansion, not a brace expression
+            depth, j = 0, i + 1
+            while j < n:
+                depth += 1 if text[j] == "{" else -1 if text[j] == "}" else 0
+                j += 1
+                if depth == 0:
+                    break
+            expansion = True
+            marked.append(text[i:j])
+            i = j
+        else:
+            expansion = expansion or ch == "$" or ch == "`"
+            marked.append(_OPEN if ch == "{" else _CLOSE if ch == "}" else _COMMA if ch == "," else ch)
+            i += 1
+    words = _expand("".join(marked))
+    if words is None:
+        return None
+    if expansion or len(words) > MAX_BRACE_WORDS:
+        raise ValueError("a brace expansion not read here")
+    return [w.replace(_OPEN, "{").replace(_CLOSE, "}").replace(_COMMA, ",") for w in words]
+
+
+def _expand(text: str) -> list[str] | None:
+    """The words of `text` (its unquoted braces and commas marked), the leftmost brace
+    expression first as bash takes it; None when it has none."""
+    start = text.find(_OPEN)
+    while start >= 0:
+        depth, j = 0, start
+        commas: list[int] = []
+        while j < len(text):
+            c = text[j]
+            if c == _OPEN:
+                depth += 1
+            elif c == _CLOSE:
+                depth -= 1
+                if depth == 0:
+                    break
+            elif c == _COMMA and depth == 1:
+                commas.append(j)
+            j += 1
+        if j >= len(text):  # this brace is not closed: bash tries the next one
+            start = text.find(_OPEN, start + 1)
+            continue
+        pre, body, post = text[:start], text[start + 1:j], text[j + 1:]
+        if commas:
+            cuts = [start, *commas, j]
+            choices = [text[a + 1:b] for a, b in zip(cuts, cuts[1:])]
+        else:
+            choices = _sequence(body)
+        if choices is not None:
+            out: list[str] = []
+            for choice in choices:
+                rest = pre + choice + post
+                out.extend(_expand(rest) or [rest])
+                if len(out) > MAX_BRACE_WORDS:
+                    break
+            return out
+        start = text.find(_OPEN, start + 1)
+    return None
+
+
+def _sequence(body: str) -> list[str] | None:
+    """`{1..3}`, `{03..1}`, `{a..e..2}`: the words of a sequence expression, or None."""
+    m = _SEQUENCE.match(body)
+    if m is None:
+        return None
+    if m.group(1) is not None:
+        a, b = m.group(1), m.group(2)
+        first, last = int(a), int(b)
+        width = max(len(a), len(b)) if _zero_padded(a) or _zero_padded(b) else 0
+        step = abs(int(m.group(3) or 1)) or 1
+        if abs(last - first) // step >= MAX_BRACE_WORDS:
+            raise ValueError("a brace expansion not read here")
+        values = range(first, last + (1 if last >= first else -1), step if last >= first else -step)
+        return [f"{v:0{width}d}" if width else str(v) for v in values]
+    first_c, last_c = ord(m.group(4)), ord(m.group(5))
+    step = abs(int(m.group(6) or 1)) or 1
+    values = range(first_c, last_c + (1 if last_c >= first_c else -1), step if last_c >= first_c else -step)
+    return [chr(v) for v in values]
+
+
+def _zero_padded(number: str) -> bool:
+    digits = number.lstrip("-")
+    return len(digits) > 1 and digits[0] == "0"

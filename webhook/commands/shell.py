@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 from typing import Any, Final
 
-from webhook.commands.quoting import ansi_c, ansi_c_end, in_double_quotes, unquoted
+from webhook.commands.quoting import ansi_c, ansi_c_end, brace_words, in_double_quotes, unquoted, word_at
 
 # Programs whose `-c` argument (or heredoc) is a script of their own, read as such.
 SHELLS: Final = frozenset({"sh", "bash", "dash", "ash", "ksh", "mksh", "zsh"})
@@ -171,33 +171,76 @@ class _Converter:
         # anything else (comments, heredoc bodies, [[ ]], (( ))) starts no process and sets nothing
 
     def redirected(self, node: Any, items: list[Any], depth: int) -> None:
-        """`cmd <<EOF ... EOF` and `cat <<EOF | cmd`: a shell or Python fed a heredoc runs its
-        body as a script (read as `sh -c body`); a pipeline after the heredoc's start runs too.
-        Any other heredoc body is data."""
+        """`cmd <<EOF ... EOF` and what follows the heredoc's start on its line. A shell or Python
+        fed a heredoc runs its body as a script (read as `sh -c body`), and so does one that `cat`
+        pipes it into (`cat <<EOF | bash`); any other heredoc body is data. tree-sitter-bash hangs
+        the rest of the line under the heredoc: a `pipeline` node starting with `|` holds the
+        pipeline's other commands (each in a subshell, as in `statement`), and after `&&`/`||` come
+        commands that may run, in this shell."""
         body = node.child_by_field_name("body")
         script: str | None = None
-        later: list[Any] = []
+        piped: list[Any] = []  # nodes: the commands the heredoc's command pipes into
+        maybe: list[Any] = []  # after && or ||
         for child in node.named_children:
             if child.type != "heredoc_redirect":
                 continue
-            for part in child.named_children:
-                if part.type == "heredoc_body":
+            op = ""
+            for part in child.children:
+                t = part.type
+                if t in ("|", "|&", "&&", "||"):
+                    op = t
+                elif t == "heredoc_body":
                     script = part.text.decode("utf-8", "replace")
-                elif part.type in ("pipeline", "command", "list", "redirected_statement"):
-                    later.append(part)
+                elif t == "pipeline" and not op:  # `| cmd ...`: the `|` is the node's own first child
+                    for piece in part.named_children:
+                        self._piped(piece, piped, maybe, depth + 1)
+                elif part.is_named and op and t not in ("heredoc_start", "heredoc_end", "file_redirect", "herestring_redirect"):
+                    if op in ("|", "|&"):
+                        self._piped(part, piped, maybe, depth + 1)
+                    else:
+                        self.statement(part, maybe, depth + 1)
+                    op = ""
+        fed: Cmd | None = None  # the command that reads the heredoc
         if body is not None:
             before = len(items)
             self.statement(body, items, depth + 1)
-            if script is not None and len(items) == before + 1 and isinstance(items[-1], Cmd):
-                cmd: Cmd = items[-1]
-                program = cmd.words[0] if cmd.words else []
-                name = program[0].rsplit("/", 1)[-1] if len(program) == 1 and isinstance(program[0], str) else ""
-                if name in SHELLS or PYTHON_NAME.match(name):
-                    cmd.words = [program, ["-c"], [script]]
-        for part in later:
+            if len(items) == before + 1 and isinstance(items[-1], Cmd):
+                fed = items[-1]
+        if piped and fed is not None:
+            items[-1] = Block(SUB, [fed])  # a pipeline's first command runs in a subshell too
+        if script is not None and fed is not None:
+            if _program(fed) in SHELLS or PYTHON_NAME.match(_program(fed)):
+                fed.words = [fed.words[0], ["-c"], [script]]
+            elif piped and _program(fed) == "cat" and len(fed.words) == 1:
+                first: list[Any] = []
+                self.statement(piped[0], first, depth + 2)
+                reader = first[0] if len(first) == 1 and isinstance(first[0], Cmd) else None
+                if reader is not None and _reads_stdin(reader):
+                    reader.words = [reader.words[0], ["-c"], [script]]
+                    items.append(Block(SUB, first))
+                    piped = piped[1:]
+        for part in piped:  # two levels down, as tree-sitter has them: under the heredoc's pipeline node
             sub: list[Any] = []
-            self.statement(part, sub, depth + 1)
+            self.statement(part, sub, depth + 2)
             items.append(Block(SUB, sub))
+        if maybe:
+            items.append(Block(MAYBE, maybe))
+
+    def _piped(self, node: Any, piped: list[Any], maybe: list[Any], depth: int) -> None:
+        """What follows a heredoc's `|`: tree-sitter nests the rest of the line's list under it
+        (`cat <<EOF | bash && X=1` is `| list(bash && X=1)`), so the list's first part belongs to
+        the pipeline and its other parts follow it with && or ||."""
+        if depth > 4 * MAX_DEPTH:
+            raise Unreadable()
+        if node.type == "list" and node.named_children:
+            first, *rest = node.named_children
+            self._piped(first, piped, maybe, depth + 1)
+            for part in rest:
+                self.statement(part, maybe, depth + 1)
+        elif node.type == "pipeline":
+            piped.extend(node.named_children)
+        else:
+            piped.append(node)
 
     def command(self, node: Any, depth: int) -> Cmd:
         t: str = node.type
@@ -279,6 +322,25 @@ class _Converter:
                 if b"~" in src[piece.start_byte:p] and _tilde_expanded(src, piece.start_byte, p):
                     parts = [None]  # NAME=~/x, NAME=a:~/x, also as an argument (env NAME=~/x): bash expands the tilde
                 break
+            if name is None and b"{" in src[piece.start_byte:p]:
+                # brace expansion, in every word but a prefix assignment: `export A={0,1}` is
+                # `export A=0 A=1`. One not read here (with `$` in it, or a long sequence) makes
+                # the script unreadable (the textual reading) where the word may assign (has an
+                # `=`) and leaves the word as it is elsewhere (`cp ${SRC}/{a,b} /dst`)
+                raw = self.raw(piece.start_byte, p)
+                try:
+                    braced = brace_words(raw)
+                except ValueError:
+                    if "=" in raw:
+                        raise Unreadable() from None
+                    braced = None
+                if braced is not None:
+                    for text in braced:
+                        value, stop = word_at(text, 0)
+                        if value is None or stop != len(text):
+                            raise Unreadable()
+                        out.append((None, [value]))
+                    continue
             out.append((name, parts))
         return out
 
@@ -392,6 +454,46 @@ class _Converter:
 
 
 # -- words from the source text ---------------------------------------------------------------
+
+def _program(cmd: Cmd) -> str:
+    """A command's program by its base name when its name is plain text, else ""."""
+    program = cmd.words[0] if cmd.words else []
+    return program[0].rsplit("/", 1)[-1] if len(program) == 1 and isinstance(program[0], str) else ""
+
+
+def _reads_stdin(cmd: Cmd) -> bool:
+    """A shell or Python whose script is its standard input: options only (`bash`, `bash -s`,
+    `sh -ex`, `python3 -u`, `python3 -`), no `-c`, no script file, no `python -m`."""
+    name = _program(cmd)
+    shell = name in SHELLS
+    if not shell and not PYTHON_NAME.match(name):
+        return False
+    args = cmd.words[1:]
+    i = 0
+    while i < len(args):
+        word = args[i]
+        if len(word) != 1 or not isinstance(word[0], str):
+            return False
+        w: str = word[0]
+        if w == "-" or w == "-s" or (shell and w == "--"):
+            return True
+        if not w.startswith(("-", "+")) or w == "+":
+            return False  # a script file (or a word we cannot know)
+        if w.startswith("--"):  # --norc, --login; --rcfile FILE
+            i += 2 if shell and w in ("--rcfile", "--init-file") else 1
+            continue
+        if shell and w in ("-o", "+o", "-O", "+O"):
+            i += 2
+            continue
+        if not shell and w in ("-W", "-X", "-Q"):
+            i += 2
+            continue
+        letters = w.lstrip("-+")
+        if "c" in letters or (not shell and "m" in letters):
+            return False
+        i += 1
+    return True
+
 
 _WORD_END: Final = frozenset(b" \t\n;&|()<>`")  # what ends an unquoted word (a blank or a metacharacter)
 _BLANKS: Final = frozenset(b" \t\n")
