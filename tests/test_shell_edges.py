@@ -666,3 +666,43 @@ def test_a_brace_expansion_with_an_expansion_in_an_assigning_word_is_read_as_tex
     assert shape(parse_script("cp ${SRC}/{a,b} /dst; export NCCL_IB_DISABLE=1")) == (
         "SEQ", ["cp $SRC/{a,b} /dst", "export NCCL_IB_DISABLE=1"])
     denied(script_pod("export NCCL_IB_DISABLE={0,1}; torchrun t.py"), policies, rule="command-fallback")
+
+
+READERS = {  # what `cat <<EOF | <reader>` pipes the heredoc into: True when the reader runs it as its script
+    "bash": True, "bash -s": True, "bash -s -- a b": True, "bash -x": True, "bash -eu": True, "bash -e -u": True,
+    "bash -o pipefail": True, "bash -eo pipefail": True, "bash +o pipefail": True, "bash -O extglob": True,
+    "bash --norc": True, "bash --noprofile --norc": True, "bash --rcfile /dev/null": True, "bash --login": True,
+    "bash -": True, "bash --": True, "bash -xs": True, "bash -sx a": True, "bash +x": True, "sh": True, "sh -s": True,
+    "dash -e": True, "bash -c 'echo other'": False, "bash -lc 'echo other'": False, "bash /nonexistent.sh": False,
+    "bash -- /nonexistent.sh": False, "bash - /nonexistent.sh": False, "bash -ex /nonexistent.sh": False,
+    "bash -o pipefail /nonexistent.sh": False, "bash --rcfile /dev/null /nonexistent.sh": False,
+    "bash \"$SCRIPT\"": False, "tee /dev/null": False,
+    "python3": True, "python3 -": True, "python3 - a b": True, "python3 -u": True, "python3 -W ignore": True,
+    "python3 -Wignore": True, "python3 -X dev": True, "python3 -Xfrozen_modules=off": True, "python3 -I -B": True,
+    "python3 -E -s": True, "python3 -OO": True, "python3 --": True, "python3 -m json.tool": False,
+    "python3 -um json.tool": False, "python3 -c 'print(1)'": False, "python3 -uc 'print(1)'": False,
+    "python3 /nonexistent.py": False, "python3 -- /nonexistent.py": False, "python3 -W ignore /nonexistent.py": False,
+    "python3 -X dev /nonexistent.py": False,
+}
+
+
+@pytest.mark.parametrize("reader", READERS)
+def test_a_heredoc_piped_into_a_shell_or_python_is_its_script_as_bash_and_python_run_it(reader):
+    """Each line is run: the body prints a mark when the program at the end of the pipe runs it
+    as its script (bash(1), python(1): options only, `-s`, `-`, `--` with no file after it)."""
+    import subprocess
+
+    body = "print('MA' + 'RK')" if reader.startswith("python") else "echo MA''RK"  # MARK only when run
+    script = f"cat <<'EOF' | {reader}\n{body}\nEOF\n"
+    ran = subprocess.run(["bash", "-c", script], capture_output=True, text=True, timeout=10,
+                         stdin=subprocess.DEVNULL, env={"PATH": "/usr/bin:/bin", "SCRIPT": "/nonexistent.sh"}).stdout
+    assert ("MARK" in ran) is READERS[reader]
+    block = parse_script(script)
+    assert block is not None and block.items[0].kind == SUB and len(block.items) == 2
+    piped = block.items[1]
+    assert piped.kind == SUB and len(piped.items) == 1
+    words_of_reader = words(piped.items[0])
+    if READERS[reader]:
+        assert words_of_reader == [words_of_reader[0], ["-c"], [body + "\n"]]
+    else:
+        assert body + "\n" not in str(words_of_reader)

@@ -462,37 +462,41 @@ def _program(cmd: Cmd) -> str:
 
 
 def _reads_stdin(cmd: Cmd) -> bool:
-    """A shell or Python whose script is its standard input: options only (`bash`, `bash -s`,
-    `sh -ex`, `python3 -u`, `python3 -`), no `-c`, no script file, no `python -m`."""
+    """A shell or Python whose script is its standard input (bash(1) and python(1), Invocation):
+    options only (`bash`, `sh -ex`, `bash -o pipefail`, `python3 -u`), `-s` (the words after it
+    are the script's arguments), or `-`/`--` ending the options with no script file after them;
+    not with `-c`, a script file or `python -m`."""
     name = _program(cmd)
     shell = name in SHELLS
     if not shell and not PYTHON_NAME.match(name):
         return False
     args = cmd.words[1:]
-    i = 0
-    while i < len(args):
+    i, n = 0, len(args)
+    while i < n:
         word = args[i]
         if len(word) != 1 or not isinstance(word[0], str):
-            return False
+            return False  # a word we cannot know
         w: str = word[0]
-        if w == "-" or w == "-s" or (shell and w == "--"):
-            return True
-        if not w.startswith(("-", "+")) or w == "+":
-            return False  # a script file (or a word we cannot know)
-        if w.startswith("--"):  # --norc, --login; --rcfile FILE
-            i += 2 if shell and w in ("--rcfile", "--init-file") else 1
-            continue
-        if shell and w in ("-o", "+o", "-O", "+O"):
-            i += 2
-            continue
-        if not shell and w in ("-W", "-X", "-Q"):
-            i += 2
-            continue
-        letters = w.lstrip("-+")
-        if "c" in letters or (not shell and "m" in letters):
-            return False
         i += 1
+        if w == "-" or w == "--":  # the end of the options; python's `-` is its standard input
+            return i == n or (w == "-" and not shell)
+        if w[:1] != "-" and not (shell and w[:1] == "+"):
+            return False  # a script file
+        if w.startswith("--"):  # --norc, --login, -u's long forms; two take an argument
+            i += 1 if shell and w in ("--rcfile", "--init-file") else 0
+            continue
+        for k, letter in enumerate(w[1:], 2):
+            if letter == "c" or (letter == "m" and not shell):
+                return False
+            if letter == "s" and shell and w[0] == "-":
+                return True
+            if letter in _OPTION_ARGUMENT[shell]:
+                i += 1 if k == len(w) else 0  # its argument is the next word, or the rest of this one
+                break
     return True
+
+
+_OPTION_ARGUMENT: Final = {True: "oO", False: "WX"}  # options whose argument follows: shells, Python
 
 
 _WORD_END: Final = frozenset(b" \t\n;&|()<>`")  # what ends an unquoted word (a blank or a metacharacter)

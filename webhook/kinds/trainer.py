@@ -113,7 +113,10 @@ def trainjob_pods(trainjob: dict[str, Any], runtime: dict[str, Any], release: st
         is_trainer = isinstance(job_labels, dict) and job_labels.get(ANCESTOR_LABEL) == "trainer"
         pod = (job_template.get("spec") or {}).get("template") if isinstance(job_template.get("spec"), dict) else None
         node = _container(pod.get("spec") if isinstance(pod, dict) else None, NODE)
-        if node is not None and (is_trainer or (mpi.get("runLauncherAsNode") is True and job.get("name") == NODE)):
+        # from v2.1 an MPI runtime that runs its launcher as a node gives the `node` job the trainer's
+        # resources and env even without the trainer label (builder.go Trainer, trainingruntime.go)
+        launcher_as_node = release != "v2.0" and mpi.get("runLauncherAsNode") is True and job.get("name") == NODE
+        if node is not None and (is_trainer or launcher_as_node):
             if is_trainer:
                 for key in ("image", "command", "args"):
                     if trainer.get(key) is not None:
