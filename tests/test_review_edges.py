@@ -1284,13 +1284,29 @@ def test_a_review_naming_neither_kind_nor_resource_is_read_by_its_object_kind():
     # at /mutate the same review is about no pod: skipped, no patch
     status, doc3, decision, _ = mutate(rv)
     assert (status, decision) == (200, None) and envelope(doc3) == {"uid": rv["request"]["uid"], "allowed": True}
-    # a Pod object, or an object without kind, in such a review is a pod
+    # a Pod object, or an object without kind (or with an empty one), in such a review is a pod
     pod = trainer_pod()
+    empty_kind = k.admission_review(dict(pod, kind=""))
+    del empty_kind["request"]["kind"], empty_kind["request"]["resource"]
+    _, doc5, decision, _ = mutate(empty_kind)  # judged as a pod, whose kind the decision then refuses
+    assert decision.outcome == "denied" and [f.rule for f in decision.denials] == ["malformed-pod"], doc5
     for obj in (pod, {x: v for x, v in pod.items() if x not in ("kind", "apiVersion")}):
         prv = k.admission_review(obj)
         del prv["request"]["kind"], prv["request"]["resource"]
         _, doc4, decision, _ = mutate(prv)
         assert decision is not None and decision.outcome == "mutated" and envelope(doc4)["patchType"] == "JSONPatch"
+
+
+def test_a_review_naming_the_pods_resource_is_about_a_pod_whatever_its_object_says():
+    """`resource: pods` without `kind` is a pod request: a Job object there is a malformed pod, not
+    a Job (the object's own kind is read only when the review names neither)."""
+    rv = job_review(job(namespace=IB), namespace=IB)
+    del rv["request"]["kind"]
+    rv["request"]["resource"] = {"group": "", "version": "v1", "resource": "pods"}
+    _, doc, decision, _ = validate(rv)
+    assert envelope(doc)["allowed"] is False and "[malformed-pod]" in envelope(doc)["status"]["message"], doc
+    _, doc, decision, _ = mutate(rv)
+    assert envelope(doc)["allowed"] is False and "[malformed-pod]" in envelope(doc)["status"]["message"], doc
 
 
 def test_a_pod_in_a_list_is_judged_as_its_create_would_be():
