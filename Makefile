@@ -13,7 +13,7 @@ PURE_TESTS := tests/test_decision.py tests/test_mpi.py tests/test_patch.py tests
               tests/test_commands.py tests/test_fabrics.py tests/test_final_state.py tests/test_core_edges.py \
               tests/test_scripts.py
 
-.PHONY: run test test-pure e2e compile bench clean planted mutation image admission-policies
+.PHONY: run test test-pure e2e compile bench clean planted mutation mutation-report image admission-policies
 
 # The editable install itself stays interpreted; `compile` builds the C extensions in place.
 # editable_mode=compat puts the checkout on sys.path, where mypyc's shared runtime module
@@ -105,6 +105,10 @@ mutation: $(VENV)/.installed
 	  && echo "  finished $$(date -u +%FT%TZ) after $$(( $$(date +%s) - start )) s, load average $$(cut -d' ' -f1-3 /proc/loadavg)" >> .mutation-provenance
 	cd $(MUTATION_DIR) && $(CURDIR)/$(BIN)/python $(CURDIR)/tests/mutation_summary.py $(MUTANTS) > $(CURDIR)/tests/mutation-survivors$(PART).txt
 	@sed -n '1,/^| all/p' tests/mutation-survivors$(PART).txt
+
+# Every mutated module's latest score, from the records above (tests/mutation_report.py).
+mutation-report:
+	$(PYTHON) tests/mutation_report.py
 
 bench: $(VENV)/.compiled
 	$(EDITABLE) '.[test,bench]'
