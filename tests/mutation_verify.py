@@ -5,7 +5,8 @@ that copy, and the file is put back. Run from build/mutation:
     cd build/mutation && ../../.venv/bin/python ../../tests/mutation_verify.py \\
         --tests ../../tests/test_final_state.py webhook.core.decision.x_check_final__mutmut_18 ...
 
-Prints one line per mutant: killed (the tests failed) or ALIVE.
+Prints one line per mutant: killed (the tests failed), timeout (they ran longer than --timeout
+seconds: a mutant that loops, killed as mutmut counts it) or ALIVE.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from pathlib import Path
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--tests", required=True, help="comma-separated test paths or node ids")
+    ap.add_argument("--timeout", type=float, default=120.0, help="seconds the tests may take with a mutant (default 120)")
     ap.add_argument("names", nargs="+")
     args = ap.parse_args()
     here = Path.cwd()
@@ -42,10 +44,13 @@ def main() -> int:
             if source.read_bytes() == backup:
                 print(f"?      {name}: mutmut apply changed nothing", flush=True)
                 continue
-            out = subprocess.run([sys.executable, "-P", "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", *tests],
-                                 env=env, capture_output=True, text=True)
-            verdict = "killed" if out.returncode == 1 else "ALIVE" if out.returncode == 0 else f"error {out.returncode}"
-            alive += verdict != "killed"
+            try:
+                out = subprocess.run([sys.executable, "-P", "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", *tests],
+                                     env=env, capture_output=True, text=True, timeout=args.timeout)
+                verdict = "killed" if out.returncode == 1 else "ALIVE" if out.returncode == 0 else f"error {out.returncode}"
+            except subprocess.TimeoutExpired:
+                verdict = "timeout"
+            alive += verdict not in ("killed", "timeout")
             print(f"{verdict:6s} {name}", flush=True)
         finally:
             source.write_bytes(backup)

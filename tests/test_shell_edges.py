@@ -19,6 +19,8 @@ empties every cache before each test, so each parse here is made by the code und
 
 from __future__ import annotations
 
+import shlex
+
 import pytest
 
 from webhook.commands import python, reader, shell, text
@@ -682,7 +684,10 @@ READERS = {  # what `cat <<EOF | <reader>` pipes the heredoc into: True when the
     "python3 -E -s": True, "python3 -OO": True, "python3 --": True, "python3 -m json.tool": False,
     "python3 -um json.tool": False, "python3 -c 'print(1)'": False, "python3 -uc 'print(1)'": False,
     "python3 /nonexistent.py": False, "python3 -- /nonexistent.py": False, "python3 -W ignore /nonexistent.py": False,
-    "python3 -X dev /nonexistent.py": False,
+    "python3 -X dev /nonexistent.py": False, "bash -c": False, "bash -lc": False, "python3 -c": False,
+    "python3 -c'print(1)'": False, "python3 -mjson.tool": False, "python3 -m": False, "bash -o": True,
+    "bash --init-file /dev/null": True, "bash --init-file /dev/null /nonexistent.sh": False, "bash -e -- -x": False,
+    "python3 -Wignore /nonexistent.py": False, "python3 -Xdev -u": True,
 }
 
 
@@ -704,5 +709,5 @@ def test_a_heredoc_piped_into_a_shell_or_python_is_its_script_as_bash_and_python
     words_of_reader = words(piped.items[0])
     if READERS[reader]:
         assert words_of_reader == [words_of_reader[0], ["-c"], [body + "\n"]]
-    else:
-        assert body + "\n" not in str(words_of_reader)
+    else:  # the reader's words as written: the heredoc is its input, not its script
+        assert [body + "\n"] not in words_of_reader and len(words_of_reader) == len(shlex.split(reader))
