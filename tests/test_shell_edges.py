@@ -259,6 +259,9 @@ NESTINGS = {
     "substitution in a string": (3, lambda s: f'echo "$({s})"'),
     "substitution in a word": (3, lambda s: f"echo x$({s})"),
     "after a heredoc": (3, lambda s: f"cat <<EOF | ( {s} )\nx\nEOF\n"),
+    "after a heredoc's &&": (2, lambda s: f"cat <<EOF && ( {s} )\nx\nEOF\n"),
+    "after a heredoc's pipe and &&": (3, lambda s: f"cat <<EOF | true && ( {s} )\nx\nEOF\n"),
+    "after a heredoc's pipe, inside a list's first": (4, lambda s: f"cat <<EOF | true && ( {s} ) || true\nx\nEOF\n"),
 }
 
 

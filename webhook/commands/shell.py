@@ -184,22 +184,19 @@ class _Converter:
         for child in node.named_children:
             if child.type != "heredoc_redirect":
                 continue
-            op = ""
+            after_list = False  # the part after && or ||
             for part in child.children:
                 t = part.type
-                if t in ("|", "|&", "&&", "||"):
-                    op = t
+                if t == "&&" or t == "||":
+                    after_list = True
                 elif t == "heredoc_body":
                     script = part.text.decode("utf-8", "replace")
-                elif t == "pipeline" and not op:  # `| cmd ...`: the `|` is the node's own first child
+                elif t == "pipeline" and not after_list:  # `| cmd ...`: the `|` is the node's own first child
                     for piece in part.named_children:
                         self._piped(piece, piped, maybe, depth + 1)
-                elif part.is_named and op and t not in ("heredoc_start", "heredoc_end", "file_redirect", "herestring_redirect"):
-                    if op in ("|", "|&"):
-                        self._piped(part, piped, maybe, depth + 1)
-                    else:
-                        self.statement(part, maybe, depth + 1)
-                    op = ""
+                elif part.is_named and after_list:
+                    self.statement(part, maybe, depth + 1)
+                    after_list = False
         fed: Cmd | None = None  # the command that reads the heredoc
         if body is not None:
             before = len(items)
@@ -229,9 +226,8 @@ class _Converter:
     def _piped(self, node: Any, piped: list[Any], maybe: list[Any], depth: int) -> None:
         """What follows a heredoc's `|`: tree-sitter nests the rest of the line's list under it
         (`cat <<EOF | bash && X=1` is `| list(bash && X=1)`), so the list's first part belongs to
-        the pipeline and its other parts follow it with && or ||."""
-        if depth > 4 * MAX_DEPTH:
-            raise Unreadable()
+        the pipeline and its other parts follow it with && or ||. No bound of its own: every list
+        has a part after its first, read by `statement` one level deeper, which has the bound."""
         if node.type == "list" and node.named_children:
             first, *rest = node.named_children
             self._piped(first, piped, maybe, depth + 1)
@@ -458,7 +454,7 @@ class _Converter:
 def _program(cmd: Cmd) -> str:
     """A command's program by its base name when its name is plain text, else ""."""
     program = cmd.words[0] if cmd.words else []
-    return program[0].rsplit("/", 1)[-1] if len(program) == 1 and isinstance(program[0], str) else ""
+    return program[0].rpartition("/")[2] if len(program) == 1 and isinstance(program[0], str) else ""
 
 
 def _reads_stdin(cmd: Cmd) -> bool:
