@@ -191,8 +191,9 @@ def brace_words(text: str) -> list[str] | None:
     """bash's brace expansion of one word's text before quote removal (bash(1), Brace
     Expansion): `A={0,1}` as an argument of `export` or `env` is the two words `A=0 A=1`, the
     last of which wins. The words, their quotes kept; None when the word has no brace expression
-    bash expands (quoted or escaped braces, `${X}`, `{a}`, `{}`). ValueError when it has one that
-    is not read here: with an expansion (`$`, a backquote) in the word, or too many words."""
+    bash expands (quoted or escaped braces, `${X}`, `$(...)`, `{a}`, `{}`). ValueError when it has one
+    that is not read here: with an expansion (`$`, a backquote) in the word, a letter range passing a
+    backslash or backquote, or too many words."""
     if "{" not in text or "}" not in text:
         return None
     marked: list[str] = []
@@ -215,18 +216,27 @@ def brace_words(text: str) -> list[str] | None:
             expansion = expansion or "$" in text[i:j] or "`" in text[i:j]
             marked.append(text[i:j + 1])
             i = j + 1
-        elif ch == "$" and text.startswith("${", i):  # a parameter expansion, not a brace expression
+        elif ch == "$" and (text.startswith("${", i) or text.startswith("$(", i)):
+            # a parameter expansion or a command substitution: bash expands no brace inside it here
+            opening = text[i + 1]
+            closing = "}" if opening == "{" else ")"
             depth, j = 0, i + 1
             while j < n:
-                depth += 1 if text[j] == "{" else -1 if text[j] == "}" else 0
+                depth += 1 if text[j] == opening else -1 if text[j] == closing else 0
                 j += 1
                 if depth == 0:
                     break
             expansion = True
             marked.append(text[i:j])
             i = j
+        elif ch == "`":
+            end = text.find("`", i + 1) + 1
+            end = n if end <= 0 else end
+            expansion = True
+            marked.append(text[i:end])
+            i = end
         else:
-            expansion = expansion or ch == "$" or ch == "`"
+            expansion = expansion or ch == "$"
             marked.append(_OPEN if ch == "{" else _CLOSE if ch == "}" else _COMMA if ch == "," else ch)
             i += 1
     words = _expand("".join(marked))
@@ -293,7 +303,10 @@ def _sequence(body: str) -> list[str] | None:
     first_c, last_c = ord(m.group(4)), ord(m.group(5))
     step = abs(int(m.group(6) or 1)) or 1
     values = range(first_c, last_c + (1 if last_c >= first_c else -1), step if last_c >= first_c else -step)
-    return [chr(v) for v in values]
+    chars = [chr(v) for v in values]
+    if any(c in "\\`" for c in chars):  # `{Z..a}` passes [ \ ] ^ _ `: bash takes them literally, quote removal would not
+        raise ValueError("a brace expansion not read here")
+    return chars
 
 
 def _zero_padded(number: str) -> bool:
