@@ -96,3 +96,51 @@ def test_through_the_reader_a_branch_that_exports_or_sets_a_reaches_the_program(
     for script in ("NCCL_IB_DISABLE=1; if [ -n \"$X\" ]; then export NCCL_IB_DISABLE; fi; torchrun t.py",
                    "[ -n \"$X\" ] && set -a; NCCL_IB_DISABLE=1; torchrun t.py"):
         assert reader.settings(["bash", "-c", script], names) == [("NCCL_IB_DISABLE", "1")], script
+
+
+# -- names the substring pre-check (text.mentions) must not miss ------------------------------------------------
+# Found by the commands.reader part (tests/MUTATION.md): a name bash or Python reads but the text does not
+# spell out was never read, so each pod below was admitted while NCCL ran with NCCL_IB_DISABLE=1.
+
+HIDDEN_SHELL = [
+    "export NCCL_IB_DIS''ABLE=1; torchrun t.py",
+    'export NCCL_IB_DIS""ABLE=1; torchrun t.py',
+    "export N'CCL_IB_DISABLE'=1; torchrun t.py",
+    "export NCCL_IB_\\DISABLE=1; torchrun t.py",
+    "export $'NCCL\\x5fIB_DISABLE'=1; torchrun t.py",
+    "export $'\\116CCL_IB_DISABLE'=1; torchrun t.py",
+    "env NCCL_IB_DIS''ABLE=1 torchrun t.py",
+]
+
+
+@pytest.mark.parametrize("script", HIDDEN_SHELL)
+def test_a_name_split_by_quotes_or_spelled_with_escapes_is_read(script, policies):
+    from test_commands import denied, script_pod
+    from test_shell_edges import bash_sees
+    from webhook.commands import reader, text
+
+    assert bash_sees(script) == "1"
+    assert text.mentions(script, frozenset({"NCCL_IB_DISABLE"}))
+    assert ("NCCL_IB_DISABLE", "1") in reader.settings(["bash", "-c", script], frozenset({"NCCL_IB_DISABLE"}))
+    denied(script_pod(script), policies)
+
+
+def test_a_python_name_spelled_with_an_escape_is_read(policies):
+    from test_commands import denied
+    import kube_objects as k
+
+    code = "import os; os.environ['NCCL\\x5fIB_DISABLE'] = '1'; os.execvp('torchrun', ['torchrun', 't.py'])"
+    out = subprocess.run(["python3", "-c", code.replace("os.execvp('torchrun', ['torchrun', 't.py'])",
+                                                         "print(os.environ['NCCL_IB_DISABLE'])")],
+                         capture_output=True, text=True, timeout=10).stdout
+    assert out == "1\n"
+    pod = k.pod([k.container("trainer", command=["python3", "-c"], args=[code])])
+    denied(pod, policies)
+
+
+@pytest.mark.parametrize("line", ["python train.py --lr 0.1", "bash -c 'python train.py'", "echo \"done\"",
+                                  "sed -e 's/a/b/' f", "export NCCL_NET=IB"])
+def test_text_that_hides_no_name_is_not_read_for_it(line):
+    from webhook.commands import text
+
+    assert not text.mentions(line, frozenset({"NCCL_IB_DISABLE"}))

@@ -34,13 +34,35 @@ def prefixes(names: frozenset[str]) -> tuple[str, ...]:
 
 
 def mentions(text: str, names: frozenset[str]) -> bool:
-    """Whether `text` mentions any of `names`: no setting of them can be made otherwise."""
+    """Whether `text` mentions any of `names`: no setting of them can be made otherwise. A name
+    may be split by quotes or backslashes (bash reads `NCCL_IB_DIS''ABLE` as the name) or spelled
+    with escapes (`$'NCCL\\x5fIB_DISABLE'`, Python's `'\\x5f'`): such a text is read too."""
     for p in prefixes(names):
         if p in text:
             for n in names:
                 if n in text:
                     return True
-            return False
+            break
+    if "'" in text or '"' in text or "\\" in text:
+        return _hidden(text, names)
+    return False
+
+
+_HIDING: Final = str.maketrans("", "", "'\"\\")  # what can split a name inside one shell word
+_ESCAPES: Final = ("\\x", "\\u", "\\U", "\\N", "\\0", "\\1", "\\2", "\\3", "\\4", "\\5", "\\6", "\\7")
+
+
+def _hidden(text: str, names: frozenset[str]) -> bool:
+    """A name the text holds only with its quotes and backslashes removed, or any escape that can
+    spell a character (the reading, which decodes them, then decides)."""
+    if "\\" in text:
+        for escape in _ESCAPES:
+            if escape in text:
+                return True
+    plain = text.translate(_HIDING)
+    for n in names:
+        if n in plain:
+            return True
     return False
 
 
