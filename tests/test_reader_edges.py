@@ -1139,3 +1139,50 @@ def test_a_launcher_list_not_known_here_asks_the_env_nothing():
 def test_a_cut_argv_gets_the_textual_reading_word_by_word():
     r = reader.read(["env", "NCCL_NET=IB", "torchrun", "t.py"], NAMES, None, Budget(steps=0))
     assert r.found == [("NCCL_NET", "IB")]
+
+
+# -- found by this part and fixed in reader.py (these fail on the code before) ------------------------------
+
+PY_TRAIN = "#!/usr/bin/env python3\nimport os\nos.environ.setdefault('MASTER_PORT', '29500')\nimport train\n"
+
+
+@pytest.mark.parametrize("command", [
+    ["env", "NCCL_IB_DISABLE=1", "/scripts/train.py"],
+    ["bash", "-c", "export NCCL_IB_DISABLE=1; exec /scripts/train.py"],
+    ["bash", "-c", "NCCL_IB_DISABLE=1 /scripts/train.py --epochs 3"],
+    ["env", "NCCL_IB_DISABLE=1", "python3", "/scripts/train.py"],  # read right before the fix as well
+])
+def test_a_python_configmap_script_run_directly_sees_the_callers_exports(command):
+    """A python script from a ConfigMap run by its path (shebang): the interpreter and what it starts
+    see what the caller exported. It was read for its own os.environ only, and the pod admitted."""
+    r = reader.read(command, NAMES, None, None, files(train_py=PY_TRAIN))
+    assert r.found == [("NCCL_IB_DISABLE", "1")] and r.origins == {}
+    both = files(train_py=PY_TRAIN.replace("import train", "os.environ['NCCL_DEBUG'] = 'INFO'\nimport train"))
+    r = reader.read(command, NAMES, None, None, both)
+    assert sorted(r.found) == [("NCCL_DEBUG", "INFO"), ("NCCL_IB_DISABLE", "1")]
+    assert r.origins == {("NCCL_DEBUG", "INFO"): "/scripts/train.py"}
+
+
+def test_the_pod_of_a_python_configmap_script_run_with_env_is_denied(policies):
+    from test_scripts import NS, Maps, job_pod
+    from webhook.core.decision import DENIED, decide
+
+    pod = job_pod()
+    pod["spec"]["containers"][0]["command"] = ["env", "NCCL_IB_DISABLE=1", "/scripts/train.py"]
+    maps = Maps([{"kind": "ConfigMap", "metadata": {"name": "llama-train-scripts", "namespace": "ml-training"},
+                  "data": {"train.py": PY_TRAIN}}])
+    d = decide(pod, NS, policies, None, "CREATE", maps)
+    assert d.outcome == DENIED and [f.rule for f in d.denials] == ["command-fallback"]
+    assert "NCCL_IB_DISABLE='1'" in d.denials[0].message
+
+
+def test_a_reading_made_without_an_env_is_not_reused_for_a_container_with_one():
+    """`settings(command, names)` without an env recorded no dependencies, so a later container whose
+    env gives the variable got the remembered empty reading."""
+    command = ["bash", "-c", "export NCCL_IB_HCA=$HCA; mpirun -x NCCL_NET python train.py"]
+    assert reader.settings(command, NAMES) == []
+    assert reader.settings(command, NAMES, Env(HCA="mlx5_0", NCCL_NET="IB")) == [("NCCL_IB_HCA", "mlx5_0"), ("NCCL_NET", "IB")]
+    assert reader.settings(command, NAMES) == []
+    budget = Budget()
+    assert reader.settings(command, NAMES, Env(), budget) == []  # an env without them: the same reading, reused
+    assert budget.steps == 200_000
