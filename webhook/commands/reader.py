@@ -100,7 +100,9 @@ class _Reader:
 
     def from_file(self, path: str | None, state: State, depth: int, python: bool = False) -> bool | None:
         """Read the script at `path` when it is a ConfigMap's file (None: it is not one): whether it
-        was read as the shell reads it. One whose ConfigMap is not at hand is listed as unread."""
+        was read as the shell reads it (False for python: the interpreter and what it starts see the
+        caller's exports as well, which the caller reports). One whose ConfigMap is not at hand is
+        listed as unread."""
         found = self.lookup(path) if path is not None else None
         if found is None or path is None:
             return None
@@ -117,7 +119,7 @@ class _Reader:
             if python or (first.startswith("#!") and "python" in first):
                 for name, value in (python_settings(text, self.names) if mentions(text, self.names) else []):
                     self.report(name, value)
-                return True
+                return False
             return self.script(text, state, depth + 1)
         finally:
             self.file = outer
@@ -141,9 +143,10 @@ class _Reader:
     # values -----------------------------------------------------------------------------------
 
     def inherited(self, state: State, name: str) -> str | None:
-        if state.cleared or self.env is None:
+        if state.cleared:
             return None
-        value = self.env.get(name)
+        # recorded without an env too: the reading is reused only for a container whose env agrees
+        value = self.env.get(name) if self.env is not None else None
         self.deps.append((name, value))
         return value
 
