@@ -1,0 +1,358 @@
+"""Edges of the fabric check (webhook.core.families), the DRA claim reading (core.claims), the
+scripts read from ConfigMap volumes (core.scripts) and the policy model (core.model), asserted
+exactly: which GKE networks of another policy a pod lists, a pod's claims after one already
+decided, the values read from DeviceClass and ResourceClaim objects as the API server lists
+them. Written for the mutants `make mutation` left alive in part core.rest (tests/MUTATION.md).
+
+The policies are loaded inside each test (not at import, not by a session fixture), so that
+mutmut links the model's code to the tests that read it.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+
+import pytest
+
+import kube_objects as k
+from conftest import ROOT
+from webhook.cluster.state import ClaimStore
+from webhook.core import claims as dra
+from webhook.core import families, keys
+from webhook.core.decision import Namespace, decide
+from webhook.core.model import PolicySet
+from webhook.fabrics import gke
+from webhook.policy.load import load_texts
+
+NS = "ml-training"
+LABELS = {"kubernetes.io/metadata.name": NS, keys.NS_INJECTION: "enabled", "team": "llm"}
+NAMESPACE = Namespace(NS, LABELS)
+
+
+def catalogue(*extra: str, selectors: dict[str, str] | None = None) -> PolicySet:
+    """The shipped policies, some with another namespaceSelector (name -> YAML flow mapping),
+    and `extra` policy texts."""
+    texts = []
+    for path in sorted((ROOT / "policies").glob("*.yaml")):
+        text = path.read_text()
+        name = path.stem
+        if selectors and name in selectors:
+            assert "namespaceSelector: {}\n" in text
+            text = text.replace("namespaceSelector: {}\n", f"namespaceSelector: {selectors[name]}\n")
+        texts.append((str(path), text))
+    ps, errors = load_texts(texts + [(f"extra-{i}.yaml", t) for i, t in enumerate(extra)])
+    assert ps is not None, errors
+    return ps
+
+
+def dra_obj(kind: str, name: str, spec: dict, namespace: str | None = NS) -> dict:
+    meta = {"name": name, **({"namespace": namespace} if namespace else {})}
+    return {"apiVersion": "resource.k8s.io/v1", "kind": kind, "metadata": meta, "spec": spec}
+
+
+def device_class(name: str, *cel: str) -> dict:
+    return dra_obj("DeviceClass", name, {"selectors": [{"cel": {"expression": e}} for e in cel]}, namespace=None)
+
+
+def template(name: str, device_class_name: str, cel: str | None = None) -> dict:
+    exactly: dict = {"deviceClassName": device_class_name}
+    if cel:
+        exactly["selectors"] = [{"cel": {"expression": cel}}]
+    return dra_obj("ResourceClaimTemplate", name, {"spec": {"devices": {"requests": [{"name": "nic", "exactly": exactly}]}}})
+
+
+def claims_store() -> ClaimStore:
+    """The classes and templates of a cluster running DRANET, the EFA DRA driver, the SR-IOV DRA
+    driver and NVIDIA's GPU and ComputeDomain drivers."""
+    return ClaimStore([
+        device_class("gpu.nvidia.com", 'device.driver == "gpu.nvidia.com"'),
+        device_class("rdma", 'device.driver == "dra.net"', 'device.attributes["dra.net"].rdma'),
+        device_class("efa.networking.k8s.aws", 'device.driver == "dra.net"'),
+        device_class("sriovnetwork.k8snetworkplumbingwg.io", "device.driver == 'sriovnetwork.k8snetworkplumbingwg.io'"),
+        device_class("sriov-vf-rdma", "device.driver == 'sriovnetwork.k8snetworkplumbingwg.io'", "device.attributes['sriov'].rdma"),
+        device_class("compute-domain-default-channel.nvidia.com", 'device.driver == "compute-domain.nvidia.com"'),
+        template("rdma-nics", "rdma"),
+        template("efa-32", "efa.networking.k8s.aws"),
+        template("vf-claim", "sriovnetwork.k8snetworkplumbingwg.io"),
+        template("imex-channel", "compute-domain-default-channel.nvidia.com"),
+    ], default_namespace=NS)
+
+
+def claimed(*entries: dict, policy: str, containers: list[dict] | None = None, **kw) -> dict:
+    """A pod of a training operator whose spec.resourceClaims are `entries`, under `policy`."""
+    cs = containers or [k.container("trainer", gpus=8)]
+    return k.pod(cs, namespace=NS, annotations={keys.POD_POLICY: policy}, generate_name="pytorch-worker-",
+                 resourceClaims=list(entries), **kw)
+
+
+def mismatches(d) -> list[tuple[str, str | None, str]]:
+    return [(f.rule, f.container, f.message) for f in d.denials if f.rule == "fabric-mismatch"]
+
+
+# -- families: GKE networks of another policy ------------------------------------------------------
+
+GIB_MINE = "the GKE networks " + ", ".join(f"rdma-{i}" for i in range(8))
+
+
+def gke_pod(policy: str, networks: list[tuple[str, str]]) -> dict:
+    """A GKE pod whose networking.gke.io/interfaces lists the pod network and `networks`
+    ((interfaceName, network) pairs), as a JobSet of A3 Ultra or A3 Mega nodes writes it."""
+    listed = [{"interfaceName": "eth0", "network": "default"}] + [{"interfaceName": i, "network": n} for i, n in networks]
+    return k.pod([k.container("trainer", gpus=8)], namespace=NS, generate_name="jobset-worker-0-",
+                 annotations={keys.POD_POLICY: policy, gke.INTERFACES: json.dumps(listed)})
+
+
+def test_gke_networks_of_another_policy_are_one_mismatch_naming_them_and_the_policy_that_fits():
+    """Under gke-gib (RDMA networks rdma-0..7), a pod that lists its own rdma-0 first and then
+    gke-tcpxo's vpc1 and vpc2 attaches the GPUDirect-TCPXO NICs: one fabric-mismatch for the pod
+    (no container), naming both networks in the pod's order, what gke-gib provides, and gke-tcpxo
+    (the one policy that attaches them, named once although it attaches both)."""
+    ps = catalogue(selectors={"gke-tcpxo": "{matchLabels: {team: llm}}"})
+    pod = gke_pod("gke-gib", [("eth2", "rdma-0"), ("eth1", "vpc1"), ("eth3", "vpc2")])
+    d = decide(pod, NAMESPACE, ps)
+    assert not d.allowed
+    assert mismatches(d) == [("fabric-mismatch", None,
+                              "this pod attaches the GKE network(s) 'vpc1', 'vpc2' (networking.gke.io/interfaces), another "
+                              f"fabric's NICs; policy gke-gib provides {GIB_MINE}; select policy gke-tcpxo with the annotation "
+                              "rdma-webhook.io/policy: gke-tcpxo")]
+
+
+def test_gke_networks_of_a_policy_this_namespace_may_not_use_say_so():
+    """gke-tcpxo restricted to another team's namespaces: the mismatch cannot name it."""
+    ps = catalogue(selectors={"gke-tcpxo": "{matchLabels: {team: vision}}"})
+    d = decide(gke_pod("gke-gib", [("eth1", "vpc1")]), NAMESPACE, ps)
+    assert mismatches(d) == [("fabric-mismatch", None,
+                              "this pod attaches the GKE network(s) 'vpc1' (networking.gke.io/interfaces), another fabric's "
+                              f"NICs; policy gke-gib provides {GIB_MINE}; no policy of this namespace provides it; remove it, "
+                              "or ask the platform team for a policy of that fabric")]
+
+
+def test_only_its_own_gke_networks_or_unknown_ones_are_no_mismatch():
+    """The policy's own networks, and a network no policy attaches (the cluster's own VPC), are
+    not another fabric's."""
+    ps = catalogue()
+    d = decide(gke_pod("gke-gib", [("eth1", "storage-vpc"), ("eth2", "rdma-0"), ("eth3", "rdma-1")]), NAMESPACE, ps)
+    assert mismatches(d) == []
+
+
+# -- families: a pod's DRA claims, one after another ------------------------------------------------
+
+EFA_MISMATCH_UNDER_ROCE = ("this pod claims 'efa' (DeviceClass efa.networking.k8s.aws), another fabric's RDMA NIC; policy "
+                           "roce-dranet provides NICs claimed through DRA (driver dra.net); select policy efa-dra with the "
+                           "annotation rdma-webhook.io/policy: efa-dra")
+
+
+def test_a_claim_entry_in_the_alpha_source_shape_does_not_hide_the_next_one():
+    """resource.k8s.io/v1alpha2 clusters (Kubernetes 1.26-1.30) sent `source: {resourceClaimTemplateName}`
+    in each spec.resourceClaims entry: no template name at the top, so the entry is skipped, and the
+    EFA claim after it is still another fabric's NIC under roce-dranet."""
+    pod = claimed({"name": "old", "source": {"resourceClaimTemplateName": "rdma-nics"}},
+                  {"name": "efa", "resourceClaimTemplateName": "efa-32"}, policy="roce-dranet")
+    d = decide(pod, NAMESPACE, catalogue(), claims=claims_store())
+    assert mismatches(d) == [("fabric-mismatch", None, EFA_MISMATCH_UNDER_ROCE)]
+
+
+def test_a_claim_whose_template_is_not_known_does_not_hide_the_next_one():
+    """A template the cluster state does not have yet (created after the pod's Job) is not
+    judged; the EFA claim after it still is."""
+    pod = claimed({"name": "later", "resourceClaimTemplateName": "made-later"},
+                  {"name": "efa", "resourceClaimTemplateName": "efa-32"}, policy="roce-dranet")
+    d = decide(pod, NAMESPACE, catalogue(), claims=claims_store())
+    assert mismatches(d) == [("fabric-mismatch", None, EFA_MISMATCH_UNDER_ROCE)]
+
+
+def test_after_the_own_nic_claim_another_fabrics_claim_is_still_denied():
+    """The pod brings roce-dranet's NIC (class rdma) and then an EFA claim: the second is another
+    fabric's NIC, denied."""
+    pod = claimed({"name": "rdma", "resourceClaimTemplateName": "rdma-nics"},
+                  {"name": "efa", "resourceClaimTemplateName": "efa-32"}, policy="roce-dranet")
+    d = decide(pod, NAMESPACE, catalogue(), claims=claims_store())
+    assert mismatches(d) == [("fabric-mismatch", None, EFA_MISMATCH_UNDER_ROCE)]
+
+
+def test_after_another_fabrics_claim_the_own_nic_claim_still_counts():
+    """The EFA claim first, then roce-dranet's own NIC claim: one mismatch, and no
+    device-missing (the pod does claim a NIC of the fabric)."""
+    pod = claimed({"name": "efa", "resourceClaimTemplateName": "efa-32"},
+                  {"name": "rdma", "resourceClaimTemplateName": "rdma-nics"}, policy="roce-dranet")
+    d = decide(pod, NAMESPACE, catalogue(), claims=claims_store())
+    assert [(f.rule, f.container, f.message) for f in d.denials] == [("fabric-mismatch", None, EFA_MISMATCH_UNDER_ROCE)]
+
+
+def test_an_unknown_claim_of_another_policys_template_names_the_policy_of_this_namespace():
+    """Without the DRA objects (not tracked), a claim made from roce-dranet-aligned's template is
+    judged by its name: under efa-dra it is another fabric's NIC, and roce-dranet-aligned, which
+    this namespace may use, is named."""
+    ps = catalogue(selectors={"roce-dranet-aligned": "{matchLabels: {team: llm}}"})
+    aligned = ps.get("roce-dranet-aligned")
+    assert aligned is not None and aligned.claim is not None
+    name = aligned.claim.template_for(8)
+    pod = claimed({"name": "gpu-nic", "resourceClaimTemplateName": aligned.claim.template},
+                  policy="efa-dra")
+    d = decide(pod, NAMESPACE, ps, claims=ClaimStore())
+    assert mismatches(d) == [("fabric-mismatch", None,
+                              f"this pod claims {aligned.claim.template}, another fabric's RDMA NIC; policy efa-dra provides "
+                              "NICs claimed through DRA (DeviceClass efa.networking.k8s.aws, driver dra.net); select policy "
+                              "roce-dranet-aligned with the annotation rdma-webhook.io/policy: roce-dranet-aligned")], name
+
+
+CLAIMER = """\
+apiVersion: rdma-webhook.io/v1alpha2
+kind: RdmaPolicy
+name: claimer
+description: RoCE NICs claimed through DRA from the platform team's template
+namespaceSelector: {}
+fabric: {kind: roce, transport: ib-verbs, ncclNet: [IB], hcaDevices: ["mlx5_[0-7]"]}
+claim: {name: rdma-nic, template: rdma-nic-template}
+shm: {perGpu: 8Gi}
+nccl: {NCCL_DEBUG: WARN}
+"""
+
+
+def test_after_the_policys_own_claim_entry_another_fabrics_claim_is_still_denied():
+    """The pod already references the policy's template (its claim is not added twice) and then
+    claims EFA interfaces: that second entry is another fabric's NIC."""
+    ps = catalogue(CLAIMER)
+    store = claims_store()
+    store.add(template("rdma-nic-template", "rdma"), NS)
+    pod = claimed({"name": "rdma-nic", "resourceClaimTemplateName": "rdma-nic-template"},
+                  {"name": "efa", "resourceClaimTemplateName": "efa-32"}, policy="claimer")
+    d = decide(pod, NAMESPACE, ps, claims=store)
+    assert mismatches(d) == [("fabric-mismatch", None,
+                              "this pod claims 'efa' (DeviceClass efa.networking.k8s.aws), another fabric's RDMA NIC; policy "
+                              "claimer provides a DRA claim (rdma-nic-template); select policy efa-dra with the annotation "
+                              "rdma-webhook.io/policy: efa-dra")]
+
+
+def test_a_claimed_nic_of_a_policy_this_namespace_may_not_use_says_so():
+    """efa-dra restricted to another team: an EFA claim under roce-dranet names no policy."""
+    ps = catalogue(selectors={"efa-dra": "{matchLabels: {team: vision}}"})
+    pod = claimed({"name": "efa", "resourceClaimTemplateName": "efa-32"}, policy="roce-dranet")
+    d = decide(pod, NAMESPACE, ps, claims=claims_store())
+    assert mismatches(d) == [("fabric-mismatch", None, EFA_MISMATCH_UNDER_ROCE.replace(
+        "select policy efa-dra with the annotation rdma-webhook.io/policy: efa-dra",
+        "no policy of this namespace provides it; remove it, or ask the platform team for a policy of that fabric"))]
+
+
+MIGRATING = """\
+apiVersion: rdma-webhook.io/v1alpha2
+kind: RdmaPolicy
+name: roce-migrating
+description: RoCE NICs from the RDMA shared device plugin, or claimed through DRANET by pods already moved
+namespaceSelector: {}
+fabric: {kind: roce, transport: ib-verbs, ncclNet: [IB], hcaDevices: ["mlx5_[0-7]"]}
+devices: [{resource: rdma/rdma_shared_device_a, count: 1}]
+dra: {drivers: [dra.net], selectors: [rdma]}
+shm: {perGpu: 8Gi}
+nccl: {NCCL_DEBUG: WARN}
+"""
+
+
+def test_a_pod_that_claims_its_nic_through_dra_gets_no_device_plugin_nic_too():
+    """A policy of both: the pod that brings its DRANET RDMA claim keeps it and gets no
+    rdma/rdma_shared_device_a beside it (two NICs per GPU would split NCCL's rings); a pod
+    without the claim gets the device."""
+    ps = catalogue(MIGRATING)
+    pod = claimed({"name": "rdma", "resourceClaimTemplateName": "rdma-nics"}, policy="roce-migrating")
+    d = decide(pod, NAMESPACE, ps, claims=claims_store())
+    assert d.allowed, d.denials
+    limits = d.pod["spec"]["containers"][0]["resources"]["limits"]
+    assert limits == {"nvidia.com/gpu": "8"}
+    assert d.pod["spec"]["containers"][0]["resources"]["claims"] == [{"name": "rdma"}]
+    plain = k.pod([k.container("trainer", gpus=8)], namespace=NS, annotations={keys.POD_POLICY: "roce-migrating"})
+    d = decide(plain, NAMESPACE, ps, claims=claims_store())
+    assert d.pod["spec"]["containers"][0]["resources"]["limits"] == {"nvidia.com/gpu": "8", "rdma/rdma_shared_device_a": "1"}
+
+
+# -- claims: what is read of DRA objects --------------------------------------------------------
+
+def test_a_device_class_as_listed_is_read_to_its_name_drivers_and_cel():
+    """DRANET's RDMA class: two CEL selectors, joined one per line; the driver named once."""
+    obj = device_class("rdma", 'device.driver == "dra.net"', 'device.attributes["dra.net"].rdma', 'device.driver == "dra.net"')
+    info = dra.device_class_value(obj)
+    assert (info.name, info.drivers, info.cel) == (
+        "rdma", ("dra.net",), 'device.driver == "dra.net"\ndevice.attributes["dra.net"].rdma\ndevice.driver == "dra.net"')
+    assert repr(info) == "DeviceClassInfo('rdma', ('dra.net',))"
+    assert dra.DeviceClassInfo("x", (), "").name == "x"
+
+
+@pytest.mark.parametrize("obj,expected", [
+    (None, ("", (), "")),
+    ("DeviceClass", ("", (), "")),
+    ({"metadata": "rdma", "spec": "x"}, ("", (), "")),
+    ({"metadata": {}, "spec": {"selectors": [{"cel": {"expression": "device.driver == 'dra.net'"}}]}}, ("", ("dra.net",),
+                                                                                                        "device.driver == 'dra.net'")),
+    ({"metadata": {"name": "mrdma.google.com"}}, ("mrdma.google.com", (), "")),
+    ({"metadata": {"name": None}, "spec": {"selectors": None}}, ("", (), "")),
+    # selectors that are not objects, or whose cel is not, are skipped
+    ({"metadata": {"name": "c"}, "spec": {"selectors": ["device.driver == 'x'", {"cel": "device.driver == 'y'"},
+                                                        {"cel": {"expression": "device.driver == 'z'"}}]}},
+     ("c", ("z",), "device.driver == 'z'")),
+])
+def test_a_device_class_of_any_shape_is_read_without_failing(obj, expected):
+    info = dra.device_class_value(obj)
+    assert (info.name, info.drivers, info.cel) == expected
+
+
+def test_a_resource_claim_as_listed_is_read_to_its_requests():
+    """A ResourceClaim shared by name (EKS: four EFA interfaces): its spec is the ResourceClaimSpec."""
+    obj = dra_obj("ResourceClaim", "shared-efa", {"devices": {"requests": [
+        {"name": "efa", "exactly": {"deviceClassName": "efa.networking.k8s.aws", "count": 4,
+                                    "selectors": [{"cel": {"expression": 'device.driver == "dra.net"'}}]}}]}})
+    reqs = dra.claim_value(obj)
+    assert [(r.device_class, r.drivers, r.cel) for r in reqs] == [("efa.networking.k8s.aws", ("dra.net",), 'device.driver == "dra.net"')]
+    for bad in (None, "claim", {"spec": None}, {"metadata": {"name": "x"}}):
+        assert dra.claim_value(bad) == ()
+
+
+SRIOV_DRA = """\
+apiVersion: rdma-webhook.io/v1alpha2
+kind: RdmaPolicy
+name: sriov-dra-only
+description: RoCE VFs claimed through the SR-IOV DRA driver, any class of it
+namespaceSelector: {}
+fabric: {kind: sriov, transport: ib-verbs, ncclNet: [IB], hcaDevices: ["mlx5_[0-63]"]}
+dra: {drivers: [sriovnetwork.k8snetworkplumbingwg.io]}
+shm: {perGpu: 8Gi}
+nccl: {NCCL_DEBUG: WARN}
+"""
+
+
+def test_a_driver_without_selectors_takes_every_class_of_that_driver():
+    """A policy that names the SR-IOV DRA driver and no selector: a request of any class that
+    driver's CEL names is its NIC, whether the driver is in the request, in the class, or both;
+    with the classes not tracked (no cluster state) only the request's own CEL says it."""
+    ps = catalogue(SRIOV_DRA)
+    store = claims_store()
+    vf = dra.ClaimRequest("sriov-vf-rdma", (), "")  # the class's CEL names the driver
+    assert [p.name for p in dra.nic_policies(vf, ps, store)] == ["sriov-dra-only", "sriov-roce"]
+    own = dra.ClaimRequest("vf-class-made-later", ("sriovnetwork.k8snetworkplumbingwg.io",),
+                           "device.driver == 'sriovnetwork.k8snetworkplumbingwg.io'")
+    assert [p.name for p in dra.nic_policies(own, ps, store)] == ["sriov-dra-only", "sriov-roce"]  # a class not known here
+    assert [p.name for p in dra.nic_policies(own, ps, None)] == ["sriov-dra-only", "sriov-roce"]  # no DRA objects tracked
+    assert dra.nic_policies(dra.ClaimRequest("vf-class-made-later", (), ""), ps, None) == []
+
+
+@pytest.mark.parametrize("extra,name,label", [
+    ("", "efa-dra", "NICs claimed through DRA (DeviceClass efa.networking.k8s.aws, driver dra.net)"),
+    ("", "roce-dranet", "NICs claimed through DRA (driver dra.net)"),
+    ("", "ib-shared", ""),
+    (SRIOV_DRA.replace("dra: {drivers: [sriovnetwork.k8snetworkplumbingwg.io]}",
+                       "dra: {deviceClasses: [vf-b, vf-a], drivers: [z.example.com, sriovnetwork.k8snetworkplumbingwg.io]}"),
+     "sriov-dra-only", "NICs claimed through DRA (DeviceClass vf-a/vf-b, driver sriovnetwork.k8snetworkplumbingwg.io/z.example.com)"),
+])
+def test_a_policys_dra_nics_as_people_read_them(extra, name, label):
+    ps = catalogue(*([extra] if extra else []))
+    assert dra.label(ps.get(name)) == label
+
+
+def test_a_dra_only_policy_says_what_nic_the_pod_lacks():
+    """roce-dranet cannot add a NIC: a pod without its claim is denied, told which NICs it needs."""
+    pod = k.pod([k.container("trainer", gpus=8)], namespace=NS, annotations={keys.POD_POLICY: "roce-dranet"})
+    d = decide(pod, NAMESPACE, catalogue(), claims=claims_store())
+    assert [(f.rule, f.message) for f in d.denials] == [(
+        "device-missing",
+        "the pod claims no NIC of the roce fabric, and policy roce-dranet gets its NICs only through DRA (NICs claimed through "
+        "DRA (driver dra.net)): NCCL would find no RDMA device and use TCP; add a spec.resourceClaims entry whose "
+        "ResourceClaimTemplate requests that DeviceClass")]
