@@ -356,3 +356,23 @@ def test_a_dra_only_policy_says_what_nic_the_pod_lacks():
         "the pod claims no NIC of the roce fabric, and policy roce-dranet gets its NICs only through DRA (NICs claimed through "
         "DRA (driver dra.net)): NCCL would find no RDMA device and use TCP; add a spec.resourceClaims entry whose "
         "ResourceClaimTemplate requests that DeviceClass")]
+
+
+def test_a_claim_specs_requests_keep_their_own_cel_selectors():
+    """resource.k8s.io/v1: an `exactly` request and each `firstAvailable` subrequest carry their
+    own CEL selectors (DRANET's examples narrow the dra.net class to RDMA interfaces there); a
+    request that is no object (a client's mistake the API server would reject) is skipped, not
+    the end of the list, and an empty deviceClassName names no class."""
+    spec = {"devices": {"requests": [
+        None,
+        {"name": "nic", "exactly": {"deviceClassName": "dranet", "count": 2,
+                                    "selectors": [{"cel": {"expression": 'device.attributes["dra.net"].rdma == true'}}]}},
+        {"name": "any", "firstAvailable": [
+            {"name": "mlx", "deviceClassName": "dranet", "selectors": [{"cel": {"expression": 'device.driver == "dra.net"'}}]},
+            {"name": "none", "deviceClassName": ""}]},
+    ]}}
+    assert [(r.device_class, r.drivers, r.cel) for r in dra.requests_value(spec)] == [
+        ("dranet", (), 'device.attributes["dra.net"].rdma == true'),
+        ("dranet", ("dra.net",), 'device.driver == "dra.net"'),
+    ]
+    assert repr(dra.requests_value(spec)[1]) == "ClaimRequest('dranet', ('dra.net',))"
