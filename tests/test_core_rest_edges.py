@@ -376,3 +376,129 @@ def test_a_claim_specs_requests_keep_their_own_cel_selectors():
         ("dranet", ("dra.net",), 'device.driver == "dra.net"'),
     ]
     assert repr(dra.requests_value(spec)[1]) == "ClaimRequest('dranet', ('dra.net',))"
+
+
+# -- families: Multus network devices -------------------------------------------------------------
+
+def nad(name: str, resource: str | None) -> dict:
+    """A NetworkAttachmentDefinition as the SR-IOV or network operator renders it; `resource`:
+    its k8s.v1.cni.cncf.io/resourceName annotation (None: a plain macvlan network, no device)."""
+    meta: dict = {"name": name, "namespace": NS}
+    if resource is not None:
+        meta["annotations"] = {keys.NAD_RESOURCE_NAME: resource}
+    return {"apiVersion": "k8s.cni.cncf.io/v1", "kind": "NetworkAttachmentDefinition", "metadata": meta,
+            "spec": {"config": json.dumps({"cniVersion": "1.0.0", "name": name, "type": "sriov" if resource else "macvlan"})}}
+
+
+def attachments():
+    from webhook.cluster.state import FileClusterState
+    return FileClusterState([NAMESPACE], [nad("rdma-network", "openshift.io/mellanoxrdma"), nad("sriov-legacy", "openshift.io/sriovlegacy"),
+                                          nad("storage-net", None), nad("unnamed-vf", "")]).attachments()
+
+
+def vf_pod(policy: str, networks: str, limits: dict[str, str]) -> dict:
+    return k.pod([k.container("trainer", gpus=8, limits=limits)], namespace=NS, generate_name="pytorch-worker-",
+                 annotations={keys.POD_POLICY: policy, keys.MULTUS_NETWORKS: networks})
+
+
+def env_of(d) -> dict[str, str | None]:
+    return {e["name"]: e.get("value") for e in d.pod["spec"]["containers"][0].get("env") or ()}
+
+
+@pytest.mark.parametrize("networks,interface", [
+    ("sriov-legacy", "net1"),
+    ("storage-net, sriov-legacy", "net2"),  # Multus names the n-th network's interface net<n>
+    ("missing-net, storage-net, sriov-legacy", "net3"),  # a network whose NAD is not there names no device
+])
+def test_the_pods_own_vf_network_is_the_one_nccl_is_told(networks, interface):
+    """Under sriov-roce, a pod that attaches an SR-IOV legacy VF network itself and requests its
+    VF keeps them: rdma-network is not added, and NCCL_SOCKET_IFNAME is that network's interface
+    as Multus names it."""
+    pod = vf_pod("sriov-roce", networks, {"openshift.io/sriovlegacy": "1"})
+    d = decide(pod, NAMESPACE, catalogue(), attachments())
+    assert d.allowed, d.denials
+    assert d.pod["metadata"]["annotations"][keys.MULTUS_NETWORKS] == networks
+    assert env_of(d)["NCCL_SOCKET_IFNAME"] == interface
+    assert d.pod["spec"]["containers"][0]["resources"]["limits"] == {"nvidia.com/gpu": "8", "openshift.io/sriovlegacy": "1"}
+
+
+def test_without_the_attachments_a_vf_named_as_operators_name_them_is_the_pods_own():
+    """`review` without cluster state: no NAD to read, so a VF resource named as the SR-IOV
+    operators name them (openshift.io/...) stands for the pod's first network."""
+    pod = vf_pod("sriov-roce", "storage-net, sriov-legacy", {"openshift.io/sriovlegacy": "1"})
+    d = decide(pod, NAMESPACE, catalogue(), None)
+    assert d.allowed, d.denials
+    assert d.pod["metadata"]["annotations"][keys.MULTUS_NETWORKS] == "storage-net, sriov-legacy"
+    assert env_of(d)["NCCL_SOCKET_IFNAME"] == "net1"
+
+
+def test_a_nad_with_an_empty_resource_name_names_no_device():
+    """A NAD whose resourceName annotation is empty names no device: the pod's openshift.io/vf
+    request is nothing to sriov-roce, which adds its own network."""
+    pod = vf_pod("sriov-roce", "unnamed-vf", {"openshift.io/vf": "1"})
+    d = decide(pod, NAMESPACE, catalogue(), attachments())
+    assert d.allowed, d.denials
+    assert "rdma-network" in d.pod["metadata"]["annotations"][keys.MULTUS_NETWORKS]
+
+
+VF_UNDER_IB = ("this pod requests openshift.io/sriovlegacy, another fabric's network device (its Multus network names it); "
+               "policy ib-shared provides rdma/rdma_shared_device_a; select policy sriov-roce with the annotation "
+               "rdma-webhook.io/policy: sriov-roce")
+
+
+def test_a_vf_of_the_pods_network_is_another_fabrics_device_under_an_ib_policy():
+    """Under ib-shared (the RDMA shared device plugin), a VF the pod's Multus network names is
+    a network device of another fabric: denied, naming sriov-roce, which this namespace may use."""
+    ps = catalogue(selectors={"sriov-roce": "{matchLabels: {team: llm}}", "sriov-roce-8rail": "{matchLabels: {team: llm}}"})
+    d = decide(vf_pod("ib-shared", "sriov-legacy", {"openshift.io/sriovlegacy": "1"}), NAMESPACE, ps, attachments())
+    assert mismatches(d) == [("fabric-mismatch", "trainer", VF_UNDER_IB)]
+
+
+def test_after_its_own_vf_a_foreign_rdma_device_is_still_denied():
+    """Under sriov-roce, the pod's own VF first and then an RDMA shared device: the second is
+    another fabric's."""
+    d = decide(vf_pod("sriov-roce", "sriov-legacy", {"openshift.io/sriovlegacy": "1", "rdma/shared_ib": "1"}),
+               NAMESPACE, catalogue(), attachments())
+    assert [m[2].split(";")[0] for m in mismatches(d)] == ["this pod requests rdma/shared_ib, another fabric's RDMA device"]
+
+
+@pytest.mark.parametrize("first", [{"rdma/shared_ib": "1"}, {"example.com/fpga": "1"}])
+def test_after_an_equivalent_or_unrelated_device_a_foreign_one_is_still_denied(first):
+    """Under ib-shared, rdma/shared_ib is its own fabric's device by another name, and an FPGA no
+    network names is nothing to the fabric; an EFA request after either is still another fabric's."""
+    pod = k.pod([k.container("trainer", gpus=8, limits={**first, "vpc.amazonaws.com/efa": "32"})], namespace=NS,
+                annotations={keys.POD_POLICY: "ib-shared"})
+    d = decide(pod, NAMESPACE, catalogue(), attachments())
+    assert [m[2].split(";")[0] for m in mismatches(d)] == ["this pod requests vpc.amazonaws.com/efa, another fabric's RDMA device"]
+
+
+# -- families: a policy's own aligned claim ----------------------------------------------------------
+
+def test_an_aligned_claim_wants_the_gpus_in_one_container():
+    """roce-dranet-aligned claims each GPU with the NIC on its PCIe root for one container: a pod
+    with two GPU containers is denied, both named."""
+    pod = k.pod([k.container("trainer", gpus=4), k.container("evaluator", gpus=4)], namespace=NS,
+                annotations={keys.POD_POLICY: "roce-dranet-aligned"})
+    d = decide(pod, NAMESPACE, catalogue(), claims=claims_store())
+    assert [(f.rule, f.container, f.message) for f in d.denials if f.rule == "claim-aligned"] == [(
+        "claim-aligned", None,
+        "policy roce-dranet-aligned claims each GPU together with a NIC on its PCIe root, for one container; this pod has 2 "
+        "GPU containers (trainer, evaluator): put the GPUs in one container, or run the pod under a policy without aligned claims")]
+
+
+def test_a_missing_claim_template_says_how_to_write_it_only_for_an_aligned_claim():
+    """The claim a policy adds needs its ResourceClaimTemplate in the namespace; for an aligned
+    claim the CLI writes it for the GPU count."""
+    pod = k.pod([k.container("trainer", gpus=8)], namespace=NS, annotations={keys.POD_POLICY: "roce-dranet-aligned"})
+    d = decide(pod, NAMESPACE, catalogue(), claims=claims_store())
+    assert [(f.rule, f.message) for f in d.denials] == [(
+        "claim-template",
+        "policy roce-dranet-aligned adds the DRA claim 'gpus-and-nics' from ResourceClaimTemplate ml-training/gpu-nic-aligned-8, "
+        "which does not exist, so the pod would stay Pending; ask the platform team to create it in 'ml-training' "
+        "(`rdma-webhook policy claim-template roce-dranet-aligned --gpus 8` writes it)")]
+    pod["metadata"]["annotations"][keys.POD_POLICY] = "claimer"
+    d = decide(pod, NAMESPACE, catalogue(CLAIMER), claims=claims_store())
+    assert [(f.rule, f.message) for f in d.denials] == [(
+        "claim-template",
+        "policy claimer adds the DRA claim 'rdma-nic' from ResourceClaimTemplate ml-training/rdma-nic-template, which does not "
+        "exist, so the pod would stay Pending; ask the platform team to create it in 'ml-training'")]
