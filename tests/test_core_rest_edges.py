@@ -502,3 +502,141 @@ def test_a_missing_claim_template_says_how_to_write_it_only_for_an_aligned_claim
         "claim-template",
         "policy claimer adds the DRA claim 'rdma-nic' from ResourceClaimTemplate ml-training/rdma-nic-template, which does not "
         "exist, so the pod would stay Pending; ask the platform team to create it in 'ml-training'")]
+
+
+# -- scripts: the files a container sees from ConfigMap volumes ----------------------------------
+
+from webhook.core import scripts  # noqa: E402
+
+TRAIN = "export NCCL_IB_DISABLE=0\ntorchrun train.py\n"
+XLA = "export XLA_FLAGS=--xla_gpu_enable_latency_hiding_scheduler=true\n"
+
+
+def config_map(name: str, data: dict, namespace: str | None = NS) -> dict:
+    meta = {"name": name, **({"namespace": namespace} if namespace else {})}
+    return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": meta, "data": data}
+
+
+def store(*docs: dict, base=None) -> scripts.ConfigMapStore:
+    s = scripts.ConfigMapStore(base)
+    for doc in docs:
+        s.add(doc, NS)
+    return s
+
+
+def files_of(container: dict, volumes: list[dict], config_maps) -> tuple[dict, list, str] | None:
+    found = scripts.files_of(container, scripts.config_volumes({"volumes": volumes}), NS, config_maps)
+    return None if found is None else (found.files, found.dirs, found.working_dir)
+
+
+TOKEN = {"name": "kube-api-access-7x2kq", "projected": {"defaultMode": 420, "sources": [
+    {"serviceAccountToken": {"expirationSeconds": 3607, "path": "token"}},
+    {"configMap": {"name": "kube-root-ca.crt", "items": [{"key": "ca.crt", "path": "ca.crt"}]}}]}}
+
+
+def test_the_api_servers_token_volume_is_no_script_volume_but_a_projected_configmap_is():
+    volumes = [TOKEN, {"name": "cache", "emptyDir": {}}, "x",
+               {"name": "jax", "projected": {"sources": [{"configMap": {"name": "jax-env"}}, {"secret": {"name": "s"}}, "y"]}},
+               {"name": "scripts", "configMap": {"name": "train-scripts"}}, {"configMap": {"name": "no-volume-name"}}]
+    assert scripts.config_volumes({"volumes": volumes}) == {"jax": [{"name": "jax-env"}], "scripts": [{"name": "train-scripts"}]}
+    assert scripts.config_volumes({"volumes": {"scripts": {}}}) == {}
+
+
+def test_a_subpath_directory_of_a_configmap_is_mounted_with_its_files_under_the_mount():
+    """subPath `lib/` of ConfigMap train-scripts mounted at /opt/JAX/: its keys under lib/ are the
+    mount's files, and the key `lib` itself would be the mount (kubelet's subPath)."""
+    cm = config_map("train-scripts", {"lib/train.sh": TRAIN, "lib/XLA": XLA, "run.sh": "exit 1\n", "libx/a.sh": "a", "n": 3})
+    container = k.container("trainer", workingDir="/workspace",
+                            volumeMounts=[TOKEN and {"name": TOKEN["name"], "mountPath": "/var/run/secrets/kubernetes.io/serviceaccount"},
+                                          "x", {"name": "scripts", "mountPath": "relative/dir"},
+                                          {"name": "scripts", "mountPath": "/opt/JAX/", "subPath": "/lib/"}])
+    vols = [TOKEN, {"name": "scripts", "configMap": {"name": "train-scripts"}}]
+    assert files_of(container, vols, store(cm)) == (
+        {"/opt/JAX/train.sh": (TRAIN, "train-scripts"), "/opt/JAX/XLA": (XLA, "train-scripts")}, [], "/workspace")
+
+
+def test_items_project_keys_to_paths_and_keys_not_in_the_configmap_are_no_file():
+    cm = config_map("train-scripts", {"train.sh": TRAIN, "XLA": XLA, "count": 3})
+    vols = [{"name": "scripts", "configMap": {"name": "train-scripts", "items": [
+        {"key": "train.sh", "path": "bin/train.sh"}, {"key": "XLA", "path": "XLA"}, {"key": "gone", "path": "gone.sh"},
+        {"key": "count", "path": "count"}, {"key": 3, "path": "x"}, "y"]}}]
+    container = k.container("trainer", volumeMounts=[{"name": "scripts", "mountPath": "/scripts/X"}])
+    assert files_of(container, vols, store(cm)) == (
+        {"/scripts/X/bin/train.sh": (TRAIN, "train-scripts"), "/scripts/X/XLA": (XLA, "train-scripts")}, [], "")
+    # the ConfigMap not at hand: each item is a file whose text is not known
+    assert files_of(container, vols, None) == (
+        {"/scripts/X/bin/train.sh": (None, "train-scripts"), "/scripts/X/XLA": (None, "train-scripts"),
+         "/scripts/X/gone.sh": (None, "train-scripts"), "/scripts/X/count": (None, "train-scripts")}, [], "")
+
+
+def test_a_configmap_not_at_hand_is_a_directory_or_one_file_of_it():
+    vols = [{"name": "scripts", "configMap": {"name": "train-scripts"}}, {"name": "odd", "configMap": {"name": 7}},
+            {"name": "env", "configMap": {"name": "jax-env"}}]
+    container = k.container("trainer", workingDir=5, volumeMounts=[
+        {"name": "odd", "mountPath": "/odd"}, {"name": "scripts", "mountPath": "/scripts"},
+        {"name": "env", "mountPath": "/etc/jax.env", "subPath": "jax.env"}])
+    assert files_of(container, vols, None) == ({"/etc/jax.env": (None, "jax-env")}, [("/scripts/", "train-scripts")], "")
+    assert files_of(k.container("trainer", volumeMounts=[{"name": "odd", "mountPath": "/odd"}]), vols, None) is None
+    assert files_of(k.container("trainer"), vols, None) is None
+
+
+@pytest.mark.parametrize("container,line,named", [
+    ({"volumeMounts": [{"name": "s", "mountPath": "/scripts"}]}, "bash /scripts/train.sh", True),
+    ({"volumeMounts": [{"name": "s", "mountPath": "/scripts"}]}, "bash /opt/train.sh", False),
+    ({"volumeMounts": [{"name": "s", "mountPath": "/scripts"}]}, "torchrun train.py", False),
+    ({"volumeMounts": []}, "bash /scripts/train.sh", False),
+    ({"volumeMounts": "x"}, "bash /scripts/train.sh", False),
+    ({}, "bash /scripts/train.sh", False),
+    ({"volumeMounts": ["x", {"mountPath": 3}, {"mountPath": "rel"}, {"name": "s", "mountPath": "/scripts/"}]}, "bash /scripts/a.sh", True),
+    ({"volumeMounts": [{"name": "root", "mountPath": "/"}]}, "bash /opt/train.sh", True),  # a mount at / holds every path
+    # a working directory under a mount: a relative path is under it
+    ({"workingDir": "/scripts/jobs/", "volumeMounts": [{"name": "s", "mountPath": "/scripts"}]}, "bash train.sh", True),
+    ({"workingDir": "/workspace", "volumeMounts": [{"name": "s", "mountPath": "/scripts"}]}, "bash train.sh", False),
+    # a mount under the working directory: the relative path names it
+    ({"workingDir": "/workspace", "volumeMounts": [{"name": "s", "mountPath": "/workspace/scripts"}]}, "bash scripts/train.sh", True),
+    ({"workingDir": "/workspace", "volumeMounts": [{"name": "s", "mountPath": "/workspace/scripts"}]}, "bash train.sh", False),
+    ({"workingDir": "/workspace", "volumeMounts": [{"name": "s", "mountPath": "/workspaces"}]}, "bash s/train.sh", False),
+    ({"workingDir": "/", "volumeMounts": [{"name": "s", "mountPath": "/scripts"}]}, "bash scripts/train.sh", True),
+    ({"workingDir": "/", "volumeMounts": [{"name": "s", "mountPath": "/scripts"}]}, "bash train.sh", False),
+    ({"workingDir": "", "volumeMounts": [{"name": "s", "mountPath": "/scripts"}]}, "bash train.sh", False),
+])
+def test_a_command_line_may_name_a_mount(container, line, named):
+    assert scripts.may_name_a_mount(container, line) is named
+
+
+@pytest.mark.parametrize("doc,is_cm", [
+    (config_map("train-scripts", {}), True),
+    ({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "x"}}, False),
+    ({"apiVersion": "apps/v1", "kind": "ConfigMap", "metadata": {"name": "x"}}, False),
+    ({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"generateName": "x-"}}, False),
+    ({"apiVersion": "v1", "kind": "ConfigMap", "metadata": "x"}, False),
+    (["x"], False),
+])
+def test_what_is_a_configmap_of_the_input(doc, is_cm):
+    assert scripts.is_config_map(doc) is is_cm
+
+
+def test_configmaps_of_the_input_come_before_those_of_the_base():
+    base = store(config_map("train-scripts", {"train.sh": "base"}), config_map("shared", {"a": "b"}, namespace="tools"))
+    s = store(config_map("train-scripts", {"train.sh": TRAIN}), config_map("defaulted", {"x": "y"}, namespace=None),
+              {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "empty"}, "data": None}, base=base)
+    assert s.config_map(NS, "train-scripts") == {"train.sh": TRAIN}
+    assert s.config_map(NS, "defaulted") == {"x": "y"} and s.config_map(NS, "empty") == {}
+    assert s.config_map("tools", "shared") == {"a": "b"} and s.config_map(NS, "shared") is None
+    assert scripts.ConfigMapStore().config_map(NS, "train-scripts") is None
+
+
+def test_mounted_files_are_built_once_and_only_when_asked():
+    cm = config_map("train-scripts", {"train.sh": TRAIN})
+    spec = {"volumes": [{"name": "scripts", "configMap": {"name": "train-scripts"}}]}
+    container = k.container("trainer", volumeMounts=[{"name": "scripts", "mountPath": "/scripts"}])
+    mounted = scripts.MountedFiles(container, scripts.PodVolumes(spec), NS, store(cm))
+    assert mounted.lookup("train.sh") is None  # relative, no working directory: no file
+    assert not mounted._built
+    assert mounted.lookup("/scripts/train.sh") == (TRAIN, "train-scripts")
+    first = mounted.files()
+    assert mounted.files() is first and mounted.mentioned("bash /scripts/train.sh") and not mounted.mentioned("bash /opt/x.sh")
+    wd = scripts.MountedFiles(dict(container, workingDir="/scripts"), scripts.PodVolumes(spec), NS, store(cm))
+    assert wd.lookup("train.sh") == (TRAIN, "train-scripts")
+    none = scripts.MountedFiles(container, scripts.PodVolumes({"volumes": [TOKEN]}), NS, store(cm))
+    assert none.files() is None and none.mentioned("bash /scripts/train.sh") is False and none.lookup("/scripts/train.sh") is None
