@@ -640,3 +640,158 @@ def test_mounted_files_are_built_once_and_only_when_asked():
     assert wd.lookup("train.sh") == (TRAIN, "train-scripts")
     none = scripts.MountedFiles(container, scripts.PodVolumes({"volumes": [TOKEN]}), NS, store(cm))
     assert none.files() is None and none.mentioned("bash /scripts/train.sh") is False and none.lookup("/scripts/train.sh") is None
+
+
+# -- model: the compiled policy -------------------------------------------------------------------
+
+import dataclasses  # noqa: E402
+
+from webhook.core.model import RESOURCE_PLAIN, Claim, EnvSetting  # noqa: E402
+from webhook.fabrics.multus import Network  # noqa: E402
+
+GI = 1024 ** 3
+
+
+@pytest.mark.parametrize("template,made", [
+    ("gpu-nic-aligned-8", True), ("gpu-nic-aligned-16", True), ("gpu-nic-aligned-", False), ("gpu-nic-aligned-x", False),
+    ("gpu-nic-aligned-8x", False), ("gpu-nic-aligneds-8", False), ("other-template-0008", False), ("gpu-nic-aligned", False),
+    ("shared-gpu-nic", True),  # an equivalent template the platform team made by hand
+])
+def test_an_aligned_claim_is_made_from_its_template_for_any_gpu_count(template, made):
+    """roce-dranet-aligned's template names the target's GPU count: gpu-nic-aligned-{gpus}."""
+    claim = Claim("gpus-and-nics", "gpu-nic-aligned-{gpus}", ("shared-gpu-nic",), aligned=True)
+    assert claim.made_from(template) is made
+
+
+@pytest.mark.parametrize("claim,template,made", [
+    (Claim("n", "nics-{gpus}-gpus", (), aligned=True), "nics-4-gpus", True),
+    (Claim("n", "nics-{gpus}-gpus", (), aligned=True), "nics-4-gpusx", False),
+    (Claim("n", "nics-{gpus}-gpus", (), aligned=True), "nics-4-gpu", False),
+    (Claim("n", "nics-{gpus}-gpus", (), aligned=True), "nic-4-gpus", False),
+    (Claim("n", "nics-{gpus}-gpus", (), aligned=True), "xnics-4-gpus", False),
+    (Claim("n", "gpu-nic-aligned", (), aligned=True), "gpu-nic-aligned8", False),  # no {gpus}: only its own name
+    (Claim("n", "rdma-nic-template", (), aligned=False), "rdma-nic-template", True),
+    (Claim("n", "rdma-nic-template", (), aligned=False), "rdma-nic-template8", False),
+])
+def test_a_claim_with_text_after_the_gpu_count(claim, template, made):
+    assert claim.made_from(template) is made
+
+
+def test_an_aligned_claims_template_for_a_target():
+    assert Claim("gpus-and-nics", "gpu-nic-aligned-{gpus}", (), aligned=True).template_for(4) == "gpu-nic-aligned-4"
+    assert Claim("rdma-nic", "rdma-nic-template", ()).template_for(4) == "rdma-nic-template"
+
+
+@pytest.mark.parametrize("value,interfaces,rendered", [
+    ("{interfaces}", ["net1", "net2"], "net1,net2"),
+    ("{interface}", ["net1", "net2"], "net1"),
+    ("={interface}", [], "="),
+    ("{interfaces}", [], ""),
+    ("eth0,{interfaces}", ["eth1"], "eth0,eth1"),
+])
+def test_a_templated_nccl_value_names_the_pods_interfaces(value, interfaces, rendered):
+    """NCCL_FASTRAK_IFNAME: {interfaces} (gke-tcpxo), NCCL_SOCKET_IFNAME: ={interface}."""
+    assert EnvSetting("NCCL_SOCKET_IFNAME", value, True, templated=True).render(interfaces) == rendered
+    assert EnvSetting("NCCL_SOCKET_IFNAME", value, True).render(interfaces) == value
+
+
+@pytest.mark.parametrize("name,summary", [
+    ("ib-shared", "infiniband over ib-verbs; rdma/rdma_shared_device_a x1; hostNetwork Allowed"),
+    ("efa", "efa over libfabric; vpc.amazonaws.com/efa x4/GPU; hostNetwork Allowed"),
+    ("sriov-roce-8rail", "roce over ib-verbs; networks " + ", ".join(f"rdma-rail-{i}" for i in range(8))),
+    ("gke-tcpxo", "gke-tcpxo over fastrak; GKE networks " + ", ".join(f"vpc{i}" for i in range(1, 9)) + "; sidecar tcpxo-daemon"),
+    ("roce-dranet-aligned", "roce over ib-verbs; aligned GPU+NIC DRA claim gpu-nic-aligned-{gpus}; DRA NICs driver dra.net"),
+    ("claimer", "roce over ib-verbs; DRA claim rdma-nic-template; hostNetwork Allowed"),
+])
+def test_a_policys_summary_line(name, summary):
+    """What `rdma-webhook policy list` and the notes say a policy gives."""
+    assert catalogue(CLAIMER).get(name).summary() == summary
+
+
+def test_shared_memory_per_gpu_capped_or_fixed():
+    p = catalogue().get("efa")  # 8Gi per GPU, at most 256Gi
+    assert (p.shm_bytes_for(1), p.shm_bytes_for(0), p.shm_bytes_for(8), p.shm_bytes_for(64)) == (8 * GI, 8 * GI, 64 * GI, 256 * GI)
+    unset = dataclasses.replace(p, shm_per_gpu=None, shm_max=None)
+    assert unset.shm_bytes_for(8) == 0
+    assert dataclasses.replace(p, shm_fixed=GI).shm_bytes_for(8) == GI
+
+
+def test_a_network_device_is_made_once_per_network_and_resource():
+    """sriov-roce-8rail's rails: one Device per (namespace, network, resource), kept on the policy;
+    the same network name in two namespaces is two devices."""
+    p = catalogue().get("sriov-roce-8rail")
+    per_gpu = Network("rdma-rail-0", None, "net1", "nvidia.com/rdma_rail_0", 1, True)
+    d = p.network_device(per_gpu, "nvidia.com/rdma_rail_0")
+    assert (d.resource, d.count, d.per_gpu, d.count_for(8)) == ("nvidia.com/rdma_rail_0", 1, True, 8)
+    assert p.network_device(per_gpu, "nvidia.com/rdma_rail_0") is d
+    other_ns = Network("rdma-rail-0", "rdma-system", "net1", "nvidia.com/rdma_rail_0", 2, False)
+    assert p.network_device(other_ns, "nvidia.com/rdma_rail_0").count_for(8) == 2
+
+
+def test_what_a_resource_is_is_kept_per_policy_of_the_set():
+    ps = catalogue()
+    p = ps.get("ib-shared")
+    kinds = ps.resource_kinds(p)
+    assert ps.resource_kinds(p) is kinds
+    decide(k.pod([k.container("trainer", gpus=8)], namespace=NS, annotations={keys.POD_POLICY: "ib-shared"}), NAMESPACE, ps)
+    assert kinds == {"nvidia.com/gpu": RESOURCE_PLAIN}
+    assert ps.resource_kinds(catalogue(CLAIMER).get("claimer")) == {}  # a policy of another set: judged, not kept
+
+
+EFA_UNDER_IB = ("this pod requests vpc.amazonaws.com/efa, another fabric's RDMA device; policy ib-shared provides "
+                "rdma/rdma_shared_device_a; select policy efa with the annotation rdma-webhook.io/policy: efa")
+
+
+def test_another_policys_device_names_that_policy():
+    pod = k.pod([k.container("trainer", gpus=8, limits={"vpc.amazonaws.com/efa": "32"})], namespace=NS,
+                annotations={keys.POD_POLICY: "ib-shared"})
+    assert mismatches(decide(pod, NAMESPACE, catalogue(), attachments())) == [("fabric-mismatch", "trainer", EFA_UNDER_IB)]
+
+
+def network_pod(policy: str, networks: str, resource: str) -> dict:
+    return vf_pod(policy, networks, {resource: "1"})
+
+
+def nad_state(*nads: dict):
+    from webhook.cluster.state import FileClusterState
+    return FileClusterState([NAMESPACE], list(nads)).attachments()
+
+
+def test_a_device_only_the_pods_network_names_is_a_network_device():
+    """example.com/sriov_vf, named by the pod's own NAD only: the pod's VF under sriov-roce (its
+    network is kept, rdma-network not added), another fabric's network device under ib-shared."""
+    state = nad_state(nad("vendor-vf", "example.com/sriov_vf"), nad("rdma-network", "openshift.io/mellanoxrdma"))
+    d = decide(network_pod("sriov-roce", "vendor-vf", "example.com/sriov_vf"), NAMESPACE, catalogue(), state)
+    assert d.allowed and d.pod["metadata"]["annotations"][keys.MULTUS_NETWORKS] == "vendor-vf", d.denials
+    d = decide(network_pod("ib-shared", "vendor-vf", "example.com/sriov_vf"), NAMESPACE, catalogue(), state)
+    assert [m[2].split(";")[0] for m in mismatches(d)] == [
+        "this pod requests example.com/sriov_vf, another fabric's network device (its Multus network names it)"]
+
+
+def test_the_pods_own_policy_network_is_not_added_twice():
+    """The pod attaches sriov-roce's rdma-network itself and requests its VF: kept as it is."""
+    state = nad_state(nad("rdma-network", "openshift.io/mellanoxrdma"))
+    d = decide(network_pod("sriov-roce", "rdma-network", "openshift.io/mellanoxrdma"), NAMESPACE, catalogue(), state)
+    assert d.allowed and d.pod["metadata"]["annotations"][keys.MULTUS_NETWORKS] == "rdma-network", d.denials
+    assert d.pod["spec"]["containers"][0]["resources"]["limits"] == {"nvidia.com/gpu": "8", "openshift.io/mellanoxrdma": "1"}
+
+
+def only(*names: str, extra: tuple[str, ...] = ()) -> PolicySet:
+    texts = [(n, (ROOT / "policies" / f"{n}.yaml").read_text()) for n in names]
+    ps, errors = load_texts(texts + [(f"extra-{i}.yaml", t) for i, t in enumerate(extra)])
+    assert ps is not None, errors
+    return ps
+
+
+def test_without_a_network_device_policy_only_operator_named_vfs_are_network_devices():
+    """A cluster whose policies are all of the RDMA shared device plugin: a device the pod's
+    network names is another fabric's only when named as the SR-IOV operators name VFs."""
+    ps = only("ib-shared")
+    state = nad_state(nad("vendor-vf", "example.com/sriov_vf"), nad("ocp-vf", "openshift.io/mlxvf"))
+    d = decide(network_pod("ib-shared", "vendor-vf", "example.com/sriov_vf"), NAMESPACE, ps, state)
+    assert mismatches(d) == [] and d.allowed, d.denials
+    d = decide(network_pod("ib-shared", "ocp-vf", "openshift.io/mlxvf"), NAMESPACE, ps, state)
+    assert [m[2] for m in mismatches(d)] == [
+        "this pod requests openshift.io/mlxvf, another fabric's network device (its Multus network names it); policy ib-shared "
+        "provides rdma/rdma_shared_device_a; no policy of this namespace provides it; remove it, or ask the platform team for "
+        "a policy of that fabric"]
