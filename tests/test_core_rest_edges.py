@@ -535,7 +535,7 @@ TOKEN = {"name": "kube-api-access-7x2kq", "projected": {"defaultMode": 420, "sou
 
 
 def test_the_api_servers_token_volume_is_no_script_volume_but_a_projected_configmap_is():
-    volumes = [TOKEN, {"name": "cache", "emptyDir": {}}, "x",
+    volumes = [TOKEN, {"name": "cache", "emptyDir": {}}, "x", "configMap",
                {"name": "jax", "projected": {"sources": [{"configMap": {"name": "jax-env"}}, {"secret": {"name": "s"}}, "y"]}},
                {"name": "scripts", "configMap": {"name": "train-scripts"}}, {"configMap": {"name": "no-volume-name"}}]
     assert scripts.config_volumes({"volumes": volumes}) == {"jax": [{"name": "jax-env"}], "scripts": [{"name": "train-scripts"}]}
@@ -545,14 +545,20 @@ def test_the_api_servers_token_volume_is_no_script_volume_but_a_projected_config
 def test_a_subpath_directory_of_a_configmap_is_mounted_with_its_files_under_the_mount():
     """subPath `lib/` of ConfigMap train-scripts mounted at /opt/JAX/: its keys under lib/ are the
     mount's files, and the key `lib` itself would be the mount (kubelet's subPath)."""
-    cm = config_map("train-scripts", {"lib/train.sh": TRAIN, "lib/XLA": XLA, "run.sh": "exit 1\n", "libx/a.sh": "a", "n": 3})
+    cm = config_map("train-scripts", {"lib/train.sh": TRAIN, "lib/XLA": XLA, "run.sh": "exit 1\n", "libx/a.sh": "a", "n": 3, "XLA": XLA})
     container = k.container("trainer", workingDir="/workspace",
                             volumeMounts=[TOKEN and {"name": TOKEN["name"], "mountPath": "/var/run/secrets/kubernetes.io/serviceaccount"},
                                           "x", {"name": "scripts", "mountPath": "relative/dir"},
-                                          {"name": "scripts", "mountPath": "/opt/JAX/", "subPath": "/lib/"}])
+                                          {"name": "scripts", "mountPath": "/opt/JAX/", "subPath": "/lib/"},
+                                          {"name": "scripts", "mountPath": "/etc/xla.env", "subPath": "XLA"}])
     vols = [TOKEN, {"name": "scripts", "configMap": {"name": "train-scripts"}}]
     assert files_of(container, vols, store(cm)) == (
-        {"/opt/JAX/train.sh": (TRAIN, "train-scripts"), "/opt/JAX/XLA": (XLA, "train-scripts")}, [], "/workspace")
+        {"/opt/JAX/train.sh": (TRAIN, "train-scripts"), "/opt/JAX/XLA": (XLA, "train-scripts"),
+         "/etc/xla.env": (XLA, "train-scripts")}, [], "/workspace")
+    whole = k.container("trainer", volumeMounts=[{"name": "scripts", "mountPath": "/scripts"}])
+    # a value that is not text (`n: 3` unquoted in a review input's YAML) is no file
+    assert files_of(whole, vols, store(config_map("train-scripts", {"train.sh": TRAIN, "n": 3}))) == (
+        {"/scripts/train.sh": (TRAIN, "train-scripts")}, [], "")
 
 
 def test_items_project_keys_to_paths_and_keys_not_in_the_configmap_are_no_file():
@@ -571,11 +577,14 @@ def test_items_project_keys_to_paths_and_keys_not_in_the_configmap_are_no_file()
 
 def test_a_configmap_not_at_hand_is_a_directory_or_one_file_of_it():
     vols = [{"name": "scripts", "configMap": {"name": "train-scripts"}}, {"name": "odd", "configMap": {"name": 7}},
-            {"name": "env", "configMap": {"name": "jax-env"}}]
+            {"name": "env", "configMap": {"name": "jax-env"}},
+            {"name": "both", "projected": {"sources": [{"configMap": {"name": 7}}, {"configMap": {"name": "nccl-env"}},
+                                                       {"configMap": {"name": "jax-env"}}]}}]
     container = k.container("trainer", workingDir=5, volumeMounts=[
         {"name": "odd", "mountPath": "/odd"}, {"name": "scripts", "mountPath": "/scripts"},
-        {"name": "env", "mountPath": "/etc/jax.env", "subPath": "jax.env"}])
-    assert files_of(container, vols, None) == ({"/etc/jax.env": (None, "jax-env")}, [("/scripts/", "train-scripts")], "")
+        {"name": "env", "mountPath": "/etc/jax.env", "subPath": "jax.env"}, {"name": "both", "mountPath": "/env"}])
+    assert files_of(container, vols, None) == ({"/etc/jax.env": (None, "jax-env")},
+                                               [("/scripts/", "train-scripts"), ("/env/", "nccl-env"), ("/env/", "jax-env")], "")
     assert files_of(k.container("trainer", volumeMounts=[{"name": "odd", "mountPath": "/odd"}]), vols, None) is None
     assert files_of(k.container("trainer"), vols, None) is None
 
@@ -599,6 +608,10 @@ def test_a_configmap_not_at_hand_is_a_directory_or_one_file_of_it():
     ({"workingDir": "/", "volumeMounts": [{"name": "s", "mountPath": "/scripts"}]}, "bash scripts/train.sh", True),
     ({"workingDir": "/", "volumeMounts": [{"name": "s", "mountPath": "/scripts"}]}, "bash train.sh", False),
     ({"workingDir": "", "volumeMounts": [{"name": "s", "mountPath": "/scripts"}]}, "bash train.sh", False),
+    ({"volumeMounts": [{"name": "root", "mountPath": "/"}]}, "bash train.sh", False),  # relative, no working directory
+    ({"workingDir": "/opt/JAX", "volumeMounts": [{"name": "s", "mountPath": "/opt/JAX/scripts"}]}, "bash scripts/run.sh", True),
+    ({"volumeMounts": [{"name": "s", "mountPath": "/opt/JAX"}]}, "bash /opt/JA/run.sh", False),
+    ({"workingDir": "/workspace", "volumeMounts": [{"name": "s", "mountPath": "/workspace/bin"}]}, "bash install.sh", False),
 ])
 def test_a_command_line_may_name_a_mount(container, line, named):
     assert scripts.may_name_a_mount(container, line) is named
