@@ -808,3 +808,14 @@ def test_without_a_network_device_policy_only_operator_named_vfs_are_network_dev
         "this pod requests openshift.io/mlxvf, another fabric's network device (its Multus network names it); policy ib-shared "
         "provides rdma/rdma_shared_device_a; no policy of this namespace provides it; remove it, or ask the platform team for "
         "a policy of that fabric"]
+
+
+def test_the_device_the_policys_own_network_resolves_to_is_no_mismatch_and_hides_nothing():
+    """NVIDIA's network operator can back a policy's network with the RDMA shared device plugin
+    (a MacvlanNetwork whose NAD names rdma/rdma_shared_device_a): under sriov-roce that device is
+    the one its rdma-network brings, not another fabric's; an EFA request after it still is."""
+    state = nad_state(nad("rdma-network", "rdma/rdma_shared_device_a"))
+    pod = k.pod([k.container("trainer", gpus=8, limits={"rdma/rdma_shared_device_a": "1", "vpc.amazonaws.com/efa": "32"})],
+                namespace=NS, annotations={keys.POD_POLICY: "sriov-roce"})
+    d = decide(pod, NAMESPACE, catalogue(), state)
+    assert [m[2].split(";")[0] for m in mismatches(d)] == ["this pod requests vpc.amazonaws.com/efa, another fabric's RDMA device"]
