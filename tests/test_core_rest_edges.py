@@ -543,21 +543,25 @@ def test_the_api_servers_token_volume_is_no_script_volume_but_a_projected_config
 
 
 def test_a_subpath_directory_of_a_configmap_is_mounted_with_its_files_under_the_mount():
-    """subPath `lib/` of ConfigMap train-scripts mounted at /opt/JAX/: its keys under lib/ are the
-    mount's files, and the key `lib` itself would be the mount (kubelet's subPath)."""
-    cm = config_map("train-scripts", {"lib/train.sh": TRAIN, "lib/XLA": XLA, "run.sh": "exit 1\n", "libx/a.sh": "a", "n": 3, "XLA": XLA})
+    """ConfigMap keys have no `/`; items put them in directories. subPath `lib/` of that volume
+    mounted at /opt/JAX/: the items under lib/ are the mount's files; subPath `XLA` mounts the one
+    file at /etc/xla.env (kubelet's subPath)."""
+    cm = config_map("train-scripts", {"train.sh": TRAIN, "XLA": XLA, "run.sh": "exit 1\n", "a.sh": "a"})
+    items = [{"key": "train.sh", "path": "lib/train.sh"}, {"key": "XLA", "path": "lib/XLA"}, {"key": "run.sh", "path": "run.sh"},
+             {"key": "a.sh", "path": "libx/a.sh"}, {"key": "XLA", "path": "XLA"}]
     container = k.container("trainer", workingDir="/workspace",
-                            volumeMounts=[TOKEN and {"name": TOKEN["name"], "mountPath": "/var/run/secrets/kubernetes.io/serviceaccount"},
+                            volumeMounts=[{"name": TOKEN["name"], "mountPath": "/var/run/secrets/kubernetes.io/serviceaccount"},
                                           "x", {"name": "scripts", "mountPath": "relative/dir"},
                                           {"name": "scripts", "mountPath": "/opt/JAX/", "subPath": "/lib/"},
                                           {"name": "scripts", "mountPath": "/etc/xla.env", "subPath": "XLA"}])
-    vols = [TOKEN, {"name": "scripts", "configMap": {"name": "train-scripts"}}]
+    vols = [TOKEN, {"name": "scripts", "configMap": {"name": "train-scripts", "items": items}}]
     assert files_of(container, vols, store(cm)) == (
         {"/opt/JAX/train.sh": (TRAIN, "train-scripts"), "/opt/JAX/XLA": (XLA, "train-scripts"),
          "/etc/xla.env": (XLA, "train-scripts")}, [], "/workspace")
     whole = k.container("trainer", volumeMounts=[{"name": "scripts", "mountPath": "/scripts"}])
     # a value that is not text (`n: 3` unquoted in a review input's YAML) is no file
-    assert files_of(whole, vols, store(config_map("train-scripts", {"train.sh": TRAIN, "n": 3}))) == (
+    plain = [{"name": "scripts", "configMap": {"name": "train-scripts"}}]
+    assert files_of(whole, plain, store(config_map("train-scripts", {"train.sh": TRAIN, "n": 3}))) == (
         {"/scripts/train.sh": (TRAIN, "train-scripts")}, [], "")
 
 
