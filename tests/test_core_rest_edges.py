@@ -823,3 +823,29 @@ def test_the_device_the_policys_own_network_resolves_to_is_no_mismatch_and_hides
                 namespace=NS, annotations={keys.POD_POLICY: "sriov-roce"})
     d = decide(pod, NAMESPACE, catalogue(), state)
     assert [m[2].split(";")[0] for m in mismatches(d)] == ["this pod requests vpc.amazonaws.com/efa, another fabric's RDMA device"]
+
+
+VF_BY_DEVICE = """\
+apiVersion: rdma-webhook.io/v1alpha2
+kind: RdmaPolicy
+name: vf-by-device
+description: a RoCE VF by the SR-IOV device plugin's resource alone
+namespaceSelector: {}
+fabric: {kind: sriov, transport: ib-verbs, ncclNet: [IB], hcaDevices: ["mlx5_[0-63]"]}
+devices: [{resource: openshift.io/mellanoxrdma, count: 1}]
+deviceFamilies: [network-device]
+shm: {perGpu: 8Gi}
+nccl: {NCCL_DEBUG: WARN}
+"""
+
+
+def test_a_pod_with_its_own_vf_network_gets_no_second_vf():
+    """A policy of the network-device family that gives a VF by resource: the pod that attaches
+    its own VF network and requests that VF keeps it and gets no openshift.io/mellanoxrdma beside it."""
+    ps = catalogue(VF_BY_DEVICE)
+    d = decide(vf_pod("vf-by-device", "sriov-legacy", {"openshift.io/sriovlegacy": "1"}), NAMESPACE, ps, attachments())
+    assert d.allowed, d.denials
+    assert d.pod["spec"]["containers"][0]["resources"]["limits"] == {"nvidia.com/gpu": "8", "openshift.io/sriovlegacy": "1"}
+    plain = k.pod([k.container("trainer", gpus=8)], namespace=NS, annotations={keys.POD_POLICY: "vf-by-device"})
+    d = decide(plain, NAMESPACE, ps, attachments())
+    assert d.pod["spec"]["containers"][0]["resources"]["limits"] == {"nvidia.com/gpu": "8", "openshift.io/mellanoxrdma": "1"}
