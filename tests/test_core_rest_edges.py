@@ -849,3 +849,17 @@ def test_a_pod_with_its_own_vf_network_gets_no_second_vf():
     plain = k.pod([k.container("trainer", gpus=8)], namespace=NS, annotations={keys.POD_POLICY: "vf-by-device"})
     d = decide(plain, NAMESPACE, ps, attachments())
     assert d.pod["spec"]["containers"][0]["resources"]["limits"] == {"nvidia.com/gpu": "8", "openshift.io/mellanoxrdma": "1"}
+
+
+def test_a_space_at_the_end_of_a_path_is_part_of_the_name():
+    """kubelet takes mountPath and an item's path as written: `/scripts ` (a trailing space,
+    easily left in YAML quotes) is another directory than /scripts, and item path `env.sh ` another
+    file than env.sh; only slashes are trimmed."""
+    cm = config_map("train-scripts", {"train.sh": TRAIN, "env.sh": XLA})
+    vols = [{"name": "scripts", "configMap": {"name": "train-scripts", "items": [
+        {"key": "train.sh", "path": "lib/train.sh"}, {"key": "env.sh", "path": "env.sh "}]}}]
+    container = k.container("trainer", volumeMounts=[{"name": "scripts", "mountPath": "/scripts "},
+                                                     {"name": "scripts", "mountPath": "/lib ", "subPath": "lib"}])
+    assert files_of(container, vols, store(cm)) == (
+        {"/scripts /lib/train.sh": (TRAIN, "train-scripts"), "/scripts /env.sh ": (XLA, "train-scripts"),
+         "/lib /train.sh": (TRAIN, "train-scripts")}, [], "")
