@@ -10,19 +10,20 @@ mutmut links the model's code to the tests that read it.
 
 from __future__ import annotations
 
-import copy
+import dataclasses
 import json
 
 import pytest
 
 import kube_objects as k
 from conftest import ROOT
-from webhook.cluster.state import ClaimStore
+from webhook.cluster.state import ClaimStore, FileClusterState
 from webhook.core import claims as dra
-from webhook.core import families, keys
+from webhook.core import keys, scripts
 from webhook.core.decision import Namespace, decide
-from webhook.core.model import PolicySet
+from webhook.core.model import RESOURCE_PLAIN, Claim, EnvSetting, PolicySet
 from webhook.fabrics import gke
+from webhook.fabrics.multus import Network
 from webhook.policy.load import load_texts
 
 NS = "ml-training"
@@ -187,7 +188,6 @@ def test_an_unknown_claim_of_another_policys_template_names_the_policy_of_this_n
     ps = catalogue(selectors={"roce-dranet-aligned": "{matchLabels: {team: llm}}"})
     aligned = ps.get("roce-dranet-aligned")
     assert aligned is not None and aligned.claim is not None
-    name = aligned.claim.template_for(8)
     pod = claimed({"name": "gpu-nic", "resourceClaimTemplateName": aligned.claim.template},
                   policy="efa-dra")
     d = decide(pod, NAMESPACE, ps, claims=ClaimStore())
@@ -391,7 +391,6 @@ def nad(name: str, resource: str | None) -> dict:
 
 
 def attachments():
-    from webhook.cluster.state import FileClusterState
     return FileClusterState([NAMESPACE], [nad("rdma-network", "openshift.io/mellanoxrdma"), nad("sriov-legacy", "openshift.io/sriovlegacy"),
                                           nad("storage-net", None), nad("unnamed-vf", "")]).attachments()
 
@@ -506,7 +505,6 @@ def test_a_missing_claim_template_says_how_to_write_it_only_for_an_aligned_claim
 
 # -- scripts: the files a container sees from ConfigMap volumes ----------------------------------
 
-from webhook.core import scripts  # noqa: E402
 
 TRAIN = "export NCCL_IB_DISABLE=0\ntorchrun train.py\n"
 XLA = "export XLA_FLAGS=--xla_gpu_enable_latency_hiding_scheduler=true\n"
@@ -661,10 +659,7 @@ def test_mounted_files_are_built_once_and_only_when_asked():
 
 # -- model: the compiled policy -------------------------------------------------------------------
 
-import dataclasses  # noqa: E402
 
-from webhook.core.model import RESOURCE_PLAIN, Claim, EnvSetting  # noqa: E402
-from webhook.fabrics.multus import Network  # noqa: E402
 
 GI = 1024 ** 3
 
@@ -770,7 +765,6 @@ def network_pod(policy: str, networks: str, resource: str) -> dict:
 
 
 def nad_state(*nads: dict):
-    from webhook.cluster.state import FileClusterState
     return FileClusterState([NAMESPACE], list(nads)).attachments()
 
 
