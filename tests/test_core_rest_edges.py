@@ -738,6 +738,8 @@ def test_a_network_device_is_made_once_per_network_and_resource():
     assert p.network_device(per_gpu, "nvidia.com/rdma_rail_0") is d
     other_ns = Network("rdma-rail-0", "rdma-system", "net1", "nvidia.com/rdma_rail_0", 2, False)
     assert p.network_device(other_ns, "nvidia.com/rdma_rail_0").count_for(8) == 2
+    third_ns = Network("rdma-rail-0", "tenant-a", "net1", "nvidia.com/rdma_rail_0", 4, False)
+    assert p.network_device(third_ns, "nvidia.com/rdma_rail_0").count_for(8) == 4
 
 
 def test_what_a_resource_is_is_kept_per_policy_of_the_set():
@@ -857,3 +859,13 @@ def test_a_space_at_the_end_of_a_path_is_part_of_the_name():
     assert files_of(container, vols, store(cm)) == (
         {"/scripts /lib/train.sh": (TRAIN, "train-scripts"), "/scripts /env.sh ": (XLA, "train-scripts"),
          "/lib /train.sh": (TRAIN, "train-scripts")}, [], "")
+
+
+def test_the_policys_device_through_another_network_of_the_pod_is_its_own_network():
+    """sriov-roce's rdma-network gives openshift.io/mellanoxrdma; a pod that attaches its team's
+    NAD tenant-rdma, which names that same resource, and requests it has its fabric's network:
+    rdma-network is not added beside it (two VFs per GPU)."""
+    state = nad_state(nad("tenant-rdma", "openshift.io/mellanoxrdma"), nad("rdma-network", "openshift.io/mellanoxrdma"))
+    d = decide(network_pod("sriov-roce", "tenant-rdma", "openshift.io/mellanoxrdma"), NAMESPACE, catalogue(), state)
+    assert d.allowed and d.pod["metadata"]["annotations"][keys.MULTUS_NETWORKS] == "tenant-rdma", d.denials
+    assert env_of(d)["NCCL_SOCKET_IFNAME"] == "net1"
