@@ -869,3 +869,13 @@ def test_the_policys_device_through_another_network_of_the_pod_is_its_own_networ
     d = decide(network_pod("sriov-roce", "tenant-rdma", "openshift.io/mellanoxrdma"), NAMESPACE, catalogue(), state)
     assert d.allowed and d.pod["metadata"]["annotations"][keys.MULTUS_NETWORKS] == "tenant-rdma", d.denials
     assert env_of(d)["NCCL_SOCKET_IFNAME"] == "net1"
+
+
+def test_a_summary_lists_every_device():
+    """Two devices, one per pod and one per GPU: both, in the policy's order, comma separated."""
+    text = MIGRATING.replace("devices: [{resource: rdma/rdma_shared_device_a, count: 1}]",
+                             "devices: [{resource: rdma/rdma_shared_device_a, count: 1}, "
+                             "{resource: rdma/rdma_shared_device_b, count: 1, perGpu: true}]")
+    assert catalogue(text).get("roce-migrating").summary() == (
+        "roce over ib-verbs; rdma/rdma_shared_device_a x1, rdma/rdma_shared_device_b x1/GPU; DRA NICs driver dra.net; "
+        "hostNetwork Allowed")
