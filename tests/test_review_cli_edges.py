@@ -1,0 +1,913 @@
+"""Issue 28 item 4, the review CLI layer (`webhook/cli/review.py`, `review_input.py`,
+`review_scope.py`, `review_explain.py`): what `rdma-webhook review` prints and exits with, exactly,
+on the inputs a platform team gives it. Written against the survivors of the mutation part
+`cli.review-parts` (tests/MUTATION.md; the record is tests/mutation-survivors-cli.review-parts.txt).
+
+- `--explain`: the headline, the why/deny/error/warn lines, each template and the diff of the pod
+  as it would be, coloured (`--color always`) and not;
+- the policies in force: `--policy` (repeated, comma-separated, spaced), `--policies DIR`,
+  RdmaPolicy documents in the input, and the errors when they clash or name nothing;
+- Namespace documents in the input against `--cluster-state`;
+- bad input: unreadable files, invalid YAML (with and without a placeholder), Lists, kustomize
+  trees, and in a pod template that would be checked: numbers where strings belong, placeholders,
+  quantities that are not ones, each message naming the template, the container and the field.
+
+`review` runs in-process (`webhook.cli.main.main`), so that mutation testing sees it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import os
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from webhook.cli import review_explain, review_input, review_scope
+
+ROOT = Path(__file__).resolve().parent.parent
+POLICIES = str(ROOT / "policies")
+STATE = str(ROOT / "tests" / "manifests" / "cluster-state.yaml")
+INJECT = {"rdma-webhook.io/inject": "true"}
+NO_STATE = ("note: no --cluster-state: every namespace the input does not describe with a Namespace document is "
+            "taken as opted in (rdma-webhook.io/injection=enabled) with no other labels, "
+            "NetworkAttachmentDefinitions as unknown and Trainer runtimes as those in the input; policies chosen "
+            "by namespace labels may differ from the cluster's. Pass --cluster-state (kubectl get ns,net-attach-def,"
+            "trainingruntimes,clustertrainingruntimes -A -o yaml) to decide as the cluster does\n")
+CATALOGUE = sorted(p.stem for p in Path(POLICIES).glob("*.yaml"))
+
+
+def review(*args: str, stdin: str | None = None) -> tuple[int, str, str]:
+    """`rdma-webhook review ARGS` in-process: (exit status, stdout, stderr)."""
+    from webhook.cli.main import main
+
+    out, err = io.StringIO(), io.StringIO()
+    old = sys.stdin
+    if stdin is not None:
+        sys.stdin = io.StringIO(stdin)
+    try:
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            code = main(["review", *args])
+    finally:
+        sys.stdin = old
+    return code, out.getvalue(), err.getvalue()
+
+
+def records(stdout: str) -> list[dict]:
+    return [json.loads(line) for line in stdout.splitlines() if line.strip()]
+
+
+def write(path: Path, *docs) -> str:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(yaml.safe_dump_all(docs, sort_keys=False))
+    return str(path)
+
+
+def tiny(name: str = "tiny-ib", **changes) -> dict:
+    """A small RdmaPolicy of one's own (an InfiniBand fabric, one device, NCCL_NET pinned)."""
+    doc = {"apiVersion": "rdma-webhook.io/v1alpha2", "kind": "RdmaPolicy", "name": name, "description": "tiny",
+           "priority": 0, "namespaceSelector": {}, "gpuResources": ["nvidia.com/gpu"],
+           "fabric": {"kind": "infiniband", "transport": "ib-verbs", "ncclNet": ["IB"], "hcaDevices": ["mlx5_[0-7]"]},
+           "devices": [{"resource": "rdma/ib", "count": 1, "perGpu": False}], "shm": {"perGpu": "1Gi", "max": "2Gi"},
+           "nccl": {"NCCL_NET": {"value": "IB", "enforce": True}}}
+    doc.update(changes)
+    return doc
+
+
+def container(name: str = "main", env: list | None = None, gpus: str | None = "8", command: list | None = None,
+              **extra) -> dict:
+    c = {"name": name, "image": "nvcr.io/nvidia/pytorch:25.11-py3", "command": command or ["torchrun", "train.py"],
+         "resources": {"limits": {"nvidia.com/gpu": gpus}}}
+    if env is not None:
+        c["env"] = env
+    c.update(extra)
+    return c
+
+
+def pod(name: str = "trainer", ns: str | None = "ml-training", containers: list | None = None,
+        labels: dict | None = None, annotations: dict | None = None, **spec) -> dict:
+    meta: dict = {"name": name}
+    if ns:
+        meta["namespace"] = ns
+    meta["labels"] = dict(INJECT) if labels is None else labels
+    if annotations:
+        meta["annotations"] = annotations
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": {"containers": containers or [container()], **spec}}
+
+
+def pytorchjob(name: str = "llama", env: list | None = None, ns: str = "ml-training") -> dict:
+    def template() -> dict:
+        return {"metadata": {"labels": dict(INJECT)}, "spec": {"containers": [container("pytorch", env=env)]}}
+    return {"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob", "metadata": {"name": name, "namespace": ns},
+            "spec": {"pytorchReplicaSpecs": {"Master": {"replicas": 1, "template": template()},
+                                             "Worker": {"replicas": 2, "template": template()}}}}
+
+
+def namespace(name: str, **labels: str) -> dict:
+    return {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name, "labels": labels}}
+
+
+IB_DISABLE = [{"name": "NCCL_IB_DISABLE", "value": "1"}]
+FALLBACK = ("NCCL_IB_DISABLE='1' turns NCCL's IB/RoCE transport off, so NCCL runs on TCP sockets (NET/Socket); "
+            "remove it or set it to 0 in env [env-fallback]")
+
+
+def esc(code: str, text: str) -> str:
+    return f"\x1b[{code}m{text}\x1b[0m"
+
+
+# -- --explain: every line, coloured and not ----------------------------------------------------------
+
+MUTATED_DIFF = [
+    ("@@", "@@ -6,4 +6,8 @@"),
+    (" ", "   labels:"),
+    (" ", "     rdma-webhook.io/inject: 'true'"),
+    ("+", "+    rdma-webhook.io/applied-policy: tiny-ib"),
+    ("+", "+  annotations:"),
+    ("+", "+    rdma-webhook.io/status: injected"),
+    ("+", "+    rdma-webhook.io/applied-policy: tiny-ib"),
+    (" ", " spec:"),
+    (" ", "   containers:"),
+    ("@@", "@@ -16,2 +20,20 @@"),
+    (" ", "       limits:"),
+    (" ", "         nvidia.com/gpu: '8'"),
+    ("+", "+        rdma/ib: '1'"),
+    ("+", "+      requests:"),
+    ("+", "+        rdma/ib: '1'"),
+    ("+", "+    env:"),
+    ("+", "+    - name: NCCL_NET"),
+    ("+", "+      value: IB"),
+    ("+", "+    securityContext:"),
+    ("+", "+      capabilities:"),
+    ("+", "+        add:"),
+    ("+", "+        - IPC_LOCK"),
+    ("+", "+    volumeMounts:"),
+    ("+", "+    - name: rdma-webhook-dshm"),
+    ("+", "+      mountPath: /dev/shm"),
+    ("+", "+  volumes:"),
+    ("+", "+  - name: rdma-webhook-dshm"),
+    ("+", "+    emptyDir:"),
+    ("+", "+      medium: Memory"),
+    ("+", "+      sizeLimit: 2Gi"),
+]
+
+
+def mutated_pod_text() -> str:
+    return yaml.safe_dump_all([tiny(), pod()], sort_keys=False)
+
+
+@pytest.mark.parametrize("colour", [True, False])
+def test_explain_of_a_policy_and_a_mutated_pod_line_by_line(colour):
+    """The headline (file#n, kind, namespace/name, outcome word, policy), the notes as `add` lines
+    and the diff of the pod before and after with two lines of context, + green, @@ cyan."""
+    def c(code: str, text: str) -> str:
+        return esc(code, text) if colour else text
+
+    code, out, err = review("--explain", "--color", "always" if colour else "never", "-", stdin=mutated_pod_text())
+    assert code == 0, err
+    assert err == NO_STATE
+    colours = {"@@": "36", "+": "32", " ": None}
+    diff = [f"    {c(colours[k], line) if colours[k] else line}" for k, line in MUTATED_DIFF]
+    assert out.splitlines() == [
+        f"{c('1', '-#1')}: RdmaPolicy (unnamed): {c('1', 'NOT CHECKED')}",
+        "  why: holds no pods; a policy in force for this review",
+        "",
+        f"{c('1', '-#2')}: Pod ml-training/trainer: {c('32;1', 'MUTATED')} by policy tiny-ib",
+        f"  {c('32', 'add ')} main: rdma/ib: 1, 1 NCCL variables, IPC_LOCK",
+        f"  {c('32', 'add ')} /dev/shm: memory-backed emptyDir 2Gi",
+        "    --- before",
+        "    +++ after",
+        *diff,
+        "",
+    ]
+
+
+def test_explain_of_a_denied_pod_an_error_and_a_companion_coloured(tmp_path):
+    f = write(tmp_path / "in.yaml", tiny(), pod("socket", containers=[container(env=IB_DISABLE)]),
+              {"apiVersion": "v1", "kind": "Service", "metadata": {"name": "svc", "namespace": "ml-training"}},
+              pod("empty", containers=[container(gpus=None)]))
+    code, out, err = review("--explain", "--color", "always", f)
+    assert code == 2
+    assert out.split("\n\n")[1:] == [
+        f"{esc('1', f + '#2')}: Pod ml-training/socket: {esc('31;1', 'DENIED')} by policy tiny-ib\n"
+        f"  {esc('31', 'deny')} container 'main': {FALLBACK}",
+        f"{esc('1', f + '#3')}: Service ml-training/svc: {esc('1', 'NOT CHECKED')}\n"
+        "  why: holds no pods",
+        f"{esc('1', f + '#4')}: Pod ml-training/empty: {esc('31;1', 'ERROR')}\n"
+        f"  {esc('31', 'error')} container main: resources.limits[nvidia.com/gpu] is empty: give a quantity such as 8 "
+        "(an unrendered template?)",
+        ""]
+    assert err.endswith(f"error: {f}#4: container main: resources.limits[nvidia.com/gpu] is empty: give a quantity "
+                        "such as 8 (an unrendered template?)\n")
+
+
+def test_explain_of_a_workload_whose_denied_templates_only_warn(tmp_path):
+    """Under `workloadValidation: Warn` each template is DENIED (a warning only), its findings as
+    deny lines under it, and the workload's warnings after them."""
+    f = write(tmp_path / "in.yaml", tiny("tiny-warn", workloadValidation="Warn"), pytorchjob("warned", env=IB_DISABLE))
+    code, out, err = review("--explain", "--color", "always", f)
+    assert code == 0, err
+    master, worker = "spec.pytorchReplicaSpecs.Master.template", "spec.pytorchReplicaSpecs.Worker.template"
+    assert out.split("\n\n")[1] == "\n".join([
+        f"{esc('1', f + '#2')}: PyTorchJob ml-training/warned: {esc('1', 'UNCHANGED')} by policy tiny-warn",
+        f"  why: {master}: container 'pytorch': {FALLBACK}",
+        f"  why: {worker}: container 'pytorch': {FALLBACK}",
+        f"  {esc('1', master)}: its pods would be {esc('31;1', 'DENIED')} by policy tiny-warn (a warning only: "
+        "workloadValidation Warn)",
+        f"    {esc('31', 'deny')} container 'pytorch': {FALLBACK}",
+        f"  {esc('1', worker)}: its pods would be {esc('31;1', 'DENIED')} by policy tiny-warn (a warning only: "
+        "workloadValidation Warn)",
+        f"    {esc('31', 'deny')} container 'pytorch': {FALLBACK}",
+        f"  {esc('33', 'warn')} {master}, container 'pytorch': {FALLBACK}",
+        f"  {esc('33', 'warn')} {worker}, container 'pytorch': {FALLBACK}"])
+
+
+def test_explain_of_a_workload_that_is_denied_and_one_that_is_mutated(tmp_path):
+    f = write(tmp_path / "in.yaml", tiny(), pytorchjob("denied", env=IB_DISABLE), pytorchjob("clean"))
+    code, out, err = review("--explain", "--color", "never", f)
+    assert code == 1, err
+    master, worker = "spec.pytorchReplicaSpecs.Master.template", "spec.pytorchReplicaSpecs.Worker.template"
+    blocks = out.split("\n\n")
+    assert blocks[1] == "\n".join([
+        f"{f}#2: PyTorchJob ml-training/denied: DENIED by policy tiny-ib",
+        f"  deny {master}, container 'pytorch': {FALLBACK}",
+        f"  deny {worker}, container 'pytorch': {FALLBACK}",
+        f"  {master}: its pods would be DENIED by policy tiny-ib (denies the workload)",
+        f"    deny container 'pytorch': {FALLBACK}",
+        f"  {worker}: its pods would be DENIED by policy tiny-ib (denies the workload)",
+        f"    deny container 'pytorch': {FALLBACK}"])
+    clean = blocks[2].splitlines()
+    assert clean[0] == f"{f}#3: PyTorchJob ml-training/clean: MUTATED by policy tiny-ib"
+    assert clean[1] == f"  {master}: its pods would be MUTATED by policy tiny-ib"
+    assert clean[2] == "    add  pytorch: rdma/ib: 1, 1 NCCL variables, IPC_LOCK"
+    assert clean[3:6] == ["    add  /dev/shm: memory-backed emptyDir 2Gi", "      --- before", "      +++ after"]
+    assert sum(line.startswith("  spec.") for line in clean) == 2
+    assert f"  {worker}: its pods would be MUTATED by policy tiny-ib" in clean
+    # the template's pod, as it would be made: its namespace in the context lines
+    assert "      +    rdma-webhook.io/applied-policy: tiny-ib" in clean
+
+
+def test_explain_of_a_skipped_pod_says_why_and_shows_no_diff(tmp_path):
+    f = write(tmp_path / "in.yaml", tiny(), namespace("batch"), pod("off", ns="batch"))
+    code, out, err = review("--explain", "--color", "always", f)
+    assert code == 0, err
+    block = out.split("\n\n")[2]
+    assert block.splitlines()[0] == f"{esc('1', f + '#3')}: Pod batch/off: {esc('1', 'SKIPPED')}"
+    assert all(line.startswith("  why: ") for line in block.splitlines()[1:]), block
+    assert "---" not in block and "add" not in block
+
+
+def test_explain_names_an_unnamed_object_and_a_kindless_one(tmp_path):
+    p = pod()
+    del p["metadata"]["name"]
+    p["metadata"]["generateName"] = "train-"
+    q = pod(ns=None)
+    del q["metadata"]["name"]
+    f = write(tmp_path / "in.yaml", tiny(), p, q, {"spec": {"replicas": 2}}, {"kind": "Gadget"})
+    code, out, err = review("--explain", "--color", "never", f)
+    heads = [b.splitlines()[0] for b in out.split("\n\n") if b]
+    assert heads[1] == f"{f}#2: Pod ml-training/train-: MUTATED by policy tiny-ib"
+    assert heads[2] == f"{f}#3: Pod default/(unnamed): MUTATED by policy tiny-ib"
+    assert heads[3] == f"{f}#4: (no kind) (unnamed): NOT CHECKED"
+    assert heads[4] == f"{f}#5: Gadget (unnamed): NOT CHECKED"
+    assert code == 0, err
+
+
+def test_explain_colour_pieces():
+    assert review_explain.color(True, "7", "x") == "\x1b[7mx\x1b[0m"
+    assert review_explain.color(False, "7", "x") == "x"
+    assert [review_explain.headline_outcome(o) for o in ("not-checked", "mutated", "a-b-c")] == \
+        ["NOT CHECKED", "MUTATED", "A B C"]
+
+
+def test_explain_diff_keeps_key_order_and_long_lines_and_two_lines_of_context():
+    before = {"b": 1, "a": "x" * 120, "c": [1, 2, 3, 4, 5, 6, 7], "d": 4, "e": 5, "f": 6}
+    after = {"b": 1, "a": "x" * 120, "c": [1, 2, 3, 4, 5, 6, 7], "d": 4, "e": 50, "f": 6}
+    assert review_explain._diff(before, after, False) == [
+        "--- before", "+++ after", "@@ -10,4 +10,4 @@", " - 7", " d: 4", "-e: 5", "+e: 50", " f: 6"]
+    # a long value (a command line) is folded where PyYAML's width of 1000 says, the same before and after
+    long = "x" * 989 + " ab ab ab ab"
+    assert review_explain._diff({"z": 1, "a": long}, {"z": 2, "a": long}, True) == [
+        "--- before", "+++ after", esc("36", "@@ -1,3 +1,3 @@"), esc("31", "-z: 1"), esc("32", "+z: 2"),
+        " a: " + "x" * 989 + " ab ab ab", "   ab"]
+
+
+def test_explain_warnings_that_the_why_line_says_are_not_repeated():
+    out = io.StringIO()
+    record = {"kind": "Pod", "namespace": "ns", "name": "p", "outcome": "unchanged", "policy": None,
+              "messages": ["no GPU"], "warnings": ["no GPU: and more", "other"], "templates": []}
+    review_explain.explain(out, "f.yaml", record, None, None, False)
+    assert out.getvalue() == "f.yaml: Pod ns/p: UNCHANGED\n  why: no GPU\n  warn other\n\n"
+    out = io.StringIO()
+    record.update(messages=[], warnings=["a", "b"], objectKind="Job", kind="AdmissionReview")
+    review_explain.explain(out, "f.yaml", record, None, None, False)
+    assert out.getvalue() == "f.yaml: Job ns/p: UNCHANGED\n  warn a\n  warn b\n\n"
+
+
+# -- the policies in force ----------------------------------------------------------------------------
+
+def test_policy_names_are_split_on_commas_stripped_and_may_repeat(tmp_path):
+    f = write(tmp_path / "p.yaml", pod())
+    code, out, err = review("--policy", " erdma , ,", "--policy", "erdma", "--output", "json", f)
+    assert code == 0, err
+    assert [r["policy"] for r in records(out)] == ["erdma"]
+    assert "error" not in err
+
+
+def test_an_unknown_policy_name_lists_the_catalogue(tmp_path):
+    f = write(tmp_path / "p.yaml", pod())
+    code, out, err = review("--policy", "erdma,roce", f)
+    assert code == 2 and out == ""
+    assert err == (f"error: --policy roce: no such policy in the catalogue ({', '.join(CATALOGUE)}); "
+                   "use --policies DIR for a policy of your own\n")
+
+
+def test_a_policy_given_twice_from_two_places_is_an_error(tmp_path):
+    doc = yaml.safe_load((Path(POLICIES) / "erdma.yaml").read_text())
+    f = write(tmp_path / "p.yaml", doc, pod())
+    code, out, err = review("--policies", POLICIES, "--policy", "erdma", f)
+    assert code == 2 and out == ""
+    assert err == (f"error: policy 'erdma' is given twice (--policies {POLICIES} and --policy): keep one\n"
+                   f"error: policy 'erdma' is given twice (--policies {POLICIES} and {f}#1): keep one\n")
+
+
+def test_a_bad_policy_in_the_input_is_an_error_naming_where(tmp_path):
+    bad = tiny()
+    del bad["shm"]
+    f = write(tmp_path / "p.yaml", bad, pod())
+    code, out, err = review("--policy", "erdma", f)
+    assert code == 2 and out == ""
+    assert err == f"error: {f}#1: policy 'tiny-ib': field shm: missing: this field is required; add it\n"
+
+
+def test_a_policies_folder_with_errors_is_bad_input(tmp_path):
+    (tmp_path / "pol").mkdir()
+    bad = tiny()
+    del bad["description"]
+    (tmp_path / "pol" / "bad.yaml").write_text(yaml.safe_dump(bad))
+    f = write(tmp_path / "p.yaml", pod())
+    code, out, err = review("--policies", str(tmp_path / "pol"), f)
+    assert code == 2 and out == ""
+    assert "description" in err and err.startswith("error: ") and "no policy is in force" not in err
+
+
+def test_with_no_policy_a_pod_that_would_be_checked_is_bad_input_naming_the_catalogue(tmp_path):
+    f = write(tmp_path / "p.yaml", pod())
+    code, out, err = review("--output", "json", f)
+    how = ("choose the policies to review against: --policy NAME for a fabric from the catalogue "
+           f"({', '.join(CATALOGUE)}; repeat it or separate names with commas), --policies DIR for your own folder "
+           "(the one your cluster's webhook mounts), or RdmaPolicy documents in the input")
+    assert code == 2
+    assert err == (NO_STATE + f"note: no policy is in force: {how}\n"
+                   f"error: {f}: no policy is in force, so its pods cannot be judged: {how}\n")
+    assert review_scope.how_to_choose([]) == how.replace(", ".join(CATALOGUE), "none found")
+
+
+def test_the_catalogue_and_its_errors(monkeypatch, tmp_path):
+    shipped, errors = review_scope.catalogue()
+    assert sorted(shipped) == CATALOGUE and errors == [] and shipped["erdma"].name == "erdma"
+    assert review_scope.catalogue_names() == CATALOGUE
+    from webhook.policy import load
+
+    monkeypatch.setattr(load, "default_policies_dir", lambda: str(tmp_path / "nowhere"))
+    shipped, errors = review_scope.catalogue()
+    assert shipped == {} and errors and all(isinstance(e, str) for e in errors)
+    assert review_scope.catalogue_names() == []
+    # a broken catalogue: --policy names no policy, and says why once (not "no such policy")
+    f = write(tmp_path / "p.yaml", pod())
+    code, out, err = review("--policy", "erdma", f)
+    assert code == 2 and err == "".join(f"error: {e}\n" for e in errors)
+
+
+def test_choose_returns_the_policies_errors_and_names(tmp_path):
+    ps, errors, names = review_scope.choose([], None, [])
+    assert (ps, errors, names) == (None, [], CATALOGUE)
+    ps, errors, names = review_scope.choose(["ib-shared"], None, [])
+    assert errors == [] and names == CATALOGUE and sorted(ps.by_name) == ["ib-shared"]
+    ps, errors, names = review_scope.choose([], None, [("in.yaml#1", tiny())])
+    assert errors == [] and names == CATALOGUE and sorted(ps.by_name) == ["tiny-ib"]
+    ps, errors, names = review_scope.choose(["nope"], None, [])
+    assert ps is None and names == CATALOGUE and len(errors) == 1
+    ps, errors, names = review_scope.choose([], str(tmp_path / "missing"), [])
+    assert ps is None and errors and names == []
+
+
+def test_is_policy_document():
+    assert review_scope.is_policy_document(tiny())
+    assert review_scope.is_policy_document({**tiny(), "apiVersion": "rdma-webhook.io/v9"})
+    assert not review_scope.is_policy_document({**tiny(), "apiVersion": "example.com/v1"})
+    assert not review_scope.is_policy_document({**tiny(), "apiVersion": None})
+    assert not review_scope.is_policy_document({**tiny(), "kind": "Policy"})
+    assert not review_scope.is_policy_document([tiny()])
+
+
+# -- namespaces: the input's, the cluster-state file's, assumed ------------------------------------------
+
+def test_a_namespace_in_the_input_wins_over_the_cluster_state_and_says_so(tmp_path):
+    f = write(tmp_path / "in.yaml", namespace("ml-training", **{"kubernetes.io/metadata.name": "ml-training"}),
+              pod())
+    code, out, err = review("--policy", "erdma", "--cluster-state", STATE, "--output", "json", f)
+    assert code == 0, err
+    assert err == (f"note: {f}#1: Namespace 'ml-training' in the input is used instead of the one in {STATE} "
+                   "(its labels decide opt-in and policy)\n")
+    ns_rec, pod_rec = records(out)
+    assert ns_rec["messages"] == ["holds no pods; its labels decide opt-in and policy for the documents in it"]
+    assert pod_rec["outcome"] == "skipped"  # not opted in by the input's labels
+
+
+def test_a_namespace_in_the_input_and_not_in_the_cluster_state_is_known_without_a_note(tmp_path):
+    f = write(tmp_path / "in.yaml", namespace("research", **{"rdma-webhook.io/injection": "enabled"}),
+              pod(ns="research"))
+    code, out, err = review("--policy", "erdma", "--cluster-state", STATE, "--output", "json", f)
+    assert code == 0 and err == ""
+    assert [r["outcome"] for r in records(out)] == ["not-checked", "mutated"]
+    # without the Namespace document the namespace is unknown: bad input
+    g = write(tmp_path / "pod.yaml", pod(ns="research"))
+    code, out, err = review("--policy", "erdma", "--cluster-state", STATE, "--output", "json", g)
+    assert code == 2 and "namespace 'research' is not in" in err
+
+
+def test_without_cluster_state_an_input_namespace_decides_opt_in_and_others_are_opted_in(tmp_path):
+    f = write(tmp_path / "in.yaml", namespace("batch"), pod(ns="batch"),
+              namespace("ml", **{"rdma-webhook.io/injection": "enabled"}), pod(ns="ml"), pod(ns="elsewhere"),
+              namespace("half", **{"rdma-webhook.io/injection": "disabled"}), pod(ns="half"))
+    code, out, err = review("--policy", "erdma", "--output", "json", f)
+    assert code == 0, err
+    assert err == NO_STATE  # no note: there is no cluster-state to override
+    outcomes = [(r["kind"], r["outcome"]) for r in records(out)]
+    assert outcomes == [("Namespace", "not-checked"), ("Pod", "skipped"), ("Namespace", "not-checked"),
+                        ("Pod", "mutated"), ("Pod", "mutated"), ("Namespace", "not-checked"), ("Pod", "skipped")]
+
+
+def test_review_state_lookups():
+    from webhook.cluster.state import AssumedClusterState, FileClusterState
+
+    base = FileClusterState.from_file(STATE)
+    st = review_scope.ReviewState(base, assumed=False)
+    assert st.known("ml-training") and not st.known("research") and st.notes == []
+    assert st.opted_in("ml-training") and not st.opted_in("research")
+    st.add(namespace("research", **{"rdma-webhook.io/injection": "enabled"}), "in.yaml#1", STATE)
+    assert st.known("research") and st.opted_in("research") and st.notes == []
+    st.add(namespace("ml-training"), "in.yaml#2", STATE)
+    assert st.notes == [f"note: in.yaml#2: Namespace 'ml-training' in the input is used instead of the one in "
+                        f"{STATE} (its labels decide opt-in and policy)"]
+    assert st.namespace("ml-training").labels == {"kubernetes.io/metadata.name": "ml-training"} and not st.opted_in("ml-training")
+    assert st.namespace("llm-serving").labels["rdma-webhook.io/injection"] == "enabled"
+    assert st.attachments() is base.attachments()
+    assert st.claims() is None
+    assumed = review_scope.ReviewState(AssumedClusterState(), assumed=True)
+    assert not assumed.known("anything") and assumed.opted_in("anything")
+    assumed.add(namespace("ml-training"), "x", None)
+    assert assumed.notes == [] and assumed.known("ml-training") and not assumed.opted_in("ml-training")
+
+
+# -- what is read: files, folders, stdin, Lists, kustomize trees -------------------------------------------
+
+def test_documents_of_a_list_stdin_and_empty_documents(tmp_path, monkeypatch):
+    f = tmp_path / "l.yaml"
+    f.write_text("---\n---\napiVersion: v1\nkind: PodList\nitems: [{kind: Pod}, {kind: Service}]\n---\n"
+                 "kind: List\nitems: 3\n---\nkind: Listing\nitems: [1]\n---\n- a\n")
+    assert review_input.documents(str(f)) == [{"kind": "Pod"}, {"kind": "Service"}, {"kind": "List", "items": 3},
+                                              {"kind": "Listing", "items": [1]}, ["a"]]
+    monkeypatch.setattr(sys, "stdin", io.StringIO('{"kind": "Pod", "metadata": {"name": "j"}}'))
+    assert review_input.documents("-") == [{"kind": "Pod", "metadata": {"name": "j"}}]
+
+
+def test_an_unreadable_file_says_why(tmp_path):
+    missing = str(tmp_path / "missing.yaml")
+    with pytest.raises(review_input.InputError) as exc:
+        review_input.documents(missing)
+    assert str(exc.value) == f"{missing}: cannot read: No such file or directory"
+    latin = tmp_path / "latin.yaml"
+    latin.write_bytes(b"kind: Pod\nname: caf\xe9\n")
+    with pytest.raises(review_input.InputError) as exc:
+        review_input.documents(str(latin))
+    assert str(exc.value).startswith(f"{latin}: cannot read: 'utf-8' codec can't decode byte 0xe9")
+    code, out, err = review("--policy", "erdma", "--output", "json", missing)
+    assert code == 2
+    assert records(out) == [{"file": missing, "document": 0, "kind": None, "apiVersion": None, "objectKind": None,
+                             "namespace": None, "name": None, "outcome": "error", "allowed": False, "policy": None,
+                             "rules": [], "messages": [f"{missing}: cannot read: No such file or directory"],
+                             "warnings": [], "templates": []}]
+
+
+def test_invalid_yaml_hints_at_a_template_only_when_it_holds_a_placeholder(tmp_path):
+    plain = tmp_path / "plain.yaml"
+    plain.write_text("kind: Pod\nmetadata: {name: [\n")
+    with pytest.raises(review_input.InputError) as exc:
+        review_input.documents(str(plain))
+    assert str(exc.value).startswith(f"{plain}: not valid YAML or JSON: ") and "placeholder" not in str(exc.value)
+    helm = tmp_path / "helm.yaml"
+    helm.write_text("kind: Pod\nspec:\n  replicas: {{ .Values.replicas }}\n")
+    with pytest.raises(review_input.InputError) as exc:
+        review_input.documents(str(helm))
+    assert str(exc.value).endswith(
+        " (it holds a template placeholder such as {{ ... }}: render the template first, e.g. helm template, "
+        "or quote the value)")
+    assert str(exc.value).startswith(f"{helm}: not valid YAML or JSON: ")
+
+
+def test_input_files_walks_folders_for_manifests_only_and_sorts(tmp_path):
+    top = tmp_path / "k8s"
+    for name in ("b.yaml", "a.yml", "c.json", "d.txt", "Kustomization.bak", "sub/z.yaml", "sub/README.md",
+                 ".hidden.yaml", "zz/Kustomization"):
+        (top / name).parent.mkdir(parents=True, exist_ok=True)
+        (top / name).write_text("{}\n")
+    files, trees = review_input.input_files([str(top), "-", str(tmp_path / "x.yaml")])
+    assert files == [str(top / n) for n in ("a.yml", "b.yaml", "c.json", "sub/z.yaml", "zz/Kustomization")] + \
+        ["-", str(tmp_path / "x.yaml")]
+    assert trees == {str(top / "zz" / "Kustomization"): str(top / "zz" / "Kustomization")}
+
+
+def test_kustomize_trees_map_each_file_to_the_outermost_kustomization(tmp_path):
+    top = tmp_path / "deploy"
+    for name in ("plain.yaml", "base/kustomization.yml", "base/job.yaml", "base/Kustomization",
+                 "base/inner/kustomization.yaml", "base/inner/patch.yaml", "overlay/kustomization.yaml",
+                 "overlay/x/y.yaml", "baseline/z.yaml"):
+        (top / name).parent.mkdir(parents=True, exist_ok=True)
+        (top / name).write_text("{}\n")
+    files, trees = review_input.input_files([str(top)])
+    base = str(top / "base" / "kustomization.yml")  # the first name of KUSTOMIZATION_FILES found
+    overlay = str(top / "overlay" / "kustomization.yaml")
+    assert trees == {str(top / "base" / "Kustomization"): base, str(top / "base" / "inner" / "kustomization.yaml"): base,
+                     str(top / "base" / "inner" / "patch.yaml"): base, str(top / "base" / "job.yaml"): base,
+                     str(top / "base" / "kustomization.yml"): base,
+                     str(top / "overlay" / "kustomization.yaml"): overlay, str(top / "overlay" / "x" / "y.yaml"): overlay}
+    assert str(top / "plain.yaml") in files and str(top / "baseline" / "z.yaml") in files
+    # a kustomization file named as an argument is its own tree; other names are not
+    k = str(top / "overlay" / "kustomization.yaml")
+    assert review_input.input_files([k, str(top / "plain.yaml")]) == ([k, str(top / "plain.yaml")], {k: k})
+    assert review_input.input_files(["-"]) == (["-"], {})
+
+
+def test_a_kustomize_tree_is_not_checked_unless_a_file_carries_the_label(tmp_path):
+    top = tmp_path / "kust"
+    write(top / "kustomization.yaml", {"apiVersion": "kustomize.config.k8s.io/v1beta1", "kind": "Kustomization",
+                                       "resources": ["svc.yaml"]})
+    write(top / "svc.yaml", {"apiVersion": "v1", "kind": "Service", "metadata": {"name": "s"}})
+    code, out, err = review("--policy", "erdma", "--output", "json", str(top))
+    assert code == 0, err
+    why = (f"part of a kustomize tree ({top}/kustomization.yaml): its files are bases and patches, not the objects "
+           f"the cluster gets; render it first: kubectl kustomize {top} | rdma-webhook review -")
+    assert [(r["outcome"], r["messages"]) for r in records(out)] == [("not-checked", [why])] * 2
+    write(top / "job.yaml", pod())
+    code, out, err = review("--policy", "erdma", "--output", "json", str(top))
+    assert code == 2 and f"error: {top}/job.yaml: {why}\n" in err
+    assert review_input.kustomize_message("kustomization.yaml") == (
+        "part of a kustomize tree (kustomization.yaml): its files are bases and patches, not the objects the cluster "
+        "gets; render it first: kubectl kustomize . | rdma-webhook review -")
+
+
+def test_is_kustomization():
+    k = {"apiVersion": "kustomize.config.k8s.io/v1beta1", "kind": "Kustomization"}
+    assert review_input.is_kustomization(k)
+    assert review_input.is_kustomization({**k, "kind": "Component", "apiVersion": "kustomize.config.k8s.io/v1alpha1"})
+    assert not review_input.is_kustomization({**k, "kind": "Kustomize"})
+    assert not review_input.is_kustomization({**k, "apiVersion": "kustomize.toolkit.fluxcd.io/v1"})
+    assert not review_input.is_kustomization({"kind": "Kustomization"})
+    assert not review_input.is_kustomization([k])
+
+
+def test_walk_skips_hidden_and_sorts_and_walks_a_folder_once(tmp_path):
+    for name in ("b/x.yaml", "a/y.yaml", ".git/z.yaml", "a/.h.yaml", "a/b.yaml"):
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text("{}")
+    os.symlink(tmp_path / "a", tmp_path / "c")
+    (tmp_path / "d").mkdir()
+    (tmp_path / "d" / "w.yaml").write_text("{}")
+    os.symlink(tmp_path / "a", tmp_path / "b" / "again")
+    walked = [(os.path.relpath(r, tmp_path), f) for r, f in review_input._walk(str(tmp_path))]
+    # b/again and c are a again: skipped, and the walk goes on to d
+    assert walked == [(".", []), ("a", ["b.yaml", "y.yaml"]), ("b", ["x.yaml"]), ("d", ["w.yaml"])]
+
+
+# -- bad input in a template that would be checked -------------------------------------------------------
+
+def problems(template: dict, path: str = "spec.template") -> list[str]:
+    return review_input.template_problems(path, template)
+
+
+def test_numbers_booleans_and_nulls_in_commands_and_env(tmp_path):
+    c = container("trainer", command=["mpirun", "-np", 16, True, False, 1.5, None],
+                  args=["--x", 2], env=[{"name": "NCCL_IB_DISABLE", "value": 1}, {"name": "A", "value": True},
+                                        {"name": "B", "value": False}, {"value": 2.5}, {"name": "C", "value": None},
+                                        {"name": "D"}, "junk", {"name": 7, "value": 3}])
+    got = problems({"spec": {"containers": [c]}})
+    w = "spec.template, container trainer"
+    refuses = "not a string; the API server refuses such a pod and no setting after it would be read"
+    assert got == [
+        f"{w}: command[2] is 16, a number, {refuses}: quote it ('16')",
+        f"{w}: command[3] is True, a boolean, {refuses}: quote it ('true')",
+        f"{w}: command[4] is False, a boolean, {refuses}: quote it ('false')",
+        f"{w}: command[5] is 1.5, a number, {refuses}: quote it ('1.5')",
+        f"{w}: command[6] is None, null, {refuses}: quote it ('None')",
+        f"{w}: args[1] is 2, a number, {refuses}: quote it ('2')",
+        f"{w}: env[0] (NCCL_IB_DISABLE) value is 1, a number, not a string; the API server refuses such a pod: "
+        "quote it ('1')",
+        f"{w}: env[1] (A) value is True, a boolean, not a string; the API server refuses such a pod: quote it ('true')",
+        f"{w}: env[2] (B) value is False, a boolean, not a string; the API server refuses such a pod: quote it ('false')",
+        f"{w}: env[3] value is 2.5, a number, not a string; the API server refuses such a pod: quote it ('2.5')",
+        f"{w}: env[7] value is 3, a number, not a string; the API server refuses such a pod: quote it ('3')",
+    ]
+    assert review_input._describe([1]) == "[1], a list" and review_input._describe({}) == "{}, a dict"
+    assert review_input._describe("s") == "'s', a str"
+
+
+def test_placeholders_where_the_decision_reads(tmp_path):
+    c = container("trainer", command=["sh", "-c", "NCCL_NET='{{ .Values.net }}' torchrun", "FI_PROVIDER={{x}}",
+                                      "OTHER={{ y }}", "NCCL_SOCKET_IFNAME=${IFACE}"],
+                  env=[{"name": "NCCL_IB_HCA", "value": "${HCA}"}, {"name": "FI_PROVIDER", "value": "$PROVIDER"},
+                       {"name": "NVIDIA_VISIBLE_DEVICES", "value": " {{ .gpus }} "},
+                       {"name": "NCCL_DEBUG", "value": "$ NOT"}, {"name": "HOME", "value": "${HOME}"},
+                       {"name": "NCCL_ALGO", "value": "a$B"}, {"name": "NCCL_PROTO", "valueFrom": {}}])
+    t = {"metadata": {"labels": {**INJECT, "k8s.v1.cni.cncf.io/networks": "{{ .nets }}"},
+                      "annotations": {"rdma-webhook.io/policy": "${POLICY}", "k8s.v1.cni.cncf.io/networks": "$NETS",
+                                      "other": "{{ x }}"}},
+         "spec": {"initContainers": [container("setup", env=[{"name": "NCCL_NET", "value": "{{ n }}"}]),
+                                     {"image": "x", "env": [{"name": "NCCL_NET", "value": "${N}"}]}],
+                  "containers": [c, {"name": "", "env": [{"name": "NCCL_NET", "value": "${M}"}]}, "junk"]}}
+    got = problems(t, "")
+    later = "a template placeholder not filled in yet: render the manifest first"
+    reads = "is a template placeholder not filled in yet; the decision reads this variable: render the manifest first"
+    assert got == [
+        f"metadata.annotations[rdma-webhook.io/policy] is '${{POLICY}}', {later}",
+        f"metadata.annotations[k8s.v1.cni.cncf.io/networks] is '$NETS', {later}",
+        f"metadata.labels[k8s.v1.cni.cncf.io/networks] is '{{{{ .nets }}}}', {later}",
+        f"container trainer: command[2] sets NCCL_NET='{{{{ .Values.net }}}}, {later}",
+        f"container trainer: command[3] sets FI_PROVIDER={{{{x}}}}, {later}",
+        f"container trainer: env[0] (NCCL_IB_HCA) value '${{HCA}}' {reads}",
+        f"container trainer: env[1] (FI_PROVIDER) value '$PROVIDER' {reads}",
+        f"container trainer: env[2] (NVIDIA_VISIBLE_DEVICES) value ' {{{{ .gpus }}}} ' {reads}",
+        f"containers[1]: env[0] (NCCL_NET) value '${{M}}' {reads}",
+        f"init container setup: env[0] (NCCL_NET) value '{{{{ n }}}}' {reads}",
+        f"initContainers[1]: env[0] (NCCL_NET) value '${{N}}' {reads}",
+    ]
+    assert problems(t, "spec.x")[0].startswith("spec.x, metadata.annotations[")
+
+
+def test_quantities_that_are_not_ones():
+    limits = {"nvidia.com/gpu": "", "rdma/ib": "{{ .n }}", "cpu": "lots", "memory": "inf", "a/b": "$N",
+              "ok": "8", "ok2": 8, "ok3": "500m"}
+    t = {"spec": {"containers": [{"name": "c", "resources": {"limits": limits, "requests": {"x/y": None}}}]}}
+    assert problems(t) == [
+        "spec.template, container c: resources.limits[nvidia.com/gpu] is empty: give a quantity such as 8 "
+        "(an unrendered template?)",
+        "spec.template, container c: resources.limits[rdma/ib] is '{{ .n }}', a template placeholder ({{ .n }}) not "
+        "filled in yet: render the manifest first",
+        "spec.template, container c: resources.limits[cpu] is 'lots', not a quantity (such as 8, 500m or 64Gi): "
+        "fix the value",
+        "spec.template, container c: resources.limits[memory] is 'inf', not a finite quantity: fix the value",
+        "spec.template, container c: resources.limits[a/b] is '$N', a template placeholder ($N) not filled in yet: "
+        "render the manifest first",
+        "spec.template, container c: resources.requests[x/y] is empty: give a quantity such as 8 "
+        "(an unrendered template?)",
+    ]
+
+
+@pytest.mark.parametrize("template", [None, [], {"metadata": [], "spec": []}, {"spec": {"containers": {}}},
+                                      {"metadata": {"labels": [], "annotations": None},
+                                       "spec": {"containers": [{"name": "c", "command": "x", "env": {},
+                                                                "resources": {"limits": [], "requests": "x"}}]}},
+                                      {"spec": {"containers": [{"name": "c", "resources": []}]}}])
+def test_shapes_that_hold_nothing_to_check(template):
+    assert problems(template) == []
+
+
+def test_bad_input_through_review_names_file_template_container_and_field(tmp_path):
+    job = pytorchjob("bad", env=[{"name": "NCCL_IB_HCA", "value": "{{ .Values.hca }}"}])
+    f = write(tmp_path / "job.yaml", job)
+    code, out, err = review("--policy", "erdma", "--output", "json", f)
+    assert code == 2
+    msg = ("env[0] (NCCL_IB_HCA) value '{{ .Values.hca }}' is a template placeholder not filled in yet; the decision "
+           "reads this variable: render the manifest first")
+    expected = (f"spec.pytorchReplicaSpecs.Master.template, container pytorch: {msg}; "
+                f"spec.pytorchReplicaSpecs.Worker.template, container pytorch: {msg}")
+    assert err == NO_STATE + f"error: {f}: {expected}\n"
+    (rec,) = records(out)
+    assert rec["messages"] == [expected] and rec["outcome"] == "error"
+    # a pod: no template path before the container
+    g = write(tmp_path / "pod.yaml", pod(containers=[container(env=[{"name": "NCCL_NET", "value": 0}])]))
+    code, out, err = review("--policy", "erdma", "--cluster-state", STATE, g)
+    assert code == 2 and out == ""
+    assert err == (f"error: {g}: container main: env[0] (NCCL_NET) value is 0, a number, not a string; the API server "
+                   "refuses such a pod: quote it ('0')\n")
+
+
+# -- review.py: what is checked and what is not -------------------------------------------------------
+
+# Every kind `review` knows to hold no pods (review.COMPANION_KINDS), written out here.
+COMPANIONS = [
+    "Namespace", "Service", "Endpoints", "EndpointSlice", "ConfigMap", "Secret", "ServiceAccount",
+    "PersistentVolume", "PersistentVolumeClaim", "StorageClass", "VolumeAttachment", "CSIDriver", "LimitRange",
+    "ResourceQuota", "PriorityClass", "RuntimeClass", "Ingress", "IngressClass", "NetworkPolicy",
+    "PodDisruptionBudget", "HorizontalPodAutoscaler", "Role", "RoleBinding", "ClusterRole", "ClusterRoleBinding",
+    "CustomResourceDefinition", "APIService", "MutatingWebhookConfiguration", "ValidatingWebhookConfiguration",
+    "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding", "Lease", "CertificateSigningRequest",
+    "FlowSchema", "PriorityLevelConfiguration", "Event",
+    "DeviceClass", "ResourceClaimTemplate", "ResourceClaim", "ResourceSlice",
+    "ResourceFlavor", "ClusterQueue", "LocalQueue", "WorkloadPriorityClass", "AdmissionCheck", "Topology",
+    "Cohort", "ProvisioningRequestConfig", "MultiKueueConfig", "MultiKueueCluster",
+    "Queue", "PodGroup", "NetworkAttachmentDefinition", "Gateway", "GatewayClass", "HTTPRoute", "GRPCRoute",
+    "Certificate", "Issuer", "ClusterIssuer", "ServiceMonitor", "PodMonitor", "PrometheusRule", "Kustomization",
+    "ScaledObject", "TriggerAuthentication", "WorkflowEventBinding", "EventSource", "Sensor",
+    "RdmaPolicy",
+]
+
+
+@pytest.mark.parametrize("strict", [(), ("--strict",)])
+def test_every_companion_kind_holds_no_pods_even_with_strict(tmp_path, strict):
+    f = write(tmp_path / "companions.yaml",
+              *({"apiVersion": "example.com/v1", "kind": k, "metadata": {"name": k.lower()}} for k in COMPANIONS))
+    code, out, err = review("--policy", "erdma", "--cluster-state", STATE, *strict, f)
+    assert code == 0 and out == ""
+    assert err.splitlines() == [f"{f}#{i}: {k}: not checked (holds no pods)" for i, k in enumerate(COMPANIONS, 1)]
+
+
+def test_what_is_not_a_pod_is_said_on_stderr_and_strict_refuses_it(tmp_path):
+    docs = [{"apiVersion": "example.com/v1", "kind": "Gadget", "metadata": {"name": "g"},
+             "spec": {"template": {"metadata": {"labels": dict(INJECT)}}}},
+            {"apiVersion": "example.com/v1", "kind": "Widget", "metadata": {"name": "w"}},
+            {"apiVersion": "v1"}, {"name": "x", "replicas": 2},
+            {"apiVersion": "kustomize.config.k8s.io/v1beta1", "kind": "Kustomization"},
+            tiny(),
+            {"apiVersion": "v1", "kind": "Service", "metadata": {"name": "s"}}]
+    f = write(tmp_path / "in.yaml", *docs)
+    kust = (f"part of a kustomize tree ({f}#5): its files are bases and patches, not the objects the cluster gets; "
+            f"render it first: kubectl kustomize {tmp_path} | rdma-webhook review -")
+    labelled = ("unknown kind that carries pod templates labelled rdma-webhook.io/inject: the pods it makes are not "
+                "checked here (review them as they are made, or use --strict to fail)")
+    code, out, err = review("--policy", "erdma", "--cluster-state", STATE, f)
+    assert code == 0 and out == ""
+    assert err.splitlines() == [
+        f"{f}#1: Gadget: not checked ({labelled})",
+        f"{f}#2: Widget: not checked (unknown kind: pods it may create are not checked)",
+        f"{f}#3: not checked (not a Kubernetes object (no kind))",
+        f"{f}#4: not checked (not a Kubernetes object (no apiVersion, no kind))",
+        f"{f}#5: Kustomization: not checked ({kust})",
+        f"{f}#6: RdmaPolicy: not checked (holds no pods; a policy in force for this review)",
+        f"{f}#7: Service: not checked (holds no pods)"]
+    code, out, err = review("--policy", "erdma", "--cluster-state", STATE, "--strict", "--output", "json", f)
+    assert code == 2
+    refuses = "--strict refuses what it cannot check"
+    assert err.splitlines() == [
+        f"error: {f}#1: {labelled} ('Gadget', 'example.com/v1'); {refuses}",
+        f"error: {f}#2: unknown kind: pods it may create are not checked ('Widget', 'example.com/v1'); {refuses}",
+        f"error: {f}#3: not a Kubernetes object (no kind) (None, 'v1'); {refuses}",
+        f"error: {f}#5: {kust} ('Kustomization', 'kustomize.config.k8s.io/v1beta1'); {refuses}"]
+    recs = records(out)
+    assert [(r["document"], r["outcome"], r["allowed"]) for r in recs] == [
+        (1, "error", False), (2, "error", False), (3, "error", False), (4, "not-checked", True), (5, "error", False),
+        (6, "not-checked", True), (7, "not-checked", True)]
+    assert recs[1]["messages"] == [f"unknown kind: pods it may create are not checked ('Widget', 'example.com/v1'); "
+                                   f"{refuses}"]
+    assert recs[1]["kind"] == "Widget" and recs[1]["apiVersion"] == "example.com/v1" and recs[1]["name"] == "w"
+    assert recs[3]["messages"] == ["not a Kubernetes object (no apiVersion, no kind)"]
+
+
+def test_an_unknown_kind_without_the_label_is_not_said_to_carry_it(tmp_path):
+    f = write(tmp_path / "in.yaml", {"apiVersion": "example.com/v1", "kind": "Gadget",
+                                     "spec": {"template": {"metadata": {"labels": {"app": "x"}}}}})
+    code, out, err = review("--policy", "erdma", "--cluster-state", STATE, "--output", "json", f)
+    assert code == 0 and err == ""
+    assert records(out)[0]["messages"] == ["unknown kind: pods it may create are not checked"]
+
+
+def test_documents_that_are_no_objects_and_reviews_without_a_uid_are_bad_input(tmp_path):
+    f = write(tmp_path / "in.yaml", ["a"], "text", 3,
+              {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": {"uid": ""}},
+              {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": "x"},
+              {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview"})
+    code, out, err = review("--policy", "erdma", "--cluster-state", STATE, "--output", "json", f)
+    assert code == 2
+    assert err.splitlines() == [
+        f"error: {f}#1: expected a Kubernetes object or an AdmissionReview, found a list",
+        f"error: {f}#2: expected a Kubernetes object or an AdmissionReview, found a str",
+        f"error: {f}#3: expected a Kubernetes object or an AdmissionReview, found a int",
+        f"error: {f}#4: AdmissionReview without request.uid",
+        f"error: {f}#5: AdmissionReview without request.uid",
+        f"error: {f}#6: AdmissionReview without request.uid"]
+    recs = records(out)
+    assert [r["messages"] for r in recs][:2] == [["expected a Kubernetes object or an AdmissionReview, found a list"],
+                                                 ["expected a Kubernetes object or an AdmissionReview, found a str"]]
+    assert [(r["kind"], r["apiVersion"], r["outcome"], r["document"]) for r in recs] == [
+        (None, None, "error", 1), (None, None, "error", 2), (None, None, "error", 3),
+        ("AdmissionReview", "admission.k8s.io/v1", "error", 4), ("AdmissionReview", "admission.k8s.io/v1", "error", 5),
+        ("AdmissionReview", "admission.k8s.io/v1", "error", 6)]
+
+
+def admission_review(obj: dict, operation: str = "CREATE", namespace: str | None = "ml-training",
+                     kind: object = None) -> dict:
+    req = {"uid": "u-1", "kind": {"group": "", "version": "v1", "kind": "Pod"} if kind is None else kind,
+           "resource": {"group": "", "version": "v1", "resource": "pods"}, "operation": operation, "object": obj}
+    if namespace is not None:
+        req["namespace"] = namespace
+    return {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": req}
+
+
+def test_an_admission_review_is_recorded_by_its_object(tmp_path):
+    p = pod("ar-pod", ns="llm-serving")
+    q = pod(ns=None)
+    del q["metadata"]["name"]
+    q["metadata"]["generateName"] = "gen-"
+    f = write(tmp_path / "in.yaml", admission_review(p), admission_review(p, namespace=None),
+              admission_review(q, namespace=None, kind="Pod"))
+    code, out, err = review("--policy", "erdma", "--cluster-state", STATE, "--output", "json", f)
+    assert code == 1 and err == ""
+    recs = records(out)
+    # the request's namespace, else the object's; a request that names none is not put in `default`
+    assert [(r["kind"], r["objectKind"], r["namespace"], r["name"], r["outcome"], r["rules"]) for r in recs] == [
+        ("AdmissionReview", "Pod", "ml-training", "ar-pod", "mutated", []),
+        ("AdmissionReview", "Pod", "llm-serving", "ar-pod", "mutated", []),
+        ("AdmissionReview", None, None, "gen-", "denied", ["namespace-unknown"])]
+    assert recs[0]["apiVersion"] == "admission.k8s.io/v1" and recs[0]["file"] == f and recs[2]["document"] == 3
+
+
+def test_an_update_is_not_checked_for_bad_input_a_create_is(tmp_path):
+    p = pod(containers=[container(env=[{"name": "NCCL_NET", "value": "{{ x }}"}])])
+    f = write(tmp_path / "in.yaml", admission_review(p, operation="UPDATE"))
+    code, out, err = review("--policy", "erdma", "--cluster-state", STATE, "--output", "json", f)
+    assert code == 0 and err == ""
+    (rec,) = records(out)
+    assert (rec["outcome"], rec["messages"]) == ("skipped", ["operation UPDATE: only CREATE is considered"])
+    g = write(tmp_path / "in2.yaml", admission_review(p))
+    code, out, err = review("--policy", "erdma", "--cluster-state", STATE, "--output", "json", g)
+    assert code == 2
+    assert err == (f"error: {g}: container main: env[0] (NCCL_NET) value '{{{{ x }}}}' is a template placeholder not "
+                   "filled in yet; the decision reads this variable: render the manifest first\n")
+
+
+def test_output_review_prints_each_answer_with_the_uid_review_made(tmp_path):
+    f = write(tmp_path / "in.yaml", pod(), pod("bad", containers=[container(env=IB_DISABLE)]),
+              {"apiVersion": "v1", "kind": "Service", "metadata": {"name": "s"}})
+    code, out, err = review("--policy", "erdma", "--cluster-state", STATE, f)
+    assert code == 1
+    answers = json.loads("[" + out.replace("}\n{", "},\n{") + "]")
+    assert [a["response"]["uid"] for a in answers] == [f"review-{f}#1", f"review-{f}#2"]
+    assert [a["response"]["allowed"] for a in answers] == [True, False]
+    assert answers[0]["apiVersion"] == "admission.k8s.io/v1" and answers[0]["kind"] == "AdmissionReview"
+    assert out.startswith('{\n  "apiVersion": "admission.k8s.io/v1",\n  "kind": "AdmissionReview",\n  "response": {\n')
+    assert err == f"{f}#3: Service: not checked (holds no pods)\n"
+    # one document: the file's name alone
+    g = write(tmp_path / "one.yaml", pod())
+    code, out, err = review("--policy", "erdma", "--cluster-state", STATE, g)
+    assert code == 0 and json.loads(out)["response"]["uid"] == f"review-{g}"
+
+
+def test_the_exit_status_is_bad_input_over_denied_whatever_the_order(tmp_path):
+    denied = pod("bad", containers=[container(env=IB_DISABLE)])
+    error = pod("err", containers=[container(gpus="")])
+    for docs, status in (([denied], 1), ([denied, error], 2), ([error, denied], 2), ([pod(), denied, pod()], 1)):
+        f = write(tmp_path / "in.yaml", *docs)
+        code, out, err = review("--policy", "erdma", "--cluster-state", STATE, "--output", "json", f)
+        assert code == status, (docs, err)
+
+
+def test_a_cluster_state_that_cannot_be_read_is_bad_input(tmp_path):
+    f = write(tmp_path / "in.yaml", pod())
+    missing = str(tmp_path / "nope.yaml")
+    code, out, err = review("--policy", "erdma", "--cluster-state", missing, "--explain", f)
+    assert code == 2 and out == ""
+    assert err.startswith("error: ") and missing in err and err.count("\n") == 1
+
+
+def test_the_namespace_of_objects_that_name_none(tmp_path):
+    f = write(tmp_path / "in.yaml", pod("a", ns=None), pod("b", ns="llm-serving"))
+    code, out, err = review("--policy", "erdma", "--cluster-state", STATE, "--namespace", "ml-training",
+                            "--output", "json", f)
+    assert code == 0, err
+    assert [(r["namespace"], r["outcome"]) for r in records(out)] == [("ml-training", "mutated"), ("llm-serving", "mutated")]
+    code, out, err = review("--policy", "erdma", "--cluster-state", STATE, "--output", "json", f)
+    assert code == 2
+    assert err.splitlines()[0] == (
+        f"error: {f}#1: namespace 'default' is not in {STATE}: add it to the cluster-state file (kubectl get "
+        f"namespace default -o yaml >> {STATE}) or to the input, or name another with --namespace for objects that "
+        "name none")
+    assert records(out)[0]["messages"][0].startswith("namespace 'default' is not in ")
+    # without a cluster-state, `default` is assumed opted in
+    code, out, err = review("--policy", "erdma", "--output", "json", f)
+    assert code == 0 and [r["namespace"] for r in records(out)] == ["default", "llm-serving"]
+
+
+def test_a_pod_not_labelled_in_a_namespace_missing_from_the_state_is_not_bad_input(tmp_path):
+    p = pod("plain", ns="elsewhere", labels={"app": "x"})
+    f = write(tmp_path / "in.yaml", p)
+    code, out, err = review("--policy", "erdma", "--cluster-state", STATE, "--output", "json", f)
+    assert code == 0 and err == ""
+    assert records(out)[0]["outcome"] == "skipped"
+
+
+def test_a_cluster_scoped_workload_has_no_namespace_and_is_checked_for_bad_input(tmp_path):
+    cwt = {"apiVersion": "argoproj.io/v1alpha1", "kind": "ClusterWorkflowTemplate", "metadata": {"name": "nccl"},
+           "spec": {"templates": [{"name": "run", "metadata": {"labels": dict(INJECT)},
+                                   "container": container("trainer", env=[{"name": "NCCL_NET", "value": 1}])}]}}
+    f = write(tmp_path / "in.yaml", cwt)
+    code, out, err = review("--policy", "erdma", "--cluster-state", STATE, "--namespace", "team", "--output", "json", f)
+    assert code == 2
+    assert err == (f"error: {f}: spec.templates[run], container main: env[0] (NCCL_NET) value is 1, a number, "
+                   "not a string; the API server refuses such a pod: quote it ('1')\n")
+    (rec,) = records(out)
+    assert rec["namespace"] is None and rec["name"] == "nccl"
