@@ -911,3 +911,235 @@ def test_a_cluster_scoped_workload_has_no_namespace_and_is_checked_for_bad_input
                    "not a string; the API server refuses such a pod: quote it ('1')\n")
     (rec,) = records(out)
     assert rec["namespace"] is None and rec["name"] == "nccl"
+
+
+# -- what the input gives the decision: runtimes, ConfigMaps, DRA objects, in the namespace they name --------
+
+def trainjob_with_runtime() -> list[dict]:
+    """tests/manifests/allowed/trainjob-own-runtime.yaml (a TrainingRuntime and its TrainJob) with no
+    namespaces: both go where --namespace says."""
+    docs = [d for d in yaml.safe_load_all((ROOT / "tests" / "manifests" / "allowed" / "trainjob-own-runtime.yaml")
+                                          .read_text()) if d]
+    for d in docs:
+        d["metadata"].pop("namespace", None)
+    return docs
+
+
+@pytest.mark.parametrize("ns", [("--namespace", "team"), ()])
+def test_a_trainjob_finds_its_runtime_in_the_namespace_objects_are_put_in(tmp_path, ns):
+    f = write(tmp_path / "tj.yaml", *trainjob_with_runtime())
+    code, out, err = review("--policy", "erdma", "--output", "json", *ns, f)
+    assert code == 0, err
+    assert [(r["kind"], r["namespace"], r["outcome"]) for r in records(out)][:2] == [
+        ("TrainingRuntime", ns[1] if ns else "default", "mutated"), ("TrainJob", ns[1] if ns else "default", "mutated")]
+
+
+def test_a_trainjob_whose_runtime_is_not_given_is_bad_input(tmp_path):
+    f = write(tmp_path / "tj.yaml", trainjob_with_runtime()[1])
+    code, out, err = review("--policy", "erdma", "--output", "json", "--namespace", "team", f)
+    assert code == 2
+    msg = ("runtime TrainingRuntime 'deepspeed-erdma' in namespace 'team' is not known, so the pods of this TrainJob "
+           "cannot be checked (give the runtime in the input, or in --cluster-state)")
+    assert err == NO_STATE + f"error: {f}: {msg}\n"
+    assert records(out)[0]["messages"] == [msg]
+
+
+@pytest.mark.parametrize("ns", [("--namespace", "team"), ()])
+def test_a_script_from_a_configmap_in_the_input_is_read(tmp_path, ns):
+    cm = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "launch"},
+          "data": {"run.sh": "#!/bin/sh\nexport NCCL_IB_DISABLE=1\nexec torchrun train.py\n"}}
+    p = pod(ns=None, containers=[container(command=["bash", "/scripts/run.sh"],
+                                           volumeMounts=[{"name": "s", "mountPath": "/scripts"}])],
+            volumes=[{"name": "s", "configMap": {"name": "launch"}}])
+    f = write(tmp_path / "cm.yaml", cm, p)
+    code, out, err = review("--policy", "erdma", "--output", "json", *ns, f)
+    assert code == 1, err
+    rec = records(out)[1]
+    assert rec["rules"] == ["command-fallback"] and rec["namespace"] == (ns[1] if ns else "default")
+    assert "in the script /scripts/run.sh (ConfigMap 'launch') that the command runs" in rec["messages"][0]
+
+
+def dra_input(pod_namespace: str | None) -> list[dict]:
+    """tests/test_dra.py's EFA pod claiming an EFA DRA device under policy efa, with its DeviceClass
+    and ResourceClaimTemplate (the template naming no namespace)."""
+    import copy
+
+    from test_dra import EXAMPLES, OBJECTS
+
+    make = EXAMPLES["eks-efa-dra-template"][0]
+    p = make()
+    p["metadata"]["annotations"] = {"rdma-webhook.io/policy": "efa"}
+    if pod_namespace is None:
+        p["metadata"].pop("namespace", None)
+    else:
+        p["metadata"]["namespace"] = pod_namespace
+    objs = [copy.deepcopy(o) for o in OBJECTS if o["metadata"]["name"] in ("efa.networking.k8s.aws", "efa-32")]
+    for o in objs:
+        o["metadata"].pop("namespace", None)
+    return [*objs, p]
+
+
+MISMATCH = ("this pod claims 'efa' (DeviceClass efa.networking.k8s.aws), another fabric's RDMA NIC; policy efa "
+            "provides vpc.amazonaws.com/efa; select policy efa-dra with the annotation rdma-webhook.io/policy: "
+            "efa-dra [fabric-mismatch]")
+
+
+def test_dra_objects_in_the_input_are_put_in_the_namespace_objects_are_put_in(tmp_path):
+    # the claim template in ml-training (--namespace): the pod's claim is judged, another fabric's: denied
+    f = write(tmp_path / "a.yaml", *dra_input("ml-training"))
+    code, out, err = review("--policies", POLICIES, "--output", "json", "--namespace", "ml-training", f)
+    assert code == 1 and records(out)[-1]["messages"] == [MISMATCH]
+    # the claim template in `default`, the pod in ml-training: the claim's template is not known, not judged
+    code, out, err = review("--policies", POLICIES, "--output", "json", f)
+    assert code == 0 and records(out)[-1]["outcome"] == "mutated"
+    # both in `default`
+    g = write(tmp_path / "b.yaml", *dra_input(None))
+    code, out, err = review("--policies", POLICIES, "--output", "json", g)
+    assert code == 1 and records(out)[-1]["messages"] == [MISMATCH]
+    assert [r["outcome"] for r in records(out)[:-1]] == ["not-checked", "not-checked"]
+
+
+def test_dra_objects_of_the_cluster_state_are_read(tmp_path):
+    objs = dra_input("ml-training")
+    for o in objs[:-1]:
+        if o["kind"] == "ResourceClaimTemplate":
+            o["metadata"]["namespace"] = "ml-training"
+    state = tmp_path / "state.yaml"
+    state.write_text(Path(STATE).read_text() + "\n---\n" + yaml.safe_dump_all(objs[:-1]))
+    f = write(tmp_path / "pod.yaml", objs[-1])
+    code, out, err = review("--policies", POLICIES, "--cluster-state", str(state), "--output", "json", f)
+    assert code == 1, err
+    assert records(out)[0]["messages"] == [MISMATCH]
+    code, out, err = review("--policies", POLICIES, "--cluster-state", STATE, "--output", "json", f)
+    assert code == 0 and records(out)[0]["outcome"] == "mutated"
+
+
+# -- a catalogue policy named but not in force -------------------------------------------------------------
+
+def test_a_catalogue_policy_named_by_the_pod_or_its_namespace_but_not_in_force_says_how_to_add_it(tmp_path):
+    hint = "policy {0!r} is in the shipped catalogue but not in force for this review: add --policy {0}"
+    research = namespace("research", **{"rdma-webhook.io/injection": "enabled", "rdma-webhook.io/policy": "ib-shared"})
+    f = write(tmp_path / "in.yaml", pod("a", ns=None, annotations={"rdma-webhook.io/policy": "efa"}), research,
+              pod("b", ns="research"), pod("c", ns="research", annotations={"rdma-webhook.io/policy": "ib-shared"}),
+              pod("d", annotations={"rdma-webhook.io/policy": "my-own"}),
+              pod("e", ns="research", annotations={"rdma-webhook.io/policy": "efa"}))
+    code, out, err = review("--policy", "erdma", "--output", "json", "--namespace", "team", f)
+    assert code == 1
+    recs = records(out)
+    assert recs[0]["messages"] == ["annotation rdma-webhook.io/policy='efa' names no policy (known: erdma); fix the "
+                                   "annotation [no-policy]", hint.format("efa")]
+    assert recs[0]["namespace"] == "team"
+    assert recs[2]["messages"] == ["namespace 'research' label rdma-webhook.io/policy='ib-shared' names no policy; "
+                                   "ask the platform team to fix the label [no-policy]", hint.format("ib-shared")]
+    assert recs[3]["messages"][1:] == [hint.format("ib-shared")]  # named twice, said once
+    assert recs[4]["messages"] == ["annotation rdma-webhook.io/policy='my-own' names no policy (known: erdma); fix "
+                                   "the annotation [no-policy]"]
+    assert recs[5]["messages"][1:] == [hint.format("efa"), hint.format("ib-shared")]
+    # with the catalogue in force, nothing to add
+    code, out, err = review("--policies", POLICIES, "--output", "json", f)
+    assert code == 1
+    assert not any("not in force" in m for r in records(out) for m in r["messages"])
+
+
+def test_no_hint_when_the_named_policy_is_in_force(tmp_path):
+    f = write(tmp_path / "in.yaml", namespace("research", **{"rdma-webhook.io/injection": "enabled",
+                                                             "rdma-webhook.io/policy": "erdma"}),
+              pod("a", ns="research", annotations={"rdma-webhook.io/policy": "ib-shared"}))
+    code, out, err = review("--policy", "erdma", "--output", "json", f)
+    assert code == 1
+    assert records(out)[1]["messages"][1:] == [
+        "policy 'ib-shared' is in the shipped catalogue but not in force for this review: add --policy ib-shared"]
+
+
+# -- colour, the Trainer release, Namespace documents that are not -------------------------------------------
+
+class TTY(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+@pytest.mark.parametrize("colour, tty, no_color, coloured", [
+    ("auto", False, None, False), ("auto", True, None, True), ("auto", True, "1", False), ("auto", True, "", True),
+    ("never", True, None, False), ("always", False, "1", True)])
+def test_colour_auto_is_on_a_terminal_without_no_color(tmp_path, monkeypatch, colour, tty, no_color, coloured):
+    from webhook.cli.main import main
+
+    if no_color is None:
+        monkeypatch.delenv("NO_COLOR", raising=False)
+    else:
+        monkeypatch.setenv("NO_COLOR", no_color)
+    f = write(tmp_path / "in.yaml", pod())
+    out = TTY() if tty else io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(io.StringIO()):
+        code = main(["review", "--policy", "erdma", "--cluster-state", STATE, "--explain", "--color", colour, f])
+    assert code == 0
+    assert out.getvalue().startswith(esc("1", f) if coloured else f"{f}: Pod ml-training/trainer: MUTATED")
+
+
+@pytest.mark.parametrize("release", ["v2.0", "v2.3"])
+def test_the_trainer_release_is_the_one_asked_for(tmp_path, monkeypatch, release):
+    from webhook.kinds import trainer
+
+    monkeypatch.setenv(trainer.TRAINER_RELEASE_ENV, "v2.1")
+    f = write(tmp_path / "in.yaml", pod())
+    code, out, err = review("--policy", "erdma", "--cluster-state", STATE, "--trainer-release", release, f)
+    assert code == 0 and os.environ[trainer.TRAINER_RELEASE_ENV] == release
+
+
+def test_only_a_v1_namespace_with_a_name_is_used_as_cluster_state(tmp_path):
+    off = {"rdma-webhook.io/injection": "disabled"}
+    f = write(tmp_path / "in.yaml",
+              {"apiVersion": "v2", "kind": "Namespace", "metadata": {"name": "a", "labels": off}},
+              {"apiVersion": "v1", "kind": "Namespace", "metadata": {"labels": off}},
+              {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "", "labels": off}},
+              {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "c", "labels": off}},
+              pod(ns="a"), pod(ns="c"))
+    code, out, err = review("--policy", "erdma", "--output", "json", f)
+    assert code == 0, err
+    recs = records(out)
+    assert [r["outcome"] for r in recs] == ["not-checked"] * 4 + ["mutated", "skipped"]
+    assert [r["messages"][0] for r in recs[:4]] == ["holds no pods"] * 3 + [
+        "holds no pods; its labels decide opt-in and policy for the documents in it"]
+
+
+@pytest.mark.parametrize("meta", ["b", {"name": ["a"]}, {"name": {"a": 1}}, {"name": 5}, {"name": "a", "labels": ["x"]},
+                                  {"name": "a", "labels": "x"}])
+def test_a_namespace_document_the_api_server_would_refuse_is_not_used_and_does_not_crash_review(tmp_path, meta):
+    """Found by this file: such a document made `review` stop with a traceback (exit 1, which a CI
+    reads as "denied"). It is listed as holding no pods, and the namespace it names is not taken from it."""
+    f = write(tmp_path / "in.yaml", {"apiVersion": "v1", "kind": "Namespace", "metadata": meta}, pod(ns="a"))
+    code, out, err = review("--policy", "erdma", "--output", "json", f)
+    assert code == 0, err
+    assert [(r["outcome"], r["messages"]) for r in records(out)] == [("not-checked", ["holds no pods"]),
+                                                                     ("mutated", [])]
+
+
+def test_explain_of_an_unreadable_file_and_a_kustomize_tree(tmp_path):
+    missing = str(tmp_path / "missing.yaml")
+    code, out, err = review("--policy", "erdma", "--explain", "--color", "never", missing)
+    assert code == 2
+    assert out == (f"{missing}: (no kind) (unnamed): ERROR\n"
+                   f"  error {missing}: cannot read: No such file or directory\n\n")
+    top = tmp_path / "kust"
+    write(top / "kustomization.yaml", {"apiVersion": "kustomize.config.k8s.io/v1beta1", "kind": "Kustomization"})
+    write(top / "svc.yaml", {"apiVersion": "v1", "kind": "Service", "metadata": {"name": "s"}})
+    why = (f"part of a kustomize tree ({top}/kustomization.yaml): its files are bases and patches, not the objects "
+           f"the cluster gets; render it first: kubectl kustomize {top} | rdma-webhook review -")
+    code, out, err = review("--policy", "erdma", "--explain", "--color", "never", str(top))
+    assert code == 0, err
+    assert out == (f"{top}/kustomization.yaml: Kustomization (unnamed): NOT CHECKED\n  why: {why}\n\n"
+                   f"{top}/svc.yaml: Service s: NOT CHECKED\n  why: {why}\n\n")
+    code, out, err = review("--policy", "erdma", "--explain", "--color", "never", "--strict", str(top))
+    assert code == 2
+    assert out == (f"{top}/kustomization.yaml: Kustomization (unnamed): ERROR\n  error {why}\n\n"
+                   f"{top}/svc.yaml: Service s: ERROR\n  error {why}\n\n")
+    assert err == (NO_STATE + f"error: {top}/kustomization.yaml: {why}\nerror: {top}/svc.yaml: {why}\n")
+
+
+def test_a_pod_that_would_be_checked_with_no_policy_in_force_and_one_that_would_not(tmp_path):
+    f = write(tmp_path / "in.yaml", pod("plain", labels={"app": "x"}), pod())
+    code, out, err = review("--cluster-state", STATE, "--output", "json", f)
+    assert code == 2
+    recs = records(out)
+    assert recs[0]["outcome"] == "skipped" and recs[1]["outcome"] == "error"
+    assert recs[1]["messages"][0].startswith("no policy is in force, so its pods cannot be judged: choose the policies")

@@ -99,6 +99,16 @@ NO_STATE_NOTE = ("note: no --cluster-state: every namespace the input does not d
                  "clustertrainingruntimes -A -o yaml) to decide as the cluster does")
 
 
+def _is_namespace(doc: Any) -> bool:
+    """A v1 Namespace document review uses as cluster state: metadata a mapping with a non-empty
+    string name and labels a mapping (or none), as the API server takes it; any other is listed
+    as holding no pods, and not used."""
+    meta = doc.get("metadata") if isinstance(doc, dict) and doc.get("kind") == "Namespace" \
+        and doc.get("apiVersion") == "v1" else None
+    return (isinstance(meta, dict) and isinstance(meta.get("name"), str) and meta["name"] != ""
+            and isinstance(meta.get("labels") or {}, dict))
+
+
 def _labelled(templates: list[tuple[str, Any]]) -> list[tuple[str, Any]]:
     """The templates (or the pod) that carry the pod opt-in label: the ones a decision reads."""
     from webhook.core import keys
@@ -217,8 +227,7 @@ def cmd_review(args: argparse.Namespace) -> int:
                 state.dra.add(doc, args.namespace or "default")
             elif review_scope.is_policy_document(doc):
                 policy_docs.append((where, doc))
-            elif isinstance(doc, dict) and doc.get("kind") == "Namespace" and doc.get("apiVersion") == "v1" \
-                    and isinstance(doc.get("metadata"), dict) and doc["metadata"].get("name"):
+            elif _is_namespace(doc):
                 state.add(doc, where, args.cluster_state)
     policies, errors, names = review_scope.choose(args.policy or [], args.policies, policy_docs)
     if errors:
@@ -265,7 +274,7 @@ def cmd_review(args: argparse.Namespace) -> int:
                            f"are not checked here (review them as they are made, or use --strict to fail)")
                 if review_input.is_kustomization(doc):
                     why = review_input.kustomize_message(where)
-                elif kind == "Namespace" and (doc.get("metadata") or {}).get("name") in state.input:
+                elif _is_namespace(doc) and doc["metadata"]["name"] in state.input:
                     why = "holds no pods; its labels decide opt-in and policy for the documents in it"
                 elif review_scope.is_policy_document(doc):
                     why = "holds no pods; a policy in force for this review"
