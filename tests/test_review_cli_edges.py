@@ -247,8 +247,12 @@ def test_explain_of_a_workload_that_is_denied_and_one_that_is_mutated(tmp_path):
     assert clean[3:6] == ["    add  /dev/shm: memory-backed emptyDir 2Gi", "      --- before", "      +++ after"]
     assert sum(line.startswith("  spec.") for line in clean) == 2
     assert f"  {worker}: its pods would be MUTATED by policy tiny-ib" in clean
-    # the template's pod, as it would be made: its namespace in the context lines
+    # the template's pod before and after, as it would be made: its namespace and generateName in the context lines
     assert "      +    rdma-webhook.io/applied-policy: tiny-ib" in clean
+    at = clean.index("      @@ -4,6 +4,10 @@")
+    assert clean[at + 1:at + 6] == ["         labels:", "           rdma-webhook.io/inject: 'true'",
+                                    "      +    rdma-webhook.io/applied-policy: tiny-ib",
+                                    "         namespace: ml-training", "         generateName: clean-"]
 
 
 def test_explain_of_a_skipped_pod_says_why_and_shows_no_diff(tmp_path):
@@ -718,6 +722,12 @@ COMPANIONS = [
 ]
 
 
+def test_the_companion_kinds_are_these():
+    from webhook.cli import review as cli_review
+
+    assert len(COMPANIONS) == len(set(COMPANIONS)) and cli_review.COMPANION_KINDS == frozenset(COMPANIONS)
+
+
 @pytest.mark.parametrize("strict", [(), ("--strict",)])
 def test_every_companion_kind_holds_no_pods_even_with_strict(tmp_path, strict):
     f = write(tmp_path / "companions.yaml",
@@ -1143,3 +1153,115 @@ def test_a_pod_that_would_be_checked_with_no_policy_in_force_and_one_that_would_
     recs = records(out)
     assert recs[0]["outcome"] == "skipped" and recs[1]["outcome"] == "error"
     assert recs[1]["messages"][0].startswith("no policy is in force, so its pods cannot be judged: choose the policies")
+
+
+def test_explain_of_a_skipped_an_unchanged_and_a_workload_one_of_whose_templates_names_no_policy(tmp_path):
+    off = pytorchjob("off", ns="batch")
+    cpu = pytorchjob("cpu")
+    for spec in cpu["spec"]["pytorchReplicaSpecs"].values():
+        spec["template"]["spec"]["containers"][0]["resources"] = {}
+    named = pytorchjob("named")
+    named["spec"]["pytorchReplicaSpecs"]["Master"]["template"]["metadata"]["annotations"] = {
+        "rdma-webhook.io/policy": "nope"}
+    f = write(tmp_path / "in.yaml", tiny(), namespace("batch"), off, cpu, named)
+    code, out, err = review("--explain", "--color", "never", f)
+    assert code == 1, err
+    master, worker = "spec.pytorchReplicaSpecs.Master.template", "spec.pytorchReplicaSpecs.Worker.template"
+    no_gpu = ("no container requests a GPU (nvidia.com/gpu) or runs an MPI launcher, so none gets RDMA "
+              "(a pod without GPUs)")
+    nope = "annotation rdma-webhook.io/policy='nope' names no policy (known: tiny-ib); fix the annotation [no-policy]"
+    blocks = out.split("\n\n")
+    assert blocks[2] == f"{f}#3: PyTorchJob batch/off: SKIPPED\n  why: no template carries the pod opt-in label"
+    assert blocks[3] == "\n".join([
+        f"{f}#4: PyTorchJob ml-training/cpu: UNCHANGED by policy tiny-ib",
+        f"  why: {master}: {no_gpu}", f"  why: {worker}: {no_gpu}",
+        f"  {master}: its pods would be UNCHANGED by policy tiny-ib", f"    why: {no_gpu}",
+        f"  {worker}: its pods would be UNCHANGED by policy tiny-ib", f"    why: {no_gpu}"])
+    assert blocks[4].splitlines()[:5] == [
+        f"{f}#5: PyTorchJob ml-training/named: DENIED by policy tiny-ib",
+        f"  deny {master}: {nope}",
+        f"  {master}: its pods would be DENIED (denies the workload)",
+        f"    deny {nope}",
+        f"  {worker}: its pods would be MUTATED by policy tiny-ib"]
+
+
+def test_admission_reviews_of_a_service_of_a_bad_uid_and_of_a_kind_without_a_name(tmp_path):
+    svc = {"apiVersion": "v1", "kind": "Service", "metadata": {"name": "s", "namespace": "ml-training"}}
+    service = admission_review(svc, kind={"group": "", "version": "v1", "kind": "Service"})
+    service["request"]["resource"] = {"group": "", "version": "v1", "resource": "services"}
+    bad_uid = admission_review(pod())
+    bad_uid["request"]["uid"] = 705
+    not_an_object = admission_review("text", kind={"group": "batch", "version": "v1", "kind": "Job"})
+    no_kind_name = admission_review(pod(), kind={"group": ""})
+    f = write(tmp_path / "in.yaml", service, bad_uid, not_an_object, no_kind_name)
+    code, out, err = review("--policy", "erdma", "--cluster-state", STATE, "--output", "json", f)
+    assert code == 2
+    assert err == f"error: {f}#2: AdmissionReview request has no uid\n"
+    recs = records(out)
+    assert [(r["objectKind"], r["name"], r["outcome"], r["messages"], r["allowed"]) for r in recs] == [
+        ("Service", "s", "skipped", ["not a pod or workload"], True),
+        ("Pod", "trainer", "error", ["AdmissionReview request has no uid"], False),
+        ("Job", None, "skipped", ["no template carries the pod opt-in label"], True),
+        (None, "trainer", "mutated", [], True)]  # a request kind without a kind: a pod
+    assert recs[3]["policy"] == "erdma" and recs[0]["warnings"] == [] and recs[0]["policy"] is None
+    code, out, err = review("--policy", "erdma", "--cluster-state", STATE, f)
+    answers = json.loads("[" + out.replace("}\n{", "},\n{") + "]")
+    assert [a["response"]["uid"] for a in answers] == ["u-1", "u-1", "u-1"]  # a review's own uid
+
+
+def test_yaml_dates_in_documents_review_reads_as_text(tmp_path):
+    """PyYAML reads `2025-01-01` as a date, which JSON cannot hold: review looks for the opt-in
+    label in such documents all the same."""
+    top = tmp_path / "kust"
+    write(top / "kustomization.yaml", {"apiVersion": "kustomize.config.k8s.io/v1beta1", "kind": "Kustomization"})
+    (top / "job.yaml").write_text("apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: c\n  annotations:\n"
+                                  "    created: 2025-01-01\ndata: {a: b}\n")
+    (tmp_path / "gadget.yaml").write_text("apiVersion: example.com/v1\nkind: Gadget\nmetadata:\n  name: g\nspec:\n"
+                                          "  since: 2025-01-01\n  template:\n    metadata:\n      labels:\n"
+                                          "        rdma-webhook.io/inject: 'true'\n")
+    code, out, err = review("--policy", "erdma", "--output", "json", str(top), str(tmp_path / "gadget.yaml"))
+    assert code == 0, err
+    recs = records(out)
+    assert [r["outcome"] for r in recs] == ["not-checked"] * 3
+    assert recs[2]["messages"][0].startswith("unknown kind that carries pod templates labelled")
+
+
+def test_documents_of_a_kustomize_tree_are_not_used_as_policies_namespaces_or_configmaps(tmp_path):
+    top = tmp_path / "kust"
+    write(top / "kustomization.yaml", {"apiVersion": "kustomize.config.k8s.io/v1beta1", "kind": "Kustomization"})
+    write(top / "policy.yaml", tiny())
+    write(top / "ns.yaml", namespace("batch"))
+    p = write(tmp_path / "pod.yaml", pod(ns="batch"))
+    code, out, err = review("--output", "json", str(top), p)
+    assert code == 2
+    assert records(out)[-1]["messages"][0].startswith("no policy is in force, so its pods cannot be judged")
+    code, out, err = review("--policy", "erdma", "--output", "json", str(top), p)
+    assert code == 0 and records(out)[-1]["outcome"] == "mutated"  # batch assumed opted in: the tree's Namespace is not read
+
+
+def test_a_single_document_file_is_named_without_a_number(tmp_path):
+    f = write(tmp_path / "ns.yaml", namespace("ml-training"))
+    code, out, err = review("--policy", "erdma", "--cluster-state", STATE, f)
+    assert err == (f"note: {f}: Namespace 'ml-training' in the input is used instead of the one in {STATE} "
+                   "(its labels decide opt-in and policy)\n"
+                   f"{f}: Namespace: not checked (holds no pods; its labels decide opt-in and policy for the documents "
+                   "in it)\n")
+    g = write(tmp_path / "p.yaml", tiny())
+    code, out, err = review("--policy", "erdma", "--cluster-state", STATE, g, g)
+    assert code == 0 and "error" not in err  # the same file twice: one origin, not a policy given twice
+
+
+def test_bad_input_in_a_namespace_not_opted_in_is_not_checked(tmp_path):
+    bad = pod("bad", ns="batch", containers=[container(env=[{"name": "NCCL_NET", "value": 1}])])
+    f = write(tmp_path / "in.yaml", namespace("batch"), bad)
+    code, out, err = review("--policy", "erdma", "--output", "json", f)
+    assert code == 0, err
+    assert records(out)[1]["outcome"] == "skipped"
+
+
+def test_explain_with_output_json_prints_the_text_only(tmp_path):
+    f = write(tmp_path / "in.yaml", pod())
+    code, out, err = review("--policy", "erdma", "--cluster-state", STATE, "--explain", "--output", "json",
+                            "--color", "never", f)
+    assert code == 0 and out.startswith(f"{f}: Pod ml-training/trainer: MUTATED by policy erdma\n")
+    assert not any(line.startswith("{") for line in out.splitlines())

@@ -25,7 +25,6 @@ COMPANION_KINDS = frozenset({
     "CustomResourceDefinition", "APIService", "MutatingWebhookConfiguration", "ValidatingWebhookConfiguration",
     "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding", "Lease", "CertificateSigningRequest",
     "FlowSchema", "PriorityLevelConfiguration", "Event",
-    "DeviceClass", "ResourceClaimTemplate", "ResourceClaim", "ResourceSlice",
     # Dynamic Resource Allocation
     "ResourceClaim", "ResourceClaimTemplate", "DeviceClass", "ResourceSlice",
     # Kueue
