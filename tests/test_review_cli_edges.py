@@ -383,7 +383,8 @@ def test_the_catalogue_and_its_errors(monkeypatch, tmp_path):
 
     monkeypatch.setattr(load, "default_policies_dir", lambda: str(tmp_path / "nowhere"))
     shipped, errors = review_scope.catalogue()
-    assert shipped == {} and errors and all(isinstance(e, str) for e in errors)
+    assert shipped == {} and errors == [str(e) for e in load.load_dir(str(tmp_path / "nowhere"))[1]]
+    assert "nowhere" in errors[0]
     assert review_scope.catalogue_names() == []
     # a broken catalogue: --policy names no policy, and says why once (not "no such policy")
     f = write(tmp_path / "p.yaml", pod())
@@ -531,6 +532,22 @@ def test_input_files_walks_folders_for_manifests_only_and_sorts(tmp_path):
     assert files == [str(top / n) for n in ("a.yml", "b.yaml", "c.json", "sub/z.yaml", "zz/Kustomization")] + \
         ["-", str(tmp_path / "x.yaml")]
     assert trees == {str(top / "zz" / "Kustomization"): str(top / "zz" / "Kustomization")}
+
+
+def test_a_file_reached_twice_is_read_once_and_the_files_after_it_still_are(tmp_path):
+    top = tmp_path / "k8s"
+    top.mkdir()
+    for name in ("a.yaml", "c.yaml"):
+        (top / name).write_text("{}\n")
+    os.symlink(top / "a.yaml", top / "b.yaml")
+    assert review_input.input_files([str(top)]) == ([str(top / "a.yaml"), str(top / "c.yaml")], {})
+
+
+def test_dash_is_stdin_even_beside_a_folder_named_dash(tmp_path, monkeypatch):
+    (tmp_path / "-").mkdir()
+    (tmp_path / "-" / "kustomization.yaml").write_text("{}\n")
+    monkeypatch.chdir(tmp_path)
+    assert review_input.input_files(["-"]) == (["-"], {})
 
 
 def test_kustomize_trees_map_each_file_to_the_outermost_kustomization(tmp_path):
