@@ -1314,3 +1314,49 @@ def test_explain_with_output_json_prints_the_text_only(tmp_path):
                             "--color", "never", f)
     assert code == 0 and out.startswith(f"{f}: Pod ml-training/trainer: MUTATED by policy erdma\n")
     assert not any(line.startswith("{") for line in out.splitlines())
+
+
+def test_the_record_keeps_the_warnings_whole_that_the_admission_answer_cuts(tmp_path):
+    f = write(tmp_path / "job.yaml", pytorchjob("long"))
+    code, out, err = review("--policy", "erdma", "--cluster-state", STATE, "--output", "json", f)
+    assert code == 0, err
+    (rec,) = records(out)
+    assert len(rec["warnings"][0]) > 256 and rec["warnings"][0].endswith("memory-backed emptyDir 64Gi")
+    code, out, err = review("--policy", "erdma", "--cluster-state", STATE, f)
+    cut = json.loads(out)["response"]["warnings"][0]
+    assert cut.endswith(" ...") and len(cut) < len(rec["warnings"][0])
+
+
+def test_a_catalogue_hint_for_objects_without_a_namespace(tmp_path):
+    """A cluster-scoped workload and a review whose request names no namespace: no namespace
+    label to read, the pod's own annotation only."""
+    cwt = {"apiVersion": "argoproj.io/v1alpha1", "kind": "ClusterWorkflowTemplate", "metadata": {"name": "nccl"},
+           "spec": {"templates": [{"name": "run", "metadata": {"labels": dict(INJECT),
+                                                                "annotations": {"rdma-webhook.io/policy": "efa"}},
+                                   "container": container("trainer")}]}}
+    ar = admission_review(pod("arp", annotations={"rdma-webhook.io/policy": "efa"}), namespace=None)
+    f = write(tmp_path / "in.yaml", cwt, ar)
+    code, out, err = review("--policy", "erdma", "--output", "json", f)
+    assert code == 1
+    named = "annotation rdma-webhook.io/policy='efa' names no policy (known: erdma); fix the annotation [no-policy]"
+    recs = records(out)
+    assert recs[0]["messages"][0] == f"spec.templates[run]: {named}"
+    assert recs[1]["messages"] == [named, "policy 'efa' is in the shipped catalogue but not in force for this "
+                                          "review: add --policy efa"]
+
+
+def test_a_workload_whose_own_metadata_is_odd_and_whose_template_names_a_policy_not_in_force(tmp_path):
+    """The catalogue hint reads the object's metadata: one that is not a mapping, or annotations
+    that are not one, are read as none (the template's annotation is what the decision named)."""
+    def job(meta: object) -> dict:
+        return {"apiVersion": "batch/v1", "kind": "Job", "metadata": meta,
+                "spec": {"template": {"metadata": {"labels": dict(INJECT),
+                                                   "annotations": {"rdma-webhook.io/policy": "efa"}},
+                                      "spec": {"containers": [container()]}}}}
+    f = write(tmp_path / "in.yaml", job("x"), job({"name": "j", "annotations": ["x"]}))
+    code, out, err = review("--policy", "erdma", "--output", "json", "--namespace", "ml-training", f)
+    assert code == 1, err
+    named = ("spec.template: annotation rdma-webhook.io/policy='efa' names no policy (known: erdma); fix the "
+             "annotation [no-policy]")
+    assert [(r["name"], r["namespace"], r["rules"], r["messages"][0]) for r in records(out)] == [
+        (None, "ml-training", ["no-policy"], named), ("j", "ml-training", ["no-policy"], named)]
