@@ -1360,3 +1360,34 @@ def test_a_workload_whose_own_metadata_is_odd_and_whose_template_names_a_policy_
              "annotation [no-policy]")
     assert [(r["name"], r["namespace"], r["rules"], r["messages"][0]) for r in records(out)] == [
         (None, "ml-training", ["no-policy"], named), ("j", "ml-training", ["no-policy"], named)]
+
+
+def test_a_trainjob_finds_a_cluster_runtime_of_the_cluster_state(tmp_path):
+    docs = [d for d in yaml.safe_load_all((ROOT / "tests" / "manifests" / "allowed" / "trainjob.yaml").read_text()) if d]
+    f = write(tmp_path / "tj.yaml", *[d for d in docs if d["kind"] == "TrainJob"])
+    code, out, err = review("--policy", "erdma", "--cluster-state", STATE, "--output", "json", f)
+    assert code == 0, err
+    (rec,) = records(out)
+    assert rec["outcome"] == "mutated" and [t["outcome"] for t in rec["templates"]] == ["mutated"]
+    code, out, err = review("--policy", "erdma", "--output", "json", f)  # no cluster-state: not known
+    assert code == 2 and "ClusterTrainingRuntime 'torch-distributed'" in records(out)[0]["messages"][0]
+
+
+def test_the_rules_of_a_record_are_sorted_and_each_given_once(tmp_path):
+    """Findings come env-fallback first here (NCCL_IB_DISABLE in env, NCCL_NET=Socket in the
+    command): the rules are sorted, each once; two findings of one rule give one rule."""
+    mixed = container(env=[{"name": "NCCL_IB_DISABLE", "value": "1"}],
+                      command=["env", "NCCL_NET=Socket", "torchrun", "train.py"])
+    twice = container(env=[{"name": "NCCL_NET", "value": "Socket"}, {"name": "NCCL_IB_DISABLE", "value": "1"}])
+    job = pytorchjob("job")
+    for spec in job["spec"]["pytorchReplicaSpecs"].values():
+        spec["template"]["spec"]["containers"] = [dict(mixed, name="pytorch")]
+    f = write(tmp_path / "p.yaml", pod("mixed", containers=[mixed]), pod("twice", containers=[twice]), job)
+    code, out, err = review("--policy", "erdma", "--cluster-state", STATE, "--output", "json", f)
+    assert code == 1, err
+    mixed_rec, twice_rec, job_rec = records(out)
+    assert mixed_rec["rules"] == ["command-fallback", "env-fallback"]
+    assert [m.rsplit(" [", 1)[1] for m in mixed_rec["messages"]] == ["env-fallback]", "command-fallback]"]
+    assert twice_rec["rules"] == ["env-fallback"] and len(twice_rec["messages"]) == 2
+    assert job_rec["rules"] == ["command-fallback", "env-fallback"]
+    assert [t["rules"] for t in job_rec["templates"]] == [["command-fallback", "env-fallback"]] * 2
