@@ -1391,3 +1391,15 @@ def test_the_rules_of_a_record_are_sorted_and_each_given_once(tmp_path):
     assert twice_rec["rules"] == ["env-fallback"] and len(twice_rec["messages"]) == 2
     assert job_rec["rules"] == ["command-fallback", "env-fallback"]
     assert [t["rules"] for t in job_rec["templates"]] == [["command-fallback", "env-fallback"]] * 2
+
+
+def test_pods_that_are_not_objects_or_whose_metadata_is_not_are_denied_as_malformed(tmp_path):
+    p = pod()
+    p["metadata"] = "x"
+    f = write(tmp_path / "in.yaml", admission_review("text"), admission_review(None), p)
+    code, out, err = review("--policy", "erdma", "--cluster-state", STATE, "--output", "json", f)
+    assert code == 1 and err == ""
+    not_object = "the request's pod is malformed: the object is not a JSON object [malformed-pod]"
+    assert [(r["namespace"], r["outcome"], r["messages"]) for r in records(out)] == [
+        ("ml-training", "denied", [not_object]), ("ml-training", "denied", [not_object]),
+        ("default", "denied", ["the request's pod is malformed: metadata must be an object [malformed-pod]"])]
