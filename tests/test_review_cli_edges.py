@@ -1403,3 +1403,14 @@ def test_pods_that_are_not_objects_or_whose_metadata_is_not_are_denied_as_malfor
     assert [(r["namespace"], r["outcome"], r["messages"]) for r in records(out)] == [
         ("ml-training", "denied", [not_object]), ("ml-training", "denied", [not_object]),
         ("default", "denied", ["the request's pod is malformed: metadata must be an object [malformed-pod]"])]
+
+
+def test_a_pod_without_an_api_version_is_reviewed_as_a_pod(tmp_path):
+    p = pod()
+    del p["apiVersion"]
+    q = pod("q")
+    q["apiVersion"] = 1
+    f = write(tmp_path / "in.yaml", p, q)
+    code, out, err = review("--policy", "erdma", "--cluster-state", STATE, "--output", "json", f)
+    assert code == 0, err
+    assert [(r["apiVersion"], r["outcome"]) for r in records(out)] == [(None, "mutated"), (1, "mutated")]
