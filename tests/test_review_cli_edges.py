@@ -1414,3 +1414,14 @@ def test_a_pod_without_an_api_version_is_reviewed_as_a_pod(tmp_path):
     code, out, err = review("--policy", "erdma", "--cluster-state", STATE, "--output", "json", f)
     assert code == 0, err
     assert [(r["apiVersion"], r["outcome"]) for r in records(out)] == [(None, "mutated"), (1, "mutated")]
+
+
+def test_an_admission_review_refused_before_its_request_is_read_is_recorded_by_its_request(tmp_path):
+    ar = admission_review(pod("p", ns="other"), namespace="ml-training")
+    ar["request"]["uid"] = ""
+    f = write(tmp_path / "in.yaml", ar)
+    code, out, err = review("--policy", "erdma", "--cluster-state", STATE, "--output", "json", f)
+    assert code == 2 and err == f"error: {f}: AdmissionReview without request.uid\n"
+    (rec,) = records(out)
+    assert (rec["namespace"], rec["name"], rec["objectKind"], rec["messages"]) == (
+        "ml-training", "p", "Pod", ["AdmissionReview without request.uid"])
