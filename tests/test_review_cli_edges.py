@@ -1425,3 +1425,32 @@ def test_an_admission_review_refused_before_its_request_is_read_is_recorded_by_i
     (rec,) = records(out)
     assert (rec["namespace"], rec["name"], rec["objectKind"], rec["messages"]) == (
         "ml-training", "p", "Pod", ["AdmissionReview without request.uid"])
+
+
+RECORD_KEYS = ["allowed", "apiVersion", "document", "file", "kind", "messages", "name", "namespace", "objectKind",
+               "outcome", "policy", "rules", "templates", "warnings"]
+
+
+def test_every_record_has_exactly_the_fields_of_the_schema(tmp_path):
+    import jsonschema
+
+    schema = json.loads((ROOT / "webhook" / "cli" / "review-output.schema.json").read_text())
+    assert sorted(schema["required"]) == RECORD_KEYS and schema["additionalProperties"] is False
+    no_uid = admission_review(pod("p"))
+    no_uid["request"]["uid"] = ""
+    bad = admission_review(pod("b", containers=[container(gpus="")]))
+    f = write(tmp_path / "in.yaml", admission_review(pod("a")), no_uid, bad, pod(), pytorchjob(),
+              {"apiVersion": "v1", "kind": "Service", "metadata": {"name": "s"}}, ["x"],
+              admission_review({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "s"}},
+                               kind={"group": "", "version": "v1", "kind": "Service"}))
+    code, out, err = review("--policy", "erdma", "--cluster-state", STATE, "--output", "json", f,
+                            str(tmp_path / "missing.yaml"))
+    assert code == 2
+    recs = records(out)
+    # the unreadable file first: every file is read before any document is decided
+    assert [r["outcome"] for r in recs] == ["error", "mutated", "error", "error", "mutated", "mutated", "not-checked",
+                                            "error", "skipped"]
+    for r in recs:
+        assert sorted(r) == RECORD_KEYS, r
+        jsonschema.validate(r, schema)
+    assert [r["allowed"] for r in recs] == [False, True, False, False, True, True, True, False, True]
