@@ -1454,3 +1454,13 @@ def test_every_record_has_exactly_the_fields_of_the_schema(tmp_path):
         assert sorted(r) == RECORD_KEYS, r
         jsonschema.validate(r, schema)
     assert [r["allowed"] for r in recs] == [False, True, False, False, True, True, True, False, True]
+
+
+def test_json_records_are_one_line_each_with_sorted_keys(tmp_path):
+    f = write(tmp_path / "in.yaml", pod(), {"apiVersion": "v1", "kind": "Service", "metadata": {"name": "s"}})
+    code, out, err = review("--policy", "erdma", "--cluster-state", STATE, "--output", "json", f)
+    assert code == 0, err
+    lines = out.splitlines()
+    assert len(lines) == 2 and out.endswith("}\n")
+    for line in lines:
+        assert [k for k, _ in json.loads(line, object_pairs_hook=list)] == RECORD_KEYS
