@@ -580,7 +580,7 @@ def test_a_kustomize_tree_is_not_checked_unless_a_file_carries_the_label(tmp_pat
     assert code == 0, err
     why = (f"part of a kustomize tree ({top}/kustomization.yaml): its files are bases and patches, not the objects "
            f"the cluster gets; render it first: kubectl kustomize {top} | rdma-webhook review -")
-    assert [(r["outcome"], r["messages"]) for r in records(out)] == [("not-checked", [why])] * 2
+    assert [(r["outcome"], r["allowed"], r["messages"]) for r in records(out)] == [("not-checked", True, [why])] * 2
     write(top / "job.yaml", pod())
     code, out, err = review("--policy", "erdma", "--output", "json", str(top))
     assert code == 2 and f"error: {top}/job.yaml: {why}\n" in err
