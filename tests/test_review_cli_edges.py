@@ -1464,3 +1464,20 @@ def test_json_records_are_one_line_each_with_sorted_keys(tmp_path):
     assert len(lines) == 2 and out.endswith("}\n")
     for line in lines:
         assert [k for k, _ in json.loads(line, object_pairs_hook=list)] == RECORD_KEYS
+
+
+def test_every_document_of_a_kustomize_tree_file_is_listed_and_explained_in_colour(tmp_path):
+    top = tmp_path / "kust"
+    write(top / "kustomization.yaml", {"apiVersion": "kustomize.config.k8s.io/v1beta1", "kind": "Kustomization"})
+    write(top / "svc.yaml", {"apiVersion": "v1", "kind": "Service", "metadata": {"name": "a"}},
+          {"apiVersion": "v1", "kind": "Service", "metadata": {"name": "b"}})
+    code, out, err = review("--policy", "erdma", "--output", "json", str(top))
+    assert code == 0, err
+    assert [(r["file"], r["document"], r["name"]) for r in records(out)] == [
+        (f"{top}/kustomization.yaml", 1, None), (f"{top}/svc.yaml", 1, "a"), (f"{top}/svc.yaml", 2, "b")]
+    code, out, err = review("--policy", "erdma", "--explain", "--color", "always", str(top))
+    assert code == 0, err
+    assert [b.splitlines()[0] for b in out.split("\n\n") if b] == [
+        f"{esc('1', f'{top}/kustomization.yaml')}: Kustomization (unnamed): {esc('1', 'NOT CHECKED')}",
+        f"{esc('1', f'{top}/svc.yaml#1')}: Service a: {esc('1', 'NOT CHECKED')}",
+        f"{esc('1', f'{top}/svc.yaml#2')}: Service b: {esc('1', 'NOT CHECKED')}"]
