@@ -1481,3 +1481,13 @@ def test_every_document_of_a_kustomize_tree_file_is_listed_and_explained_in_colo
         f"{esc('1', f'{top}/kustomization.yaml')}: Kustomization (unnamed): {esc('1', 'NOT CHECKED')}",
         f"{esc('1', f'{top}/svc.yaml#1')}: Service a: {esc('1', 'NOT CHECKED')}",
         f"{esc('1', f'{top}/svc.yaml#2')}: Service b: {esc('1', 'NOT CHECKED')}"]
+
+
+def test_a_review_whose_request_kind_is_not_an_object_is_taken_for_a_pod_and_mutated(tmp_path):
+    """As the server's /mutate would: not judged as a final state (which would deny it for lacking
+    what the mutation adds)."""
+    f = write(tmp_path / "in.yaml", admission_review(pod("k"), kind="Pod"))
+    code, out, err = review("--policy", "erdma", "--cluster-state", STATE, "--output", "json", f)
+    assert code == 0, err
+    (rec,) = records(out)
+    assert (rec["objectKind"], rec["outcome"], rec["policy"], rec["messages"]) == (None, "mutated", "erdma", [])
