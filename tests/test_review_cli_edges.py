@@ -1491,3 +1491,13 @@ def test_a_review_whose_request_kind_is_not_an_object_is_taken_for_a_pod_and_mut
     assert code == 0, err
     (rec,) = records(out)
     assert (rec["objectKind"], rec["outcome"], rec["policy"], rec["messages"]) == (None, "mutated", "erdma", [])
+
+
+def test_a_review_without_an_operation_is_checked_as_a_create(tmp_path):
+    ar = admission_review(pod(containers=[container(env=[{"name": "NCCL_NET", "value": "{{ n }}"}])]))
+    del ar["request"]["operation"]
+    f = write(tmp_path / "in.yaml", ar)
+    code, out, err = review("--policy", "erdma", "--cluster-state", STATE, "--output", "json", f)
+    assert code == 2
+    assert err == (f"error: {f}: container main: env[0] (NCCL_NET) value '{{{{ n }}}}' is a template placeholder not "
+                   "filled in yet; the decision reads this variable: render the manifest first\n")
