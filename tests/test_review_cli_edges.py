@@ -892,10 +892,10 @@ def test_an_update_is_not_checked_for_bad_input_a_create_is(tmp_path):
     assert code == 0 and err == ""
     (rec,) = records(out)
     assert (rec["outcome"], rec["messages"]) == ("skipped", ["operation UPDATE: only CREATE is considered"])
-    g = write(tmp_path / "in2.yaml", admission_review(p))
+    g = write(tmp_path / "in2.yaml", admission_review(p), pod())
     code, out, err = review("--policy", "erdma", "--cluster-state", STATE, "--output", "json", g)
-    assert code == 2
-    assert err == (f"error: {g}: container main: env[0] (NCCL_NET) value '{{{{ x }}}}' is a template placeholder not "
+    assert code == 2 and [r["outcome"] for r in records(out)] == ["error", "mutated"]
+    assert err == (f"error: {g}#1: container main: env[0] (NCCL_NET) value '{{{{ x }}}}' is a template placeholder not "
                    "filled in yet; the decision reads this variable: render the manifest first\n")
 
 
@@ -923,6 +923,9 @@ def test_the_exit_status_is_bad_input_over_denied_whatever_the_order(tmp_path):
         f = write(tmp_path / "in.yaml", *docs)
         code, out, err = review("--policy", "erdma", "--cluster-state", STATE, "--output", "json", f)
         assert code == status, (docs, err)
+        # each document has its record: bad input does not stop the next
+        assert [r["outcome"] for r in records(out)] == [
+            {"bad": "denied", "err": "error", "trainer": "mutated"}[d["metadata"]["name"]] for d in docs]
 
 
 def test_a_cluster_state_that_cannot_be_read_is_bad_input(tmp_path):
@@ -941,6 +944,7 @@ def test_the_namespace_of_objects_that_name_none(tmp_path):
     assert [(r["namespace"], r["outcome"]) for r in records(out)] == [("ml-training", "mutated"), ("llm-serving", "mutated")]
     code, out, err = review("--policy", "erdma", "--cluster-state", STATE, "--output", "json", f)
     assert code == 2
+    assert [r["outcome"] for r in records(out)] == ["error", "mutated"]
     assert err.splitlines()[0] == (
         f"error: {f}#1: namespace 'default' is not in {STATE}: add it to the cluster-state file (kubectl get "
         f"namespace default -o yaml >> {STATE}) or to the input, or name another with --namespace for objects that "
@@ -997,6 +1001,9 @@ def test_a_trainjob_whose_runtime_is_not_given_is_bad_input(tmp_path):
     f = write(tmp_path / "tj.yaml", trainjob_with_runtime()[1])
     code, out, err = review("--policy", "erdma", "--output", "json", "--namespace", "team", f)
     assert code == 2
+    g = write(tmp_path / "two.yaml", trainjob_with_runtime()[1], pod())
+    code2, out2, _ = review("--policy", "erdma", "--output", "json", "--namespace", "team", g)
+    assert code2 == 2 and [r["outcome"] for r in records(out2)] == ["error", "mutated"]
     msg = ("runtime TrainingRuntime 'deepspeed-erdma' in namespace 'team' is not known, so the pods of this TrainJob "
            "cannot be checked (give the runtime in the input, or in --cluster-state)")
     assert err == NO_STATE + f"error: {f}: {msg}\n"
@@ -1196,11 +1203,11 @@ def test_explain_of_an_unreadable_file_and_a_kustomize_tree(tmp_path):
 
 
 def test_a_pod_that_would_be_checked_with_no_policy_in_force_and_one_that_would_not(tmp_path):
-    f = write(tmp_path / "in.yaml", pod("plain", labels={"app": "x"}), pod())
+    f = write(tmp_path / "in.yaml", pod("plain", labels={"app": "x"}), pod(), pod("after", labels={"app": "x"}))
     code, out, err = review("--cluster-state", STATE, "--output", "json", f)
     assert code == 2
     recs = records(out)
-    assert recs[0]["outcome"] == "skipped" and recs[1]["outcome"] == "error"
+    assert [r["outcome"] for r in recs] == ["skipped", "error", "skipped"]
     assert recs[1]["messages"][0].startswith("no policy is in force, so its pods cannot be judged: choose the policies")
 
 
