@@ -1508,3 +1508,20 @@ def test_a_review_without_an_operation_is_checked_as_a_create(tmp_path):
     assert code == 2
     assert err == (f"error: {f}: container main: env[0] (NCCL_NET) value '{{{{ n }}}}' is a template placeholder not "
                    "filled in yet; the decision reads this variable: render the manifest first\n")
+
+
+def test_every_runtime_a_workload_cannot_find_is_named(tmp_path):
+    tj = trainjob_with_runtime()[1]
+    other = dict(tj, metadata={"name": "second"}, spec={**tj["spec"], "runtimeRef": {"name": "other-rt",
+                                                                                      "kind": "TrainingRuntime"}})
+    aw = {"apiVersion": "workload.codeflare.dev/v1beta2", "kind": "AppWrapper",
+          "metadata": {"name": "two", "namespace": "ml-training"},
+          "spec": {"components": [{"template": tj}, {"template": other}]}}
+    f = write(tmp_path / "aw.yaml", aw)
+    code, out, err = review("--policy", "erdma", "--cluster-state", STATE, "--output", "json", f)
+    assert code == 2
+    (rec,) = records(out)
+    assert rec["messages"] == [
+        "runtime TrainingRuntime 'deepspeed-erdma' in namespace 'ml-training' is not known, so the pods of this "
+        "TrainJob cannot be checked; runtime TrainingRuntime 'other-rt' in namespace 'ml-training' is not known, so "
+        "the pods of this TrainJob cannot be checked (give the runtime in the input, or in --cluster-state)"]
