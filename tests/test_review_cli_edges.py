@@ -1525,3 +1525,28 @@ def test_every_runtime_a_workload_cannot_find_is_named(tmp_path):
         "runtime TrainingRuntime 'deepspeed-erdma' in namespace 'ml-training' is not known, so the pods of this "
         "TrainJob cannot be checked; runtime TrainingRuntime 'other-rt' in namespace 'ml-training' is not known, so "
         "the pods of this TrainJob cannot be checked (give the runtime in the input, or in --cluster-state)"]
+
+
+def as_job(p: dict) -> dict:
+    """A batch/v1 Job whose template is the pod `p`."""
+    meta = dict(p["metadata"])
+    template = {"metadata": {k: v for k, v in meta.items() if k in ("labels", "annotations")}, "spec": p["spec"]}
+    return {"apiVersion": "batch/v1", "kind": "Job",
+            "metadata": {k: v for k, v in meta.items() if k in ("name", "namespace")}, "spec": {"template": template}}
+
+
+def test_a_workload_reads_the_configmaps_and_dra_objects_of_the_input(tmp_path):
+    cm = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "launch"},
+          "data": {"run.sh": "#!/bin/sh\nexport NCCL_IB_DISABLE=1\nexec torchrun train.py\n"}}
+    p = pod(ns=None, containers=[container(command=["bash", "/scripts/run.sh"],
+                                           volumeMounts=[{"name": "s", "mountPath": "/scripts"}])],
+            volumes=[{"name": "s", "configMap": {"name": "launch"}}])
+    f = write(tmp_path / "cm.yaml", cm, as_job(p))
+    code, out, err = review("--policy", "erdma", "--output", "json", f)
+    assert code == 1, err
+    assert "(ConfigMap 'launch') that the command runs" in records(out)[1]["messages"][0]
+    *objs, efa = dra_input(None)
+    g = write(tmp_path / "dra.yaml", *objs, as_job(efa))
+    code, out, err = review("--policies", POLICIES, "--output", "json", g)
+    assert code == 1, err
+    assert records(out)[-1]["rules"] == ["fabric-mismatch"] and MISMATCH in records(out)[-1]["messages"][0]
