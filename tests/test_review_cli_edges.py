@@ -1550,3 +1550,12 @@ def test_a_workload_reads_the_configmaps_and_dra_objects_of_the_input(tmp_path):
     code, out, err = review("--policies", POLICIES, "--output", "json", g)
     assert code == 1, err
     assert records(out)[-1]["rules"] == ["fabric-mismatch"] and MISMATCH in records(out)[-1]["messages"][0]
+
+
+def test_no_hint_for_a_mutated_pod_whose_namespace_names_a_policy_not_in_force(tmp_path):
+    f = write(tmp_path / "in.yaml", namespace("research", **{"rdma-webhook.io/injection": "enabled",
+                                                             "rdma-webhook.io/policy": "ib-shared"}),
+              pod("a", ns="research", annotations={"rdma-webhook.io/policy": "erdma"}))
+    code, out, err = review("--policy", "erdma", "--output", "json", f)
+    assert code == 0, err
+    assert [(r["outcome"], r["messages"]) for r in records(out)][1] == ("mutated", [])
