@@ -1559,3 +1559,23 @@ def test_no_hint_for_a_mutated_pod_whose_namespace_names_a_policy_not_in_force(t
     code, out, err = review("--policy", "erdma", "--output", "json", f)
     assert code == 0, err
     assert [(r["outcome"], r["messages"]) for r in records(out)][1] == ("mutated", [])
+
+
+def test_the_network_attachments_of_the_cluster_state_reach_pods_and_workloads(tmp_path):
+    """examples/pods/seed-sriov-pod.yaml asking for a network the cluster does not have: with the
+    cluster's NetworkAttachmentDefinitions known, review adds the policy's (rdma-network) beside it."""
+    import base64
+
+    p = yaml.safe_load((ROOT / "examples" / "pods" / "seed-sriov-pod.yaml").read_text())
+    p["metadata"]["annotations"]["k8s.v1.cni.cncf.io/networks"] = "missing-net"
+    state = str(ROOT / "examples" / "cluster-state.yaml")
+    f = write(tmp_path / "pod.yaml", p)
+    code, out, err = review("--policies", POLICIES, "--cluster-state", state, f)
+    assert code == 0, err
+    ops = json.loads(base64.b64decode(json.loads(out)["response"]["patch"]))
+    assert {"op": "replace", "path": "/metadata/annotations/k8s.v1.cni.cncf.io~1networks",
+            "value": "missing-net,rdma-network@net2"} in ops
+    g = write(tmp_path / "job.yaml", as_job(p))
+    code, out, err = review("--policies", POLICIES, "--cluster-state", state, "--explain", "--color", "never", g)
+    assert code == 0, err
+    assert "rdma-network@net2" in out
