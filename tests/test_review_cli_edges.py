@@ -1579,3 +1579,22 @@ def test_the_network_attachments_of_the_cluster_state_reach_pods_and_workloads(t
     code, out, err = review("--policies", POLICIES, "--cluster-state", state, "--explain", "--color", "never", g)
     assert code == 0, err
     assert "rdma-network@net2" in out
+
+
+def test_a_review_of_a_kind_that_holds_no_pods_is_not_bad_input_even_labelled(tmp_path):
+    """Found by this file: an AdmissionReview of a Service (or any kind that is neither a pod nor a
+    workload) whose object carried the pod label was read as a pod: with no policy in force it was
+    "no policy is in force, so its pods cannot be judged", and a number in its spec.containers was bad
+    input (exit 2), where /validate allows it as "not a pod or workload". It is that now."""
+    svc = {"apiVersion": "v1", "kind": "Service", "metadata": {"name": "s", "namespace": "ml-training",
+                                                              "labels": dict(INJECT)}}
+    gadget = {"apiVersion": "example.com/v1", "kind": "Gadget",
+              "metadata": {"name": "g", "namespace": "ml-training", "labels": dict(INJECT)},
+              "spec": {"containers": [{"name": "c", "env": [{"name": "NCCL_NET", "value": 1}]}]}}
+    f = write(tmp_path / "in.yaml", admission_review(svc, kind={"group": "", "version": "v1", "kind": "Service"}),
+              admission_review(gadget, kind={"group": "example.com", "version": "v1", "kind": "Gadget"}))
+    for chosen in ((), ("--policy", "erdma")):
+        code, out, err = review(*chosen, "--cluster-state", STATE, "--output", "json", f)
+        assert code == 0, err
+        assert [(r["objectKind"], r["outcome"], r["messages"]) for r in records(out)] == [
+            ("Service", "skipped", ["not a pod or workload"]), ("Gadget", "skipped", ["not a pod or workload"])]

@@ -300,8 +300,10 @@ def cmd_review(args: argparse.Namespace) -> int:
             if not is_pod and workloads.is_workload(group_of, kind_of):
                 found = workloads.expand(obj, group_of, kind_of, runtimes, ns)
                 labelled = _labelled(found.templates)
-            else:
+            elif is_pod:
                 labelled = _labelled([("", obj)])
+            else:  # an AdmissionReview of a kind that holds no pods: /validate lets it be, nothing to check here
+                labelled = []
             would_check = (bool(labelled) or bool(found and found.unresolved)) and req.get("operation", "CREATE") == "CREATE"
             if would_check and args.cluster_state and ns and not state.known(ns):
                 bad(f"{where}: namespace {ns!r} is not in {args.cluster_state}: add it to the cluster-state file "
