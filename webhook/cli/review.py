@@ -25,7 +25,6 @@ COMPANION_KINDS = frozenset({
     "CustomResourceDefinition", "APIService", "MutatingWebhookConfiguration", "ValidatingWebhookConfiguration",
     "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding", "Lease", "CertificateSigningRequest",
     "FlowSchema", "PriorityLevelConfiguration", "Event",
-    "DeviceClass", "ResourceClaimTemplate", "ResourceClaim", "ResourceSlice",
     # Dynamic Resource Allocation
     "ResourceClaim", "ResourceClaimTemplate", "DeviceClass", "ResourceSlice",
     # Kueue
@@ -97,6 +96,16 @@ NO_STATE_NOTE = ("note: no --cluster-state: every namespace the input does not d
                  "unknown and Trainer runtimes as those in the input; policies chosen by namespace labels may differ "
                  "from the cluster's. Pass --cluster-state (kubectl get ns,net-attach-def,trainingruntimes,"
                  "clustertrainingruntimes -A -o yaml) to decide as the cluster does")
+
+
+def _is_namespace(doc: Any) -> bool:
+    """A v1 Namespace document review uses as cluster state: metadata a mapping with a non-empty
+    string name and labels a mapping (or none), as the API server takes it; any other is listed
+    as holding no pods, and not used."""
+    meta = doc.get("metadata") if isinstance(doc, dict) and doc.get("kind") == "Namespace" \
+        and doc.get("apiVersion") == "v1" else None
+    return (isinstance(meta, dict) and isinstance(meta.get("name"), str) and meta["name"] != ""
+            and isinstance(meta.get("labels") or {}, dict))
 
 
 def _labelled(templates: list[tuple[str, Any]]) -> list[tuple[str, Any]]:
@@ -217,8 +226,7 @@ def cmd_review(args: argparse.Namespace) -> int:
                 state.dra.add(doc, args.namespace or "default")
             elif review_scope.is_policy_document(doc):
                 policy_docs.append((where, doc))
-            elif isinstance(doc, dict) and doc.get("kind") == "Namespace" and doc.get("apiVersion") == "v1" \
-                    and isinstance(doc.get("metadata"), dict) and doc["metadata"].get("name"):
+            elif _is_namespace(doc):
                 state.add(doc, where, args.cluster_state)
     policies, errors, names = review_scope.choose(args.policy or [], args.policies, policy_docs)
     if errors:
@@ -265,7 +273,7 @@ def cmd_review(args: argparse.Namespace) -> int:
                            f"are not checked here (review them as they are made, or use --strict to fail)")
                 if review_input.is_kustomization(doc):
                     why = review_input.kustomize_message(where)
-                elif kind == "Namespace" and (doc.get("metadata") or {}).get("name") in state.input:
+                elif _is_namespace(doc) and doc["metadata"]["name"] in state.input:
                     why = "holds no pods; its labels decide opt-in and policy for the documents in it"
                 elif review_scope.is_policy_document(doc):
                     why = "holds no pods; a policy in force for this review"
@@ -292,8 +300,10 @@ def cmd_review(args: argparse.Namespace) -> int:
             if not is_pod and workloads.is_workload(group_of, kind_of):
                 found = workloads.expand(obj, group_of, kind_of, runtimes, ns)
                 labelled = _labelled(found.templates)
-            else:
+            elif is_pod:
                 labelled = _labelled([("", obj)])
+            else:  # an AdmissionReview of a kind that holds no pods: /validate lets it be, nothing to check here
+                labelled = []
             would_check = (bool(labelled) or bool(found and found.unresolved)) and req.get("operation", "CREATE") == "CREATE"
             if would_check and args.cluster_state and ns and not state.known(ns):
                 bad(f"{where}: namespace {ns!r} is not in {args.cluster_state}: add it to the cluster-state file "
