@@ -635,6 +635,9 @@ def test_the_shape_of_a_heredoc_line():
         parsed = shape(parse_script(f"cat <<EOF | {fed}\nexport NCCL_IB_DISABLE=1\nEOF\n"))
         assert parsed[1][0] == ("SUB", ["cat"]) and "NCCL_IB_DISABLE" not in str(parsed[1][1]), parsed
     assert shape(parse_script("cat <<EOF | python3 -u -\nimport os\nEOF\n"))[1][1] == ("SUB", ["python3 -c import os\n"])
+    # what precedes && (the heredoc's start, a file redirect) is no command: cat alone, in this shell
+    assert shape(parse_script("cat <<EOF > /tmp/hostfile && export NCCL_IB_DISABLE=1\nnode-0\nEOF\n")) == (
+        "SEQ", ["cat", ("MAYBE", ["export NCCL_IB_DISABLE=1"])])
     # only cat passes the heredoc on as it is
     assert "-c" not in str(shape(parse_script("grep -v x <<EOF | bash\nexport NCCL_IB_DISABLE=1\nEOF\n")))
     # after `;` tree-sitter-bash reports an error: the script is read as text, which sees the export

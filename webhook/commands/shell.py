@@ -205,21 +205,19 @@ class _Converter:
                 fed = items[-1]
         if piped and fed is not None:
             items[-1] = Block(SUB, [fed])  # a pipeline's first command runs in a subshell too
-        if script is not None and fed is not None:
-            if _program(fed) in SHELLS or PYTHON_NAME.match(_program(fed)):
-                fed.words = [fed.words[0], ["-c"], [script]]
-            elif piped and _program(fed) == "cat" and len(fed.words) == 1:
-                first: list[Any] = []
-                self.statement(piped[0], first, depth + 2)
-                reader = first[0] if len(first) == 1 and isinstance(first[0], Cmd) else None
-                if reader is not None and _reads_stdin(reader):
-                    reader.words = [reader.words[0], ["-c"], [script]]
-                    items.append(Block(SUB, first))
-                    piped = piped[1:]
+        blocks: list[Block] = []
         for part in piped:  # two levels down, as tree-sitter has them: under the heredoc's pipeline node
             sub: list[Any] = []
             self.statement(part, sub, depth + 2)
-            items.append(Block(SUB, sub))
+            blocks.append(Block(SUB, sub))
+        if script is not None and fed is not None:
+            if _program(fed) in SHELLS or PYTHON_NAME.match(_program(fed)):
+                fed.words = [fed.words[0], ["-c"], [script]]
+            elif blocks and _program(fed) == "cat" and len(fed.words) == 1:
+                first = blocks[0].items  # each part is read once: a second reading doubled per nesting level
+                if len(first) == 1 and isinstance(first[0], Cmd) and _reads_stdin(first[0]):
+                    first[0].words = [first[0].words[0], ["-c"], [script]]
+        items.extend(blocks)
         if maybe:
             items.append(Block(MAYBE, maybe))
 
