@@ -2,8 +2,13 @@
 records `make mutation` leaves (tests/mutation-survivors.txt for the core run,
 tests/mutation-survivors-<part>.txt for each part), each row with where its run came from (the
 copy's commit and the run's start and wall time). A module in several records is taken from the
-newest run. Survivors killed by tests written after a run are not in its record (tests/MUTATION.md
-tells them per part, with mutation_verify's output); a fresh run of the part shows them.
+newest run. The last column adds the survivors without a verdict that tests written after the run
+kill, as `tests/mutation_verify.py` found in that run's copy: its stored output,
+tests/mutation-verify-<part>.txt, counts only when it names the record's copy (its commit) or the
+record itself, and only its `killed`/`timeout` lines for mutants the record lists as survived or
+untested without a verdict; survivors without a verdict that an entry of tests/mutation_equivalents/
+written after the run matches (by function and changed lines, as tests/mutation_summary.py matches)
+leave the denominator. A fresh run of the part shows the same in its own record.
 
     .venv/bin/python tests/mutation_report.py
 """
@@ -15,11 +20,47 @@ import sys
 import tomllib
 from pathlib import Path
 
+from mutation_summary import parse_equivalents, split_name
+
 HERE = Path(__file__).resolve().parent
 # the core run of 2026-11-25 predates the regroup of webhook/ into layers: its modules' names then
 OLD_NAMES = {"decision": "core.decision", "fallback": "core.fallback", "mutation": "core.mutation", "patch": "core.patch",
              "nccl": "grammar.nccl", "k8s": "grammar.k8s"}
 ROW = re.compile(r"^\| (?P<module>[a-z0-9_.]+) \| (?P<mutants>[^|]+) \|.*\| (?P<score>[^|]+) \| (?P<target>[^|]+) \|$")
+
+
+NO_VERDICT = re.compile(r"^## (\S+): (?:survived|no tests), NO VERDICT$", re.M)
+VERIFIED = re.compile(r"^\s*(?:killed|timeout)\s+(webhook\.\S+)", re.M)
+SCORE = re.compile(r"^(\d+)/(\d+)")
+
+
+def later_verdicts(record: Path, commit: str, equivalents: dict) -> dict[str, tuple[int, int]]:
+    """Per module (without `webhook.`): (survivors without a verdict in the record that its part's
+    stored mutation_verify output kills, when that output is about this record's run; those an
+    equivalents entry now matches)."""
+    text = record.read_text()
+    open_: dict[str, tuple[str, ...]] = {}  # name -> its changed lines, as the record lists them
+    for block in text.split("\n## ")[1:]:
+        head, *lines = block.splitlines()
+        m = NO_VERDICT.match("## " + head)
+        if m:
+            open_[m[1]] = tuple(line.rstrip() for line in lines if line.startswith(("+", "-")) and line.strip())
+    verify = record.with_name(f"mutation-verify{record.stem.removeprefix('mutation-survivors')}.txt")
+    killed: set[str] = set()
+    if verify.exists():
+        vtext = verify.read_text()
+        if commit in vtext or record.name in vtext:
+            killed = set(VERIFIED.findall(vtext)) & set(open_)
+    out: dict[str, tuple[int, int]] = {}
+    for name, diff in open_.items():
+        module, function = split_name(name)
+        k, e = out.get(module.removeprefix("webhook."), (0, 0))
+        if name in killed:
+            k += 1
+        elif (module, function, diff) in equivalents:
+            e += 1
+        out[module.removeprefix("webhook.")] = (k, e)
+    return out
 
 
 def runs(record: Path) -> tuple[str, str, str, list[re.Match[str]]]:
@@ -36,31 +77,41 @@ def runs(record: Path) -> tuple[str, str, str, list[re.Match[str]]]:
 
 
 def main() -> int:
-    latest: dict[str, tuple[str, str, str, str, re.Match[str] | None]] = {}
+    equivalents = parse_equivalents()
+    latest: dict[str, tuple[str, str, str, str, re.Match[str] | None, tuple[int, int]]] = {}
     for record in sorted(HERE.glob("mutation-survivors*.txt")):
         part = record.stem.removeprefix("mutation-survivors").removeprefix("-") or "core"
         commit, start, wall, rows = runs(record)
+        later = later_verdicts(record, commit, equivalents)
         for row in rows:
             module = OLD_NAMES.get(row["module"], row["module"])
             if module not in latest or start > latest[module][2]:
-                latest[module] = (part, commit, start, wall, row)
+                latest[module] = (part, commit, start, wall, row, later.get(row["module"], (0, 0)))
     config = tomllib.loads((HERE.parent / "pyproject.toml").read_text())["tool"]["mutmut"]
     for path in config["only_mutate"]:  # every module the configuration names, with a record or not
         module = path.removeprefix("webhook/").removesuffix(".py").replace("/", ".")
-        latest.setdefault(module, ("-", "-", "-", "-", None))
-    print("| module | part | copy of | run | wall | mutants | score | target |")
-    print("| --- | --- | --- | --- | --- | --- | --- | --- |")
+        latest.setdefault(module, ("-", "-", "-", "-", None, (0, 0)))
+    print("| module | part | copy of | run | wall | mutants | score in the run | run's target "
+          "| with later verdicts (killed, equivalent) | target |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     short = 0
     for module in sorted(latest):
-        part, commit, start, wall, row = latest[module]
+        part, commit, start, wall, row, (kills, equivalent) = latest[module]
         if row is None:
             short += 1
-            print(f"| {module} | - | - | - | - | - | - | no record |")
+            print(f"| {module} | - | - | - | - | - | - | no record | - | no record |")
             continue
-        short += row["target"].strip() != "met"
-        print(f"| {module} | {part} | {commit} | {start} | {wall} | {row['mutants'].strip()} | {row['score'].strip()} "
-              f"| {row['target'].strip()} |")
-    print(f"\n{len(latest)} modules, {short} without a met target in their latest record")
+        score, target = row["score"].strip(), row["target"].strip()
+        m = SCORE.match(score)
+        later, met = "-", target
+        if m and (kills or equivalent):
+            killed, of = int(m[1]) + kills, int(m[2]) - equivalent
+            later = f"{killed}/{of} = {100 * killed / of:.1f}% (+{kills} killed, {equivalent} equivalent)"
+            met = "met" if killed / of >= 0.9 else "NOT met"
+        short += met != "met"
+        print(f"| {module} | {part} | {commit} | {start} | {wall} | {row['mutants'].strip()} | {score} | {target} "
+              f"| {later} | {met} |")
+    print(f"\n{len(latest)} modules, {short} without a met target")
     return 0
 
 
