@@ -107,8 +107,9 @@ mutation: $(VENV)/.installed
 	@sed -n '1,/^| all/p' tests/mutation-survivors$(PART).txt
 
 # Every mutated module's latest score, from the records above (tests/mutation_report.py).
-mutation-report:
-	$(PYTHON) tests/mutation_report.py
+mutation-report: $(VENV)/.installed
+	$(EDITABLE) '.[test,mutation]'
+	$(BIN)/python tests/mutation_report.py
 
 bench: $(VENV)/.compiled
 	$(EDITABLE) '.[test,bench]'
