@@ -151,3 +151,15 @@ def server(tmp_path_factory):
     srv = start_server(tmp_path_factory.mktemp("server"))
     yield srv
     stop_server(srv)
+
+
+@pytest.fixture
+def command_caches_emptied():
+    """Every reading of commands the command modules remember (parses, readings, pre-checks)
+    emptied before the test: a test of the readers reads its own scripts, not a reading another
+    test left (and a mutant's worker, forked after the clean run, has not inherited one)."""
+    from webhook.commands import python, reader, shell, text
+
+    for cache in (text._PREFIXES, text._SCANNERS, text._USES, python._PY_PARSED, reader._READ, shell.PARSED):
+        cache.clear()
+    yield

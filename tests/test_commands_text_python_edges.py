@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import pytest
 
-from webhook.commands import python, reader, shell, text
+from webhook.commands import python, reader, text
 from webhook.commands.python import python_settings
 from webhook.commands.shell import MAX_PARSED
 from webhook.commands.text import launcher_use, mentions, mentions_launcher, prefixes, scan_text
@@ -31,11 +31,7 @@ EFA = frozenset({"FI_PROVIDER", "FI_EFA_USE_DEVICE_RDMA", "NCCL_NET_PLUGIN"})  #
 INTEL = frozenset({"I_MPI_FABRICS", "I_MPI_OFI_PROVIDER", "FI_PROVIDER"})  # Intel MPI over libfabric
 
 
-@pytest.fixture(autouse=True)
-def computed_here():
-    for cache in (text._PREFIXES, text._SCANNERS, text._USES, python._PY_PARSED, reader._READ, shell.PARSED):
-        cache.clear()
-    yield
+pytestmark = pytest.mark.usefixtures("command_caches_emptied")  # conftest: each test reads afresh
 
 
 def argv(*words: str) -> str:

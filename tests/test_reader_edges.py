@@ -27,11 +27,7 @@ from webhook.commands.shell import CACHE_MAX, MAX_DEPTH, MAX_PARSED
 NAMES = frozenset({"NCCL_IB_DISABLE", "NCCL_NET", "NCCL_IB_HCA", "NCCL_DEBUG"})
 
 
-@pytest.fixture(autouse=True)
-def computed_here():
-    for cache in (text._PREFIXES, text._SCANNERS, text._USES, python._PY_PARSED, reader._READ, shell.PARSED):
-        cache.clear()
-    yield
+pytestmark = pytest.mark.usefixtures("command_caches_emptied")  # conftest: each test reads afresh
 
 
 class Env(dict):

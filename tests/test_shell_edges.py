@@ -30,11 +30,7 @@ from webhook.commands.shell import MAX_DEPTH, MAX_PARSED, MAYBE, SEQ, SUB, Block
 NAMES = frozenset({"NCCL_IB_DISABLE", "NCCL_NET", "NCCL_IB_HCA", "NCCL_DEBUG"})  # an ib-verbs policy's names
 
 
-@pytest.fixture(autouse=True)
-def computed_here():
-    for cache in (text._PREFIXES, text._SCANNERS, text._USES, python._PY_PARSED, reader._READ, shell.PARSED):
-        cache.clear()
-    yield
+pytestmark = pytest.mark.usefixtures("command_caches_emptied")  # conftest: each test reads afresh
 
 
 class Env(dict):
@@ -617,13 +613,18 @@ HEREDOC_LINES = [
 ]
 
 
-@pytest.mark.parametrize("script", HEREDOC_LINES)
-def test_the_rest_of_a_heredoc_line_is_read_as_bash_runs_it(script, policies):
+def read_as_bash_runs_it(script: str, policies) -> None:
+    """bash runs NCCL with NCCL_IB_DISABLE=1, the reader sees it, and the pod is denied."""
     from test_commands import denied, script_pod
 
     assert bash_sees(script) == "1"
     assert ("NCCL_IB_DISABLE", "1") in seen(script)
     denied(script_pod(script), policies)
+
+
+@pytest.mark.parametrize("script", HEREDOC_LINES)
+def test_the_rest_of_a_heredoc_line_is_read_as_bash_runs_it(script, policies):
+    read_as_bash_runs_it(script, policies)
 
 
 def test_the_shape_of_a_heredoc_line():
