@@ -25,6 +25,7 @@ WORDS = [
     "A={a..a}", "A={1..a}", "A={a..1}", "A={1..2..x}", "A={1.5..3}", "A={1..3}{a,b}",
     "A={1..3..}", "A={..3}", "A={1...3}", "A={aa..c}",
     "A='{0,1}'", 'A="{0,1}"', "A=\\{0,1}", "A={0\\,1}", "A={0,1\\}", "A='{'0,1}", "A={0','1}", 'A={0,"1,2"}',
+    "A={a..e..0}", "A={V..Z}", "A={0..10}", "A={00..3}",
     "A=$'{0,1}'", "A={0,$'x'}", "A={'a','b'}", "NCCL_IB_HCA=mlx5_{0,1}", "NCCL_IB_HCA==mlx5_{0..3}:1",
 ]
 
@@ -143,3 +144,83 @@ def test_text_that_hides_no_name_is_not_read_for_it(line):
     from webhook.commands import text
 
     assert not text.mentions(line, frozenset({"NCCL_IB_DISABLE"}))
+
+
+# -- ANSI-C strings ($'...'), decoded as bash decodes them ----------------------------------------------------
+
+ANSI_C = ["abc", "é", "日本", "a\\nb", "\\t\\a\\b\\e\\E\\f\\r\\v", "\\\\", "\\'", '\\"', "\\?", "\\q",
+          "\\1", "\\12", "\\123", "\\1234", "\\18", "\\177", "\\0x", "a\\0b", "\\x4e", "\\x4", "\\x4eg", "\\xg", "\\x7f",
+          "\\x41\\x42", "\\u00e9", "\\u4e2d", "\\U0001F600", "\\u", "\\uZ", "\\cA", "\\ca", "\\c?", "\\c\\\\",
+          "\\c", "\\cAx", "\\x80", "\\200", "\\xff", "NCCL\\x5fIB_DISABLE"]
+
+
+def bash_ansi_c(body: str) -> str | None:
+    out = subprocess.run(["bash", "-c", f"printf '%s' $'{body}'"], capture_output=True, timeout=10,
+                         env={"LC_ALL": "C.UTF-8", "PATH": "/usr/bin:/bin"}).stdout
+    try:
+        return out.decode("utf-8")
+    except UnicodeDecodeError:
+        return None
+
+
+@pytest.mark.parametrize("body", ANSI_C)
+def test_ansi_c_strings_as_bash_decodes_them(body):
+    from webhook.commands.quoting import ansi_c
+
+    got = ansi_c(body)
+    if got is not None:  # None: not decoded here (a byte that is no UTF-8 alone, a locale-dependent \\u)
+        assert got == bash_ansi_c(body)
+    else:
+        assert bash_ansi_c(body) is None or body in ("\\u00e9", "\\u4e2d", "\\U0001F600", "\\200")
+
+
+@pytest.mark.parametrize("text,end", [("abc'", 4), ("a\\'b'", 5), ("abc", -1), ("abc\\", -1), ("", -1), ("'", 1)])
+def test_where_an_ansi_c_string_ends(text, end):
+    from webhook.commands.quoting import ansi_c_end
+
+    assert ansi_c_end(text, 0) == end
+
+
+# -- GKE multi-networking's annotation (webhook.fabrics.gke) and script files (webhook.commands.files) ------------
+
+def test_gke_annotation_entries_that_are_not_objects_make_it_unreadable():
+    from webhook.fabrics import gke
+
+    for value in ('[1]', '["eth1"]', '[null]', '[{"interfaceName": "eth1"}]', '{"interfaceName": "eth1", "network": "n"}'):
+        assert gke.parse(value) is None, value
+        assert gke.networks_of(value) == [], value
+
+
+def test_gke_networks_listed_are_each_named_once_without_the_pod_network():
+    from webhook.fabrics import gke
+
+    value = ('[{"interfaceName":"eth0","network":"default"},{"interfaceName":"eth1","network":"rdma-0"},'
+             '{"interfaceName":"eth2","network":"rdma-0"},{"interfaceName":"eth3","network":"default"}]')
+    assert gke.networks_of(value) == ["rdma-0"]
+
+
+def test_gke_plan_for_a_pod_without_the_annotation_lists_the_pod_network_first_compactly():
+    """GKE's own form: eth0 on the default network first, the policy's networks after it on free
+    interfaces (a network without an interface of its own takes the next one: eth1, not eth0)."""
+    from webhook.fabrics import gke
+
+    plan = gke.plan(None, (gke.GkeNetwork("rdma-0", None), gke.GkeNetwork("rdma-1", "eth5")))
+    assert plan.value == ('[{"interfaceName":"eth0","network":"default"},{"interfaceName":"eth1","network":"rdma-0"},'
+                          '{"interfaceName":"eth5","network":"rdma-1"}]')
+    assert (plan.interfaces, plan.pod_interfaces, plan.problem) == (["eth1", "eth5"], ["eth1", "eth5"], None)
+    assert plan.added == ["GKE network rdma-0@eth1", "GKE network rdma-1@eth5"]
+    # a pod that lists them already keeps its annotation: nothing added
+    kept = gke.plan(plan.value, (gke.GkeNetwork("rdma-0", None), gke.GkeNetwork("rdma-1", "eth5")))
+    assert (kept.value, kept.interfaces, kept.added, kept.problem) == (None, ["eth1", "eth5"], [], None)
+
+
+def test_a_script_path_with_a_variable_or_no_path_is_no_known_file():
+    from webhook.commands.files import Files
+
+    files = Files("/workspace")
+    files.add_dir("/scripts", "ConfigMap 'train-scripts'")
+    files.add_file("/workspace/run.sh", "torchrun t.py", "ConfigMap 'run'")
+    assert files.lookup("/scripts/launch.sh") == (None, "ConfigMap 'train-scripts'")
+    assert files.lookup("run.sh") == ("torchrun t.py", "ConfigMap 'run'")
+    for path in ("", "/scripts/$RUN.sh", "$SCRIPTS/launch.sh", "${RUN}.sh"):
+        assert files.lookup(path) is None, path

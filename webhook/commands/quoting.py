@@ -182,6 +182,10 @@ def word_at(text: str, i: int) -> tuple[str | None, int]:
 
 # -- brace expansion ----------------------------------------------------------------------------
 
+class NotReadHere(ValueError):
+    """A brace expansion this module does not read (the script then gets the textual reading)."""
+
+
 _OPEN, _CLOSE, _COMMA = "\ue000", "\ue001", "\ue002"  # an unquoted { } , (private-use characters)
 _SEQUENCE: Final = re.compile(r"(-?\d+)\.\.(-?\d+)(?:\.\.(-?\d+))?$|([A-Za-z])\.\.([A-Za-z])(?:\.\.(-?\d+))?$")
 MAX_BRACE_WORDS: Final = 256  # more words than this from one word: not read (a script listing ranks)
@@ -243,7 +247,7 @@ def brace_words(text: str) -> list[str] | None:
     if words is None:
         return None
     if expansion or len(words) > MAX_BRACE_WORDS:
-        raise ValueError("a brace expansion not read here")
+        raise NotReadHere()
     return [w.replace(_OPEN, "{").replace(_CLOSE, "}").replace(_COMMA, ",") for w in words]
 
 
@@ -297,7 +301,7 @@ def _sequence(body: str) -> list[str] | None:
         width = max(len(a), len(b)) if _zero_padded(a) or _zero_padded(b) else 0
         step = abs(int(m.group(3) or 1)) or 1
         if abs(last - first) // step >= MAX_BRACE_WORDS:
-            raise ValueError("a brace expansion not read here")
+            raise NotReadHere()
         values = range(first, last + (1 if last >= first else -1), step if last >= first else -step)
         return [f"{v:0{width}d}" if width else str(v) for v in values]
     first_c, last_c = ord(m.group(4)), ord(m.group(5))
@@ -305,7 +309,7 @@ def _sequence(body: str) -> list[str] | None:
     values = range(first_c, last_c + (1 if last_c >= first_c else -1), step if last_c >= first_c else -step)
     chars = [chr(v) for v in values]
     if any(c in "\\`" for c in chars):  # `{Z..a}` passes [ \ ] ^ _ `: bash takes them literally, quote removal would not
-        raise ValueError("a brace expansion not read here")
+        raise NotReadHere()
     return chars
 
 
