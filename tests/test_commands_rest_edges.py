@@ -224,3 +224,36 @@ def test_a_script_path_with_a_variable_or_no_path_is_no_known_file():
     assert files.lookup("run.sh") == ("torchrun t.py", "ConfigMap 'run'")
     for path in ("", "/scripts/$RUN.sh", "$SCRIPTS/launch.sh", "${RUN}.sh"):
         assert files.lookup(path) is None, path
+
+
+def test_a_new_shell_state_has_set_a_off_and_inherits_the_container_env():
+    state = State({})
+    assert (state.allexport, state.cleared) == (False, False)
+
+
+@pytest.mark.parametrize("allexport,cleared", [(False, False), (True, False), (False, True), (True, True)])
+def test_a_started_process_inherits_the_exported_variables_but_not_set_a(allexport, cleared):
+    """bash(1): a child gets the exported variables (as its environment), not the shell's options;
+    `env -i` (cleared) holds for what it starts too."""
+    state = State({"NCCL_NET": Var(["IB"], True, True, "/a.sh"), "LOCAL": Var(["x"], False, True, None),
+                   "NCCL_DEBUG": Var(["INFO", None], True, False, None)}, allexport, cleared)
+    child = state.child()
+    assert sorted(child.vars) == ["NCCL_DEBUG", "NCCL_NET"]
+    net, debug = child.vars["NCCL_NET"], child.vars["NCCL_DEBUG"]
+    assert (net.values, net.exported, net.own, net.origin) == (["IB"], True, True, "/a.sh")
+    assert (debug.values, debug.exported, debug.own, debug.origin) == (["INFO", None], True, False, None)
+    assert (child.allexport, child.cleared) == (False, cleared)
+    child.vars["NCCL_NET"].values.append("Socket")
+    assert state.vars["NCCL_NET"].values == ["IB"]
+
+
+@pytest.mark.parametrize("allexport,cleared", [(False, False), (True, False), (False, True), (True, True)])
+def test_a_branch_copies_the_whole_state(allexport, cleared):
+    state = State({"NCCL_NET": Var(["IB"], True, True, "/a.sh"), "LOCAL": Var(["x"], False, False, None)}, allexport, cleared)
+    copy_ = state.copy()
+    assert sorted(copy_.vars) == ["LOCAL", "NCCL_NET"]
+    for name, v in state.vars.items():
+        c = copy_.vars[name]
+        assert (c.values, c.exported, c.own, c.origin) == (v.values, v.exported, v.own, v.origin)
+        assert c is not v and c.values is not v.values
+    assert (copy_.allexport, copy_.cleared) == (allexport, cleared)
