@@ -20,7 +20,7 @@ import sys
 import tomllib
 from pathlib import Path
 
-from mutation_summary import parse_equivalents, split_name
+from mutation_summary import changed_lines, parse_equivalents, split_name
 
 HERE = Path(__file__).resolve().parent
 # the core run of 2026-11-25 predates the regroup of webhook/ into layers: its modules' names then
@@ -44,7 +44,7 @@ def later_verdicts(record: Path, commit: str, equivalents: dict) -> dict[str, tu
         head, *lines = block.splitlines()
         m = NO_VERDICT.match("## " + head)
         if m:
-            open_[m[1]] = tuple(line.rstrip() for line in lines if line.startswith(("+", "-")) and line.strip())
+            open_[m[1]] = changed_lines([line.rstrip() for line in lines if line.startswith(("+", "-")) and line.strip()])
     verify = record.with_name(f"mutation-verify{record.stem.removeprefix('mutation-survivors')}.txt")
     killed: set[str] = set()
     if verify.exists():

@@ -64,11 +64,19 @@ def parse_equivalents(folder: Path = EQUIVALENTS) -> dict[Key, str]:
             why = " ".join(line.removeprefix("why:").strip() for line in lines if not line.startswith(("+", "-"))).strip()
             if not diff or not why:
                 raise SystemExit(f"{path}: entry {head!r} needs its -/+ lines and a why:")
-            key = (module, function.strip(), diff)
+            key = (module, function.strip(), changed_lines(list(diff)))
             # Two mutants of one function can change the same text (two `return -1` lines made
             # `return -2`): one entry, or one per mutant, covers every survivor with that diff.
             entries[key] = f"{entries[key]} / {why}" if key in entries else why
     return entries
+
+
+def changed_lines(lines: list[str]) -> tuple[str, ...]:
+    """A diff's -/+ lines as a key: the sign and the line without its leading white space. mutmut
+    shows a method's lines dedented by its class's level in some runs and not in others (3.8.1's
+    diff of a trampolined method), and an entry is written from one of them: the text is what
+    tells a mutant, not its indentation."""
+    return tuple(line[0] + line[1:].strip() for line in lines)
 
 
 def split_name(name: str) -> tuple[str, str]:
@@ -136,7 +144,7 @@ def main(patterns: list[str]) -> int:
         diff = get_diff_for_mutant(name, path=m.path)
         changed = [line.rstrip() for line in diff.splitlines() if line.startswith(("+", "-")) and not line.startswith(("+++", "---"))]
         module, function = split_name(name)
-        survivors[name] = ((module, function, tuple(changed)), changed)
+        survivors[name] = ((module, function, changed_lines(changed)), changed)
     equivalent = {name for name, (key, _) in survivors.items() if key in entries}
     used = {survivors[name][0] for name in equivalent}
 

@@ -257,3 +257,43 @@ def test_a_branch_copies_the_whole_state(allexport, cleared):
         assert (c.values, c.exported, c.own, c.origin) == (v.values, v.exported, v.own, v.origin)
         assert c is not v and c.values is not v.values
     assert (copy_.allexport, copy_.cleared) == (allexport, cleared)
+
+
+@pytest.mark.parametrize("path,normal", [
+    ("/scripts/run.sh", "/scripts/run.sh"), ("", ""), ("run.sh", "run.sh"), ("/a/./b", "/a/b"), ("/a/b/", "/a/b"),
+    ("/a//b", "/a/b"), ("a//b", "a/b"), ("/a/../b", "/b"), ("//etc/x", "/etc/x"), ("//Xfiles/run.sh", "/Xfiles/run.sh"),
+    ("///etc/x", "/etc/x"), ("/", "/"),
+])
+def test_normal_path_as_linux_resolves_it(path, normal):
+    from webhook.commands.files import normal_path
+
+    assert normal_path(path) == normal
+
+
+def test_files_defaults_resolve_nothing_relative_and_bound_the_reading():
+    from webhook.commands.files import Budget, Files
+
+    assert Files().working_dir == "" and Files().lookup("run.sh") is None
+    assert (Budget().parse_bytes, Budget().steps) == (64 * 1024, 200_000)
+
+
+def test_a_configmap_mounted_at_the_root_holds_every_absolute_path():
+    from webhook.commands.files import Files
+
+    files = Files()
+    files.add_dir("/", "ConfigMap 'root'")
+    assert files.lookup("/train.sh") == (None, "ConfigMap 'root'")
+    assert files.mentioned("bash /train.sh") and not files.mentioned("bash train.sh")
+
+
+def test_what_a_command_may_name_of_the_files():
+    from webhook.commands.files import Files
+
+    files = Files("/workspace")
+    files.add_file("/workspace/run.sh", "torchrun t.py", "ConfigMap 'run'")
+    assert files.mentioned("bash run.sh") and files.mentioned("bash /workspace/run.sh")
+    assert not files.mentioned("bash gun.sh") and not files.mentioned("bash other.sh")
+    scripts = Files()
+    scripts.add_dir("/scripts", "ConfigMap 'train-scripts'")
+    assert scripts.mentioned("bash /scripts/launch.sh")
+    assert not scripts.mentioned("bash /script.sh") and not scripts.mentioned("python /opt/run.py")
