@@ -26,6 +26,7 @@ WORDS = [
     "A={1..3..}", "A={..3}", "A={1...3}", "A={aa..c}",
     "A='{0,1}'", 'A="{0,1}"', "A=\\{0,1}", "A={0\\,1}", "A={0,1\\}", "A='{'0,1}", "A={0','1}", 'A={0,"1,2"}',
     "A={a..e..0}", "A={V..Z}", "A={0..10}", "A={00..3}",
+    "A={a,b}\\,c", "A={a,b}'x y'", "A={a,b}''x", 'A={a,b}"x\\"y"', 'A={a,b}""x', "A=x,{a,b}", "A={a,b}$'\\x41'",
     "A=$'{0,1}'", "A={0,$'x'}", "A={'a','b'}", "NCCL_IB_HCA=mlx5_{0,1}", "NCCL_IB_HCA==mlx5_{0..3}:1",
 ]
 
@@ -54,10 +55,20 @@ def test_a_word_with_no_brace_expression_is_none(word):
 @pytest.mark.parametrize("word", ["A=${X}{0,1}", "A=$X{0,1}", "A={0,1}$X", "A=\"$X\"{0,1}", "A=`x`{0,1}",
                                   f"A={{1..{MAX_BRACE_WORDS + 1}}}", f"A={{1..{2 * MAX_BRACE_WORDS + 2}..2}}",
                                   "A={a..C}", "A={Z..a..6}", "A=x`y`{0,1}",
+                                  "A=$(echo x){a,b}", "A=`x`{a,b}`y`", "A=``{a,b}", "A={a,b}`x", 'A={a,b}"`x`"',
+                                  'A={a,b}"$X"',
                                   "A={a,b}{c,d}{e,f}{g,h}{i,j}{k,l}{m,n}{o,p}{q,r}"])
 def test_a_brace_expression_not_read_here_raises(word):
     with pytest.raises(ValueError):
         brace_words(word)
+
+
+def test_an_unclosed_quote_or_expansion_ends_the_word():
+    """What a parse would refuse (an unclosed quote, `${` or backquote): the scan ends at the word's
+    end, reads nothing past it, and never loops."""
+    assert brace_words("{a,b}'x") == ["a'x", "b'x"]
+    assert brace_words('{a,b}"x') == ['a"x', 'b"x']
+    assert brace_words("A=${X{a,b}") is None
 
 
 def test_the_bound_on_words_is_inclusive():
