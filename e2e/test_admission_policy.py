@@ -94,7 +94,7 @@ class Mode:
         assert names == ["workloads.validate.rdma-webhook.io"], names
         # the API server picks configurations up from its informers, a moment later
         c.wait_for("the API server without pods.validate", lambda: self._validate_calls() == 0, 60, interval=0.5)
-        c.wait_for("the generated policies in effect", self._policy_denies, 60, interval=0.5)
+        c.wait_for("the generated policies in effect", self.denies, 60, interval=0.5)
         self.on = True
 
     def probe_namespace(self) -> str:
@@ -109,10 +109,16 @@ class Mode:
         assert proc.returncode == 0, proc.stderr
         return _delta(webhook_calls(self.cp), before, VALIDATE)
 
-    def _policy_denies(self) -> bool:
+    def denies(self) -> bool:
         """A dry run of a pod whose device the late webhook strips is refused by the policy."""
         proc = create(self.cp, _late_pod(self.probe_namespace(), unique("probe"), "strip-device"), "--dry-run=server")
-        return "ValidatingAdmissionPolicy 'rdma-webhook-final-state-erdma'" in proc.stderr
+        return proc.returncode != 0 and "ValidatingAdmissionPolicy 'rdma-webhook-final-state-erdma'" in proc.stderr
+
+    def warns(self) -> bool:
+        """The same dry run is admitted with the policy's warning: the --dry-run bindings
+        (validationActions [Warn]) are in effect."""
+        proc = create(self.cp, _late_pod(self.probe_namespace(), unique("probe"), "strip-device"), "--dry-run=server")
+        return proc.returncode == 0 and "Warning: Validation failed for ValidatingAdmissionPolicy" in proc.stderr
 
     def restore(self) -> None:
         for doc in c.loopback_webhooks(self.deploy_docs, self.hook.port, self.hook.ca_bundle):
@@ -269,6 +275,8 @@ def test_policy_mode_dry_run_warns_and_admits(cp, hook, late, mode, namespace):
     mode.switch()
     cp.apply(generate(c.ROOT / "policies", "--dry-run"))
     try:
+        # the API server sees a changed binding through its informer, a moment later
+        c.wait_for("the --dry-run bindings in effect", mode.warns, 60, interval=0.5)
         proc = create(cp, _late_pod(namespace, "vap-dry", "strip-device"))
         assert proc.returncode == 0, proc.stderr
         assert "Warning: Validation failed for ValidatingAdmissionPolicy 'rdma-webhook-final-state-erdma'" in proc.stderr
@@ -277,6 +285,7 @@ def test_policy_mode_dry_run_warns_and_admits(cp, hook, late, mode, namespace):
         assert "aliyun/erdma" not in got["spec"]["containers"][0]["resources"].get("limits", {})
     finally:
         cp.apply(generate(c.ROOT / "policies"))
+        c.wait_for("the denying bindings in effect again", mode.denies, 60, interval=0.5)
 
 
 def test_policy_mode_pods_still_admitted_and_workloads_still_checked(cp, hook, mode, namespace):
@@ -334,6 +343,9 @@ def test_a_policy_change_is_noticed_and_regenerating_fixes_it(cp, hook, late, mo
         c.wait_for("in sync after regenerating", lambda: _gauge(checker, "rdma_webhook_admission_policy_in_sync") == 1, 60)
         # ... and the API server enforces the changed policy: a later webhook's change of
         # NCCL_IB_GID_INDEX, admitted under the old objects, is now refused
+        # (the API server's own informer sees the new objects a moment after the checker does)
+        c.wait_for("the changed policy in effect", lambda: create(
+            cp, _late_pod(namespace, unique("probe"), "gid-index"), "--dry-run=server").returncode != 0, 60, interval=0.5)
         assert create(cp, gpu_pod("gid", namespace)).returncode == 0  # the policy's own value: fine
         proc = create(cp, _late_pod(namespace, "gid-changed", "gid-index"))
         assert proc.returncode != 0 and "NCCL_IB_GID_INDEX" in proc.stderr and "[enforced-env]" in proc.stderr, proc.stderr
