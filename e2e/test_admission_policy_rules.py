@@ -169,3 +169,76 @@ def test_each_piece_a_policy_adds_is_checked_by_its_generated_policy(cp, policie
         assert f"ValidatingAdmissionPolicy '{NAME_PREFIX}{name}'" in message, message
         named = {rule for rule in rules if f"[{rule}]" in message}
         assert named, f"{name}: {what} undone was denied, but not by {sorted(rules)}: {message[:400]}"
+
+
+def _env_of(container: dict) -> list:
+    return container.setdefault("env", [])
+
+
+def _variants(policy: Policy) -> list[tuple[str, bool, Callable[[dict], None]]]:
+    """(what, admitted?, the change) for forms of a pod's final state that the CEL reads the way
+    the kubelet and the webhook do: the last env entry of a name counts, capabilities in any
+    case and with CAP_, /dev/shm/ with its slash, containers without a GPU left alone unless
+    they see GPUs otherwise (NVIDIA_VISIBLE_DEVICES)."""
+    out: list[tuple[str, bool, Callable[[dict], None]]] = []
+    # a variable the transport's fallback check reads: NCCL_IB_DISABLE where it is watched, else
+    # NCCL_NET (watched on every transport); its bad value and a good one
+    if "NCCL_IB_DISABLE" in policy.watched and "NCCL_IB_DISABLE" not in policy.warned:
+        var, bad, fine, worse = "NCCL_IB_DISABLE", "1", "0", "0x1"
+    else:
+        pinned = {s.name: s.value for s in policy.env if s.enforce}
+        var, bad, fine, worse = "NCCL_NET", "Socket", pinned.get("NCCL_NET", policy.nccl_nets[0]), "Socket"
+
+    def earlier_bad_last_fine(pod: dict) -> None:
+        env = _env_of(_trainer(pod))
+        env[:] = [{"name": var, "value": bad}] + [e for e in env if e["name"] != var] + [{"name": var, "value": fine}]
+    out.append((f"{var}={bad}, then ={fine} last", True, earlier_bad_last_fine))
+
+    def earlier_fine_last_bad(pod: dict) -> None:
+        env = _env_of(_trainer(pod))
+        env[:] = [{"name": var, "value": fine}] + [e for e in env if e["name"] != var] + [{"name": var, "value": worse}]
+    out.append((f"{var}={fine}, then ={worse} last", False, earlier_fine_last_bad))
+    enforced = [s for s in policy.env if s.enforce and not s.templated]
+    if enforced:
+        s = enforced[0]
+
+        def changed_then_restored(pod: dict, s=s) -> None:
+            env = _env_of(_trainer(pod))
+            env[:0] = [{"name": s.name, "value": "changed"}]
+        out.append((f"{s.name} changed earlier, its value last", True, changed_then_restored))
+    out.append(("ipc_lock in lower case", True,
+                lambda pod: _trainer(pod)["securityContext"]["capabilities"].update(add=["ipc_lock"])))
+    out.append(("CAP_IPC_LOCK beside another", True,
+                lambda pod: _trainer(pod)["securityContext"]["capabilities"].update(add=["NET_RAW", "CAP_IPC_LOCK"])))
+    out.append(("cap_ipc_lock dropped", False,
+                lambda pod: _trainer(pod)["securityContext"]["capabilities"].update(drop=["ALL", "cap_ipc_lock"])))
+    out.append(("/dev/shm/ with its slash", True, lambda pod: _trainer(pod)["volumeMounts"][0].update(mountPath="/dev/shm/")))
+
+    def more_volumes(pod: dict) -> None:
+        pod["spec"]["volumes"][:0] = [{"name": "data", "emptyDir": {}}, {"name": "rdma-webhook-dshm-other", "emptyDir": {}}]
+        _trainer(pod)["volumeMounts"].insert(0, {"name": "data", "mountPath": "/data"})
+    out.append(("other volumes beside ours, one on disk under our prefix but not at /dev/shm", True, more_volumes))
+
+    def cpu_sidecar(pod: dict) -> None:
+        pod["spec"]["containers"].append({"name": "logger", "image": "registry.example/logger:1",
+                                          "env": [{"name": var, "value": bad}]})
+    out.append((f"a container without a GPU that sets {var}={bad}", True, cpu_sidecar))
+
+    def sees_gpus(pod: dict) -> None:
+        pod["spec"]["containers"].append({"name": "helper", "image": "registry.example/helper:1",
+                                          "env": [{"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"}, {"name": var, "value": bad}]})
+    out.append((f"a container that sees the GPUs through NVIDIA_VISIBLE_DEVICES and sets {var}={bad}", False, sees_gpus))
+    return out
+
+
+@pytest.mark.parametrize("name", sorted(POLICIES.by_name))
+def test_the_final_state_is_read_as_the_kubelet_reads_it(cp, policies_in_force, name):
+    """The match condition's reading of env, capabilities and /dev/shm, judged by the API
+    server: what the webhook admits is admitted, what it refuses is refused."""
+    policy = POLICIES.by_name[name]
+    good = complete_pod(policy, unique("vap"), policies_in_force)
+    for what, admitted, change in _variants(policy):
+        pod = copy.deepcopy(good)
+        change(pod)
+        status, message = dry_run(cp, pod)
+        assert status == (201 if admitted else 403), f"{name}: {what}: {status} {message[:400]}"

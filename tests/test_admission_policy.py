@@ -109,7 +109,7 @@ def test_every_policy_feature_has_its_rule(shipped):
         assert rules.count("enforced-env") == len(enforced) >= 1
         for e in enforced:
             want = e.value.casefold() if e.name == "NCCL_NET" else e.value
-            assert f"e.name == '{e.name}'" in text
+            assert f"'{e.name}' in n && " in text and f"n.lastIndexOf('{e.name}')" in text
             assert (f"'{want}'" in text) != e.templated  # a templated value: its presence only (the pod's names vary)
         assert rules.count("multus-networks") == len(policy.networks)
         for n in policy.networks:
@@ -126,24 +126,42 @@ def test_every_policy_feature_has_its_rule(shipped):
 
 def test_the_match_condition_holds_each_rule_of_the_validations(shipped):
     """The policy's match condition is the negation of all its rules, each rule's condition in
-    the group (targets, checked containers, the pod) its validation applies it to; the e2e suite
-    (e2e/test_admission_policy.py) checks against the API server that it lets through every pod
-    the validations admit and stops every change a later webhook makes."""
+    the group (targets, checked containers, the pod) its validation applies it to, in one pass
+    over the containers; the e2e suite (e2e/test_admission_policy.py) checks against the API
+    server that it lets through every pod the validations admit and stops every change a later
+    webhook makes."""
     for policy in shipped.by_name.values():
         spec = ap.policy_spec(policy)
         expression = spec["matchConditions"][0]["expression"]
         assert expression.startswith("!(") and expression.endswith(")")
         target = ap._target(policy)
-        groups = {ap.TARGETS: f"object.spec.containers.all(c, !({target}) || (",
-                  ap.CHECKED: f"object.spec.containers.all(c, !({target} || {ap._others()}) || (",
-                  ap.POD: f"(!object.spec.containers.exists(c, {target}) || ("}
         rules = ap.rules(policy)
         assert [v["expression"] for v in spec["validations"]] == [ap._validation(r)["expression"] for r in rules]
-        for rule in rules:
-            start = expression.index(groups[rule.over])
-            assert f"({rule.condition})" in expression[start:], (policy.name, rule.name)
-        for over, head in groups.items():  # a group appears once, and only when it has a rule
-            assert expression.count(head) == (1 if any(r.over == over for r in rules) else 0), (policy.name, over)
+        by_over = {over: " && ".join(f"({r.condition})" for r in rules if r.over == over) for over in (ap.TARGETS, ap.CHECKED, ap.POD)}
+        assert by_over[ap.TARGETS] and by_over[ap.CHECKED]  # IPC_LOCK and shm; NCCL_NET's fallback on every transport
+        # a target: its rules and the checked rules; another container that sees GPUs: the checked rules
+        each = f"({target}) ? ({by_over[ap.TARGETS]} && {by_over[ap.CHECKED]}) : (!({ap._others()}) || ({by_over[ap.CHECKED]}))"
+        containers = f"object.spec.containers.all(c, {ap._with_names(each)})"
+        assert expression.count("object.spec.containers.all(") == 1, policy.name  # one pass
+        if by_over[ap.POD]:
+            assert expression == f"!({containers} && (({by_over[ap.POD]}) || !object.spec.containers.exists(c, {target})))", policy.name
+        else:
+            assert expression == f"!({containers})", policy.name
+
+
+def test_env_rules_read_the_last_entry_of_a_name():
+    """The env names are bound once per container (`n`), and a rule reads the last entry of its
+    name, as the kubelet does."""
+    policy = load_texts([("erdma.yaml", (POLICIES / "erdma.yaml").read_text())])[0].by_name["erdma"]
+    enforced = next(r for r in ap.rules(policy) if r.name == "enforced-env" and "NCCL_NET" in r.condition)
+    assert enforced.names and enforced.condition == (
+        "('NCCL_NET' in n && (has(c.env[n.lastIndexOf('NCCL_NET')].value) ? c.env[n.lastIndexOf('NCCL_NET')].value : '')"
+        ".lowerAscii() == 'ib')")
+    validation = ap._validation(enforced)["expression"]
+    assert validation == f"variables.targets.all(c, [(has(c.env) ? c.env.map(e, e.name) : [])].all(n, {enforced.condition}))"
+    fallback = [r for r in ap.rules(policy) if r.name == "env-fallback"]
+    assert fallback and all(r.names and r.over == ap.CHECKED and r.condition.startswith("(!(") for r in fallback)
+    assert not any(r.names for r in ap.rules(policy) if r.name not in ("enforced-env", "env-fallback"))
 
 
 def test_templated_enforced_values_are_checked_for_presence():

@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from typing import Any, Iterable, NamedTuple, Sequence
+from typing import Any, Callable, Iterable, NamedTuple, Sequence
 
 from webhook.core import keys
 from webhook.core.model import GPUS_FIELD, Policy, PolicySet
@@ -88,10 +88,20 @@ def _has_section(section: str) -> str:
     return f"has(c.resources) && has(c.resources.{section})"
 
 
+def _above_zero(section: str, resource: str) -> str:
+    """c has `resource` in `section` (a map known to be there) with a quantity above zero."""
+    name = cel_str(resource)
+    return (f"({name} in c.resources.{section} && "
+            f"quantity(string(c.resources.{section}[{name}])).isGreaterThan(quantity('0')))")
+
+
+# Each resource is written out (`||`, `&&`) rather than iterated over a list literal: the API
+# server's CEL runs a comprehension's body through its interpreter per element, at about a
+# microsecond a step (benchmarks/README.md, "The CEL of the match condition").
+
 def _positive(section: str, resources: Sequence[str]) -> str:
     """A resource of `resources` with a quantity above zero in `section` of c."""
-    return (f"({_has_section(section)} && {cel_list(resources)}.exists(r, r in c.resources.{section} "
-            f"&& quantity(string(c.resources.{section}[r])).isGreaterThan(quantity('0'))))")
+    return f"({_has_section(section)} && ({' || '.join(_above_zero(section, r) for r in resources)}))"
 
 
 def _target(policy: Policy) -> str:
@@ -107,29 +117,42 @@ def _others() -> str:
             "!(e.value.trim().lowerAscii() in ['', 'void', 'none'])))")
 
 
-# The value of the last env entry of a name ('' for a valueFrom), as the kubelet reads `env`.
-# `[list].all(l, ...)` binds the filtered entries to `l` once: the API server's CEL environment
-# has no `cel.bind`, and writing the filter out at each use evaluated it four times per rule.
-_LAST = "(has(l[size(l) - 1].value) ? l[size(l) - 1].value : '')"
+# The names of c's env entries, bound once per container as `n` (`_with_names`): the API
+# server's CEL environment has no `cel.bind`, and `[list].all(n, ...)` binds a value once. An
+# entry of a name is then found by the lists library's `lastIndexOf` (one native call), where a
+# `filter` over the entries for each variable and rule ran the CEL interpreter over every entry
+# (benchmarks/README.md, "The CEL of the match condition").
+_NAMES = "(has(c.env) ? c.env.map(e, e.name) : [])"
 
 
-def _entries(name: str) -> str:
-    return f"[c.env.filter(e, e.name == {cel_str(name)})]"
+def _with_names(condition: str) -> str:
+    """`condition` (CEL over c and n) with n bound to c's env names."""
+    return f"[{_NAMES}].all(n, {condition})"
 
 
-def _env_set_and(name: str, test: str) -> str:
-    """CEL: c has an env entry `name`, and `test` (CEL over `_LAST`) holds for the last one."""
-    return f"(has(c.env) && {_entries(name)}.all(l, size(l) > 0 && {test}))"
+def _last(name: str) -> str:
+    """The value of the last env entry of `name` ('' for a valueFrom), as the kubelet reads `env`;
+    valid where the entry exists."""
+    i = f"n.lastIndexOf({cel_str(name)})"
+    return f"(has(c.env[{i}].value) ? c.env[{i}].value : '')"
 
 
-def _env_unset_or(name: str, test: str) -> str:
-    """CEL: c has no env entry `name`, or `test` (CEL over `_LAST`) holds for the last one."""
-    return f"(!has(c.env) || {_entries(name)}.all(l, size(l) == 0 || {test}))"
+def _env_set_and(name: str, test: Callable[[str], str]) -> str:
+    """CEL: c has an env entry `name`, and `test` (CEL of the last one's value) holds."""
+    return f"({cel_str(name)} in n && {test(_last(name))})"
+
+
+def _env_unset_or(name: str, test: Callable[[str], str]) -> str:
+    """CEL: c has no env entry `name`, or `test` (CEL of the last one's value) holds."""
+    return f"(!({cel_str(name)} in n) || {test(_last(name))})"
 
 
 def _capability(field: str) -> str:
-    return (f"(has(c.securityContext) && has(c.securityContext.capabilities) && has(c.securityContext.capabilities.{field}) "
-            f"&& c.securityContext.capabilities.{field}.exists(x, x.upperAscii() in ['IPC_LOCK', 'CAP_IPC_LOCK']))")
+    """c's capabilities `field` (add or drop) names IPC_LOCK, in any case, with or without CAP_;
+    the exact name first, one native lookup."""
+    listed = f"c.securityContext.capabilities.{field}"
+    return (f"(has(c.securityContext) && has(c.securityContext.capabilities) && has({listed}) "
+            f"&& ('IPC_LOCK' in {listed} || {listed}.exists(x, x.upperAscii() in ['IPC_LOCK', 'CAP_IPC_LOCK'])))")
 
 
 def _names(over: str = "variables.targets") -> str:
@@ -148,12 +171,14 @@ TARGETS, CHECKED, POD = "targets", "checked", "pod"
 
 
 class Rule(NamedTuple):
-    """One final-state rule: its id, the CEL condition that must hold, why and what to do, and
-    what the condition is over (TARGETS, CHECKED or POD)."""
+    """One final-state rule: its id, the CEL condition that must hold, why and what to do, what
+    the condition is over (TARGETS, CHECKED or POD), and whether it reads the container's env
+    names `n` (`_with_names`)."""
     name: str
     condition: str
     message: str
     over: str = TARGETS
+    names: bool = False
 
 
 def _groups(policy: Policy) -> dict[str, str]:
@@ -172,30 +197,32 @@ def _validation(rule: Rule) -> dict[str, Any]:
                 "message": f"rdma-webhook: {rule.message} [{rule.name}]", "reason": "Forbidden"}
     group = f"variables.{rule.over}"
     return {
-        "expression": f"{group}.all(c, {rule.condition})",
+        "expression": f"{group}.all(c, {_with_names(rule.condition) if rule.names else rule.condition})",
         "messageExpression": f"'rdma-webhook: ' + {_names(group)} + {cel_str(': ' + rule.message + f' [{rule.name}]')}",
         "reason": "Forbidden",
     }
 
 
-def _fallback_checks(policy: Policy) -> list[tuple[str, str, str]]:
-    """(variable, CEL that its last value `_LAST` is fine, why) for the transport's variables whose
+def _fallback_checks(policy: Policy) -> list[tuple[str, Callable[[str], str], str]]:
+    """(variable, CEL of its last value that says it is fine, why) for the transport's variables whose
     judgement a CEL expression makes exactly (`webhook.fabrics.transports`)."""
-    out: list[tuple[str, str, str]] = []
+    out: list[tuple[str, Callable[[str], str], str]] = []
     for name in policy.watched:
         if name in policy.warned:
             continue
         if name == "NCCL_IB_DISABLE":
-            out.append((name, f"!{_LAST}.matches({cel_str(IB_DISABLED_RE)})",
+            out.append((name, lambda last: f"!{last}.matches({cel_str(IB_DISABLED_RE)})",
                         "NCCL_IB_DISABLE is non-zero, which turns NCCL's IB/RoCE transport off, so NCCL runs on TCP sockets; "
                         "a webhook that ran after rdma-webhook may have set it"))
         elif name == "NCCL_NET":
-            out.append((name, f"{_LAST}.lowerAscii() in {cel_list(n.casefold() for n in policy.nccl_nets)}",
+            nets = cel_list(n.casefold() for n in policy.nccl_nets)
+            out.append((name, lambda last, nets=nets: f"{last}.lowerAscii() in {nets}",
                         f"NCCL_NET names a transport that policy {policy.name} does not provide ({'/'.join(policy.nccl_nets)}), "
                         f"so NCCL uses TCP; a webhook that ran after rdma-webhook may have set it"))
         elif name == "NCCL_NET_PLUGIN" and policy.fabric.net_plugins:
             paths = cel_str("^.*/(" + "|".join(_re_escape(n) for n in policy.fabric.net_plugins) + ")$")  # a path to a listed library
-            out.append((name, f"({_LAST} in {cel_list(policy.fabric.net_plugins)} || {_LAST}.matches({paths}))",
+            plugins = cel_list(policy.fabric.net_plugins)
+            out.append((name, lambda last, plugins=plugins, paths=paths: f"({last} in {plugins} || {last}.matches({paths}))",
                         f"NCCL_NET_PLUGIN does not load the fabric's plugin ({'/'.join(policy.fabric.net_plugins)}), which "
                         f"leaves NCCL its built-in transports (TCP sockets here)"))
     return out
@@ -209,8 +236,7 @@ def _device_condition(policy: Policy) -> tuple[str, str] | None:
     wants: list[str] = []
     if policy.devices:
         resources = [d.resource for d in policy.devices]
-        parts.append(f"({_has_section('limits')} && {cel_list(resources)}.all(r, r in c.resources.limits "
-                     f"&& quantity(string(c.resources.limits[r])).isGreaterThan(quantity('0'))))")
+        parts.append(f"({_has_section('limits')} && {' && '.join(_above_zero('limits', r) for r in resources)})")
         wants.append(" and ".join(resources) + " in resources.limits")
     if policy.claim is not None:
         claim = policy.claim
@@ -252,23 +278,27 @@ def rules(policy: Policy) -> list[Rule]:
         if not setting.enforce:
             continue
         if setting.templated:  # the value names the pod's interfaces: present, not compared
-            same = _env_set_and(setting.name, f"{_LAST} != ''")
+            same = _env_set_and(setting.name, lambda last: f"{last} != ''")
             want = f"set (to {setting.value!r} with the pod's interface names)"
         elif setting.name == "NCCL_NET":
-            same = _env_set_and(setting.name, f"{_LAST}.lowerAscii() == {cel_str(setting.value.casefold())}")
+            want_cel = cel_str(setting.value.casefold())
+            same = _env_set_and(setting.name, lambda last: f"{last}.lowerAscii() == {want_cel}")
             want = f"{setting.value!r}"
         else:
-            same = _env_set_and(setting.name, f"{_LAST} == {cel_str(setting.value)}")
+            want_cel = cel_str(setting.value)
+            same = _env_set_and(setting.name, lambda last: f"{last} == {want_cel}")
             want = f"{setting.value!r}"
         out.append(Rule("enforced-env", same,
                          f"{setting.name} is missing or changed, but policy {policy.name} pins it to {want} so that a "
-                         f"missing RDMA device fails at start instead of running on TCP"))
+                         f"missing RDMA device fails at start instead of running on TCP", names=True))
     for name, fine, why in _fallback_checks(policy):
-        out.append(Rule("env-fallback", _env_unset_or(name, fine), why, over=CHECKED))
-    mount = "c.volumeMounts.filter(m, m.mountPath == '/dev/shm' || m.mountPath == '/dev/shm/')"
-    ours = (f"object.spec.volumes.filter(v, v.name == {mount}[0].name && v.name.startsWith('rdma-webhook-dshm'))")
-    shm = (f"has(c.volumeMounts) && size({mount}) > 0 && (!has(object.spec.volumes) || size({ours}) == 0 || "
-           f"{ours}.all(v, has(v.emptyDir) && has(v.emptyDir.medium) && v.emptyDir.medium == 'Memory'))")
+        out.append(Rule("env-fallback", _env_unset_or(name, fine), why, over=CHECKED, names=True))
+    # The first mount at /dev/shm (`ms[0]`), bound once: each of our volumes of its name (none when
+    # a later webhook swapped in a volume of its own) is still a memory-backed emptyDir.
+    shm = ("has(c.volumeMounts) && [c.volumeMounts.filter(m, m.mountPath == '/dev/shm' || m.mountPath == '/dev/shm/')]"
+           ".all(ms, size(ms) > 0 && (!has(object.spec.volumes) || object.spec.volumes.all(v, "
+           "!v.name.startsWith('rdma-webhook-dshm') || v.name != ms[0].name || (has(v.emptyDir) && has(v.emptyDir.medium) && "
+           "v.emptyDir.medium == 'Memory'))))")
     out.append(Rule("shm", shm,
                      "/dev/shm is no longer the memory-backed emptyDir rdma-webhook mounted there; NCCL and "
                      "DataLoader workers need shared memory in RAM"))
@@ -324,19 +354,26 @@ def broken(policy: Policy, found: list[Rule] | None = None) -> str:
     whose match conditions hold, for every pod, whether a rule failed or not (k8s.io/apiserver
     policy/validating/validator.go): the validations and the second activation the messages
     need were most of the check's cost (benchmarks/README.md). This one expression holds the
-    same conditions, grouped into one pass over the containers per group; for a pod that keeps
+    same conditions in one pass over the containers; for a pod that keeps
     everything the mutation gave it (nearly every pod) it is false, and the API server skips
     the validations. For a pod it holds for, the validations run as before and name the rule
     and the container. It cannot use `variables` (match conditions are evaluated before them),
     so the groups' filters are written out."""
     by_over: dict[str, list[str]] = {TARGETS: [], CHECKED: [], POD: []}
+    names = False
     for rule in rules(policy) if found is None else found:
         by_over[rule.over].append(f"({rule.condition})")
-    groups = _groups(policy)
-    holds = [f"object.spec.containers.all(c, !({groups[over]}) || ({' && '.join(by_over[over])}))"
-             for over in (TARGETS, CHECKED) if by_over[over]]
-    if by_over[POD]:
-        holds.append(f"(!object.spec.containers.exists(c, {groups[TARGETS]}) || ({' && '.join(by_over[POD])}))")
+        names = names or (rule.over != POD and rule.names)
+    target, checked = " && ".join(by_over[TARGETS]) or "true", " && ".join(by_over[CHECKED])
+    # One pass over the containers: a target's rules and the checked rules for a target, the
+    # checked rules alone for another container that sees GPUs, nothing for the rest.
+    if checked:
+        each = f"({_target(policy)}) ? ({target} && {checked}) : (!({_others()}) || ({checked}))"
+    else:
+        each = f"!({_target(policy)}) || ({target})"
+    holds = [f"object.spec.containers.all(c, {_with_names(each) if names else each})"]
+    if by_over[POD]:  # the pod's rules first: they hold for nearly every pod, and then the scan for a target is skipped
+        holds.append(f"(({' && '.join(by_over[POD])}) || !object.spec.containers.exists(c, {_target(policy)}))")
     return "!(" + " && ".join(holds) + ")"
 
 
