@@ -8,6 +8,10 @@ configuration alone (one webhook call per pod) and, in turn, per variant:
     REV:      the ValidatingAdmissionPolicies and bindings committed at REV
               (deploy/admission-policy/NAME/NAME.yaml of every catalogue policy)
     worktree: `rdma-webhook policy admission-policy` over the shipped policies, as generated now
+    floor:    (--floor) the same objects with each match condition `false`: every policy still
+              selects its pods, the API server still converts the pod for its validating stage
+              and builds the CEL activation, and no rule is evaluated: what any policy of this
+              shape costs, whatever its CEL
 
 then sends labelled GPU pods at RATE/s for DURATION seconds and records, from the API server's
 own metrics, the mean of the whole validate step of admission (every validating admission
@@ -66,11 +70,14 @@ def main() -> int:
     ap.add_argument("--rate", type=float, default=50.0)
     ap.add_argument("--duration", type=float, default=10.0)
     ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--floor", action="store_true", help="also the objects with each match condition `false`")
     ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "e2e_final_state.json"))
     args = ap.parse_args()
     rev = subprocess.run(["git", "rev-parse", "--short", args.against], cwd=ROOT, capture_output=True, text=True,
                          check=True).stdout.strip()
     variants = {"none": [], rev: committed_objects(rev), "worktree": latency.generated_admission_policies()}
+    if args.floor:
+        variants["floor"] = [_never(d) for d in variants["worktree"]]
     prov = provenance.start()
     runs: list[dict] = []
     with control_plane("rdma-webhook-e2e-final-state-") as (cp, workdir):
@@ -93,7 +100,7 @@ def main() -> int:
                        "stored_labels": meta.get("labels"), "stored_annotations": meta.get("annotations")}
                 print(json.dumps(row), flush=True)
                 runs.append(row)
-                cp.kubectl("delete", "namespace", ns, "--wait=false")
+                cp.kubectl("delete", "namespace", ns, "--wait=true", "--timeout=300s")  # its pods gone before the next variant
     summary = {}
     for name in variants:
         values = [r["validate_step_ms"] for r in runs if r["variant"] == name and r["validate_step_ms"] is not None]
@@ -111,6 +118,14 @@ def main() -> int:
     write(args.out, prov, {"against": rev, "rate": args.rate, "duration_s": args.duration, "repeats": args.repeats,
                            "runs": runs, "summary": summary})
     return 0
+
+
+def _never(doc: dict) -> dict:
+    """`doc` (a generated object) with each match condition replaced by `false`."""
+    doc = json.loads(json.dumps(doc))
+    for condition in (doc.get("spec") or {}).get("matchConditions") or []:
+        condition["expression"] = "false"
+    return doc
 
 
 if __name__ == "__main__":

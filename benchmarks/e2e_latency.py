@@ -288,6 +288,36 @@ def added(runs: list[dict], rate: float, phase: str) -> dict | None:
     return out
 
 
+def paired(runs: list[dict], rate: float, phase: str) -> dict | None:
+    """The phase against the Go yardstick repeat by repeat: in each repeat, what the phase adds to
+    that repeat's `without` over what go-peer adds, for p50 and p99, and its mean per /mutate call
+    (the API server's own) over go-peer's; the median over the repeats of each ratio. A drift
+    of the machine over the run reaches both sides of each ratio alike."""
+    def one(ph: str, repeat: int) -> dict | None:
+        return next((r for r in runs if r["rate"] == rate and r["phase"] == ph and r["repeat"] == repeat), None)
+
+    def call_ms(run: dict) -> float | None:
+        means = [v["mean_ms"] for k, v in run["apiserver"].items()
+                 if k.startswith("apiserver_admission_webhook_admission_duration_seconds") and k.endswith(" admit")]
+        return means[0] if len(means) == 1 else None
+    ratios: dict[str, list[float]] = {"p50_added": [], "p99_added": [], "mutate_call_mean": []}
+    for repeat in sorted({r["repeat"] for r in runs if r["rate"] == rate}):
+        base, ours, go = one("without", repeat), one(phase, repeat), one("go-peer", repeat)
+        if not (base and ours and go):
+            continue
+        for key in ("p50", "p99"):
+            theirs = go[f"{key}_ms"] - base[f"{key}_ms"]
+            if theirs > 0:
+                ratios[f"{key}_added"].append((ours[f"{key}_ms"] - base[f"{key}_ms"]) / theirs)
+        a, b = call_ms(ours), call_ms(go)
+        if a and b:
+            ratios["mutate_call_mean"].append(a / b)
+    if not ratios["p50_added"]:
+        return None
+    return {"rate": rate, "phase": phase, **{f"{k}_ratio_to_go_per_repeat": [round(x, 3) for x in v] for k, v in ratios.items()},
+            **{f"{k}_ratio_to_go_median": round(statistics.median(v), 3) for k, v in ratios.items() if v}}
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--rates", default="50,200")
@@ -336,6 +366,11 @@ def main() -> int:
                 if row:
                     results.setdefault("added", []).append(row)
                     print(json.dumps(row), flush=True)
+                if "go-peer" in phases and phase != "go-peer":
+                    row = paired(results["runs"], rate, phase)
+                    if row:
+                        results.setdefault("paired", []).append(row)
+                        print(json.dumps(row), flush=True)
     write(args.out, prov, results)
     return 0
 

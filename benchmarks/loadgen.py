@@ -24,6 +24,10 @@ def tls_context(ca_file: str) -> ssl.SSLContext:
 
 
 class Conn:
+    # Send the request line and headers and the body as two writes (two TLS records), as the API
+    # server's Go client does, instead of one (lowrate.py --split).
+    split = False
+
     def __init__(self, host: str, port: int, ctx: ssl.SSLContext, timeout: float = 10):
         self.host, self.port, self.ctx, self.timeout = host, port, ctx, timeout
         self.sock: ssl.SSLSocket | None = None
@@ -42,7 +46,11 @@ class Conn:
         head = (f"POST {path} HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n"
                 f"Accept: application/json\r\nContent-Length: {len(body)}\r\n\r\n").encode()
         try:
-            self.sock.sendall(head + body)
+            if self.split:
+                self.sock.sendall(head)
+                self.sock.sendall(body)
+            else:
+                self.sock.sendall(head + body)
             return self._read()
         except (OSError, ValueError):
             self.close()

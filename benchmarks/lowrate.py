@@ -59,8 +59,11 @@ def main() -> int:
     ap.add_argument("--seconds", type=float, default=20)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--split", action="store_true",
+                    help="headers and body in two writes (two TLS records), as the API server's Go client sends them")
     ap.add_argument("--out", help="store the result here (JSON)")
     args = ap.parse_args()
+    loadgen.Conn.split = args.split
     if not os.path.exists(args.go_peer):
         print(f"lowrate: {args.go_peer} not built (see benchmarks/README.md)", file=sys.stderr)
         return 2
@@ -99,6 +102,7 @@ def main() -> int:
     print(json.dumps(summary, indent=1))
     if args.out:
         Path(args.out).write_text(json.dumps({"provenance": provenance.finish(prov), "rate": args.rate, "seconds": args.seconds,
+                                              "split": args.split,
                                               "review_bytes": len(body), "rounds": rounds, "summary": summary}, indent=1) + "\n")
         print(f"wrote {args.out}")
     return 0
