@@ -328,7 +328,17 @@ def main() -> int:
     ap.add_argument("--repeats", type=int, default=1, help="run the phases in turn this many times per rate")
     ap.add_argument("--go-peer", help="binary built from ../shared/bench/go-peer (see benchmarks/README.md)")
     ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "e2e_latency.json"))
+    ap.add_argument("--summarize", metavar="FILE", help="no run: add the paired ratios (`paired`) to a stored result from its runs")
     args = ap.parse_args()
+    if args.summarize:
+        stored = json.loads(Path(args.summarize).read_text())
+        stored["paired"] = [row for rate in sorted({r["rate"] for r in stored["runs"]}) for phase in stored["phases"]
+                            if phase not in ("without", "go-peer") and (row := paired(stored["runs"], rate, phase))]
+        stored["paired_by"] = "e2e_latency.py --summarize (from the runs above, after the run)"
+        Path(args.summarize).write_text(json.dumps(stored, indent=1) + "\n")
+        for row in stored["paired"]:
+            print(json.dumps(row))
+        return 0
     rates = [float(r) for r in args.rates.split(",")]
     phases = args.phases.split(",")
     if set(phases) - set(PHASES) or "without" not in phases or ("go-peer" in phases and not args.go_peer):
