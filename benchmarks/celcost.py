@@ -33,7 +33,7 @@ sys.path.insert(0, str(ROOT))
 import provenance  # noqa: E402
 from e2e.test_admission_policy_rules import complete_pod  # noqa: E402
 from webhook.policy import admission_policy as ap  # noqa: E402
-from webhook.policy.load import load_dir, load_texts  # noqa: E402
+from webhook.policy.load import load_dir  # noqa: E402
 
 TOKEN = "kube-api-access-x7k2p"
 
@@ -84,13 +84,14 @@ def main() -> int:
     subprocess.run(["go", "build", "-o", str(binary), "."], cwd=HERE / "celcost", check=True,
                    env={**os.environ, "GOFLAGS": "-mod=mod"})
     results = []
+    generated = ap.objects(policies)  # each policy's objects are made from that policy alone
     for name, policy in sorted(policies.by_name.items()):
         rel = f"deploy/admission-policy/{name}/{name}.yaml"
         before = tmp / f"{name}-before.yaml"
         before.write_text(subprocess.run(["git", "show", f"{args.against}:{rel}"], cwd=ROOT, capture_output=True,
                                          text=True, check=True).stdout)
         after = tmp / f"{name}-after.yaml"
-        after.write_text(ap.to_yaml(ap.objects(_only(name))))
+        after.write_text(ap.to_yaml([d for d in generated if d["metadata"]["labels"][ap.POLICY_LABEL] == name]))
         good = as_sent(complete_pod(policy, f"{name}-0", "ns"))
         pods = tmp / f"{name}-pods.json"
         pods.write_text(json.dumps([good, without_device(good, policy)]))
@@ -111,13 +112,6 @@ def main() -> int:
                                               "results": results}, indent=1) + "\n")
         print(f"wrote {args.out}")
     return 0
-
-
-def _only(name: str):
-    """The PolicySet of one policy, as `make admission-policies` gives the command one file."""
-    one, errors = load_texts([(f"{name}.yaml", (ROOT / "policies" / f"{name}.yaml").read_text())])
-    assert one is not None, errors
-    return one
 
 
 if __name__ == "__main__":
