@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from typing import Any, Callable, Iterable, NamedTuple, Sequence
+from typing import Any, Iterable, NamedTuple, Sequence
 
 from webhook.core import keys
 from webhook.core.model import GPUS_FIELD, Policy, PolicySet
@@ -97,7 +97,7 @@ def _above_zero(section: str, resource: str) -> str:
 
 # Each resource is written out (`||`, `&&`) rather than iterated over a list literal: the API
 # server's CEL runs a comprehension's body through its interpreter per element, at about a
-# microsecond a step (benchmarks/README.md, "The CEL of the match condition").
+# microsecond a step (benchmarks/README.md, "The twentieth session: what the check costs").
 
 def _positive(section: str, resources: Sequence[str]) -> str:
     """A resource of `resources` with a quantity above zero in `section` of c."""
@@ -121,7 +121,7 @@ def _others() -> str:
 # server's CEL environment has no `cel.bind`, and `[list].all(n, ...)` binds a value once. An
 # entry of a name is then found by the lists library's `lastIndexOf` (one native call), where a
 # `filter` over the entries for each variable and rule ran the CEL interpreter over every entry
-# (benchmarks/README.md, "The CEL of the match condition").
+# (benchmarks/README.md, "The twentieth session: what the check costs").
 _NAMES = "(has(c.env) ? c.env.map(e, e.name) : [])"
 
 
@@ -137,14 +137,14 @@ def _last(name: str) -> str:
     return f"(has(c.env[{i}].value) ? c.env[{i}].value : '')"
 
 
-def _env_set_and(name: str, test: Callable[[str], str]) -> str:
-    """CEL: c has an env entry `name`, and `test` (CEL of the last one's value) holds."""
-    return f"({cel_str(name)} in n && {test(_last(name))})"
+def _env_set_and(name: str, test: str) -> str:
+    """CEL: c has an env entry `name`, and `test` (CEL over its last value, `_last(name)`) holds."""
+    return f"({cel_str(name)} in n && {test})"
 
 
-def _env_unset_or(name: str, test: Callable[[str], str]) -> str:
-    """CEL: c has no env entry `name`, or `test` (CEL of the last one's value) holds."""
-    return f"(!({cel_str(name)} in n) || {test(_last(name))})"
+def _env_unset_or(name: str, test: str) -> str:
+    """CEL: c has no env entry `name`, or `test` (CEL over its last value, `_last(name)`) holds."""
+    return f"(!({cel_str(name)} in n) || {test})"
 
 
 def _capability(field: str) -> str:
@@ -183,7 +183,8 @@ class Rule(NamedTuple):
 
 def _groups(policy: Policy) -> dict[str, str]:
     """CEL over a container `c` for each container group: the policy's variables filter the
-    containers by it, and the match condition tests it."""
+    containers by it (the match condition, which cannot use variables, tests the same `_target`
+    and `_others` in its one pass)."""
     target = _target(policy)
     return {TARGETS: target, CHECKED: f"{target} || {_others()}"}
 
@@ -203,26 +204,24 @@ def _validation(rule: Rule) -> dict[str, Any]:
     }
 
 
-def _fallback_checks(policy: Policy) -> list[tuple[str, Callable[[str], str], str]]:
-    """(variable, CEL of its last value that says it is fine, why) for the transport's variables whose
+def _fallback_checks(policy: Policy) -> list[tuple[str, str, str]]:
+    """(variable, CEL that its last value (`_last`) is fine, why) for the transport's variables whose
     judgement a CEL expression makes exactly (`webhook.fabrics.transports`)."""
-    out: list[tuple[str, Callable[[str], str], str]] = []
+    out: list[tuple[str, str, str]] = []
     for name in policy.watched:
         if name in policy.warned:
             continue
         if name == "NCCL_IB_DISABLE":
-            out.append((name, lambda last: f"!{last}.matches({cel_str(IB_DISABLED_RE)})",
+            out.append((name, f"!{_last(name)}.matches({cel_str(IB_DISABLED_RE)})",
                         "NCCL_IB_DISABLE is non-zero, which turns NCCL's IB/RoCE transport off, so NCCL runs on TCP sockets; "
                         "a webhook that ran after rdma-webhook may have set it"))
         elif name == "NCCL_NET":
-            nets = cel_list(n.casefold() for n in policy.nccl_nets)
-            out.append((name, lambda last, nets=nets: f"{last}.lowerAscii() in {nets}",
+            out.append((name, f"{_last(name)}.lowerAscii() in {cel_list(n.casefold() for n in policy.nccl_nets)}",
                         f"NCCL_NET names a transport that policy {policy.name} does not provide ({'/'.join(policy.nccl_nets)}), "
                         f"so NCCL uses TCP; a webhook that ran after rdma-webhook may have set it"))
         elif name == "NCCL_NET_PLUGIN" and policy.fabric.net_plugins:
             paths = cel_str("^.*/(" + "|".join(_re_escape(n) for n in policy.fabric.net_plugins) + ")$")  # a path to a listed library
-            plugins = cel_list(policy.fabric.net_plugins)
-            out.append((name, lambda last, plugins=plugins, paths=paths: f"({last} in {plugins} || {last}.matches({paths}))",
+            out.append((name, f"({_last(name)} in {cel_list(policy.fabric.net_plugins)} || {_last(name)}.matches({paths}))",
                         f"NCCL_NET_PLUGIN does not load the fabric's plugin ({'/'.join(policy.fabric.net_plugins)}), which "
                         f"leaves NCCL its built-in transports (TCP sockets here)"))
     return out
@@ -278,15 +277,13 @@ def rules(policy: Policy) -> list[Rule]:
         if not setting.enforce:
             continue
         if setting.templated:  # the value names the pod's interfaces: present, not compared
-            same = _env_set_and(setting.name, lambda last: f"{last} != ''")
+            same = _env_set_and(setting.name, f"{_last(setting.name)} != ''")
             want = f"set (to {setting.value!r} with the pod's interface names)"
         elif setting.name == "NCCL_NET":
-            want_cel = cel_str(setting.value.casefold())
-            same = _env_set_and(setting.name, lambda last: f"{last}.lowerAscii() == {want_cel}")
+            same = _env_set_and(setting.name, f"{_last(setting.name)}.lowerAscii() == {cel_str(setting.value.casefold())}")
             want = f"{setting.value!r}"
         else:
-            want_cel = cel_str(setting.value)
-            same = _env_set_and(setting.name, lambda last: f"{last} == {want_cel}")
+            same = _env_set_and(setting.name, f"{_last(setting.name)} == {cel_str(setting.value)}")
             want = f"{setting.value!r}"
         out.append(Rule("enforced-env", same,
                          f"{setting.name} is missing or changed, but policy {policy.name} pins it to {want} so that a "
