@@ -18,13 +18,15 @@ stalled server is not hidden by a slower sender) for DURATION seconds:
     phase "go-peer": the same MutatingWebhookConfiguration pointed at the Go yardstick of
                      ../shared/bench/go-peer (standard library, the same mutation): what one
                      webhook call costs the API server and the machine when the webhook is Go
+    phase "go-peer-again": go-peer once more, paired with go-peer like the other phases: the
+                     spread of an A/A ratio, the smallest difference this run could resolve
 
 and reports p50/p99 of each and what the webhook adds. Pods are really stored (not dry-run).
 The sender runs in this process (threads over keep-alive HTTPS connections), on the same machine:
 on 2 cores it competes with the API server, etcd and the webhook; say so with the figures.
 
     .venv/bin/python benchmarks/e2e_latency.py [--rates 50,200] [--duration 20] [--out FILE]
-        [--phases without,with,mutate-only,policy,go-peer --go-peer BINARY] [--repeats N]
+        [--phases without,with,mutate-only,policy,go-peer[,go-peer-again] --go-peer BINARY] [--repeats N]
 
 With --repeats N the phases run in turn N times per rate, each repeat starting one phase later in
 the list, and what a phase adds is the median of its repeats minus the median of the repeats
@@ -123,7 +125,7 @@ def open_loop(cp: c.ControlPlane, namespace: str, rate: float, duration: float, 
             "mean_ms": round(statistics.fmean(latencies) * 1000, 2) if latencies else None}
 
 
-PHASES = ("without", "with", "mutate-only", "policy", "go-peer")
+PHASES = ("without", "with", "mutate-only", "policy", "go-peer", "go-peer-again")
 
 # What the API server itself measures (its /metrics, histograms: a mean per phase from the deltas
 # of _sum and _count): each webhook call as the API server times it (the round trip: encode,
@@ -207,7 +209,7 @@ def phase_configs(phase: str, configs: list[dict], peer_port: int | None, ca_bun
     if phase == "with":
         return configs
     mutating = json.loads(json.dumps(next(d for d in configs if d["kind"] == "MutatingWebhookConfiguration")))
-    if phase == "go-peer":
+    if phase in ("go-peer", "go-peer-again"):
         for hook in mutating["webhooks"]:
             hook["clientConfig"] = {"url": f"https://127.0.0.1:{peer_port}/mutate", "caBundle": ca_bundle}
     if phase == "policy":
@@ -341,15 +343,18 @@ def main() -> int:
         return 0
     rates = [float(r) for r in args.rates.split(",")]
     phases = args.phases.split(",")
-    if set(phases) - set(PHASES) or "without" not in phases or ("go-peer" in phases and not args.go_peer):
-        ap.error(f"--phases: some of {', '.join(PHASES)}, including without; go-peer needs --go-peer")
+    peers = {"go-peer", "go-peer-again"} & set(phases)
+    if set(phases) - set(PHASES) or "without" not in phases or (peers and not args.go_peer) \
+            or ("go-peer-again" in phases and "go-peer" not in phases):
+        ap.error(f"--phases: some of {', '.join(PHASES)}, including without; go-peer needs --go-peer, "
+                 "go-peer-again needs go-peer")
     prov = provenance.start()
     results: dict = {"duration_s": args.duration, "phases": phases, "repeats": args.repeats, "runs": []}
     with control_plane("rdma-webhook-e2e-bench-") as (cp, workdir):
         docs = c.render_deploy(cp)
         hook = c.install_webhook(cp, workdir, docs)  # registers the configurations
         configs = c.loopback_webhooks(docs, hook.port, hook.ca_bundle)
-        peer_port = start_go_peer(args.go_peer, hook, workdir) if "go-peer" in phases else None
+        peer_port = start_go_peer(args.go_peer, hook, workdir) if peers else None
         admission_policies = generated_admission_policies() if "policy" in phases else []
         warmed = False
         for rate in rates:
