@@ -11,7 +11,7 @@ BIN := $(VENV)/bin
 PURE_TESTS := tests/test_decision.py tests/test_mpi.py tests/test_patch.py tests/test_k8s.py tests/test_nccl.py \
               tests/test_review.py tests/test_properties.py tests/test_workloads.py tests/test_build.py \
               tests/test_commands.py tests/test_fabrics.py tests/test_final_state.py tests/test_core_edges.py \
-              tests/test_scripts.py
+              tests/test_scripts.py tests/test_invocation.py
 
 .PHONY: run test test-pure e2e compile bench clean planted mutation mutation-report image admission-policies
 

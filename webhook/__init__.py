@@ -10,7 +10,7 @@ __version__ = "0.1.0"
 # Dotted names under `webhook`, in no particular order (setup.py builds them as one group).
 COMPILED_MODULES = (
     "grammar.k8s", "grammar.nccl",
-    "commands.launchers", "commands.shell", "commands.text", "commands.python", "commands.files", "commands.state", "commands.reader",
+    "commands.launchers", "commands.invocation", "commands.shell", "commands.text", "commands.python", "commands.files", "commands.state", "commands.reader",
     "fabrics.transports", "fabrics.multus", "fabrics.gke",
     "core.keys", "core.model", "core.scripts", "core.claims", "core.fallback", "core.families", "core.decision", "core.mutation",
     "core.ranks", "core.patch",

@@ -33,6 +33,7 @@ import re
 import shlex
 from typing import Any, Final
 
+from webhook.commands import invocation
 from webhook.commands.files import Budget, FileSource, Lookup, Reading
 from webhook.commands.launchers import LAUNCHERS, MCA_ENV_LIST
 from webhook.commands.python import python_settings
@@ -232,29 +233,16 @@ class _Reader:
                         return
 
     def shell(self, argv: list[str | None], state: State, depth: int) -> bool:
-        """`sh -c script`: read the script (True when it was read as the shell reads it)."""
-        i, n, with_c = 1, len(argv), False
-        while i < n:
-            w = argv[i]
-            if w is None:
-                return False
-            if w == "--" or w == "-":
-                i += 1
-                break
-            if w[:1] in ("-", "+") and len(w) > 1:
-                if w in ("-o", "+o", "-O", "+O", "--rcfile", "--init-file"):
-                    i += 1
-                elif not w.startswith("--") and "c" in w[1:]:
-                    with_c = True
-                i += 1
-                continue
-            break
-        script = argv[i] if with_c and i < n else None
-        if script is None:
-            if not with_c and i < n:  # `bash file.sh`: read when it is a ConfigMap's file
-                return self.from_file(argv[i], state, depth) is True
-            return False  # stdin, a script in the image: out of reach
-        return self.script(script, state, depth + 1)
+        """`sh -c script`: read the script (True when it was read as the shell reads it); a
+        script file when it is a ConfigMap's; the standard input or a script in the image is
+        out of reach (webhook.commands.invocation says which the shell runs)."""
+        kind, i, _ = invocation.source(argv, True)
+        word = argv[i] if i < len(argv) else None
+        if word is None:
+            return False
+        if kind == invocation.COMMAND:
+            return self.script(word, state, depth + 1)
+        return kind == invocation.FILE and self.from_file(word, state, depth) is True
 
     def script(self, text: str, state: State, depth: int) -> bool:
         """Read a shell script in `state`; False when it was not read as the shell reads it
@@ -387,26 +375,19 @@ class _Reader:
             ranks.vars[item] = Var([self.inherited(state, item)], True)
 
     def python(self, argv: list[str | None], state: State) -> None:
-        i, n = 1, len(argv)
-        while i < n:
-            w = argv[i]
-            if w is None or not w.startswith("-") or w in ("-", "-m") or w.startswith("-m"):
-                if w is not None and not w.startswith("-"):
-                    self.from_file(w, state, 1, python=True)  # a ConfigMap's file is read
-                return  # a script file in the image, stdin or a module: out of reach
-            if w in ("-W", "-X", "--check-hash-based-pycs"):
-                i += 2
-                continue
-            if w.startswith("-W") or w.startswith("-X") or w.startswith("--"):
-                i += 1
-                continue
-            if not w.startswith("--") and "c" in w[1:]:
-                code = argv[i + 1] if w.endswith("c") and i + 1 < n else w[w.index("c") + 1:] or None
-                if code is not None and mentions(code, self.names):
-                    for name, value in python_settings(code, self.names):
-                        self.report(name, value)
-                return
-            i += 1
+        """`python -c code`: report what the code sets; a script file when it is a ConfigMap's;
+        the standard input, a module or a script in the image is out of reach."""
+        kind, i, start = invocation.source(argv, False)
+        word = argv[i] if i < len(argv) else None
+        if word is None:
+            return
+        if kind == invocation.FILE:
+            self.from_file(word, state, 1, python=True)
+        elif kind == invocation.COMMAND:
+            code = word[start:]
+            if mentions(code, self.names):
+                for name, value in python_settings(code, self.names):
+                    self.report(name, value)
 
     # the shell --------------------------------------------------------------------------------
 

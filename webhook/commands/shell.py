@@ -9,6 +9,7 @@ from __future__ import annotations
 import re
 from typing import Any, Final
 
+from webhook.commands import invocation
 from webhook.commands.quoting import ansi_c, ansi_c_end, brace_words, in_double_quotes, unquoted, word_at
 
 # Programs whose `-c` argument (or heredoc) is a script of their own, read as such.
@@ -456,41 +457,16 @@ def _program(cmd: Cmd) -> str:
 
 
 def _reads_stdin(cmd: Cmd) -> bool:
-    """A shell or Python whose script is its standard input (bash(1) and python(1), Invocation):
-    options only (`bash`, `sh -ex`, `bash -o pipefail`, `python3 -u`), `-s` (the words after it
+    """A shell or Python whose script is its standard input (webhook.commands.invocation):
+    options only (`bash`, `sh -ex`, `bash -euo pipefail`, `python3 -u`), `-s` (the words after it
     are the script's arguments), or `-`/`--` ending the options with no script file after them;
-    not with `-c`, a script file or `python -m`."""
+    not with `-c`, a script file or `python -m`, nor with a word we cannot know among the options."""
     name = _program(cmd)
     shell = name in SHELLS
     if not shell and not PYTHON_NAME.match(name):
         return False
-    args = cmd.words[1:]
-    i, n = 0, len(args)
-    while i < n:
-        word = args[i]
-        if len(word) != 1 or not isinstance(word[0], str):
-            return False  # a word we cannot know
-        w: str = word[0]
-        i += 1
-        if w == "-" or w == "--":  # the end of the options; python's `-` is its standard input
-            return i == n or (w == "-" and not shell)
-        if w[:1] != "-" and not (shell and w[:1] == "+"):
-            return False  # a script file
-        if w.startswith("--"):  # --norc, --login, -u's long forms; two take an argument
-            i += 1 if shell and w in ("--rcfile", "--init-file") else 0
-            continue
-        for k, letter in enumerate(w[1:], 2):
-            if letter == "c" or (letter == "m" and not shell):
-                return False
-            if letter == "s" and shell and w[0] == "-":
-                return True
-            if letter in _OPTION_ARGUMENT[shell]:
-                i += 1 if k == len(w) else 0  # its argument is the next word, or the rest of this one
-                break
-    return True
-
-
-_OPTION_ARGUMENT: Final = {True: "oO", False: "WX"}  # options whose argument follows: shells, Python
+    argv: list[str | None] = [w[0] if len(w) == 1 and isinstance(w[0], str) else None for w in cmd.words]
+    return invocation.source(argv, shell)[0] == invocation.STDIN
 
 
 _WORD_END: Final = frozenset(b" \t\n;&|()<>`")  # what ends an unquoted word (a blank or a metacharacter)
