@@ -73,6 +73,18 @@ def mutants_in(module: str) -> int | None:
     return len(mutate_file_contents(str(path), path.read_text()).mutant_names)
 
 
+def whole(record_text: str, module: str) -> bool:
+    """Whether some run of the record took all of the module's mutants (no pattern, or one naming
+    the module or a package holding it, as `webhook.commands.*`), not only some functions' (a
+    follow-up run of the functions a change touched does not stand for the whole module)."""
+    for line in re.findall(r"^run \S+, .*?: mutmut run --max-children \d+(.*)$", record_text, re.M):
+        patterns = line.split()
+        if not patterns or any(p.endswith(".*") and (module + ".").startswith(p[:-1].removeprefix("webhook."))
+                               for p in patterns):
+            return True
+    return False
+
+
 def runs(record: Path) -> tuple[str, str, str, list[re.Match[str]]]:
     """(the copy's commit, the first run's start, the runs' wall time, the module rows) of one record;
     a module none of whose mutants ran in it has no row."""
@@ -89,12 +101,18 @@ def runs(record: Path) -> tuple[str, str, str, list[re.Match[str]]]:
 def main() -> int:
     equivalents = parse_equivalents()
     latest: dict[str, tuple[str, str, str, str, re.Match[str] | None, tuple[int, int]]] = {}
+    follow_ups: list[str] = []
     for record in sorted(HERE.glob("mutation-survivors*.txt")):
         part = record.stem.removeprefix("mutation-survivors").removeprefix("-") or "core"
         commit, start, wall, rows = runs(record)
         later = later_verdicts(record, commit, equivalents)
+        text = record.read_text()
         for row in rows:
             module = OLD_NAMES.get(row["module"], row["module"])
+            if not whole(text, module):
+                follow_ups.append(f"{module}: {row['mutants'].strip()} mutants of some functions, {row['score'].strip()} "
+                                  f"({part}, copy of {commit}, {start})")
+                continue
             if module not in latest or start > latest[module][2]:
                 latest[module] = (part, commit, start, wall, row, later.get(row["module"], (0, 0)))
     config = tomllib.loads((HERE.parent / "pyproject.toml").read_text())["tool"]["mutmut"]
@@ -126,6 +144,10 @@ def main() -> int:
         print(f"| {module} | {part} | {commit} | {start} | {wall} | {row['mutants'].strip()} | {score} | {target} "
               f"| {later} | {met} |")
     print(f"\n{len(latest)} modules, {short} without a met target")
+    if follow_ups:
+        print("\nRuns of some functions only (after a change to them; not the module's score):")
+        for line in follow_ups:
+            print(f"- {line}")
     return 0
 
 
