@@ -16,7 +16,9 @@ import shutil
 import subprocess
 
 import pytest
+from hypothesis import assume, given, strategies as st
 
+from strategies import examples
 from webhook.commands import invocation, reader
 from webhook.commands.files import Files
 from webhook.commands.invocation import COMMAND, FILE, MODULE, STDIN, UNKNOWN
@@ -119,6 +121,34 @@ def test_python_takes_its_program_where_the_real_python_does(argv, tmp_path):
     real = run_real(argv, False, tmp_path)
     mine = ours(argv, False)
     assert mine == real or (mine == UNKNOWN and real == "error"), (argv, mine, real)
+
+
+# Words a shell's argument list is made of in the property below: options alone and clustered
+# (some taking the next word), their arguments, long options, the ends of the options, a command
+# string and script files.
+SHELL_WORDS = ["-e", "-u", "-x", "-l", "-v", "-o", "-O", "+o", "+O", "+x", "-c", "-s", "-euo", "-oe", "-ox", "-xc",
+               "-lc", "-ec", "-sc", "-cs", "-oO", "--", "-", "--norc", "--login", "--rcfile", "pipefail", "errexit",
+               "nounset", "extglob", "rcfile", CMD, CMD, "run.sh", "job.sh"]
+
+
+@examples(ci=150, long=3000)
+@given(shell=st.sampled_from(["bash", "dash"]), words=st.lists(st.sampled_from(SHELL_WORDS), max_size=6))
+def test_any_argument_list_is_read_as_the_real_shell_reads_it(shell, words, tmp_path_factory):
+    """Random argument lists run by the real shell: where it runs a program (it did not stop on an
+    invalid option or a long option after a short one), `source` names the same word. dash given
+    both -c and -s runs the command string and then its standard input; `source` says the
+    command string (what the reader reads; the standard input is out of reach there)."""
+    plain = [w for w in words if w != CMD and not w.startswith(("-", "+"))]
+    assume(len(plain) == len(set(plain)))  # one file per name, so that the file says which word ran
+    tmp_path = tmp_path_factory.mktemp("argv")
+    real = run_real([shell, *words], True, tmp_path)
+    assume(real != "error")
+    mine = ours([shell, *words], True)
+    if shell == "dash" and mine.startswith(COMMAND) and real == STDIN:
+        options = [w for w in words[: int(mine.split("-")[1])] if w.startswith("-") and not w.startswith("--")]
+        assert any("s" in w[1:] for w in options), (words, mine, real)
+        return
+    assert mine == real, (words, mine, real)
 
 
 def test_the_code_of_a_python_cluster_starts_after_its_letter():
