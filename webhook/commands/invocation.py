@@ -15,7 +15,9 @@ as the tests check it against real bash, dash and python:
   the cluster (`-euo pipefail`, `-oO pipefail extglob`); `--rcfile` and `--init-file` take the
   next word; other long options take none;
 - a shell's `c` makes the first word after all the options the command string (options may
-  follow it: `bash -c -x 'cmd'`); `s` makes the standard input the script; `c` wins over `s`;
+  follow it: `bash -c -x 'cmd'`); `s` makes the standard input the script; `c` wins over `s`
+  (dash given both runs the command string, then its standard input: the command string is
+  what is named here);
 - Python's `c` and `m` take the rest of their cluster or, ending it, the next word, and end the
   options; `W` and `X` take an argument the same way; `--check-hash-based-pycs` takes the next;
 - `--` ends the options; so does `-` (for Python: the script is the standard input); the first
