@@ -38,6 +38,14 @@ from webhook.policy.load import load_dir  # noqa: E402
 TOKEN = "kube-api-access-x7k2p"
 
 
+def go_build(package: str, binary: Path) -> Path:
+    """`binary` built from a package of the Go module benchmarks/celcost (`.`: celcost itself,
+    `./patchcost`), with the module proxy as the e2e suite uses it."""
+    subprocess.run(["go", "build", "-o", str(binary), package], cwd=HERE / "celcost", check=True,
+                   env={**os.environ, "GOFLAGS": "-mod=mod"})
+    return binary
+
+
 def as_sent(pod: dict) -> dict:
     """`pod` with what the API server adds before admission: the service-account token volume
     and its mounts, and a sidecar without a GPU."""
@@ -80,9 +88,7 @@ def main() -> int:
     policies, errors = load_dir(str(ROOT / "policies"))
     assert policies is not None, errors
     tmp = Path(tempfile.mkdtemp(prefix="rdma-webhook-celcost-"))
-    binary = tmp / "celcost"
-    subprocess.run(["go", "build", "-o", str(binary), "."], cwd=HERE / "celcost", check=True,
-                   env={**os.environ, "GOFLAGS": "-mod=mod"})
+    binary = go_build(".", tmp / "celcost")
     results = []
     generated = ap.objects(policies)  # each policy's objects are made from that policy alone
     for name, policy in sorted(policies.by_name.items()):

@@ -1,5 +1,5 @@
 """What the API server does with our /mutate answer against what it does with the Go yardstick's,
-for the same review, in process with k8s.io/apiserver 1.37's own code (benchmarks/patchcost, Go):
+for the same review, in process with k8s.io/apiserver 1.37's own code (benchmarks/celcost/patchcost, Go):
 decode the AdmissionReview, verify it, decode the JSON patch, encode the pod, apply the patch,
 decode the result into a Pod, compare it with the pod sent, marshal the patch's audit annotation.
 
@@ -25,7 +25,6 @@ import json
 import statistics
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -34,18 +33,12 @@ sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests"))
 
+import celcost  # noqa: E402
 import lowrate  # noqa: E402
 import patch_size  # noqa: E402
 import payloads  # noqa: E402
 import provenance  # noqa: E402
 from run import work_dir  # noqa: E402
-
-
-def build() -> Path:
-    binary = Path(tempfile.mkdtemp(prefix="rdma-webhook-patchcost-")) / "patchcost"
-    subprocess.run(["go", "build", "-o", str(binary), "."], cwd=HERE / "patchcost", check=True,
-                   env={**__import__("os").environ, "GOFLAGS": "-mod=mod"})
-    return binary
 
 
 def main() -> int:
@@ -68,7 +61,7 @@ def main() -> int:
         sizes[name] = {"webhook": patch_size.describe(ours), "go_peer": patch_size.describe(go[name])}
     path = work / "cases.json"
     path.write_text(json.dumps(cases))
-    binary = build()
+    binary = celcost.go_build("./patchcost", work / "patchcost")
     out = subprocess.run([str(binary), "-cases", str(path), "-n", str(args.n), "-rounds", str(args.rounds)],
                          check=True, capture_output=True, text=True).stdout
     rows = json.loads(out)

@@ -11,7 +11,7 @@
 // own answers within a few percent of Go's (benchmarks/lowrate.py). Our patch has more operations
 // and bytes than Go's for the same pod; this says what that difference costs the API server.
 //
-//	go run . -cases cases.json [-n 20000] [-rounds 5]
+//	go run ./patchcost -cases cases.json [-n 20000] [-rounds 5]   (in benchmarks/celcost)
 //
 // cases.json: a JSON list of {"name", "request", "answers": {label: response}}, where request is
 // the AdmissionReview sent and each response one webhook's AdmissionReview answer (JSON values).
