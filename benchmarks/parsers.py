@@ -1,4 +1,4 @@
-"""The measurement behind the choice of shell parser (webhook/commands/reader.py, README "How commands
+"""The measurement behind the choice of shell parser (webhook/commands/reader.py, docs/commands.md "How commands
 are read"): tree-sitter-bash against bashlex, on a typical launcher script and a 100 KB one,
 plus the constructs each cannot parse, and each package's installed size.
 

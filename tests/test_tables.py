@@ -358,7 +358,7 @@ SIGNATURE_CASES = [(p, transport, i) for transport, sigs in TRANSPORTS.items() f
                    for p in SHIPPED if PS.get(p).fabric.transport == transport]
 
 
-# What each transport must judge (README, "Denials"), pinned: a signature removed from the table
+# What each transport must judge (docs/pods.md, "Denials"), pinned: a signature removed from the table
 # takes its generated case along.
 DOCUMENTED_SIGNATURES = {"ib-verbs": {"NCCL_IB_DISABLE": DENY, "NCCL_NET": DENY, "NCCL_IB_HCA": DENY},
                          "libfabric": {"FI_PROVIDER": DENY, "NCCL_NET_PLUGIN": DENY, "NCCL_NET": DENY,
@@ -552,7 +552,7 @@ def _deep_merge(into: dict, other: dict) -> None:
 
 
 KINDS = sorted(TEMPLATES)
-# The kinds the README and webhook/kinds/workloads.py promise to check, pinned.
+# The kinds docs/workloads.md and webhook/kinds/workloads.py promise to check, pinned.
 DOCUMENTED_KINDS = [("batch", "Job"), ("batch", "CronJob"), ("apps", "Deployment"), ("apps", "StatefulSet"),
                     ("jobset.x-k8s.io", "JobSet"), ("kubeflow.org", "PyTorchJob"), ("kubeflow.org", "MPIJob"),
                     ("trainer.kubeflow.org", "TrainJob"), ("trainer.kubeflow.org", "TrainingRuntime"),
