@@ -10,7 +10,8 @@ from urllib.parse import unquote
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+# The checkout: the nearest folder above this file with pyproject.toml (tests/ may gain subfolders).
+ROOT = next(p for p in Path(__file__).resolve().parents if (p / "pyproject.toml").exists())
 README_MAX_LINES = 250
 
 # The pages whose relative links are checked.
@@ -152,11 +153,16 @@ def test_readme_keeps_the_three_commands():
 
 
 def test_architecture_has_a_section_per_subpackage():
-    """docs/architecture.md names each webhook/ subpackage in a heading, and no subpackage that is gone."""
+    """docs/architecture.md names each webhook/ subpackage in a heading, lowest layer first as
+    webhook.LAYERS orders them, and no subpackage that is gone."""
+    import webhook
+
     packages = sorted(p.name for p in (ROOT / "webhook").iterdir() if (p / "__init__.py").exists())
-    sections = sorted(m.group(1) for _, heading in headings((ROOT / "docs" / "architecture.md").read_text())
-                      if (m := re.fullmatch(r"`webhook/([a-z_]+)/`", heading)))
-    assert sections == packages
+    in_layer_order = [name for layer in webhook.LAYERS for name in layer]
+    sections = [m.group(1) for _, heading in headings((ROOT / "docs" / "architecture.md").read_text())
+                if (m := re.fullmatch(r"`webhook/([a-z_]+)/`", heading))]
+    assert sorted(sections) == packages
+    assert sections == in_layer_order
 
 
 def test_no_hand_written_list_of_all_shipped_policies():
