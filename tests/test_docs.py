@@ -107,9 +107,9 @@ def broken_links(page: Path) -> list[str]:
         if not destination.exists():
             problems.append(f"{target}: no file {shown(destination)}")
             continue
-        if fragment and destination.is_file() and destination.suffix == ".md":
-            if unquote(fragment).lower() not in anchors(destination.read_text()):
-                problems.append(f"{target}: no heading with anchor #{fragment} in {shown(destination)}")
+        if (fragment and destination.is_file() and destination.suffix == ".md"
+                and unquote(fragment).lower() not in anchors(destination.read_text())):
+            problems.append(f"{target}: no heading with anchor #{fragment} in {shown(destination)}")
     return problems
 
 
@@ -149,7 +149,7 @@ def test_readme_keeps_the_three_commands():
     """CI (.ci/run) runs the README's commands; a new user reads them first."""
     text = (ROOT / "README.md").read_text()
     for command in ("make run", "make test", "make e2e"):
-        assert re.search(rf"^{command}\s", text, re.M), command
+        assert re.search(rf"^{command}\s", text, re.MULTILINE), command
 
 
 def test_architecture_has_a_section_per_subpackage():
@@ -170,7 +170,7 @@ def test_no_hand_written_list_of_all_shipped_policies():
     them by hand goes stale with the next policy."""
     names = set()
     for file in (ROOT / "policies").glob("*.yaml"):
-        names.update(re.findall(r"^name:\s*(\S+)", file.read_text(), re.M))
+        names.update(re.findall(r"^name:\s*(\S+)", file.read_text(), re.MULTILINE))
     assert len(names) >= 3
     generated = {ROOT / "docs" / "catalogue.md"}
     for page in [ROOT / "README.md"] + sorted((ROOT / "docs").glob("*.md")):
