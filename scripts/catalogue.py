@@ -80,6 +80,9 @@ def read_policies(root: Path) -> dict[str, tuple[str, Any]]:
     files = sorted((root / POLICIES).glob("*.yaml"), key=lambda p: p.stem)
     if not files:
         raise CatalogueError(f"no policies/*.yaml in {root}")
+    odd = sorted(p.name for p in (root / POLICIES).glob("*.yml"))
+    if odd:  # the webhook would load them, the chart and the components would not have them
+        raise CatalogueError(f"name the catalogue's files NAME.yaml: {', '.join(odd)}")
     for path in files:
         text = path.read_text(encoding="utf-8")
         policies, errors = load_texts([(f"{POLICIES}/{path.name}", text)])
@@ -92,8 +95,9 @@ def read_policies(root: Path) -> dict[str, tuple[str, Any]]:
     return found
 
 
-def headline(text: str) -> str:
-    """The first sentence of the policy file's leading comment: the platform it is for."""
+def headline(text: str, policy: Any) -> str:
+    """The first sentence of the policy file's leading comment (the platform it is for), else of
+    its description."""
     lines = []
     for line in text.splitlines():
         if not line.startswith("#"):
@@ -102,7 +106,7 @@ def headline(text: str) -> str:
         if not words:
             break
         lines.append(words)
-    joined = " ".join(lines)
+    joined = " ".join(lines) or " ".join(policy.description.split())
     match = re.match(r"(.+?\.)(\s+[A-Z(]|$)", joined)
     return match.group(1) if match else joined
 
@@ -191,7 +195,7 @@ def catalogue_doc(policies: dict[str, tuple[str, Any]]) -> str:
     rows = []
     for name, (text, policy) in policies.items():
         fabric = f"`{policy.fabric.kind}` over `{policy.fabric.transport}`"
-        rows.append(f"| [`{name}`](../policies/{name}.yaml) | {_cell(headline(text))} | {fabric} | "
+        rows.append(f"| [`{name}`](../policies/{name}.yaml) | {_cell(headline(text, policy))} | {fabric} | "
                     f"{_cell(mechanism(policy))} | {_cell(policy.description)} |")
     return f"""{MARKDOWN_MARKER}
 # The policy catalogue
@@ -247,7 +251,7 @@ def chart_readme_section(names: list[str]) -> list[str]:
 
 def deploy_readme_section(policies: dict[str, tuple[str, Any]]) -> list[str]:
     return (["| catalogue name | for |", "| --- | --- |"]
-            + [f"| `{name}` | {_cell(headline(text))} |" for name, (text, _) in policies.items()])
+            + [f"| `{name}` | {_cell(headline(text, policy))} |" for name, (text, policy) in policies.items()])
 
 
 def generated(root: Path) -> dict[str, str]:
