@@ -13,7 +13,7 @@ PURE_TESTS := tests/test_decision.py tests/test_mpi.py tests/test_patch.py tests
               tests/test_commands.py tests/test_fabrics.py tests/test_final_state.py tests/test_core_edges.py \
               tests/test_scripts.py tests/test_invocation.py
 
-.PHONY: run test test-pure e2e compile bench clean planted mutation mutation-report image admission-policies
+.PHONY: run test test-pure e2e compile bench clean planted mutation mutation-report image catalogue admission-policies
 
 # The editable install itself stays interpreted; `compile` builds the C extensions in place.
 # editable_mode=compat puts the checkout on sys.path, where mypyc's shared runtime module
@@ -64,13 +64,17 @@ e2e: $(VENV)/.compiled
 image:
 	./scripts/build-image.sh
 
-# The final-state check as ValidatingAdmissionPolicies, one file per catalogue policy, for the
-# kustomize components (deploy/admission-policy/NAME/) and the chart (files/admission-policy/):
-# regenerate after changing a catalogue policy (tests/test_admission_policy.py checks they match).
-admission-policies: $(VENV)/.installed
-	for f in deploy/base/policies/*.yaml; do name=$$(basename $$f .yaml); tmp=$$(mktemp -d); cp $$f $$tmp/; \
-	  $(BIN)/rdma-webhook policy admission-policy --policies $$tmp --out deploy/admission-policy/$$name/$$name.yaml || exit 1; \
-	  cp deploy/admission-policy/$$name/$$name.yaml charts/rdma-webhook/files/admission-policy/$$name.yaml; rm -r $$tmp; done
+# Everything the policy catalogue is copied or generated into, from its only hand-edited files,
+# policies/NAME.yaml: the copies and kustomize Components of deploy/catalogue/NAME/ and the chart,
+# the final-state check as ValidatingAdmissionPolicies (deploy/admission-policy/NAME/, the chart's
+# files/admission-policy/), the chart's values schema enum, the lists of names in the chart's
+# values.yaml and READMEs and deploy/README.md, and docs/catalogue.md (scripts/catalogue.py;
+# tests/test_catalogue.py fails when one is stale; docs/development-catalogue.md).
+catalogue: $(VENV)/.installed
+	$(BIN)/python scripts/catalogue.py
+
+# The former name of the part of `catalogue` that wrote the ValidatingAdmissionPolicies.
+admission-policies: catalogue
 
 # Each bug of tests/planted_bugs.py planted in a copy of the checkout: the named tests must fail.
 planted: $(VENV)/.compiled

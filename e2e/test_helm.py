@@ -86,7 +86,7 @@ def test_helm_install_mutates_through_the_chart_and_upgrade_keeps_the_ca(cp, hel
         certs = _write_files(Path(workdir) / "helm-certs", {k: secret[k] for k in ("tls.crt", "tls.key", "ca.crt")})
         cm = stored(cp, f"/api/v1/namespaces/{NAMESPACE}/configmaps/{FULLNAME}-policies")
         assert sorted(cm["data"]) == ["ib-shared.yaml"]
-        assert cm["data"]["ib-shared.yaml"].encode() == (c.ROOT / "policies" / "ib-shared.yaml").read_bytes()
+        assert cm["data"]["ib-shared.yaml"].encode() == (CHART / "policies" / "ib-shared.yaml").read_bytes()
         policies = _write_files(Path(workdir) / "helm-policies", {k: v.encode() for k, v in cm["data"].items()})
         before = _configurations(cp)
         for conf in before.values():

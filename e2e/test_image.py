@@ -48,7 +48,7 @@ def image_key() -> str:
     files = [c.ROOT / f for f in INPUTS]
     files += sorted(p for p in (c.ROOT / "webhook").rglob("*") if p.is_file() and p.suffix in (".py", ".json", ".yaml")
                     and "__pycache__" not in p.parts)
-    files += sorted((c.ROOT / "deploy" / "base" / "policies").glob("*.yaml"))
+    files += sorted((c.ROOT / "policies").glob("*.yaml"))
     for f in files:
         h.update(str(f.relative_to(c.ROOT)).encode() + b"\0" + f.read_bytes() + b"\0")
     return h.hexdigest()[:16]

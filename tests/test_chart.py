@@ -23,7 +23,8 @@ import yaml
 
 REPO = Path(__file__).resolve().parents[1]
 CHART = REPO / "charts" / "rdma-webhook"
-CATALOGUE = REPO / "deploy" / "base" / "policies"
+CATALOGUE = REPO / "policies"  # the source; the chart's policies/ holds the copies `make catalogue` makes
+CHART_POLICIES = CHART / "policies"
 NAMES = sorted(p.stem for p in CATALOGUE.glob("*.yaml"))
 RELEASE, NAMESPACE = "rdma-webhook", "rdma-webhook"
 CRD_KINDS = {("cert-manager.io/v1", "Certificate"), ("cert-manager.io/v1", "Issuer"),
@@ -182,18 +183,19 @@ def test_default_values_enforce_no_policy():
 
 def test_one_policy_by_name_enforces_exactly_that_one():
     assert policies(template("policies.enabled={ib-shared}")) == {
-        "ib-shared.yaml": (CATALOGUE / "ib-shared.yaml").read_bytes()}
+        "ib-shared.yaml": (CHART_POLICIES / "ib-shared.yaml").read_bytes()}
 
 
 def test_the_whole_catalogue_is_byte_identical():
+    """To the chart's copies: policies/ with the line saying they are generated (tests/test_catalogue.py)."""
     assert policies(template(*COMBINATIONS["whole-catalogue"])) == {
-        f"{n}.yaml": (CATALOGUE / f"{n}.yaml").read_bytes() for n in NAMES}
+        f"{n}.yaml": (CHART_POLICIES / f"{n}.yaml").read_bytes() for n in NAMES}
 
 
 def test_inline_policy_beside_a_catalogue_one(tmp_path):
     own = (CATALOGUE / "sriov-roce.yaml").read_text().replace("name: sriov-roce\n", "name: my-fabric\n")
     docs = template(values={"policies": {"enabled": ["efa"], "inline": {"my-fabric.yaml": own}}}, tmp=tmp_path)
-    assert policies(docs) == {"efa.yaml": (CATALOGUE / "efa.yaml").read_bytes(), "my-fabric.yaml": own.encode()}
+    assert policies(docs) == {"efa.yaml": (CHART_POLICIES / "efa.yaml").read_bytes(), "my-fabric.yaml": own.encode()}
 
 
 def test_a_policy_change_rolls_the_deployment():

@@ -456,7 +456,7 @@ def _policy_files() -> dict[str, bytes]:
 
 def test_policies_configmap_is_empty_by_default():
     """Safe by default: the install enforces no fabric until the admin chooses one. The policies
-    of policies/ (deploy/base/policies/) are a catalogue that overlays add by name
+    of policies/ are a catalogue that overlays add by name
     (deploy/catalogue/<name>/, checked in tests/test_catalogue.py)."""
     assert _policy_files(), "the catalogue is still shipped"
     [cm] = [c for c in find(rendered("."), "ConfigMap") if c["metadata"]["name"].startswith("rdma-webhook-policies")]
@@ -789,7 +789,7 @@ def test_containerfile():
     # the catalogue goes where `review --policy` finds it, and nothing is enforced until an install
     # mounts its chosen policies over the empty /etc/rdma-webhook/policies
     from webhook.policy.load import IMAGE_CATALOGUE
-    assert any(word == "COPY" and rest.split() == ["deploy/base/policies/", f"{IMAGE_CATALOGUE}/"] for word, rest in instructions)
+    assert any(word == "COPY" and rest.split() == ["policies/", f"{IMAGE_CATALOGUE}/"] for word, rest in instructions)
     assert not any(word == "COPY" and "/etc/rdma-webhook/policies" in rest for word, rest in instructions)
     assert ("RUN", "mkdir -p /etc/rdma-webhook/policies") in instructions
 
