@@ -349,5 +349,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.path.insert(0, str(REPO))  # this checkout's webhook package, whatever the venv's install points at
     sys.exit(main())

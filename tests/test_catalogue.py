@@ -107,7 +107,7 @@ def test_nothing_generated_is_stale():
 
 
 def test_the_check_mode_of_the_script_passes():
-    """`python scripts/catalogue.py --check` as a program (it puts its own checkout first on sys.path)."""
+    """`python scripts/catalogue.py --check` as a program."""
     proc = subprocess.run([sys.executable, str(GENERATOR), "--check"], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0 and proc.stdout == "" and proc.stderr == "", proc.stderr
 
