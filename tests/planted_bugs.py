@@ -84,7 +84,7 @@ PLANTS = [
           ["tests/test_cluster_api.py::test_a_list_in_pages_keeps_every_page",
            "tests/test_cluster_api.py::test_an_expired_continue_token_lists_again_from_the_start"]),
     Plant("stale-after-one-failure", "issue 28: the stale-cache rule was tested with a 0.3 s bound that passed with the threshold at 1",
-          "webhook/cluster/api.py", "        if self.failures < STALE_FAILURES or self.failing_since is None:",
+          "webhook/cluster/informer.py", "        if self.failures < STALE_FAILURES or self.failing_since is None:",
           "        if self.failures < 1 or self.failing_since is None:",
           ["tests/test_cluster_api.py::test_fewer_failures_than_the_threshold_never_make_the_cache_unready"]),
     Plant("crash-masked-as-400", "the answer-checker accepted the app's masked-crash answer",
