@@ -47,13 +47,12 @@ import threading
 import time
 from pathlib import Path
 
+from e2e import cluster as c
+from benchmarks.e2e_bench import control_plane, write
+from benchmarks import provenance
+
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-
-from e2e import cluster as c  # noqa: E402
-from e2e_bench import control_plane, write  # noqa: E402
-import provenance  # noqa: E402
 
 
 def pod(name: str) -> bytes:
