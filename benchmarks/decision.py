@@ -170,7 +170,8 @@ def _check_core() -> list[str]:
 def _child(core: str, pure_dir: Path, args: list[str], against: Path | None = None) -> dict:
     import subprocess
 
-    out = subprocess.run([sys.executable, "-P", "-m", "benchmarks.decision", *args], env=_core_env(core, pure_dir, against),
+    out = subprocess.run([sys.executable, "-P", "-m", "benchmarks.decision", *args],
+                         env=_core_env(core, pure_dir, against),
                          capture_output=True, text=True, check=True)
     return json.loads(out.stdout)
 

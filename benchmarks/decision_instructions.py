@@ -105,7 +105,8 @@ def instructions(shape: str, calls: int, cold: bool) -> int:
     def ir(count: int) -> int:
         env = {**os.environ, "PYTHONHASHSEED": "0"}
         out = subprocess.run(["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null", sys.executable,
-                              *(["-P"] if sys.flags.safe_path else []), "-m", "benchmarks.decision_instructions", "--run", shape, str(count), "--build", str(WARM + calls)] + (["--cold"] if cold else []),
+                              *(["-P"] if sys.flags.safe_path else []), "-m", "benchmarks.decision_instructions",
+                              "--run", shape, str(count), "--build", str(WARM + calls)] + (["--cold"] if cold else []),
                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env)
         if out.returncode:
             raise SystemExit(out.stderr[-2000:])

@@ -21,7 +21,7 @@ mean to what else runs on the cores). The webhook must write
 what the variant selects pods by (REV's objects may need the webhook of REV; the stored pod's
 labels and annotations are recorded so a variant that matched nothing shows).
 
-    .venv/bin/python benchmarks/e2e_final_state.py [--against REV] [--rate 50] [--duration 10]
+    .venv/bin/python -m benchmarks.e2e_final_state [--against REV] [--rate 50] [--duration 10]
         [--repeats 3] [--out FILE]
 
 The variants run interleaved (none, REV, worktree, none, ...): compare them within a run. The

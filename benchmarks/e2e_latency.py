@@ -25,7 +25,7 @@ and reports p50/p99 of each and what the webhook adds. Pods are really stored (n
 The sender runs in this process (threads over keep-alive HTTPS connections), on the same machine:
 on 2 cores it competes with the API server, etcd and the webhook; say so with the figures.
 
-    .venv/bin/python benchmarks/e2e_latency.py [--rates 50,200] [--duration 20] [--out FILE]
+    .venv/bin/python -m benchmarks.e2e_latency [--rates 50,200] [--duration 20] [--out FILE]
         [--phases without,with,mutate-only,policy,go-peer[,go-peer-again] --go-peer BINARY] [--repeats N]
 
 With --repeats N the phases run in turn N times per rate, each repeat starting one phase later in

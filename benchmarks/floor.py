@@ -3,7 +3,8 @@ no patch, served exactly like `rdma-webhook serve` would serve the real one (sam
 same TLS settings), on gunicorn gthread, on the webhook's own uvicorn workers, or on granian.
 gthread and granian are served nowhere else: `serve` runs the uvicorn workers only.
 
-    python -m benchmarks.floor --server gunicorn|uvicorn|granian --port P --tls-cert F --tls-key F [--workers N] [--threads N]
+    python -m benchmarks.floor --server gunicorn|uvicorn|granian --port P --tls-cert F --tls-key F
+        [--workers N] [--threads N]
 """
 
 from __future__ import annotations

@@ -128,7 +128,8 @@ def run(target: str, n: int, connections: int) -> None:
 def instructions(target: str, n: int, connections: int) -> int:
     def ir(count: int) -> int:
         out = subprocess.run(["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null", sys.executable,
-                              *(["-P"] if sys.flags.safe_path else []), "-m", "benchmarks.instructions", "--run", target, str(count), "--connections", str(connections)],
+                              *(["-P"] if sys.flags.safe_path else []), "-m", "benchmarks.instructions",
+                              "--run", target, str(count), "--connections", str(connections)],
                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, check=True)
         return int(re.search(r"Collected : (\d+)", out.stderr).group(1))
 

@@ -1,7 +1,7 @@
 """The benchmark: the webhook and its floors over keep-alive TLS on loopback, in one run.
 
-    .venv/bin/python -m benchmarks.run                 # everything (~6 minutes), writes benchmarks/results/latest.{json,md}
-    .venv/bin/python -m benchmarks.run --quick         # shorter phases, for a smoke run
+    .venv/bin/python -m benchmarks.run          # everything (~6 minutes), writes benchmarks/results/latest.{json,md}
+    .venv/bin/python -m benchmarks.run --quick  # shorter phases, for a smoke run
 
 Targets, all with the same worker count, threads, TLS settings and client:
     webhook-uvicorn    `rdma-webhook serve` as shipped (gunicorn master, uvicorn workers, webhook/serving/worker.py)

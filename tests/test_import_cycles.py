@@ -104,7 +104,9 @@ def test_the_check_sees_a_planted_lazy_cycle():
     imports the API state, which imports the informer at the top. test_layers' top-level check
     does not see it; this one must."""
     edges = graph()
-    planted = "def owner_of(informer):\n    from webhook.cluster.api import ApiClusterState\n    return ApiClusterState\n"
+    planted = ("def owner_of(informer):\n"
+               "    from webhook.cluster.api import ApiClusterState\n"
+               "    return ApiClusterState\n")
     edges["webhook.cluster.informer"] = edges["webhook.cluster.informer"] | imported(ast.parse(planted))
     # api -> informer -> api, and api -> admission_policies -> informer -> api: one group of three
     assert cycles(edges) == [["webhook.cluster.admission_policies", "webhook.cluster.api", "webhook.cluster.informer"]]

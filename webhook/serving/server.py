@@ -60,6 +60,8 @@ class _Server(BaseApplication):
 def run(*, policies_dir: str, tls_cert: str, tls_key: str, host: str, port: int, workers: int,
         cluster_state: str | None, client_ca: str | None, log_level: str = "INFO",
         check_admission_policy: bool = False) -> int:
+    """`rdma-webhook serve`: what `prepare` builds, served by gunicorn's master and the uvicorn
+    workers until SIGTERM (2: the Kubernetes API could not be reached)."""
     served = prepare(policies_dir=policies_dir, tls_cert=tls_cert, tls_key=tls_key, cluster_state=cluster_state,
                      client_ca=client_ca, log_level=log_level, check_admission_policy=check_admission_policy)
     if served is None:
