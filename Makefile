@@ -117,7 +117,7 @@ mutation-report: $(VENV)/.installed
 
 bench: $(VENV)/.compiled
 	$(EDITABLE) '.[test,bench]'
-	$(BIN)/python benchmarks/run.py
+	$(BIN)/python -m benchmarks.run
 
 clean:
 	rm -rf $(VENV) certs .pytest_cache *.egg-info build *.so

@@ -3,9 +3,9 @@ in one run: every shipped policy's ValidatingAdmissionPolicy as committed at REV
 the work tree generates, each evaluated by k8s.io/apiserver 1.37's own code (benchmarks/celcost,
 Go) on the pods of that policy.
 
-    .venv/bin/python benchmarks/celcost.py [--against HEAD] [--n 3000] [--rounds 5] [--out FILE]
+    .venv/bin/python -m benchmarks.celcost [--against HEAD] [--n 3000] [--rounds 5] [--out FILE]
 
-The pods per policy: the pod its mutation leaves (e2e/test_admission_policy_rules.py's
+The pods per policy: the pod its mutation leaves (e2e/admission_policy_pods.py's
 `complete_pod`, which the e2e suite checks the API server admits), with the service-account
 volume and a sidecar container without a GPU added as the API server would show them; and the
 same pod with its device removed (denied: the validations and their messages run too). The
@@ -25,15 +25,14 @@ import sys
 import tempfile
 from pathlib import Path
 
+from benchmarks import provenance
+from e2e.admission_policy_pods import complete_pod
+from webhook.policy import admission_policy as ap
+from webhook.policy.load import load_dir
+
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
-sys.path.insert(0, str(HERE))
-sys.path.insert(0, str(ROOT))
 
-import provenance  # noqa: E402
-from e2e.test_admission_policy_rules import complete_pod  # noqa: E402
-from webhook.policy import admission_policy as ap  # noqa: E402
-from webhook.policy.load import load_dir  # noqa: E402
 
 TOKEN = "kube-api-access-x7k2p"
 

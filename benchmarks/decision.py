@@ -5,10 +5,10 @@ What is timed per call: `webhook.admission.review.handle(body, ...)` (parse, dec
 the log line. Policy loading is excluded. Also the policy-count scaling (1, 10, 100 policies:
 variants of policies/erdma.yaml with distinct names and namespace selectors).
 
-    .venv/bin/python benchmarks/decision.py [--seconds 1.0] [--json out.json]
-    .venv/bin/python benchmarks/decision.py --cores compiled,interpreted --repeats 5 --store decision-cores
-    .venv/bin/python benchmarks/decision.py --instructions --store decision-instructions
-    .venv/bin/python benchmarks/decision.py --against ../base --repeats 15 --seconds 0.3 --store decision-against
+    .venv/bin/python -m benchmarks.decision [--seconds 1.0] [--json out.json]
+    .venv/bin/python -m benchmarks.decision --cores compiled,interpreted --repeats 5 --store decision-cores
+    .venv/bin/python -m benchmarks.decision --instructions --store decision-instructions
+    .venv/bin/python -m benchmarks.decision --against ../base --repeats 15 --seconds 0.3 --store decision-against
 
 `--against CHECKOUT` (with `--cores` or `--instructions`): this checkout's compiled core against
 another commit's (a worktree with `make compile` run in it), the same bodies for both, each with
@@ -34,18 +34,16 @@ import time
 from pathlib import Path
 
 import orjson
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from payloads import ROOT, bodies  # noqa: E402
+from benchmarks.payloads import ROOT, bodies
 
 try:
-    from webhook.admission import review  # noqa: E402
-    from webhook.cluster.state import FileClusterState  # noqa: E402
-    from webhook.policy.load import load_dir, load_texts  # noqa: E402
+    from webhook.admission import review
+    from webhook.cluster.state import FileClusterState
+    from webhook.policy.load import load_dir, load_texts
 except ImportError:  # a checkout from before the regroup into layers, given to --against
-    from webhook import review  # type: ignore[no-redef]  # noqa: E402
-    from webhook.cluster import FileClusterState  # type: ignore[no-redef]  # noqa: E402
-    from webhook.policy import load_dir, load_texts  # type: ignore[no-redef]  # noqa: E402
+    from webhook import review  # type: ignore[no-redef]
+    from webhook.cluster import FileClusterState  # type: ignore[no-redef]
+    from webhook.policy import load_dir, load_texts  # type: ignore[no-redef]
 
 
 def policy_variants(n: int) -> list[tuple[str, str]]:
@@ -135,11 +133,19 @@ WARM, CALLS = 30, 200
 
 def _core_env(core: str, pure_dir: Path, against: Path | None = None) -> dict[str, str]:
     """The environment of a child running `core`: "compiled" (this checkout), "interpreted"
-    (the copy without extensions) or "base" (the checkout given to --against)."""
+    (the copy without extensions) or "base" (the checkout given to --against). The child finds
+    `webhook` in the core's folder, then `benchmarks` and `tests` in this checkout; the base is
+    seen through a folder holding a link to its webhook/ alone, so that its own benchmarks/ and
+    tests/ are never the ones imported."""
     import os
 
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    env["PYTHONPATH"] = {"compiled": str(ROOT), "interpreted": str(pure_dir), "base": str(against)}[core]
+    first = {"compiled": ROOT, "interpreted": pure_dir, "base": pure_dir / "base"}[core]
+    if core == "base" and not first.exists():
+        assert against is not None
+        first.mkdir()
+        (first / "webhook").symlink_to(against / "webhook", target_is_directory=True)
+    env["PYTHONPATH"] = os.pathsep.join(dict.fromkeys([str(first), str(ROOT)]))
     env["PYTHONHASHSEED"] = "0"
     return env
 
@@ -164,7 +170,8 @@ def _check_core() -> list[str]:
 def _child(core: str, pure_dir: Path, args: list[str], against: Path | None = None) -> dict:
     import subprocess
 
-    out = subprocess.run([sys.executable, "-P", str(Path(__file__).resolve()), *args], env=_core_env(core, pure_dir, against),
+    out = subprocess.run([sys.executable, "-P", "-m", "benchmarks.decision", *args],
+                         env=_core_env(core, pure_dir, against),
                          capture_output=True, text=True, check=True)
     return json.loads(out.stdout)
 
@@ -255,7 +262,7 @@ def instructions(calls: int, cores: tuple[str, str] = CORES, against: Path | Non
             assert (got["compiled"] if expected is None else got["compiled"] == expected), (core, got)
             dump = Path(tmp) / f"cg-{core}.out"
             subprocess.run(["valgrind", "--tool=callgrind", "--dump-before=adler32_z", f"--callgrind-out-file={dump}",
-                            sys.executable, "-P", str(Path(__file__).resolve()), "--child-calls", str(calls)],
+                            sys.executable, "-P", "-m", "benchmarks.decision", "--child-calls", str(calls)],
                            env=_core_env(core, pure, against), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True)
             parts = sorted(Path(tmp).glob(f"cg-{core}.out.*"), key=lambda p: int(p.suffix[1:]))
             totals = [int(re.search(r"^totals: (\d+)", p.read_text(), re.M).group(1)) for p in parts]
@@ -299,7 +306,7 @@ def main() -> int:
         res = run(args.child_run, scaling=False)
         print(json.dumps({"compiled": compiled, **res}))
         return 0
-    import provenance
+    from benchmarks import provenance
 
     prov = provenance.start()
     if args.cores or args.instructions or args.against:

@@ -3,8 +3,9 @@ plus `orjson.dumps` of the response (what benchmarks/decision.py times), policie
 beforehand, PYTHONHASHSEED=0. Repeatable where the wall-clock figures of decision.py move by
 10-40% on a shared machine.
 
-    .venv/bin/python benchmarks/decision_instructions.py [--calls 400] [--json out.json]
-    PYTHONPATH=/some/other/checkout .venv/bin/python benchmarks/decision_instructions.py  # another build
+    .venv/bin/python -m benchmarks.decision_instructions [--calls 400] [--json out.json]
+    PYTHONPATH=DIR:$PWD .venv/bin/python -P -m benchmarks.decision_instructions  # another build: DIR holds
+                                                                   # a link to its webhook/ alone
 
 The figure is (Ir of a run with WARM + N calls - Ir of a run with WARM calls) / N, so start-up,
 imports and policy loading cancel out; the same body is sent every time, as the pods of one job
@@ -51,7 +52,7 @@ mpirun --allow-run-as-root -np "$((NP * 8))" --hostfile "$HOSTFILE" \\
 
 
 def _script_pod(script: str):
-    import kube_objects as k
+    from tests import kube_objects as k
 
     c = k.container("trainer", gpus=8, command=["/bin/bash", "-c"], args=[script],
                     env=[{"name": "MASTER_ADDR", "value": "job-master-0"}])
@@ -59,9 +60,7 @@ def _script_pod(script: str):
 
 
 def shapes(cold: bool) -> dict[str, object]:
-    sys.path.insert(0, str(HERE))
-    sys.path.insert(0, str(ROOT / "tests"))
-    from payloads import shapes as mix_shapes
+    from benchmarks.payloads import shapes as mix_shapes
 
     out: dict[str, object] = dict(mix_shapes())
     out["launcher-script"] = _script_pod(LAUNCHER_SCRIPT)
@@ -76,7 +75,7 @@ def shapes(cold: bool) -> dict[str, object]:
 def run(shape: str, calls: int, cold: bool, build: int) -> None:
     import copy
 
-    import kube_objects as k
+    from tests import kube_objects as k
     import orjson
 
     from webhook.admission import review
@@ -105,7 +104,8 @@ def run(shape: str, calls: int, cold: bool, build: int) -> None:
 def instructions(shape: str, calls: int, cold: bool) -> int:
     def ir(count: int) -> int:
         env = {**os.environ, "PYTHONHASHSEED": "0"}
-        out = subprocess.run(["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null", sys.executable, __file__,
+        out = subprocess.run(["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null", sys.executable,
+                              *(["-P"] if sys.flags.safe_path else []), "-m", "benchmarks.decision_instructions",
                               "--run", shape, str(count), "--build", str(WARM + calls)] + (["--cold"] if cold else []),
                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env)
         if out.returncode:
@@ -125,8 +125,6 @@ def main() -> int:
     ap.add_argument("--build", type=int, default=0, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.run:
-        sys.path.insert(0, str(HERE))
-        sys.path.insert(0, str(ROOT / "tests"))
         run(args.run[0], int(args.run[1]), args.cold, max(args.build, int(args.run[1])))
         return 0
     names = list(shapes(args.cold))

@@ -9,19 +9,16 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import sys
 import tempfile
 from pathlib import Path
 from typing import Iterator
 
 import yaml
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "benchmarks"))
+from benchmarks import provenance
+from e2e import cluster as c
 
-import provenance  # noqa: E402
-from e2e import cluster as c  # noqa: E402
+ROOT = Path(__file__).resolve().parent.parent
 
 
 @contextlib.contextmanager

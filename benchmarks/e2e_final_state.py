@@ -21,7 +21,7 @@ mean to what else runs on the cores). The webhook must write
 what the variant selects pods by (REV's objects may need the webhook of REV; the stored pod's
 labels and annotations are recorded so a variant that matched nothing shows).
 
-    .venv/bin/python benchmarks/e2e_final_state.py [--against REV] [--rate 50] [--duration 10]
+    .venv/bin/python -m benchmarks.e2e_final_state [--against REV] [--rate 50] [--duration 10]
         [--repeats 3] [--out FILE]
 
 The variants run interleaved (none, REV, worktree, none, ...): compare them within a run. The
@@ -39,14 +39,13 @@ from pathlib import Path
 
 import yaml
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "benchmarks"))
+from e2e import cluster as c
+from benchmarks.e2e_bench import control_plane, write
+from benchmarks import e2e_latency as latency
+from benchmarks import provenance
 
-from e2e import cluster as c  # noqa: E402
-from e2e_bench import control_plane, write  # noqa: E402
-import e2e_latency as latency  # noqa: E402
-import provenance  # noqa: E402
+ROOT = Path(__file__).resolve().parent.parent
+
 
 STEP = "apiserver_admission_step_admission_duration_seconds"
 

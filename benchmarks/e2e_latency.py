@@ -25,7 +25,7 @@ and reports p50/p99 of each and what the webhook adds. Pods are really stored (n
 The sender runs in this process (threads over keep-alive HTTPS connections), on the same machine:
 on 2 cores it competes with the API server, etcd and the webhook; say so with the figures.
 
-    .venv/bin/python benchmarks/e2e_latency.py [--rates 50,200] [--duration 20] [--out FILE]
+    .venv/bin/python -m benchmarks.e2e_latency [--rates 50,200] [--duration 20] [--out FILE]
         [--phases without,with,mutate-only,policy,go-peer[,go-peer-again] --go-peer BINARY] [--repeats N]
 
 With --repeats N the phases run in turn N times per rate, each repeat starting one phase later in
@@ -47,13 +47,12 @@ import threading
 import time
 from pathlib import Path
 
+from e2e import cluster as c
+from benchmarks.e2e_bench import control_plane, write
+from benchmarks import provenance
+
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-
-from e2e import cluster as c  # noqa: E402
-from e2e_bench import control_plane, write  # noqa: E402
-import provenance  # noqa: E402
 
 
 def pod(name: str) -> bytes:

@@ -18,9 +18,10 @@ and records:
   class_change_s: a DeviceClass created after the start until a pod whose template requests it
   is taken as claiming sriov-roce's NIC (no VF added any more).
 
-    .venv/bin/python benchmarks/e2e_scale.py [--sizes 0,5000,20000] [--dra 1000] [--settle 300] [--unprimed] [--etcd-lists] [--age S]
+    .venv/bin/python -m benchmarks.e2e_scale [--sizes 0,5000,20000] [--dra 1000] [--settle 300] [--unprimed]
+        [--etcd-lists] [--age S]
         [--repeats N] [--out FILE]
-    .venv/bin/python benchmarks/e2e_scale.py --sizes 20000 --dra 1000 --page-sizes 500,2000,5000 [--repeats N]
+    .venv/bin/python -m benchmarks.e2e_scale --sizes 20000 --dra 1000 --page-sizes 500,2000,5000 [--repeats N]
 
 With --page-sizes the webhook is not started: the master's list before the fork is timed in the
 script's own process at each page size in turn (what `ApiClusterState.page_size` is worth).
@@ -51,13 +52,13 @@ import time
 import uuid
 from pathlib import Path
 
+from e2e import cluster as c
+from benchmarks.e2e_bench import control_plane, write
+from benchmarks import provenance
+
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
 
-from e2e import cluster as c  # noqa: E402
-from e2e_bench import control_plane, write  # noqa: E402
-import provenance  # noqa: E402
 
 SHIPPED_LIMIT_MB = 256  # deploy/base/deployment.yaml: resources.limits.memory 256Mi
 

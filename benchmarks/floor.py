@@ -1,15 +1,16 @@
 """The floors: a minimal Flask app that parses the AdmissionReview and answers allowed:true with
 no patch, served exactly like `rdma-webhook serve` would serve the real one (same worker count,
 same TLS settings), on gunicorn gthread, on the webhook's own uvicorn workers, or on granian.
+gthread and granian are served nowhere else: `serve` runs the uvicorn workers only.
 
-    python benchmarks/floor.py --server gunicorn|uvicorn|granian --port P --tls-cert F --tls-key F [--workers N] [--threads N]
+    python -m benchmarks.floor --server gunicorn|uvicorn|granian --port P --tls-cert F --tls-key F
+        [--workers N] [--threads N]
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
 
 import orjson
 from flask import Flask, Response, request
@@ -41,7 +42,6 @@ def main() -> int:
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--threads", type=int, default=4)
     args = ap.parse_args()
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
     from webhook.serving import server as serve
     from webhook.serving.app import wsgi
 
@@ -50,9 +50,11 @@ def main() -> int:
     # plain Flask.
     own = wsgi(app)
     if args.server == "granian":
-        # granian's own thread count (serve.GRANIAN_THREADS), as for the webhook; --threads is gthread's
-        serve.run_granian("floor:app", host=args.host, port=args.port, workers=args.workers,
-                          tls_cert=args.tls_cert, tls_key=args.tls_key, target_loader=lambda _target=None: own)
+        from benchmarks.granian_serve import run_granian
+
+        # granian's own thread count (GRANIAN_THREADS), as for the webhook; --threads is gthread's
+        run_granian("benchmarks.floor:app", host=args.host, port=args.port, workers=args.workers,
+                    tls_cert=args.tls_cert, tls_key=args.tls_key, target_loader=lambda _target=None: own)
         return 0
     from webhook.serving.tls import ServingTLS
 
@@ -66,11 +68,19 @@ def main() -> int:
             return self.context.wrap_socket(sock, server_side=server_side, **kwargs)
 
     tls = GunicornTLS(args.tls_cert, args.tls_key)
-    options = serve.gunicorn_options(host=args.host, port=args.port, workers=args.workers, tls=tls, threads=args.threads)
+    options = serve.gunicorn_options(host=args.host, port=args.port, workers=args.workers, tls=tls)
     if args.server == "gunicorn":
-        options["worker_class"] = "gthread"
+        options.update(gthread_options(args.threads))
     serve._Server(app if args.server == "gunicorn" else own, options).run()
     return 0
+
+
+def gthread_options(threads: int) -> dict:
+    """What the gthread reference floor sets on top of `serve`'s gunicorn options: the worker, its
+    threads, and the bounds of gunicorn's own HTTP parser, which `serve`'s uvicorn workers never
+    use (they bound a request themselves: webhook.serving.worker.MAX_HEAD, webhook.serving.asgi)."""
+    return {"worker_class": "gthread", "threads": threads,
+            "limit_request_line": 4096, "limit_request_fields": 64, "limit_request_field_size": 8190}
 
 
 if __name__ == "__main__":

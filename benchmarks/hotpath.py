@@ -1,7 +1,7 @@
 """Where a worker's time goes under saturation: py-spy on one worker of `rdma-webhook serve`
 while wrk sends the benchmark mix, summarised as the frames that hold the most samples.
 
-    .venv/bin/python benchmarks/hotpath.py [--server uvicorn|granian] [--seconds 10] [--top 25]
+    .venv/bin/python -m benchmarks.hotpath [--server uvicorn|granian] [--seconds 10] [--top 25]
 
 Prints two tables, by share of samples: "own" (the frame on top of the stack, where the time is
 spent) and "inclusive" (every frame on the stack, what the time is spent under). Writes the raw
@@ -20,10 +20,9 @@ import sys
 import time
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
+from benchmarks.run import PY, run_wrk, webhook_target, work_dir
 
-from run import PY, run_wrk, webhook_target, work_dir  # noqa: E402
+HERE = Path(__file__).resolve().parent
 
 
 def summarise(raw: str, top: int) -> str:

@@ -10,10 +10,10 @@ transport), the way a loop pass finds several sockets readable, and the answers 
 What it leaves out: TLS, the sockets and the kernel (run.py measures those with everything
 else).
 
-    .venv/bin/python benchmarks/instructions.py                     # webhook and floor, 4 connections
-    .venv/bin/python benchmarks/instructions.py --target webhook --connections 1
-    .venv/bin/python benchmarks/instructions.py --run webhook 500   # one plain run, no valgrind
-    .venv/bin/python benchmarks/instructions.py --store instructions  # also benchmarks/results/instructions.json
+    .venv/bin/python -m benchmarks.instructions                     # webhook and floor, 4 connections
+    .venv/bin/python -m benchmarks.instructions --target webhook --connections 1
+    .venv/bin/python -m benchmarks.instructions --run webhook 500   # one plain run, no valgrind
+    .venv/bin/python -m benchmarks.instructions --store instructions  # also benchmarks/results/instructions.json
 
 The figure is (Ir of a run with 50 + N requests - Ir of a run with 50) / N, so start-up,
 imports and policy loading cancel out. Needs valgrind (apt-get install -y valgrind).
@@ -62,14 +62,12 @@ class _Transport:
 
 
 def _app(target: str):
-    sys.path.insert(0, str(HERE))
-    sys.path.insert(0, str(ROOT))
     os.environ.setdefault("PROMETHEUS_MULTIPROC_DIR", tempfile.mkdtemp(prefix="rdma-webhook-instr-"))
     from webhook.serving.app import create_app, wsgi
     from webhook.telemetry.logs import setup_logging
 
     if target == "floor":
-        import floor
+        from benchmarks import floor
 
         return wsgi(floor.app)
     from webhook.cluster.state import FileClusterState
@@ -83,7 +81,7 @@ def _app(target: str):
 
 def run(target: str, n: int, connections: int) -> None:
     import uvloop
-    from payloads import mix
+    from benchmarks.payloads import mix
     from uvicorn.config import Config
     from uvicorn.server import ServerState
 
@@ -129,7 +127,8 @@ def run(target: str, n: int, connections: int) -> None:
 
 def instructions(target: str, n: int, connections: int) -> int:
     def ir(count: int) -> int:
-        out = subprocess.run(["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null", sys.executable, __file__,
+        out = subprocess.run(["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null", sys.executable,
+                              *(["-P"] if sys.flags.safe_path else []), "-m", "benchmarks.instructions",
                               "--run", target, str(count), "--connections", str(connections)],
                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, check=True)
         return int(re.search(r"Collected : (\d+)", out.stderr).group(1))
@@ -149,8 +148,7 @@ def main() -> int:
         run(args.run[0], int(args.run[1]), args.connections)
         return 0
     targets = ("webhook", "floor") if args.target == "both" else (args.target,)
-    sys.path.insert(0, str(HERE))
-    import provenance
+    from benchmarks import provenance
 
     prov = provenance.start()
     got = {t: instructions(t, args.requests, args.connections) for t in targets}

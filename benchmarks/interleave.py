@@ -1,9 +1,9 @@
 """Saturation only, several phases per target in the order given, to see through a noisy machine:
 the ratios of `run.py` come from one phase each, and on a shared VM one phase can lose a third.
 
-    .venv/bin/python benchmarks/interleave.py floor-gunicorn,webhook-uvicorn,webhook-granian,floor-uvicorn,...
+    .venv/bin/python -m benchmarks.interleave floor-gunicorn,webhook-uvicorn,webhook-granian,floor-uvicorn,...
         [--seconds 10] [--connections 32] [--target 1.5] [--store NAME]
-    .venv/bin/python benchmarks/interleave.py --pairs 7 --store interleave   # floor-gunicorn,webhook-uvicorn x 7
+    .venv/bin/python -m benchmarks.interleave --pairs 7 --store interleave   # floor-gunicorn,webhook-uvicorn x 7
 
 A target may appear several times; each phase starts its server afresh. Prints req/s and server
 CPU per admission per phase, then the median per target and its ratio to floor-gunicorn's. The
@@ -18,12 +18,9 @@ from __future__ import annotations
 import argparse
 import statistics
 import sys
-from pathlib import Path
 from types import SimpleNamespace
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import provenance  # noqa: E402
-from run import bench_target, floor_target, webhook_target, work_dir  # noqa: E402
+from benchmarks import provenance
+from benchmarks.run import bench_target, floor_target, webhook_target, work_dir
 
 
 def verdict(phases: list[dict], target: float) -> dict:

@@ -1,7 +1,7 @@
 """One admission at a time, as the API server sends them at 50 pods/s: the webhook against the Go
 yardstick, without the API server.
 
-    .venv/bin/python benchmarks/lowrate.py --go-peer /tmp/go-peer [--rate 50] [--seconds 20] [--rounds 3]
+    .venv/bin/python -m benchmarks.lowrate --go-peer /tmp/go-peer [--rate 50] [--seconds 20] [--rounds 3]
 
 Why: behind the real API server (benchmarks/e2e_latency.py) the webhook's share of a pod CREATE
 is a fraction of a millisecond inside the noise of etcd, the API server and the controller
@@ -24,15 +24,13 @@ import sys
 import time
 from pathlib import Path
 
+from tests import kube_objects as k
+from benchmarks import loadgen
+from benchmarks import provenance
+from benchmarks.run import Target, cpu_seconds, free_port, proc_tree, webhook_target, work_dir
+
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
-sys.path.insert(0, str(HERE))
-sys.path.insert(0, str(ROOT / "tests"))
-
-import kube_objects as k  # noqa: E402
-import loadgen  # noqa: E402
-import provenance  # noqa: E402
-from run import Target, cpu_seconds, free_port, proc_tree, webhook_target, work_dir  # noqa: E402
 
 
 def review_body() -> bytes:

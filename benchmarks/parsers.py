@@ -3,7 +3,7 @@ are read"): tree-sitter-bash against bashlex, on a typical launcher script and a
 plus the constructs each cannot parse, and each package's installed size.
 
     python -m venv /tmp/p && /tmp/p/bin/pip install tree-sitter tree-sitter-bash bashlex
-    /tmp/p/bin/python benchmarks/parsers.py          # results/parsers.txt holds one run
+    /tmp/p/bin/python -m benchmarks.parsers          # results/parsers.txt holds one run
 
 Times are CPU time (time.process_time), best of 5 rounds, for the parse alone and for the parse
 plus a walk over every node (what a reader does at least once).
@@ -14,11 +14,9 @@ from __future__ import annotations
 import importlib.metadata
 import sys
 import time
-from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
-from decision_instructions import LAUNCHER_SCRIPT  # noqa: E402
+from benchmarks.decision_instructions import LAUNCHER_SCRIPT
+
 
 CONSTRUCTS = {
     "arithmetic $((...))": "echo $((1 + 2))",

@@ -3,7 +3,7 @@ same AdmissionReview: bytes of the whole response, bytes and operations of the p
 each patch does to the pod (the paths they touch). The API server decodes the response and
 applies the patch inside its timing of the call, so a larger patch is part of what one call costs.
 
-    .venv/bin/python benchmarks/patch_size.py --go-peer BINARY [--out FILE]
+    .venv/bin/python -m benchmarks.patch_size --go-peer BINARY [--out FILE]
 
 The webhook's answer is made in-process by the admission function the server calls
 (`webhook.admission.review.handle`, shipped policies, the example cluster state); the yardstick's
@@ -23,14 +23,12 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "benchmarks"))
-sys.path.insert(0, str(ROOT / "tests"))
+from benchmarks import payloads
+from benchmarks import provenance
+from benchmarks.run import free_port, work_dir
 
-import payloads  # noqa: E402
-import provenance  # noqa: E402
-from run import free_port, work_dir  # noqa: E402
+ROOT = Path(__file__).resolve().parent.parent
+
 
 SHAPES = ("pytorchjob-worker-plain", "pytorchjob-worker", "mpijob-worker", "lws-sriov", "mpijob-launcher")
 

@@ -3,7 +3,7 @@ for the same review, in process with k8s.io/apiserver 1.37's own code (benchmark
 decode the AdmissionReview, verify it, decode the JSON patch, encode the pod, apply the patch,
 decode the result into a Pod, compare it with the pod sent, marshal the patch's audit annotation.
 
-    .venv/bin/python benchmarks/patchcost.py --go-peer BINARY [--n 20000] [--rounds 5] [--out FILE]
+    .venv/bin/python -m benchmarks.patchcost --go-peer BINARY [--n 20000] [--rounds 5] [--out FILE]
 
 Why: behind a real API server the API server's mean time per /mutate call is 1.14-1.37x Go's
 (benchmarks/results/e2e_latency-3253326-quiet.json) while our server on its own answers within a
@@ -27,18 +27,15 @@ import subprocess
 import sys
 from pathlib import Path
 
+from benchmarks import celcost
+from benchmarks import lowrate
+from benchmarks import patch_size
+from benchmarks import payloads
+from benchmarks import provenance
+from benchmarks.run import work_dir
+
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
-sys.path.insert(0, str(HERE))
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "tests"))
-
-import celcost  # noqa: E402
-import lowrate  # noqa: E402
-import patch_size  # noqa: E402
-import payloads  # noqa: E402
-import provenance  # noqa: E402
-from run import work_dir  # noqa: E402
 
 
 def main() -> int:

@@ -13,14 +13,12 @@ annotations), so bodies land between 5 and 20 KB. The mix per 20 requests:
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "tests"))
+from tests import kube_objects as k
 
-import kube_objects as k  # noqa: E402
+ROOT = Path(__file__).resolve().parent.parent
 
 
 def _pad(pod: dict[str, Any], n_env: int = 30, n_vols: int = 4, n_labels: int = 8, n_ann: int = 6) -> dict[str, Any]:

@@ -1,11 +1,12 @@
 """The benchmark: the webhook and its floors over keep-alive TLS on loopback, in one run.
 
-    .venv/bin/python benchmarks/run.py                 # everything (~6 minutes), writes benchmarks/results/latest.{json,md}
-    .venv/bin/python benchmarks/run.py --quick         # shorter phases, for a smoke run
+    .venv/bin/python -m benchmarks.run          # everything (~6 minutes), writes benchmarks/results/latest.{json,md}
+    .venv/bin/python -m benchmarks.run --quick  # shorter phases, for a smoke run
 
 Targets, all with the same worker count, threads, TLS settings and client:
     webhook-uvicorn    `rdma-webhook serve` as shipped (gunicorn master, uvicorn workers, webhook/serving/worker.py)
-    webhook-granian    `rdma-webhook serve` with RDMA_WEBHOOK_SERVER=granian (candidate: WSGI threads)
+    webhook-granian    what `rdma-webhook serve` builds, served by granian (benchmarks/granian_serve.py;
+                       a candidate: WSGI threads)
     floor-gunicorn     minimal Flask app (parse the review, answer allowed:true), gunicorn gthread:
                        the issue's reference floor
     floor-uvicorn      the same minimal app on the webhook's own stack (webhook.serving.worker + webhook.serving.asgi)
@@ -36,13 +37,12 @@ import tempfile
 import time
 from pathlib import Path
 
+from benchmarks import loadgen
+from benchmarks.payloads import mix
+
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
-sys.path.insert(0, str(HERE))
-sys.path.insert(0, str(ROOT))
 
-import loadgen  # noqa: E402
-from payloads import mix  # noqa: E402
 
 PY = sys.executable
 
@@ -149,22 +149,27 @@ def work_dir(prefix: str) -> tuple[Path, list[tuple[str, bytes]]]:
     return work, seq
 
 
+# How each webhook target is started: `rdma-webhook serve` itself, or the candidate serving what
+# `serve` builds (benchmarks/granian_serve.py); both take `serve`'s flags.
+WEBHOOK_COMMANDS = {"uvicorn": [PY, "-m", "webhook", "serve"], "granian": [PY, "-m", "benchmarks.granian_serve"]}
+
+
 def webhook_target(server: str, workers: int, work: Path) -> Target:
-    """`rdma-webhook serve` on the shipped policies and the example cluster state, on a free
-    port, with the certificates of `work_dir` (RDMA_WEBHOOK_SERVER=server)."""
+    """The webhook (`rdma-webhook serve`, or the granian candidate) on the shipped policies and the
+    example cluster state, on a free port, with the certificates of `work_dir`."""
     port = free_port()
-    return Target(f"webhook-{server}", [PY, "-m", "webhook", "serve", "--policies", str(ROOT / "policies"),
+    return Target(f"webhook-{server}", [*WEBHOOK_COMMANDS[server], "--policies", str(ROOT / "policies"),
                                         "--tls-cert", str(work / "certs" / "tls.crt"), "--tls-key", str(work / "certs" / "tls.key"),
                                         "--host", "127.0.0.1", "--port", str(port), "--workers", str(workers),
                                         "--cluster-state", str(ROOT / "examples" / "cluster-state.yaml"),
                                         "--log-level", "INFO"],
-                  {"RDMA_WEBHOOK_SERVER": server, "PROMETHEUS_MULTIPROC_DIR": str(work / f"metrics-{server}-{port}")}, port)
+                  {"PROMETHEUS_MULTIPROC_DIR": str(work / f"metrics-{server}-{port}")}, port)
 
 
 def floor_target(server: str, workers: int, threads: int, work: Path) -> Target:
     """benchmarks/floor.py on `server`, on a free port, with the certificates of `work_dir`."""
     port = free_port()
-    return Target(f"floor-{server}", [PY, str(HERE / "floor.py"), "--server", server, "--port", str(port),
+    return Target(f"floor-{server}", [PY, "-m", "benchmarks.floor", "--server", server, "--port", str(port),
                                       "--tls-cert", str(work / "certs" / "tls.crt"), "--tls-key", str(work / "certs" / "tls.key"),
                                       "--workers", str(workers), "--threads", str(threads)], None, port)
 
@@ -322,7 +327,7 @@ def main() -> int:
     for server in ("uvicorn", "granian"):
         makers[f"floor-{server}"] = lambda s=server: floor(s)
         makers[f"webhook-{server}"] = lambda s=server: webhook(s)
-    import provenance
+    from benchmarks import provenance
 
     report: dict = {"provenance": provenance.start(), "machine": machine(), "command": " ".join(sys.argv), "settings": {
         "workers": args.workers, "threads": args.threads, "wrk": f"2 threads, {args.connections} connections", "seconds": args.seconds,
@@ -348,7 +353,7 @@ def main() -> int:
                 print(f"== burst {server} {w} worker(s)", file=sys.stderr, flush=True)
                 report["burst"][f"webhook-{server}-{w}"] = burst(lambda n, s=server: webhook(s, n), work, bodies, w)
     if not args.no_decision:
-        import decision
+        from benchmarks import decision
 
         print("== decision core", file=sys.stderr, flush=True)
         report["decision"] = decision.run(1.0 if not args.quick else 0.3)

@@ -28,7 +28,7 @@ from webhook.policy.load import load_dir
 ROOT = Path(__file__).resolve().parent.parent
 POLICIES = ROOT / "policies"
 CLUSTER_STATE = ROOT / "examples" / "cluster-state.yaml"
-# -P: not the working directory first on sys.path. `python -m` would otherwise put the checkout
+# -P: not the working directory first on the import path. `python -m` would otherwise put the checkout
 # (with the compiled extensions `make compile` leaves in webhook/) ahead of PYTHONPATH, and the
 # pure run (`make test-pure`, PYTHONPATH=build/pure) would serve compiled code.
 CLI = [sys.executable, "-P", "-m", "webhook"]

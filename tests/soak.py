@@ -1,7 +1,7 @@
 """Soak: the real server under mixed traffic while policies reload and the certificate rotates.
 
-    .venv/bin/python tests/soak.py --minutes 10          # the long run
-    .venv/bin/python tests/soak.py --seconds 30 --json   # what tests/test_soak.py runs (shorter)
+    .venv/bin/python -m tests.soak --minutes 10          # the long run, from the checkout's root
+    .venv/bin/python -m tests.soak --seconds 30 --json   # what tests/test_soak.py runs (shorter)
 
 What runs, against `rdma-webhook serve` started exactly as tests/conftest.py does (2 workers,
 TLS on loopback, the example cluster state):
@@ -44,17 +44,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-HERE = Path(__file__).resolve().parent
-if str(HERE) not in sys.path:
-    sys.path.insert(0, str(HERE))
-if str(HERE.parent) not in sys.path:
-    sys.path.insert(0, str(HERE.parent))
+from cryptography.hazmat.primitives import serialization
 
-from cryptography.hazmat.primitives import serialization  # noqa: E402
-
-import kube_objects as k  # noqa: E402
-from conftest import Server, start_server, stop_server  # noqa: E402
-from webhook.serving.certs import _pem_key, make_ca, make_serving, service_dns_names  # noqa: E402
+# By their names from the checkout's root: the working directory of `python -m tests.soak`, and
+# under pytest (tests/test_soak.py) the checkout the editable install puts on the import path
+# (editable_mode=compat, Makefile), after PYTHONPATH so that `make test-pure` still tests its core.
+from tests import kube_objects as k
+from tests.conftest import Server, start_server, stop_server
+from webhook.serving.certs import _pem_key, make_ca, make_serving, service_dns_names
 
 CLIENTS = 16
 RELOAD_EVERY = 3.0
@@ -474,8 +471,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--keep", action="store_true", help="keep the work folder (server log, certs, policies)")
     ap.add_argument("--store", metavar="NAME", help="write benchmarks/results/NAME.json with provenance")
     args = ap.parse_args(argv)
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
-    import provenance
+    from benchmarks import provenance
 
     prov = provenance.start(argv)
     seconds = args.seconds if args.seconds is not None else (args.minutes if args.minutes is not None else 1.0) * 60

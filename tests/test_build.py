@@ -87,7 +87,7 @@ def test_compiled_extensions_were_built_from_this_source():
 def test_subprocesses_run_the_core_under_test():
     """The CLI and `serve` are started as `conftest.CLI` (python -P -m webhook): they must import
     the same core as this process, compiled under `make test`, interpreted under `make test-pure`
-    (where the checkout's extensions must not come first on sys.path)."""
+    (where the checkout's extensions must not come first on the import path)."""
     code = ("import webhook, importlib; [importlib.import_module('webhook.' + n) for n in webhook.COMPILED_MODULES]; "
             "print(','.join(webhook.compiled()))")
     out = subprocess.run([*CLI[:-2], "-c", code], capture_output=True, text=True, cwd=str(ROOT), check=True)

@@ -144,12 +144,6 @@ def test_serve_without_cluster_state_or_api_config_exits_with_one_line(tmp_path)
     assert "Traceback" not in said, said[-2000:]
 
 
-def test_serve_refuses_an_unknown_server(monkeypatch):
-    monkeypatch.setenv("RDMA_WEBHOOK_SERVER", "uwsgi")
-    out = run("serve", "--tls-cert", "/nonexistent.crt", "--tls-key", "/nonexistent.key")
-    assert out.returncode == 2 and "RDMA_WEBHOOK_SERVER='uwsgi'" in out.stderr
-
-
 def test_certs_reuse_ca_renews_only_the_serving_certificate(tmp_path):
     first = run("certs", "--service", "rdma-webhook", "--namespace", "rdma-webhook", "--out", str(tmp_path))
     old_cert = (tmp_path / "tls.crt").read_bytes()
@@ -247,38 +241,6 @@ def test_review_refuses_unrendered_templates(tmp_path):
     assert out.returncode == 2 and "spec.template, container t: resources.limits[nvidia.com/gpu]" in out.stderr
     job["spec"]["template"]["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] = 8
     assert run("review", "--policies", POLICIES, "--cluster-state", STATE, write(tmp_path, "job.yaml", job)).returncode == 0
-
-
-def _serve_with(tmp_path, server: str, pythonpath: list[str] = ()):
-    import os
-
-    from webhook.serving.certs import write_certs
-
-    write_certs(tmp_path / "certs", "rdma-webhook", "rdma-webhook", dns=["localhost"], ips=["127.0.0.1"])
-    path = os.pathsep.join([*pythonpath, *filter(None, [os.environ.get("PYTHONPATH")])])
-    env = {**os.environ, "RDMA_WEBHOOK_SERVER": server, "PYTHONPATH": path,
-           "PROMETHEUS_MULTIPROC_DIR": str(tmp_path / "metrics")}
-    return subprocess.run([*CLI, "serve", "--policies", str(ROOT / "policies"), "--cluster-state", STATE,
-                           "--tls-cert", str(tmp_path / "certs" / "tls.crt"), "--tls-key", str(tmp_path / "certs" / "tls.key"),
-                           "--host", "127.0.0.1", "--port", "9"], capture_output=True, text=True, env=env, cwd=ROOT, timeout=60)
-
-
-def test_serve_without_granian_installed_is_a_one_line_error(tmp_path):
-    """RDMA_WEBHOOK_SERVER=granian (a benchmark candidate, in the bench extra only) on an install
-    without granian: exit 2 and one line on stderr saying so, not a traceback. A package on
-    PYTHONPATH that cannot be imported stands for the missing one, whatever this venv has."""
-    blocked = tmp_path / "blocked"
-    (blocked / "granian").mkdir(parents=True)
-    (blocked / "granian" / "__init__.py").write_text("raise ImportError('No module named granian (blocked by the test)')\n")
-    out = _serve_with(tmp_path, "granian", [str(blocked)])
-    assert out.returncode == 2 and out.stdout == "", out
-    assert out.stderr.startswith("error: RDMA_WEBHOOK_SERVER='granian' is a benchmark candidate") and out.stderr.count("\n") == 1, out.stderr
-
-
-def test_serve_with_an_unknown_server_is_a_one_line_error(tmp_path):
-    out = _serve_with(tmp_path, "gevent")
-    assert out.returncode == 2 and out.stdout == "", out
-    assert out.stderr.startswith("error: RDMA_WEBHOOK_SERVER='gevent': expected one of uvicorn, granian") and out.stderr.count("\n") == 1, out.stderr
 
 
 def test_the_shipped_examples_success_path_has_no_warning():

@@ -491,7 +491,7 @@ def test_one_failed_watch_does_not_make_the_cache_unready(apiserver, make_state)
 def test_lists_ask_for_metadata_only_where_decisions_read_metadata_alone(apiserver, make_unstarted):
     """Namespace and NAD lists send the PartialObjectMetadataList Accept header (with plain JSON
     as the fallback), Trainer runtime lists do not (a TrainJob's check reads their spec)."""
-    from webhook.cluster import api as cluster_api
+    from webhook.cluster import api as cluster_api, listing
 
     seen: dict[str, list[Any]] = {}
 
@@ -513,11 +513,11 @@ def test_lists_ask_for_metadata_only_where_decisions_read_metadata_alone(apiserv
     synced(state)
     eventually(lambda: all(k in seen for k in ("namespaces", cluster_api.NAD_PLURAL, cluster_api.TR_PLURAL)),
                what="every kind listed")
-    assert set(seen["namespaces"]) == {cluster_api.METADATA_LIST}, seen
-    assert set(seen[cluster_api.NAD_PLURAL]) == {cluster_api.METADATA_LIST}, seen
+    assert set(seen["namespaces"]) == {listing.METADATA_LIST}, seen
+    assert set(seen[cluster_api.NAD_PLURAL]) == {listing.METADATA_LIST}, seen
     assert set(seen[cluster_api.TR_PLURAL]) == {None}, seen
-    assert cluster_api.METADATA_LIST.startswith("application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1,")
-    assert cluster_api.METADATA_LIST.endswith(", application/json")
+    assert listing.METADATA_LIST.startswith("application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1,")
+    assert listing.METADATA_LIST.endswith(", application/json")
     assert cached_namespace(state, "team-2") is not None
 
 
@@ -672,7 +672,7 @@ def _listed_with_clock(make_unstarted, stale_after: float) -> tuple[ApiClusterSt
 def test_the_cache_turns_unready_only_after_stale_after_of_failures(apiserver, make_unstarted):
     """Both sides of the bound: failing for 59.9 s of a 60 s `stale_after` is still ready,
     60.1 s is not (with the reason); a success makes it ready at once."""
-    from webhook.cluster.api import STALE_FAILURES
+    from webhook.cluster.informer import STALE_FAILURES
 
     apiserver.put_namespace("team-a", OPTED_IN)
     state, now = _listed_with_clock(make_unstarted, 60.0)
@@ -692,7 +692,7 @@ def test_the_cache_turns_unready_only_after_stale_after_of_failures(apiserver, m
 def test_fewer_failures_than_the_threshold_never_make_the_cache_unready(apiserver, make_unstarted):
     """One failure short of STALE_FAILURES keeps the cache ready however long ago it began; the
     next failure crosses it (the threshold is exactly STALE_FAILURES, not one failure)."""
-    from webhook.cluster.api import STALE_FAILURES
+    from webhook.cluster.informer import STALE_FAILURES
 
     assert STALE_FAILURES > 1
     state, now = _listed_with_clock(make_unstarted, 1.0)
@@ -707,7 +707,7 @@ def test_fewer_failures_than_the_threshold_never_make_the_cache_unready(apiserve
 def test_a_watch_open_long_enough_counts_as_working_on_a_quiet_cluster(apiserver, make_unstarted):
     """A watch that has stayed open past the connect timeout (+1 s) is a success although no
     event came (a quiet cluster sends none); one open for less is not yet."""
-    from webhook.cluster.api import STALE_FAILURES
+    from webhook.cluster.informer import STALE_FAILURES
 
     state, now = _listed_with_clock(make_unstarted, 10.0)
     for _ in range(STALE_FAILURES):

@@ -3,7 +3,7 @@ clients over keep-alive and fresh TLS connections, while a policy file is rewrit
 (alternately valid and invalid) and the serving certificate is rotated every 4 s. Every request
 is answered, none with a 5xx, the server's counters match the clients', no worker is replaced,
 and the RSS of each server process grows by less than 20 MiB. The long run:
-`.venv/bin/python tests/soak.py --minutes 10`."""
+`.venv/bin/python -m tests.soak --minutes 10`."""
 
 from __future__ import annotations
 

@@ -13,11 +13,6 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from webhook.kinds import trainer
 
     os.environ[trainer.TRAINER_RELEASE_ENV] = args.trainer_release  # the workers inherit it
-    server = os.environ.get("RDMA_WEBHOOK_SERVER") or serve.SERVERS[0]
-    if server not in serve.SERVERS:
-        print(f"error: RDMA_WEBHOOK_SERVER={server!r}: expected one of {', '.join(serve.SERVERS)} "
-              f"({serve.SERVERS[0]} is the default)", file=sys.stderr)
-        return 2
 
     if args.check_admission_policy and args.cluster_state:
         print("error: --check-admission-policy reads the cluster's ValidatingAdmissionPolicies from the API server; "

@@ -6,7 +6,7 @@ final-state check is run by the API server from objects generated at install tim
 deleted or edited by hand, and the check no longer says what the webhook's policies say. The
 webhook notices it without any write access to admission objects: a list+watch (read-only:
 get, list, watch) of ValidatingAdmissionPolicies and their bindings that carry our label, into
-the same kind of cache as namespaces (`webhook.cluster.api._Informer`), compared every few
+the same kind of cache as namespaces (`webhook.cluster.informer.Informer`), compared every few
 seconds with what the policies in force make. Nothing of this is on the admission path.
 
 Reported as metrics, `rdma_webhook_admission_policy_in_sync` (1 or 0) and
@@ -24,16 +24,14 @@ from __future__ import annotations
 import functools
 import logging
 import threading
-from typing import TYPE_CHECKING, Any, Callable, Mapping
+from typing import Any, Callable, Mapping
 
 from kubernetes import client
 
+from webhook.cluster.informer import Informer, Owner
 from webhook.core.model import PolicySet
 from webhook.policy.admission_policy import NAME_PREFIX, mismatches
 from webhook.telemetry import metrics
-
-if TYPE_CHECKING:
-    from webhook.cluster.api import ApiClusterState, _Informer
 
 log = logging.getLogger("rdma_webhook.admission_policies")
 
@@ -54,18 +52,16 @@ def _value(obj: Mapping[str, Any]) -> dict[str, Any]:
 class AdmissionPolicyCheck:
     """Two informers (policies, bindings) of `owner`'s kind and a thread that compares."""
 
-    def __init__(self, owner: "ApiClusterState", api_client: client.ApiClient,
+    def __init__(self, owner: Owner, api_client: client.ApiClient,
                  policies: Callable[[], PolicySet | None], interval: float = 5.0):
-        from webhook.cluster.api import _Informer
-
         api = client.AdmissionregistrationV1Api(api_client)
         self.policies = policies
         self.interval = interval
         self.owner = owner
-        self.informers: tuple[_Informer, _Informer] = (
-            _Informer(owner, "validatingadmissionpolicies",
+        self.informers: tuple[Informer, Informer] = (
+            Informer(owner, "validatingadmissionpolicies",
                       functools.partial(api.list_validating_admission_policy, label_selector=SELECTOR), (), _key, _value),
-            _Informer(owner, "validatingadmissionpolicybindings",
+            Informer(owner, "validatingadmissionpolicybindings",
                       functools.partial(api.list_validating_admission_policy_binding, label_selector=SELECTOR), (),
                       _key, _value))
         self.problems: list[str] | None = None  # None until both kinds are listed and policies loaded

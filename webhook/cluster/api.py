@@ -11,16 +11,10 @@ client-go does it), and the admission path only reads dicts. The single exceptio
 not here yet) is fetched once, with a 2-second timeout, and the answer cached; a miss is
 remembered for a few seconds so a storm of pods in a missing namespace is not a storm of GETs.
 
-Informer loop per resource, in a daemon thread started by `start()` (never before: the object is
-built in the gunicorn master, and sockets or threads must not cross the fork). The master makes
-the first list itself (`prime()`, no thread, its connections closed before the fork), so the
-workers start synced and go straight to the watch:
-
-    list (replace the cache wholesale, record resourceVersion)
-    -> watch from it (allowWatchBookmarks, timeoutSeconds so it cycles), apply each event
-    -> 410 Gone (an ERROR event or an HTTP 410): list again
-    -> any other error or a broken connection: watch again after a backoff of 0.5 s doubling
-       up to 30 s, with jitter, reset after a success; admissions are answered from the cache
+Each resource kind is followed by a `webhook.cluster.informer.Informer` (list, then watch, as
+client-go does it, in a daemon thread started by `start()`, never before the fork). The master
+makes the first list itself (`prime()`, no thread, its connections closed before the fork), so
+the workers start synced and go straight to the watch.
 
 NetworkAttachmentDefinitions are watched only once `uses_networks()` says a loaded policy uses a
 Multus network (re-checked every few seconds, so a policy reload that adds one starts the NAD
@@ -43,20 +37,20 @@ webhook.cluster.listing for both.
 from __future__ import annotations
 
 import logging
-import random
 import threading
 import time
-from typing import Any, Callable, Hashable, Mapping
+from typing import Any, Callable, Mapping
 
 import orjson
-from kubernetes import client, config, watch
+from kubernetes import client, config
 from kubernetes.client import rest
 from kubernetes.client.exceptions import ApiException
 
 from webhook.telemetry import metrics
 from webhook.cluster.state import namespace_from
 from webhook.cluster.dra_watch import DraLookups, dra_informers
-from webhook.cluster.listing import METADATA_DECODERS, METADATA_LIST, nad_key, nad_value, ns_key
+from webhook.cluster.informer import NOT_FOUND, Informer, describe
+from webhook.cluster.listing import nad_key, nad_value, ns_key
 from webhook.core.decision import Namespace
 
 log = logging.getLogger("rdma_webhook.cluster")
@@ -64,14 +58,6 @@ log = logging.getLogger("rdma_webhook.cluster")
 NAD_GROUP, NAD_VERSION, NAD_PLURAL = "k8s.cni.cncf.io", "v1", "network-attachment-definitions"
 TRAINER_GROUP, TRAINER_VERSION = "trainer.kubeflow.org", "v1alpha1"
 TR_PLURAL, CTR_PLURAL = "trainingruntimes", "clustertrainingruntimes"
-GONE, NOT_FOUND, TIMEOUT = 410, 404, 504
-# A cache whose list or watch has failed this many times in a row, for longer than the state's
-# `stale_after`, is stale: `ready()` is False (with the reason in `not_ready_reason()`), so that
-# a replica whose watch is refused (a missing RBAC verb) or broken stops serving decisions from a
-# cache that no longer follows the cluster, instead of serving them without a word.
-STALE_FAILURES = 3
-
-
 def _tr_key(obj: Mapping[str, Any]) -> tuple[str, str]:
     meta = obj["metadata"]
     return str(meta.get("namespace") or ""), str(meta["name"])
@@ -82,213 +68,6 @@ def _runtime_value(obj: Mapping[str, Any]) -> dict[str, Any]:
     meta = obj.get("metadata") or {}
     return {"apiVersion": obj.get("apiVersion"), "kind": obj.get("kind"),
             "metadata": {"name": meta.get("name"), "namespace": meta.get("namespace")}, "spec": obj.get("spec")}
-
-
-def _describe(exc: BaseException) -> str:
-    if isinstance(exc, ApiException):
-        return f"HTTP {exc.status} {exc.reason}".strip()
-    return f"{type(exc).__name__}: {exc}"
-
-
-class _ShortWatch(Exception):
-    """The server ended a watch at once without sending anything (treated like an error, so a
-    misbehaving proxy cannot make us re-watch in a tight loop)."""
-
-
-class _Informer:
-    """One resource kind: list, then watch, into `items` (read lock-free by request threads)."""
-
-    def __init__(self, owner: "ApiClusterState", kind: str, list_call: Callable[..., Any], args: tuple[Any, ...],
-                 key: Callable[[Mapping[str, Any]], Hashable], value: Callable[[Mapping[str, Any]], Any],
-                 optional: bool = False, metadata_only: bool = False):
-        self.owner, self.kind, self.list_call, self.args, self.key, self.value = owner, kind, list_call, args, key, value
-        self.metadata_only = metadata_only  # lists ask for PartialObjectMetadataList (METADATA_LIST)
-        # the kinds with many objects keep a few fields of each, decoded as such (webhook.cluster.listing)
-        self.decode: Callable[[bytes], Any] = METADATA_DECODERS.get(kind, orjson.loads) if metadata_only else orjson.loads
-        self.list_kind: str | None = None  # the `kind` of the last list page the server sent
-        self.optional = optional  # a CRD that may not be installed: a 404 is expected, not an error
-        self.absent_logged = False
-        self.absent = False  # an optional kind the server answered 404 for (not served)
-        self.items: dict[Hashable, Any] = {}
-        self.synced = False  # the first list completed
-        self.resource_version: str | None = None
-        # The resourceVersion a list asks for (webhook.cluster.listing): "0" the watch cache as it
-        # is (the first list); after a 410 the version last seen, which the cache serves once it
-        # holds it (the cache never goes back in time); "" etcd, once the cache could not serve it.
-        self.relist_version = "0"
-        self.listed_version: str | None = None
-        self.lists = 0
-        self.pages = 0  # list requests made, pages of every list
-        self.list_seconds = 0.0  # how long the last complete list took (prime logs it)
-        # Consecutive failed lists/watches, since when, and the last error: a cache whose watch
-        # keeps failing goes stale without a word (see `stale_for` and `ApiClusterState.ready`).
-        self.failures = 0
-        self.failing_since: float | None = None
-        self.last_error = ""
-        self.watching_since: float | None = None  # a watch request is open since then
-        self.removals = 0  # DELETED events and relists, so a direct read can tell it may be stale
-        self.watch: watch.Watch | None = None
-        self.thread: threading.Thread | None = None
-
-    def start(self) -> None:
-        if self.watch is None:
-            self.watch = watch.Watch(return_type="object")  # events as plain dicts
-        self.thread = threading.Thread(target=self.run, name=f"watch-{self.kind}", daemon=True)
-        self.thread.start()
-
-    def run(self) -> None:
-        owner = self.owner
-        delay = owner.backoff_min
-        while not owner._stopping.is_set():
-            try:
-                if self.resource_version is None:
-                    self.relist()
-                    delay = owner.backoff_min
-                self.watch_once()
-                delay = owner.backoff_min  # the watch ran its course
-                self.succeeded()
-                continue
-            except ApiException as exc:
-                if exc.status == GONE:
-                    stale = self.resource_version
-                    self.resource_version = None
-                    self.relist_version = stale or "0"  # from the cache once it holds what was seen
-                    if stale != self.listed_version:  # expired after some progress: list at once
-                        log.info("%s: resourceVersion %s expired; listing again", self.kind, stale)
-                        continue
-                    error: BaseException = exc  # 410 straight after a list: back off
-                elif exc.status == NOT_FOUND and self.optional:
-                    self.absent = True
-                    self.owner._record_ready()
-                    if not self.absent_logged:
-                        self.absent_logged = True
-                        log.info("%s: not served by this cluster (CRD not installed); looking again every %.0fs",
-                                 self.kind, owner.backoff_max)
-                    owner._stopping.wait(owner.backoff_max)
-                    continue
-                else:
-                    error = exc
-            except Exception as exc:  # connection refused or broken, read timeout, bad JSON ...
-                error = exc
-            if owner._stopping.is_set():
-                break
-            self.failed(error)
-            pause = random.uniform(delay / 2, delay)
-            log.warning("%s: list/watch failed (%s); retrying in %.2fs, answering from the cache",
-                        self.kind, _describe(error), pause)
-            owner._stopping.wait(pause)
-            delay = min(delay * 2, owner.backoff_max)
-
-    def failed(self, error: BaseException) -> None:
-        self.failures += 1
-        if self.failing_since is None:
-            self.failing_since = self.owner.clock()
-        self.last_error = _describe(error)
-        self.owner._record_ready()
-
-    def succeeded(self) -> None:
-        if self.failures:
-            self.failures, self.failing_since = 0, None
-            self.owner._record_ready()
-
-    def stale_for(self, now: float) -> float:
-        """Seconds this informer has failed without a success in between (0 when it has not). A
-        watch open for longer than a connection can take to fail is a success, events or not: a
-        quiet cluster sends none."""
-        if self.failures < STALE_FAILURES or self.failing_since is None:
-            return 0.0
-        watching = self.watching_since
-        if watching is not None and now - watching > self.owner.connect_timeout + 1.0:
-            return 0.0
-        return now - self.failing_since
-
-    def relist(self, deadline: float | None = None) -> None:
-        """List as client-go's reflector does: from the API server's watch cache when it has one
-        (`relist_version`; the cache answers the whole list at once), else in pages of
-        `owner.page_size` (`limit` and `continue`), one page's body held at a time. A continue
-        token that expires (410) fails the list, which the loop retries from the start. Past
-        `deadline` (time.monotonic()) the list gives up with TimeoutError, the cache as it was."""
-        items: dict[Hashable, Any] = {}
-        token: str | None = None
-        version: str | None = None
-        began = time.monotonic()
-        while True:
-            read_timeout = 60.0
-            if deadline is not None:
-                read_timeout = min(read_timeout, deadline - time.monotonic())
-                if read_timeout <= 0:
-                    raise TimeoutError(f"{self.kind}: list not done by its deadline ({self.pages} pages)")
-            kwargs: dict[str, Any] = {"limit": self.owner.page_size, "_preload_content": False,
-                                      "_request_timeout": (self.owner.connect_timeout, read_timeout)}
-            if token:
-                kwargs["_continue"] = token
-            elif self.owner.list_from_cache and self.relist_version:
-                kwargs["resource_version"] = self.relist_version
-            if self.metadata_only:
-                kwargs["_headers"] = {"Accept": METADATA_LIST}
-            try:
-                resp = self.list_call(*self.args, **kwargs)
-            except ApiException as exc:
-                if not token and exc.status in (GONE, TIMEOUT):  # the cache cannot serve that version
-                    self.relist_version = ""  # the next list reads etcd, as client-go's reflector does
-                raise
-            try:
-                doc = self.decode(resp.data)
-            finally:
-                resp.release_conn()
-            for obj in doc.get("items") or ():
-                items[self.key(obj)] = self.value(obj)
-            meta = doc.get("metadata") or {}
-            version = str(meta.get("resourceVersion") or "") or None  # every page: the snapshot's
-            token = meta.get("continue") or None
-            self.pages += 1
-            self.list_kind = str(doc.get("kind") or "") or None
-            del doc, resp
-            if not token:
-                break
-        self.items = items  # one assignment: readers see the old dict or the new one
-        self.absent = False
-        self.removals += 1
-        self.resource_version = self.listed_version = version
-        self.lists, self.list_seconds = self.lists + 1, time.monotonic() - began
-        self.succeeded()
-        if not self.synced:
-            self.synced = True
-            log.info("%s: cache synced (%d objects)", self.kind, len(items))
-        self.owner._record_ready()
-
-    def watch_once(self) -> None:
-        owner = self.owner
-        started, seen, w = time.monotonic(), False, self.watch
-        assert w is not None
-        stream = w.stream(self.list_call, *self.args, resource_version=self.resource_version,
-                          allow_watch_bookmarks=True, timeout_seconds=owner.watch_timeout,
-                          _request_timeout=(owner.connect_timeout, owner.watch_timeout + 30))
-        self.watching_since = owner.clock()
-        try:
-            for event in stream:
-                if owner._stopping.is_set():
-                    w.stop()
-                    break
-                seen = True
-                if self.failures:  # the watch works again
-                    self.succeeded()
-                self.apply(event.get("type"), event.get("raw_object") or {})
-        finally:
-            self.watching_since = None
-        if not seen and not owner._stopping.is_set() and time.monotonic() - started < 1.0:
-            raise _ShortWatch("the watch ended at once")
-
-    def apply(self, kind: str | None, obj: Mapping[str, Any]) -> None:
-        meta = obj.get("metadata") or {}
-        if kind in ("ADDED", "MODIFIED"):
-            self.items[self.key(obj)] = self.value(obj)  # single-key updates are atomic under the GIL
-        elif kind == "DELETED":
-            self.removals += 1
-            self.items.pop(self.key(obj), None)
-        # BOOKMARK carries only metadata.resourceVersion
-        if meta.get("resourceVersion"):
-            self.resource_version = str(meta["resourceVersion"])
 
 
 class ApiClusterState(DraLookups):
@@ -318,14 +97,14 @@ class ApiClusterState(DraLookups):
             api_client.rest_client = rest.RESTClientObject(api_client.configuration)
         self._core = client.CoreV1Api(api_client)
         custom = client.CustomObjectsApi(api_client)
-        self._ns = _Informer(self, "namespaces", self._core.list_namespace, (), ns_key, namespace_from,
+        self._ns = Informer(self, "namespaces", self._core.list_namespace, (), ns_key, namespace_from,
                              metadata_only=True)
-        self._nads = _Informer(self, NAD_PLURAL, custom.list_cluster_custom_object,
+        self._nads = Informer(self, NAD_PLURAL, custom.list_cluster_custom_object,
                                (NAD_GROUP, NAD_VERSION, NAD_PLURAL), nad_key, nad_value, metadata_only=True)
         self._runtime_informers = (
-            _Informer(self, TR_PLURAL, custom.list_cluster_custom_object, (TRAINER_GROUP, TRAINER_VERSION, TR_PLURAL),
+            Informer(self, TR_PLURAL, custom.list_cluster_custom_object, (TRAINER_GROUP, TRAINER_VERSION, TR_PLURAL),
                       _tr_key, _runtime_value, optional=True),
-            _Informer(self, CTR_PLURAL, custom.list_cluster_custom_object, (TRAINER_GROUP, TRAINER_VERSION, CTR_PLURAL),
+            Informer(self, CTR_PLURAL, custom.list_cluster_custom_object, (TRAINER_GROUP, TRAINER_VERSION, CTR_PLURAL),
                       lambda obj: str(obj["metadata"]["name"]), _runtime_value, optional=True))
         # The policy mode's read-only check of the generated ValidatingAdmissionPolicies, when
         # `admission_policies` gives the policies in force (webhook.cluster.admission_policies).
@@ -334,7 +113,7 @@ class ApiClusterState(DraLookups):
             from webhook.cluster.admission_policies import AdmissionPolicyCheck
 
             self.admission_policy_check = AdmissionPolicyCheck(self, api_client, admission_policies)
-        self._dra_informers = dra_informers(self, custom, _Informer)
+        self._dra_informers = dra_informers(self, custom, Informer)
         self._tracking_nads = False
         self._tracking_dra = False
         self._started = False
@@ -379,16 +158,16 @@ class ApiClusterState(DraLookups):
             informers.extend(self._dra_informers)
         errors: list[str] = []
 
-        def relist(informer: _Informer) -> None:
+        def relist(informer: Informer) -> None:
             try:
                 informer.relist(deadline)
             except ApiException as exc:
                 if exc.status == NOT_FOUND and informer.optional:
                     informer.absent = True  # not served: each worker looks again
                 else:
-                    errors.append(f"{informer.kind}: {_describe(exc)}")
+                    errors.append(f"{informer.kind}: {describe(exc)}")
             except Exception as exc:
-                errors.append(f"{informer.kind}: {_describe(exc)}")
+                errors.append(f"{informer.kind}: {describe(exc)}")
 
         # The kinds are listed at once, each on its connection: while the API server encodes
         # one list's page, this process parses the other's.
@@ -478,7 +257,7 @@ class ApiClusterState(DraLookups):
 
     # --- ClusterState -----------------------------------------------------------------------------
 
-    def _needed(self) -> list[_Informer]:
+    def _needed(self) -> list[Informer]:
         """The informers readiness waits for (Trainer runtimes never hold it up; a DRA kind the
         server does not serve neither)."""
         needed = [self._ns, self._nads] if self._tracking_nads else [self._ns]
@@ -559,11 +338,11 @@ class ApiClusterState(DraLookups):
                 resp.release_conn()
         except ApiException as exc:
             if exc.status != 404:
-                log.warning("namespace %r: direct read failed (%s)", name, _describe(exc))
+                log.warning("namespace %r: direct read failed (%s)", name, describe(exc))
             self._remember_miss(name)
             return None
         except Exception as exc:  # timeout, connection refused, bad JSON
-            log.warning("namespace %r: direct read failed (%s)", name, _describe(exc))
+            log.warning("namespace %r: direct read failed (%s)", name, describe(exc))
             self._remember_miss(name)
             return None
         ns = namespace_from(obj)

@@ -44,7 +44,7 @@ def _ns_name_key(obj: Mapping[str, Any]) -> tuple[str, str]:
 
 
 def dra_informers(owner: Any, custom: Any, informer: Callable[..., Any]) -> tuple[Any, Any, Any]:
-    """The three informers (`webhook.cluster.api._Informer`), not started."""
+    """The three informers (`webhook.cluster.informer.Informer`), not started."""
     return (
         informer(owner, DC_PLURAL, custom.list_cluster_custom_object, (DRA_GROUP, DRA_VERSION, DC_PLURAL),
                  _dc_key, dra.device_class_value, optional=True),

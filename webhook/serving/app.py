@@ -211,8 +211,9 @@ def create_app(store: PolicyStore, cluster: ClusterState) -> Flask:
 def wsgi(app: Flask):
     """The WSGI callable the server runs: the Flask app, its answer handed over as one bytes
     item. Every answer here is a small JSON document; a one-item list lets the server send it
-    in one write with its length known (granian takes a list without iterating in Python;
-    Flask's own answer is an iterator, which cost granian a fifth of its time per request)."""
+    in one write with its length known (Flask's own answer is an iterator, which a WSGI server
+    must iterate in Python: a fifth of a request's time on the Rust server measured in
+    benchmarks/README.md)."""
 
     def call(environ, start_response):
         chunks = app(environ, start_response)

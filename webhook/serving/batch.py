@@ -12,7 +12,7 @@ lines go out in one write and each counter is incremented once by its number of 
 When: the first record of a pass schedules the flush with `call_soon`, which runs as soon as
 the requests of that pass are answered, before the loop reads a socket again, so a log reader
 or a scrape sees an admission as promptly as before, within the same pass. Outside a running
-event loop (granian's WSGI threads, the app called directly in tests) each record is written
+event loop (a WSGI server's threads, the app called directly in tests) each record is written
 at once.
 """
 

@@ -12,7 +12,8 @@ certificate files change.
 
 The per-worker background threads (policy reload, cluster watch) start after the fork, in
 gunicorn's `post_worker_init`; the cluster state's first list is made once, in the master,
-before the fork.
+before the fork. `prepare` is everything before the fork (`Served`); the servers measured
+against this one in benchmarks/ serve what it builds.
 """
 
 from __future__ import annotations
@@ -21,7 +22,6 @@ import gc
 import logging
 import os
 import shutil
-import sys
 import tempfile
 from typing import Any
 
@@ -31,11 +31,6 @@ from gunicorn.app.base import BaseApplication
 from webhook.telemetry.logs import JsonFormatter, setup_logging
 
 log = logging.getLogger("rdma_webhook.serve")
-
-
-# RDMA_WEBHOOK_SERVER: the first is what `serve` runs; granian (Rust HTTP and TLS) is measured in
-# benchmarks/ as a candidate and lacks in-place certificate reload (benchmarks/README.md).
-SERVERS = ("uvicorn", "granian")
 
 
 def prepare_metrics_dir() -> None:
@@ -65,20 +60,72 @@ class _Server(BaseApplication):
 def run(*, policies_dir: str, tls_cert: str, tls_key: str, host: str, port: int, workers: int,
         cluster_state: str | None, client_ca: str | None, log_level: str = "INFO",
         check_admission_policy: bool = False) -> int:
-    server = os.environ.get("RDMA_WEBHOOK_SERVER") or SERVERS[0]  # `rdma-webhook serve` checked the name
-    if server == "granian":
-        try:
-            import granian  # noqa: F401
-        except ImportError as exc:  # the candidate is in the bench extra only, like the message of cli.py
-            print(f"error: RDMA_WEBHOOK_SERVER='granian' is a benchmark candidate and needs the bench extra "
-                  f"(pip install '.[bench]'): {exc}; leave it unset to run {SERVERS[0]}", file=sys.stderr)
-            return 2
+    """`rdma-webhook serve`: what `prepare` builds, served by gunicorn's master and the uvicorn
+    workers until SIGTERM (2: the Kubernetes API could not be reached)."""
+    served = prepare(policies_dir=policies_dir, tls_cert=tls_cert, tls_key=tls_key, cluster_state=cluster_state,
+                     client_ca=client_ca, log_level=log_level, check_admission_policy=check_admission_policy)
+    if served is None:
+        return 2
+    options = gunicorn_options(host=host, port=port, workers=workers, tls=served.tls)
+    options.update(post_worker_init=served.post_worker_init, worker_exit=served.worker_exit, child_exit=child_exit)
+    _Server(served.app, options).run()
+    return 0
+
+
+class Served:
+    """What the master builds before the fork (the WSGI app, its policies, cluster state and
+    TLS) and what each worker starts and stops of it, as gunicorn's hooks."""
+
+    def __init__(self, app: Any, tls: Any, store: Any, cluster: Any):
+        self.app, self.tls, self.store, self.cluster = app, tls, store, cluster
+
+    def before_fork(self) -> None:
+        from webhook.telemetry import metrics
+
+        prime = getattr(self.cluster, "prime", None)
+        if prime:  # one list for the replica, before the fork (ApiClusterState.prime)
+            prime()
+        # The master serves nothing, but in multi-process mode it holds an entry of every gauge (it
+        # imports them, at 0): the cache gauge is a livemin over the workers, so the master's entry
+        # is the neutral 1 (else a ready replica reads 0 and the cache-not-ready alert fires).
+        metrics.CACHE_READY.set(1)
+        gc.freeze()  # what the master built is shared with the forks, never scanned by the GC again
+
+    def post_worker_init(self, worker: Any) -> None:
+        from webhook.telemetry import metrics
+
+        store, cluster = self.store, self.cluster
+        store.start()
+        start = getattr(cluster, "start", None)
+        if start:
+            start()
+        metrics.CACHE_READY.set(1 if cluster.ready() else 0)
+        if store.current is not None:
+            metrics.POLICIES.set(len(store.current))
+            metrics.RELOAD_OK.set(1)
+        self.tls.record_expiry()
+
+    def worker_exit(self, server: Any, worker: Any) -> None:
+        self.store.stop()
+        stop = getattr(self.cluster, "stop", None)
+        if stop:
+            stop()
+
+
+def child_exit(server: Any, worker: Any) -> None:
+    from prometheus_client import multiprocess
+
+    multiprocess.mark_process_dead(worker.pid)
+
+
+def prepare(*, policies_dir: str, tls_cert: str, tls_key: str, cluster_state: str | None, client_ca: str | None,
+            log_level: str = "INFO", check_admission_policy: bool = False) -> Served | None:
+    """Everything `serve` does before gunicorn forks its workers, ready to serve (None: the
+    Kubernetes API cannot be reached, logged)."""
     setup_logging(log_level)
     prepare_metrics_dir()
     # Imported after the metrics folder is set, so the metrics are multi-process ones.
-    from webhook.telemetry import metrics
     from webhook.serving.app import create_app, wsgi
-    from webhook.cluster.state import FileClusterState
     from webhook.policy.store import PolicyStore
     from webhook.serving.tls import ServingTLS
 
@@ -93,88 +140,49 @@ def run(*, policies_dir: str, tls_cert: str, tls_key: str, host: str, port: int,
     store.reload(force=True)
     if store.current is None:
         log.error("no valid policies at start; serving but not ready until they are fixed")
+    cluster = _cluster(store, cluster_state, check_admission_policy)
+    if cluster is None:
+        return None
+    served = Served(wsgi(create_app(store, cluster)), tls, store, cluster)
+    served.before_fork()
+    return served
+
+
+def _cluster(store: Any, cluster_state: str | None, check_admission_policy: bool) -> Any:
+    """The cluster state `serve` reads: the file given, else the API server (None: unreachable, logged)."""
     if cluster_state:
-        cluster = FileClusterState.from_file(cluster_state)
-    else:
-        from webhook.cluster.api import ApiClusterState
+        from webhook.cluster.state import FileClusterState
 
-        try:
-            cluster = ApiClusterState.from_environment(
-                uses_networks=lambda: _uses_networks(store), uses_dra=lambda: _uses_dra(store),
-                admission_policies=(lambda: store.current) if check_admission_policy else None)
-        except Exception as exc:  # no in-cluster config and no kubeconfig
-            log.error("cannot reach the Kubernetes API (%s); run in a cluster, set KUBECONFIG, or pass --cluster-state FILE", exc)
-            return 2
-    app = wsgi(create_app(store, cluster))
+        return FileClusterState.from_file(cluster_state)
+    from webhook.cluster.api import ApiClusterState
 
-    def post_worker_init(worker) -> None:
-        store.start()
-        start = getattr(cluster, "start", None)
-        if start:
-            start()
-        metrics.CACHE_READY.set(1 if cluster.ready() else 0)
-        if store.current is not None:
-            metrics.POLICIES.set(len(store.current))
-            metrics.RELOAD_OK.set(1)
-        tls.record_expiry()
-
-    def worker_exit(server, worker) -> None:
-        store.stop()
-        stop = getattr(cluster, "stop", None)
-        if stop:
-            stop()
-
-    def child_exit(server, worker) -> None:
-        from prometheus_client import multiprocess
-
-        multiprocess.mark_process_dead(worker.pid)
-
-    prime = getattr(cluster, "prime", None)
-    if prime:  # one list for the replica, before the fork (ApiClusterState.prime)
-        prime()
-    # The master serves nothing, but in multi-process mode it holds an entry of every gauge (it
-    # imports them, at 0): the cache gauge is a livemin over the workers, so the master's entry
-    # is the neutral 1 (else a ready replica reads 0 and the cache-not-ready alert fires).
-    metrics.CACHE_READY.set(1)
-    gc.freeze()  # what the master built is shared with the forks, never scanned by the GC again
-    if server == "granian":  # a measured candidate
-        def loader(_target=None):
-            post_worker_init(None)
-            return app
-
-        run_granian(app, host=host, port=port, workers=workers, tls_cert=tls_cert, tls_key=tls_key,
-                    client_ca=client_ca, target_loader=loader)
-        return 0
-    options = gunicorn_options(host=host, port=port, workers=workers, tls=tls)
-    options.update(post_worker_init=post_worker_init, worker_exit=worker_exit, child_exit=child_exit)
-    _Server(app, options).run()
-    return 0
+    try:
+        return ApiClusterState.from_environment(
+            uses_networks=lambda: _uses_networks(store), uses_dra=lambda: _uses_dra(store),
+            admission_policies=(lambda: store.current) if check_admission_policy else None)
+    except Exception as exc:  # no in-cluster config and no kubeconfig
+        log.error("cannot reach the Kubernetes API (%s); run in a cluster, set KUBECONFIG, or pass --cluster-state FILE", exc)
+        return None
 
 
-def gunicorn_options(*, host: str, port: int, workers: int, tls, worker_class: str = "webhook.serving.worker.Worker",
-                     threads: int = 1) -> dict[str, Any]:
+def gunicorn_options(*, host: str, port: int, workers: int, tls) -> dict[str, Any]:
     """The gunicorn settings `serve` runs with (benchmarks/floor.py serves its floors with the
-    same settings, and the issue's reference floor with worker_class "gthread")."""
+    same settings, its gthread reference floor with that worker's own on top)."""
     return {
         "bind": [f"[{host}]:{port}" if ":" in host else f"{host}:{port}"],
         "workers": workers,
-        "worker_class": worker_class,
-        "threads": threads,  # gthread only
+        "worker_class": "webhook.serving.worker.Worker",
         "preload_app": True,
         "certfile": tls.cert_file,
         "keyfile": tls.key_file,
         "ssl_context": lambda conf, default_factory: tls,
         # The API server keeps an idle webhook connection for 90 s (client-go's transport, Go's
         # default IdleConnTimeout) and never resends a POST: a server that closes first races
-        # a request on the closing connection and fails that admission. Outlive it.
+        # a request on the closing connection and fails that admission. Outlive it. (A request's
+        # own bounds are the worker's: webhook.serving.worker.MAX_HEAD, webhook.serving.asgi.)
         "keepalive": 120,
         "timeout": 30,
         "graceful_timeout": 20,
-        # gunicorn's own parser only (the gthread reference floor); uvicorn's requests are bounded
-        # by webhook.serving.worker.MAX_HEAD
-        "limit_request_line": 4096,
-        "limit_request_fields": 64,
-        "limit_request_field_size": 8190,
         "accesslog": None,
         "errorlog": "-",
         "loglevel": "warning",
@@ -194,36 +202,6 @@ class JsonGunicornLogger(glogging.Logger):
         for logger in (self.error_log, self.access_log):
             for handler in logger.handlers:
                 handler.setFormatter(formatter)
-
-
-# Python threads per worker of the granian candidate: with 1 the worker idles while granian hands
-# over the next request, with 4 the threads contend for the GIL (benchmarks/README.md).
-GRANIAN_THREADS = 2
-
-
-def run_granian(target, *, host: str, port: int, workers: int, tls_cert: str, tls_key: str,
-                client_ca: str | None = None, target_loader=None) -> None:
-    """granian's WSGI interface (Rust HTTP and rustls TLS, Python only for the app, in
-    GRANIAN_THREADS threads per worker) with the closest settings it has; measured in benchmarks/
-    as a candidate, see benchmarks/README.md for what it cannot do that `serve` promises."""
-    from pathlib import Path
-
-    from granian import Granian
-    from granian.constants import HTTPModes, Interfaces
-    from granian.http import HTTP1Settings
-
-    kw: dict[str, Any] = {}
-    if client_ca:
-        kw.update(ssl_ca=Path(client_ca), ssl_client_verify=True)
-    server = Granian(target, address=host, port=port, workers=workers, http=HTTPModes.http1,
-                     interface=Interfaces.WSGI, blocking_threads=GRANIAN_THREADS,
-                     http1_settings=HTTP1Settings(header_read_timeout=10_000, keep_alive=True),
-                     ssl_cert=Path(tls_cert), ssl_key=Path(tls_key), ssl_protocol_min="tls1.2",
-                     workers_kill_timeout=20, log_level="warning", **kw)
-    if target_loader is not None:
-        server.serve(target_loader=target_loader)
-    else:
-        server.serve()
 
 
 def _uses_dra(store) -> bool:
