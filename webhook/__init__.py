@@ -13,7 +13,7 @@ COMPILED_MODULES = (
     "commands.launchers", "commands.invocation", "commands.shell", "commands.text", "commands.python", "commands.files", "commands.state", "commands.reader",
     "fabrics.transports", "fabrics.multus", "fabrics.gke",
     "core.keys", "core.model", "core.scripts", "core.claims", "core.fallback", "core.families", "core.decision", "core.mutation",
-    "core.ranks", "core.patch",
+    "core.ranks", "core.patch", "core.targets", "core.subject", "core.pod_warnings",
     "admission.review",
 )
 

@@ -113,8 +113,9 @@ def _launcher_note(line: str) -> str:
     """Which MPI launcher of the command line passes the setting to every rank, if any."""
     for word in line.split():
         base = word.rsplit("/", 1)[-1]
-        if base in launchers.LAUNCHERS:
-            flag = " -x" if base == "mpirun" and " -x " in line else ""
+        row = launchers.ROWS.get(base)
+        if row is not None:
+            flag = f" {row.noted}" if row.noted and f" {row.noted} " in line else ""
             return f" ({base}{flag} exports it to every rank)"
     return ""
 
