@@ -102,7 +102,8 @@ def check(pod: dict[str, Any], policy: Policy, policies: PolicySet, namespace: s
     claim, and say what the pod brings (`Brought`)."""
     spec: dict[str, Any] = pod.get("spec") or {}
     brought = Brought(policy.claim.name if policy.claim is not None else None)
-    _check_resources(pod, policy, policies, namespace, namespace_labels, targets, devices, problems, attachments, brought)
+    _check_resources(pod, policy, policies, namespace, namespace_labels, targets, devices, problems, attachments,
+                     brought)
     if policies.by_gke_network:
         meta: dict[str, Any] = pod.get("metadata") or {}
         annotations: dict[str, str] = meta.get("annotations") or {}

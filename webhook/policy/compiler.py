@@ -309,7 +309,8 @@ def _devices(doc: dict[str, Any], file: str, name: str | None, errors: list[Poli
     return devices
 
 
-def _equivalent_resources(doc: dict[str, Any], file: str, name: str | None, errors: list[PolicyError]) -> tuple[str, ...]:
+def _equivalent_resources(doc: dict[str, Any], file: str, name: str | None,
+                          errors: list[PolicyError]) -> tuple[str, ...]:
     equivalent = tuple(doc.get("equivalentResources") or ())
     for i, res in enumerate(equivalent):
         _check_resource(res, f"equivalentResources[{i}]", file, name, errors)
