@@ -17,7 +17,7 @@ from test_decision import ML, mutate_twice, respond
 from test_server import apply
 from webhook.commands import reader, shell, text
 from webhook.admission import review
-from webhook.core import fallback
+from webhook.core import subject
 from webhook.core.decision import decide
 
 NAMES = frozenset({"NCCL_IB_DISABLE", "NCCL_NET", "NCCL_IB_HCA", "NCCL_DEBUG"})  # what an ib-verbs policy reads commands for
@@ -205,7 +205,7 @@ def test_names_are_a_parameter():
     assert reader.settings(script, NAMES) == [("NCCL_IB_DISABLE", "1")]
     assert text.scan_text("FI_PROVIDER=tcp MY_FI_PROVIDER=x", names) == [("FI_PROVIDER", "tcp")]
     # the default names are what the rules read
-    assert fallback.command_settings("export NCCL_NET=Socket; python t.py") == [("NCCL_NET", "Socket")]
+    assert subject.command_settings("export NCCL_NET=Socket; python t.py") == [("NCCL_NET", "Socket")]
 
 
 def test_only_a_script_that_mentions_a_name_is_parsed():
@@ -372,6 +372,6 @@ def test_the_parse_budget_is_shared_by_the_containers_of_a_pod(policies):
 
 
 def test_command_settings_forwards_what_the_env_gives():
-    env = fallback.k8s.Env([{"name": "NCCL_IB_HCA", "value": "mlx5_0"}])
-    assert fallback.command_settings("mpirun -x NCCL_IB_HCA -np 8 python t.py", env=env) == [("NCCL_IB_HCA", "mlx5_0")]
-    assert fallback.command_settings("mpirun -x NCCL_IB_HCA -np 8 python t.py") == []
+    env = subject.k8s.Env([{"name": "NCCL_IB_HCA", "value": "mlx5_0"}])
+    assert subject.command_settings("mpirun -x NCCL_IB_HCA -np 8 python t.py", env=env) == [("NCCL_IB_HCA", "mlx5_0")]
+    assert subject.command_settings("mpirun -x NCCL_IB_HCA -np 8 python t.py") == []

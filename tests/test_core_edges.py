@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 import kube_objects as k
-from webhook.core import decision, fallback
+from webhook.core import decision, fallback, pod_warnings, subject
 from webhook.grammar import k8s, nccl
 from webhook.core.decision import Namespace
 from conftest import ROOT
@@ -63,8 +63,8 @@ def test_an_early_denial_keeps_the_pod_and_has_no_policy_or_warnings():
 
 
 def test_a_finding_names_its_container():
-    assert fallback.Finding("r", "trainer", "m").text() == "container 'trainer': m [r]"
-    assert fallback.Finding("r", None, "m").text() == "m [r]"
+    assert subject.Finding("r", "trainer", "m").text() == "container 'trainer': m [r]"
+    assert subject.Finding("r", None, "m").text() == "m [r]"
 
 
 def test_command_words_that_are_not_all_strings_are_still_read(policies):
@@ -171,29 +171,29 @@ def test_every_network_without_a_device_resource_is_named():
     ("net1", ["net1"], True), ("=net2", ["net1", "net2"], True), ("net3", ["net1", "net2"], False),
 ])
 def test_socket_ifname_keeps_an_interface_of_the_pod(value, secondary, keeps):
-    """decision._ifname_matches: whether NCCL_SOCKET_IFNAME names eth0, lo or one of the pod's
+    """pod_warnings._ifname_matches: whether NCCL_SOCKET_IFNAME names eth0, lo or one of the pod's
     secondary interfaces; asked twice, the remembered answer is the same."""
-    decision._IFNAME_SEEN.clear()
-    assert decision._ifname_matches(value, secondary) is keeps
-    assert decision._ifname_matches(value, secondary) is keeps
+    pod_warnings._IFNAME_SEEN.clear()
+    assert pod_warnings._ifname_matches(value, secondary) is keeps
+    assert pod_warnings._ifname_matches(value, secondary) is keeps
 
 
 def test_the_remembered_ifname_answer_is_per_interface_list_not_per_joined_text():
     """Interfaces "x" and "y" are not one interface "x,y" (a Multus annotation may name one so):
     the answer remembered for the first list is not the answer for the second."""
-    decision._IFNAME_SEEN.clear()
-    assert decision._ifname_matches("=x", ["x", "y"]) is True
-    assert decision._ifname_matches("=x", ["x,y"]) is False
-    assert decision._ifname_matches("=x,y", ["x,y"]) is False  # NCCL splits the value at commas too
-    decision._IFNAME_SEEN.clear()
-    assert decision._ifname_matches("=x", ["x,y"]) is False
+    pod_warnings._IFNAME_SEEN.clear()
+    assert pod_warnings._ifname_matches("=x", ["x", "y"]) is True
+    assert pod_warnings._ifname_matches("=x", ["x,y"]) is False
+    assert pod_warnings._ifname_matches("=x,y", ["x,y"]) is False  # NCCL splits the value at commas too
+    pod_warnings._IFNAME_SEEN.clear()
+    assert pod_warnings._ifname_matches("=x", ["x,y"]) is False
 
 
 def test_a_pod_with_thousands_of_interface_names_is_answered_and_not_remembered():
-    decision._IFNAME_SEEN.clear()
+    pod_warnings._IFNAME_SEEN.clear()
     names = [""] * 5000 + ["net1"]
-    assert decision._ifname_matches("=net1", names) is True
-    assert decision._IFNAME_SEEN == {}
+    assert pod_warnings._ifname_matches("=net1", names) is True
+    assert pod_warnings._IFNAME_SEEN == {}
 
 
 def test_a_dropped_ipc_lock_is_named_with_its_container_and_the_fix(policies):
@@ -237,7 +237,7 @@ def test_each_malformed_container_field_is_named(policies, field, value, problem
         ("malformed-pod", None, f"the request's pod is malformed: spec.containers[0].{problem}")]
 
 
-# -- the decision's answers, field by field (decision._assess, decide, Decision) ------------------
+# -- the decision's answers, field by field (decision._assess and its steps, decide, Decision) ------------------
 
 NOT_ENABLED = Namespace("default", {"kubernetes.io/metadata.name": "default"})
 NO_GPU = ("no container requests a GPU (nvidia.com/gpu) or runs an MPI launcher, so none gets RDMA (a pod "
@@ -373,7 +373,7 @@ NON_ROOT = ("trainer: runs as non-root, so the added IPC_LOCK stays out of its e
     ({"runAsUser": 0}, {"runAsUser": 1000}, False), ({"runAsUser": 0}, {}, False),
 ])
 def test_a_container_that_runs_as_non_root_is_warned_about(policies, container_sc, pod_sc, warned):
-    """decision._warnings: the container's securityContext, else the pod's, decides whether the
+    """pod_warnings.warnings_for: the container's securityContext, else the pod's, decides whether the
     added IPC_LOCK stays out of the effective capabilities."""
     extra = {"securityContext": container_sc} if container_sc else {}
     pod = k.pod([k.container("trainer", **extra)])
@@ -388,7 +388,7 @@ def ifname_warning(value, have):
 
 
 def test_socket_ifname_is_checked_against_the_interfaces_the_pod_will_have(policies, cluster):
-    """decision._warnings: eth0 and the Multus interfaces the pod will have (the policy's network,
+    """pod_warnings.warnings_for: eth0 and the Multus interfaces the pod will have (the policy's network,
     or the pod's own network under a policy without one); a host-network pod's interfaces are the
     host's and are not known."""
     def warnings(pod, namespace, value):
@@ -440,7 +440,7 @@ def test_each_malformed_pod_field_is_named(policies, change, problem):
 
 
 def test_a_container_without_gpus_is_not_judged_by_its_nccl_env(policies):
-    """decision._sees_gpus_otherwise: a sidecar that requests no GPU, references no claim and has
+    """targets._sees_gpus_otherwise: a sidecar that requests no GPU, references no claim and has
     no NVIDIA_VISIBLE_DEVICES runs no NCCL; settings it shares with the trainer are not judged."""
     shared = [{"name": "LOG_LEVEL", "value": "info"}, {"name": "NCCL_IB_DISABLE", "value": "1"}]
     sidecar = k.container("log-shipper", "fluent/fluent-bit:3.0", gpus=None, env=shared)
@@ -451,7 +451,7 @@ def test_a_container_without_gpus_is_not_judged_by_its_nccl_env(policies):
     assert [(f.rule, f.container) for f in d.denials] == [("env-fallback", "log-shipper")]
 
 
-# -- another fabric's device or claim (decision._check_fabric, _fitting) ---------------------------
+# -- another fabric's device or claim (families.check, fitting) ---------------------------
 
 DRA = """
 apiVersion: rdma-webhook.io/v1alpha2
@@ -564,7 +564,7 @@ def test_a_workload_decision_carries_one_result_per_pod_template(policies, clust
     ("many", "8", "limits['nvidia.com/gpu'] is not a quantity: 'many'"),
 ])
 def test_the_gpu_value_that_is_no_quantity_is_the_one_named(policies, limit, request_, named):
-    """decision._gpu_value_problem: of a container's GPU values (as `review` may read them from an
+    """targets._gpu_value_problem: of a container's GPU values (as `review` may read them from an
     unrendered file), the one that is no quantity, not a valid one before it."""
     pod = k.pod([k.container("trainer")])
     pod["spec"]["containers"][0]["resources"] = {"limits": {"nvidia.com/gpu": limit}, "requests": {"nvidia.com/gpu": request_}}

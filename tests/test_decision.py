@@ -455,7 +455,7 @@ def test_operator_pod_shapes(policies, make):
     ("echo hello", []),
 ])
 def test_command_settings_read_words_as_the_shell_does(text, settings):
-    from webhook.core.fallback import command_settings
+    from webhook.core.subject import command_settings
 
     # what the process started after the assignment sees
     assert list(command_settings(text + "\ntorchrun train.py")) == settings

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 import kube_objects as k
 from webhook.commands.quoting import word_at
 from webhook.commands.text import scan_text
-from webhook.core import decision, fallback
+from webhook.core import fallback, subject, targets
 from webhook.grammar import k8s
 from webhook.policy.load import load_dir
 from strategies import FEW, ROOT
@@ -83,15 +83,15 @@ def test_gpu_count_fast_path_agrees_with_the_quantity_parser(value):
         expected = max(0, int(k8s.parse_quantity(value)))
     except (ValueError, ArithmeticError):  # no quantity, or "inf"/"NaN" (no int)
         expected = -1  # refused, never read as "no GPU"
-    assert decision._gpu_count(c, ("nvidia.com/gpu",)) == expected
+    assert targets._gpu_count(c, ("nvidia.com/gpu",)) == expected
 
 
 def test_command_scan_expands_only_a_reference_within_one_word():
     # "$" ending one word and "(" starting the next is no reference: `$$` stays unexpanded then
     c = k.container("launcher", gpus=None, command=["sh", "-c", "x$", "(NCCL_IB_DISABLE=1)", "$$"])
-    assert fallback.command_words(c) == ["sh", "-c", "x$", "(NCCL_IB_DISABLE=1)", "$$"]
+    assert subject.command_words(c) == ["sh", "-c", "x$", "(NCCL_IB_DISABLE=1)", "$$"]
     c = k.container("launcher", gpus=None, command=["echo", "$(A)", "$$"], env=[{"name": "A", "value": "NCCL_NET=Socket"}])
-    assert fallback.command_words(c) == ["echo", "NCCL_NET=Socket", "$"]
+    assert subject.command_words(c) == ["echo", "NCCL_NET=Socket", "$"]
 
 
 
@@ -101,8 +101,8 @@ def test_command_scan_expands_only_a_reference_within_one_word():
 # tests/test_syntax_properties.py compares with bash; a quote left open: up to a blank, as
 # written): what is compared here is which `NAME=` the two regexes find, in order.
 _ASSIGN_FIRST = re.compile(
-    r"(?<![A-Za-z0-9_])(" + "|".join(fallback._SCANNED) + r")="
-    r"|environ\[\s*[\"'](" + "|".join(fallback._SCANNED) + r")[\"']\s*\]\s*=\s*(\"[^\"]*\"|'[^']*')")
+    r"(?<![A-Za-z0-9_])(" + "|".join(subject._SCANNED) + r")="
+    r"|environ\[\s*[\"'](" + "|".join(subject._SCANNED) + r")[\"']\s*\]\s*=\s*(\"[^\"]*\"|'[^']*')")
 
 
 def _settings_as_first_written(text: str) -> list[tuple[str, str]]:
@@ -137,11 +137,11 @@ def test_command_scan_finds_what_the_single_regex_found(text):
     its literal-first regex, built per set of names, with the os.environ form only for a text
     that mentions environ, reads the same settings, in the same order, as the one regex it
     replaced."""
-    assert scan_text(text, fallback.SCANNED_NAMES) == _settings_as_first_written(text)
+    assert scan_text(text, subject.SCANNED_NAMES) == _settings_as_first_written(text)
 
 
 def test_command_scan_examples_agree_with_the_single_regex():
     for text in ['export NCCL_DEBUG=INFO\nexport NCCL_NET=IB\ntorchrun x.py', "XNCCL_NET=IB NCCL_NET=Socket",
                  "_NCCL_NET=1;NCCL_IB_DISABLE='1'", 'os.environ["NCCL_NET"] = "NCCL_IB_DISABLE=1"',
                  "éNCCL_NET=x NCCL_NETX=1", 'NCCL_NET="environ[\'NCCL_NET\']=\'x\'"']:
-        assert scan_text(text, fallback.SCANNED_NAMES) == _settings_as_first_written(text), text
+        assert scan_text(text, subject.SCANNED_NAMES) == _settings_as_first_written(text), text

@@ -16,7 +16,8 @@ from webhook.core import decision, fallback, keys
 from webhook.grammar import k8s
 from webhook.cluster.state import FileClusterState
 from webhook.core.decision import Namespace
-from webhook.core.fallback import Subject, Target
+from webhook.core.subject import Subject
+from webhook.core.targets import Target
 from webhook.policy.load import load_texts
 
 NS = Namespace("ml-training", {"rdma-webhook.io/injection": "enabled", "team": "llm"})

@@ -20,7 +20,7 @@ import shlex
 
 import pytest
 
-from webhook.commands import python, reader, shell, text
+from webhook.commands import python, reader, record, shell, text
 from webhook.commands.files import Budget, Files
 from webhook.commands.shell import CACHE_MAX, MAX_DEPTH, MAX_PARSED
 
@@ -500,7 +500,7 @@ def test_values(script, env, expected):
 
 
 def test_a_value_up_to_the_limit_is_known_and_one_longer_is_not():
-    half = "x" * (reader._MAX_VALUE // 2)
+    half = "x" * (record._MAX_VALUE // 2)
     assert seen(f"H={half}; NCCL_IB_HCA=$H$H torchrun t.py") == [("NCCL_IB_HCA", half * 2)]
     assert seen(f"H={half}; NCCL_IB_HCA=$H${{H}}y torchrun t.py") == []
     # the limit is on the whole word: `export NAME=` counts

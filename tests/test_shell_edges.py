@@ -23,7 +23,7 @@ import shlex
 
 import pytest
 
-from webhook.commands import python, reader, shell, text
+from webhook.commands import python, reader, shell, source_words, text
 from webhook.commands.files import Files
 from webhook.commands.shell import MAX_DEPTH, MAX_PARSED, MAYBE, SEQ, SUB, Block, Cmd, Ref, parse_script
 
@@ -535,7 +535,7 @@ TILDES = [
 
 @pytest.mark.parametrize("word, expanded", TILDES)
 def test_a_tilde_is_expanded_where_bash_expands_it(word, expanded):
-    assert shell._tilde_expanded(word, 0, len(word)) is expanded
+    assert source_words.tilde_expanded(word, 0, len(word)) is expanded
     # as a word of a script: a value bash gives with the home directory is not known here
     if not word.startswith((b"-", b"1")) and not word.endswith((b"\\", b"$")):
         script = "env NCCL_NET" + word.decode()[1:] + " torchrun t.py"

@@ -240,7 +240,7 @@ def _validate_list(req: Request, items: list[Any], policies: PolicySet | None, n
     (scripts run from ConfigMap volumes), one answer naming each object. A pod is judged as its
     CREATE would be: by /mutate's decision, as a workload's template is (a manifest's pod has not
     been mutated yet; a stored one is left as it is by the decision, which is idempotent)."""
-    from webhook.core.fallback import Finding
+    from webhook.core.subject import Finding
     from webhook.core.scripts import ConfigMapStore, is_config_map
     from webhook.kinds import workloads
     from webhook.kinds.verdict import check_workload

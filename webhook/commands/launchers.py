@@ -39,12 +39,31 @@ _HYDRA: Final = {
 # `mpirun`/`mpiexec` may be either family: their union is read (no flag means different things).
 _EITHER: Final = {**_OPEN_MPI, **_HYDRA}
 
-LAUNCHERS: Final[dict[str, dict[str, str]]] = {
-    "mpirun": _EITHER, "mpiexec": _EITHER,
-    "orterun": _OPEN_MPI, "prterun": _OPEN_MPI, "prun": _OPEN_MPI, "oshrun": _OPEN_MPI,
-    "mpirun.openmpi": _OPEN_MPI, "mpiexec.openmpi": _OPEN_MPI,
-    "mpiexec.hydra": _HYDRA, "mpirun.mpich": _HYDRA, "mpiexec.mpich": _HYDRA,
+
+class Launcher:
+    """One row of the table: a launcher's flags (`_OPEN_MPI`, `_HYDRA` or both), its family (how
+    it forwards its environment: below), and the export flag a denial names when the command
+    line gives it (`fallback._launcher_note`). A plain class, as the decision's objects are."""
+
+    def __init__(self, flags: dict[str, str], family: str, noted: str = ""):
+        self.flags = flags
+        self.family = family
+        self.noted = noted
+
+
+# One row per launcher. `mpirun`/`mpiexec` may be either family: their flags are the union, and
+# both ways of forwarding are used for them.
+ROWS: Final[dict[str, Launcher]] = {
+    "mpirun": Launcher(_EITHER, "either", noted="-x"), "mpiexec": Launcher(_EITHER, "either"),
+    "orterun": Launcher(_OPEN_MPI, "openmpi"), "prterun": Launcher(_OPEN_MPI, "openmpi"),
+    "prun": Launcher(_OPEN_MPI, "openmpi"), "oshrun": Launcher(_OPEN_MPI, "openmpi"),
+    "mpirun.openmpi": Launcher(_OPEN_MPI, "openmpi"), "mpiexec.openmpi": Launcher(_OPEN_MPI, "openmpi"),
+    "mpiexec.hydra": Launcher(_HYDRA, "hydra"), "mpirun.mpich": Launcher(_HYDRA, "hydra"),
+    "mpiexec.mpich": Launcher(_HYDRA, "hydra"),
 }
+# The rows' columns as the readers look them up, by the launcher's base name (one dict lookup).
+LAUNCHERS: Final[dict[str, dict[str, str]]] = {name: row.flags for name, row in ROWS.items()}
+FAMILIES: Final[dict[str, str]] = {name: row.family for name, row in ROWS.items()}
 MCA_ENV_LIST: Final = "mca_base_env_list"
 
 # -- how each launcher family forwards its own environment to the ranks -----------------------
@@ -59,13 +78,6 @@ MCA_ENV_LIST: Final = "mca_base_env_list"
 # - Hydra (MPICH, Intel MPI): the launcher's whole environment by default (`-genvall`);
 #   `-genvnone`/`-envnone` forward nothing, `-genvlist`/`-envlist` only the names listed;
 #   `-genv NAME VALUE` wins over the environment.
-# Each launcher's family; `mpirun`/`mpiexec` are either, so both ways are used for them.
-FAMILIES: Final[dict[str, str]] = {
-    "mpirun": "either", "mpiexec": "either",
-    "orterun": "openmpi", "prterun": "openmpi", "prun": "openmpi", "oshrun": "openmpi",
-    "mpirun.openmpi": "openmpi", "mpiexec.openmpi": "openmpi",
-    "mpiexec.hydra": "hydra", "mpirun.mpich": "hydra", "mpiexec.mpich": "hydra",
-}
 FORWARDS_ALL: Final[dict[str, bool]] = {"openmpi": False, "hydra": True, "either": True}
 OMPI_ENV_LIST: Final = "OMPI_MCA_" + MCA_ENV_LIST  # Open MPI reads an MCA parameter from the env so
 HYDRA_RESTRICTS: Final = ("-genvnone", "-envnone", "-genvlist", "-envlist")  # Hydra then forwards only those listed

@@ -24,7 +24,8 @@ every `NAME=value` it finds. Nothing here raises on any input.
 
 Cost: only a text that mentions one of the names (a substring test per name prefix, then per
 name) is parsed at all, and a parsed script is remembered by its text: a decision pays the
-parser once per distinct script.
+parser once per distinct script. A reading is remembered too (`read`), with what it looked up
+as it went (`webhook.commands.record`, the part of the walk that records).
 """
 
 from __future__ import annotations
@@ -37,9 +38,10 @@ from webhook.commands import invocation
 from webhook.commands.files import Budget, FileSource, Lookup, Reading
 from webhook.commands.launchers import LAUNCHERS, MCA_ENV_LIST
 from webhook.commands.python import python_settings
+from webhook.commands.record import Record
 from webhook.commands.state import State, Var
 from webhook.commands.shell import (CACHE_MAX, MAX_DEPTH, MAX_PARSED, PARSED, PYTHON_NAME, SEQ, SHELLS, SUB, Block, Cmd,
-                                    Ref, Unreadable, parse_script)
+                                    Unreadable, parse_script)
 from webhook.commands.text import mentions, scan_text
 
 # Shell builtins (and plain programs) that start no process of their own: their arguments are
@@ -52,52 +54,12 @@ _NO_PROCESS: Final = frozenset({
 })
 _DECLARE: Final = frozenset({"export", "declare", "typeset", "local", "readonly"})
 _NAME: Final = re.compile(r"[A-Za-z_][A-Za-z0-9_]*$")
-_MAX_VALUE: Final = 4096  # longer expanded values are "not known here" (A=$A$A doubling stays small)
 
 
 # -- the reading ------------------------------------------------------------------------------
 
-class _Reader:
-    def __init__(self, names: frozenset[str], env: Lookup | None, budget: Budget, files: FileSource | None = None):
-        self.names = names
-        self.env = env
-        self.budget = budget
-        self.files = files
-        self.file: str | None = None  # the script file being read, if any
-        self.origins: dict[tuple[str, str], str] = {}
-        self.unread: list[tuple[str, str]] = []
-        self.found: list[tuple[str, str]] = []
-        self._seen: set[tuple[str, str]] = set()
-        self.deps: list[tuple[str, str | None]] = []  # what was looked up in the container env
-        # what was asked of the files: (a lookup?, its path or text, the answer), so that a
-        # remembered reading is reused only while the files answer the same
-        self.file_deps: list[tuple[bool, str, Any]] = []
-        self.complete = True  # False when the budget cut the reading short
-
-    def report(self, name: str, value: str | None, origin: str | None = None) -> None:
-        if value is not None and name in self.names:
-            pair = (name, value)
-            if pair not in self._seen:
-                self._seen.add(pair)
-                self.found.append(pair)
-                if origin is None:
-                    origin = self.file
-                if origin is not None:
-                    self.origins[pair] = origin
-
-    def lookup(self, path: str) -> tuple[str | None, str] | None:
-        if self.files is None:
-            return None
-        found = self.files.lookup(path)
-        self.file_deps.append((True, path, found))
-        return found
-
-    def mentioned(self, text: str) -> bool:
-        if self.files is None:
-            return False
-        said = self.files.mentioned(text)
-        self.file_deps.append((False, text, said))
-        return said
+class _Reader(Record):
+    """The walk of a command: the processes it starts and the shell scripts they run, in order."""
 
     def from_file(self, path: str | None, state: State, depth: int, python: bool = False) -> bool | None:
         """Read the script at `path` when it is a ConfigMap's file (None: it is not one): whether it
@@ -124,70 +86,6 @@ class _Reader:
             return self.script(text, state, depth + 1)
         finally:
             self.file = outer
-
-    def spend(self, steps: int) -> None:
-        self.budget.steps -= steps
-        if self.budget.steps < 0:
-            self.complete = False
-            raise Unreadable()
-
-    def report_state(self, state: State) -> None:
-        for name, v in state.vars.items():
-            if v.exported and v.own and name in self.names:
-                for value in v.values:
-                    self.report(name, value, v.origin)
-
-    def fallback(self, text: str) -> None:
-        for name, value in scan_text(text, self.names):
-            self.report(name, value)
-
-    # values -----------------------------------------------------------------------------------
-
-    def inherited(self, state: State, name: str) -> str | None:
-        if state.cleared:
-            return None
-        # recorded without an env too: the reading is reused only for a container whose env agrees
-        value = self.env.get(name) if self.env is not None else None
-        self.deps.append((name, value))
-        return value
-
-    def value(self, state: State, name: str) -> str | None:
-        """The one known value of `name` here, else None."""
-        v = state.vars.get(name)
-        if v is None:
-            return self.inherited(state, name)
-        if len(v.values) == 1:
-            return v.values[0]
-        return None
-
-    def expand(self, word: list[Any], state: State) -> str | None:
-        if len(word) == 1 and isinstance(word[0], str):
-            return word[0]
-        out: list[str] = []
-        for part in word:
-            if isinstance(part, str):
-                out.append(part)
-            elif isinstance(part, Ref):
-                known = self.value(state, part.name)
-                if known is None:
-                    return None
-                out.append(known)
-            else:
-                return None
-        joined = "".join(out)
-        return joined if len(joined) <= _MAX_VALUE else None
-
-    def assign(self, state: State, name: str, value: str | None, export: bool) -> None:
-        """NAME=value (export: with `export`/`declare -x`). A plain assignment is seen by later
-        processes when NAME is exported already, or `set -a` is on, or NAME is in the container
-        env, or NAME is one of the names asked about: the policy may add those to the env, and
-        the shell then exports the new value."""
-        if not name:
-            return
-        v = state.vars.get(name)
-        exported = (export or state.allexport or name in self.names
-                    or (v.exported if v is not None else self.inherited(state, name) is not None))
-        state.vars[name] = Var([value], exported, True, self.file)
 
     # processes --------------------------------------------------------------------------------
 

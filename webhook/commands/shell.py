@@ -11,6 +11,7 @@ from typing import Any, Final
 
 from webhook.commands import invocation
 from webhook.commands.quoting import ansi_c, ansi_c_end, brace_words, in_double_quotes, unquoted, word_at
+from webhook.commands.source_words import BLANKS, LEADING_BLANK, WORD_END, glue, tilde_expanded
 
 # Programs whose `-c` argument (or heredoc) is a script of their own, read as such.
 SHELLS: Final = frozenset({"sh", "bash", "dash", "ash", "ksh", "mksh", "zsh"})
@@ -99,7 +100,8 @@ class _Converter:
     """tree-sitter-bash's tree -> Block/Cmd. Node kinds as in the grammar's node-types.json.
 
     Where tree-sitter's nodes lose part of a word, the word is read from the source text
-    (`src`, the script's bytes): an escaped blank or newline between two of a word's tokens
+    (`src`, the script's bytes; `webhook.commands.source_words`): an escaped blank or newline
+    between two of a word's tokens
     (`A=\\ a`, `'a'\\ 'b'`) is skipped by the grammar as if it were white space, a word that
     goes on with an escape after a quoted string (`A='0'\\1`) is split into two nodes, blanks
     in double quotes next to an expansion or alone (`" "`, `"$X "`) belong to no node or to the
@@ -301,7 +303,7 @@ class _Converter:
             end: int = piece.end_byte
             while True:
                 following: int = pieces[i].start_byte if i < n else size
-                p = _glue(src, end, following)
+                p = glue(src, end, following)
                 if p > end:
                     parts.append(unquoted(self.raw(end, p)))
                 if i < n and following == p:
@@ -309,12 +311,12 @@ class _Converter:
                     end = pieces[i].end_byte
                     i += 1
                     continue
-                if p < size and src[p] not in _WORD_END:
+                if p < size and src[p] not in WORD_END:
                     # the word goes on where no node of ours does: tree-sitter read what follows as
                     # something else (after \f or \v, a `#` starts a comment to it and hides the
                     # commands after it), so the script is read as text
                     raise Unreadable()
-                if b"~" in src[piece.start_byte:p] and _tilde_expanded(src, piece.start_byte, p):
+                if b"~" in src[piece.start_byte:p] and tilde_expanded(src, piece.start_byte, p):
                     parts = [None]  # NAME=~/x, NAME=a:~/x, also as an argument (env NAME=~/x): bash expands the tilde
                 break
             if name is None and b"{" in src[piece.start_byte:p]:
@@ -371,7 +373,7 @@ class _Converter:
                 value.append(Ref(name))  # A+=x appends to A
             start: int = op.end_byte
             if start < value_node.start_byte:  # what tree-sitter skipped: A=\\ a
-                if _glue(self.src, start, value_node.start_byte) != value_node.start_byte:
+                if glue(self.src, start, value_node.start_byte) != value_node.start_byte:
                     raise Unreadable()
                 value.append(unquoted(self.raw(start, value_node.start_byte)))
         value.extend(self.word(value_node, subs, depth))
@@ -383,7 +385,7 @@ class _Converter:
         t: str = node.type
         text: str = node.text.decode("utf-8", "replace")
         if t == "word" or t == "number":
-            if text[:1] in _LEADING_BLANK:  # a word token that took the newline before it: not bash's commands
+            if text[:1] in LEADING_BLANK:  # a word token that took the newline before it: not bash's commands
                 raise Unreadable()
             return [unquoted(text)]
         if t == "raw_string":
@@ -398,7 +400,7 @@ class _Converter:
                 if child.type == "string_content":
                     continue
                 start: int = child.start_byte
-                while src[start] in _BLANKS:
+                while src[start] in BLANKS:
                     start += 1
                 if start > pos:
                     parts.append(in_double_quotes(self.raw(pos, start)))
@@ -415,7 +417,7 @@ class _Converter:
             for child in node.children:
                 start = child.start_byte
                 if start > pos:  # what tree-sitter skipped between two tokens
-                    if _glue(self.src, pos, start) != start:
+                    if glue(self.src, pos, start) != start:
                         raise Unreadable()
                     parts.append(unquoted(self.raw(pos, start)))
                 if child.is_named:
@@ -424,7 +426,7 @@ class _Converter:
                     anon = child.text.decode("utf-8", "replace")
                     if anon.startswith("`"):
                         parts.append("")  # an empty command substitution
-                    elif anon == "$" and (child.end_byte >= len(self.src) or self.src[child.end_byte] in _WORD_END):
+                    elif anon == "$" and (child.end_byte >= len(self.src) or self.src[child.end_byte] in WORD_END):
                         parts.append("$")  # a `$` that ends the word is itself
                     else:
                         known = False  # `$$` (the shell's pid), a `$` that starts what follows
@@ -448,7 +450,7 @@ class _Converter:
         return [None]  # arithmetic, arrays, brace expansion, globs: not known here
 
 
-# -- words from the source text ---------------------------------------------------------------
+# -- which program a command runs, and whether it reads a heredoc fed to it as its script -----
 
 def _program(cmd: Cmd) -> str:
     """A command's program by its base name when its name is plain text, else ""."""
@@ -467,64 +469,3 @@ def _reads_stdin(cmd: Cmd) -> bool:
         return False
     argv: list[str | None] = [w[0] if len(w) == 1 and isinstance(w[0], str) else None for w in cmd.words]
     return invocation.source(argv, shell)[0] == invocation.STDIN
-
-
-_WORD_END: Final = frozenset(b" \t\n;&|()<>`")  # what ends an unquoted word (a blank or a metacharacter)
-_BLANKS: Final = frozenset(b" \t\n")
-_LEADING_BLANK: Final = (" ", "\t", "\n")
-_ASSIGNMENT_START: Final = re.compile(rb"[A-Za-z_][A-Za-z0-9_]*\+?=")
-
-
-def _tilde_expanded(src: bytes, start: int, end: int) -> bool:
-    """Whether the word src[start:end] is an assignment, or an argument that looks like one
-    (`env NAME=~/x`: bash expands those too), with a tilde bash expands: an unquoted `~` first in
-    the value or right after an unquoted `:` (`PATH=~/bin:~/x`)."""
-    m = _ASSIGNMENT_START.match(src, start, end)
-    if m is None:
-        return False
-    i: int = m.end()
-    after = True  # at the value's start or after an unquoted `:`
-    while i < end:
-        b = src[i]
-        if b == 126 and after:  # ~
-            return True
-        if b == 92:  # a backslash: what it escapes is quoted; a line continuation is nothing
-            if i + 1 < end and src[i + 1] == 10:
-                i += 2
-                continue
-            i += 2
-        elif b == 39:  # '...'
-            close = src.find(b"'", i + 1, end)
-            if close < 0:
-                return True  # not closed: not known
-            i = close + 1
-        elif b == 36 and i + 1 < end and src[i + 1] == 39:  # $'...'
-            i += 2
-            while i < end and src[i] != 39:
-                i += 2 if src[i] == 92 else 1
-            i += 1
-        elif b == 34:  # "..."
-            i += 1
-            while i < end and src[i] != 34:
-                i += 2 if src[i] == 92 else 1
-            i += 1
-        else:
-            i += 1
-        after = b == 58  # :
-    return False
-
-
-def _glue(src: bytes, start: int, stop: int) -> int:
-    """How far from `start` (up to `stop`) the source holds only what tree-sitter skips inside
-    one shell word: backslash pairs (`\\ `, `\\<tab>`, `\\<newline>`) and \\r, \\v, \\f, which
-    it takes for white space and bash does not."""
-    p = start
-    while p < stop:
-        b = src[p]
-        if b == 92 and p + 1 < stop:
-            p += 2
-        elif b == 13 or b == 11 or b == 12:
-            p += 1
-        else:
-            break
-    return p

@@ -5,8 +5,9 @@
 No I/O happens here: the namespace and the attachment lookup are handed in already resolved, so
 `/mutate`, `/validate` and `rdma-webhook review` reach the same answer for the same input. The
 steps follow the admission contract: who is considered, which policy applies, which containers
-are targets, the TCP-fallback rules (`webhook.core.fallback`), then the mutation (`webhook.core.mutation`)
-on a private copy. The JSON patch is derived afterwards from the pod as sent and that copy.
+are targets (`webhook.core.targets`), the TCP-fallback rules (`webhook.core.fallback`) and the
+warnings (`webhook.core.pod_warnings`), then the mutation (`webhook.core.mutation`) on a private
+copy. The JSON patch is derived afterwards from the pod as sent and that copy.
 """
 
 from __future__ import annotations
@@ -17,12 +18,13 @@ from typing import Any, Final, Mapping, Protocol
 
 from webhook.core import families, fallback, keys, mutation, ranks
 from webhook.core.claims import Claims
+from webhook.core.pod_warnings import warnings_for
 from webhook.core.scripts import ConfigMaps
-from webhook.grammar import k8s, nccl
+from webhook.core.subject import Finding, Subject
+from webhook.core.targets import Target, find_checked, find_targets, why_no_target
+from webhook.grammar import k8s
 from webhook.fabrics import gke, multus
-from webhook.core.fallback import Finding, Subject, Target
-from webhook.core.model import Device, PluginMount, Policy, PolicySet
-from webhook.fabrics.transports import WARN
+from webhook.core.model import Device, Policy, PolicySet
 
 SKIPPED, UNCHANGED, MUTATED, DENIED = "skipped", "unchanged", "mutated", "denied"
 
@@ -41,7 +43,7 @@ class Namespace:
 
 class Decision:
     """What happens to a pod. A plain class rather than a dataclass, as are the decision's other
-    per-request objects (review.Request, fallback.Target and Subject): compiled, a dataclass
+    per-request objects (review.Request, targets.Target, subject.Subject): compiled, a dataclass
     keeps the `__init__` the dataclasses module generates at import, which runs as interpreted
     bytecode on every construction (4-5K instructions each, 5% of a decision)."""
 
@@ -183,122 +185,6 @@ def select_policy(pod: dict[str, Any], ns: Namespace, policies: PolicySet | None
     return policy, None
 
 
-def _gpu_amount(value: Any) -> int:
-    """A GPU limit or request as a count (0 at least); -1 when it is no finite quantity ("many",
-    "$GPU_PER_NODE", "inf"), which must not be read as "no GPU"."""
-    if type(value) is str and value.isdecimal() and value.isascii():  # "8": the usual form
-        return int(value)
-    try:
-        amount = k8s.parse_quantity(value)
-    except ValueError:
-        return -1
-    if not amount.is_finite():  # the parser takes "inf" and "NaN"
-        return -1
-    return max(0, int(amount))  # a negative count is no GPU (the API server refuses it anyway)
-
-
-def _gpu_count(container: dict[str, Any], gpu_resources: tuple[str, ...]) -> int:
-    """The GPUs a container requests; -1 when a GPU value is no quantity (`_gpu_value_problem`
-    says which)."""
-    resources: dict[str, Any] = container.get("resources") or {}
-    best = 0
-    for section in ("limits", "requests"):
-        values: dict[str, Any] = resources.get(section) or {}
-        for res in gpu_resources:
-            if res in values:
-                count = _gpu_amount(values[res])
-                if count < 0:
-                    return -1
-                best = max(best, count)
-    return best
-
-
-def _gpu_value_problem(container: dict[str, Any], gpu_resources: tuple[str, ...]) -> str:
-    """Which GPU value of a container `_gpu_count` refused, as the malformed-pod denial names it."""
-    resources: dict[str, Any] = container.get("resources") or {}
-    for section in ("limits", "requests"):
-        values: dict[str, Any] = resources.get(section) or {}
-        for res in gpu_resources:
-            if res in values and _gpu_amount(values[res]) < 0:
-                return f"resources.{section}[{res!r}] is not a quantity: {values[res]!r}"
-    # Unreachable: called only when _gpu_count found such a value, by the same test in the same order.
-    raise AssertionError
-
-
-def find_targets(pod: dict[str, Any], policy: Policy, malformed: list[str] | None = None) -> list[Target]:
-    """The containers that request one of the policy's GPUs. A GPU value that is no quantity
-    makes none a target; with `malformed` given, it is also reported there (the API server
-    never sends one: it refuses such a pod before admission; `review` reads unrendered files)."""
-    targets = []
-    spec: dict[str, Any] = pod.get("spec") or {}
-    containers: list[dict[str, Any]] = spec.get("containers") or []
-    for i, c in enumerate(containers):
-        gpus = _gpu_count(c, policy.gpu_resources)
-        if gpus > 0:
-            targets.append(Target(i, str(c.get("name")), gpus, k8s.Env(c.get("env")), bool(c.get("envFrom"))))
-        elif gpus < 0 and malformed is not None:
-            malformed.append(f"spec.containers[{i}].{_gpu_value_problem(c, policy.gpu_resources)}")
-    return targets
-
-
-_NO_GPUS = ("", "void", "none")
-
-
-def _sees_gpus_otherwise(c: dict[str, Any]) -> bool:
-    """A container that runs NCCL on GPUs without requesting one by resource: it references a
-    DRA claim (GPUs allocated through Dynamic Resource Allocation), or the NVIDIA container
-    runtime gives it GPUs through NVIDIA_VISIBLE_DEVICES (`all` or a list; `void`/`none` give
-    none), the pattern of privileged vendor benchmarks."""
-    resources: dict[str, Any] = c.get("resources") or {}
-    if resources.get("claims"):
-        return True
-    env: list[Any] = c.get("env") or []
-    for e in env:
-        if isinstance(e, dict) and e.get("name") == "NVIDIA_VISIBLE_DEVICES":
-            value = e.get("value")
-            return isinstance(value, str) and value.strip().lower() not in _NO_GPUS
-    return False
-
-
-def why_no_target(pod: dict[str, Any], policy: Policy, others: list[Target]) -> str:
-    """Why no container of a labelled pod gets RDMA under `policy`, as people read it: its GPUs
-    come from a DRA claim or the container runtime (checked, not mutated), it requests another
-    vendor's GPU, or it has no GPU at all and runs no MPI launcher (a CPU pod)."""
-    gpu = "/".join(policy.gpu_resources)
-    spec: dict[str, Any] = pod.get("spec") or {}
-    containers: list[dict[str, Any]] = spec.get("containers") or []
-    for t in others:
-        c = containers[t.index]
-        resources: dict[str, Any] = c.get("resources") or {}
-        how = "a DRA claim (resources.claims)" if resources.get("claims") else "NVIDIA_VISIBLE_DEVICES"
-        return (f"container {t.name!r} sees GPUs through {how}, not by requesting {gpu}, so policy {policy.name} "
-                f"adds nothing to it (its NCCL settings are still checked)")
-    for c in containers:
-        resources = c.get("resources") or {}
-        for section in ("limits", "requests"):
-            values: dict[str, Any] = resources.get(section) or {}
-            for res in values:
-                if res.endswith("/gpu") or ".gpu" in res or res.endswith("/gpus"):
-                    return (f"container {str(c.get('name'))!r} requests {res}, not a GPU of policy {policy.name} "
-                            f"({gpu}), so it gets no RDMA device")
-    return (f"no container requests a GPU ({gpu}) or runs an MPI launcher, so none gets RDMA (a pod "
-            f"without GPUs)")
-
-
-def find_checked(pod: dict[str, Any], targets: list[Target]) -> list[Target]:
-    """The containers besides the targets whose NCCL settings are checked: those that see GPUs
-    another way (`_sees_gpus_otherwise`). They are checked, not mutated: the policy's devices
-    and block go to containers that request a GPU."""
-    spec: dict[str, Any] = pod.get("spec") or {}
-    containers: list[dict[str, Any]] = spec.get("containers") or []
-    out: list[Target] = []
-    taken = [t.index for t in targets]
-    for i, c in enumerate(containers):
-        if i not in taken and _sees_gpus_otherwise(c):
-            out.append(Target(i, str(c.get("name")), 0, k8s.Env(c.get("env")), bool(c.get("envFrom"))))
-    return out
-
-
 def _network_devices(policy: Policy, pod_ns: str, attachments: Attachments | None, problems: list[Finding]) -> list[Device]:
     """The device resource behind each of the policy's networks: the NetworkAttachmentDefinition's
     resourceName annotation when the cluster state has it, else the network's `resource`."""
@@ -331,124 +217,6 @@ def _network_devices(policy: Policy, pod_ns: str, attachments: Attachments | Non
     return out
 
 
-def _container(pod: dict[str, Any], index: int) -> dict[str, Any]:
-    spec: dict[str, Any] = pod["spec"]
-    containers: list[dict[str, Any]] = spec["containers"]
-    return containers[index]
-
-
-_ENV_FROM: Final = "envFrom values cannot be checked for NCCL settings; the policy's env entries take precedence over them"
-_IFNAME_SEEN: Final[dict[tuple[str, tuple[str, ...]], bool]] = {}
-
-
-def _ifname_matches(value: str, secondary: list[str]) -> bool:
-    """Whether NCCL_SOCKET_IFNAME=value keeps an interface of the pod (NCCL's prefix/`=`exact
-    grammar, as for NCCL_IB_HCA; an exclusion list `^...` always leaves one). Remembered: the
-    pods of a job repeat one value and one set of interfaces. The interfaces are kept as a tuple,
-    not joined: a Multus annotation may name an interface "x,y", which is not "x" and "y"."""
-    names = tuple(secondary)
-    key = (value, names)
-    known = _IFNAME_SEEN.get(key)
-    if known is not None:
-        return known
-    flt = nccl.parse_hca(value)
-    found = flt.exclude or not flt.entries
-    if not found:
-        for name in ("eth0", "lo", *secondary):
-            if nccl.hca_selects(flt, name):
-                found = True
-                break
-    if len(value) + len(names) + sum([len(n) for n in names]) <= 512:  # not a hostile pod's thousands of names
-        if len(_IFNAME_SEEN) >= 1024:
-            _IFNAME_SEEN.clear()
-        _IFNAME_SEEN[key] = found
-    return found
-
-
-def _sees_plugin(spec: dict[str, Any], container: dict[str, Any], m: PluginMount) -> bool:
-    """Whether the container sees the host's `m.host_dir` at `m.mount_path`: a hostPath volume
-    mounted there, or a folder above both (/home/kubernetes/bin/nvidia at /usr/local/nvidia
-    shows lib64 at /usr/local/nvidia/lib64)."""
-    mounts: list[Any] = container.get("volumeMounts") or []
-    volumes: list[Any] = spec.get("volumes") or []
-    for vm in mounts:
-        if not isinstance(vm, dict):
-            continue
-        path, name = vm.get("mountPath"), vm.get("name")
-        if not isinstance(path, str) or not isinstance(name, str):
-            continue
-        path = path.rstrip("/") or "/"
-        if m.mount_path != path and not m.mount_path.startswith(path.rstrip("/") + "/"):
-            continue
-        for v in volumes:
-            if not isinstance(v, dict) or v.get("name") != name:
-                continue
-            hp = v.get("hostPath")
-            host = hp.get("path") if isinstance(hp, dict) else None
-            if not isinstance(host, str):
-                continue
-            sub = vm.get("subPath")
-            if isinstance(sub, str) and sub:
-                host = host.rstrip("/") + "/" + sub.strip("/")
-            if (host.rstrip("/") + m.mount_path[len(path):] if path != "/" else host.rstrip("/") + m.mount_path) == m.host_dir:
-                return True
-    return False
-
-
-def _warnings(pod: dict[str, Any], subject: Subject) -> list[str]:
-    out: list[str] = []
-    spec: dict[str, Any] = pod.get("spec") or {}
-    on_host = spec.get("hostNetwork") is True  # the host's interfaces: not known here
-    secondary: list[str] = subject.networks.pod_interfaces if subject.networks is not None else []
-    found = spec.get("securityContext")
-    pod_sc: dict[str, Any] = found if isinstance(found, dict) else {}
-    for c, _, settings in subject.commands():
-        for name, value in settings:
-            if name == "NCCL_DEBUG" and nccl.debug_verbose(value):
-                out.append(f"{c.get('name')}: the command sets NCCL_DEBUG={value}, which logs heavily; use WARN outside debugging")
-                break
-    for container, path, cm in subject.unread:
-        out.append(f"{container}: the script {path} comes from ConfigMap {repr(cm)}, which is not at hand here, so its NCCL "
-                   f"settings were not read; check it with `rdma-webhook review` given the ConfigMap and the workload")
-    if subject.own_claim and subject.targets and subject.policy.claim is not None and subject.policy.claim.aligned:
-        out.append(f"policy {subject.policy.name} claims each GPU with a NIC on its PCIe root, but this pod brings its own NIC claim "
-                   f"{subject.claim_entry!r} and device-plugin GPUs: not aligned; leave out the claim to get the policy's")
-    out.extend(f"{t.name}: {_ENV_FROM}" for t in subject.launchers if t.has_env_from and not t.is_target)  # env of every rank
-    for t in subject.targets:
-        debug = t.env.get("NCCL_DEBUG")
-        if nccl.debug_verbose(debug):
-            out.append(f"{t.name}: NCCL_DEBUG={debug} logs heavily; use WARN outside debugging")
-        if t.has_env_from:
-            out.append(f"{t.name}: {_ENV_FROM}")
-        unknown = [n for n in subject.policy.watched if t.env.unknown(n)]
-        if unknown:
-            out.append(f"{t.name}: {', '.join(unknown)} come from valueFrom and cannot be checked")
-        for var in subject.policy.warned:
-            setting = t.env.get(var)
-            if setting is not None:
-                judged = fallback.judge_setting(var, setting, subject.policy)
-                if judged is not None and judged[0] == WARN:
-                    out.append(f"{t.name}: {judged[1]}")
-        ifname = t.env.get("NCCL_SOCKET_IFNAME")
-        if ifname is not None and not on_host and not _ifname_matches(ifname, secondary):
-            have = ", ".join(["eth0", *secondary])
-            out.append(f"{t.name}: NCCL_SOCKET_IFNAME={repr(ifname)} names no interface the pod will have ({have}), so NCCL's "
-                       f"bootstrap cannot start; remove it or name one of those")
-        for m in subject.policy.plugin_mounts:
-            if not _sees_plugin(spec, subject.container(t), m):
-                out.append(f"{t.name}: does not mount the host's {m.host_dir} at {m.mount_path}, where the nodes of policy "
-                           f"{subject.policy.name} install its NCCL plugin ({'/'.join(subject.policy.nccl_nets)}); unless the "
-                           f"image brings the plugin there, NCCL cannot open it: add a hostPath volume of {m.host_dir} "
-                           f"mounted at {m.mount_path}")
-        sc: dict[str, Any] = subject.container(t).get("securityContext") or {}
-        non_root = sc.get("runAsNonRoot", pod_sc.get("runAsNonRoot")) is True
-        user = sc.get("runAsUser", pod_sc.get("runAsUser"))
-        if non_root or (isinstance(user, int) and user != 0):
-            out.append(f"{t.name}: runs as non-root, so the added IPC_LOCK stays out of its effective capabilities; "
-                       f"raise the memlock limit or grant the capability in the image")
-    return out
-
-
 def _subject(pod: Any, policy: Policy, namespace: Namespace, targets: list[Target], config_maps: ConfigMaps | None,
              policies: PolicySet | None, devices: list[Device] | None = None, problems: list[Finding] | None = None,
              networks: multus.Plan | None = None, claim_entry: str | None = None) -> Subject:
@@ -471,15 +239,10 @@ def _assess(pod: Any, namespace: Namespace | None, policies: PolicySet | None, a
     checked: dict[str, Any] = pod
     meta: dict[str, Any] = checked.get("metadata") or {}
     labels: dict[str, str] = meta.get("labels") or {}
-    if operation != "CREATE":
-        return Decision(SKIPPED, pod, reason=f"operation {operation}, only CREATE is considered")
-    if labels.get(keys.POD_INJECT) != keys.POD_INJECT_TRUE:
-        return Decision(SKIPPED, pod, reason=f"pod does not carry {keys.POD_INJECT}=true")
-    if namespace is None:
-        return _deny(pod, "namespace-unknown",
-                     "the pod's namespace is unknown to the webhook, so its opt-in cannot be checked; retry in a moment")
-    if namespace.labels.get(keys.NS_INJECTION) != keys.NS_INJECTION_ENABLED:
-        return Decision(SKIPPED, pod, reason=f"namespace {namespace.name!r} does not carry {keys.NS_INJECTION}=enabled")
+    passed_by = _not_considered(pod, labels, namespace, operation)
+    if passed_by is not None:
+        return passed_by
+    assert namespace is not None  # _not_considered denies a pod of an unknown namespace
 
     policy, why = select_policy(pod, namespace, policies)
     if policy is None:
@@ -493,49 +256,85 @@ def _assess(pod: Any, namespace: Namespace | None, policies: PolicySet | None, a
     others = find_checked(checked, targets)
     launchers = ranks.find_launchers(checked, labels, targets)
     if not targets and not launchers:
-        # No container gets RDMA: the command rules apply to every labelled pod, and the env
-        # rule to containers that see GPUs without requesting one.
-        subject = _subject(pod, policy, namespace, [], config_maps, policies)
-        subject.others = others
-        warnings = _warnings(pod, subject)
-        denials = fallback.rule("env-fallback").check(subject) + fallback.rule("command-fallback").check(subject)
-        spec_: dict[str, Any] = checked.get("spec") or {}
-        if spec_.get("resourceClaims") and policies is not None:  # GPUs and NICs by claim: of this fabric?
-            families.check(checked, policy, policies, namespace.name, namespace.labels, [], [], denials, attachments, claims)
-        if denials:
-            return Decision(DENIED, pod, policy.name, denials, warnings)
-        why = why_no_target(checked, policy, others)
-        warnings.insert(0, f"{why}; left unchanged")
-        return Decision(UNCHANGED, pod, policy.name, warnings=warnings, reason=why)
+        return _assess_untargeted(checked, policy, namespace, policies, others, attachments, config_maps, claims)
     if not targets:
-        # An MPI launcher without a GPU (webhook.core.ranks): it gets the block its ranks need,
-        # no device, network or /dev/shm, and meets the rules of what the ranks will see.
-        annotations_: dict[str, str] = meta.get("annotations") or {}
-        names: multus.Plan | None = None
-        if policy.gke_networks:  # the same for GKE multi-networking
-            names = gke.plan(annotations_.get(gke.INTERFACES), policy.gke_networks)
-            if names.problem is not None:
-                names = gke.plan(None, policy.gke_networks)
-        elif policy.networks:  # `{interface}` in the block: the names the workers get by default
-            names = multus.plan(annotations_.get(keys.MULTUS_NETWORKS), policy.networks, namespace.name)
-            if names.problem is not None:
-                names = multus.plan(None, policy.networks, namespace.name)
-        subject = _subject(pod, policy, namespace, [], config_maps, policies, networks=names)
-        subject.others = others
-        subject.launchers = launchers
-        warnings = _warnings(pod, subject)
-        denials = [f for r in ("env-fallback", "command-fallback", "launcher-enforced") for f in fallback.rule(r).check(subject)]
-        if denials:
-            return Decision(DENIED, pod, policy.name, denials, warnings)
-        return subject, warnings
+        return _assess_launcher(checked, meta, policy, namespace, policies, others, launchers, config_maps)
+    assert policies is not None  # select_policy found one
+    return _assess_targets(checked, meta, policy, namespace, policies, targets, others, launchers, attachments, final,
+                           config_maps, claims)
 
+
+def _not_considered(pod: Any, labels: dict[str, str], namespace: Namespace | None, operation: str) -> Decision | None:
+    """Who is considered: a CREATE of a pod labelled for RDMA in a namespace that enabled the
+    webhook. Else the Decision that skips the pod, or denies it when its namespace is unknown."""
+    if operation != "CREATE":
+        return Decision(SKIPPED, pod, reason=f"operation {operation}, only CREATE is considered")
+    if labels.get(keys.POD_INJECT) != keys.POD_INJECT_TRUE:
+        return Decision(SKIPPED, pod, reason=f"pod does not carry {keys.POD_INJECT}=true")
+    if namespace is None:
+        return _deny(pod, "namespace-unknown",
+                     "the pod's namespace is unknown to the webhook, so its opt-in cannot be checked; retry in a moment")
+    if namespace.labels.get(keys.NS_INJECTION) != keys.NS_INJECTION_ENABLED:
+        return Decision(SKIPPED, pod, reason=f"namespace {namespace.name!r} does not carry {keys.NS_INJECTION}=enabled")
+    return None
+
+
+def _assess_untargeted(pod: dict[str, Any], policy: Policy, namespace: Namespace, policies: PolicySet | None,
+                       others: list[Target], attachments: Attachments | None, config_maps: ConfigMaps | None,
+                       claims: Claims | None) -> Decision:
+    """No container gets RDMA: the command rules apply to every labelled pod, and the env rule to
+    containers that see GPUs without requesting one. Never mutated: unchanged or denied."""
+    subject = _subject(pod, policy, namespace, [], config_maps, policies)
+    subject.others = others
+    warnings = warnings_for(pod, subject)
+    denials = fallback.rule("env-fallback").check(subject) + fallback.rule("command-fallback").check(subject)
+    spec: dict[str, Any] = pod.get("spec") or {}
+    if spec.get("resourceClaims") and policies is not None:  # GPUs and NICs by claim: of this fabric?
+        families.check(pod, policy, policies, namespace.name, namespace.labels, [], [], denials, attachments, claims)
+    if denials:
+        return Decision(DENIED, pod, policy.name, denials, warnings)
+    why = why_no_target(pod, policy, others)
+    warnings.insert(0, f"{why}; left unchanged")
+    return Decision(UNCHANGED, pod, policy.name, warnings=warnings, reason=why)
+
+
+def _assess_launcher(pod: dict[str, Any], meta: dict[str, Any], policy: Policy, namespace: Namespace,
+                     policies: PolicySet | None, others: list[Target], launchers: list[Target],
+                     config_maps: ConfigMaps | None) -> Decision | tuple[Subject, list[str]]:
+    """An MPI launcher without a GPU (webhook.core.ranks): it gets the block its ranks need, no
+    device, network or /dev/shm, and meets the rules of what the ranks will see."""
+    annotations: dict[str, str] = meta.get("annotations") or {}
+    names: multus.Plan | None = None
+    if policy.gke_networks:  # the same for GKE multi-networking
+        names = gke.plan(annotations.get(gke.INTERFACES), policy.gke_networks)
+        if names.problem is not None:
+            names = gke.plan(None, policy.gke_networks)
+    elif policy.networks:  # `{interface}` in the block: the names the workers get by default
+        names = multus.plan(annotations.get(keys.MULTUS_NETWORKS), policy.networks, namespace.name)
+        if names.problem is not None:
+            names = multus.plan(None, policy.networks, namespace.name)
+    subject = _subject(pod, policy, namespace, [], config_maps, policies, networks=names)
+    subject.others = others
+    subject.launchers = launchers
+    warnings = warnings_for(pod, subject)
+    denials = [f for r in ("env-fallback", "command-fallback", "launcher-enforced") for f in fallback.rule(r).check(subject)]
+    if denials:
+        return Decision(DENIED, pod, policy.name, denials, warnings)
+    return subject, warnings
+
+
+def _assess_targets(pod: dict[str, Any], meta: dict[str, Any], policy: Policy, namespace: Namespace,
+                    policies: PolicySet, targets: list[Target], others: list[Target], launchers: list[Target],
+                    attachments: Attachments | None, final: bool, config_maps: ConfigMaps | None,
+                    claims: Claims | None) -> Decision | tuple[Subject, list[str]]:
+    """A pod with targets: resolve the fabric (the policy's devices and networks, what the pod
+    brings itself, the Multus or GKE annotation as it will be), then every rule."""
     problems: list[Finding] = []
     devices = list(policy.devices)
     unresolved: list[Finding] = []  # a policy network's missing NAD: moot when the pod brings its own
     if policy.networks:
         devices.extend(_network_devices(policy, namespace.name, attachments, unresolved))
-    assert policies is not None  # select_policy found one
-    brought = families.check(checked, policy, policies, namespace.name, namespace.labels, targets, devices, problems,
+    brought = families.check(pod, policy, policies, namespace.name, namespace.labels, targets, devices, problems,
                              attachments, claims)
     networks = policy.networks
     if brought.own_network:  # the pod attaches its fabric's network or claims its NIC itself
@@ -563,7 +362,7 @@ def _assess(pod: Any, namespace: Namespace | None, policies: PolicySet | None, a
     subject.others = others
     subject.launchers = launchers
     denials = fallback.findings(subject, final=final)
-    warnings = _warnings(pod, subject)
+    warnings = warnings_for(pod, subject)
     if denials:
         return Decision(DENIED, pod, policy.name, denials, warnings)
     return subject, warnings

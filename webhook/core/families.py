@@ -19,7 +19,8 @@ from typing import Any
 
 from webhook.core import claims as dra
 from webhook.core import keys
-from webhook.core.fallback import Finding, Target
+from webhook.core.subject import Finding
+from webhook.core.targets import Target
 from webhook.core.model import (RESOURCE_CANDIDATE, RESOURCE_EQUIVALENT, RESOURCE_FOREIGN, Device, Policy,
                                 PolicySet)
 from webhook.fabrics import gke, multus
@@ -99,11 +100,33 @@ def check(pod: dict[str, Any], policy: Policy, policies: PolicySet, namespace: s
           claims: dra.Claims | None) -> Brought:
     """Mark targets that already have this fabric's device, deny another fabric's device or NIC
     claim, and say what the pod brings (`Brought`)."""
+    spec: dict[str, Any] = pod.get("spec") or {}
+    brought = Brought(policy.claim.name if policy.claim is not None else None)
+    _check_resources(pod, policy, policies, namespace, namespace_labels, targets, devices, problems, attachments,
+                     brought)
+    if policies.by_gke_network:
+        meta: dict[str, Any] = pod.get("metadata") or {}
+        annotations: dict[str, str] = meta.get("annotations") or {}
+        listed = annotations.get(gke.INTERFACES)
+        if listed is not None:
+            _check_gke(listed, policy, policies, namespace_labels, problems)
+    entries: list[dict[str, Any]] = spec.get("resourceClaims") or []
+    if entries:
+        _check_claims(entries, policy, policies, namespace, namespace_labels, targets, problems, claims, brought)
+    _check_policy_claim(policy, namespace, targets, problems, claims, brought)
+    return brought
+
+
+def _check_resources(pod: dict[str, Any], policy: Policy, policies: PolicySet, namespace: str,
+                     namespace_labels: dict[str, str], targets: list[Target], devices: list[Device],
+                     problems: list[Finding], attachments: Any, brought: Brought) -> None:
+    """The targets' container resources by family: the policy's fabric by another name marks the
+    target (`has_fabric`), a network device of the pod's own network of this fabric is brought,
+    another fabric's device is a `fabric-mismatch`."""
     kinds = policies.resource_kinds(policy)
     spec: dict[str, Any] = pod.get("spec") or {}
     containers: list[dict[str, Any]] = spec.get("containers") or []
     networks: dict[str, str] | None = None
-    brought = Brought(policy.claim.name if policy.claim is not None else None)
     for t in targets:
         resources: dict[str, Any] = containers[t.index].get("resources") or {}
         seen: list[str] = []
@@ -149,15 +172,12 @@ def check(pod: dict[str, Any], policy: Policy, policies: PolicySet, namespace: s
                 problems.append(Finding("fabric-mismatch", t.name,
                                         f"this pod requests {res}, another fabric's {what}; policy {policy.name} provides "
                                         f"{_mine(policy)}; {fitting(candidates, policy, namespace_labels)}"))
-    if policies.by_gke_network:
-        meta: dict[str, Any] = pod.get("metadata") or {}
-        annotations: dict[str, str] = meta.get("annotations") or {}
-        listed = annotations.get(gke.INTERFACES)
-        if listed is not None:
-            _check_gke(listed, policy, policies, namespace_labels, problems)
-    entries: list[dict[str, Any]] = spec.get("resourceClaims") or []
-    if entries:
-        _check_claims(entries, policy, policies, namespace, namespace_labels, targets, problems, claims, brought)
+
+
+def _check_policy_claim(policy: Policy, namespace: str, targets: list[Target], problems: list[Finding],
+                        claims: dra.Claims | None, brought: Brought) -> None:
+    """The policy's own DRA claim, when the targets take it: one container only for an aligned
+    claim, its ResourceClaimTemplate present; and a DRA-only fabric's pod must claim a NIC."""
     own = policy.claim
     if own is not None and own.aligned and brought.entry == own.name and len(targets) > 1:
         problems.append(Finding("claim-aligned", None,
@@ -179,7 +199,6 @@ def check(pod: dict[str, Any], policy: Policy, policies: PolicySet, namespace: s
                                 f"the pod claims no NIC of the {policy.fabric.kind} fabric, and policy {policy.name} gets its "
                                 f"NICs only through DRA ({dra.label(policy)}): NCCL would find no RDMA device and use TCP; "
                                 f"add a spec.resourceClaims entry whose ResourceClaimTemplate requests that DeviceClass"))
-    return brought
 
 
 def _check_gke(listed: str, policy: Policy, policies: PolicySet, namespace_labels: dict[str, str],

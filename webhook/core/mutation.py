@@ -13,7 +13,8 @@ from typing import Any
 
 from webhook.grammar import k8s
 from webhook.core import keys, ranks
-from webhook.core.fallback import Subject, Target
+from webhook.core.subject import Subject
+from webhook.core.targets import Target
 from webhook.core.model import Policy
 
 SHM_VOLUME = "rdma-webhook-dshm"

@@ -10,7 +10,7 @@ becomes `NAME` so the launcher's enforced value goes out); Hydra (MPICH, Intel M
 the whole environment by default. A launcher is recognised by the operators' labels
 (`keys.MPI_JOB_ROLE`, `keys.MPI_REPLICA_TYPE`, `keys.JOBSET_REPLICATED_JOB` = `launcher`) or by
 a command that runs a launcher (`text.launcher_use`). Its settings are judged as a GPU
-container's (`fallback.Subject.launchers`). No I/O; one text scan per container command.
+container's (`subject.Subject.launchers`). No I/O; one text scan per container command.
 """
 
 from __future__ import annotations
@@ -20,7 +20,8 @@ from typing import Any, Final
 from webhook.commands import launchers
 from webhook.commands.text import launcher_use, mentions_launcher
 from webhook.core import keys
-from webhook.core.fallback import Target, command_words
+from webhook.core.subject import command_words
+from webhook.core.targets import Target
 from webhook.core.model import Policy
 from webhook.grammar import k8s
 

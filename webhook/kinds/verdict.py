@@ -10,7 +10,7 @@ from typing import Any
 
 from webhook.core import keys
 from webhook.core.decision import DENIED, MUTATED, Attachments, Decision, Namespace, decide, find_checked, find_targets, shape_problem
-from webhook.core.fallback import Finding
+from webhook.core.subject import Finding
 from webhook.core.model import Policy, PolicySet
 from webhook.core.scripts import ConfigMaps
 from webhook.kinds.trainer import Runtimes

@@ -110,7 +110,7 @@ def _target(policy: Policy) -> str:
 
 
 def _others() -> str:
-    """A container that sees GPUs without requesting one (`decision._sees_gpus_otherwise`): its
+    """A container that sees GPUs without requesting one (`targets._sees_gpus_otherwise`): its
     env is judged like a target's."""
     return ("(has(c.resources) && has(c.resources.claims) && size(c.resources.claims) > 0) || "
             "(has(c.env) && c.env.exists(e, e.name == 'NVIDIA_VISIBLE_DEVICES' && has(e.value) && "
