@@ -3,8 +3,8 @@
 mutates every file of only_mutate before it filters by name (4 minutes for all 23 files on a
 loaded 2-core machine). Run by `make mutation` in the copy (build/mutation-<part>):
 
-    python ../../tests/mutation_part.py 'webhook.fabrics.*' ...
-    python ../../tests/mutation_part.py --tests tests/test_cli.py,tests/test_review_truth.py 'webhook.cli.*'
+    python ../../mutation/mutation_part.py 'webhook.fabrics.*' ...
+    python ../../mutation/mutation_part.py --tests tests/cli/test_main.py,tests/cli/test_review_truth.py 'webhook.cli.*'
 
 `--tests` (MUTATION_TESTS) narrows the test selection too: a survivor runs every selected test that
 called its function, so a part whose functions the whole selection calls (the review CLI, the shell

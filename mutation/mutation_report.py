@@ -1,16 +1,16 @@
 """`make mutation-report`: one table of every module's latest mutation score, read from the
-records `make mutation` leaves (tests/mutation-survivors.txt for the core run,
-tests/mutation-survivors-<part>.txt for each part), each row with where its run came from (the
+records `make mutation` leaves (mutation/mutation-survivors.txt for the core run,
+mutation/mutation-survivors-<part>.txt for each part), each row with where its run came from (the
 copy's commit and the run's start and wall time). A module in several records is taken from the
 newest run. The last column adds the survivors without a verdict that tests written after the run
-kill, as `tests/mutation_verify.py` found in that run's copy: its stored output,
-tests/mutation-verify-<part>.txt, counts only when it names the record's copy (its commit) or the
+kill, as `mutation/mutation_verify.py` found in that run's copy: its stored output,
+mutation/mutation-verify-<part>.txt, counts only when it names the record's copy (its commit) or the
 record itself, and only its `killed`/`timeout` lines for mutants the record lists as survived or
-untested without a verdict; survivors without a verdict that an entry of tests/mutation_equivalents/
-written after the run matches (by function and changed lines, as tests/mutation_summary.py matches)
+untested without a verdict; survivors without a verdict that an entry of mutation/mutation_equivalents/
+written after the run matches (by function and changed lines, as mutation/mutation_summary.py matches)
 leave the denominator. A fresh run of the part shows the same in its own record.
 
-    .venv/bin/python tests/mutation_report.py
+    .venv/bin/python mutation/mutation_report.py
 """
 
 from __future__ import annotations

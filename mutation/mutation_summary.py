@@ -1,8 +1,8 @@
 """The outcome of `make mutation`, in plain text: where the run came from, the score per module
 against the target, and every surviving mutant with its diff and verdict. Run from the folder
-mutmut ran in (build/mutation); `make mutation` writes it to tests/mutation-survivors.txt.
+mutmut ran in (build/mutation); `make mutation` writes it to mutation/mutation-survivors.txt.
 
-A survivor's verdict comes from tests/mutation_equivalents/<module>.txt (the dotted name under
+A survivor's verdict comes from mutation/mutation_equivalents/<module>.txt (the dotted name under
 `webhook`, e.g. core.decision.txt): an entry names the
 function (mutmut's name without the module and the `__mutmut_N` suffix) and the exact changed
 lines, then says why no input can tell the mutant from the original:
@@ -17,7 +17,7 @@ function's code changes; one entry covers every survivor of its function with th
 minus the equivalents; a survivor without an entry counts as not killed. An entry that matches
 no survivor is listed as stale (a test kills it now, or the code it argued about changed).
 
-    cd build/mutation && ../../.venv/bin/python ../../tests/mutation_summary.py [PATTERN ...]
+    cd build/mutation && ../../.venv/bin/python ../../mutation/mutation_summary.py [PATTERN ...]
 
 With mutmut name patterns (what `make mutation MUTANTS=...` ran, e.g. `webhook.fabrics.*`) only
 the mutants they match are counted and listed, and only those modules' entries can be stale. A
@@ -135,7 +135,7 @@ def main(patterns: list[str]) -> int:
         modules = {split_name(name)[0] for name in status}
         entries = {key: why for key, why in entries.items() if key[0] in modules}
     provenance = Path(PROVENANCE)
-    print("mutmut run of the interpreted source (tests/MUTATION.md says how to read this)")
+    print("mutmut run of the interpreted source (mutation/MUTATION.md says how to read this)")
     print(provenance.read_text().rstrip() if provenance.exists() else "(no provenance: not made by `make mutation`)")
 
     survivors: dict[str, tuple[Key, list[str]]] = {}
@@ -153,12 +153,12 @@ def main(patterns: list[str]) -> int:
     print("\n".join(score_table(status, equivalent)))
     stale = sorted(set(entries) - used)
     if stale:
-        print(f"\n{len(stale)} entries of tests/mutation_equivalents/ match no survivor of this run "
+        print(f"\n{len(stale)} entries of mutation/mutation_equivalents/ match no survivor of this run "
               f"(killed now, not run, or their code changed):")
         for module, function, diff in stale:
             print(f"- {module}.{function}: {' / '.join(diff)}")
     for name, (key, changed) in survivors.items():
-        verdict = "equivalent (tests/mutation_equivalents/)" if name in equivalent else "NO VERDICT"
+        verdict = "equivalent (mutation/mutation_equivalents/)" if name in equivalent else "NO VERDICT"
         print(f"\n## {name}: {status[name]}, {verdict}")
         print("\n".join(changed))
     return 0

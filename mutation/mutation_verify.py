@@ -2,8 +2,8 @@
 written into the source of the copy mutmut ran in (`mutmut apply`), the given tests run against
 that copy, and the file is put back. Run from build/mutation:
 
-    cd build/mutation && ../../.venv/bin/python ../../tests/mutation_verify.py \\
-        --tests ../../tests/test_final_state.py webhook.core.decision.x_check_final__mutmut_18 ...
+    cd build/mutation && ../../.venv/bin/python ../../mutation/mutation_verify.py \\
+        --tests ../../tests/core/test_decision_final_state.py webhook.core.decision.x_check_final__mutmut_18 ...
 
 Prints one line per mutant: killed (the tests failed), timeout (they ran longer than --timeout
 seconds: a mutant that loops, killed as mutmut counts it) or ALIVE.

@@ -1,7 +1,7 @@
 """Soak: the real server under mixed traffic while policies reload and the certificate rotates.
 
     .venv/bin/python tests/soak.py --minutes 10          # the long run
-    .venv/bin/python tests/soak.py --seconds 30 --json   # what tests/test_soak.py runs (shorter)
+    .venv/bin/python tests/soak.py --seconds 30 --json   # what tests/serving/test_server_soak.py runs (shorter)
 
 What runs, against `rdma-webhook serve` started exactly as tests/conftest.py does (2 workers,
 TLS on loopback, the example cluster state):

@@ -1,5 +1,5 @@
 """In-process tests of webhook/admission/review.py (issue 28, the admission.review part of the mutation
-run, tests/MUTATION.md): the AdmissionReview envelope around a decision, for /mutate and /validate.
+run, mutation/MUTATION.md): the AdmissionReview envelope around a decision, for /mutate and /validate.
 
 The contract is Kubernetes' (extensible-admission-controllers, admission.k8s.io/v1): the API server
 POSTs an AdmissionReview whose `request` carries a `uid`, the `kind`/`resource` (and `subResource`)
@@ -1267,7 +1267,7 @@ def test_a_huge_body_is_refused_with_413_and_a_large_pod_is_answered():
     assert len(resp["patch"]) < 8192  # the patch carries the changes, not the pod
 
 
-# -- fixed after the part's run (tests/MUTATION.md, admission.review, "found on the way") ---------------------
+# -- fixed after the part's run (mutation/MUTATION.md, admission.review, "found on the way") ---------------------
 
 def test_a_review_naming_neither_kind_nor_resource_is_read_by_its_object_kind():
     """A hand-written review without request.kind and request.resource: a Job is judged as a Job at

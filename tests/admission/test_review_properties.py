@@ -13,8 +13,8 @@ For every generated pod, and for the pod with its policy annotation set to each 
     privileged, host namespaces or hostPath appear; only the fields the webhook owns change;
   - a denial's message names every finding's rule id.
 
-Runs: `pytest tests/test_properties.py` (profile `rdma-ci`, derandomized, ~20-40 s on 2 cores);
-`HYPOTHESIS_PROFILE=long pytest tests/test_properties.py` for the long run (thousands of
+Runs: `pytest tests/admission/test_review_properties.py` (profile `rdma-ci`, derandomized, ~20-40 s on 2 cores);
+`HYPOTHESIS_PROFILE=long pytest tests/admission/test_review_properties.py` for the long run (thousands of
 examples per test, random, failures kept in .hypothesis/ and replayed first).
 """
 
@@ -377,7 +377,7 @@ def test_opted_in_pods_without_fallback_settings_are_mutated(pod):
                 (c["resources"].get(section) or {}).pop(r, None)
     pod["spec"].pop("hostNetwork", None)
     ann = pod["metadata"].get("annotations") or {}
-    if ann.get(keys.POD_POLICY) in ("no-such-policy", "gke-gib", "gke-tcpxo"):  # GKE's pods: tests/test_gke.py
+    if ann.get(keys.POD_POLICY) in ("no-such-policy", "gke-gib", "gke-tcpxo"):  # GKE's pods: tests/fabrics/test_gke.py
         del ann[keys.POD_POLICY]
     ann.pop(gke.INTERFACES, None)  # another fabric's GKE networks are a fabric-mismatch here
     if ann.get(keys.MULTUS_NETWORKS, "").strip().startswith("[") and not isinstance(_json_or_none(ann[keys.MULTUS_NETWORKS]), list):

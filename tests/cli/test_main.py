@@ -14,7 +14,7 @@ from cryptography import x509
 import kube_objects as k
 from conftest import CLI
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parent.parent.parent
 STATE = str(ROOT / "examples" / "cluster-state.yaml")
 # review uses no policy it is not given (issue 26): these tests judge against the whole catalogue
 POLICIES = str(ROOT / "policies")

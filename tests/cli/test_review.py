@@ -1,7 +1,7 @@
 """Issue 28 item 4, the review CLI layer (`webhook/cli/review.py`, `review_input.py`,
 `review_scope.py`, `review_explain.py`): what `rdma-webhook review` prints and exits with, exactly,
 on the inputs a platform team gives it. Written against the survivors of the mutation part
-`cli.review-parts` (tests/MUTATION.md; the record is tests/mutation-survivors-cli.review-parts.txt).
+`cli.review-parts` (mutation/MUTATION.md; the record is mutation/mutation-survivors-cli.review-parts.txt).
 
 - `--explain`: the headline, the why/deny/error/warn lines, each template and the diff of the pod
   as it would be, coloured (`--color always`) and not;
@@ -29,7 +29,7 @@ import yaml
 
 from webhook.cli import review_explain, review_input, review_scope
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parent.parent.parent
 POLICIES = str(ROOT / "policies")
 STATE = str(ROOT / "tests" / "manifests" / "cluster-state.yaml")
 INJECT = {"rdma-webhook.io/inject": "true"}
@@ -1026,11 +1026,11 @@ def test_a_script_from_a_configmap_in_the_input_is_read(tmp_path, ns):
 
 
 def dra_input(pod_namespace: str | None) -> list[dict]:
-    """tests/test_dra.py's EFA pod claiming an EFA DRA device under policy efa, with its DeviceClass
+    """tests/core/test_claims.py's EFA pod claiming an EFA DRA device under policy efa, with its DeviceClass
     and ResourceClaimTemplate (the template naming no namespace)."""
     import copy
 
-    from test_dra import EXAMPLES, OBJECTS
+    from core.test_claims import EXAMPLES, OBJECTS
 
     make = EXAMPLES["eks-efa-dra-template"][0]
     p = make()

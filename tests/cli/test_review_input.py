@@ -29,7 +29,7 @@ import pytest
 
 from webhook.cli import review_input
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parent.parent.parent
 MANIFESTS = ROOT / "tests" / "manifests"
 STATE = str(MANIFESTS / "cluster-state.yaml")
 SCHEMA = json.loads((ROOT / "webhook" / "cli" / "review-output.schema.json").read_text())

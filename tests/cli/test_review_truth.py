@@ -26,7 +26,7 @@ from webhook.admission import review as admission
 from webhook.cluster.state import FileClusterState, RuntimeStore
 from webhook.kinds import workloads
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parent.parent.parent
 POLICIES = str(ROOT / "policies")
 STATE = str(ROOT / "tests" / "manifests" / "cluster-state.yaml")
 EXAMPLE_STATE = str(ROOT / "examples" / "cluster-state.yaml")

@@ -188,7 +188,7 @@ def test_the_script_of_a_strict_mode_shell_is_read(command):
 
 def test_a_strict_mode_shell_pod_that_falls_back_to_tcp_is_denied(policies):
     import kube_objects as k
-    from test_commands import denied
+    from commands.test_reader_admission import denied
 
     pod = k.pod([k.container("trainer", command=["/bin/bash", "-euo", "pipefail", "-c"], args=[STRICT], gpus=8)])
     assert "NCCL_IB_DISABLE" in denied(pod, policies)
@@ -218,6 +218,6 @@ def test_python_module_names_are_not_files():
 
 
 def test_a_heredoc_fed_to_a_strict_mode_shell_is_its_script(policies):
-    from test_shell_edges import read_as_bash_runs_it
+    from commands.test_shell import read_as_bash_runs_it
 
     read_as_bash_runs_it("cat <<'EOF' | bash -oe pipefail\nexport NCCL_IB_DISABLE=1\ntorchrun t.py\nEOF", policies)

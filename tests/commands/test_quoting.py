@@ -1,4 +1,4 @@
-"""Issue 28 item 4, the gke-commands.rest part of the mutation run (tests/MUTATION.md): what
+"""Issue 28 item 4, the gke-commands.rest part of the mutation run (mutation/MUTATION.md): what
 `webhook.commands.quoting` (bash's brace expansion), `webhook.commands.state` (the shell state a
 branch that may have run leaves) and `webhook.commands.files` decide that the reader's tests left
 open, pinned against bash itself where bash is the oracle."""
@@ -113,7 +113,7 @@ def test_through_the_reader_a_branch_that_exports_or_sets_a_reaches_the_program(
 
 
 # -- names the substring pre-check (text.mentions) must not miss ------------------------------------------------
-# Found by the commands.reader part (tests/MUTATION.md): a name bash or Python reads but the text does not
+# Found by the commands.reader part (mutation/MUTATION.md): a name bash or Python reads but the text does not
 # spell out was never read, so each pod below was admitted while NCCL ran with NCCL_IB_DISABLE=1.
 
 HIDDEN_SHELL = [
@@ -129,7 +129,7 @@ HIDDEN_SHELL = [
 
 @pytest.mark.parametrize("script", HIDDEN_SHELL)
 def test_a_name_split_by_quotes_or_spelled_with_escapes_is_read(script, policies):
-    from test_shell_edges import read_as_bash_runs_it
+    from commands.test_shell import read_as_bash_runs_it
     from webhook.commands import text
 
     assert text.mentions(script, frozenset({"NCCL_IB_DISABLE"}))
@@ -137,7 +137,7 @@ def test_a_name_split_by_quotes_or_spelled_with_escapes_is_read(script, policies
 
 
 def test_a_python_name_spelled_with_an_escape_is_read(policies):
-    from test_commands import denied
+    from commands.test_reader_admission import denied
     import kube_objects as k
 
     code = "import os; os.environ['NCCL\\x5fIB_DISABLE'] = '1'; os.execvp('torchrun', ['torchrun', 't.py'])"

@@ -1,5 +1,5 @@
 """Edges of webhook/commands/reader.py that the mutation run of the part commands.reader
-(tests/MUTATION.md) found untested.
+(mutation/MUTATION.md) found untested.
 
 reader.py walks what shell.py parsed (and the argv of a container's command) as the shell and
 the launchers run it: which values of the asked names (NCCL's here, as the fallback rules ask)
@@ -1160,7 +1160,7 @@ def test_a_python_configmap_script_run_directly_sees_the_callers_exports(command
 
 
 def test_the_pod_of_a_python_configmap_script_run_with_env_is_denied(policies):
-    from test_scripts import NS, Maps, job_pod
+    from core.test_scripts import NS, Maps, job_pod
     from webhook.core.decision import DENIED, decide
 
     pod = job_pod()

@@ -13,8 +13,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import kube_objects as k
-from test_decision import ML, mutate_twice, respond
-from test_server import apply
+from core.test_decision import ML, mutate_twice, respond
+from serving.test_server import apply
 from webhook.commands import reader, shell, text
 from webhook.admission import review
 from webhook.core import fallback

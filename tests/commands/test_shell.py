@@ -1,5 +1,5 @@
 """Edges of webhook/commands/shell.py that the mutation run of the part commands.shell
-(tests/MUTATION.md) found untested.
+(mutation/MUTATION.md) found untested.
 
 shell.py turns a script into what the reader (webhook/commands/reader.py) walks: commands with their
 prefix assignments and words (quote removal as bash does it), the command substitutions that run
@@ -556,7 +556,7 @@ def test_a_comment_tree_sitter_sees_after_a_form_feed_does_not_hide_the_commands
     commands after `;` run; tree-sitter takes the character for a blank and the `#` for a comment
     to the end of the line. The script is read as text instead (found by the commands.shell part;
     before the fix it read as [] and the pod was admitted while NCCL ran on TCP)."""
-    from test_commands import denied, script_pod
+    from commands.test_reader_admission import denied, script_pod
 
     script = f"export NCCL_NET=IB{blank}#; export NCCL_IB_DISABLE=1; torchrun t.py"
     assert ("NCCL_IB_DISABLE", "1") in reader.settings(["bash", "-c", script], frozenset({"NCCL_IB_DISABLE", "NCCL_NET"}))
@@ -572,7 +572,7 @@ def test_a_negated_group_is_read_as_text_since_tree_sitter_names_a_command_after
     group runs in this shell, so its export reaches torchrun. Read as text, the export is seen
     (found by the commands.shell part; before the fix the script read as [] and the pod was
     admitted while NCCL ran on TCP)."""
-    from test_commands import denied, script_pod
+    from commands.test_reader_admission import denied, script_pod
 
     assert ("NCCL_IB_DISABLE", "1") in reader.settings(["bash", "-c", script], frozenset({"NCCL_IB_DISABLE"}))
     denied(script_pod(script), policies)
@@ -615,7 +615,7 @@ HEREDOC_LINES = [
 
 def read_as_bash_runs_it(script: str, policies) -> None:
     """bash runs NCCL with NCCL_IB_DISABLE=1, the reader sees it, and the pod is denied."""
-    from test_commands import denied, script_pod
+    from commands.test_reader_admission import denied, script_pod
 
     assert bash_sees(script) == "1"
     assert ("NCCL_IB_DISABLE", "1") in seen(script)
@@ -666,7 +666,7 @@ def test_brace_expansion_in_an_argument_as_bash_does_it(script, value):
 
 
 def test_a_brace_expansion_with_an_expansion_in_an_assigning_word_is_read_as_text(policies):
-    from test_commands import denied, script_pod
+    from commands.test_reader_admission import denied, script_pod
 
     script = "export NCCL_IB_DISABLE=${ZERO:-0}{,1}; torchrun t.py"
     assert bash_sees(script) == "01"

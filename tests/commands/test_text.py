@@ -1,5 +1,5 @@
 """Edges of webhook/commands/text.py and webhook/commands/python.py that the mutation run of the
-part commands.text-python (tests/MUTATION.md) found untested.
+part commands.text-python (mutation/MUTATION.md) found untested.
 
 text.py is the cheap reading of a command: whether it mentions a variable at all (`prefixes`,
 `mentions`), the textual reading a script the parser cannot read falls back to (`scan_text`:

@@ -17,7 +17,7 @@ import yaml
 
 import kube_objects as k
 from conftest import CLI
-from test_dra import BASE, NS, NAMESPACE, respond, template, request, worker, pod_of
+from core.test_claims import BASE, NS, NAMESPACE, respond, template, request, worker, pod_of
 from webhook.admission import review
 from webhook.cluster.state import ClaimStore
 from webhook.core import claims as dra

@@ -309,7 +309,7 @@ def test_unknown_or_forbidden_policy_denied(policies):
 
 def test_no_gpu_container_allowed_unchanged_with_warning(policies):
     """A labelled pod with neither a GPU nor an MPI launcher (an MPI launcher gets the block its
-    ranks need: tests/test_mpi.py)."""
+    ranks need: tests/core/test_ranks.py)."""
     pod = k.pod([k.container("data-prep", gpus=None, command=["python"], args=["prepare.py"])])
     resp, out, d = respond(pod, ML, policies)
     assert resp["allowed"] and "patch" not in resp

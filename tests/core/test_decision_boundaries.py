@@ -1,7 +1,7 @@
 """Edges of the core's small functions, asserted exactly: boundaries of NCCL's strtoll and of the
 extended-resource-name rules, how a denial names an unnamed pod, the fields of an early denial,
 and command words that are not all strings. Written for mutants `make mutation` found alive
-(tests/MUTATION.md)."""
+(mutation/MUTATION.md)."""
 
 from __future__ import annotations
 
@@ -308,7 +308,7 @@ def test_a_pod_without_a_gpu_container_is_answered_with_its_policy_and_warnings(
     d = decision.decide(pod, NS, policies)
     assert d.pod is pod and answer(d) == (
         "unchanged", "erdma", [], [NO_GPU, COMMAND_DEBUG.format("prep", "INFO")], [], NO_GPU[: -len("; left unchanged")], [])
-    # an MPI launcher gets the block its ranks need (tests/test_mpi.py), with the same warnings
+    # an MPI launcher gets the block its ranks need (tests/core/test_ranks.py), with the same warnings
     d = decision.decide(launcher("NCCL_DEBUG=INFO", "NCCL_SOCKET_IFNAME=net1"), NS, policies)
     assert d.outcome == "mutated" and d.warnings == [COMMAND_DEBUG.format("launcher", "INFO")]
     pod = launcher("NCCL_DEBUG=INFO", "NCCL_IB_DISABLE=1")

@@ -98,7 +98,7 @@ def test_command_scan_expands_only_a_reference_within_one_word():
 # The assignment scan as first written: one regex with the word-start lookbehind first, tried at
 # every character. Its values are read as the textual reading reads them now (issue 28: the
 # shell word after `NAME=` with bash's quote removal, `quoting.word_at`, which
-# tests/test_syntax_properties.py compares with bash; a quote left open: up to a blank, as
+# tests/commands/test_reader_syntax_properties.py compares with bash; a quote left open: up to a blank, as
 # written): what is compared here is which `NAME=` the two regexes find, in order.
 _ASSIGN_FIRST = re.compile(
     r"(?<![A-Za-z0-9_])(" + "|".join(fallback._SCANNED) + r")="

@@ -1,6 +1,6 @@
 """The final-state guard (`decision.check_final`, rules device-missing, ipc-lock-missing and
 enforced-env) and the policy choice, asserted field by field: written for mutants that `make
-mutation` found alive (tests/MUTATION.md), where the older tests only looked at `allowed` or at a
+mutation` found alive (mutation/MUTATION.md), where the older tests only looked at `allowed` or at a
 fragment of the message."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import pytest
 
 import kube_objects as k
 from conftest import ROOT
-from test_fabrics import DRA_POLICY, IB, ML, dra_policies, respond  # DRA_POLICY: the suite's one DRA policy
+from fabrics.test_fabrics import DRA_POLICY, IB, ML, dra_policies, respond  # DRA_POLICY: the suite's one DRA policy
 from webhook.core import decision, fallback, keys
 from webhook.grammar import k8s
 from webhook.cluster.state import FileClusterState

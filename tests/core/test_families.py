@@ -2,7 +2,7 @@
 scripts read from ConfigMap volumes (core.scripts) and the policy model (core.model), asserted
 exactly: which GKE networks of another policy a pod lists, a pod's claims after one already
 decided, the values read from DeviceClass and ResourceClaim objects as the API server lists
-them. Written for the mutants `make mutation` left alive in part core.rest (tests/MUTATION.md).
+them. Written for the mutants `make mutation` left alive in part core.rest (mutation/MUTATION.md).
 
 The policies are loaded inside each test (not at import, not by a session fixture), so that
 mutmut links the model's code to the tests that read it.

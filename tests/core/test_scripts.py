@@ -25,7 +25,7 @@ from webhook.commands.files import Files
 from webhook.core import scripts
 from webhook.core.decision import DENIED, MUTATED, Namespace, decide
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parent.parent.parent
 HERE = ROOT / "tests" / "manifests-scripts"
 STATE = str(ROOT / "tests" / "manifests" / "cluster-state.yaml")
 NS = Namespace("ml-training", {"rdma-webhook.io/injection": "enabled"})

@@ -6,7 +6,7 @@ exist, and must stay byte-identical to it:
 
 - deploy/catalogue/<name>/<name>.yaml, beside the kustomize Component that merges it into the
   (otherwise empty) policies ConfigMap of deploy/base;
-- charts/rdma-webhook/policies/<name>.yaml, which `policies.enabled` names (tests/test_chart.py).
+- charts/rdma-webhook/policies/<name>.yaml, which `policies.enabled` names (tests/deploy/test_chart.py).
 
 Overlays are rendered with the real `kubectl kustomize`, from a temporary folder (nothing is
 written into the checkout).
@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 CATALOGUE = REPO / "deploy" / "base" / "policies"
 COMPONENTS = REPO / "deploy" / "catalogue"
 CHART_POLICIES = REPO / "charts" / "rdma-webhook" / "policies"

@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 CHART = REPO / "charts" / "rdma-webhook"
 CATALOGUE = REPO / "deploy" / "base" / "policies"
 NAMES = sorted(p.stem for p in CATALOGUE.glob("*.yaml"))

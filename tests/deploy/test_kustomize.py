@@ -25,14 +25,14 @@ from webhook.telemetry.metrics import EXPORTED_METRIC_NAMES
 import yaml
 from conftest import CLI
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 DEPLOY = REPO / "deploy"
 NAMESPACE = "rdma-webhook"
 SERVICE = "rdma-webhook"
 DNS_NAMES = ["rdma-webhook.rdma-webhook.svc", "rdma-webhook.rdma-webhook.svc.cluster.local"]
 
 # The sample names the server exposes on /metrics: alerts and dashboard panels
-# may only use these (plus EXTERNAL_METRICS). tests/test_server.py checks that
+# may only use these (plus EXTERNAL_METRICS). tests/serving/test_server.py checks that
 # the live /metrics page carries exactly these names.
 EXPORTED_METRICS = EXPORTED_METRIC_NAMES
 
@@ -457,7 +457,7 @@ def _policy_files() -> dict[str, bytes]:
 def test_policies_configmap_is_empty_by_default():
     """Safe by default: the install enforces no fabric until the admin chooses one. The policies
     of policies/ (deploy/base/policies/) are a catalogue that overlays add by name
-    (deploy/catalogue/<name>/, checked in tests/test_catalogue.py)."""
+    (deploy/catalogue/<name>/, checked in tests/deploy/test_catalogue.py)."""
     assert _policy_files(), "the catalogue is still shipped"
     [cm] = [c for c in find(rendered("."), "ConfigMap") if c["metadata"]["name"].startswith("rdma-webhook-policies")]
     assert not cm.get("data") and not cm.get("binaryData"), sorted(cm.get("data", {}))
@@ -796,6 +796,6 @@ def test_containerfile():
 
 def test_containerignore():
     entries = set((REPO / ".containerignore").read_text().split())
-    assert {".venv", "tests", ".git", "certs"} <= entries
+    assert {".venv", "tests", "mutation", ".git", "certs"} <= entries
     for needed in ("pyproject.toml", "README.md", "webhook", "policies"):
         assert needed not in entries

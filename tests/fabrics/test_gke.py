@@ -21,14 +21,14 @@ import pytest
 import yaml
 
 import kube_objects as k
-from test_decision import mutate_twice, respond
+from core.test_decision import mutate_twice, respond
 from webhook.core import keys
 from webhook.core.decision import Namespace, decide
 from webhook.fabrics import gke
 from webhook.fabrics.gke import GkeNetwork
 from webhook.policy.load import load_texts
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parent.parent.parent
 MANIFESTS = ROOT / "tests" / "manifests-gke"
 # manifest -> the policy that fits it
 FITS = {"a3ultra-gib-pods.yaml": "gke-gib", "a4-gib-jobset.yaml": "gke-gib", "a3mega-tcpxo-job.yaml": "gke-tcpxo"}

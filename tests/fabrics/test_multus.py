@@ -1,5 +1,5 @@
 """Issue 28 item 4: what the fabrics' own modules decide that the fabric tests did not pin down,
-found by mutation testing (`make mutation MUTANTS='webhook.fabrics.*'`, tests/MUTATION.md):
+found by mutation testing (`make mutation MUTANTS='webhook.fabrics.*'`, mutation/MUTATION.md):
 Multus annotations the pod brings that Multus reads differently from a naive reading (an
 entry without a name, an empty interface request, a policy network that asks for its own
 interface name), and what the libfabric table tells the user about NCCL_NET_PLUGIN.
@@ -17,12 +17,12 @@ import pytest
 import yaml
 
 import kube_objects as k
-from test_fabrics import EKS, STATE, efa_worker, env_of, mutated, respond
+from fabrics.test_fabrics import EKS, STATE, efa_worker, env_of, mutated, respond
 from webhook.cluster.state import FileClusterState
 from webhook.core import keys
 from webhook.policy.load import load_dir, load_texts
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parent.parent.parent
 AI = STATE.namespace("ai-training")  # policy sriov-roce: the rdma-network attachment, interface net1
 
 

@@ -1,4 +1,4 @@
-"""Issue 28 item 4, the kinds.merge-trainer part of the mutation run (tests/MUTATION.md): what
+"""Issue 28 item 4, the kinds.merge-trainer part of the mutation run (mutation/MUTATION.md): what
 `webhook.kinds.merge.strategic_merge` and `webhook.kinds.trainer` decide that the workload tests
 left open, found by the part's survivors.
 
@@ -20,7 +20,7 @@ import copy
 
 import pytest
 
-from test_kinds_edges import INJECT, containers, pods, runtime, trainjob
+from kinds.test_trainer import INJECT, containers, pods, runtime, trainjob
 from webhook.kinds import trainer
 from webhook.kinds.merge import strategic_merge
 

@@ -1,6 +1,6 @@
 """Issue 28 item 4: what the kinds modules decide that the workload tests did not pin down, found
 by mutation testing (`make mutation MUTANTS='webhook.kinds.merge.* webhook.kinds.trainer.*'
-PART_NAME=kinds.merge-trainer`, tests/MUTATION.md): how a Kubeflow Trainer TrainJob's pods are
+PART_NAME=kinds.merge-trainer`, mutation/MUTATION.md): how a Kubeflow Trainer TrainJob's pods are
 made from its runtime (the `node` container found by name beside sidecars, v2.0's
 podSpecOverrides, runtimes and overrides missing parts), on runtimes shaped like Trainer's
 torch-distributed ClusterTrainingRuntime."""

@@ -1,8 +1,8 @@
 """In-process tests of webhook/kinds/verdict.py (issue 28, the kinds.verdict part of the mutation
-run, tests/MUTATION.md): what `/validate` and `rdma-webhook review` say about a workload, template
+run, mutation/MUTATION.md): what `/validate` and `rdma-webhook review` say about a workload, template
 by template.
 
-tests/test_manifests.py drives `check_workload` over every manifest under tests/manifests/, but
+tests/kinds/test_verdict_manifests.py drives `check_workload` over every manifest under tests/manifests/, but
 through the CLI and a server in other processes, which a mutation run cannot see. The first tests
 here are its twin in this process: the same files, the same expectations, through
 `webhook.cli.main.main` and through `check_workload` itself. The others pin what those manifests
@@ -24,7 +24,7 @@ import pytest
 import yaml
 
 from kube_objects import container
-from test_manifests import ALLOWED, DENIED, DENIED_RULES, STATE
+from kinds.test_verdict_manifests import ALLOWED, DENIED, DENIED_RULES, STATE
 from webhook.cluster.state import ClaimStore, FileClusterState, RuntimeStore, is_dra, is_runtime
 from webhook.core import keys
 from webhook.core.decision import Namespace
@@ -34,7 +34,7 @@ from webhook.kinds import trainer, workloads
 from webhook.kinds.verdict import check_workload
 from webhook.policy.load import load_dir, load_texts
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parent.parent.parent
 POLICIES = ROOT / "policies"
 EXAMPLE_STATE = ROOT / "examples" / "cluster-state.yaml"
 SCRIPTS = ROOT / "tests" / "manifests-scripts"
@@ -134,7 +134,7 @@ def opted_in(name: str, policy: str | None = None) -> Namespace:
     return Namespace(name, labels)
 
 
-# -- the twin of tests/test_manifests.py, in this process -------------------------------------------
+# -- the twin of tests/kinds/test_verdict_manifests.py, in this process -------------------------------------------
 
 def records(stdout: str) -> list[dict]:
     return [json.loads(line) for line in stdout.splitlines() if line.strip()]

@@ -20,7 +20,7 @@ import yaml
 from conftest import start_server, stop_server
 from webhook.kinds import workloads
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parent.parent.parent
 MANIFESTS = ROOT / "tests" / "manifests"
 STATE = str(MANIFESTS / "cluster-state.yaml")
 SCHEMA = json.loads((ROOT / "webhook" / "cli" / "review-output.schema.json").read_text())

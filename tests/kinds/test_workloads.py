@@ -1,9 +1,9 @@
 """In-process tests of webhook/kinds/workloads.py (issue 28, the kinds.workloads part of the mutation
-run, tests/MUTATION.md): where each workload kind keeps its pod templates, and which pod a
+run, mutation/MUTATION.md): where each workload kind keeps its pod templates, and which pod a
 controller makes of each.
 
-tests/test_workloads.py checks that a bad template of each kind is denied with its path, and
-tests/test_verdict_edges.py drives every manifest of tests/manifests/ through the check; neither
+tests/kinds/test_workloads_validate.py checks that a bad template of each kind is denied with its path, and
+tests/kinds/test_verdict.py drives every manifest of tests/manifests/ through the check; neither
 looks at the pod a template is read as. The tests here do, through `expand` (what `/validate` and
 `rdma-webhook review` judge), `templates`, `pod_from_template` and `group_of`, on objects shaped as
 each project's documentation writes them:
@@ -16,7 +16,7 @@ each project's documentation writes them:
   Workflow that references a WorkflowTemplate, items that are not templates, a script without
   source or command. The same code runs for WorkflowTemplate, ClusterWorkflowTemplate and
   CronWorkflow; Argo's templates are built when the table is built (at import), so a mutation
-  run sees their mutants only through `tests/mutation_verify.py`;
+  run sees their mutants only through `mutation/mutation_verify.py`;
 - AppWrapper podSets paths, in the grammar of AppWrapper's own `getValueAtPath` (fields, `[i]`
   indexes, consecutive indexes), and paths that lead nowhere finding nothing instead of raising;
 - embedded objects (AppWrapper components, Argo resource manifests): a known kind read once by its
@@ -50,7 +50,7 @@ from webhook.kinds.workloads import expand
 INJECT = {keys.POD_INJECT: keys.POD_INJECT_TRUE}
 ARGO = "argoproj.io"
 IMAGE = "nvcr.io/nvidia/pytorch:25.01-py3"
-MANIFESTS = Path(__file__).resolve().parent / "manifests"
+MANIFESTS = Path(__file__).resolve().parent.parent / "manifests"
 
 
 @pytest.fixture(autouse=True)

@@ -15,7 +15,7 @@ from webhook.policy.load import load_dir, load_texts
 from webhook.policy.store import PolicyStore
 from conftest import CLI
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parent.parent.parent
 
 GOOD = textwrap.dedent("""\
     apiVersion: rdma-webhook.io/v1alpha1

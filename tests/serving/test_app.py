@@ -1,6 +1,6 @@
 """webhook/serving/app.py in process, through Flask's test client (werkzeug builds the WSGI environ): the
 routing and sessions of `WebhookFlask`, which replace two of Flask's defaults. Over TLS the same
-app serves every test in test_server.py and test_hostile.py."""
+app serves every test in test_server.py and test_server_hostile.py."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """webhook/serving/asgi.py, the ASGI front uvicorn serves, driven the way uvicorn drives it: a scope, a
 `receive` that hands out the body in messages and a `send` that collects the answer. The front
-over real TLS is tested in test_server.py and test_hostile.py."""
+over real TLS is tested in test_server.py and test_server_hostile.py."""
 
 from __future__ import annotations
 

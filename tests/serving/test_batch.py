@@ -1,6 +1,6 @@
 """webhook/serving/batch.py: the metrics and log lines of the admissions one pass of the event loop
 answered are written once, right after that pass; outside a loop, at once. Over TLS the same
-code records every admission of test_server.py and test_soak.py (whose counters must equal what
+code records every admission of test_server.py and test_server_soak.py (whose counters must equal what
 the clients saw)."""
 
 from __future__ import annotations

@@ -684,7 +684,7 @@ def test_no_secrets_or_pod_specs_in_logs(sec_server):
         assert needle not in log, f"{needle!r} appears in the server log at the default level"
 
 
-# -- broken policy files (what tests/test_policy.py does not cover) --------------------------------
+# -- broken policy files (what tests/policy/test_load.py does not cover) --------------------------------
 
 _GOOD = RESTRICTED_POLICY.replace("llm-only", "p").replace("{matchLabels: {team: llm}}", "{}")
 

@@ -1,6 +1,6 @@
 """webhook/serving/worker.py's connection, driven on an event loop with a fake transport: the bounds
 and the gentle stop it adds to uvicorn's protocol. Over real TLS the same code serves every test
-in test_server.py, test_hostile.py and test_soak.py; here the timers are shortened so that the
+in test_server.py, test_server_hostile.py and test_server_soak.py; here the timers are shortened so that the
 cases that take 120 s in production (an idle connection) take milliseconds."""
 
 from __future__ import annotations

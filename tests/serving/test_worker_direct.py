@@ -1,16 +1,16 @@
 """Admissions answered by webhook/serving/worker.py's connection itself, without uvicorn's ASGI
 cycle (issue 29, the served path): which requests take that path, what they are answered, and
 that every other request still reaches the app as before. Driven on an event loop with the fake
-transport of test_uvworker.py; over real TLS the same path serves every admission of
-test_server.py and test_hostile.py."""
+transport of test_worker.py; over real TLS the same path serves every admission of
+test_server.py and test_server_hostile.py."""
 
 from __future__ import annotations
 
 import json
 
 import pytest
-from test_uvworker import Transport, ok_app, run_until, settle
-from test_uvworker import connect as base_connect
+from serving.test_worker import Transport, ok_app, run_until, settle
+from serving.test_worker import connect as base_connect
 from webhook.serving import worker as uvworker
 from webhook.serving.asgi import Front
 
