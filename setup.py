@@ -40,7 +40,7 @@ def ext_modules():
 
 # What the compiled extensions were built from: the sha256 of every webhook module present when
 # mypyc read them (it reads the core and what it imports). Written only after a build that
-# succeeded; tests/test_build.py compares it with the source under test, so a build that left
+# succeeded; tests/project/test_build.py compares it with the source under test, so a build that left
 # old extensions in place (or a source edited since) fails the suite instead of testing old code.
 MANIFEST = Path(__file__).with_name("build") / "mypyc-sources.json"
 

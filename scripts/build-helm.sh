@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Builds Helm from the Go module proxy into ~/.cache/rdma-webhook-helm/<version>/bin/helm (once per
-# version) and prints the binary's path. `make test` (tests/test_chart.py) and `make e2e`
+# version) and prints the binary's path. `make test` (tests/deploy/test_chart.py) and `make e2e`
 # (e2e/test_helm.py) use it; no Helm on PATH is needed. RDMA_WEBHOOK_HELM_CACHE moves the cache.
 # Needs only the Go toolchain (the same one e2e/build-controlplane.sh uses).
 set -euo pipefail

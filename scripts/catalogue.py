@@ -21,7 +21,7 @@ chart's README missed a policy). Here they are all derived from policies/:
   charts/rdma-webhook/README.md and deploy/README.md; the rest of those files is edited by hand.
 
 A generated file whose policy is gone (its first line names a policies/ file no longer there) is
-deleted. `--check` writes nothing and exits 1 naming every stale file (tests/test_catalogue.py runs
+deleted. `--check` writes nothing and exits 1 naming every stale file (tests/deploy/test_catalogue.py runs
 the same comparison). `--root DIR` works on another checkout (the tests' copies).
 """
 

@@ -1,7 +1,7 @@
 """Soak: the real server under mixed traffic while policies reload and the certificate rotates.
 
     .venv/bin/python -m tests.soak --minutes 10          # the long run, from the checkout's root
-    .venv/bin/python -m tests.soak --seconds 30 --json   # what tests/test_soak.py runs (shorter)
+    .venv/bin/python -m tests.soak --seconds 30 --json   # what tests/serving/test_server_soak.py runs (shorter)
 
 What runs, against `rdma-webhook serve` started exactly as tests/conftest.py does (2 workers,
 TLS on loopback, the example cluster state):
@@ -47,7 +47,7 @@ from typing import Any
 from cryptography.hazmat.primitives import serialization
 
 # By their names from the checkout's root: the working directory of `python -m tests.soak`, and
-# under pytest (tests/test_soak.py) the checkout the editable install puts on the import path
+# under pytest (tests/serving/test_server_soak.py) the checkout the editable install puts on the import path
 # (editable_mode=compat, Makefile), after PYTHONPATH so that `make test-pure` still tests its core.
 from tests import kube_objects as k
 from tests.conftest import Server, start_server, stop_server

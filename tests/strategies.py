@@ -13,7 +13,7 @@ commands (shell exports, `env`, `mpirun -x`, torchrun, os.environ), the Multus a
 comma and JSON form, the policy annotation (valid, unknown, absent), the opt-in label, the
 namespace (opted in or not, Pod Security labels, a default policy, unknown to the webhook).
 
-Profiles (see tests/test_properties.py): `rdma-ci` (default, derandomized, no example
+Profiles (see tests/admission/test_review_properties.py): `rdma-ci` (default, derandomized, no example
 database, sized for CI) and `long` (HYPOTHESIS_PROFILE=long: random, with the local database,
 many more examples).
 """

@@ -20,7 +20,7 @@ COMPILED_MODULES = (
 
 
 # The layers, lowest first. A module may import from its own package and from packages of lower
-# layers only, never upward nor sideways within a layer (tests/test_layers.py checks every import,
+# layers only, never upward nor sideways within a layer (tests/project/test_layers.py checks every import,
 # lazy ones included); the compiled core is the lower half.
 LAYERS = (
     ("telemetry",),            # metrics and logs

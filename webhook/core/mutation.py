@@ -27,7 +27,7 @@ def private_copy(pod: dict[str, Any], targets: list[Target]) -> dict[str, Any]:
     other subtree is shared. Shared subtrees are the same objects in both, so the patch diff
     skips them by identity instead of comparing or copying the whole pod. A new write in
     `apply` outside these paths must be added here: otherwise it would change the pod as sent
-    too, and the patch would miss it (tests/test_decision.py checks, for every decision it
+    too, and the patch would miss it (tests/core/test_decision.py checks, for every decision it
     makes, that the pod as sent is unchanged)."""
     copy = dict(pod)
     meta = copy.get("metadata")

@@ -27,7 +27,7 @@ screened with a C-level `==`, so its cost is that of the parts that changed:
     other   different type or value: replace
 
 Every operation applies to the document as it stands after the previous ones, so the patch
-applies to exactly the object sent and yields the copy (tests/test_decision.py applies every
+applies to exactly the object sent and yields the copy (tests/core/test_decision.py applies every
 patch with `jsonpatch` and checks that a second pass gives none).
 
 Equality is JSON equality, not Python's: `1 == 1.0 == True` in Python, so two subtrees that

@@ -1,0 +1,113 @@
+"""webhook/serving/app.py in process, through Flask's test client (werkzeug builds the WSGI environ): the
+routing and sessions of `WebhookFlask`, which replace two of Flask's defaults. Over TLS the same
+app serves every test in test_server.py and test_server_hostile.py."""
+
+from __future__ import annotations
+
+import json
+
+import flask
+import pytest
+
+from kube_objects import admission_review, pytorchjob_worker
+from webhook.serving.app import WebhookFlask, create_app
+from webhook.policy.store import PolicyStore
+
+from conftest import POLICIES
+
+
+@pytest.fixture()
+def client(cluster):
+    store = PolicyStore(str(POLICIES))
+    store.reload(force=True)
+    return create_app(store, cluster).test_client()
+
+
+@pytest.mark.parametrize("host", ["webhook.rdma-webhook.svc:443", "WebHook.Example:8443", "10.0.0.7", "[::1]:8443", "bücher.example"])
+def test_routes_match_whatever_the_host_header_says(client, host):
+    r = client.get("/healthz", headers={"Host": host})
+    assert r.status_code == 200 and r.get_json() == {"status": "ok"}
+    r = client.post("/mutate", data=json.dumps(admission_review(pytorchjob_worker())), headers={"Host": host},
+                    content_type="application/json")
+    assert r.status_code == 200 and r.get_json()["response"]["allowed"] is True
+
+
+def test_no_host_header_at_all(client):
+    r = client.get("/healthz", environ_overrides={"HTTP_HOST": ""})
+    assert r.status_code == 200
+
+
+@pytest.mark.parametrize("path, code", [("/mutate/", 404), ("/m%C3%BCtate", 404), ("/müt", 404), ("/", 404),
+                                        ("/healthz?verbose=1", 200), ("//healthz", 404)])
+def test_unknown_paths_are_json_404s(client, path, code):
+    r = client.get(path)
+    assert r.status_code == code and r.is_json
+
+
+def test_wrong_method_is_a_json_405(client):
+    r = client.get("/mutate")
+    assert r.status_code == 405 and "error" in r.get_json()
+
+
+def test_every_request_gets_the_same_read_only_null_session(cluster):
+    store = PolicyStore(str(POLICIES))
+    store.reload(force=True)
+    app = create_app(store, cluster)
+    seen = []
+
+    @app.get("/probe")
+    def probe():
+        seen.append(flask.session._get_current_object())
+        with pytest.raises(RuntimeError):
+            flask.session["x"] = 1  # no secret key: Flask's NullSession refuses writes
+        return "ok"
+
+    client = app.test_client()
+    assert client.get("/probe").status_code == 200 and client.get("/probe").status_code == 200
+    assert len(seen) == 2 and seen[0] is seen[1] and isinstance(seen[0], flask.sessions.NullSession)
+    assert "Set-Cookie" not in client.get("/probe").headers
+    assert isinstance(app, WebhookFlask)
+
+
+def test_answers_are_one_bytes_body_and_head_gets_none(client):
+    get, head = client.get("/healthz"), client.head("/healthz")
+    assert get.data == b'{"status":"ok"}' and get.headers["Content-Length"] == str(len(get.data))
+    assert head.status_code == 200 and head.data == b"" and head.headers["Content-Length"] == str(len(get.data))
+    assert get.headers["Content-Type"] == "application/json"
+
+
+def test_an_install_with_no_policy_chosen_is_ready_and_refuses_labelled_pods_saying_how_to_choose(cluster, tmp_path):
+    """The shipped policies are a catalogue (issue 26): a fresh install mounts an empty folder.
+    That is a configuration, not a broken one: /readyz answers 200 (a Deployment that never
+    becomes ready would leave the fail-closed webhook unreachable and every labelled pod refused
+    with "failed calling webhook"), and a labelled pod is denied by the webhook itself, [no-policy],
+    with the words an admin needs. Unlabelled pods are never sent (selectors), and the same empty
+    folder stays an error for `policy lint`."""
+    from webhook.core.decision import NO_POLICY_CHOSEN
+    from webhook.policy.load import load_dir
+
+    empty = tmp_path / "policies"
+    empty.mkdir()
+    store = PolicyStore(str(empty))
+    assert store.reload(force=True) and store.current is not None and len(store.current) == 0
+    client = create_app(store, cluster).test_client()
+    r = client.get("/readyz")
+    assert r.status_code == 200 and r.get_json() == {"status": "ready", "policies": []}
+    r = client.post("/mutate", data=json.dumps(admission_review(pytorchjob_worker())), content_type="application/json")
+    resp = r.get_json()["response"]
+    assert r.status_code == 200 and resp["allowed"] is False
+    assert resp["status"]["message"].endswith(f"{NO_POLICY_CHOSEN} [no-policy]"), resp["status"]["message"]
+    assert "policies.enabled" in NO_POLICY_CHOSEN and "deploy/catalogue/" in NO_POLICY_CHOSEN
+    policies, errors = load_dir(empty)
+    assert policies is None and [e.message for e in errors] == ["no *.yaml policy files in the folder"]
+
+
+def test_an_invalid_policy_folder_is_still_not_ready(cluster, tmp_path):
+    """Only the empty folder is ready without a policy: a folder whose files do not load is not."""
+    bad = tmp_path / "policies"
+    bad.mkdir()
+    (bad / "x.yaml").write_text("apiVersion: rdma-webhook.io/v1alpha2\nkind: RdmaPolicy\nname: x\n")
+    store = PolicyStore(str(bad))
+    assert not store.reload(force=True) and store.current is None
+    r = create_app(store, cluster).test_client().get("/readyz")
+    assert r.status_code == 503

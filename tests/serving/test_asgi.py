@@ -1,0 +1,202 @@
+"""webhook/serving/asgi.py, the ASGI front uvicorn serves, driven the way uvicorn drives it: a scope, a
+`receive` that hands out the body in messages and a `send` that collects the answer. The front
+over real TLS is tested in test_server.py and test_server_hostile.py."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+from webhook.serving import asgi
+from webhook.serving.asgi import BODY_COMPLETE, Front
+
+
+def scope(method="POST", path="/mutate", query=b"", headers=()):
+    return {"type": "http", "http_version": "1.1", "method": method, "path": path, "query_string": query,
+            "scheme": "https", "server": ("127.0.0.1", 8443), "client": ("10.0.0.9", 51234),
+            "headers": [(k.encode(), v.encode()) for k, v in headers]}
+
+
+def drive(front, sc, messages, pause_after=None):
+    """Run the front; `messages` are what receive returns in turn; after them receive waits
+    forever (a client that stopped sending)."""
+    sent = []
+    queue = list(messages)
+
+    async def receive():
+        if queue:
+            return queue.pop(0)
+        await asyncio.sleep(3600)
+
+    async def send(message):
+        sent.append(message)
+
+    asyncio.run(front(sc, receive, send))
+    return sent
+
+
+def answer(sent):
+    start, body = sent
+    assert start["type"] == "http.response.start" and body["type"] == "http.response.body"
+    return start["status"], dict(start["headers"]), body["body"]
+
+
+def echo_app(seen):
+    def app(environ, start_response):
+        seen.append(environ)
+        body = environ["wsgi.input"].read()
+        status = "413 Request Entity Too Large" if body == b"big" else "200 OK"
+        start_response(status, [("Content-Type", "application/json"), ("X-Len", str(len(body)))])
+        return [json.dumps({"got": body.decode()}).encode()]
+    return app
+
+
+def test_body_in_pieces_reaches_the_app_as_one_wsgi_request():
+    seen = []
+    sent = drive(Front(echo_app(seen)), scope(query=b"timeout=10s", headers=[("content-type", "application/json"),
+                                                                             ("x-forwarded-for", "a"), ("x-forwarded-for", "b")]),
+                 [{"type": "http.request", "body": b'{"a":', "more_body": True},
+                  {"type": "http.request", "body": b"", "more_body": True},
+                  {"type": "http.request", "body": b"1}", "more_body": False}])
+    status, headers, body = answer(sent)
+    assert status == 200 and json.loads(body) == {"got": '{"a":1}'}
+    assert headers[b"content-type"] == b"application/json" and headers[b"x-len"] == b"7"
+    assert b"connection" not in headers
+    env = seen[0]
+    assert (env["REQUEST_METHOD"], env["PATH_INFO"], env["QUERY_STRING"]) == ("POST", "/mutate", "timeout=10s")
+    assert env["CONTENT_TYPE"] == "application/json" and env["CONTENT_LENGTH"] == "7"
+    assert env["HTTP_X_FORWARDED_FOR"] == "a,b" and env["REMOTE_ADDR"] == "10.0.0.9"
+    assert (env["SERVER_NAME"], env["SERVER_PORT"], env["wsgi.url_scheme"]) == ("127.0.0.1", "8443", "https")
+
+
+def test_declared_length_over_the_limit_is_refused_unread():
+    seen = []
+    sent = drive(Front(echo_app(seen), max_body=10), scope(headers=[("content-length", "11")]), [])
+    status, headers, body = answer(sent)
+    assert status == 413 and headers[b"connection"] == b"close" and b"over 10 bytes" in body and not seen
+
+
+def test_chunked_body_over_the_limit_is_refused_as_it_arrives():
+    seen = []
+    sent = drive(Front(echo_app(seen), max_body=10),
+                 scope(headers=[("transfer-encoding", "chunked")]),
+                 [{"type": "http.request", "body": b"x" * 6, "more_body": True},
+                  {"type": "http.request", "body": b"x" * 6, "more_body": True}])  # then silence
+    status, headers, _ = answer(sent)
+    assert status == 413 and headers[b"connection"] == b"close" and not seen
+
+
+def test_a_body_that_stops_arriving_gets_408():
+    seen = []
+    sent = drive(Front(echo_app(seen), timeout=0.2), scope(headers=[("content-length", "100")]),
+                 [{"type": "http.request", "body": b"x", "more_body": True}])
+    status, headers, body = answer(sent)
+    assert status == 408 and headers[b"connection"] == b"close" and b"not received in time" in body and not seen
+
+
+def test_a_client_that_disconnects_is_not_answered():
+    seen = []
+    sent = drive(Front(echo_app(seen)), scope(), [{"type": "http.request", "body": b"x", "more_body": True},
+                                                  {"type": "http.disconnect"}])
+    assert sent == [] and not seen
+
+
+def test_a_413_from_the_app_closes_the_connection():
+    sent = drive(Front(echo_app([])), scope(), [{"type": "http.request", "body": b"big", "more_body": False}])
+    status, headers, _ = answer(sent)
+    assert status == 413 and headers[b"connection"] == b"close"
+
+
+def test_other_scopes_are_ignored():
+    sent = []
+
+    async def never():
+        raise AssertionError("receive called")
+
+    async def send(message):
+        sent.append(message)
+
+    asyncio.run(Front(echo_app([]))({"type": "lifespan"}, never, send))
+    assert sent == []
+
+
+def test_the_body_deadline_is_armed_only_when_the_body_may_still_be_on_its_way(monkeypatch):
+    armed = []
+    real = asyncio.timeout
+
+    def timeout(delay):
+        armed.append(delay)
+        return real(delay)
+
+    monkeypatch.setattr(asgi.asyncio, "timeout", timeout)
+    body = [{"type": "http.request", "body": b"{}", "more_body": False}]
+    for complete in (True, False):
+        sc = scope(headers=[("content-length", "2")])
+        if complete:
+            sc[BODY_COMPLETE] = True
+        seen = []
+        assert answer(drive(Front(echo_app(seen), timeout=7.0), sc, list(body)))[0] == 200
+    assert armed == [7.0]  # only for the scope without the mark
+
+
+# -- the admissions taken without Flask -------------------------------------------------------------
+
+def _front_and_flask(cluster):
+    from conftest import POLICIES
+    from webhook.policy.store import PolicyStore
+    from webhook.serving.app import create_app, wsgi
+
+    store = PolicyStore(str(POLICIES))
+    store.reload(force=True)
+    app = wsgi(create_app(store, cluster))
+    return Front(app), app
+
+
+def _bodies():
+    import kube_objects as k
+
+    good = json.dumps(k.admission_review(k.pytorchjob_worker())).encode()
+    return {"good": good, "empty": b"", "not json": b"{not json", "not a review": b'{"kind": "Pod"}',
+            "no uid": json.dumps({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": {}}).encode(),
+            "list": b"[1, 2]"}
+
+
+def test_admissions_skip_flask_and_answer_exactly_as_its_routes_do(cluster):
+    """A POST to /mutate or /validate goes straight to Admissions.answer (the WSGI app is never
+    called), and the answer is the one Flask's route gives for the same body, bad bodies included."""
+    front, app = _front_and_flask(cluster)
+    calls = []
+    front.app = lambda environ, start_response: calls.append(environ) or app(environ, start_response)
+    for path in ("/mutate", "/validate"):
+        for what, body in _bodies().items():
+            status, headers, data = answer(drive(front, scope(path=path, headers=[("content-length", str(len(body)))]),
+                                                 [{"type": "http.request", "body": body, "more_body": False}]))
+            via_flask = []
+            flask_data = b"".join(app({"REQUEST_METHOD": "POST", "PATH_INFO": path, "SCRIPT_NAME": "", "QUERY_STRING": "",
+                                       "SERVER_NAME": "x", "SERVER_PORT": "443", "SERVER_PROTOCOL": "HTTP/1.1",
+                                       "CONTENT_LENGTH": str(len(body)), "CONTENT_TYPE": "application/json",
+                                       "wsgi.input": __import__("io").BytesIO(body), "wsgi.url_scheme": "https",
+                                       "wsgi.errors": __import__("sys").stderr},
+                                      lambda s, h, e=None: via_flask.append((int(s[:3]), dict(h)))))
+            assert status == via_flask[0][0], (path, what, status, via_flask)
+            if what == "good":  # the same decision; the uid and the patch are the same, the timing is not in the body
+                assert json.loads(data) == json.loads(flask_data), (path, what)
+            else:
+                assert data == flask_data, (path, what, data, flask_data)
+            assert headers[b"content-type"] == b"application/json" and int(headers[b"content-length"]) == len(data)
+    assert calls == []  # Flask never saw them
+    # Everything else still goes through Flask: a wrong method, the probes.
+    status, _, data = answer(drive(front, scope(method="GET", path="/mutate"), [{"type": "http.request", "body": b""}]))
+    assert status == 405 and len(calls) == 1
+    status, _, data = answer(drive(front, scope(method="GET", path="/healthz"), [{"type": "http.request", "body": b""}]))
+    assert status == 200 and json.loads(data) == {"status": "ok"} and len(calls) == 2
+
+
+def test_an_error_outside_the_decision_on_the_direct_path_is_a_503_not_a_crash(cluster):
+    front, _ = _front_and_flask(cluster)
+
+    def broken(endpoint, body):
+        raise RuntimeError("boom")
+    front.direct = {"/mutate": ("mutate", broken)}
+    status, headers, data = answer(drive(front, scope(), [{"type": "http.request", "body": b"{}"}]))
+    assert status == 503 and json.loads(data) == {"error": "internal error"}
