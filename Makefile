@@ -15,7 +15,7 @@ PURE_TESTS := tests/core/test_decision.py tests/core/test_ranks.py tests/core/te
               tests/core/test_decision_final_state.py tests/core/test_decision_boundaries.py \
               tests/core/test_scripts.py tests/commands/test_invocation.py
 
-.PHONY: run test test-pure e2e compile bench clean planted mutation mutation-report image catalogue admission-policies
+.PHONY: run test lint format test-pure e2e compile bench clean planted mutation mutation-report image catalogue admission-policies
 
 # The editable install itself stays interpreted; `compile` builds the C extensions in place.
 # editable_mode=compat puts the checkout on sys.path, where mypyc's shared runtime module
@@ -51,9 +51,19 @@ run: $(VENV)/.compiled
 
 # Helm for tests/deploy/test_chart.py: built once from the Go module proxy into ~/.cache (scripts/build-helm.sh);
 # the MPI launchers of tests/core/test_ranks_real_launchers.py in their own prefixes under .venv/mpi.
-test: $(VENV)/.compiled $(VENV)/mpi/.installed
+test: $(VENV)/.compiled $(VENV)/mpi/.installed lint
 	RDMA_WEBHOOK_HELM="$$(bash scripts/build-helm.sh)" RDMA_WEBHOOK_EXPECT=compiled $(BIN)/pytest
 	$(MAKE) --no-print-directory test-pure
+
+# The formatter and the linter (ruff, configured in pyproject.toml): the tree as `ruff format`
+# leaves it, and no lint finding. `make format` rewrites the tree in place.
+lint: $(VENV)/.installed
+	$(BIN)/ruff format --check --quiet .
+	$(BIN)/ruff check --quiet .
+
+format: $(VENV)/.installed
+	$(BIN)/ruff format --quiet .
+	$(BIN)/ruff check --quiet --fix .
 
 test-pure: $(VENV)/.installed
 	rm -rf build/pure && mkdir -p build/pure && cp -r webhook build/pure/ && find build/pure/webhook -name '*.so' -delete
