@@ -194,7 +194,7 @@ def test_an_unknown_claim_of_another_policys_template_names_the_policy_of_this_n
     assert mismatches(d) == [("fabric-mismatch", None,
                               f"this pod claims {aligned.claim.template}, another fabric's RDMA NIC; policy efa-dra provides "
                               "NICs claimed through DRA (DeviceClass efa.networking.k8s.aws, driver dra.net); select policy "
-                              "roce-dranet-aligned with the annotation rdma-webhook.io/policy: roce-dranet-aligned")], name
+                              "roce-dranet-aligned with the annotation rdma-webhook.io/policy: roce-dranet-aligned")]
 
 
 CLAIMER = """\
