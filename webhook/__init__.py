@@ -11,7 +11,7 @@ __version__ = "0.1.0"
 COMPILED_MODULES = (
     "grammar.k8s", "grammar.nccl",
     "commands.launchers", "commands.invocation", "commands.shell", "commands.text", "commands.python", "commands.files", "commands.state", "commands.reader",
-    "commands.record", "commands.source_words",
+    "commands.record", "commands.source_words", "commands.shell_builtins",
     "fabrics.transports", "fabrics.multus", "fabrics.gke",
     "core.keys", "core.model", "core.scripts", "core.claims", "core.fallback", "core.families", "core.decision", "core.mutation",
     "core.ranks", "core.patch", "core.targets", "core.subject", "core.pod_warnings",

@@ -19,7 +19,7 @@ import yaml
 
 from conftest import CLI, POLICIES, ROOT
 from webhook.grammar import nccl
-from webhook.policy import admission_policy as ap
+from webhook.policy import admission_policy as ap, cel, final_state_rules
 from webhook.policy.load import load_dir, load_texts
 
 NAMES = sorted(p.stem for p in POLICIES.glob("*.yaml"))
@@ -134,14 +134,14 @@ def test_the_match_condition_holds_each_rule_of_the_validations(shipped):
         spec = ap.policy_spec(policy)
         expression = spec["matchConditions"][0]["expression"]
         assert expression.startswith("!(") and expression.endswith(")")
-        target = ap._target(policy)
+        target = cel.is_target(policy)
         rules = ap.rules(policy)
         assert [v["expression"] for v in spec["validations"]] == [ap._validation(r)["expression"] for r in rules]
         by_over = {over: " && ".join(f"({r.condition})" for r in rules if r.over == over) for over in (ap.TARGETS, ap.CHECKED, ap.POD)}
         assert by_over[ap.TARGETS] and by_over[ap.CHECKED]  # IPC_LOCK and shm; NCCL_NET's fallback on every transport
         # a target: its rules and the checked rules; another container that sees GPUs: the checked rules
-        each = f"({target}) ? ({by_over[ap.TARGETS]} && {by_over[ap.CHECKED]}) : (!({ap._others()}) || ({by_over[ap.CHECKED]}))"
-        containers = f"object.spec.containers.all(c, {ap._with_names(each)})"
+        each = f"({target}) ? ({by_over[ap.TARGETS]} && {by_over[ap.CHECKED]}) : (!({cel.sees_gpus_otherwise()}) || ({by_over[ap.CHECKED]}))"
+        containers = f"object.spec.containers.all(c, {cel.with_names(each)})"
         assert expression.count("object.spec.containers.all(") == 1, policy.name  # one pass
         if by_over[ap.POD]:
             assert expression == f"!({containers} && (({by_over[ap.POD]}) || !object.spec.containers.exists(c, {target})))", policy.name
@@ -177,12 +177,12 @@ def test_templated_enforced_values_are_checked_for_presence():
 @pytest.mark.parametrize("value", ["1", "0", "", "08", "010", "0x0", "0x1", "0xA", "  -1", "+2", "abc", "0x", "00",
                                    "7", "0 1", "1abc", " 0x00f", "9", "\t3", "-0"])
 def test_the_ib_disable_expression_reads_as_nccl_does(value):
-    assert bool(re.match(ap.IB_DISABLED_RE, value)) == nccl.ib_disabled(value)
+    assert bool(re.match(final_state_rules.IB_DISABLED_RE, value)) == nccl.ib_disabled(value)
 
 
 @pytest.mark.parametrize("text,literal", [("IB", "'IB'"), ("it's", "'it\\'s'"), ("a\\b", "'a\\\\b'"), ("x\ny", "'x\\x0ay'")])
 def test_cel_string_literals(text, literal):
-    assert ap.cel_str(text) == literal
+    assert cel.cel_str(text) == literal
 
 
 def test_dry_run_and_bad_actions(shipped):

@@ -70,6 +70,15 @@ def _runtime_value(obj: Mapping[str, Any]) -> dict[str, Any]:
             "metadata": {"name": meta.get("name"), "namespace": meta.get("namespace")}, "spec": obj.get("spec")}
 
 
+def _without_retries(api_client: client.ApiClient) -> None:
+    """urllib3's default retries GETs 3 times, read timeouts included: the 2 s direct read could
+    take 8 s. The informer loops do their own retrying, with backoff. (A client configured with
+    retries of its own keeps them.)"""
+    if api_client.configuration.retries is None:
+        api_client.configuration.retries = False
+        api_client.rest_client = rest.RESTClientObject(api_client.configuration)
+
+
 class ApiClusterState(DraLookups):
     """`ClusterState` backed by list+watch against the API server (see the module docstring)."""
 
@@ -90,11 +99,27 @@ class ApiClusterState(DraLookups):
         self.list_from_cache = list_from_cache  # resourceVersion=0 on a list's first request (see relist)
         self.stale_after = stale_after  # seconds of failing lists/watches before `ready()` says no
         self.clock = clock  # what the stale rule reads the time from (tests pass one they move)
-        if api_client.configuration.retries is None:
-            # urllib3's default retries GETs 3 times, read timeouts included: the 2 s direct read
-            # could take 8 s. The informer loops do their own retrying, with backoff.
-            api_client.configuration.retries = False
-            api_client.rest_client = rest.RESTClientObject(api_client.configuration)
+        _without_retries(api_client)
+        self._make_informers(api_client)
+        # The policy mode's read-only check of the generated ValidatingAdmissionPolicies, when
+        # `admission_policies` gives the policies in force (webhook.cluster.admission_policies).
+        self.admission_policy_check: Any = None
+        if admission_policies is not None:
+            from webhook.cluster.admission_policies import AdmissionPolicyCheck
+
+            self.admission_policy_check = AdmissionPolicyCheck(self, api_client, admission_policies)
+        self._tracking_nads = False
+        self._tracking_dra = False
+        self._started = False
+        self._stopping = threading.Event()
+        self._threads: list[threading.Thread] = []
+        self._lock = threading.Lock()
+        self._misses: dict[str, float] = {}  # namespace name -> monotonic time the miss expires
+        self._inflight: dict[str, list[Any]] = {}  # namespace name -> [Event, result] of a direct read
+
+    def _make_informers(self, api_client: client.ApiClient) -> None:
+        """One informer per kind followed, none started: namespaces and NADs (metadata only), the
+        Trainer runtimes and the DRA kinds (optional CRDs)."""
         self._core = client.CoreV1Api(api_client)
         custom = client.CustomObjectsApi(api_client)
         self._ns = Informer(self, "namespaces", self._core.list_namespace, (), ns_key, namespace_from,
@@ -106,22 +131,7 @@ class ApiClusterState(DraLookups):
                       _tr_key, _runtime_value, optional=True),
             Informer(self, CTR_PLURAL, custom.list_cluster_custom_object, (TRAINER_GROUP, TRAINER_VERSION, CTR_PLURAL),
                       lambda obj: str(obj["metadata"]["name"]), _runtime_value, optional=True))
-        # The policy mode's read-only check of the generated ValidatingAdmissionPolicies, when
-        # `admission_policies` gives the policies in force (webhook.cluster.admission_policies).
-        self.admission_policy_check: Any = None
-        if admission_policies is not None:
-            from webhook.cluster.admission_policies import AdmissionPolicyCheck
-
-            self.admission_policy_check = AdmissionPolicyCheck(self, api_client, admission_policies)
         self._dra_informers = dra_informers(self, custom, Informer)
-        self._tracking_nads = False
-        self._tracking_dra = False
-        self._started = False
-        self._stopping = threading.Event()
-        self._threads: list[threading.Thread] = []
-        self._lock = threading.Lock()
-        self._misses: dict[str, float] = {}  # namespace name -> monotonic time the miss expires
-        self._inflight: dict[str, list[Any]] = {}  # namespace name -> [Event, result] of a direct read
 
     @classmethod
     def from_environment(cls, uses_networks: Callable[[], bool], **kw: Any) -> "ApiClusterState":  # uses_dra= in kw

@@ -25,14 +25,14 @@ every `NAME=value` it finds. Nothing here raises on any input.
 Cost: only a text that mentions one of the names (a substring test per name prefix, then per
 name) is parsed at all, and a parsed script is remembered by its text: a decision pays the
 parser once per distinct script. A reading is remembered too (`read`), with what it looked up
-as it went (`webhook.commands.record`, the part of the walk that records).
+as it went (`webhook.commands.record`, the part of the walk that records). The builtins it knows
+by name, and what `export`/`declare`/`unset` do, are `webhook.commands.shell_builtins`.
 """
 
 from __future__ import annotations
 
-import re
 import shlex
-from typing import Any, Final
+from typing import Any
 
 from webhook.commands import invocation
 from webhook.commands.files import Budget, FileSource, Lookup, Reading
@@ -40,20 +40,10 @@ from webhook.commands.launchers import LAUNCHERS, MCA_ENV_LIST
 from webhook.commands.python import python_settings
 from webhook.commands.record import Record
 from webhook.commands.state import State, Var
+from webhook.commands.shell_builtins import DECLARE, NAME, NO_PROCESS, declare
 from webhook.commands.shell import (CACHE_MAX, MAX_DEPTH, MAX_PARSED, PARSED, PYTHON_NAME, SEQ, SHELLS, SUB, Block, Cmd,
                                     Unreadable, parse_script)
 from webhook.commands.text import mentions, scan_text
-
-# Shell builtins (and plain programs) that start no process of their own: their arguments are
-# data, so `echo NCCL_NET=Socket` sets nothing, and they see no environment worth reporting.
-_NO_PROCESS: Final = frozenset({
-    "echo", "printf", "cd", "pwd", "true", "false", ":", "test", "[", "read", "shift", "wait", "trap", "return",
-    "exit", "break", "continue", "ulimit", "umask", "alias", "unalias", "hash", "type", "getopts", "let", "shopt",
-    "source", ".", "printenv", "sleep", "mkdir", "touch", "cat", "ls", "rm", "cp", "mv", "ln", "chmod", "chown",
-    "tee", "grep", "sed", "awk", "head", "tail", "wc", "hostname", "date", "nslookup", "ping", "whoami", "id",
-})
-_DECLARE: Final = frozenset({"export", "declare", "typeset", "local", "readonly"})
-_NAME: Final = re.compile(r"[A-Za-z_][A-Za-z0-9_]*$")
 
 
 # -- the reading ------------------------------------------------------------------------------
@@ -118,7 +108,7 @@ class _Reader(Record):
             self.launcher(argv, LAUNCHERS[base], state, depth)
         elif PYTHON_NAME.match(base):
             self.python(argv, state)
-        elif base not in _NO_PROCESS:
+        elif base not in NO_PROCESS:
             # an unknown program (an entrypoint, tini, timeout, nohup, torchrun --no-python):
             # read on from the first later word that names a program we know
             for i in range(1, len(argv)):
@@ -194,7 +184,7 @@ class _Reader(Record):
                 break
             elif w.startswith("-"):
                 pass  # -0, -v, --debug ...
-            elif "=" in w and _NAME.match(w.split("=", 1)[0]):
+            elif "=" in w and NAME.match(w.split("=", 1)[0]):
                 name, value = w.split("=", 1)
                 state.vars[name] = Var([value], True, True, self.file)
             else:
@@ -317,8 +307,8 @@ class _Reader(Record):
             return
         argv: list[str | None] = [self.expand(w, state) for w in cmd.words]
         program = argv[0]
-        if program in _DECLARE or program == "unset":
-            self.declare(str(program), argv[1:], state)
+        if program in DECLARE or program == "unset":
+            declare(self, str(program), argv[1:], state)
             return
         if program == "set":
             for w in argv[1:]:
@@ -345,53 +335,13 @@ class _Reader(Record):
         if program in ("source", ".") and len(argv) > 1:
             self.from_file(argv[1], state, depth + 1)  # read in this shell: its assignments stay
             return
-        if program in _NO_PROCESS:
+        if program in NO_PROCESS:
             return
         child = state.child()
         for name, word in cmd.assigns:  # NAME=value cmd: for this process only
             if name:
                 child.vars[name] = Var([self.expand(word, state)], True, True, self.file)
         self.process(argv, child, depth + 1)
-
-    def declare(self, keyword: str, args: list[str | None], state: State) -> None:
-        export = keyword == "export"
-        unexport = False
-        functions = False
-        for w in args:
-            if w is None:
-                continue
-            if keyword != "unset" and w[:1] in ("-", "+") and len(w) > 1 and "=" not in w:
-                if "x" in w:
-                    export, unexport = w[0] == "-", w[0] == "+"
-                if "n" in w and keyword == "export":
-                    export, unexport = False, True
-                functions = functions or "f" in w
-                continue
-            if keyword == "unset":
-                if w in ("-f", "-v", "-n"):
-                    functions = w == "-f"
-                    continue
-                if not functions:
-                    state.vars[w] = Var([], False)  # unset: nothing to see, nothing inherited
-                continue
-            if functions:
-                continue
-            name, eq, value = w.partition("=")
-            if not _NAME.match(name):
-                continue
-            if eq:
-                self.assign(state, name, value, export)
-                if unexport:
-                    state.vars[name].exported = False
-            else:
-                v = state.vars.get(name)
-                if v is None:
-                    inherited = self.inherited(state, name)
-                    v = state.vars[name] = Var([inherited] if inherited is not None else [], inherited is not None, False)
-                if export:
-                    v.exported = True
-                elif unexport:
-                    v.exported = False
 
 
 # -- the entry point --------------------------------------------------------------------------
