@@ -13,7 +13,7 @@ PURE_TESTS := tests/core/test_decision.py tests/core/test_ranks.py tests/core/te
               tests/admission/test_review_properties.py tests/kinds/test_workloads_validate.py \
               tests/project/test_build.py tests/commands/test_reader_admission.py tests/fabrics/test_fabrics.py \
               tests/core/test_decision_final_state.py tests/core/test_decision_boundaries.py \
-              tests/core/test_scripts.py tests/commands/test_invocation.py
+              tests/core/test_scripts.py tests/commands/test_invocation.py tests/admission/test_judge.py
 
 .PHONY: run test lint format test-pure e2e compile bench clean planted mutation mutation-report image catalogue admission-policies
 

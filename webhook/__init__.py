@@ -15,7 +15,7 @@ COMPILED_MODULES = (
     "fabrics.transports", "fabrics.multus", "fabrics.gke",
     "core.keys", "core.model", "core.scripts", "core.claims", "core.fallback", "core.families", "core.decision", "core.mutation",
     "core.ranks", "core.patch", "core.targets", "core.subject", "core.pod_warnings",
-    "admission.review",
+    "admission.judge", "admission.review",
 )
 
 

@@ -752,7 +752,7 @@ def test_bad_input_through_review_names_file_template_container_and_field(tmp_pa
 
 # -- review.py: what is checked and what is not -------------------------------------------------------
 
-# Every kind `review` knows to hold no pods (review.COMPANION_KINDS), written out here.
+# Every kind `review` knows to hold no pods (workloads.COMPANION_KINDS), written out here.
 COMPANIONS = [
     "Namespace", "Service", "Endpoints", "EndpointSlice", "ConfigMap", "Secret", "ServiceAccount",
     "PersistentVolume", "PersistentVolumeClaim", "StorageClass", "VolumeAttachment", "CSIDriver", "LimitRange",
@@ -772,9 +772,9 @@ COMPANIONS = [
 
 
 def test_the_companion_kinds_are_these():
-    from webhook.cli import review as cli_review
+    from webhook.kinds import workloads
 
-    assert len(COMPANIONS) == len(set(COMPANIONS)) and cli_review.COMPANION_KINDS == frozenset(COMPANIONS)
+    assert len(COMPANIONS) == len(set(COMPANIONS)) and workloads.COMPANION_KINDS == frozenset(COMPANIONS)
 
 
 @pytest.mark.parametrize("strict", [(), ("--strict",)])

@@ -1,2 +1,3 @@
-"""The AdmissionReview envelope: a request body in, the core's (or a workload's) decision, the
-response out with its patch, warnings and status. No I/O: the HTTP layer and `review` call it."""
+"""The AdmissionReview envelope and the judge inside it: a request body in, the judge's decision
+on its pod or workload (`judge`), the response out with its patch, warnings and status (`review`).
+No I/O: the HTTP layer calls `review`; `rdma-webhook review` calls the judge directly."""

@@ -12,8 +12,9 @@ from typing import Any, Callable
 
 import orjson
 
+from webhook.admission.judge import Expanded, judge_list, judge_pod, judge_workload
 from webhook.core import patch
-from webhook.core.decision import DENIED, MUTATED, Attachments, Decision, Namespace, check_final, decide, pod_name
+from webhook.core.decision import DENIED, MUTATED, Attachments, Decision, Namespace, pod_name
 from webhook.core.claims import Claims
 from webhook.core.model import PolicySet
 
@@ -50,6 +51,12 @@ def parse(body: bytes) -> Request:
         review = orjson.loads(body)
     except orjson.JSONDecodeError as exc:
         raise BadReview(f"request body is not valid JSON: {exc}") from None
+    return request_of(review)
+
+
+def request_of(review: Any) -> Request:
+    """The request of an AdmissionReview already read (an HTTP body's, or one `rdma-webhook
+    review` read from a file); BadReview when there is no usable uid."""
     if not isinstance(review, dict):
         raise BadReview("request body is not a JSON object (expected an AdmissionReview)")
     request = review.get("request")
@@ -147,9 +154,14 @@ def _is_pod(req: Request) -> bool:
 
 
 def _namespace(req: Request, namespace_of: NamespaceLookup) -> Namespace | None:
-    ns_name = req.namespace
-    if not ns_name and isinstance(req.obj, dict) and isinstance(req.obj.get("metadata"), dict):
-        ns_name = str(req.obj["metadata"].get("namespace") or "")
+    return object_namespace(req.namespace, req.obj, namespace_of)
+
+
+def object_namespace(ns_name: str, obj: Any, namespace_of: NamespaceLookup) -> Namespace | None:
+    """The namespace an object is judged in: the request's, else (a cluster-scoped object, a
+    hand-written review) the one its metadata names; None for neither."""
+    if not ns_name and isinstance(obj, dict) and isinstance(obj.get("metadata"), dict):
+        ns_name = str(obj["metadata"].get("namespace") or "")
     return namespace_of(ns_name) if ns_name else None
 
 
@@ -160,7 +172,7 @@ def review_request(req: Request, policies: PolicySet | None, namespace_of: Names
     those of its input in `rdma-webhook review`. `claims`: the DRA objects known."""
     if not _is_pod(req):
         return None
-    return decide(req.obj, _namespace(req, namespace_of), policies, attachments, req.operation, config_maps, claims)
+    return judge_pod(req.obj, _namespace(req, namespace_of), policies, attachments, req.operation, config_maps, claims)
 
 
 Handled = tuple[int, dict[str, Any], Decision | None, Request | None]
@@ -172,8 +184,12 @@ def _other_operation(req: Request) -> Handled | None:
     mistake must never stop a pod or a job from being deleted."""
     if req.operation == "CREATE":
         return None
-    decision = Decision("skipped", req.obj, reason=f"operation {req.operation or '(none)'}: only CREATE is considered")
+    decision = _skipped_operation(req)
     return 200, response(req.uid, decision), decision, req
+
+
+def _skipped_operation(req: Request) -> Decision:
+    return Decision("skipped", req.obj, reason=f"operation {req.operation or '(none)'}: only CREATE is considered")
 
 
 def _parsed(body: bytes) -> Request | Handled:
@@ -202,92 +218,45 @@ def handle(body: bytes, policies: PolicySet | None, namespace_of: NamespaceLooku
 
 def validate_request(req: Request, policies: PolicySet | None, namespace_of: NamespaceLookup,
                      attachments: Attachments | None, runtimes: Any = None,
-                     config_maps: Any = None, claims: Claims | None = None) -> tuple[Decision | None, str | None]:
+                     config_maps: Any = None, claims: Claims | None = None,
+                     expanded: Expanded | None = None) -> tuple[Decision | None, str | None]:
     """(decision, deny message) for /validate: the final-state guard for a pod, the template
     check for a workload, (None, None) for anything else. `runtimes` looks up Kubeflow Trainer
-    runtimes for TrainJobs (webhook.kinds.trainer.Runtimes; None: not tracked)."""
+    runtimes for TrainJobs (webhook.kinds.trainer.Runtimes; None: not tracked). `expanded`: a
+    workload's templates, when the caller has expanded them (webhook.admission.judge)."""
     from webhook.kinds import workloads
-    from webhook.kinds.verdict import check_workload
 
     if _is_pod(req):
-        return check_final(req.obj, _namespace(req, namespace_of), policies, attachments, req.operation, config_maps,
-                           claims), None
+        return judge_pod(req.obj, _namespace(req, namespace_of), policies, attachments, req.operation, config_maps,
+                         claims, final=True), None
     obj = req.obj if isinstance(req.obj, dict) else {}
     group = req.group if req.kind else workloads.group_of(obj.get("apiVersion"))
     kind = req.kind or str(obj.get("kind") or "")
     if group == "" and kind == "List" and isinstance(obj.get("items"), list) and not req.sub_resource:
-        return _validate_list(req, obj["items"], policies, namespace_of, attachments, runtimes, config_maps, claims)
+        return judge_list(req.obj, obj["items"], req.namespace, namespace_of, policies, attachments, runtimes,
+                          config_maps, claims)
     if not workloads.is_workload(group, kind) or req.sub_resource:
         return None, None
-    verdict = check_workload(req.obj, group, kind, _namespace(req, namespace_of), policies, attachments, runtimes,
-                             config_maps=config_maps, claims=claims)
-    # A validating webhook never patches: a workload whose pods will be mutated is allowed as is,
-    # with the summary of what they will get among its warnings.
-    outcome, reason = verdict.outcome, "" if verdict.results else (
-        verdict.unresolved[0] if verdict.unresolved else "no template carries the pod opt-in label")
-    if outcome == MUTATED:
-        outcome, reason = "unchanged", "pods will be mutated"
-    decision = Decision(outcome, req.obj, verdict.policy, verdict.denials(), verdict.warnings(), reason=reason,
-                        templates=verdict.results)
-    return decision, (verdict.message() if not verdict.allowed else None)
+    return judge_workload(req.obj, group, kind, _namespace(req, namespace_of), policies, attachments, runtimes,
+                          config_maps, claims, expanded)
 
 
-def _validate_list(req: Request, items: list[Any], policies: PolicySet | None, namespace_of: NamespaceLookup,
-                   attachments: Attachments | None, runtimes: Any, config_maps: Any,
-                   claims: Claims | None = None) -> tuple[Decision | None, str | None]:
-    """A `v1` List (what `kubectl get -o yaml` and `kubectl kustomize` print, sent by a caller,
-    never by the API server): every workload and pod in it, judged with the ConfigMaps it holds
-    (scripts run from ConfigMap volumes), one answer naming each object. A pod is judged as its
-    CREATE would be: by /mutate's decision, as a workload's template is (a manifest's pod has not
-    been mutated yet; a stored one is left as it is by the decision, which is idempotent)."""
-    from webhook.core.subject import Finding
-    from webhook.core.scripts import ConfigMapStore, is_config_map
-    from webhook.kinds import workloads
-    from webhook.kinds.verdict import check_workload
-
-    store = ConfigMapStore(config_maps)
-    for item in items:
-        if is_config_map(item):
-            store.add(item, req.namespace or "default")
-    denials: list[Finding] = []
-    warnings: list[str] = []
-    messages: list[str] = []
-    results: list[Any] = []
-    policies_used: list[str] = []
-    checked = False
-    for item in items:
-        if not isinstance(item, dict):
-            continue
-        group, kind = workloads.group_of(item.get("apiVersion")), str(item.get("kind") or "")
-        found_meta = item.get("metadata")
-        meta: dict[str, Any] = found_meta if isinstance(found_meta, dict) else {}
-        ns_name = str(meta.get("namespace") or req.namespace or "")
-        ns = namespace_of(ns_name) if ns_name else None
-        label = f"{kind} {meta.get('name') or meta.get('generateName') or '(unnamed)'}"
-        if group == "" and kind == "Pod":
-            d = decide(item, ns, policies, attachments, "CREATE", store, claims)
-            found, said, allowed, used = d.denials, d.warnings, d.outcome != DENIED, d.policy
-        elif workloads.is_workload(group, kind):
-            verdict = check_workload(item, group, kind, ns, policies, attachments, runtimes, config_maps=store, claims=claims)
-            found, said, allowed, used = verdict.denials(), verdict.warnings(), verdict.allowed, verdict.policy
-            results.extend(verdict.results)
-        else:
-            continue
-        checked = True
-        for f in found:
-            denials.append(Finding(f.rule, f.container, f"{label}: {f.message}"))
-        for w in said:
-            warnings.append(f"{label}: {w}")
-        if not allowed:
-            messages.append(f"{label}: " + "; ".join(f.text() for f in found))
-        if used and used not in policies_used:
-            policies_used.append(used)
-    if not checked:
-        return None, None
-    outcome = DENIED if messages else "unchanged"
-    decision = Decision(outcome, req.obj, ",".join(policies_used) or None, denials, warnings,
-                        reason="" if messages else "every object of the list passes", templates=results)
-    return decision, ("rdma-webhook: " + "; ".join(messages)) if messages else None
+def judge_request(req: Request, validating: bool, policies: PolicySet | None, namespace_of: NamespaceLookup,
+                  attachments: Attachments | None, runtimes: Any = None, config_maps: Any = None,
+                  claims: Claims | None = None,
+                  expanded: Expanded | None = None) -> tuple[Decision | None, Decision, str | None]:
+    """What `handle` (or, `validating`, `handle_validate`) decides on a parsed request, without
+    the answer: (the decision they return, None when not judged; the one they answer with; the
+    deny message). For `rdma-webhook review`, which builds the answer only when it prints it."""
+    if req.operation != "CREATE":
+        skipped = _skipped_operation(req)
+        return skipped, skipped, None
+    if not validating:
+        decision = review_request(req, policies, namespace_of, attachments, config_maps, claims)
+        return decision, decision if decision is not None else Decision("skipped", req.obj, reason="not a pod"), None
+    found, message = validate_request(req, policies, namespace_of, attachments, runtimes, config_maps, claims,
+                                      expanded)
+    return found, found if found is not None else Decision("skipped", req.obj, reason="not a pod or workload"), message
 
 
 def handle_validate(body: bytes, policies: PolicySet | None, namespace_of: NamespaceLookup,

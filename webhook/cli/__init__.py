@@ -1,5 +1,6 @@
-"""The command line: `rdma-webhook serve | review | policy lint | certs`, one module per command
-(`main` holds the parser). Commands import what they run lazily, so `--help` stays fast."""
+"""The command line: `rdma-webhook serve | review | policy lint | certs`, one module per command,
+each adding its own subcommand to the parser `main` builds. Commands import what they run lazily,
+so `--help` stays fast."""
 
 from webhook.cli.main import main
 

@@ -229,3 +229,53 @@ def template_problems(path: str, template: Any) -> list[str]:
                 out.extend(_container_problems(c, f"{prefix}{label}"))
     return out
 
+
+
+# -- reading every input first ------------------------------------------------------------------
+
+class Inputs:
+    """What the input holds: the documents of each file (in order), the kustomize tree of each file
+    inside one, and the RdmaPolicy documents, (where, document)."""
+
+    def __init__(self, trees: dict[str, str]):
+        self.files: list[tuple[str, list[Any]]] = []
+        self.trees = trees
+        self.policy_docs: list[tuple[str, Any]] = []
+
+
+def read(paths: list[str], namespace: str | None, cluster_state: str | None, state: Any, runtimes: Any,
+         config_maps: Any, report: Any) -> Inputs:
+    """Every input, read before any document is judged (a TrainJob's runtime, a Namespace or a
+    policy may come later in the same file, or in another one). The cluster state the input
+    carries goes where the decision looks it up: ConfigMaps (the scripts containers run from
+    ConfigMap volumes) into `config_maps`, Trainer runtimes into `runtimes`, DRA objects and
+    Namespaces into `state`. An unreadable file is bad input, told to `report`."""
+    from webhook.cli.review_report import record_of
+    from webhook.cli.review_scope import is_namespace, is_policy_document
+    from webhook.cluster.state import is_dra, is_runtime
+    from webhook.core.scripts import is_config_map
+
+    files, trees = input_files(paths)
+    inputs = Inputs(trees)
+    for path in files:
+        try:
+            docs = documents(path)
+        except InputError as exc:
+            report.bad(str(exc), {**record_of(path, 0, None), "document": 0})
+            continue
+        inputs.files.append((path, docs))
+        if path in trees:
+            continue
+        for i, doc in enumerate(docs, 1):
+            where = f"{path}#{i}" if len(docs) > 1 else path
+            if is_config_map(doc):
+                config_maps.add(doc, namespace or "default")
+            elif is_runtime(doc):
+                runtimes.add(doc, namespace or "default")
+            elif is_dra(doc):
+                state.dra.add(doc, namespace or "default")
+            elif is_policy_document(doc):
+                inputs.policy_docs.append((where, doc))
+            elif is_namespace(doc):
+                state.add(doc, where, cluster_state)
+    return inputs

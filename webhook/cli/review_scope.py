@@ -29,6 +29,16 @@ def is_policy_document(doc: Any) -> bool:
             and doc["apiVersion"].startswith("rdma-webhook.io/"))
 
 
+def is_namespace(doc: Any) -> bool:
+    """A v1 Namespace document review uses as cluster state: metadata a mapping with a non-empty
+    string name and labels a mapping (or none), as the API server takes it; any other is listed
+    as holding no pods, and not used."""
+    meta = doc.get("metadata") if isinstance(doc, dict) and doc.get("kind") == "Namespace" \
+        and doc.get("apiVersion") == "v1" else None
+    return (isinstance(meta, dict) and isinstance(meta.get("name"), str) and meta["name"] != ""
+            and isinstance(meta.get("labels") or {}, dict))
+
+
 def catalogue() -> tuple[dict[str, Policy], list[str]]:
     """The shipped policies by name (the catalogue `--policy` chooses from), or the errors."""
     from webhook.policy.load import default_policies_dir, load_dir

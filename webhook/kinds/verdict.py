@@ -9,12 +9,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from webhook.core import keys
-from webhook.core.decision import DENIED, MUTATED, Attachments, Decision, Namespace, decide, find_checked, find_targets, shape_problem
+from webhook.core.decision import DENIED, MUTATED, Attachments, Decision, Namespace, decide, shape_problem
 from webhook.core.subject import Finding
+from webhook.core.targets import find_checked, find_targets
 from webhook.core.model import Policy, PolicySet
 from webhook.core.scripts import ConfigMaps
 from webhook.kinds.trainer import Runtimes
-from webhook.kinds.workloads import CLUSTER_SCOPED, expand, pod_from_template
+from webhook.kinds.workloads import CLUSTER_SCOPED, Expansion, expand, pod_from_template
 
 
 @dataclass
@@ -196,9 +197,32 @@ def _pod(template: Any, namespace: str, owner: str, launcher: bool) -> Any:
     return pod
 
 
+def carries_opt_in(template: Any) -> bool:
+    """A pod or pod template that carries the pod opt-in label: the ones a decision reads (the
+    one test of it, for `/validate` and for what `rdma-webhook review` refuses as bad input)."""
+    meta = template.get("metadata") if isinstance(template, dict) else None
+    labels = meta.get("labels") if isinstance(meta, dict) else None
+    return isinstance(labels, dict) and labels.get(keys.POD_INJECT) == keys.POD_INJECT_TRUE
+
+
+def _labelled(templates: list[tuple[str, Any]]) -> tuple[list[tuple[str, Any, bool]], list[str]]:
+    """The templates that carry the pod opt-in label, (path, template, is an MPI launcher), and
+    the paths of the MPI launcher templates that do not."""
+    unlabelled_launchers: list[str] = []
+    labelled: list[tuple[str, Any, bool]] = []
+    for path, template in templates:
+        launcher = _LAUNCHER_PATH.search(path) is not None
+        if carries_opt_in(template):
+            labelled.append((path, template, launcher))
+        elif launcher:
+            unlabelled_launchers.append(path)
+    return labelled, unlabelled_launchers
+
+
 def check_workload(obj: Any, group: str, kind: str, namespace: Namespace | None, policies: PolicySet | None,
                    attachments: Attachments | None, runtimes: Runtimes | None = None,
-                   release: str | None = None, config_maps: ConfigMaps | None = None, claims: Any = None) -> WorkloadVerdict:
+                   release: str | None = None, config_maps: ConfigMaps | None = None, claims: Any = None,
+                   expanded: tuple[str, Expansion] | None = None) -> WorkloadVerdict:
     """What the labelled pod templates of a workload would meet, template by template.
 
     A template without a target container (an MPI launcher) is judged only when the workload
@@ -207,7 +231,11 @@ def check_workload(obj: Any, group: str, kind: str, namespace: Namespace | None,
     under a policy for `nvidia.com/gpu`) it concerns no pod of this policy, so it is a warning.
 
     A cluster-scoped object (a ClusterTrainingRuntime) has no namespace: its templates are
-    judged under every loaded policy that an opted-in namespace could use."""
+    judged under every loaded policy that an opted-in namespace could use.
+
+    `expanded`: (namespace, templates) the caller has already expanded (`rdma-webhook review`
+    reads them before judging); used when that is the namespace they are judged in, since a
+    TrainJob's runtime is looked up there."""
     meta = obj.get("metadata") if isinstance(obj, dict) and isinstance(obj.get("metadata"), dict) else {}
     name = meta.get("name") or (f"{meta['generateName']}*" if meta.get("generateName") else "(unnamed)")
     verdict = WorkloadVerdict(kind, str(name))
@@ -218,19 +246,12 @@ def check_workload(obj: Any, group: str, kind: str, namespace: Namespace | None,
     if cluster_scoped and not per_policy:
         namespace = ANY_NAMESPACE
     ns_name = namespace.name if namespace else str(meta.get("namespace") or "")
-    found = expand(obj, group, kind, runtimes, ns_name, release)
+    found = expanded[1] if expanded is not None and expanded[0] == ns_name else expand(obj, group, kind, runtimes,
+                                                                                           ns_name, release)
     verdict.notes.extend(found.notes)
     verdict.unresolved.extend(found.unresolved)
     targeted: list[bool] = []
-    unlabelled_launchers: list[str] = []
-    labelled: list[tuple[str, Any, bool]] = []
-    for path, template in found.templates:
-        labels = ((template.get("metadata") or {}).get("labels") or {}) if isinstance(template, dict) else {}
-        launcher = _LAUNCHER_PATH.search(path) is not None
-        if isinstance(labels, dict) and labels.get(keys.POD_INJECT) == keys.POD_INJECT_TRUE:
-            labelled.append((path, template, launcher))
-        elif launcher:
-            unlabelled_launchers.append(path)
+    labelled, unlabelled_launchers = _labelled(found.templates)
     chosen: dict[str, tuple[Any, Decision, bool, str]] = {}
     if per_policy:
         assert policies is not None

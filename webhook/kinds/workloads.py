@@ -192,6 +192,31 @@ TEMPLATES: dict[tuple[str, str], tuple[Source, ...]] = {
 # Kinds without a namespace: their templates are checked against any opted-in namespace.
 CLUSTER_SCOPED = {(TRAINER_GROUP, "ClusterTrainingRuntime"), ("argoproj.io", "ClusterWorkflowTemplate")}
 
+# Kinds that hold no pod template, the other half of the table: `rdma-webhook review` lists them as
+# "not checked" and they never change its exit status (kustomize and Helm output always carries
+# them next to the training job); a kind in neither is unknown (refused by `review --strict`).
+COMPANION_KINDS = frozenset({
+    # core and built-in APIs
+    "Namespace", "Service", "Endpoints", "EndpointSlice", "ConfigMap", "Secret", "ServiceAccount",
+    "PersistentVolume", "PersistentVolumeClaim", "StorageClass", "VolumeAttachment", "CSIDriver", "LimitRange",
+    "ResourceQuota", "PriorityClass", "RuntimeClass", "Ingress", "IngressClass", "NetworkPolicy",
+    "PodDisruptionBudget", "HorizontalPodAutoscaler", "Role", "RoleBinding", "ClusterRole", "ClusterRoleBinding",
+    "CustomResourceDefinition", "APIService", "MutatingWebhookConfiguration", "ValidatingWebhookConfiguration",
+    "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding", "Lease", "CertificateSigningRequest",
+    "FlowSchema", "PriorityLevelConfiguration", "Event",
+    # Dynamic Resource Allocation
+    "ResourceClaim", "ResourceClaimTemplate", "DeviceClass", "ResourceSlice",
+    # Kueue
+    "ResourceFlavor", "ClusterQueue", "LocalQueue", "WorkloadPriorityClass", "AdmissionCheck", "Topology",
+    "Cohort", "ProvisioningRequestConfig", "MultiKueueConfig", "MultiKueueCluster",
+    # Volcano, Multus, Gateway API, cert-manager, Prometheus operator, Kustomize, KEDA, Argo
+    "Queue", "PodGroup", "NetworkAttachmentDefinition", "Gateway", "GatewayClass", "HTTPRoute", "GRPCRoute",
+    "Certificate", "Issuer", "ClusterIssuer", "ServiceMonitor", "PodMonitor", "PrometheusRule", "Kustomization",
+    "ScaledObject", "TriggerAuthentication", "WorkflowEventBinding", "EventSource", "Sensor",
+    # rdma-webhook's own policy
+    "RdmaPolicy",
+})
+
 
 def group_of(api_version: Any) -> str:
     return api_version.rpartition("/")[0] if isinstance(api_version, str) and "/" in api_version else ""
