@@ -13,8 +13,11 @@ from setuptools import setup
 
 def compiled_modules() -> list[str]:
     init = ast.parse(Path(__file__).with_name("webhook").joinpath("__init__.py").read_text())
-    names = next(ast.literal_eval(node.value) for node in init.body
-                 if isinstance(node, ast.Assign) and getattr(node.targets[0], "id", "") == "COMPILED_MODULES")
+    names = next(
+        ast.literal_eval(node.value)
+        for node in init.body
+        if isinstance(node, ast.Assign) and getattr(node.targets[0], "id", "") == "COMPILED_MODULES"
+    )
     return [f"webhook/{name.replace('.', '/')}.py" for name in names]
 
 
@@ -47,7 +50,9 @@ MANIFEST = Path(__file__).with_name("build") / "mypyc-sources.json"
 
 def source_hashes() -> dict[str, str]:
     root = Path(__file__).with_name("webhook")
-    return {p.relative_to(root).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(root.rglob("*.py"))}
+    return {
+        p.relative_to(root).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(root.rglob("*.py"))
+    }
 
 
 read = source_hashes()  # before mypyc reads them

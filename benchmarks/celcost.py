@@ -40,8 +40,12 @@ TOKEN = "kube-api-access-x7k2p"
 def go_build(package: str, binary: Path) -> Path:
     """`binary` built from a package of the Go module benchmarks/celcost (`.`: celcost itself,
     `./patchcost`), with the module proxy as the e2e suite uses it."""
-    subprocess.run(["go", "build", "-o", str(binary), package], cwd=HERE / "celcost", check=True,
-                   env={**os.environ, "GOFLAGS": "-mod=mod"})
+    subprocess.run(
+        ["go", "build", "-o", str(binary), package],
+        cwd=HERE / "celcost",
+        check=True,
+        env={**os.environ, "GOFLAGS": "-mod=mod"},
+    )
     return binary
 
 
@@ -50,17 +54,30 @@ def as_sent(pod: dict) -> dict:
     and its mounts, and a sidecar without a GPU."""
     pod = copy.deepcopy(pod)
     spec = pod["spec"]
-    spec.setdefault("volumes", []).append({"name": TOKEN, "projected": {"defaultMode": 420, "sources": [
-        {"serviceAccountToken": {"expirationSeconds": 3607, "path": "token"}},
-        {"configMap": {"name": "kube-root-ca.crt", "items": [{"key": "ca.crt", "path": "ca.crt"}]}}]}})
-    spec["containers"].append({"name": "log-shipper", "image": "registry.example/shipper:1",
-                               "env": [{"name": "LOG_LEVEL", "value": "info"}]})
+    spec.setdefault("volumes", []).append(
+        {
+            "name": TOKEN,
+            "projected": {
+                "defaultMode": 420,
+                "sources": [
+                    {"serviceAccountToken": {"expirationSeconds": 3607, "path": "token"}},
+                    {"configMap": {"name": "kube-root-ca.crt", "items": [{"key": "ca.crt", "path": "ca.crt"}]}},
+                ],
+            },
+        }
+    )
+    spec["containers"].append(
+        {"name": "log-shipper", "image": "registry.example/shipper:1", "env": [{"name": "LOG_LEVEL", "value": "info"}]}
+    )
     for c in spec["containers"]:
-        c.setdefault("volumeMounts", []).append({"name": TOKEN, "readOnly": True,
-                                                 "mountPath": "/var/run/secrets/kubernetes.io/serviceaccount"})
+        c.setdefault("volumeMounts", []).append(
+            {"name": TOKEN, "readOnly": True, "mountPath": "/var/run/secrets/kubernetes.io/serviceaccount"}
+        )
         c.setdefault("terminationMessagePath", "/dev/termination-log")
         c.setdefault("imagePullPolicy", "IfNotPresent")
-    spec.update(restartPolicy="Never", dnsPolicy="ClusterFirst", serviceAccountName="default", schedulerName="default-scheduler")
+    spec.update(
+        restartPolicy="Never", dnsPolicy="ClusterFirst", serviceAccountName="default", schedulerName="default-scheduler"
+    )
     return pod
 
 
@@ -82,8 +99,9 @@ def main() -> int:
     ap_.add_argument("--out")
     args = ap_.parse_args()
     prov = provenance.start(sys.argv)
-    prov["against"] = subprocess.run(["git", "rev-parse", "--short", args.against], cwd=ROOT, capture_output=True,
-                                     text=True, check=True).stdout.strip()
+    prov["against"] = subprocess.run(
+        ["git", "rev-parse", "--short", args.against], cwd=ROOT, capture_output=True, text=True, check=True
+    ).stdout.strip()
     policies, errors = load_dir(str(ROOT / "policies"))
     assert policies is not None, errors
     tmp = Path(tempfile.mkdtemp(prefix="rdma-webhook-celcost-"))
@@ -93,28 +111,56 @@ def main() -> int:
     for name, policy in sorted(policies.by_name.items()):
         rel = f"deploy/admission-policy/{name}/{name}.yaml"
         before = tmp / f"{name}-before.yaml"
-        before.write_text(subprocess.run(["git", "show", f"{args.against}:{rel}"], cwd=ROOT, capture_output=True,
-                                         text=True, check=True).stdout)
+        before.write_text(
+            subprocess.run(
+                ["git", "show", f"{args.against}:{rel}"], cwd=ROOT, capture_output=True, text=True, check=True
+            ).stdout
+        )
         after = tmp / f"{name}-after.yaml"
         after.write_text(ap.to_yaml([d for d in generated if d["metadata"]["labels"][ap.POLICY_LABEL] == name]))
         good = as_sent(complete_pod(policy, f"{name}-0", "ns"))
         pods = tmp / f"{name}-pods.json"
         pods.write_text(json.dumps([good, without_device(good, policy)]))
-        out = subprocess.run([str(binary), "-policies", f"{before},{after}", "-pods", str(pods), "-n", str(args.n),
-                              "-rounds", str(args.rounds)], capture_output=True, text=True, check=True).stdout
+        out = subprocess.run(
+            [
+                str(binary),
+                "-policies",
+                f"{before},{after}",
+                "-pods",
+                str(pods),
+                "-n",
+                str(args.n),
+                "-rounds",
+                str(args.rounds),
+            ],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
         rows = [json.loads(line) for line in out.splitlines() if line.strip()]
         for pod_index, label in ((0, "admitted"), (1, "device removed")):
             b = next(r for r in rows if r["pod"] == pod_index and r["policies"] == str(before))
             a = next(r for r in rows if r["pod"] == pod_index and r["policies"] == str(after))
             ratios = [x / y for x, y in zip(a["ns_per_eval_rounds"], b["ns_per_eval_rounds"])]
-            row = {"policy": name, "pod": label, "allowed_before": b["allowed"], "allowed_after": a["allowed"],
-                   "us_before": round(b["ns_per_eval_median"] / 1000, 1), "us_after": round(a["ns_per_eval_median"] / 1000, 1),
-                   "after_over_before": round(statistics.median(ratios), 3)}
+            row = {
+                "policy": name,
+                "pod": label,
+                "allowed_before": b["allowed"],
+                "allowed_after": a["allowed"],
+                "us_before": round(b["ns_per_eval_median"] / 1000, 1),
+                "us_after": round(a["ns_per_eval_median"] / 1000, 1),
+                "after_over_before": round(statistics.median(ratios), 3),
+            }
             print(json.dumps(row), flush=True)
             results.append(row)
     if args.out:
-        Path(args.out).write_text(json.dumps({"provenance": provenance.finish(prov), "n": args.n, "rounds": args.rounds,
-                                              "results": results}, indent=1) + "\n")
+        Path(args.out).write_text(
+            json.dumps(
+                {"provenance": provenance.finish(prov), "n": args.n, "rounds": args.rounds, "results": results},
+                indent=1,
+            )
+            + "\n"
+        )
         print(f"wrote {args.out}")
     return 0
 

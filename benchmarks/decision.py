@@ -53,9 +53,11 @@ def policy_variants(n: int) -> list[tuple[str, str]]:
     texts = [(str(p), p.read_text()) for p in sorted((ROOT / "policies").glob("*.yaml"))]
     erdma = (ROOT / "policies" / "erdma.yaml").read_text()
     for i in range(max(0, n - len(texts))):
-        t = erdma.replace("name: erdma", f"name: erdma-v{i:03d}").replace(
-            "namespaceSelector: {}", f"namespaceSelector: {{matchLabels: {{team: team-{i:03d}}}}}").replace(
-            "priority: 10", f"priority: {20 + i}")
+        t = (
+            erdma.replace("name: erdma", f"name: erdma-v{i:03d}")
+            .replace("namespaceSelector: {}", f"namespaceSelector: {{matchLabels: {{team: team-{i:03d}}}}}")
+            .replace("priority: 10", f"priority: {20 + i}")
+        )
         texts.append((f"variant-{i:03d}.yaml", t))
     return texts
 
@@ -115,8 +117,13 @@ def run(seconds: float = 1.0, scaling: bool = True) -> dict:
     for name, body in bs.items():
         rate, us = measure(body, shipped, cluster, seconds)
         resp = one(body, shipped, cluster)
-        out["shapes"][name] = {"body_bytes": len(body), "response_bytes": len(resp), "outcome": outcome(body, shipped, cluster),
-                               "decisions_per_s": round(rate), "us_per_decision": round(us, 1)}
+        out["shapes"][name] = {
+            "body_bytes": len(body),
+            "response_bytes": len(resp),
+            "outcome": outcome(body, shipped, cluster),
+            "decisions_per_s": round(rate),
+            "us_per_decision": round(us, 1),
+        }
     for n in (1, 10, 100) if scaling else ():
         ps = load_policies(n) if n > 1 else load_texts(policy_variants(2)[:1])[0]
         row = {}
@@ -170,9 +177,13 @@ def _check_core() -> list[str]:
 def _child(core: str, pure_dir: Path, args: list[str], against: Path | None = None) -> dict:
     import subprocess
 
-    out = subprocess.run([sys.executable, "-P", "-m", "benchmarks.decision", *args],
-                         env=_core_env(core, pure_dir, against),
-                         capture_output=True, text=True, check=True)
+    out = subprocess.run(
+        [sys.executable, "-P", "-m", "benchmarks.decision", *args],
+        env=_core_env(core, pure_dir, against),
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     return json.loads(out.stdout)
 
 
@@ -181,7 +192,9 @@ def _expected_core(core: str, against: Path | None) -> list[str] | None:
     return [] if core == "interpreted" else None if core == "base" else list(_check_core_names())
 
 
-def cores_side_by_side(seconds: float, repeats: int, cores: tuple[str, str] = CORES, against: Path | None = None) -> dict:
+def cores_side_by_side(
+    seconds: float, repeats: int, cores: tuple[str, str] = CORES, against: Path | None = None
+) -> dict:
     """Two builds in one run: `repeats` rounds, a fresh process per build, alternating order.
     The ratio is the second build's time over the first's, per round, then the median, the
     least and the most of those; `ratio_of_best` divides the best rounds (what the machine's
@@ -198,23 +211,51 @@ def cores_side_by_side(seconds: float, repeats: int, cores: tuple[str, str] = CO
                 got = _child(core, pure, ["--child-run", str(seconds)], against)
                 expected = _expected_core(core, against)
                 assert expected is None or got["compiled"] == expected, (core, got["compiled"])
-                assert core != "base" or got["compiled"], "the --against checkout has no compiled core (make compile there)"
-                rounds.append({"core": core, "round": r, "us_per_decision": {n: v["us_per_decision"] for n, v in got["shapes"].items()}})
-                print(f"round {r} {core:11s} " + " ".join(f"{n} {v['us_per_decision']:.1f}" for n, v in got["shapes"].items()),
-                      file=sys.stderr, flush=True)
+                assert core != "base" or got["compiled"], (
+                    "the --against checkout has no compiled core (make compile there)"
+                )
+                rounds.append(
+                    {
+                        "core": core,
+                        "round": r,
+                        "us_per_decision": {n: v["us_per_decision"] for n, v in got["shapes"].items()},
+                    }
+                )
+                print(
+                    f"round {r} {core:11s} "
+                    + " ".join(f"{n} {v['us_per_decision']:.1f}" for n, v in got["shapes"].items()),
+                    file=sys.stderr,
+                    flush=True,
+                )
     shapes = list(rounds[0]["us_per_decision"])
     first, second = cores
     key = f"ratio_{second}_to_{first}"
-    out: dict = {"repeats": repeats, "seconds_per_shape": seconds, "rounds": rounds, "median_us": {}, "best_us": {}, key: {}}
+    out: dict = {
+        "repeats": repeats,
+        "seconds_per_shape": seconds,
+        "rounds": rounds,
+        "median_us": {},
+        "best_us": {},
+        key: {},
+    }
     for core in cores:
         mine = [x["us_per_decision"] for x in rounds if x["core"] == core]
         out["median_us"][core] = {n: round(statistics.median(x[n] for x in mine), 1) for n in shapes}
         out["best_us"][core] = {n: round(min(x[n] for x in mine), 1) for n in shapes}
     for n in shapes:
-        pairs = [b["us_per_decision"][n] / a["us_per_decision"][n]
-                 for a in rounds if a["core"] == first for b in rounds if b["core"] == second and b["round"] == a["round"]]
-        out[key][n] = {"median": round(statistics.median(pairs), 3), "min": round(min(pairs), 3), "max": round(max(pairs), 3),
-                       "ratio_of_best": round(out["best_us"][second][n] / out["best_us"][first][n], 3)}
+        pairs = [
+            b["us_per_decision"][n] / a["us_per_decision"][n]
+            for a in rounds
+            if a["core"] == first
+            for b in rounds
+            if b["core"] == second and b["round"] == a["round"]
+        ]
+        out[key][n] = {
+            "median": round(statistics.median(pairs), 3),
+            "min": round(min(pairs), 3),
+            "max": round(max(pairs), 3),
+            "ratio_of_best": round(out["best_us"][second][n] / out["best_us"][first][n], 3),
+        }
     return out
 
 
@@ -259,22 +300,38 @@ def instructions(calls: int, cores: tuple[str, str] = CORES, against: Path | Non
         for core in cores:
             got = _child(core, pure, ["--child-core"], against)
             expected = _expected_core(core, against)
-            assert (got["compiled"] if expected is None else got["compiled"] == expected), (core, got)
+            assert got["compiled"] if expected is None else got["compiled"] == expected, (core, got)
             dump = Path(tmp) / f"cg-{core}.out"
-            subprocess.run(["valgrind", "--tool=callgrind", "--dump-before=adler32_z", f"--callgrind-out-file={dump}",
-                            sys.executable, "-P", "-m", "benchmarks.decision", "--child-calls", str(calls)],
-                           env=_core_env(core, pure, against), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True)
+            subprocess.run(
+                [
+                    "valgrind",
+                    "--tool=callgrind",
+                    "--dump-before=adler32_z",
+                    f"--callgrind-out-file={dump}",
+                    sys.executable,
+                    "-P",
+                    "-m",
+                    "benchmarks.decision",
+                    "--child-calls",
+                    str(calls),
+                ],
+                env=_core_env(core, pure, against),
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+                check=True,
+            )
             parts = sorted(Path(tmp).glob(f"cg-{core}.out.*"), key=lambda p: int(p.suffix[1:]))
             totals = [int(re.search(r"^totals: (\d+)", p.read_text(), re.M).group(1)) for p in parts]
             assert len(totals) >= len(shapes) + 1, (core, totals)
-            row = {shape: total // calls for shape, total in zip(shapes, totals[-len(shapes):])}
+            row = {shape: total // calls for shape, total in zip(shapes, totals[-len(shapes) :])}
             for shape, v in row.items():
                 print(f"{core:11s} {shape:26s} {v:>10,d} instructions per decision", file=sys.stderr, flush=True)
             out["instructions_per_decision"][core] = row
         first, second = cores
         out[f"ratio_{second}_to_{first}"] = {
             n: round(out["instructions_per_decision"][second][n] / out["instructions_per_decision"][first][n], 3)
-            for n in shapes}
+            for n in shapes
+        }
     return out
 
 
@@ -285,11 +342,17 @@ def main() -> int:
     ap.add_argument("--cores", help="compiled,interpreted: both cores side by side")
     ap.add_argument("--repeats", type=int, default=5, help="rounds per core with --cores (default 5)")
     ap.add_argument("--instructions", action="store_true", help="callgrind instruction counts, both cores")
-    ap.add_argument("--calls", type=int, default=CALLS, help=f"decisions counted per shape with --instructions ({CALLS})")
-    ap.add_argument("--against", metavar="CHECKOUT", type=Path,
-                    help="compare (wall-clock rounds, or with --instructions callgrind counts) this checkout's compiled core with that of another "
-                         "checkout (e.g. a `git worktree` of an earlier commit, `make compile` run there), both on the "
-                         "same bodies, each with its own shipped policies")
+    ap.add_argument(
+        "--calls", type=int, default=CALLS, help=f"decisions counted per shape with --instructions ({CALLS})"
+    )
+    ap.add_argument(
+        "--against",
+        metavar="CHECKOUT",
+        type=Path,
+        help="compare (wall-clock rounds, or with --instructions callgrind counts) this checkout's compiled core with that of another "
+        "checkout (e.g. a `git worktree` of an earlier commit, `make compile` run there), both on the "
+        "same bodies, each with its own shipped policies",
+    )
     ap.add_argument("--store", metavar="NAME", help="write benchmarks/results/NAME.json with provenance")
     ap.add_argument("--child-run", type=float, help=argparse.SUPPRESS)
     ap.add_argument("--child-core", action="store_true", help=argparse.SUPPRESS)
@@ -314,12 +377,19 @@ def main() -> int:
         if against is not None:
             import subprocess
 
-            base_commit = subprocess.run(["git", "-C", str(against), "rev-parse", "--short", "HEAD"], capture_output=True,
-                                         text=True).stdout.strip() or "unknown"
+            base_commit = (
+                subprocess.run(
+                    ["git", "-C", str(against), "rev-parse", "--short", "HEAD"], capture_output=True, text=True
+                ).stdout.strip()
+                or "unknown"
+            )
             prov["against"] = {"checkout": str(against), "commit": base_commit}
         cores = ("base", "compiled") if against is not None else CORES
-        res = (instructions(args.calls, cores, against) if args.instructions
-               else cores_side_by_side(args.seconds, args.repeats, cores, against))
+        res = (
+            instructions(args.calls, cores, against)
+            if args.instructions
+            else cores_side_by_side(args.seconds, args.repeats, cores, against)
+        )
         print(json.dumps({k: v for k, v in res.items() if k != "rounds"}, indent=1))
         if args.store:
             print(f"stored in {provenance.store(args.store, prov, res)}")
@@ -328,7 +398,9 @@ def main() -> int:
     res["compiled"] = _check_core()
     print(f"{'shape':26s} {'bytes in':>8s} {'bytes out':>9s} {'outcome':>9s} {'decisions/s':>12s} {'µs each':>8s}")
     for name, r in res["shapes"].items():
-        print(f"{name:26s} {r['body_bytes']:8d} {r['response_bytes']:9d} {r['outcome']:>9s} {r['decisions_per_s']:12d} {r['us_per_decision']:8.1f}")
+        print(
+            f"{name:26s} {r['body_bytes']:8d} {r['response_bytes']:9d} {r['outcome']:>9s} {r['decisions_per_s']:12d} {r['us_per_decision']:8.1f}"
+        )
     print(f"\ncore: {'compiled (' + ', '.join(res['compiled']) + ')' if res['compiled'] else 'interpreted'}")
     print("\npolicy-count scaling, µs per decision (policy 1 = erdma only)")
     names = list(next(iter(res["scaling"].values()))["us_per_decision"])

@@ -54,8 +54,13 @@ mpirun --allow-run-as-root -np "$((NP * 8))" --hostfile "$HOSTFILE" \\
 def _script_pod(script: str):
     from tests import kube_objects as k
 
-    c = k.container("trainer", gpus=8, command=["/bin/bash", "-c"], args=[script],
-                    env=[{"name": "MASTER_ADDR", "value": "job-master-0"}])
+    c = k.container(
+        "trainer",
+        gpus=8,
+        command=["/bin/bash", "-c"],
+        args=[script],
+        env=[{"name": "MASTER_ADDR", "value": "job-master-0"}],
+    )
     return k.pod([c], name="script-pod", generate_name=None)
 
 
@@ -104,10 +109,27 @@ def run(shape: str, calls: int, cold: bool, build: int) -> None:
 def instructions(shape: str, calls: int, cold: bool) -> int:
     def ir(count: int) -> int:
         env = {**os.environ, "PYTHONHASHSEED": "0"}
-        out = subprocess.run(["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null", sys.executable,
-                              *(["-P"] if sys.flags.safe_path else []), "-m", "benchmarks.decision_instructions",
-                              "--run", shape, str(count), "--build", str(WARM + calls)] + (["--cold"] if cold else []),
-                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env)
+        out = subprocess.run(
+            [
+                "valgrind",
+                "--tool=callgrind",
+                "--callgrind-out-file=/dev/null",
+                sys.executable,
+                *(["-P"] if sys.flags.safe_path else []),
+                "-m",
+                "benchmarks.decision_instructions",
+                "--run",
+                shape,
+                str(count),
+                "--build",
+                str(WARM + calls),
+            ]
+            + (["--cold"] if cold else []),
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=env,
+        )
         if out.returncode:
             raise SystemExit(out.stderr[-2000:])
         return int(re.search(r"Collected : (\d+)", out.stderr).group(1))

@@ -31,8 +31,13 @@ def control_plane(prefix: str) -> Iterator[tuple[c.ControlPlane, Path]]:
     try:
         cp.start()
         cp.apply(o for o in yaml.safe_load_all((ROOT / "e2e" / "crds.yaml").read_text()) if o)
-        cp.kubectl("wait", "--for=condition=Established", "--timeout=60s",
-                   "crd/network-attachment-definitions.k8s.cni.cncf.io", check=True)
+        cp.kubectl(
+            "wait",
+            "--for=condition=Established",
+            "--timeout=60s",
+            "crd/network-attachment-definitions.k8s.cni.cncf.io",
+            check=True,
+        )
         yield cp, workdir
     finally:
         c.stop_all()

@@ -52,13 +52,20 @@ STEP = "apiserver_admission_step_admission_duration_seconds"
 
 def committed_objects(rev: str) -> list[dict]:
     """The generated objects of every catalogue policy as committed at `rev`."""
-    listing = subprocess.run(["git", "ls-tree", "-r", "--name-only", rev, "deploy/admission-policy/"], cwd=ROOT,
-                             capture_output=True, text=True, check=True).stdout.split()
+    listing = subprocess.run(
+        ["git", "ls-tree", "-r", "--name-only", rev, "deploy/admission-policy/"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split()
     out: list[dict] = []
     for path in listing:
         parts = path.split("/")
         if len(parts) == 4 and parts[3] == parts[2] + ".yaml":
-            text = subprocess.run(["git", "show", f"{rev}:{path}"], cwd=ROOT, capture_output=True, text=True, check=True).stdout
+            text = subprocess.run(
+                ["git", "show", f"{rev}:{path}"], cwd=ROOT, capture_output=True, text=True, check=True
+            ).stdout
             out += [d for d in yaml.safe_load_all(text) if d]
     return out
 
@@ -72,8 +79,9 @@ def main() -> int:
     ap.add_argument("--floor", action="store_true", help="also the objects with each match condition `false`")
     ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "e2e_final_state.json"))
     args = ap.parse_args()
-    rev = subprocess.run(["git", "rev-parse", "--short", args.against], cwd=ROOT, capture_output=True, text=True,
-                         check=True).stdout.strip()
+    rev = subprocess.run(
+        ["git", "rev-parse", "--short", args.against], cwd=ROOT, capture_output=True, text=True, check=True
+    ).stdout.strip()
     variants = {"none": [], rev: committed_objects(rev), "worktree": latency.generated_admission_policies()}
     if args.floor:
         variants["floor"] = [_never(d) for d in variants["worktree"]]
@@ -82,40 +90,66 @@ def main() -> int:
     with control_plane("rdma-webhook-e2e-final-state-") as (cp, workdir):
         docs = c.render_deploy(cp)
         hook = c.install_webhook(cp, workdir, docs)
-        mutating = latency.phase_configs("mutate-only", c.loopback_webhooks(docs, hook.port, hook.ca_bundle), None,
-                                         hook.ca_bundle)
+        mutating = latency.phase_configs(
+            "mutate-only", c.loopback_webhooks(docs, hook.port, hook.ca_bundle), None, hook.ca_bundle
+        )
         for repeat in range(args.repeats):
             for name, objects in variants.items():
                 ns = f"final-state-{len(runs)}"
-                run = latency.measure_phase(cp, mutating + objects, ns, args.rate, args.duration, "p", warmup=(args.rate, 2))
+                run = latency.measure_phase(
+                    cp, mutating + objects, ns, args.rate, args.duration, "p", warmup=(args.rate, 2)
+                )
                 means = run["apiserver"]
                 stored = json.loads(cp.get(f"/api/v1/namespaces/{ns}/pods/p-0") or b"{}")
                 meta = stored.get("metadata") or {}
-                row = {"variant": name, "repeat": repeat, "p50_ms": run["p50_ms"], "p99_ms": run["p99_ms"],
-                       "errors": run["errors"], "loadavg_1m_before": run["loadavg_1m_before"],
-                       "validate_step_ms": (means.get(f"{STEP} validate CREATE") or {}).get("mean_ms"),
-                       "admit_step_ms": (means.get(f"{STEP} admit CREATE") or {}).get("mean_ms"),
-                       "apiserver_cpu_ms_per_pod": run["cpu_ms_per_pod"].get("kube-apiserver"),
-                       "stored_labels": meta.get("labels"), "stored_annotations": meta.get("annotations")}
+                row = {
+                    "variant": name,
+                    "repeat": repeat,
+                    "p50_ms": run["p50_ms"],
+                    "p99_ms": run["p99_ms"],
+                    "errors": run["errors"],
+                    "loadavg_1m_before": run["loadavg_1m_before"],
+                    "validate_step_ms": (means.get(f"{STEP} validate CREATE") or {}).get("mean_ms"),
+                    "admit_step_ms": (means.get(f"{STEP} admit CREATE") or {}).get("mean_ms"),
+                    "apiserver_cpu_ms_per_pod": run["cpu_ms_per_pod"].get("kube-apiserver"),
+                    "stored_labels": meta.get("labels"),
+                    "stored_annotations": meta.get("annotations"),
+                }
                 print(json.dumps(row), flush=True)
                 runs.append(row)
-                cp.kubectl("delete", "namespace", ns, "--wait=true", "--timeout=300s")  # its pods gone before the next variant
+                cp.kubectl(
+                    "delete", "namespace", ns, "--wait=true", "--timeout=300s"
+                )  # its pods gone before the next variant
     summary = {}
     for name in variants:
         values = [r["validate_step_ms"] for r in runs if r["variant"] == name and r["validate_step_ms"] is not None]
         cpu = [r["apiserver_cpu_ms_per_pod"] for r in runs if r["variant"] == name]
-        summary[name] = {"validate_step_ms_median": round(statistics.median(values), 3) if values else None,
-                         "validate_step_ms": values,
-                         "apiserver_cpu_ms_per_pod_median": round(statistics.median(cpu), 3) if cpu else None,
-                         "apiserver_cpu_ms_per_pod": cpu}
+        summary[name] = {
+            "validate_step_ms_median": round(statistics.median(values), 3) if values else None,
+            "validate_step_ms": values,
+            "apiserver_cpu_ms_per_pod_median": round(statistics.median(cpu), 3) if cpu else None,
+            "apiserver_cpu_ms_per_pod": cpu,
+        }
     floor = summary["none"]["validate_step_ms_median"]
     for name, s in summary.items():
         if name != "none" and s["validate_step_ms_median"] is not None and floor is not None:
             s["added_ms"] = round(s["validate_step_ms_median"] - floor, 3)
-            s["apiserver_cpu_added_ms"] = round(s["apiserver_cpu_ms_per_pod_median"] - summary["none"]["apiserver_cpu_ms_per_pod_median"], 3)
+            s["apiserver_cpu_added_ms"] = round(
+                s["apiserver_cpu_ms_per_pod_median"] - summary["none"]["apiserver_cpu_ms_per_pod_median"], 3
+            )
     print(json.dumps(summary, indent=1))
-    write(args.out, prov, {"against": rev, "rate": args.rate, "duration_s": args.duration, "repeats": args.repeats,
-                           "runs": runs, "summary": summary})
+    write(
+        args.out,
+        prov,
+        {
+            "against": rev,
+            "rate": args.rate,
+            "duration_s": args.duration,
+            "repeats": args.repeats,
+            "runs": runs,
+            "summary": summary,
+        },
+    )
     return 0
 
 

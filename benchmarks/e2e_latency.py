@@ -56,10 +56,22 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def pod(name: str) -> bytes:
-    return json.dumps({"apiVersion": "v1", "kind": "Pod",
-                       "metadata": {"name": name, "labels": {"rdma-webhook.io/inject": "true"}},
-                       "spec": {"containers": [{"name": "pytorch", "image": "registry.example/trainer:1",
-                                                "resources": {"limits": {"nvidia.com/gpu": "2"}}}]}}).encode()
+    return json.dumps(
+        {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": name, "labels": {"rdma-webhook.io/inject": "true"}},
+            "spec": {
+                "containers": [
+                    {
+                        "name": "pytorch",
+                        "image": "registry.example/trainer:1",
+                        "resources": {"limits": {"nvidia.com/gpu": "2"}},
+                    }
+                ]
+            },
+        }
+    ).encode()
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -68,8 +80,7 @@ def percentile(values: list[float], q: float) -> float:
     return values[k]
 
 
-def open_loop(cp: c.ControlPlane, namespace: str, rate: float, duration: float, tag: str,
-              senders: int = 48) -> dict:
+def open_loop(cp: c.ControlPlane, namespace: str, rate: float, duration: float, tag: str, senders: int = 48) -> dict:
     due: "queue.Queue[tuple[int, float] | None]" = queue.Queue()
     latencies: list[float] = []
     errors: list[str] = []
@@ -117,11 +128,16 @@ def open_loop(cp: c.ControlPlane, namespace: str, rate: float, duration: float, 
     for t in threads:
         t.join()
     wall = time.monotonic() - t0
-    return {"sent": n, "ok": len(latencies), "errors": len(errors), "first_error": errors[0] if errors else None,
-            "achieved_per_s": round(len(latencies) / wall, 1),
-            "p50_ms": round(percentile(latencies, 0.50) * 1000, 2) if latencies else None,
-            "p99_ms": round(percentile(latencies, 0.99) * 1000, 2) if latencies else None,
-            "mean_ms": round(statistics.fmean(latencies) * 1000, 2) if latencies else None}
+    return {
+        "sent": n,
+        "ok": len(latencies),
+        "errors": len(errors),
+        "first_error": errors[0] if errors else None,
+        "achieved_per_s": round(len(latencies) / wall, 1),
+        "p50_ms": round(percentile(latencies, 0.50) * 1000, 2) if latencies else None,
+        "p99_ms": round(percentile(latencies, 0.99) * 1000, 2) if latencies else None,
+        "mean_ms": round(statistics.fmean(latencies) * 1000, 2) if latencies else None,
+    }
 
 
 PHASES = ("without", "with", "mutate-only", "policy", "go-peer", "go-peer-again")
@@ -150,7 +166,9 @@ def server_histograms(cp: c.ControlPlane) -> dict[tuple, tuple[float, float]]:
             if sample.name.endswith(("_sum", "_count")) and sample.labels.get("operation", "CREATE") == "CREATE":
                 key = (family.name, *(sample.labels.get(k, "") for k in labels_of))
                 total, count = out.get(key, (0.0, 0.0))
-                out[key] = (total + sample.value, count) if sample.name.endswith("_sum") else (total, count + sample.value)
+                out[key] = (
+                    (total + sample.value, count) if sample.name.endswith("_sum") else (total, count + sample.value)
+                )
     return out
 
 
@@ -160,7 +178,10 @@ def server_means(before: dict, after: dict) -> dict[str, dict]:
     for key, (total, count) in after.items():
         total0, count0 = before.get(key, (0.0, 0.0))
         if count - count0 > 0:
-            out[" ".join(key)] = {"calls": int(count - count0), "mean_ms": round((total - total0) / (count - count0) * 1000, 3)}
+            out[" ".join(key)] = {
+                "calls": int(count - count0),
+                "mean_ms": round((total - total0) / (count - count0) * 1000, 3),
+            }
     return out
 
 
@@ -199,8 +220,9 @@ def cpu_per_pod(before: dict[str, float], after: dict[str, float], pods: int) ->
     return {name: round((after[name] - before.get(name, 0.0)) * 1000 / pods, 3) for name in sorted(after) if pods}
 
 
-def phase_configs(phase: str, configs: list[dict], peer_port: int | None, ca_bundle: str,
-                  admission_policies: list[dict] | None = None) -> list[dict]:
+def phase_configs(
+    phase: str, configs: list[dict], peer_port: int | None, ca_bundle: str, admission_policies: list[dict] | None = None
+) -> list[dict]:
     """The webhook configurations (and, in the policy mode, admission policies) registered in a
     phase (none for "without")."""
     if phase == "without":
@@ -222,16 +244,33 @@ def generated_admission_policies() -> list[dict]:
 
     import yaml
 
-    proc = subprocess.run([sys.executable, "-m", "webhook", "policy", "admission-policy", "--policies", str(ROOT / "policies")],
-                          capture_output=True, text=True, timeout=120, cwd=ROOT, check=True)
+    proc = subprocess.run(
+        [sys.executable, "-m", "webhook", "policy", "admission-policy", "--policies", str(ROOT / "policies")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=ROOT,
+        check=True,
+    )
     return [d for d in yaml.safe_load_all(proc.stdout) if d]
 
 
 def start_go_peer(binary: str, hook: c.Webhook, workdir: Path) -> int:
     """The Go yardstick of ../shared/bench/go-peer on loopback with the webhook's certificate."""
     port = c.free_port()
-    proc = c.Process("go-peer", [binary, "-addr", f"127.0.0.1:{port}", "-cert", str(hook.certs / "tls.crt"),
-                                 "-key", str(hook.certs / "tls.key")], workdir / "go-peer.log")
+    proc = c.Process(
+        "go-peer",
+        [
+            binary,
+            "-addr",
+            f"127.0.0.1:{port}",
+            "-cert",
+            str(hook.certs / "tls.crt"),
+            "-key",
+            str(hook.certs / "tls.key"),
+        ],
+        workdir / "go-peer.log",
+    )
     ctx = hook.ssl_context()
 
     def ready() -> bool:
@@ -246,39 +285,71 @@ def start_go_peer(binary: str, hook: c.Webhook, workdir: Path) -> int:
     return port
 
 
-def measure_phase(cp: c.ControlPlane, registered: list[dict], ns: str, rate: float, duration: float, tag: str,
-                  warmup: tuple[float, float] | None = None) -> dict:
+def measure_phase(
+    cp: c.ControlPlane,
+    registered: list[dict],
+    ns: str,
+    rate: float,
+    duration: float,
+    tag: str,
+    warmup: tuple[float, float] | None = None,
+) -> dict:
     """One measured phase: the webhook configurations and the generated admission policies of the
     previous phase removed, `registered` applied (nothing: no webhook, no policy), a fresh opted-in
     namespace `ns`, an optional warm-up (rate, seconds), then pod CREATEs at `rate` for `duration`
     seconds. Returns open_loop's figures with the load average before and the API server's own
     means per admission step and webhook call (`server_means`) over the measured part. The caller
     deletes `ns` (after reading what it needs from it). Shared by e2e_final_state.py."""
-    cp.kubectl("delete", "mutatingwebhookconfiguration,validatingwebhookconfiguration", "rdma-webhook",
-               "--ignore-not-found", check=True)
-    cp.kubectl("delete", "validatingadmissionpolicy,validatingadmissionpolicybinding", "-l",
-               "app.kubernetes.io/part-of=rdma-webhook", "--ignore-not-found", check=True)
+    cp.kubectl(
+        "delete",
+        "mutatingwebhookconfiguration,validatingwebhookconfiguration",
+        "rdma-webhook",
+        "--ignore-not-found",
+        check=True,
+    )
+    cp.kubectl(
+        "delete",
+        "validatingadmissionpolicy,validatingadmissionpolicybinding",
+        "-l",
+        "app.kubernetes.io/part-of=rdma-webhook",
+        "--ignore-not-found",
+        check=True,
+    )
     if registered:
         cp.apply(registered)
     time.sleep(3)  # the API server's configuration and policy informers catch up
-    cp.apply([{"apiVersion": "v1", "kind": "Namespace",
-               "metadata": {"name": ns, "labels": {"rdma-webhook.io/injection": "enabled"}}}])
-    c.wait_for(f"ServiceAccount default in {ns}", lambda: cp.get(f"/api/v1/namespaces/{ns}/serviceaccounts/default"), 60)
+    cp.apply(
+        [
+            {
+                "apiVersion": "v1",
+                "kind": "Namespace",
+                "metadata": {"name": ns, "labels": {"rdma-webhook.io/injection": "enabled"}},
+            }
+        ]
+    )
+    c.wait_for(
+        f"ServiceAccount default in {ns}", lambda: cp.get(f"/api/v1/namespaces/{ns}/serviceaccounts/default"), 60
+    )
     if warmup is not None:
         open_loop(cp, ns, warmup[0], warmup[1], f"warm-{tag}")
     load_before = os.getloadavg()
     seen_before, cpu_before = server_histograms(cp), cpu_by_process()
     run = open_loop(cp, ns, rate, duration, tag)
-    run.update(loadavg_1m_before=round(load_before[0], 2), apiserver=server_means(seen_before, server_histograms(cp)),
-               cpu_ms_per_pod=cpu_per_pod(cpu_before, cpu_by_process(), run["sent"]))
+    run.update(
+        loadavg_1m_before=round(load_before[0], 2),
+        apiserver=server_means(seen_before, server_histograms(cp)),
+        cpu_ms_per_pod=cpu_per_pod(cpu_before, cpu_by_process(), run["sent"]),
+    )
     return run
 
 
 def added(runs: list[dict], rate: float, phase: str) -> dict | None:
     """Median over the repeats of a phase's p50 and p99, minus the same medians without a webhook."""
+
     def med(ph: str, key: str) -> float | None:
         values = [r[key] for r in runs if r["rate"] == rate and r["phase"] == ph and r[key] is not None]
         return statistics.median(values) if values else None
+
     out: dict = {"rate": rate, "phase": phase}
     for key in ("p50_ms", "p99_ms"):
         base, there = med("without", key), med(phase, key)
@@ -294,13 +365,18 @@ def paired(runs: list[dict], rate: float, phase: str) -> dict | None:
     that repeat's `without` over what go-peer adds, for p50 and p99, and its mean per /mutate call
     (the API server's own) over go-peer's; the median over the repeats of each ratio. A drift
     of the machine over the run reaches both sides of each ratio alike."""
+
     def one(ph: str, repeat: int) -> dict | None:
         return next((r for r in runs if r["rate"] == rate and r["phase"] == ph and r["repeat"] == repeat), None)
 
     def call_ms(run: dict) -> float | None:
-        means = [v["mean_ms"] for k, v in run["apiserver"].items()
-                 if k.startswith("apiserver_admission_webhook_admission_duration_seconds") and k.endswith(" admit")]
+        means = [
+            v["mean_ms"]
+            for k, v in run["apiserver"].items()
+            if k.startswith("apiserver_admission_webhook_admission_duration_seconds") and k.endswith(" admit")
+        ]
         return means[0] if len(means) == 1 else None
+
     ratios: dict[str, list[float]] = {"p50_added": [], "p99_added": [], "mutate_call_mean": []}
     for repeat in sorted({r["repeat"] for r in runs if r["rate"] == rate}):
         base, ours, go = one("without", repeat), one(phase, repeat), one("go-peer", repeat)
@@ -315,8 +391,12 @@ def paired(runs: list[dict], rate: float, phase: str) -> dict | None:
             ratios["mutate_call_mean"].append(a / b)
     if not ratios["p50_added"]:
         return None
-    return {"rate": rate, "phase": phase, **{f"{k}_ratio_to_go_per_repeat": [round(x, 3) for x in v] for k, v in ratios.items()},
-            **{f"{k}_ratio_to_go_median": round(statistics.median(v), 3) for k, v in ratios.items() if v}}
+    return {
+        "rate": rate,
+        "phase": phase,
+        **{f"{k}_ratio_to_go_per_repeat": [round(x, 3) for x in v] for k, v in ratios.items()},
+        **{f"{k}_ratio_to_go_median": round(statistics.median(v), 3) for k, v in ratios.items() if v},
+    }
 
 
 def main() -> int:
@@ -324,17 +404,24 @@ def main() -> int:
     ap.add_argument("--rates", default="50,200")
     ap.add_argument("--duration", type=float, default=20.0)
     ap.add_argument("--warmup", type=float, default=5.0, help="seconds at the lowest rate before measuring")
-    ap.add_argument("--phases", default="without,with",
-                    help=f"comma-separated, of {', '.join(PHASES)}; go-peer needs --go-peer")
+    ap.add_argument(
+        "--phases", default="without,with", help=f"comma-separated, of {', '.join(PHASES)}; go-peer needs --go-peer"
+    )
     ap.add_argument("--repeats", type=int, default=1, help="run the phases in turn this many times per rate")
     ap.add_argument("--go-peer", help="binary built from ../shared/bench/go-peer (see benchmarks/README.md)")
     ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "e2e_latency.json"))
-    ap.add_argument("--summarize", metavar="FILE", help="no run: add the paired ratios (`paired`) to a stored result from its runs")
+    ap.add_argument(
+        "--summarize", metavar="FILE", help="no run: add the paired ratios (`paired`) to a stored result from its runs"
+    )
     args = ap.parse_args()
     if args.summarize:
         stored = json.loads(Path(args.summarize).read_text())
-        stored["paired"] = [row for rate in sorted({r["rate"] for r in stored["runs"]}) for phase in stored["phases"]
-                            if phase not in ("without", "go-peer") and (row := paired(stored["runs"], rate, phase))]
+        stored["paired"] = [
+            row
+            for rate in sorted({r["rate"] for r in stored["runs"]})
+            for phase in stored["phases"]
+            if phase not in ("without", "go-peer") and (row := paired(stored["runs"], rate, phase))
+        ]
         stored["paired_by"] = "e2e_latency.py --summarize (from the runs above, after the run)"
         Path(args.summarize).write_text(json.dumps(stored, indent=1) + "\n")
         for row in stored["paired"]:
@@ -343,10 +430,16 @@ def main() -> int:
     rates = [float(r) for r in args.rates.split(",")]
     phases = args.phases.split(",")
     peers = {"go-peer", "go-peer-again"} & set(phases)
-    if set(phases) - set(PHASES) or "without" not in phases or (peers and not args.go_peer) \
-            or ("go-peer-again" in phases and "go-peer" not in phases):
-        ap.error(f"--phases: some of {', '.join(PHASES)}, including without; go-peer needs --go-peer, "
-                 "go-peer-again needs go-peer")
+    if (
+        set(phases) - set(PHASES)
+        or "without" not in phases
+        or (peers and not args.go_peer)
+        or ("go-peer-again" in phases and "go-peer" not in phases)
+    ):
+        ap.error(
+            f"--phases: some of {', '.join(PHASES)}, including without; go-peer needs --go-peer, "
+            "go-peer-again needs go-peer"
+        )
     prov = provenance.start()
     results: dict = {"duration_s": args.duration, "phases": phases, "repeats": args.repeats, "runs": []}
     with control_plane("rdma-webhook-e2e-bench-") as (cp, workdir):
@@ -360,11 +453,18 @@ def main() -> int:
             for repeat in range(args.repeats):
                 # Each repeat starts one phase later in the list, so that no phase always runs
                 # first or last (the API server and etcd hold more objects as a run goes on).
-                for position, phase in enumerate(phases[repeat % len(phases):] + phases[:repeat % len(phases)]):
+                for position, phase in enumerate(phases[repeat % len(phases) :] + phases[: repeat % len(phases)]):
                     ns = f"bench-{phase}-{int(rate)}-{repeat}"
                     registered = phase_configs(phase, configs, peer_port, hook.ca_bundle, admission_policies)
-                    run = measure_phase(cp, registered, ns, rate, args.duration, f"p-{phase}",
-                                        warmup=(rates[0], args.warmup) if args.warmup and not warmed else None)
+                    run = measure_phase(
+                        cp,
+                        registered,
+                        ns,
+                        rate,
+                        args.duration,
+                        f"p-{phase}",
+                        warmup=(rates[0], args.warmup) if args.warmup and not warmed else None,
+                    )
                     run.update(rate=rate, phase=phase, repeat=repeat, position=position)
                     # The namespace goes before the next phase starts: its thousand pods deleted
                     # by the namespace controller beside the next phase's pods were that phase's load.

@@ -113,17 +113,49 @@ def post_all(cp: c.ControlPlane, objects_of, indexes: range, threads: int = 16) 
 
 def create_many(cp: c.ControlPlane, start: int, stop: int) -> None:
     """Namespaces e2e-scale-<i> (opted in, policy sriov-roce) and one NAD in each."""
+
     def objects(i: int) -> list[tuple[str, dict]]:
         ns = f"e2e-scale-{i}"
-        return [("/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {
-                    "name": ns, "labels": {"rdma-webhook.io/injection": "enabled", "rdma-webhook.io/policy": "sriov-roce",
-                                           "team": f"t{i % 50}"}}}),
-                (f"/apis/k8s.cni.cncf.io/v1/namespaces/{ns}/network-attachment-definitions", {
-                    "apiVersion": "k8s.cni.cncf.io/v1", "kind": "NetworkAttachmentDefinition",
-                    "metadata": {"name": "rdma-network", "namespace": ns,
-                                 "annotations": {"k8s.v1.cni.cncf.io/resourceName": "openshift.io/mellanoxrdma"}},
-                    "spec": {"config": json.dumps({"cniVersion": "0.3.1", "type": "sriov", "name": "rdma-network",
-                                                   "ipam": {"type": "whereabouts", "range": "192.0.2.0/24"}})}})]
+        return [
+            (
+                "/api/v1/namespaces",
+                {
+                    "apiVersion": "v1",
+                    "kind": "Namespace",
+                    "metadata": {
+                        "name": ns,
+                        "labels": {
+                            "rdma-webhook.io/injection": "enabled",
+                            "rdma-webhook.io/policy": "sriov-roce",
+                            "team": f"t{i % 50}",
+                        },
+                    },
+                },
+            ),
+            (
+                f"/apis/k8s.cni.cncf.io/v1/namespaces/{ns}/network-attachment-definitions",
+                {
+                    "apiVersion": "k8s.cni.cncf.io/v1",
+                    "kind": "NetworkAttachmentDefinition",
+                    "metadata": {
+                        "name": "rdma-network",
+                        "namespace": ns,
+                        "annotations": {"k8s.v1.cni.cncf.io/resourceName": "openshift.io/mellanoxrdma"},
+                    },
+                    "spec": {
+                        "config": json.dumps(
+                            {
+                                "cniVersion": "0.3.1",
+                                "type": "sriov",
+                                "name": "rdma-network",
+                                "ipam": {"type": "whereabouts", "range": "192.0.2.0/24"},
+                            }
+                        )
+                    },
+                },
+            ),
+        ]
+
     post_all(cp, objects, range(start, stop))
 
 
@@ -131,24 +163,44 @@ SRIOV_DRIVER = "sriovnetwork.k8snetworkplumbingwg.io"
 
 
 def device_class(name: str, sriov: bool) -> dict:
-    cel = [f'device.driver == "{SRIOV_DRIVER}"'] if sriov else ['device.driver == "dra.net"', 'device.attributes["dra.net"].rdma']
-    return {"apiVersion": "resource.k8s.io/v1", "kind": "DeviceClass", "metadata": {"name": name},
-            "spec": {"selectors": [{"cel": {"expression": e}} for e in cel]}}
+    cel = (
+        [f'device.driver == "{SRIOV_DRIVER}"']
+        if sriov
+        else ['device.driver == "dra.net"', 'device.attributes["dra.net"].rdma']
+    )
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "DeviceClass",
+        "metadata": {"name": name},
+        "spec": {"selectors": [{"cel": {"expression": e}} for e in cel]},
+    }
 
 
 def claim_template(namespace: str, name: str, device_class_name: str) -> dict:
-    return {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaimTemplate", "metadata": {"name": name, "namespace": namespace},
-            "spec": {"spec": {"devices": {"requests": [{"name": "nic", "exactly": {"deviceClassName": device_class_name}}]}}}}
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaimTemplate",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {
+            "spec": {"devices": {"requests": [{"name": "nic", "exactly": {"deviceClassName": device_class_name}}]}}
+        },
+    }
 
 
 def create_dra(cp: c.ControlPlane, n: int, namespaces: int) -> None:
     """N DeviceClasses e2e-scale-class-<i> and N templates e2e-scale-tmpl-<i>, each in namespace
     e2e-scale-<i mod namespaces> (which must exist) and requesting class i."""
+
     def objects(i: int) -> list[tuple[str, dict]]:
         ns = f"e2e-scale-{i % namespaces}"
-        return [("/apis/resource.k8s.io/v1/deviceclasses", device_class(f"e2e-scale-class-{i}", i % 2 == 1)),
-                (f"/apis/resource.k8s.io/v1/namespaces/{ns}/resourceclaimtemplates",
-                 claim_template(ns, f"e2e-scale-tmpl-{i}", f"e2e-scale-class-{i}"))]
+        return [
+            ("/apis/resource.k8s.io/v1/deviceclasses", device_class(f"e2e-scale-class-{i}", i % 2 == 1)),
+            (
+                f"/apis/resource.k8s.io/v1/namespaces/{ns}/resourceclaimtemplates",
+                claim_template(ns, f"e2e-scale-tmpl-{i}", f"e2e-scale-class-{i}"),
+            ),
+        ]
+
     post_all(cp, objects, range(n))
 
 
@@ -172,16 +224,27 @@ def children(pid: int) -> list[int]:
 
 def mutate_device(hook: c.Webhook, namespace: str, template: str | None = None) -> set[str]:
     """The VF resources /mutate adds to a 1-GPU pod (which claims its NIC from `template`, if given)."""
-    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "probe", "namespace": namespace,
-                                                            "labels": {"rdma-webhook.io/inject": "true"}},
-           "spec": {"containers": [{"name": "c", "image": "x", "resources": {"limits": {"nvidia.com/gpu": "1"}}}]}}
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "probe", "namespace": namespace, "labels": {"rdma-webhook.io/inject": "true"}},
+        "spec": {"containers": [{"name": "c", "image": "x", "resources": {"limits": {"nvidia.com/gpu": "1"}}}]},
+    }
     if template is not None:
         pod["spec"]["resourceClaims"] = [{"name": "nic", "resourceClaimTemplateName": template}]
         pod["spec"]["containers"][0]["resources"]["claims"] = [{"name": "nic"}]
-    review = {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": {
-        "uid": str(uuid.uuid4()), "kind": {"group": "", "version": "v1", "kind": "Pod"},
-        "resource": {"group": "", "version": "v1", "resource": "pods"}, "namespace": namespace,
-        "operation": "CREATE", "object": pod}}
+    review = {
+        "apiVersion": "admission.k8s.io/v1",
+        "kind": "AdmissionReview",
+        "request": {
+            "uid": str(uuid.uuid4()),
+            "kind": {"group": "", "version": "v1", "kind": "Pod"},
+            "resource": {"group": "", "version": "v1", "resource": "pods"},
+            "namespace": namespace,
+            "operation": "CREATE",
+            "object": pod,
+        },
+    }
     conn = http.client.HTTPSConnection("127.0.0.1", hook.port, context=hook.ssl_context(), timeout=10)
     try:
         conn.request("POST", "/mutate", body=json.dumps(review).encode(), headers={"Content-Type": "application/json"})
@@ -200,6 +263,7 @@ def settle(limit: float) -> float:
     namespaces the controller-manager is still making each one's ServiceAccount and root-CA
     ConfigMap, and that work is the cluster's, not the webhook's. Idle: less than 0.3 s of CPU
     per second over the last 5 s, from /proc/stat. Returns the seconds waited."""
+
     def busy() -> tuple[int, int]:
         fields = [int(x) for x in open("/proc/stat").readline().split()[1:]]
         return sum(fields) - fields[3] - fields[4], sum(fields)  # not idle, not iowait; all
@@ -217,33 +281,66 @@ def settle(limit: float) -> float:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--sizes", default="0,5000,20000")
-    ap.add_argument("--settle", type=float, default=300.0,
-                    help="before each start of the webhook, wait up to this long for the machine to go idle")
+    ap.add_argument(
+        "--settle",
+        type=float,
+        default=300.0,
+        help="before each start of the webhook, wait up to this long for the machine to go idle",
+    )
     ap.add_argument("--repeats", type=int, default=1, help="starts of each variant at each size, in turn")
-    ap.add_argument("--unprimed", action="store_true",
-                    help="at each size also start the webhook without the master's list before the fork")
-    ap.add_argument("--age", type=float, default=0.0, metavar="S",
-                    help="wait S seconds after creating the objects before the first start: a real cluster's "
-                         "objects were not all made a minute ago (the etcd-paged lists were seen to slow down with age)")
-    ap.add_argument("--etcd-lists", action="store_true",
-                    help="at each size also start the webhook with its lists read from etcd in pages, not from the watch cache")
-    ap.add_argument("--dra", type=int, default=0, metavar="N",
-                    help="also N DeviceClasses and N ResourceClaimTemplates (in the first namespaces of the first size)")
-    ap.add_argument("--page-sizes", metavar="N,N,...",
-                    help="instead of starting the webhook: time the master's list before the fork "
-                         "(ApiClusterState.prime, in this process) at each page size, in turn, --repeats times")
+    ap.add_argument(
+        "--unprimed",
+        action="store_true",
+        help="at each size also start the webhook without the master's list before the fork",
+    )
+    ap.add_argument(
+        "--age",
+        type=float,
+        default=0.0,
+        metavar="S",
+        help="wait S seconds after creating the objects before the first start: a real cluster's "
+        "objects were not all made a minute ago (the etcd-paged lists were seen to slow down with age)",
+    )
+    ap.add_argument(
+        "--etcd-lists",
+        action="store_true",
+        help="at each size also start the webhook with its lists read from etcd in pages, not from the watch cache",
+    )
+    ap.add_argument(
+        "--dra",
+        type=int,
+        default=0,
+        metavar="N",
+        help="also N DeviceClasses and N ResourceClaimTemplates (in the first namespaces of the first size)",
+    )
+    ap.add_argument(
+        "--page-sizes",
+        metavar="N,N,...",
+        help="instead of starting the webhook: time the master's list before the fork "
+        "(ApiClusterState.prime, in this process) at each page size, in turn, --repeats times",
+    )
     ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "e2e_scale.json"))
     args = ap.parse_args()
     if args.dra and not min(s for s in [int(x) for x in args.sizes.split(",")] if s):
         ap.error("--dra needs a size above 0 (its templates live in the namespaces)")
     sizes = [int(s) for s in args.sizes.split(",")]
     prov = provenance.start()
-    results: dict = {"shipped_memory_limit_mb": SHIPPED_LIMIT_MB, "device_classes": args.dra, "claim_templates": args.dra,
-                     "runs": []}
+    results: dict = {
+        "shipped_memory_limit_mb": SHIPPED_LIMIT_MB,
+        "device_classes": args.dra,
+        "claim_templates": args.dra,
+        "runs": [],
+    }
     with control_plane("rdma-webhook-e2e-scale-") as (cp, workdir):
         docs = c.render_deploy(cp)
-        cp.apply([c.pick(docs, "Namespace", "rdma-webhook"), c.pick(docs, "ServiceAccount", "rdma-webhook"),
-                  c.pick(docs, "ClusterRole", "rdma-webhook"), c.pick(docs, "ClusterRoleBinding", "rdma-webhook")])
+        cp.apply(
+            [
+                c.pick(docs, "Namespace", "rdma-webhook"),
+                c.pick(docs, "ServiceAccount", "rdma-webhook"),
+                c.pick(docs, "ClusterRole", "rdma-webhook"),
+                c.pick(docs, "ClusterRoleBinding", "rdma-webhook"),
+            ]
+        )
         kc = c.service_account_kubeconfig(cp, "rdma-webhook", "rdma-webhook", workdir / "webhook.kubeconfig")
         have = 0
         variants = ["primed"] + ["unprimed"] * args.unprimed + ["etcd-lists"] * args.etcd_lists
@@ -259,15 +356,20 @@ def main() -> int:
                 if args.dra and not have:
                     t = time.monotonic()
                     create_dra(cp, args.dra, size)
-                    print(f"created {args.dra} DeviceClasses + {args.dra} ResourceClaimTemplates in {time.monotonic() - t:.0f}s",
-                          flush=True)
+                    print(
+                        f"created {args.dra} DeviceClasses + {args.dra} ResourceClaimTemplates in {time.monotonic() - t:.0f}s",
+                        flush=True,
+                    )
                 have = size
                 if args.age:
                     print(f"waiting {args.age:.0f}s (--age) before the starts", flush=True)
                     time.sleep(args.age)
             if args.page_sizes:
-                results["runs"].extend(prime_by_page_size(kc, size, [int(n) for n in args.page_sizes.split(",")],
-                                                          args.repeats, args.settle, args.dra > 0))
+                results["runs"].extend(
+                    prime_by_page_size(
+                        kc, size, [int(n) for n in args.page_sizes.split(",")], args.repeats, args.settle, args.dra > 0
+                    )
+                )
                 continue
             for repeat in range(args.repeats):
                 for variant in variants:
@@ -279,17 +381,26 @@ def main() -> int:
 
 # `--unprimed`: the same webhook with ApiClusterState.prime disabled, so that each worker makes
 # the first list itself (as before the master listed once for the replica): an A/B in one run.
-UNPRIMED = [sys.executable, "-c", "import sys; from webhook.cluster import api; from webhook.cli.main import main; "
-            "api.ApiClusterState.prime = lambda self, budget=0: False; sys.exit(main(sys.argv[1:]))"]
+UNPRIMED = [
+    sys.executable,
+    "-c",
+    "import sys; from webhook.cluster import api; from webhook.cli.main import main; "
+    "api.ApiClusterState.prime = lambda self, budget=0: False; sys.exit(main(sys.argv[1:]))",
+]
 # `--etcd-lists`: the same webhook with its lists made as consistent reads, paged through etcd, as
 # they were before they asked the watch cache (`list_from_cache`, webhook/cluster/listing.py).
-ETCD_LISTS = [sys.executable, "-c", "import sys; from webhook.cluster import api; from webhook.cli.main import main; "
-              "api.ApiClusterState.__init__.__kwdefaults__['list_from_cache'] = False; sys.exit(main(sys.argv[1:]))"]
+ETCD_LISTS = [
+    sys.executable,
+    "-c",
+    "import sys; from webhook.cluster import api; from webhook.cli.main import main; "
+    "api.ApiClusterState.__init__.__kwdefaults__['list_from_cache'] = False; sys.exit(main(sys.argv[1:]))",
+]
 LAUNCHERS = {"unprimed": UNPRIMED, "etcd-lists": ETCD_LISTS}
 
 
-def prime_by_page_size(kc: Path, size: int, page_sizes: list[int], repeats: int, settle_limit: float,
-                       dra: bool) -> list[dict]:
+def prime_by_page_size(
+    kc: Path, size: int, page_sizes: list[int], repeats: int, settle_limit: float, dra: bool
+) -> list[dict]:
     """The master's list before the fork alone (namespaces, NADs and, with `dra`, the DRA kinds, as
     the shipped policies make it), timed in this process at each page size in turn."""
     from kubernetes import client, config
@@ -303,14 +414,26 @@ def prime_by_page_size(kc: Path, size: int, page_sizes: list[int], repeats: int,
             load = os.getloadavg()[0]
             configuration = client.Configuration()
             config.load_kube_config(config_file=str(kc), client_configuration=configuration)  # the webhook's account
-            state = ApiClusterState(client.ApiClient(configuration), lambda: True, page_size=page_size, uses_dra=lambda: dra)
+            state = ApiClusterState(
+                client.ApiClient(configuration), lambda: True, page_size=page_size, uses_dra=lambda: dra
+            )
             t = time.monotonic()
             assert state.prime(budget=120.0)
             took = time.monotonic() - t
-            kinds = {i.kind: {"objects": len(i.items), "pages": i.pages, "s": round(i.list_seconds, 3)}
-                     for i in (state._ns, state._nads, *state._dra_informers) if i.synced}
-            run = {"namespaces": size, "page_size": page_size, "repeat": repeat, "prime_s": round(took, 3),
-                   "kinds": kinds, "settle_s": settled, "loadavg_1m_at_start": round(load, 2)}
+            kinds = {
+                i.kind: {"objects": len(i.items), "pages": i.pages, "s": round(i.list_seconds, 3)}
+                for i in (state._ns, state._nads, *state._dra_informers)
+                if i.synced
+            }
+            run = {
+                "namespaces": size,
+                "page_size": page_size,
+                "repeat": repeat,
+                "prime_s": round(took, 3),
+                "kinds": kinds,
+                "settle_s": settled,
+                "loadavg_1m_at_start": round(load, 2),
+            }
             print(json.dumps(run), flush=True)
             runs.append(run)
     return runs
@@ -329,14 +452,22 @@ def prime_line(hook: c.Webhook) -> str | None:
     return None
 
 
-def measure(cp: c.ControlPlane, workdir: Path, kc: Path, size: int, variant: str, variants: list[str],
-            settle_limit: float, repeat: int = 0, dra: bool = False) -> dict:
+def measure(
+    cp: c.ControlPlane,
+    workdir: Path,
+    kc: Path,
+    size: int,
+    variant: str,
+    variants: list[str],
+    settle_limit: float,
+    repeat: int = 0,
+    dra: bool = False,
+) -> dict:
     """One start of the webhook at this size: readiness, memory, a NAD change in decisions (and
     with `dra` a DeviceClass created after the start)."""
     settled = settle(settle_limit)
     load = os.getloadavg()[0]
-    hook = c.Webhook(workdir, kc, workers=2, name=f"scale-{size}-{variant}-{repeat}",
-                     launcher=LAUNCHERS.get(variant))
+    hook = c.Webhook(workdir, kc, workers=2, name=f"scale-{size}-{variant}-{repeat}", launcher=LAUNCHERS.get(variant))
     started = time.monotonic()
     hook.start(wait_ready=False)
     hook.wait_ready(600)
@@ -345,32 +476,61 @@ def measure(cp: c.ControlPlane, workdir: Path, kc: Path, size: int, variant: str
     procs = {"master": memory(hook.proc.pid)}
     for n, pid in enumerate(children(hook.proc.pid)):
         procs[f"worker{n}"] = memory(pid)
-    run = {"namespaces": size, "nads": size, "variant": variant, "repeat": repeat, "ready_s": round(ready_s, 2),
-           "settle_s": settled, "processes": procs,
-           "pss_total_mb": round(sum(p["pss_mb"] for p in procs.values()), 1),
-           "loadavg_1m_at_start": round(load, 2), "prime": prime_line(hook)}
+    run = {
+        "namespaces": size,
+        "nads": size,
+        "variant": variant,
+        "repeat": repeat,
+        "ready_s": round(ready_s, 2),
+        "settle_s": settled,
+        "processes": procs,
+        "pss_total_mb": round(sum(p["pss_mb"] for p in procs.values()), 1),
+        "loadavg_1m_at_start": round(load, 2),
+        "prime": prime_line(hook),
+    }
     if size:
         ns = f"e2e-scale-{size // 2 + repeat * len(variants) + variants.index(variant)}"  # a NAD of its own
         assert mutate_device(hook, ns) == {"openshift.io/mellanoxrdma"}
-        cp.apply([{"apiVersion": "k8s.cni.cncf.io/v1", "kind": "NetworkAttachmentDefinition",
-                   "metadata": {"name": "rdma-network", "namespace": ns,
-                                "annotations": {"k8s.v1.cni.cncf.io/resourceName": "openshift.io/scale_changed"}},
-                   "spec": {"config": "{}"}}])
+        cp.apply(
+            [
+                {
+                    "apiVersion": "k8s.cni.cncf.io/v1",
+                    "kind": "NetworkAttachmentDefinition",
+                    "metadata": {
+                        "name": "rdma-network",
+                        "namespace": ns,
+                        "annotations": {"k8s.v1.cni.cncf.io/resourceName": "openshift.io/scale_changed"},
+                    },
+                    "spec": {"config": "{}"},
+                }
+            ]
+        )
         t = time.monotonic()
         # every worker must see it: probe repeatedly (each request may reach either worker)
-        c.wait_for("NAD change in decisions",
-                   lambda: all(mutate_device(hook, ns) == {"openshift.io/scale_changed"} for _ in range(6)), 60,
-                   interval=0.05)
+        c.wait_for(
+            "NAD change in decisions",
+            lambda: all(mutate_device(hook, ns) == {"openshift.io/scale_changed"} for _ in range(6)),
+            60,
+            interval=0.05,
+        )
         run["nad_change_s"] = round(time.monotonic() - t, 3)
         if dra:
             late = f"e2e-scale-late-{variant}-{repeat}"
             cp.apply([claim_template(ns, late, late)])  # its class does not exist yet: no NIC, the VF is added
-            c.wait_for("the template in decisions", lambda: mutate_device(hook, ns, late) == {"openshift.io/scale_changed"},
-                       60, interval=0.05)
+            c.wait_for(
+                "the template in decisions",
+                lambda: mutate_device(hook, ns, late) == {"openshift.io/scale_changed"},
+                60,
+                interval=0.05,
+            )
             cp.apply([device_class(late, sriov=True)])
             t = time.monotonic()
-            c.wait_for("DeviceClass creation in decisions",
-                       lambda: all(mutate_device(hook, ns, late) == set() for _ in range(6)), 60, interval=0.05)
+            c.wait_for(
+                "DeviceClass creation in decisions",
+                lambda: all(mutate_device(hook, ns, late) == set() for _ in range(6)),
+                60,
+                interval=0.05,
+            )
             run["class_change_s"] = round(time.monotonic() - t, 3)
     print(json.dumps(run), flush=True)
     hook.stop()

@@ -21,8 +21,11 @@ app = Flask("floor")
 @app.post("/mutate")
 def mutate() -> Response:
     review = orjson.loads(request.get_data(cache=False))
-    doc = {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
-           "response": {"uid": review["request"]["uid"], "allowed": True}}
+    doc = {
+        "apiVersion": "admission.k8s.io/v1",
+        "kind": "AdmissionReview",
+        "response": {"uid": review["request"]["uid"], "allowed": True},
+    }
     return Response(orjson.dumps(doc), mimetype="application/json")
 
 
@@ -33,8 +36,12 @@ def readyz() -> Response:
 
 def main() -> int:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--server", choices=("gunicorn", "uvicorn", "granian"), required=True,
-                    help="gunicorn: gthread, the issue's reference floor; uvicorn: the webhook's own stack")
+    ap.add_argument(
+        "--server",
+        choices=("gunicorn", "uvicorn", "granian"),
+        required=True,
+        help="gunicorn: gthread, the issue's reference floor; uvicorn: the webhook's own stack",
+    )
     ap.add_argument("--host", default="127.0.0.1")
     ap.add_argument("--port", type=int, required=True)
     ap.add_argument("--tls-cert", required=True)
@@ -53,8 +60,15 @@ def main() -> int:
         from benchmarks.granian_serve import run_granian
 
         # granian's own thread count (GRANIAN_THREADS), as for the webhook; --threads is gthread's
-        run_granian("benchmarks.floor:app", host=args.host, port=args.port, workers=args.workers,
-                    tls_cert=args.tls_cert, tls_key=args.tls_key, target_loader=lambda _target=None: own)
+        run_granian(
+            "benchmarks.floor:app",
+            host=args.host,
+            port=args.port,
+            workers=args.workers,
+            tls_cert=args.tls_cert,
+            tls_key=args.tls_key,
+            target_loader=lambda _target=None: own,
+        )
         return 0
     from webhook.serving.tls import ServingTLS
 
@@ -79,8 +93,13 @@ def gthread_options(threads: int) -> dict:
     """What the gthread reference floor sets on top of `serve`'s gunicorn options: the worker, its
     threads, and the bounds of gunicorn's own HTTP parser, which `serve`'s uvicorn workers never
     use (they bound a request themselves: webhook.serving.worker.MAX_HEAD, webhook.serving.asgi)."""
-    return {"worker_class": "gthread", "threads": threads,
-            "limit_request_line": 4096, "limit_request_fields": 64, "limit_request_field_size": 8190}
+    return {
+        "worker_class": "gthread",
+        "threads": threads,
+        "limit_request_line": 4096,
+        "limit_request_fields": 64,
+        "limit_request_field_size": 8190,
+    }
 
 
 if __name__ == "__main__":

@@ -21,8 +21,17 @@ from typing import Any
 GRANIAN_THREADS = 2
 
 
-def run_granian(target, *, host: str, port: int, workers: int, tls_cert: str, tls_key: str,
-                client_ca: str | None = None, target_loader=None) -> None:
+def run_granian(
+    target,
+    *,
+    host: str,
+    port: int,
+    workers: int,
+    tls_cert: str,
+    tls_key: str,
+    client_ca: str | None = None,
+    target_loader=None,
+) -> None:
     """granian's WSGI interface, in GRANIAN_THREADS threads per worker, with the closest settings
     it has to `serve`'s."""
     from granian import Granian
@@ -32,11 +41,22 @@ def run_granian(target, *, host: str, port: int, workers: int, tls_cert: str, tl
     kw: dict[str, Any] = {}
     if client_ca:
         kw.update(ssl_ca=Path(client_ca), ssl_client_verify=True)
-    server = Granian(target, address=host, port=port, workers=workers, http=HTTPModes.http1,
-                     interface=Interfaces.WSGI, blocking_threads=GRANIAN_THREADS,
-                     http1_settings=HTTP1Settings(header_read_timeout=10_000, keep_alive=True),
-                     ssl_cert=Path(tls_cert), ssl_key=Path(tls_key), ssl_protocol_min="tls1.2",
-                     workers_kill_timeout=20, log_level="warning", **kw)
+    server = Granian(
+        target,
+        address=host,
+        port=port,
+        workers=workers,
+        http=HTTPModes.http1,
+        interface=Interfaces.WSGI,
+        blocking_threads=GRANIAN_THREADS,
+        http1_settings=HTTP1Settings(header_read_timeout=10_000, keep_alive=True),
+        ssl_cert=Path(tls_cert),
+        ssl_key=Path(tls_key),
+        ssl_protocol_min="tls1.2",
+        workers_kill_timeout=20,
+        log_level="warning",
+        **kw,
+    )
     if target_loader is not None:
         server.serve(target_loader=target_loader)
     else:
@@ -52,15 +72,23 @@ def main(argv: list[str] | None = None) -> int:
     try:
         import granian  # noqa: F401
     except ImportError as exc:
-        print(f"error: granian is a benchmark candidate and needs the bench extra (pip install '.[bench]'): {exc}",
-              file=sys.stderr)
+        print(
+            f"error: granian is a benchmark candidate and needs the bench extra (pip install '.[bench]'): {exc}",
+            file=sys.stderr,
+        )
         return 2
     from webhook.serving import server as serve
 
     os.environ[trainer.TRAINER_RELEASE_ENV] = args.trainer_release  # as `serve` does: the workers inherit it
-    served = serve.prepare(policies_dir=policies_dir(args.policies), tls_cert=args.tls_cert, tls_key=args.tls_key,
-                           cluster_state=args.cluster_state, client_ca=args.client_ca, log_level=args.log_level,
-                           check_admission_policy=args.check_admission_policy)
+    served = serve.prepare(
+        policies_dir=policies_dir(args.policies),
+        tls_cert=args.tls_cert,
+        tls_key=args.tls_key,
+        cluster_state=args.cluster_state,
+        client_ca=args.client_ca,
+        log_level=args.log_level,
+        check_admission_policy=args.check_admission_policy,
+    )
     if served is None:
         return 2
 
@@ -68,8 +96,16 @@ def main(argv: list[str] | None = None) -> int:
         served.post_worker_init(None)
         return served.app
 
-    run_granian(served.app, host=args.host, port=args.port, workers=args.workers, tls_cert=args.tls_cert,
-                tls_key=args.tls_key, client_ca=args.client_ca, target_loader=loader)
+    run_granian(
+        served.app,
+        host=args.host,
+        port=args.port,
+        workers=args.workers,
+        tls_cert=args.tls_cert,
+        tls_key=args.tls_key,
+        client_ca=args.client_ca,
+        target_loader=loader,
+    )
     return 0
 
 

@@ -67,18 +67,36 @@ def main() -> int:
     raw_path.parent.mkdir(parents=True, exist_ok=True)
     try:
         run_wrk(port, lua, 2, conns=args.connections)  # warm-up
-        load = subprocess.Popen(["wrk", "-t2", f"-c{args.connections}", f"-d{args.seconds + 3}s", "--timeout", "10s",
-                                 "-s", str(lua), f"https://127.0.0.1:{port}/mutate"], stdout=subprocess.PIPE, text=True)
+        load = subprocess.Popen(
+            [
+                "wrk",
+                "-t2",
+                f"-c{args.connections}",
+                f"-d{args.seconds + 3}s",
+                "--timeout",
+                "10s",
+                "-s",
+                str(lua),
+                f"https://127.0.0.1:{port}/mutate",
+            ],
+            stdout=subprocess.PIPE,
+            text=True,
+        )
         time.sleep(1)
         worker = target.workers()[0]
-        subprocess.run([spy, "record", "-p", str(worker), "-d", str(args.seconds), "-r", "200", "-f", "raw",
-                        "-o", str(raw_path)], check=True, capture_output=True)
+        subprocess.run(
+            [spy, "record", "-p", str(worker), "-d", str(args.seconds), "-r", "200", "-f", "raw", "-o", str(raw_path)],
+            check=True,
+            capture_output=True,
+        )
         out = load.communicate()[0]
     finally:
         target.stop()
         shutil.rmtree(work, ignore_errors=True)
     rps = next((line.split()[1] for line in out.splitlines() if line.startswith("Requests/sec:")), "?")
-    print(f"server {args.server}, 2 workers, wrk {args.connections} connections: {rps} req/s; worker profiled: {worker}")
+    print(
+        f"server {args.server}, 2 workers, wrk {args.connections} connections: {rps} req/s; worker profiled: {worker}"
+    )
     print(summarise(raw_path.read_text(), args.top))
     return 0
 

@@ -89,9 +89,12 @@ def run(target: str, n: int, connections: int) -> None:
     from webhook.serving.asgi import Front
 
     app = _app(target)
-    requests = [b"POST /mutate HTTP/1.1\r\nHost: rdma-webhook.rdma-webhook.svc:443\r\nUser-Agent: kube-apiserver-admission\r\n"
-                b"Accept: application/json, */*\r\nContent-Type: application/json\r\nAccept-Encoding: gzip\r\n"
-                b"Content-Length: %d\r\n\r\n%s" % (len(body), body) for _, body in mix()]
+    requests = [
+        b"POST /mutate HTTP/1.1\r\nHost: rdma-webhook.rdma-webhook.svc:443\r\nUser-Agent: kube-apiserver-admission\r\n"
+        b"Accept: application/json, */*\r\nContent-Type: application/json\r\nAccept-Encoding: gzip\r\n"
+        b"Content-Length: %d\r\n\r\n%s" % (len(body), body)
+        for _, body in mix()
+    ]
 
     async def main() -> None:
         loop = asyncio.get_running_loop()
@@ -111,7 +114,7 @@ def run(target: str, n: int, connections: int) -> None:
             conns.append((conn, transport))
         sent = 0
         while sent < n:
-            group = conns[:n - sent]
+            group = conns[: n - sent]
             for conn, transport in group:
                 transport.answers = 0
                 conn.data_received(requests[sent % len(requests)])
@@ -127,10 +130,26 @@ def run(target: str, n: int, connections: int) -> None:
 
 def instructions(target: str, n: int, connections: int) -> int:
     def ir(count: int) -> int:
-        out = subprocess.run(["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null", sys.executable,
-                              *(["-P"] if sys.flags.safe_path else []), "-m", "benchmarks.instructions",
-                              "--run", target, str(count), "--connections", str(connections)],
-                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, check=True)
+        out = subprocess.run(
+            [
+                "valgrind",
+                "--tool=callgrind",
+                "--callgrind-out-file=/dev/null",
+                sys.executable,
+                *(["-P"] if sys.flags.safe_path else []),
+                "-m",
+                "benchmarks.instructions",
+                "--run",
+                target,
+                str(count),
+                "--connections",
+                str(connections),
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+            check=True,
+        )
         return int(re.search(r"Collected : (\d+)", out.stderr).group(1))
 
     return (ir(WARM + n) - ir(WARM)) // n
@@ -153,7 +172,9 @@ def main() -> int:
     prov = provenance.start()
     got = {t: instructions(t, args.requests, args.connections) for t in targets}
     for t, v in got.items():
-        print(f"{t:8s} {v:>10,d} instructions per admission ({args.requests} requests of the mix, {args.connections} connections)")
+        print(
+            f"{t:8s} {v:>10,d} instructions per admission ({args.requests} requests of the mix, {args.connections} connections)"
+        )
     if len(got) == 2:
         print(f"webhook / floor: {got['webhook'] / got['floor']:.2f}")
     if args.store:

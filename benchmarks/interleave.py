@@ -42,8 +42,14 @@ def verdict(phases: list[dict], target: float) -> dict:
     ratio = statistics.median(hook) / statistics.median(base)
     low, high = (min(pairs), max(pairs)) if pairs else (ratio, ratio)
     word = "met" if low >= target else "not met" if high < target else "within noise"
-    return {"target": target, "median_ratio": round(ratio, 2), "pair_ratios": pairs, "pair_min": low, "pair_max": high,
-            "verdict": word}
+    return {
+        "target": target,
+        "median_ratio": round(ratio, 2),
+        "pair_ratios": pairs,
+        "pair_min": low,
+        "pair_max": high,
+        "verdict": word,
+    }
 
 
 def main() -> int:
@@ -67,13 +73,26 @@ def main() -> int:
     results: dict[str, list[float]] = {}
     for name in args.targets.split(","):
         kind, server = name.split("-", 1)
-        t = floor_target(server, args.workers, 4, work) if kind == "floor" else webhook_target(server, args.workers, work)
+        t = (
+            floor_target(server, args.workers, 4, work)
+            if kind == "floor"
+            else webhook_target(server, args.workers, work)
+        )
         r = bench_target(t, work, work / "mix.lua", [b for _, b in seq], phase)
         results.setdefault(name, []).append(r["throughput_rps"])
-        phases.append({"target": name, "throughput_rps": r["throughput_rps"], "cpu_ms_per_admission": r["cpu_s_per_1000"],
-                       "loadavg": provenance.loadavg()})
-        print(f"{name:24s} {r['throughput_rps']:8.0f} req/s  {r['cpu_s_per_1000']:.3f} CPU ms/admission  "
-              f"worker CPU s {r['worker_cpu_s']}", flush=True)
+        phases.append(
+            {
+                "target": name,
+                "throughput_rps": r["throughput_rps"],
+                "cpu_ms_per_admission": r["cpu_s_per_1000"],
+                "loadavg": provenance.loadavg(),
+            }
+        )
+        print(
+            f"{name:24s} {r['throughput_rps']:8.0f} req/s  {r['cpu_s_per_1000']:.3f} CPU ms/admission  "
+            f"worker CPU s {r['worker_cpu_s']}",
+            flush=True,
+        )
     base = statistics.median(results["floor-gunicorn"]) if "floor-gunicorn" in results else None
     print()
     for name, rps in results.items():
@@ -82,13 +101,22 @@ def main() -> int:
         print(f"{name:24s} median {med:8.0f} req/s over {len(rps)} phases{ratio}")
     v = verdict(phases, args.target)
     if v:
-        print(f"\nwebhook-uvicorn / floor-gunicorn: median {v['median_ratio']}x, adjacent pairs {v['pair_min']}-{v['pair_max']}x "
-              f"{v['pair_ratios']}; target {v['target']}x: {v['verdict']}")
+        print(
+            f"\nwebhook-uvicorn / floor-gunicorn: median {v['median_ratio']}x, adjacent pairs {v['pair_min']}-{v['pair_max']}x "
+            f"{v['pair_ratios']}; target {v['target']}x: {v['verdict']}"
+        )
     if args.store:
-        cpu = {name: statistics.median(p["cpu_ms_per_admission"] for p in phases if p["target"] == name) for name in results}
-        data = {"settings": {"seconds": args.seconds, "connections": args.connections, "workers": args.workers},
-                "phases": phases, "median_rps": {n: statistics.median(r) for n, r in results.items()},
-                "median_cpu_ms_per_admission": cpu, "throughput_target": v}
+        cpu = {
+            name: statistics.median(p["cpu_ms_per_admission"] for p in phases if p["target"] == name)
+            for name in results
+        }
+        data = {
+            "settings": {"seconds": args.seconds, "connections": args.connections, "workers": args.workers},
+            "phases": phases,
+            "median_rps": {n: statistics.median(r) for n, r in results.items()},
+            "median_cpu_ms_per_admission": cpu,
+            "throughput_target": v,
+        }
         print(f"stored in {provenance.store(args.store, prov, data)}")
     return 0
 

@@ -43,8 +43,10 @@ class Conn:
         """Send one POST and read the whole answer; returns the HTTP status."""
         if self.sock is None:
             self._connect()
-        head = (f"POST {path} HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n"
-                f"Accept: application/json\r\nContent-Length: {len(body)}\r\n\r\n").encode()
+        head = (
+            f"POST {path} HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n"
+            f"Accept: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
+        ).encode()
         try:
             if self.split:
                 self.sock.sendall(head)
@@ -110,8 +112,16 @@ class Result:
         return xs[min(len(xs) - 1, int(round(p / 100 * len(xs) + 0.5)) - 1)]
 
 
-def open_loop(host: str, port: int, ca_file: str, bodies: list[bytes], rate: float, seconds: float,
-              conns: int = 8, path: str = "/mutate") -> Result:
+def open_loop(
+    host: str,
+    port: int,
+    ca_file: str,
+    bodies: list[bytes],
+    rate: float,
+    seconds: float,
+    conns: int = 8,
+    path: str = "/mutate",
+) -> Result:
     ctx = tls_context(ca_file)
     res = Result(rate, seconds)
     q: queue.Queue = queue.Queue()
@@ -172,8 +182,9 @@ def open_loop(host: str, port: int, ca_file: str, bodies: list[bytes], rate: flo
     return res
 
 
-def burst(host: str, port: int, ca_file: str, bodies: list[bytes], total: int = 2000, conns: int = 32,
-          path: str = "/mutate") -> dict:
+def burst(
+    host: str, port: int, ca_file: str, bodies: list[bytes], total: int = 2000, conns: int = 32, path: str = "/mutate"
+) -> dict:
     """`total` requests as fast as possible over `conns` fresh connections (handshakes included,
     as when a job controller creates a gang of pods right after a webhook restart). Returns the
     time from the first send to the last answer."""
@@ -209,5 +220,9 @@ def burst(host: str, port: int, ca_file: str, bodies: list[bytes], total: int = 
     go.set()
     for t in threads:
         t.join(120)
-    return {"answers": state["ok"], "errors": state["errors"], "non_200": state["non_200"],
-            "time_to_last_answer_s": round(time.perf_counter() - t0, 3)}
+    return {
+        "answers": state["ok"],
+        "errors": state["errors"],
+        "non_200": state["non_200"],
+        "time_to_last_answer_s": round(time.perf_counter() - t0, 3),
+    }

@@ -21,7 +21,6 @@ import json
 import os
 import statistics
 import sys
-import time
 from pathlib import Path
 
 from tests import kube_objects as k
@@ -45,9 +44,16 @@ def measure(t: Target, body: bytes, ca: str, rate: float, seconds: float) -> dic
     r = loadgen.open_loop("127.0.0.1", t.port, ca, [body], rate, seconds, conns=1)
     c1 = cpu_seconds(pids)
     n = len(r.latencies)
-    return {"sent": r.sent, "answered": n, "errors": r.errors, "non_200": r.non_200,
-            "p50_ms": round(r.pct(50) * 1000, 3), "p90_ms": round(r.pct(90) * 1000, 3), "p99_ms": round(r.pct(99) * 1000, 3),
-            "server_cpu_ms_per_admission": round((c1 - c0) * 1000 / n, 3) if n else None}
+    return {
+        "sent": r.sent,
+        "answered": n,
+        "errors": r.errors,
+        "non_200": r.non_200,
+        "p50_ms": round(r.pct(50) * 1000, 3),
+        "p90_ms": round(r.pct(90) * 1000, 3),
+        "p99_ms": round(r.pct(99) * 1000, 3),
+        "server_cpu_ms_per_admission": round((c1 - c0) * 1000 / n, 3) if n else None,
+    }
 
 
 def main() -> int:
@@ -57,8 +63,11 @@ def main() -> int:
     ap.add_argument("--seconds", type=float, default=20)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--workers", type=int, default=2)
-    ap.add_argument("--split", action="store_true",
-                    help="headers and body in two writes (two TLS records), as the API server's Go client sends them")
+    ap.add_argument(
+        "--split",
+        action="store_true",
+        help="headers and body in two writes (two TLS records), as the API server's Go client sends them",
+    )
     ap.add_argument("--out", help="store the result here (JSON)")
     args = ap.parse_args()
     loadgen.Conn.split = args.split
@@ -69,8 +78,10 @@ def main() -> int:
     work, _ = work_dir("rdma-webhook-lowrate-")
     cert, key, ca = (str(work / "certs" / n) for n in ("tls.crt", "tls.key", "ca.crt"))
     port = free_port()
-    targets = [webhook_target("uvicorn", args.workers, work),
-               Target("go-peer", [args.go_peer, "-addr", f"127.0.0.1:{port}", "-cert", cert, "-key", key], None, port)]
+    targets = [
+        webhook_target("uvicorn", args.workers, work),
+        Target("go-peer", [args.go_peer, "-addr", f"127.0.0.1:{port}", "-cert", cert, "-key", key], None, port),
+    ]
     body = review_body()
     rounds: list[dict] = []
     try:
@@ -94,14 +105,28 @@ def main() -> int:
             go = next(r for r in rounds if r["round"] == i and r["target"] == "go-peer")[field]
             if ours is not None and go:
                 ratios.append(ours / go)
-        summary[field] = {"webhook": statistics.median(r[field] for r in rounds if r["target"] == "webhook-uvicorn"),
-                          "go-peer": statistics.median(r[field] for r in rounds if r["target"] == "go-peer"),
-                          "ratio_median_of_rounds": round(statistics.median(ratios), 3) if ratios else None}
+        summary[field] = {
+            "webhook": statistics.median(r[field] for r in rounds if r["target"] == "webhook-uvicorn"),
+            "go-peer": statistics.median(r[field] for r in rounds if r["target"] == "go-peer"),
+            "ratio_median_of_rounds": round(statistics.median(ratios), 3) if ratios else None,
+        }
     print(json.dumps(summary, indent=1))
     if args.out:
-        Path(args.out).write_text(json.dumps({"provenance": provenance.finish(prov), "rate": args.rate, "seconds": args.seconds,
-                                              "split": args.split,
-                                              "review_bytes": len(body), "rounds": rounds, "summary": summary}, indent=1) + "\n")
+        Path(args.out).write_text(
+            json.dumps(
+                {
+                    "provenance": provenance.finish(prov),
+                    "rate": args.rate,
+                    "seconds": args.seconds,
+                    "split": args.split,
+                    "review_bytes": len(body),
+                    "rounds": rounds,
+                    "summary": summary,
+                },
+                indent=1,
+            )
+            + "\n"
+        )
         print(f"wrote {args.out}")
     return 0
 

@@ -111,12 +111,18 @@ def main() -> int:
         versions = ", ".join(f"{d} {importlib.metadata.version(d)}" for d in dists)
         size = sum(_size(d) for d in dists)
         print(f"\n{name} ({versions}; installed {size / 1024:.0f} KiB)")
-        for label, text, reps in (("typical", typical, 200), ("typical without $((..))", plain, 200),
-                                  ("100 KB", big, 3), ("100 KB without $((..))", plain_big, 3)):
+        for label, text, reps in (
+            ("typical", typical, 200),
+            ("typical without $((..))", plain, 200),
+            ("100 KB", big, 3),
+            ("100 KB without $((..))", plain_big, 3),
+        ):
             if not ok(text):
                 print(f"  {label:26s} cannot parse")
                 continue
-            print(f"  {label:26s} parse {_best(parse, text, reps) * 1e6:10.0f} us   parse+walk {_best(walk, text, reps) * 1e6:10.0f} us")
+            print(
+                f"  {label:26s} parse {_best(parse, text, reps) * 1e6:10.0f} us   parse+walk {_best(walk, text, reps) * 1e6:10.0f} us"
+            )
         failed = [c for c, text in CONSTRUCTS.items() if not ok(text)]
         print(f"  cannot parse: {', '.join(failed) if failed else 'none of ' + str(len(CONSTRUCTS))}")
     return 0

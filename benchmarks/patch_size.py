@@ -38,8 +38,13 @@ def describe(response: bytes) -> dict:
     resp = doc.get("response") or {}
     ops = json.loads(base64.b64decode(resp["patch"])) if resp.get("patch") else []
     patch = json.dumps(ops, separators=(",", ":")).encode()
-    return {"allowed": resp.get("allowed"), "response_bytes": len(response), "patch_bytes": len(patch), "ops": len(ops),
-            "paths": [f"{o['op']} {o['path']}" for o in ops]}
+    return {
+        "allowed": resp.get("allowed"),
+        "response_bytes": len(response),
+        "patch_bytes": len(patch),
+        "ops": len(ops),
+        "paths": [f"{o['op']} {o['path']}" for o in ops],
+    }
 
 
 def ours(body: bytes) -> bytes:
@@ -60,8 +65,19 @@ def ours(body: bytes) -> bytes:
 
 def theirs(binary: str, bodies: dict[str, bytes], work: Path) -> dict[str, bytes]:
     port = free_port()
-    proc = subprocess.Popen([binary, "-addr", f"127.0.0.1:{port}", "-cert", str(work / "certs" / "tls.crt"),
-                             "-key", str(work / "certs" / "tls.key")], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        [
+            binary,
+            "-addr",
+            f"127.0.0.1:{port}",
+            "-cert",
+            str(work / "certs" / "tls.crt"),
+            "-key",
+            str(work / "certs" / "tls.key"),
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     try:
         ctx = ssl.create_default_context(cafile=str(work / "certs" / "ca.crt"))
         out: dict[str, bytes] = {}
@@ -96,10 +112,16 @@ def main() -> int:
     rows = {}
     for name, body in bodies.items():
         a, b = describe(ours(body)), describe(go[name])
-        rows[name] = {"review_bytes": len(body), "webhook": a, "go_peer": b,
-                      "patch_bytes_ratio": round(a["patch_bytes"] / b["patch_bytes"], 2) if b["patch_bytes"] else None}
-        print(f"{name}: review {len(body)} B; patch webhook {a['patch_bytes']} B / {a['ops']} ops, "
-              f"go-peer {b['patch_bytes']} B / {b['ops']} ops; response {a['response_bytes']} / {b['response_bytes']} B")
+        rows[name] = {
+            "review_bytes": len(body),
+            "webhook": a,
+            "go_peer": b,
+            "patch_bytes_ratio": round(a["patch_bytes"] / b["patch_bytes"], 2) if b["patch_bytes"] else None,
+        }
+        print(
+            f"{name}: review {len(body)} B; patch webhook {a['patch_bytes']} B / {a['ops']} ops, "
+            f"go-peer {b['patch_bytes']} B / {b['ops']} ops; response {a['response_bytes']} / {b['response_bytes']} B"
+        )
     out = Path(args.out)
     out.write_text(json.dumps({"provenance": provenance.finish(prov), "shapes": rows}, indent=2) + "\n")
     print(f"wrote {out}")

@@ -53,14 +53,23 @@ def main() -> int:
     cases, sizes = [], {}
     for name, body in bodies.items():
         ours = patch_size.ours(body)
-        cases.append({"name": name, "request": json.loads(body),
-                      "answers": {"webhook": json.loads(ours), "go_peer": json.loads(go[name])}})
+        cases.append(
+            {
+                "name": name,
+                "request": json.loads(body),
+                "answers": {"webhook": json.loads(ours), "go_peer": json.loads(go[name])},
+            }
+        )
         sizes[name] = {"webhook": patch_size.describe(ours), "go_peer": patch_size.describe(go[name])}
     path = work / "cases.json"
     path.write_text(json.dumps(cases))
     binary = celcost.go_build("./patchcost", work / "patchcost")
-    out = subprocess.run([str(binary), "-cases", str(path), "-n", str(args.n), "-rounds", str(args.rounds)],
-                         check=True, capture_output=True, text=True).stdout
+    out = subprocess.run(
+        [str(binary), "-cases", str(path), "-n", str(args.n), "-rounds", str(args.rounds)],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout
     rows = json.loads(out)
     result: dict = {}
     for name in bodies:
@@ -68,17 +77,23 @@ def main() -> int:
         theirs = next(r for r in rows if r["case"] == name and r["answer"] == "go_peer")
         ratios = [a / b for a, b in zip(mine["total_ns_rounds"], theirs["total_ns_rounds"])]
         result[name] = {
-            "webhook": {**{k: sizes[name]["webhook"][k] for k in ("ops", "patch_bytes", "response_bytes")},
-                        "us": {k: round(v / 1000, 2) for k, v in mine["ns"].items()}},
-            "go_peer": {**{k: sizes[name]["go_peer"][k] for k in ("ops", "patch_bytes", "response_bytes")},
-                        "us": {k: round(v / 1000, 2) for k, v in theirs["ns"].items()}},
+            "webhook": {
+                **{k: sizes[name]["webhook"][k] for k in ("ops", "patch_bytes", "response_bytes")},
+                "us": {k: round(v / 1000, 2) for k, v in mine["ns"].items()},
+            },
+            "go_peer": {
+                **{k: sizes[name]["go_peer"][k] for k in ("ops", "patch_bytes", "response_bytes")},
+                "us": {k: round(v / 1000, 2) for k, v in theirs["ns"].items()},
+            },
             "total_ratio_median_of_rounds": round(statistics.median(ratios), 3),
             "excess_us": round((mine["ns"]["total"] - theirs["ns"]["total"]) / 1000, 2),
         }
-        print(f"{name}: webhook {mine['ns']['total'] / 1000:.1f} us ({sizes[name]['webhook']['ops']} ops, "
-              f"{sizes[name]['webhook']['patch_bytes']} B), go-peer {theirs['ns']['total'] / 1000:.1f} us "
-              f"({sizes[name]['go_peer']['ops']} ops, {sizes[name]['go_peer']['patch_bytes']} B); "
-              f"ratio {result[name]['total_ratio_median_of_rounds']}")
+        print(
+            f"{name}: webhook {mine['ns']['total'] / 1000:.1f} us ({sizes[name]['webhook']['ops']} ops, "
+            f"{sizes[name]['webhook']['patch_bytes']} B), go-peer {theirs['ns']['total'] / 1000:.1f} us "
+            f"({sizes[name]['go_peer']['ops']} ops, {sizes[name]['go_peer']['patch_bytes']} B); "
+            f"ratio {result[name]['total_ratio_median_of_rounds']}"
+        )
     doc = {"provenance": provenance.finish(prov), "n": args.n, "rounds": args.rounds, "cases": result}
     text = json.dumps(doc, indent=2) + "\n"
     if args.out:

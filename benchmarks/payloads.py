@@ -43,12 +43,34 @@ def _pad(pod: dict[str, Any], n_env: int = 30, n_vols: int = 4, n_labels: int = 
     for i in range(n_vols):
         vols.append({"name": f"config-{i}", "configMap": {"name": f"trainer-config-{i}", "defaultMode": 420}})
     spec.setdefault("nodeSelector", {"node.kubernetes.io/instance-type": "ecs.ebmgn8i.32xlarge"})
-    spec.setdefault("affinity", {"podAntiAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [
-        {"weight": 100, "podAffinityTerm": {"topologyKey": "kubernetes.io/hostname", "labelSelector": {
-            "matchLabels": {"training.kubeflow.org/job-name": meta.get("name", "job")}}}}]}})
-    meta["ownerReferences"] = [{"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob", "name": "llama-finetune",
-                                "uid": "8c0f7a52-0000-4000-8000-00000000beef", "controller": True,
-                                "blockOwnerDeletion": True}]
+    spec.setdefault(
+        "affinity",
+        {
+            "podAntiAffinity": {
+                "preferredDuringSchedulingIgnoredDuringExecution": [
+                    {
+                        "weight": 100,
+                        "podAffinityTerm": {
+                            "topologyKey": "kubernetes.io/hostname",
+                            "labelSelector": {
+                                "matchLabels": {"training.kubeflow.org/job-name": meta.get("name", "job")}
+                            },
+                        },
+                    }
+                ]
+            }
+        },
+    )
+    meta["ownerReferences"] = [
+        {
+            "apiVersion": "kubeflow.org/v1",
+            "kind": "PyTorchJob",
+            "name": "llama-finetune",
+            "uid": "8c0f7a52-0000-4000-8000-00000000beef",
+            "controller": True,
+            "blockOwnerDeletion": True,
+        }
+    ]
     return pod
 
 
@@ -58,7 +80,9 @@ def shapes() -> dict[str, dict[str, Any]]:
         "pytorchjob-worker": _pad(k.pytorchjob_worker(gpus=8)),
         "mpijob-worker": _pad(k.mpijob_worker(), n_env=50, n_vols=8),
         "denied": _pad(k.pytorchjob_worker(env=[{"name": "NCCL_IB_DISABLE", "value": "1"}])),
-        "untouched": _pad(k.pod([k.container("web", "nginx:1.27", gpus=None)], inject=False, namespace="default"), n_env=20),
+        "untouched": _pad(
+            k.pod([k.container("web", "nginx:1.27", gpus=None)], inject=False, namespace="default"), n_env=20
+        ),
         "lws-sriov": _pad(k.lws_worker(), n_env=80, n_vols=10, n_labels=20),
         # an MPIJob launcher (no GPU, mpirun -x ...): it gets the block and the Open MPI env list
         # (issue 24); measured per shape, not part of MIX, so the mix stays comparable with before

@@ -42,8 +42,12 @@ def start(argv: list[str] | None = None) -> dict:
         "work_tree_differs": bool(dirty),  # webhook/, benchmarks/ or setup.py changed since the commit
         "command": " ".join([Path(sys.executable).name, *(argv if argv is not None else sys.argv)]),
         "started_utc": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
-        "machine": {"nproc": os.cpu_count(), "cpu": model, "python": platform.python_version(),
-                    "kernel": platform.release()},
+        "machine": {
+            "nproc": os.cpu_count(),
+            "cpu": model,
+            "python": platform.python_version(),
+            "kernel": platform.release(),
+        },
         "loadavg_at_start": loadavg(),
     }
 

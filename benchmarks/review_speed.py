@@ -28,9 +28,19 @@ MODES = {"text": [], "explain": ["--explain"], "json": ["--output", "json"], "re
 
 def command(checkout: Path, inputs: list[str], mode: list[str]) -> list[str]:
     """The review command a user runs, on the checkout's own policies and example cluster state."""
-    return [sys.executable, "-P", "-m", "webhook", "review", "--policies", str(checkout / "policies"),
-            "--cluster-state", str(checkout / "examples" / "cluster-state.yaml"), *mode,
-            *[str(checkout / i) for i in inputs]]
+    return [
+        sys.executable,
+        "-P",
+        "-m",
+        "webhook",
+        "review",
+        "--policies",
+        str(checkout / "policies"),
+        "--cluster-state",
+        str(checkout / "examples" / "cluster-state.yaml"),
+        *mode,
+        *[str(checkout / i) for i in inputs],
+    ]
 
 
 def one(checkout: Path, argv: list[str]) -> tuple[float, str]:
@@ -65,11 +75,16 @@ def main(argv: list[str] | None = None) -> int:
     rows = {}
     for key, t in times.items():
         this, before = statistics.median(t["this"]), statistics.median(t["against"])
-        rows[key] = {"median_s_this": round(this, 4), "median_s_against": round(before, 4),
-                     "ratio_this_to_against": round(this / before, 3), "same_output": same[key],
-                     "runs": {k: [round(x, 4) for x in v] for k, v in t.items()}}
-        print(f"{key:22} this {this:.3f} s  against {before:.3f} s  ratio {this / before:.3f}  "
-              f"same output: {same[key]}")
+        rows[key] = {
+            "median_s_this": round(this, 4),
+            "median_s_against": round(before, 4),
+            "ratio_this_to_against": round(this / before, 3),
+            "same_output": same[key],
+            "runs": {k: [round(x, 4) for x in v] for k, v in t.items()},
+        }
+        print(
+            f"{key:22} this {this:.3f} s  against {before:.3f} s  ratio {this / before:.3f}  same output: {same[key]}"
+        )
     if args.store:
         path = provenance.store(args.store, prov, {"against": str(args.against), "rounds": args.rounds, "cases": rows})
         print(f"stored {path.relative_to(ROOT)}")

@@ -101,8 +101,14 @@ class Target:
         self.proc: subprocess.Popen | None = None
 
     def start(self, log: Path) -> None:
-        self.proc = subprocess.Popen(self.cmd, env={**os.environ, **(self.env or {})}, cwd=str(ROOT),
-                                     stdout=open(log, "wb"), stderr=subprocess.STDOUT, start_new_session=True)
+        self.proc = subprocess.Popen(
+            self.cmd,
+            env={**os.environ, **(self.env or {})},
+            cwd=str(ROOT),
+            stdout=open(log, "wb"),
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
         ctx = ssl.create_default_context()
         ctx.check_hostname, ctx.verify_mode = False, ssl.CERT_NONE
         deadline = time.monotonic() + 30
@@ -158,20 +164,57 @@ def webhook_target(server: str, workers: int, work: Path) -> Target:
     """The webhook (`rdma-webhook serve`, or the granian candidate) on the shipped policies and the
     example cluster state, on a free port, with the certificates of `work_dir`."""
     port = free_port()
-    return Target(f"webhook-{server}", [*WEBHOOK_COMMANDS[server], "--policies", str(ROOT / "policies"),
-                                        "--tls-cert", str(work / "certs" / "tls.crt"), "--tls-key", str(work / "certs" / "tls.key"),
-                                        "--host", "127.0.0.1", "--port", str(port), "--workers", str(workers),
-                                        "--cluster-state", str(ROOT / "examples" / "cluster-state.yaml"),
-                                        "--log-level", "INFO"],
-                  {"PROMETHEUS_MULTIPROC_DIR": str(work / f"metrics-{server}-{port}")}, port)
+    return Target(
+        f"webhook-{server}",
+        [
+            *WEBHOOK_COMMANDS[server],
+            "--policies",
+            str(ROOT / "policies"),
+            "--tls-cert",
+            str(work / "certs" / "tls.crt"),
+            "--tls-key",
+            str(work / "certs" / "tls.key"),
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--workers",
+            str(workers),
+            "--cluster-state",
+            str(ROOT / "examples" / "cluster-state.yaml"),
+            "--log-level",
+            "INFO",
+        ],
+        {"PROMETHEUS_MULTIPROC_DIR": str(work / f"metrics-{server}-{port}")},
+        port,
+    )
 
 
 def floor_target(server: str, workers: int, threads: int, work: Path) -> Target:
     """benchmarks/floor.py on `server`, on a free port, with the certificates of `work_dir`."""
     port = free_port()
-    return Target(f"floor-{server}", [PY, "-m", "benchmarks.floor", "--server", server, "--port", str(port),
-                                      "--tls-cert", str(work / "certs" / "tls.crt"), "--tls-key", str(work / "certs" / "tls.key"),
-                                      "--workers", str(workers), "--threads", str(threads)], None, port)
+    return Target(
+        f"floor-{server}",
+        [
+            PY,
+            "-m",
+            "benchmarks.floor",
+            "--server",
+            server,
+            "--port",
+            str(port),
+            "--tls-cert",
+            str(work / "certs" / "tls.crt"),
+            "--tls-key",
+            str(work / "certs" / "tls.key"),
+            "--workers",
+            str(workers),
+            "--threads",
+            str(threads),
+        ],
+        None,
+        port,
+    )
 
 
 def write_lua(path: Path, bodies: list[bytes], stop_after: int | None = None) -> None:
@@ -179,17 +222,30 @@ def write_lua(path: Path, bodies: list[bytes], stop_after: int | None = None) ->
     for b in bodies:
         parts.append("[==[" + b.decode() + "]==],")
     parts.append("}")
-    parts.append('local i = 0\nlocal done = 0\nwrk.method = "POST"\nwrk.headers["Content-Type"] = "application/json"\n'
-                 'request = function()\n  i = i % #bodies + 1\n  return wrk.format(nil, "/mutate", nil, bodies[i])\nend\n')
+    parts.append(
+        'local i = 0\nlocal done = 0\nwrk.method = "POST"\nwrk.headers["Content-Type"] = "application/json"\n'
+        'request = function()\n  i = i % #bodies + 1\n  return wrk.format(nil, "/mutate", nil, bodies[i])\nend\n'
+    )
     if stop_after:
-        parts.append(f"response = function(status, headers, body)\n  done = done + 1\n"
-                     f"  if done >= {stop_after} then wrk.thread:stop() end\nend\n")
+        parts.append(
+            f"response = function(status, headers, body)\n  done = done + 1\n"
+            f"  if done >= {stop_after} then wrk.thread:stop() end\nend\n"
+        )
     path.write_text("\n".join(parts))
 
 
 def run_wrk(port: int, lua: Path, seconds: float, conns: int = 8, threads: int = 2) -> dict:
-    cmd = ["wrk", f"-t{threads}", f"-c{conns}", f"-d{int(round(seconds))}s", "--timeout", "10s", "-s", str(lua),
-           f"https://127.0.0.1:{port}/mutate"]
+    cmd = [
+        "wrk",
+        f"-t{threads}",
+        f"-c{conns}",
+        f"-d{int(round(seconds))}s",
+        "--timeout",
+        "10s",
+        "-s",
+        str(lua),
+        f"https://127.0.0.1:{port}/mutate",
+    ]
     t0 = time.perf_counter()
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     out = proc.stdout.read().decode()
@@ -203,7 +259,9 @@ def run_wrk(port: int, lua: Path, seconds: float, conns: int = 8, threads: int =
         elif "requests in" in line:
             res["requests"] = int(line.split()[0])
             t = line.split("requests in")[1].split(",")[0].strip()
-            res["elapsed_s"] = float(t[:-2]) / 1000 if t.endswith("ms") else (float(t[:-1]) * 60 if t.endswith("m") else float(t[:-1]))
+            res["elapsed_s"] = (
+                float(t[:-2]) / 1000 if t.endswith("ms") else (float(t[:-1]) * 60 if t.endswith("m") else float(t[:-1]))
+            )
         elif line.startswith("Non-2xx"):
             res["non_2xx"] = int(line.split()[-1])
         elif line.startswith("Socket errors"):
@@ -236,10 +294,19 @@ def bench_target(t: Target, work: Path, lua: Path, bodies: list[bytes], args) ->
         out["cpu_s_per_1000"] = round((c1 - c0) / sat["requests"] * 1000, 3) if sat.get("requests") else None
         out["latency"] = {}
         for rate in args.rates:
-            r = loadgen.open_loop("127.0.0.1", t.port, str(work / "certs" / "ca.crt"), bodies, rate, args.latency_seconds)
-            out["latency"][str(rate)] = {"sent": r.sent, "answered": len(r.latencies), "errors": r.errors, "non_200": r.non_200,
-                                         "p50_ms": round(r.pct(50) * 1000, 3), "p99_ms": round(r.pct(99) * 1000, 3),
-                                         "p999_ms": round(r.pct(99.9) * 1000, 3), "max_ms": round(max(r.latencies, default=0) * 1000, 3)}
+            r = loadgen.open_loop(
+                "127.0.0.1", t.port, str(work / "certs" / "ca.crt"), bodies, rate, args.latency_seconds
+            )
+            out["latency"][str(rate)] = {
+                "sent": r.sent,
+                "answered": len(r.latencies),
+                "errors": r.errors,
+                "non_200": r.non_200,
+                "p50_ms": round(r.pct(50) * 1000, 3),
+                "p99_ms": round(r.pct(99) * 1000, 3),
+                "p999_ms": round(r.pct(99.9) * 1000, 3),
+                "max_ms": round(max(r.latencies, default=0) * 1000, 3),
+            }
         out["peak_rss_mb_per_worker"] = [round(rss_hwm_mb(p), 1) for p in t.workers()]
         return out
     finally:
@@ -279,9 +346,18 @@ def machine() -> dict:
             if line.startswith("model name"):
                 model = line.split(":", 1)[1].strip()
                 break
-    wrk_v = subprocess.run(["wrk", "-v"], capture_output=True, text=True).stdout.splitlines()[0] if shutil.which("wrk") else ""
-    return {"nproc": os.cpu_count(), "cpu": model, "python": platform.python_version(), "wrk": wrk_v,
-            "loadavg_at_start": open("/proc/loadavg").read().split()[:3]}
+    wrk_v = (
+        subprocess.run(["wrk", "-v"], capture_output=True, text=True).stdout.splitlines()[0]
+        if shutil.which("wrk")
+        else ""
+    )
+    return {
+        "nproc": os.cpu_count(),
+        "cpu": model,
+        "python": platform.python_version(),
+        "wrk": wrk_v,
+        "loadavg_at_start": open("/proc/loadavg").read().split()[:3],
+    }
 
 
 def main() -> int:
@@ -291,9 +367,15 @@ def main() -> int:
     ap.add_argument("--latency-seconds", type=float, default=20)
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--threads", type=int, default=4, help="threads per worker of the gthread floor")
-    ap.add_argument("--connections", type=int, default=8,
-                    help="wrk keep-alive connections (8 in the issue; a pre-fork server may give them all to one worker)")
-    ap.add_argument("--targets", default="floor-gunicorn,floor-uvicorn,webhook-uvicorn,floor-granian,webhook-granian,go-peer")
+    ap.add_argument(
+        "--connections",
+        type=int,
+        default=8,
+        help="wrk keep-alive connections (8 in the issue; a pre-fork server may give them all to one worker)",
+    )
+    ap.add_argument(
+        "--targets", default="floor-gunicorn,floor-uvicorn,webhook-uvicorn,floor-granian,webhook-granian,go-peer"
+    )
     ap.add_argument("--go-peer", default="/tmp/go-peer", help="path to a built go-peer binary (skipped if absent)")
     ap.add_argument("--no-burst", action="store_true")
     ap.add_argument("--no-decision", action="store_true")
@@ -329,12 +411,23 @@ def main() -> int:
         makers[f"webhook-{server}"] = lambda s=server: webhook(s)
     from benchmarks import provenance
 
-    report: dict = {"provenance": provenance.start(), "machine": machine(), "command": " ".join(sys.argv), "settings": {
-        "workers": args.workers, "threads": args.threads, "wrk": f"2 threads, {args.connections} connections", "seconds": args.seconds,
-        "rates": args.rates, "latency_seconds": args.latency_seconds,
-        "mix": {name: sum(1 for n, _ in seq if n == name) for name, _ in seq},
-        "body_bytes": {name: len(b) for name, b in seq}}, "targets": {}}
-    for name in ([] if args.only_burst else args.targets.split(",")):
+    report: dict = {
+        "provenance": provenance.start(),
+        "machine": machine(),
+        "command": " ".join(sys.argv),
+        "settings": {
+            "workers": args.workers,
+            "threads": args.threads,
+            "wrk": f"2 threads, {args.connections} connections",
+            "seconds": args.seconds,
+            "rates": args.rates,
+            "latency_seconds": args.latency_seconds,
+            "mix": {name: sum(1 for n, _ in seq if n == name) for name, _ in seq},
+            "body_bytes": {name: len(b) for name, b in seq},
+        },
+        "targets": {},
+    }
+    for name in [] if args.only_burst else args.targets.split(","):
         if name == "go-peer" and not os.path.exists(args.go_peer):
             print(f"go-peer: {args.go_peer} not built, skipped", file=sys.stderr)
             continue
@@ -371,50 +464,86 @@ def main() -> int:
 
 def render(r: dict) -> str:
     m = r["machine"]
-    lines = [f"machine: {m['nproc']} cores, {m['cpu']}, Python {m['python']}, {m['wrk']}; "
-             f"load average at start {' '.join(m['loadavg_at_start'])}, at end {' '.join(m.get('loadavg_at_end', []))}",
-             f"command: `{r['command']}`", ""]
+    lines = [
+        f"machine: {m['nproc']} cores, {m['cpu']}, Python {m['python']}, {m['wrk']}; "
+        f"load average at start {' '.join(m['loadavg_at_start'])}, at end {' '.join(m.get('loadavg_at_end', []))}",
+        f"command: `{r['command']}`",
+        "",
+    ]
     t = r["targets"]
     rates = [str(x) for x in r["settings"]["rates"]]
-    head = "| target | req/s | worker CPU s | wrk CPU s | server CPU s / 1000 | " + " | ".join(
-        f"p50 / p99 / p99.9 ms @ {float(x):.0f}/s" for x in rates) + " | peak RSS MB per worker | non-2xx |"
+    head = (
+        "| target | req/s | worker CPU s | wrk CPU s | server CPU s / 1000 | "
+        + " | ".join(f"p50 / p99 / p99.9 ms @ {float(x):.0f}/s" for x in rates)
+        + " | peak RSS MB per worker | non-2xx |"
+    )
     lines += [head, "|" + " --- |" * (head.count("|") - 1)]
     for name, x in t.items():
-        lat = " | ".join(f"{x['latency'][k]['p50_ms']:.2f} / {x['latency'][k]['p99_ms']:.2f} / {x['latency'][k]['p999_ms']:.2f}"
-                         + (f" ({x['latency'][k]['errors']} err)" if x['latency'][k]['errors'] else "") for k in rates)
-        lines.append(f"| {name} | {x['throughput_rps']:.0f} | {', '.join(str(v) for v in x.get('worker_cpu_s', []))} | "
-                     f"{x['wrk_cpu_s']} | {x['cpu_s_per_1000']} | {lat} | "
-                     f"{', '.join(str(v) for v in x['peak_rss_mb_per_worker'])} | {x['non_2xx']} |")
+        lat = " | ".join(
+            f"{x['latency'][k]['p50_ms']:.2f} / {x['latency'][k]['p99_ms']:.2f} / {x['latency'][k]['p999_ms']:.2f}"
+            + (f" ({x['latency'][k]['errors']} err)" if x['latency'][k]['errors'] else "")
+            for k in rates
+        )
+        lines.append(
+            f"| {name} | {x['throughput_rps']:.0f} | {', '.join(str(v) for v in x.get('worker_cpu_s', []))} | "
+            f"{x['wrk_cpu_s']} | {x['cpu_s_per_1000']} | {lat} | "
+            f"{', '.join(str(v) for v in x['peak_rss_mb_per_worker'])} | {x['non_2xx']} |"
+        )
     lines.append("")
     for name, x in t.items():
         if "lopsided_run" in x:
             lr = x["lopsided_run"]
-            lines.append(f"- {name}: the first saturation run was lopsided ({lr['rps']:.0f} req/s, worker CPU s "
-                         f"{', '.join(str(v) for v in lr['worker_cpu_s'])}); the better of two runs is shown")
-    for wh, fl in (("webhook-uvicorn", "floor-gunicorn"), ("webhook-uvicorn", "floor-uvicorn"),
-                   ("webhook-granian", "floor-gunicorn"), ("webhook-granian", "floor-granian"),
-                   ("webhook-uvicorn", "go-peer")):
+            lines.append(
+                f"- {name}: the first saturation run was lopsided ({lr['rps']:.0f} req/s, worker CPU s "
+                f"{', '.join(str(v) for v in lr['worker_cpu_s'])}); the better of two runs is shown"
+            )
+    for wh, fl in (
+        ("webhook-uvicorn", "floor-gunicorn"),
+        ("webhook-uvicorn", "floor-uvicorn"),
+        ("webhook-granian", "floor-gunicorn"),
+        ("webhook-granian", "floor-granian"),
+        ("webhook-uvicorn", "go-peer"),
+    ):
         if wh in t and fl in t:
             a, b = t[wh], t[fl]
-            parts = [f"throughput {a['throughput_rps'] / b['throughput_rps']:.2f}x",
-                     f"CPU/1000 {a['cpu_s_per_1000'] / b['cpu_s_per_1000']:.2f}x"]
+            parts = [
+                f"throughput {a['throughput_rps'] / b['throughput_rps']:.2f}x",
+                f"CPU/1000 {a['cpu_s_per_1000'] / b['cpu_s_per_1000']:.2f}x",
+            ]
             for k in rates:
-                parts.append(f"@{float(k):.0f}/s p50 {a['latency'][k]['p50_ms'] / b['latency'][k]['p50_ms']:.2f}x "
-                             f"p99 {a['latency'][k]['p99_ms'] / b['latency'][k]['p99_ms']:.2f}x "
-                             f"p99.9 {a['latency'][k]['p999_ms'] / b['latency'][k]['p999_ms']:.2f}x")
+                parts.append(
+                    f"@{float(k):.0f}/s p50 {a['latency'][k]['p50_ms'] / b['latency'][k]['p50_ms']:.2f}x "
+                    f"p99 {a['latency'][k]['p99_ms'] / b['latency'][k]['p99_ms']:.2f}x "
+                    f"p99.9 {a['latency'][k]['p999_ms'] / b['latency'][k]['p999_ms']:.2f}x"
+                )
             lines.append(f"- {wh} / {fl}: " + "; ".join(parts))
     if "burst" in r:
-        lines += ["", "| burst: 2,000 admissions over 32 connections | answers | time to last answer s | non-2xx |", "| --- | --- | --- | --- |"]
+        lines += [
+            "",
+            "| burst: 2,000 admissions over 32 connections | answers | time to last answer s | non-2xx |",
+            "| --- | --- | --- | --- |",
+        ]
         for name, b in r["burst"].items():
-            lines.append(f"| {name} | {b['answers']} | {b['time_to_last_answer_s']} | {b['non_200']} ({b['errors']} errors) |")
+            lines.append(
+                f"| {name} | {b['answers']} | {b['time_to_last_answer_s']} | {b['non_200']} ({b['errors']} errors) |"
+            )
     if "decision" in r:
         d = r["decision"]
-        lines += ["", "| decision core (handle + orjson.dumps), one core | bytes in | bytes out | outcome | decisions/s | µs each |",
-                  "| --- | --- | --- | --- | --- | --- |"]
+        lines += [
+            "",
+            "| decision core (handle + orjson.dumps), one core | bytes in | bytes out | outcome | decisions/s | µs each |",
+            "| --- | --- | --- | --- | --- | --- |",
+        ]
         for name, x in d["shapes"].items():
-            lines.append(f"| {name} | {x['body_bytes']} | {x['response_bytes']} | {x['outcome']} | {x['decisions_per_s']} | {x['us_per_decision']} |")
+            lines.append(
+                f"| {name} | {x['body_bytes']} | {x['response_bytes']} | {x['outcome']} | {x['decisions_per_s']} | {x['us_per_decision']} |"
+            )
         names = list(next(iter(d["scaling"].values()))["us_per_decision"])
-        lines += ["", "| policies loaded | " + " | ".join(f"{n} µs" for n in names) + " |", "|" + " --- |" * (len(names) + 1)]
+        lines += [
+            "",
+            "| policies loaded | " + " | ".join(f"{n} µs" for n in names) + " |",
+            "|" + " --- |" * (len(names) + 1),
+        ]
         for n, x in d["scaling"].items():
             lines.append(f"| {x['policies']} | " + " | ".join(str(x["us_per_decision"][k]) for k in names) + " |")
     return "\n".join(lines) + "\n"

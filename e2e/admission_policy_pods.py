@@ -23,14 +23,19 @@ def complete_pod(policy: Policy, name: str, namespace: str) -> dict[str, Any]:
     limits = {policy.gpu_resources[0]: "1", **{d.resource: "1" for d in policy.devices}}
     env = [{"name": s.name, "value": "net1" if s.templated else s.value} for s in policy.env if s.enforce]
     trainer: dict[str, Any] = {
-        "name": "trainer", "image": "registry.example/trainer:1", "resources": {"limits": limits},
+        "name": "trainer",
+        "image": "registry.example/trainer:1",
+        "resources": {"limits": limits},
         "securityContext": {"capabilities": {"add": ["IPC_LOCK"]}},
-        "volumeMounts": [{"name": SHM, "mountPath": "/dev/shm"}]}
+        "volumeMounts": [{"name": SHM, "mountPath": "/dev/shm"}],
+    }
     if env:
         trainer["env"] = env
     spec: dict[str, Any] = {"containers": [trainer], "volumes": [{"name": SHM, "emptyDir": {"medium": "Memory"}}]}
     if policy.claim is not None:
-        spec["resourceClaims"] = [{"name": "rdma", "resourceClaimTemplateName": policy.claim.template.replace(GPUS_FIELD, "1")}]
+        spec["resourceClaims"] = [
+            {"name": "rdma", "resourceClaimTemplateName": policy.claim.template.replace(GPUS_FIELD, "1")}
+        ]
         trainer["resources"]["claims"] = [{"name": "rdma"}]
     if policy.host_network == "Required":
         spec["hostNetwork"] = True
@@ -42,7 +47,8 @@ def complete_pod(policy: Policy, name: str, namespace: str) -> dict[str, Any]:
     if policy.gke_networks:
         annotations[gke.INTERFACES] = json.dumps(
             [{"interfaceName": "eth0", "network": "default"}]
-            + [{"interfaceName": f"eth{i + 1}", "network": g.name} for i, g in enumerate(policy.gke_networks)])
+            + [{"interfaceName": f"eth{i + 1}", "network": g.name} for i, g in enumerate(policy.gke_networks)]
+        )
     meta: dict[str, Any] = {"name": name, "namespace": namespace, "labels": {keys.APPLIED_POLICY_LABEL: policy.name}}
     if annotations:
         meta["annotations"] = annotations

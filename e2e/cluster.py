@@ -70,8 +70,9 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def wait_for(what: str, check: Callable[[], Any], timeout: float, interval: float = 0.2,
-             proc: "Process | None" = None) -> Any:
+def wait_for(
+    what: str, check: Callable[[], Any], timeout: float, interval: float = 0.2, proc: "Process | None" = None
+) -> Any:
     """Call `check` until it returns something truthy; fail after `timeout` seconds (or at once
     if `proc` exited), naming `what`."""
     deadline = time.monotonic() + timeout
@@ -84,8 +85,10 @@ def wait_for(what: str, check: Callable[[], Any], timeout: float, interval: floa
         except Exception as exc:  # not up yet
             last = exc
         if proc is not None and proc.popen.poll() is not None:
-            raise RuntimeError(f"{proc.name} exited with {proc.popen.returncode} while waiting for {what}; "
-                               f"last lines of {proc.log}:\n{proc.tail()}")
+            raise RuntimeError(
+                f"{proc.name} exited with {proc.popen.returncode} while waiting for {what}; "
+                f"last lines of {proc.log}:\n{proc.tail()}"
+            )
         if time.monotonic() > deadline:
             detail = f" (last error: {last})" if last else ""
             tail = f"\nlast lines of {proc.log}:\n{proc.tail()}" if proc is not None else ""
@@ -96,14 +99,22 @@ def wait_for(what: str, check: Callable[[], Any], timeout: float, interval: floa
 class Process:
     """A child process with its output in a log file, stopped by its PID."""
 
-    def __init__(self, name: str, argv: list[str], log: Path, env: dict[str, str] | None = None,
-                 cwd: Path | None = None):
+    def __init__(
+        self, name: str, argv: list[str], log: Path, env: dict[str, str] | None = None, cwd: Path | None = None
+    ):
         self.name, self.argv, self.log = name, argv, log
         self.logfile = open(log, "ab")
         self.logfile.write(f"\n==== {time.strftime('%H:%M:%S')} starting: {' '.join(argv)}\n".encode())
         self.logfile.flush()
-        self.popen = subprocess.Popen(argv, stdout=self.logfile, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                      env=env, cwd=cwd, start_new_session=True)
+        self.popen = subprocess.Popen(
+            argv,
+            stdout=self.logfile,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env=env,
+            cwd=cwd,
+            start_new_session=True,
+        )
         self.pid = self.popen.pid
         _RUNNING[self.pid] = self
 
@@ -157,13 +168,16 @@ def _write(path: Path, data: bytes | str, private: bool = False) -> Path:
 
 
 def kubeconfig(server: str, ca_file: Path, token: str, user: str) -> str:
-    return yaml.safe_dump({
-        "apiVersion": "v1", "kind": "Config",
-        "clusters": [{"name": "e2e", "cluster": {"server": server, "certificate-authority": str(ca_file)}}],
-        "users": [{"name": user, "user": {"token": token}}],
-        "contexts": [{"name": "e2e", "context": {"cluster": "e2e", "user": user}}],
-        "current-context": "e2e",
-    })
+    return yaml.safe_dump(
+        {
+            "apiVersion": "v1",
+            "kind": "Config",
+            "clusters": [{"name": "e2e", "cluster": {"server": server, "certificate-authority": str(ca_file)}}],
+            "users": [{"name": user, "user": {"token": token}}],
+            "contexts": [{"name": "e2e", "context": {"cluster": "e2e", "user": user}}],
+            "current-context": "e2e",
+        }
+    )
 
 
 def kubectl_binary(bin_dir: Path | None = None) -> str:
@@ -183,12 +197,18 @@ def _client_cert(ca, ca_key, common_name: str, groups: Iterable[str] = (), days:
     now = dt.datetime.now(dt.timezone.utc)
     subject = [x509.NameAttribute(NameOID.COMMON_NAME, common_name)]
     subject += [x509.NameAttribute(NameOID.ORGANIZATION_NAME, g) for g in groups]
-    cert = (x509.CertificateBuilder().subject_name(x509.Name(subject)).issuer_name(ca.subject)
-            .public_key(key.public_key()).serial_number(x509.random_serial_number())
-            .not_valid_before(now - dt.timedelta(minutes=5)).not_valid_after(now + dt.timedelta(days=days))
-            .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
-            .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.CLIENT_AUTH]), critical=False)
-            .sign(ca_key, hashes.SHA256()))
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(x509.Name(subject))
+        .issuer_name(ca.subject)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - dt.timedelta(minutes=5))
+        .not_valid_after(now + dt.timedelta(days=days))
+        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+        .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.CLIENT_AUTH]), critical=False)
+        .sign(ca_key, hashes.SHA256())
+    )
     return cert, key
 
 
@@ -214,32 +234,46 @@ class ControlPlane:
         pki.mkdir(exist_ok=True)
         ca, ca_key = make_ca("rdma-webhook e2e cluster CA")
         # 10.96.0.1: the `kubernetes` Service's address, through which pods on the node reach us
-        cert, key = make_serving(ca, ca_key, ["localhost", "kubernetes", "kubernetes.default",
-                                              "kubernetes.default.svc"], ["127.0.0.1", "10.96.0.1"])
+        cert, key = make_serving(
+            ca,
+            ca_key,
+            ["localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc"],
+            ["127.0.0.1", "10.96.0.1"],
+        )
         pem = serialization.Encoding.PEM
-        pkcs8 = dict(encoding=pem, format=serialization.PrivateFormat.PKCS8,
-                     encryption_algorithm=serialization.NoEncryption())
+        pkcs8 = dict(
+            encoding=pem, format=serialization.PrivateFormat.PKCS8, encryption_algorithm=serialization.NoEncryption()
+        )
         self.ca_file = _write(pki / "ca.crt", ca.public_bytes(pem))
         self.ca_key_file = _write(pki / "ca.key", ca_key.private_bytes(**pkcs8), private=True)
         self.tls_cert = _write(pki / "apiserver.crt", cert.public_bytes(pem))
         self.tls_key = _write(pki / "apiserver.key", key.private_bytes(**pkcs8), private=True)
         sa = rsa.generate_private_key(public_exponent=65537, key_size=2048)
         self.sa_key = _write(pki / "sa.key", sa.private_bytes(**pkcs8), private=True)
-        self.sa_pub = _write(pki / "sa.pub", sa.public_key().public_bytes(
-            pem, serialization.PublicFormat.SubjectPublicKeyInfo))
+        self.sa_pub = _write(
+            pki / "sa.pub", sa.public_key().public_bytes(pem, serialization.PublicFormat.SubjectPublicKeyInfo)
+        )
         # The node's kubelet (e2e/node.py) authenticates as system:node:<name>, authorized by the
         # Node authorizer; the API server reaches kubelets with a client certificate of the CA.
         self.node_token = base64.urlsafe_b64encode(os.urandom(24)).decode().rstrip("=")
-        self.token_file = _write(pki / "tokens.csv",
-                                 f'{self.admin_token},{ADMIN_TOKEN_USER},e2e-admin-uid,"system:masters"\n'
-                                 f'{self.node_token},system:node:{NODE_NAME},e2e-node-uid,"system:nodes"\n',
-                                 private=True)
-        kubelet_client, kubelet_client_key = _client_cert(ca, ca_key, "kube-apiserver-kubelet-client", ["system:masters"])
+        self.token_file = _write(
+            pki / "tokens.csv",
+            f'{self.admin_token},{ADMIN_TOKEN_USER},e2e-admin-uid,"system:masters"\n'
+            f'{self.node_token},system:node:{NODE_NAME},e2e-node-uid,"system:nodes"\n',
+            private=True,
+        )
+        kubelet_client, kubelet_client_key = _client_cert(
+            ca, ca_key, "kube-apiserver-kubelet-client", ["system:masters"]
+        )
         self.kubelet_client_cert = _write(pki / "apiserver-kubelet-client.crt", kubelet_client.public_bytes(pem))
-        self.kubelet_client_key = _write(pki / "apiserver-kubelet-client.key",
-                                         kubelet_client_key.private_bytes(**pkcs8), private=True)
-        self.admin_kubeconfig = _write(self.dir / "admin.kubeconfig",
-                                       kubeconfig(self.server, self.ca_file, self.admin_token, ADMIN_TOKEN_USER), private=True)
+        self.kubelet_client_key = _write(
+            pki / "apiserver-kubelet-client.key", kubelet_client_key.private_bytes(**pkcs8), private=True
+        )
+        self.admin_kubeconfig = _write(
+            self.dir / "admin.kubeconfig",
+            kubeconfig(self.server, self.ca_file, self.admin_token, ADMIN_TOKEN_USER),
+            private=True,
+        )
 
     # --- processes ------------------------------------------------------------------------------
 
@@ -255,49 +289,97 @@ class ControlPlane:
 
     def start_etcd(self) -> None:
         peer = f"http://127.0.0.1:{self.etcd_peer_port}"
-        self.etcd = Process("etcd", [
-            str(self.bin / "etcd"), "--name", "e2e", "--data-dir", str(self.dir / "etcd"),
-            "--listen-client-urls", self.etcd_url, "--advertise-client-urls", self.etcd_url,
-            "--listen-peer-urls", peer, "--initial-advertise-peer-urls", peer,
-            "--initial-cluster", f"e2e={peer}", "--initial-cluster-state", "new",
-            "--unsafe-no-fsync", "--log-level", "warn",
-        ], self.dir / "etcd.log")
-        wait_for("etcd /health", lambda: json.loads(_get(self.etcd_url + "/health")).get("health") == "true",
-                 60, proc=self.etcd)
+        self.etcd = Process(
+            "etcd",
+            [
+                str(self.bin / "etcd"),
+                "--name",
+                "e2e",
+                "--data-dir",
+                str(self.dir / "etcd"),
+                "--listen-client-urls",
+                self.etcd_url,
+                "--advertise-client-urls",
+                self.etcd_url,
+                "--listen-peer-urls",
+                peer,
+                "--initial-advertise-peer-urls",
+                peer,
+                "--initial-cluster",
+                f"e2e={peer}",
+                "--initial-cluster-state",
+                "new",
+                "--unsafe-no-fsync",
+                "--log-level",
+                "warn",
+            ],
+            self.dir / "etcd.log",
+        )
+        wait_for(
+            "etcd /health",
+            lambda: json.loads(_get(self.etcd_url + "/health")).get("health") == "true",
+            60,
+            proc=self.etcd,
+        )
 
     def apiserver_argv(self) -> list[str]:
         return [
             str(self.bin / "kube-apiserver"),
-            "--etcd-servers", self.etcd_url,
-            "--bind-address", "127.0.0.1", "--advertise-address", "127.0.0.1", "--secure-port", str(self.port),
-            "--tls-cert-file", str(self.tls_cert), "--tls-private-key-file", str(self.tls_key),
-            "--client-ca-file", str(self.ca_file),
-            "--cert-dir", str(self.dir / "apiserver-certs"),
-            "--token-auth-file", str(self.token_file),
-            "--authorization-mode", "Node,RBAC",
-            "--kubelet-client-certificate", str(self.kubelet_client_cert),
-            "--kubelet-client-key", str(self.kubelet_client_key),
-            "--kubelet-certificate-authority", str(self.ca_file),
-            "--kubelet-preferred-address-types", "InternalIP",
+            "--etcd-servers",
+            self.etcd_url,
+            "--bind-address",
+            "127.0.0.1",
+            "--advertise-address",
+            "127.0.0.1",
+            "--secure-port",
+            str(self.port),
+            "--tls-cert-file",
+            str(self.tls_cert),
+            "--tls-private-key-file",
+            str(self.tls_key),
+            "--client-ca-file",
+            str(self.ca_file),
+            "--cert-dir",
+            str(self.dir / "apiserver-certs"),
+            "--token-auth-file",
+            str(self.token_file),
+            "--authorization-mode",
+            "Node,RBAC",
+            "--kubelet-client-certificate",
+            str(self.kubelet_client_cert),
+            "--kubelet-client-key",
+            str(self.kubelet_client_key),
+            "--kubelet-certificate-authority",
+            str(self.ca_file),
+            "--kubelet-preferred-address-types",
+            "InternalIP",
             # webhooks (and aggregated APIs) behind a Service are called at the Service's endpoints
             # (the pods' addresses), not its cluster IP: no kube-proxy is needed on the API server's
             # side, as on control planes that run no kube-proxy
             "--enable-aggregator-routing=true",
-            "--service-account-issuer", ISSUER,
-            "--service-account-key-file", str(self.sa_pub),
-            "--service-account-signing-key-file", str(self.sa_key),
-            "--service-cluster-ip-range", "10.96.0.0/16",
-            "--endpoint-reconciler-type", "none",
-            "--enable-admission-plugins", "PodSecurity",
+            "--service-account-issuer",
+            ISSUER,
+            "--service-account-key-file",
+            str(self.sa_pub),
+            "--service-account-signing-key-file",
+            str(self.sa_key),
+            "--service-cluster-ip-range",
+            "10.96.0.0/16",
+            "--endpoint-reconciler-type",
+            "none",
+            "--enable-admission-plugins",
+            "PodSecurity",
             "--allow-privileged=true",
             "--profiling=false",
-            "--v", "1",
+            "--v",
+            "1",
         ]
 
     def start_apiserver(self, timeout: float = 180) -> None:
         self.apiserver = Process("kube-apiserver", self.apiserver_argv(), self.dir / "kube-apiserver.log")
-        wait_for("kube-apiserver /readyz", lambda: self.get("/readyz") == b"ok", timeout, interval=0.5,
-                 proc=self.apiserver)
+        wait_for(
+            "kube-apiserver /readyz", lambda: self.get("/readyz") == b"ok", timeout, interval=0.5, proc=self.apiserver
+        )
 
     def restart_apiserver(self, before_start: Callable[[], None] | None = None) -> None:
         assert self.apiserver is not None
@@ -308,22 +390,43 @@ class ControlPlane:
 
     def start_controller_manager(self, timeout: float = 180) -> None:
         kc = str(self.admin_kubeconfig)
-        self.kcm = Process("kube-controller-manager", [
-            str(self.bin / "kube-controller-manager"),
-            "--kubeconfig", kc, "--authentication-kubeconfig", kc, "--authorization-kubeconfig", kc,
-            "--bind-address", "127.0.0.1", "--secure-port", str(self.kcm_port),
-            "--cert-dir", str(self.dir / "kcm-certs"),
-            "--use-service-account-credentials",
-            "--service-account-private-key-file", str(self.sa_key),
-            "--root-ca-file", str(self.ca_file),
-            "--leader-elect=false",
-            "--controllers", "*",
-            "--v", "1",
-        ], self.dir / "kube-controller-manager.log")
+        self.kcm = Process(
+            "kube-controller-manager",
+            [
+                str(self.bin / "kube-controller-manager"),
+                "--kubeconfig",
+                kc,
+                "--authentication-kubeconfig",
+                kc,
+                "--authorization-kubeconfig",
+                kc,
+                "--bind-address",
+                "127.0.0.1",
+                "--secure-port",
+                str(self.kcm_port),
+                "--cert-dir",
+                str(self.dir / "kcm-certs"),
+                "--use-service-account-credentials",
+                "--service-account-private-key-file",
+                str(self.sa_key),
+                "--root-ca-file",
+                str(self.ca_file),
+                "--leader-elect=false",
+                "--controllers",
+                "*",
+                "--v",
+                "1",
+            ],
+            self.dir / "kube-controller-manager.log",
+        )
         # Pods need their namespace's `default` ServiceAccount, which the controller-manager makes.
-        wait_for("the default ServiceAccount (kube-controller-manager running)",
-                 lambda: self.get("/api/v1/namespaces/default/serviceaccounts/default"), timeout, interval=0.5,
-                 proc=self.kcm)
+        wait_for(
+            "the default ServiceAccount (kube-controller-manager running)",
+            lambda: self.get("/api/v1/namespaces/default/serviceaccounts/default"),
+            timeout,
+            interval=0.5,
+            proc=self.kcm,
+        )
 
     def stop(self) -> None:
         for proc in (self.kcm, self.apiserver, self.etcd):
@@ -335,12 +438,26 @@ class ControlPlane:
     def ssl_context(self) -> ssl.SSLContext:
         return ssl.create_default_context(cafile=str(self.ca_file))
 
-    def request(self, method: str, path: str, body: Any = None, token: str | None = None,
-                content_type: str = "application/json", timeout: float = 30) -> tuple[int, bytes]:
+    def request(
+        self,
+        method: str,
+        path: str,
+        body: Any = None,
+        token: str | None = None,
+        content_type: str = "application/json",
+        timeout: float = 30,
+    ) -> tuple[int, bytes]:
         data = None if body is None else (body if isinstance(body, bytes) else json.dumps(body).encode())
-        req = urllib.request.Request(self.server + path, data=data, method=method, headers={
-            "Authorization": f"Bearer {token or self.admin_token}", "Content-Type": content_type,
-            "Accept": "application/json"})
+        req = urllib.request.Request(
+            self.server + path,
+            data=data,
+            method=method,
+            headers={
+                "Authorization": f"Bearer {token or self.admin_token}",
+                "Content-Type": content_type,
+                "Accept": "application/json",
+            },
+        )
         try:
             with urllib.request.urlopen(req, context=self.ssl_context(), timeout=timeout) as resp:
                 return resp.status, resp.read()
@@ -351,10 +468,21 @@ class ControlPlane:
         status, data = self.request("GET", path, timeout=10)
         return data if status == 200 else None
 
-    def kubectl(self, *args: str, input: str | None = None, check: bool = False, timeout: float = 120,
-                kubeconfig_file: Path | None = None) -> subprocess.CompletedProcess:
-        proc = subprocess.run([kubectl_binary(self.bin), "--kubeconfig", str(kubeconfig_file or self.admin_kubeconfig),
-                               *args], input=input, capture_output=True, text=True, timeout=timeout)
+    def kubectl(
+        self,
+        *args: str,
+        input: str | None = None,
+        check: bool = False,
+        timeout: float = 120,
+        kubeconfig_file: Path | None = None,
+    ) -> subprocess.CompletedProcess:
+        proc = subprocess.run(
+            [kubectl_binary(self.bin), "--kubeconfig", str(kubeconfig_file or self.admin_kubeconfig), *args],
+            input=input,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
         if check and proc.returncode != 0:
             raise RuntimeError(f"kubectl {' '.join(args)} failed ({proc.returncode}):\n{proc.stderr}")
         return proc
@@ -378,18 +506,21 @@ def _get(url: str) -> bytes:
 
 
 def _post(url: str, body: Any) -> bytes:
-    req = urllib.request.Request(url, data=json.dumps(body).encode(), method="POST",
-                                 headers={"Content-Type": "application/json"})
+    req = urllib.request.Request(
+        url, data=json.dumps(body).encode(), method="POST", headers={"Content-Type": "application/json"}
+    )
     with urllib.request.urlopen(req, timeout=10) as resp:
         return resp.read()
 
 
 # --- the webhook as deployed ------------------------------------------------------------------------
 
+
 def render_deploy(cp: ControlPlane, path: str = "deploy") -> list[dict]:
     """`kubectl kustomize deploy/`, exactly as a user applies it."""
-    proc = subprocess.run([kubectl_binary(cp.bin), "kustomize", str(ROOT / path)], capture_output=True, text=True,
-                          timeout=120)
+    proc = subprocess.run(
+        [kubectl_binary(cp.bin), "kustomize", str(ROOT / path)], capture_output=True, text=True, timeout=120
+    )
     if proc.returncode != 0:
         raise RuntimeError(f"kubectl kustomize {path} failed:\n{proc.stderr}")
     return [d for d in yaml.safe_load_all(proc.stdout) if d]
@@ -415,26 +546,39 @@ def loopback_webhooks(docs: list[dict], port: int, ca_bundle: str) -> list[dict]
     return out
 
 
-def service_account_kubeconfig(cp: ControlPlane, namespace: str, name: str, path: Path,
-                               seconds: int = 24 * 3600) -> Path:
+def service_account_kubeconfig(
+    cp: ControlPlane, namespace: str, name: str, path: Path, seconds: int = 24 * 3600
+) -> Path:
     """A kubeconfig holding a token for the ServiceAccount, issued by the TokenRequest API (what the
     kubelet mounts into the webhook's pod in a real cluster)."""
-    status, data = cp.request("POST", f"/api/v1/namespaces/{namespace}/serviceaccounts/{name}/token",
-                              {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest",
-                               "spec": {"expirationSeconds": seconds}})
+    status, data = cp.request(
+        "POST",
+        f"/api/v1/namespaces/{namespace}/serviceaccounts/{name}/token",
+        {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": {"expirationSeconds": seconds}},
+    )
     if status != 201:
         raise RuntimeError(f"TokenRequest for {namespace}/{name}: HTTP {status}: {data[:300]!r}")
     token = json.loads(data)["status"]["token"]
-    return _write(path, kubeconfig(cp.server, cp.ca_file, token, f"system:serviceaccount:{namespace}:{name}"),
-                  private=True)
+    return _write(
+        path, kubeconfig(cp.server, cp.ca_file, token, f"system:serviceaccount:{namespace}:{name}"), private=True
+    )
 
 
 class Webhook:
     """`rdma-webhook serve` on loopback, as the Deployment runs it, minus the container."""
 
-    def __init__(self, workdir: Path, kubeconfig_file: Path | None, policies: Path = ROOT / "policies",
-                 workers: int = 2, port: int | None = None, certs: Path | None = None, name: str = "webhook",
-                 launcher: list[str] | None = None, extra_args: list[str] | None = None):
+    def __init__(
+        self,
+        workdir: Path,
+        kubeconfig_file: Path | None,
+        policies: Path = ROOT / "policies",
+        workers: int = 2,
+        port: int | None = None,
+        certs: Path | None = None,
+        name: str = "webhook",
+        launcher: list[str] | None = None,
+        extra_args: list[str] | None = None,
+    ):
         self.launcher = launcher  # argv before "serve" (default: the installed rdma-webhook)
         self.extra_args = list(extra_args or [])  # more `serve` flags (e.g. --check-admission-policy)
         self.dir = Path(workdir)
@@ -456,9 +600,23 @@ class Webhook:
         os.makedirs(env["PROMETHEUS_MULTIPROC_DIR"])
         exe = Path(sys.executable).with_name("rdma-webhook")
         launcher = self.launcher or ([str(exe)] if exe.exists() else [sys.executable, "-m", "webhook"])
-        argv = [*launcher, "serve", "--policies", str(self.policies),
-                "--tls-cert", str(self.certs / "tls.crt"), "--tls-key", str(self.certs / "tls.key"),
-                "--host", "127.0.0.1", "--port", str(self.port), "--workers", str(self.workers), *self.extra_args]
+        argv = [
+            *launcher,
+            "serve",
+            "--policies",
+            str(self.policies),
+            "--tls-cert",
+            str(self.certs / "tls.crt"),
+            "--tls-key",
+            str(self.certs / "tls.key"),
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(self.port),
+            "--workers",
+            str(self.workers),
+            *self.extra_args,
+        ]
         self.proc = Process(self.name, argv, self.dir / f"{self.name}.log", env=env, cwd=ROOT)
         if wait_ready:
             self.wait_ready(timeout)
@@ -469,8 +627,9 @@ class Webhook:
 
     def get(self, path: str, timeout: float = 5) -> tuple[int, bytes]:
         try:
-            with urllib.request.urlopen(f"https://127.0.0.1:{self.port}{path}", context=self.ssl_context(),
-                                        timeout=timeout) as resp:
+            with urllib.request.urlopen(
+                f"https://127.0.0.1:{self.port}{path}", context=self.ssl_context(), timeout=timeout
+            ) as resp:
                 return resp.status, resp.read()
         except urllib.error.HTTPError as exc:
             return exc.code, exc.read()
@@ -509,8 +668,14 @@ def install_webhook(cp: ControlPlane, workdir: Path, docs: list[dict] | None = N
     """Namespace, ServiceAccount and RBAC of deploy/, a token for that ServiceAccount, the webhook
     started with it, and the webhook configurations of deploy/ once it is ready."""
     docs = docs if docs is not None else render_deploy(cp)
-    cp.apply([pick(docs, "Namespace", "rdma-webhook"), pick(docs, "ServiceAccount", "rdma-webhook"),
-              pick(docs, "ClusterRole", "rdma-webhook"), pick(docs, "ClusterRoleBinding", "rdma-webhook")])
+    cp.apply(
+        [
+            pick(docs, "Namespace", "rdma-webhook"),
+            pick(docs, "ServiceAccount", "rdma-webhook"),
+            pick(docs, "ClusterRole", "rdma-webhook"),
+            pick(docs, "ClusterRoleBinding", "rdma-webhook"),
+        ]
+    )
     kc = service_account_kubeconfig(cp, "rdma-webhook", "rdma-webhook", Path(workdir) / "webhook.kubeconfig")
     hook = Webhook(workdir, kc).start()
     cp.apply(loopback_webhooks(docs, hook.port, hook.ca_bundle))
@@ -518,8 +683,9 @@ def install_webhook(cp: ControlPlane, workdir: Path, docs: list[dict] | None = N
 
 
 def build_binaries() -> Path:
-    out = subprocess.run(["bash", str(ROOT / "e2e" / "build-controlplane.sh")], stdout=subprocess.PIPE, text=True,
-                         check=True)
+    out = subprocess.run(
+        ["bash", str(ROOT / "e2e" / "build-controlplane.sh")], stdout=subprocess.PIPE, text=True, check=True
+    )
     return Path(out.stdout.strip().splitlines()[-1])
 
 

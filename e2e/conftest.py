@@ -45,8 +45,9 @@ def cp(workdir) -> Any:
         plane.apply(yaml.safe_load_all((HERE / "crds.yaml").read_text()))
         for crd in yaml.safe_load_all((HERE / "crds.yaml").read_text()):
             if crd:
-                plane.kubectl("wait", "--for=condition=Established", "--timeout=60s",
-                              f"crd/{crd['metadata']['name']}", check=True)
+                plane.kubectl(
+                    "wait", "--for=condition=Established", "--timeout=60s", f"crd/{crd['metadata']['name']}", check=True
+                )
         yield plane
     finally:
         plane.stop()
@@ -108,6 +109,7 @@ def pytest_sessionfinish(session, exitstatus):
 
 # --- helpers the tests share ---------------------------------------------------------------------
 
+
 def unique(prefix: str) -> str:
     return f"{prefix}-{uuid.uuid4().hex[:6]}"
 
@@ -115,8 +117,9 @@ def unique(prefix: str) -> str:
 def make_namespace(cp, name: str, labels: dict[str, str] | None = None) -> str:
     cp.apply([{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name, "labels": labels or {}}}])
     # the ServiceAccount admission plugin refuses pods until the `default` ServiceAccount exists
-    c.wait_for(f"ServiceAccount default in {name}",
-               lambda: cp.get(f"/api/v1/namespaces/{name}/serviceaccounts/default"), 60)
+    c.wait_for(
+        f"ServiceAccount default in {name}", lambda: cp.get(f"/api/v1/namespaces/{name}/serviceaccounts/default"), 60
+    )
     return name
 
 
@@ -128,11 +131,21 @@ def namespace(cp, hook, request):
     return make_namespace(cp, unique("e2e"), labels)
 
 
-def gpu_pod(name: str, namespace: str, labels: dict[str, str] | None = None, env: dict[str, str] | None = None,
-            gpus: int = 2, annotations: dict[str, str] | None = None, **container: Any) -> dict:
-    ctr: dict[str, Any] = {"name": "pytorch", "image": "registry.example/trainer:1",
-                           "command": ["torchrun", "train.py"],
-                           "resources": {"limits": {"nvidia.com/gpu": str(gpus)}}}
+def gpu_pod(
+    name: str,
+    namespace: str,
+    labels: dict[str, str] | None = None,
+    env: dict[str, str] | None = None,
+    gpus: int = 2,
+    annotations: dict[str, str] | None = None,
+    **container: Any,
+) -> dict:
+    ctr: dict[str, Any] = {
+        "name": "pytorch",
+        "image": "registry.example/trainer:1",
+        "command": ["torchrun", "train.py"],
+        "resources": {"limits": {"nvidia.com/gpu": str(gpus)}},
+    }
     if env:
         ctr["env"] = [{"name": k, "value": v} for k, v in env.items()]
     ctr.update(container)
@@ -172,9 +185,11 @@ def pytest_collection_modifyitems(session, config, items):
     the session's webhook, and test_cluster_state.py restarts the API server. The files of LAST
     come after all others: they start the node, after which pods are scheduled and started, where
     every other test has them stay Pending."""
+
     def rank(item):
         name = item.path.name
         if name in LAST:
             return len(ORDER) + 1 + LAST.index(name)
         return ORDER.index(name) if name in ORDER else len(ORDER)
+
     items.sort(key=rank)  # stable: the order inside a file is kept

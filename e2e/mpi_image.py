@@ -38,8 +38,11 @@ HOOKS = [
     '> "$1/etc/ssh/ssh_config.d/e2e.conf"',
     'chroot "$1" ssh-keygen -A',
 ]
-CONFIG = {"Env": ["PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"],
-          "Cmd": ["/usr/sbin/sshd", "-De"], "WorkingDir": "/root"}
+CONFIG = {
+    "Env": ["PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"],
+    "Cmd": ["/usr/sbin/sshd", "-De"],
+    "WorkingDir": "/root",
+}
 NAME = "e2e.local/openmpi-sshd"
 
 
@@ -67,15 +70,24 @@ def archive() -> Path:
     if out.is_file():
         return out
     if shutil.which("mmdebstrap") is None:
-        raise ImageError("mmdebstrap is not installed (apt-get install mmdebstrap; .ci/run does): "
-                         "the Open MPI + sshd test image is made from Debian's packages with it")
+        raise ImageError(
+            "mmdebstrap is not installed (apt-get install mmdebstrap; .ci/run does): "
+            "the Open MPI + sshd test image is made from Debian's packages with it"
+        )
     cache.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="openmpi-sshd-", dir=cache) as tmp:
         rootfs = Path(tmp) / "rootfs.tar"
-        argv = ["mmdebstrap", "--variant=minbase", "--format=tar", "--include=" + ",".join(PACKAGES),
-                *[f"--dpkgopt=path-exclude=/usr/share/{d}/*" for d in ("doc", "man", "locale", "info")],
-                *[f"--customize-hook={h}" for h in HOOKS], SUITE, str(rootfs)]
+        argv = [
+            "mmdebstrap",
+            "--variant=minbase",
+            "--format=tar",
+            "--include=" + ",".join(PACKAGES),
+            *[f"--dpkgopt=path-exclude=/usr/share/{d}/*" for d in ("doc", "man", "locale", "info")],
+            *[f"--customize-hook={h}" for h in HOOKS],
+            SUITE,
+            str(rootfs),
+        ]
         proc = subprocess.run(argv, capture_output=True, text=True, timeout=1800)
         if proc.returncode != 0 or not rootfs.is_file():
             raise ImageError(f"mmdebstrap failed ({proc.returncode}):\n{proc.stderr[-4000:]}")

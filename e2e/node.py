@@ -86,12 +86,21 @@ TOLERATION = {"key": TAINT["key"], "operator": "Equal", "value": TAINT["value"],
 DEVICE_PLUGIN_DIR = Path("/var/lib/kubelet/device-plugins")
 NODE_LOCK = Path("/run/rdma-webhook-e2e-node.lock")
 # Tunables the kubelet (setupKernelTunables) or the CNI bridge plugin may write: restored at stop.
-SYSCTLS = ["vm/overcommit_memory", "vm/panic_on_oom", "kernel/panic", "kernel/panic_on_oops",
-           "kernel/keys/root_maxkeys", "kernel/keys/root_maxbytes", "net/ipv4/ip_forward",
-           # and kube-proxy's, when started
-           "net/ipv4/conf/all/route_localnet", "net/bridge/bridge-nf-call-iptables",
-           "net/netfilter/nf_conntrack_max", "net/netfilter/nf_conntrack_tcp_timeout_established",
-           "net/netfilter/nf_conntrack_tcp_timeout_close_wait"]
+SYSCTLS = [
+    "vm/overcommit_memory",
+    "vm/panic_on_oom",
+    "kernel/panic",
+    "kernel/panic_on_oops",
+    "kernel/keys/root_maxkeys",
+    "kernel/keys/root_maxbytes",
+    "net/ipv4/ip_forward",
+    # and kube-proxy's, when started
+    "net/ipv4/conf/all/route_localnet",
+    "net/bridge/bridge-nf-call-iptables",
+    "net/netfilter/nf_conntrack_max",
+    "net/netfilter/nf_conntrack_tcp_timeout_established",
+    "net/netfilter/nf_conntrack_tcp_timeout_close_wait",
+]
 
 
 class NodeError(RuntimeError):
@@ -100,12 +109,13 @@ class NodeError(RuntimeError):
 
 # --- images, made here ------------------------------------------------------------------------------
 
+
 def _static_elf(path: Path) -> bool:
     """True if the ELF file has no program interpreter (a static executable)."""
     data = path.read_bytes()
     if data[:4] != b"\x7fELF" or data[4] != 2:  # 64-bit only
         return False
-    phoff, = struct.unpack_from("<Q", data, 0x20)
+    (phoff,) = struct.unpack_from("<Q", data, 0x20)
     phentsize, phnum = struct.unpack_from("<HH", data, 0x36)
     return all(struct.unpack_from("<I", data, phoff + i * phentsize)[0] != 3 for i in range(phnum))  # PT_INTERP
 
@@ -141,13 +151,23 @@ def oci_archive(name: str, files: dict[str, tuple[bytes | str, int]], config: di
     `files`, the image `config` (Entrypoint, Cmd, Env...) and `name` as the image's name."""
     raw = _layer(files)
     packed = gzip.compress(raw, mtime=0)
-    layer = {"mediaType": "application/vnd.oci.image.layer.v1.tar+gzip",
-             "digest": "sha256:" + hashlib.sha256(packed).hexdigest(), "size": len(packed)}
+    layer = {
+        "mediaType": "application/vnd.oci.image.layer.v1.tar+gzip",
+        "digest": "sha256:" + hashlib.sha256(packed).hexdigest(),
+        "size": len(packed),
+    }
     return oci_layout(name, config, layer, "sha256:" + hashlib.sha256(raw).hexdigest(), out, layer_data=packed)
 
 
-def oci_layout(name: str, config: dict, layer: dict, diff_id: str, out: Path,
-               layer_data: bytes | None = None, layer_file: Path | None = None) -> Path:
+def oci_layout(
+    name: str,
+    config: dict,
+    layer: dict,
+    diff_id: str,
+    out: Path,
+    layer_data: bytes | None = None,
+    layer_file: Path | None = None,
+) -> Path:
     """The tar of an OCI image layout with one layer: `layer` its descriptor (mediaType, digest,
     size), `diff_id` the digest of its uncompressed tar, its content given as bytes or as a file
     (a root filesystem of hundreds of MB is streamed, never read whole)."""
@@ -158,25 +178,47 @@ def oci_layout(name: str, config: dict, layer: dict, diff_id: str, out: Path,
         blobs[digest] = data
         return {"digest": digest, "size": len(data)}
 
-    image_config = {"architecture": "amd64", "os": "linux", "config": config,
-                    "rootfs": {"type": "layers", "diff_ids": [diff_id]}}
+    image_config = {
+        "architecture": "amd64",
+        "os": "linux",
+        "config": config,
+        "rootfs": {"type": "layers", "diff_ids": [diff_id]},
+    }
     cfg = blob(json.dumps(image_config, sort_keys=True).encode())
-    manifest = blob(json.dumps({
-        "schemaVersion": 2, "mediaType": "application/vnd.oci.image.manifest.v1+json",
-        "config": {"mediaType": "application/vnd.oci.image.config.v1+json", **cfg},
-        "layers": [layer],
-    }, sort_keys=True).encode())
-    index = {"schemaVersion": 2, "mediaType": "application/vnd.oci.image.index.v1+json", "manifests": [{
-        "mediaType": "application/vnd.oci.image.manifest.v1+json", **manifest,
-        "platform": {"architecture": "amd64", "os": "linux"},
-        "annotations": {"io.containerd.image.name": name, "org.opencontainers.image.ref.name": name.rsplit(":", 1)[1]},
-    }]}
+    manifest = blob(
+        json.dumps(
+            {
+                "schemaVersion": 2,
+                "mediaType": "application/vnd.oci.image.manifest.v1+json",
+                "config": {"mediaType": "application/vnd.oci.image.config.v1+json", **cfg},
+                "layers": [layer],
+            },
+            sort_keys=True,
+        ).encode()
+    )
+    index = {
+        "schemaVersion": 2,
+        "mediaType": "application/vnd.oci.image.index.v1+json",
+        "manifests": [
+            {
+                "mediaType": "application/vnd.oci.image.manifest.v1+json",
+                **manifest,
+                "platform": {"architecture": "amd64", "os": "linux"},
+                "annotations": {
+                    "io.containerd.image.name": name,
+                    "org.opencontainers.image.ref.name": name.rsplit(":", 1)[1],
+                },
+            }
+        ],
+    }
     layer_path = "blobs/sha256/" + layer["digest"].split(":", 1)[1]
     with tarfile.open(out, "w") as tar:
+
         def add(path: str, data: bytes) -> None:
             info = tarfile.TarInfo(path)
             info.size, info.mode = len(data), 0o644
             tar.addfile(info, io.BytesIO(data))
+
         add("oci-layout", b'{"imageLayoutVersion":"1.0.0"}')
         add("index.json", json.dumps(index).encode())
         for digest, data in blobs.items():
@@ -190,8 +232,12 @@ def oci_layout(name: str, config: dict, layer: dict, diff_id: str, out: Path,
 
 
 def pause_image(bin_dir: Path, out: Path) -> Path:
-    return oci_archive(PAUSE_IMAGE, {"pause": ((bin_dir / "pause").read_bytes(), 0o755)},
-                       {"Entrypoint": ["/pause"], "User": "65535:65535"}, out)
+    return oci_archive(
+        PAUSE_IMAGE,
+        {"pause": ((bin_dir / "pause").read_bytes(), 0o755)},
+        {"Entrypoint": ["/pause"], "User": "65535:65535"},
+        out,
+    )
 
 
 def runc_binary() -> str | None:
@@ -235,6 +281,7 @@ def policy_resources(folder: Path = c.ROOT / "policies") -> list[str]:
         elif isinstance(node, list):
             for item in node:
                 walk(item)
+
     for f in sorted(folder.glob("*.yaml")):
         for doc in yaml.safe_load_all(f.read_text()):
             walk(doc)
@@ -261,9 +308,11 @@ def device_plugin_resources() -> list[str]:
 
 # --- the host: network, cgroups, mounts -------------------------------------------------------------
 
+
 def _routes() -> list[ipaddress.IPv4Network]:
-    out = subprocess.run(["ip", "-4", "-j", "route", "show", "table", "all"], capture_output=True, text=True,
-                         check=True).stdout
+    out = subprocess.run(
+        ["ip", "-4", "-j", "route", "show", "table", "all"], capture_output=True, text=True, check=True
+    ).stdout
     nets = []
     for r in json.loads(out or "[]"):
         dst = r.get("dst", "")
@@ -352,6 +401,7 @@ def read_sysctls() -> dict[str, str]:
 
 # --- pods to the API server --------------------------------------------------------------------------
 
+
 class Relay:
     """TCP from (host, a free port) to (target_host, target_port), a thread per direction: the API
     server listens on 127.0.0.1 only, which no pod can reach; pods reach this relay on the node's
@@ -407,6 +457,7 @@ class Relay:
 
 # --- the node ---------------------------------------------------------------------------------------
 
+
 class Node:
     def __init__(self, cp: c.ControlPlane, workdir: Path, name: str = NODE_NAME):
         self.cp, self.name, self.bin = cp, name, cp.bin
@@ -448,7 +499,15 @@ class Node:
                 problems.append(f"{CNI_BIN / plugin} missing (apt-get install containernetworking-plugins)")
         if shutil.which("ip") is None:
             problems.append("ip is not on PATH (iproute2)")
-        for b in ("kubelet", "kube-scheduler", "fake-device-plugin", "containerd", "containerd-shim-runc-v2", "ctr", "pause"):
+        for b in (
+            "kubelet",
+            "kube-scheduler",
+            "fake-device-plugin",
+            "containerd",
+            "containerd-shim-runc-v2",
+            "ctr",
+            "pause",
+        ):
             if not (self.bin / b).exists():
                 problems.append(f"{self.bin / b} missing (e2e/build-controlplane.sh builds it)")
         if not cgroup_v1_hierarchies() and not Path("/sys/fs/cgroup/cgroup.controllers").exists():
@@ -476,8 +535,17 @@ class Node:
     def start(self, timeout: float = 180) -> "Node":
         self.check_host()
         try:
-            for step in (self.lock, self.start_network, self.make_cgroup_root, self.start_containerd, self.import_images,
-                         self.start_kubelet, self.start_device_plugin, self.start_scheduler, self.wait_ready):
+            for step in (
+                self.lock,
+                self.start_network,
+                self.make_cgroup_root,
+                self.start_containerd,
+                self.import_images,
+                self.start_kubelet,
+                self.start_device_plugin,
+                self.start_scheduler,
+                self.wait_ready,
+            ):
                 began = time.monotonic()
                 step()
                 self.timings[step.__name__] = time.monotonic() - began
@@ -495,16 +563,32 @@ class Node:
         # bind its address and report it as the node's InternalIP before any pod runs.
         subprocess.run(["ip", "link", "add", "name", self.bridge, "type", "bridge"], check=True, capture_output=True)
         self._bridge_made = True
-        subprocess.run(["ip", "addr", "add", f"{self.ip}/{self.subnet.prefixlen}", "dev", self.bridge],
-                       check=True, capture_output=True)
+        subprocess.run(
+            ["ip", "addr", "add", f"{self.ip}/{self.subnet.prefixlen}", "dev", self.bridge],
+            check=True,
+            capture_output=True,
+        )
         subprocess.run(["ip", "link", "set", self.bridge, "up"], check=True, capture_output=True)
         self.cni_conf.mkdir(exist_ok=True)
-        conflist = {"cniVersion": "1.0.0", "name": "e2e", "plugins": [{
-            "type": "bridge", "bridge": self.bridge, "isGateway": True, "ipMasq": False, "hairpinMode": True,
-            "ipam": {"type": "host-local", "dataDir": str(self.dir / "ipam"),
-                     "ranges": [[{"subnet": str(self.subnet), "gateway": self.ip}]],
-                     "routes": [{"dst": "0.0.0.0/0"}]},
-        }]}
+        conflist = {
+            "cniVersion": "1.0.0",
+            "name": "e2e",
+            "plugins": [
+                {
+                    "type": "bridge",
+                    "bridge": self.bridge,
+                    "isGateway": True,
+                    "ipMasq": False,
+                    "hairpinMode": True,
+                    "ipam": {
+                        "type": "host-local",
+                        "dataDir": str(self.dir / "ipam"),
+                        "ranges": [[{"subnet": str(self.subnet), "gateway": self.ip}]],
+                        "routes": [{"dst": "0.0.0.0/0"}],
+                    },
+                }
+            ],
+        }
         (self.cni_conf / "10-e2e.conflist").write_text(json.dumps(conflist, indent=1))
 
     def make_cgroup_root(self) -> None:
@@ -521,46 +605,48 @@ class Node:
         d = self.containerd_dir
         runtime = "io.containerd.cri.v1.runtime"
         images = "io.containerd.cri.v1.images"
-        return "\n".join([
-            "version = 3",
-            "imports = []",  # nothing of /etc/containerd
-            f"root = {json.dumps(str(d / 'root'))}",
-            f"state = {json.dumps(str(d / 'state'))}",
-            "[grpc]",
-            f"  address = {json.dumps(str(self.containerd_sock))}",
-            "[ttrpc]",
-            f"  address = {json.dumps(str(self.containerd_sock) + '.ttrpc')}",
-            f"[plugins.'{images}']",
-            "  snapshotter = 'overlayfs'",
-            f"[plugins.'{images}'.pinned_images]",
-            f"  sandbox = '{PAUSE_IMAGE}'",
-            f"[plugins.'{runtime}']",
-            "  enable_selinux = false",
-            # The kubelet asks for negative oom_score_adj (-998 for sandboxes), which needs
-            # CAP_SYS_RESOURCE: root lacks it on machines like CI's firecracker VMs, where runc then
-            # fails ("failed to update /proc/self/oom_score_adj: Permission denied"). No lower
-            # than containerd's own, then.
-            "  restrict_oom_score_adj = true",
-            # the pods' network namespaces under the state dir: stop() unmounts whatever is left
-            "  netns_mounts_under_state_dir = true",
-            f"[plugins.'{runtime}'.containerd]",
-            "  default_runtime_name = 'runc'",
-            f"[plugins.'{runtime}'.containerd.runtimes.runc]",
-            "  runtime_type = 'io.containerd.runc.v2'",
-            f"[plugins.'{runtime}'.containerd.runtimes.runc.options]",
-            f"  BinaryName = {json.dumps(runc_binary())}",
-            "  SystemdCgroup = false",
-            f"  Root = {json.dumps(str(d / 'runc'))}",  # runc's state: not /run/containerd/runc
-            f"[plugins.'{runtime}'.cni]",
-            f"  bin_dirs = [{json.dumps(str(CNI_BIN))}]",
-            f"  conf_dir = {json.dumps(str(self.cni_conf))}",
-            "  max_conf_num = 1",
-            "[plugins.'io.containerd.internal.v1.opt']",
-            f"  path = {json.dumps(str(d / 'opt'))}",
-            "[plugins.'io.containerd.nri.v1.nri']",
-            "  disable = true",
-            "",
-        ])
+        return "\n".join(
+            [
+                "version = 3",
+                "imports = []",  # nothing of /etc/containerd
+                f"root = {json.dumps(str(d / 'root'))}",
+                f"state = {json.dumps(str(d / 'state'))}",
+                "[grpc]",
+                f"  address = {json.dumps(str(self.containerd_sock))}",
+                "[ttrpc]",
+                f"  address = {json.dumps(str(self.containerd_sock) + '.ttrpc')}",
+                f"[plugins.'{images}']",
+                "  snapshotter = 'overlayfs'",
+                f"[plugins.'{images}'.pinned_images]",
+                f"  sandbox = '{PAUSE_IMAGE}'",
+                f"[plugins.'{runtime}']",
+                "  enable_selinux = false",
+                # The kubelet asks for negative oom_score_adj (-998 for sandboxes), which needs
+                # CAP_SYS_RESOURCE: root lacks it on machines like CI's firecracker VMs, where runc then
+                # fails ("failed to update /proc/self/oom_score_adj: Permission denied"). No lower
+                # than containerd's own, then.
+                "  restrict_oom_score_adj = true",
+                # the pods' network namespaces under the state dir: stop() unmounts whatever is left
+                "  netns_mounts_under_state_dir = true",
+                f"[plugins.'{runtime}'.containerd]",
+                "  default_runtime_name = 'runc'",
+                f"[plugins.'{runtime}'.containerd.runtimes.runc]",
+                "  runtime_type = 'io.containerd.runc.v2'",
+                f"[plugins.'{runtime}'.containerd.runtimes.runc.options]",
+                f"  BinaryName = {json.dumps(runc_binary())}",
+                "  SystemdCgroup = false",
+                f"  Root = {json.dumps(str(d / 'runc'))}",  # runc's state: not /run/containerd/runc
+                f"[plugins.'{runtime}'.cni]",
+                f"  bin_dirs = [{json.dumps(str(CNI_BIN))}]",
+                f"  conf_dir = {json.dumps(str(self.cni_conf))}",
+                "  max_conf_num = 1",
+                "[plugins.'io.containerd.internal.v1.opt']",
+                f"  path = {json.dumps(str(d / 'opt'))}",
+                "[plugins.'io.containerd.nri.v1.nri']",
+                "  disable = true",
+                "",
+            ]
+        )
 
     def env(self) -> dict[str, str]:
         """PATH with the built binaries first (containerd finds its shim there)."""
@@ -572,15 +658,28 @@ class Node:
         self.containerd_dir.mkdir(exist_ok=True)
         config = self.containerd_dir / "config.toml"
         config.write_text(self.containerd_config())
-        self.containerd = c.Process("containerd", [str(self.bin / "containerd"), "--config", str(config),
-                                                   "--log-level", "info"],
-                                    self.dir / "containerd.log", env=self.env())
-        c.wait_for("containerd's socket", lambda: self.ctr("version", check=False).returncode == 0, 60,
-                   interval=0.3, proc=self.containerd)
+        self.containerd = c.Process(
+            "containerd",
+            [str(self.bin / "containerd"), "--config", str(config), "--log-level", "info"],
+            self.dir / "containerd.log",
+            env=self.env(),
+        )
+        c.wait_for(
+            "containerd's socket",
+            lambda: self.ctr("version", check=False).returncode == 0,
+            60,
+            interval=0.3,
+            proc=self.containerd,
+        )
 
     def ctr(self, *args: str, check: bool = True, timeout: float = 120) -> subprocess.CompletedProcess:
-        proc = subprocess.run([str(self.bin / "ctr"), "--address", str(self.containerd_sock), "--namespace",
-                               "k8s.io", *args], capture_output=True, text=True, timeout=timeout, env=self.env())
+        proc = subprocess.run(
+            [str(self.bin / "ctr"), "--address", str(self.containerd_sock), "--namespace", "k8s.io", *args],
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            env=self.env(),
+        )
         if check and proc.returncode != 0:
             raise NodeError(f"ctr {' '.join(args)} failed ({proc.returncode}):\n{proc.stdout}{proc.stderr}")
         return proc
@@ -601,24 +700,39 @@ class Node:
     def kubelet_config(self) -> dict:
         pki = self.kubelet_dir / "pki"
         return {
-            "apiVersion": "kubelet.config.k8s.io/v1beta1", "kind": "KubeletConfiguration",
+            "apiVersion": "kubelet.config.k8s.io/v1beta1",
+            "kind": "KubeletConfiguration",
             # This machine mounts cgroup v1: kubelet 1.35+ refuses to start there unless told.
             "failCgroupV1": False,
-            "cgroupDriver": "cgroupfs", "cgroupRoot": self.cgroup_root, "cgroupsPerQOS": True,
+            "cgroupDriver": "cgroupfs",
+            "cgroupRoot": self.cgroup_root,
+            "cgroupsPerQOS": True,
             "containerRuntimeEndpoint": f"unix://{self.containerd_sock}",
-            "address": self.ip, "port": self.kubelet_port, "readOnlyPort": 0,
-            "healthzBindAddress": "127.0.0.1", "healthzPort": c.free_port(),
-            "tlsCertFile": str(pki / "kubelet.crt"), "tlsPrivateKeyFile": str(pki / "kubelet.key"),
-            "authentication": {"anonymous": {"enabled": False}, "webhook": {"enabled": True},
-                               "x509": {"clientCAFile": str(self.cp.ca_file)}},
+            "address": self.ip,
+            "port": self.kubelet_port,
+            "readOnlyPort": 0,
+            "healthzBindAddress": "127.0.0.1",
+            "healthzPort": c.free_port(),
+            "tlsCertFile": str(pki / "kubelet.crt"),
+            "tlsPrivateKeyFile": str(pki / "kubelet.key"),
+            "authentication": {
+                "anonymous": {"enabled": False},
+                "webhook": {"enabled": True},
+                "x509": {"clientCAFile": str(self.cp.ca_file)},
+            },
             "authorization": {"mode": "Webhook"},
             "podLogsDir": str(self.dir / "pod-logs"),
             "failSwapOn": False,
             # A shared machine's disk and memory are no signal for this node: evict nothing, and
             # never collect the imported images (they cannot be pulled back).
-            "evictionHard": {"memory.available": "1Mi", "nodefs.available": "0%", "nodefs.inodesFree": "0%",
-                             "imagefs.available": "0%"},
-            "imageGCHighThresholdPercent": 100, "imageGCLowThresholdPercent": 99,
+            "evictionHard": {
+                "memory.available": "1Mi",
+                "nodefs.available": "0%",
+                "nodefs.inodesFree": "0%",
+                "imagefs.available": "0%",
+            },
+            "imageGCHighThresholdPercent": 100,
+            "imageGCLowThresholdPercent": 99,
             "serializeImagePulls": False,
             "maxPods": 60,
             "registerWithTaints": [TAINT],
@@ -634,26 +748,55 @@ class Node:
         cert, key = make_serving(ca, ca_key, [self.name], [self.ip])
         pem = serialization.Encoding.PEM
         c._write(pki / "kubelet.crt", cert.public_bytes(pem))
-        c._write(pki / "kubelet.key", key.private_bytes(pem, serialization.PrivateFormat.PKCS8,
-                                                        serialization.NoEncryption()), private=True)
+        c._write(
+            pki / "kubelet.key",
+            key.private_bytes(pem, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()),
+            private=True,
+        )
         config = c._write(self.kubelet_dir / "config.yaml", yaml.safe_dump(self.kubelet_config()))
-        kubeconfig = c._write(self.kubelet_dir / "kubelet.kubeconfig",
-                              c.kubeconfig(self.cp.server, self.cp.ca_file, self.cp.node_token,
-                                           f"system:node:{self.name}"), private=True)
-        self.kubelet = c.Process("kubelet", [
-            str(self.bin / "kubelet"), "--config", str(config), "--kubeconfig", str(kubeconfig),
-            "--root-dir", str(self.kubelet_dir / "root"), "--hostname-override", self.name,
-            "--node-ip", self.ip, "--v", "1",
-        ], self.dir / "kubelet.log", env=self.env())
-        c.wait_for(f"Node {self.name} registered", lambda: self.cp.get(f"/api/v1/nodes/{self.name}"), 120,
-                   interval=0.5, proc=self.kubelet)
+        kubeconfig = c._write(
+            self.kubelet_dir / "kubelet.kubeconfig",
+            c.kubeconfig(self.cp.server, self.cp.ca_file, self.cp.node_token, f"system:node:{self.name}"),
+            private=True,
+        )
+        self.kubelet = c.Process(
+            "kubelet",
+            [
+                str(self.bin / "kubelet"),
+                "--config",
+                str(config),
+                "--kubeconfig",
+                str(kubeconfig),
+                "--root-dir",
+                str(self.kubelet_dir / "root"),
+                "--hostname-override",
+                self.name,
+                "--node-ip",
+                self.ip,
+                "--v",
+                "1",
+            ],
+            self.dir / "kubelet.log",
+            env=self.env(),
+        )
+        c.wait_for(
+            f"Node {self.name} registered",
+            lambda: self.cp.get(f"/api/v1/nodes/{self.name}"),
+            120,
+            interval=0.5,
+            proc=self.kubelet,
+        )
 
     def start_device_plugin(self, timeout: float = 60) -> None:
         """The fake devices (e2e/controlplane/cmd/fake-device-plugin), registered with the kubelet;
         done when the node's allocatable lists every resource."""
         plugin_dir = DEVICE_PLUGIN_DIR
-        c.wait_for("the kubelet's device-plugin socket", lambda: (plugin_dir / "kubelet.sock").exists(), timeout,
-                   proc=self.kubelet)
+        c.wait_for(
+            "the kubelet's device-plugin socket",
+            lambda: (plugin_dir / "kubelet.sock").exists(),
+            timeout,
+            proc=self.kubelet,
+        )
         flags = device_plugin_resources()
         argv = [str(self.bin / "fake-device-plugin"), "--plugin-dir", str(plugin_dir)]
         for flag in flags:
@@ -664,17 +807,39 @@ class Node:
         def advertised() -> bool:
             allocatable = self.node().get("status", {}).get("allocatable", {})
             return all(allocatable.get(r) == n for r, n in counts.items())
-        c.wait_for(f"the node's allocatable listing {sorted(counts)}", advertised, timeout, interval=0.5,
-                   proc=self.device_plugin)
+
+        c.wait_for(
+            f"the node's allocatable listing {sorted(counts)}",
+            advertised,
+            timeout,
+            interval=0.5,
+            proc=self.device_plugin,
+        )
 
     def start_scheduler(self) -> None:
         kc = str(self.cp.admin_kubeconfig)
-        self.scheduler = c.Process("kube-scheduler", [
-            str(self.bin / "kube-scheduler"), "--kubeconfig", kc,
-            "--authentication-kubeconfig", kc, "--authorization-kubeconfig", kc,
-            "--bind-address", "127.0.0.1", "--secure-port", str(c.free_port()),
-            "--cert-dir", str(self.dir / "scheduler-certs"), "--leader-elect=false", "--v", "1",
-        ], self.dir / "kube-scheduler.log")
+        self.scheduler = c.Process(
+            "kube-scheduler",
+            [
+                str(self.bin / "kube-scheduler"),
+                "--kubeconfig",
+                kc,
+                "--authentication-kubeconfig",
+                kc,
+                "--authorization-kubeconfig",
+                kc,
+                "--bind-address",
+                "127.0.0.1",
+                "--secure-port",
+                str(c.free_port()),
+                "--cert-dir",
+                str(self.dir / "scheduler-certs"),
+                "--leader-elect=false",
+                "--v",
+                "1",
+            ],
+            self.dir / "kube-scheduler.log",
+        )
 
     def start_service_routing(self, timeout: float = 60) -> None:
         """What the API server's Services need on this node, started on demand (the chart's
@@ -685,36 +850,74 @@ class Node:
         if self.kube_proxy is not None:
             return
         self.relay = Relay(self.ip, "127.0.0.1", self.cp.port)
-        self.cp.apply([{
-            "apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
-            "metadata": {"name": "kubernetes-e2e-node", "namespace": "default",
-                         "labels": {"kubernetes.io/service-name": "kubernetes",
-                                    "endpointslice.kubernetes.io/managed-by": "e2e.rdma-webhook.io"}},
-            "addressType": "IPv4", "endpoints": [{"addresses": [self.ip], "conditions": {"ready": True}}],
-            "ports": [{"name": "https", "port": self.relay.port, "protocol": "TCP"}],
-        }])
-        config = c._write(self.dir / "kube-proxy.yaml", yaml.safe_dump({
-            "apiVersion": "kubeproxy.config.k8s.io/v1alpha1", "kind": "KubeProxyConfiguration",
-            "clientConnection": {"kubeconfig": str(self.cp.admin_kubeconfig)},
-            "hostnameOverride": self.name, "mode": "iptables", "clusterCIDR": str(self.subnet),
-            "healthzBindAddress": f"127.0.0.1:{c.free_port()}", "metricsBindAddress": f"127.0.0.1:{c.free_port()}",
-            # leave the machine's conntrack table and route_localnet alone
-            "conntrack": {"maxPerCore": 0, "min": 0, "tcpEstablishedTimeout": "0s", "tcpCloseWaitTimeout": "0s"},
-            "iptables": {"localhostNodePorts": False},
-            "nodePortAddresses": [f"{self.ip}/32"],
-        }))
-        self.kube_proxy = c.Process("kube-proxy", [str(self.bin / "kube-proxy"), "--config", str(config), "--v", "1"],
-                                    self.dir / "kube-proxy.log", env=self.env())
+        self.cp.apply(
+            [
+                {
+                    "apiVersion": "discovery.k8s.io/v1",
+                    "kind": "EndpointSlice",
+                    "metadata": {
+                        "name": "kubernetes-e2e-node",
+                        "namespace": "default",
+                        "labels": {
+                            "kubernetes.io/service-name": "kubernetes",
+                            "endpointslice.kubernetes.io/managed-by": "e2e.rdma-webhook.io",
+                        },
+                    },
+                    "addressType": "IPv4",
+                    "endpoints": [{"addresses": [self.ip], "conditions": {"ready": True}}],
+                    "ports": [{"name": "https", "port": self.relay.port, "protocol": "TCP"}],
+                }
+            ]
+        )
+        config = c._write(
+            self.dir / "kube-proxy.yaml",
+            yaml.safe_dump(
+                {
+                    "apiVersion": "kubeproxy.config.k8s.io/v1alpha1",
+                    "kind": "KubeProxyConfiguration",
+                    "clientConnection": {"kubeconfig": str(self.cp.admin_kubeconfig)},
+                    "hostnameOverride": self.name,
+                    "mode": "iptables",
+                    "clusterCIDR": str(self.subnet),
+                    "healthzBindAddress": f"127.0.0.1:{c.free_port()}",
+                    "metricsBindAddress": f"127.0.0.1:{c.free_port()}",
+                    # leave the machine's conntrack table and route_localnet alone
+                    "conntrack": {
+                        "maxPerCore": 0,
+                        "min": 0,
+                        "tcpEstablishedTimeout": "0s",
+                        "tcpCloseWaitTimeout": "0s",
+                    },
+                    "iptables": {"localhostNodePorts": False},
+                    "nodePortAddresses": [f"{self.ip}/32"],
+                }
+            ),
+        )
+        self.kube_proxy = c.Process(
+            "kube-proxy",
+            [str(self.bin / "kube-proxy"), "--config", str(config), "--v", "1"],
+            self.dir / "kube-proxy.log",
+            env=self.env(),
+        )
         ctx = self.cp.ssl_context()
 
         def api_via_service() -> bool:
             with socket.create_connection(("10.96.0.1", 443), timeout=3) as raw:
                 with ctx.wrap_socket(raw, server_hostname="10.96.0.1") as tls:
-                    tls.sendall(b"GET /readyz HTTP/1.0\r\nHost: 10.96.0.1\r\nAuthorization: Bearer "
-                                + self.cp.admin_token.encode() + b"\r\n\r\n")
+                    tls.sendall(
+                        b"GET /readyz HTTP/1.0\r\nHost: 10.96.0.1\r\nAuthorization: Bearer "
+                        + self.cp.admin_token.encode()
+                        + b"\r\n\r\n"
+                    )
                     return tls.recv(64).split(b"\r\n", 1)[0].split()[1:2] == [b"200"]
-        c.wait_for("the API server through the kubernetes Service (10.96.0.1:443)", api_via_service, timeout,
-                   interval=0.5, proc=self.kube_proxy)
+
+        c.wait_for(
+            "the API server through the kubernetes Service (10.96.0.1:443)",
+            api_via_service,
+            timeout,
+            interval=0.5,
+            proc=self.kube_proxy,
+        )
 
     def node(self) -> dict:
         status, data = self.cp.request("GET", f"/api/v1/nodes/{self.name}")
@@ -729,9 +932,15 @@ class Node:
     def wait_ready(self, timeout: float = 120) -> None:
         c.wait_for(f"Node {self.name} Ready", self.ready, timeout, interval=0.5, proc=self.kubelet)
         # Ready, and the node-lifecycle controller has lifted its not-ready taint
-        c.wait_for(f"Node {self.name} untainted", lambda: not [
-            t for t in self.node()["spec"].get("taints", []) if t["key"].startswith("node.kubernetes.io/")], 60,
-            interval=0.5, proc=self.kubelet)
+        c.wait_for(
+            f"Node {self.name} untainted",
+            lambda: (
+                not [t for t in self.node()["spec"].get("taints", []) if t["key"].startswith("node.kubernetes.io/")]
+            ),
+            60,
+            interval=0.5,
+            proc=self.kubelet,
+        )
 
     # --- stop -----------------------------------------------------------------------------------
 
@@ -742,8 +951,16 @@ class Node:
     def drain(self, timeout: float = 60) -> None:
         """Delete every pod bound to the node and wait until containerd runs no task: the kubelet
         stops each sandbox through the CRI, which also tears its network down."""
-        self.cp.kubectl("delete", "pods", "--all-namespaces", "--field-selector", f"spec.nodeName={self.name}",
-                        "--grace-period=1", "--wait=false", timeout=60)
+        self.cp.kubectl(
+            "delete",
+            "pods",
+            "--all-namespaces",
+            "--field-selector",
+            f"spec.nodeName={self.name}",
+            "--grace-period=1",
+            "--wait=false",
+            timeout=60,
+        )
         try:
             c.wait_for("the node's containers stopped", lambda: not self.running_tasks(), timeout, interval=1)
         except TimeoutError:
@@ -758,18 +975,25 @@ class Node:
             except Exception as exc:  # go on: everything below must still be undone
                 errors.append(f"{what}: {exc}")
 
-        if self.kubelet is not None and self.kubelet.alive() and self.containerd is not None and self.containerd.alive():
+        if (
+            self.kubelet is not None
+            and self.kubelet.alive()
+            and self.containerd is not None
+            and self.containerd.alive()
+        ):
             attempt("drain", self.drain)
         for proc in (self.kube_proxy, self.scheduler, self.device_plugin, self.kubelet):
             if proc is not None:
                 attempt(f"stop {proc.name}", proc.stop)
         if self.containerd is not None and self.containerd.alive():
+
             def kill_tasks() -> None:
                 for task in self.running_tasks():
                     self.ctr("tasks", "kill", "--all", "--signal", "SIGKILL", task, check=False, timeout=30)
                 time.sleep(0.5)
                 for line in self.ctr("tasks", "ls", check=False, timeout=30).stdout.splitlines()[1:]:
                     self.ctr("tasks", "delete", "--force", line.split()[0], check=False, timeout=30)
+
             attempt("kill tasks", kill_tasks)
             attempt("stop containerd", self.containerd.stop)
         if self.relay is not None:
@@ -848,14 +1072,25 @@ class Node:
             if phase == "Running" and not all(s.get("ready") for s in pod["status"].get("containerStatuses", [])):
                 return None
             return pod
+
         try:
-            pod = c.wait_for(f"pod {namespace}/{name} {'/'.join(sorted(wanted))}", check, timeout, interval=0.5,
-                             proc=self.kubelet)
+            pod = c.wait_for(
+                f"pod {namespace}/{name} {'/'.join(sorted(wanted))}", check, timeout, interval=0.5, proc=self.kubelet
+            )
         except TimeoutError as exc:
-            events = self.cp.kubectl("get", "events", "-n", namespace, "--field-selector",
-                                     f"involvedObject.name={name}", "-o", "custom-columns=R:.reason,M:.message").stdout
+            events = self.cp.kubectl(
+                "get",
+                "events",
+                "-n",
+                namespace,
+                "--field-selector",
+                f"involvedObject.name={name}",
+                "-o",
+                "custom-columns=R:.reason,M:.message",
+            ).stdout
             raise NodeError(f"{exc}\nevents:\n{events}") from None
         if pod["status"]["phase"] not in wanted:
-            raise NodeError(f"pod {namespace}/{name} ended {pod['status']['phase']}: "
-                            f"{json.dumps(pod['status'])[:3000]}")
+            raise NodeError(
+                f"pod {namespace}/{name} ended {pod['status']['phase']}: {json.dumps(pod['status'])[:3000]}"
+            )
         return pod

@@ -37,15 +37,31 @@ def _patch(pod: dict) -> list[dict]:
     mode = ((pod.get("metadata") or {}).get("labels") or {}).get(LABEL)
     containers = pod["spec"]["containers"]
     if mode == "sidecar" and not any(c["name"] == "sidecar" for c in containers):
-        return [{"op": "add", "path": "/spec/containers/-", "value": {
-            "name": "sidecar", "image": "registry.example/sidecar:1",
-            "resources": {"limits": {"nvidia.com/gpu": "1"}}}}]
+        return [
+            {
+                "op": "add",
+                "path": "/spec/containers/-",
+                "value": {
+                    "name": "sidecar",
+                    "image": "registry.example/sidecar:1",
+                    "resources": {"limits": {"nvidia.com/gpu": "1"}},
+                },
+            }
+        ]
     if mode == "disable-ib":
         env = containers[0].get("env") or []
         if not any(e.get("name") == "NCCL_IB_DISABLE" for e in env):
             if "env" not in containers[0]:
-                return [{"op": "add", "path": "/spec/containers/0/env", "value": [{"name": "NCCL_IB_DISABLE", "value": "1"}]}]
-            return [{"op": "add", "path": "/spec/containers/0/env/-", "value": {"name": "NCCL_IB_DISABLE", "value": "1"}}]
+                return [
+                    {
+                        "op": "add",
+                        "path": "/spec/containers/0/env",
+                        "value": [{"name": "NCCL_IB_DISABLE", "value": "1"}],
+                    }
+                ]
+            return [
+                {"op": "add", "path": "/spec/containers/0/env/-", "value": {"name": "NCCL_IB_DISABLE", "value": "1"}}
+            ]
     return []
 
 
@@ -74,8 +90,11 @@ def _late_change(pod: dict, mode: str) -> list[dict]:
         i = _env_index(c, "NCCL_IB_GID_INDEX")
         return [] if i is None else [{"op": "replace", "path": f"{path}/env/{i}/value", "value": "3"}]
     if mode == "strip-device":
-        return [{"op": "remove", "path": f"{path}/resources/{section}/aliyun~1erdma"}
-                for section in ("limits", "requests") if "aliyun/erdma" in (c.get("resources") or {}).get(section, {})]
+        return [
+            {"op": "remove", "path": f"{path}/resources/{section}/aliyun~1erdma"}
+            for section in ("limits", "requests")
+            if "aliyun/erdma" in (c.get("resources") or {}).get(section, {})
+        ]
     if mode == "drop-ipc-lock":
         return [{"op": "replace", "path": f"{path}/securityContext/capabilities/add", "value": []}]
     if mode == "unset-net":
@@ -86,15 +105,24 @@ def _late_change(pod: dict, mode: str) -> list[dict]:
         return [] if i is None else [{"op": "replace", "path": f"{path}/env/{i}/value", "value": "Socket"}]
     if mode == "shm-disk":
         volumes = pod["spec"].get("volumes") or []
-        return [{"op": "replace", "path": f"/spec/volumes/{i}/emptyDir", "value": {}}
-                for i, v in enumerate(volumes) if v.get("name", "").startswith("rdma-webhook-dshm")]
+        return [
+            {"op": "replace", "path": f"/spec/volumes/{i}/emptyDir", "value": {}}
+            for i, v in enumerate(volumes)
+            if v.get("name", "").startswith("rdma-webhook-dshm")
+        ]
     raise ValueError(f"unknown late mode {mode!r}")
 
 
 # What the late webhook does, by the value of its label: each undoes one thing the final-state
 # check looks at (the rule that must deny it in brackets).
-LATE_MODES = {"disable-ib": "env-fallback", "strip-device": "device-missing", "drop-ipc-lock": "ipc-lock-missing",
-              "unset-net": "enforced-env", "net-socket": "enforced-env", "shm-disk": "shm"}
+LATE_MODES = {
+    "disable-ib": "env-fallback",
+    "strip-device": "device-missing",
+    "drop-ipc-lock": "ipc-lock-missing",
+    "unset-net": "enforced-env",
+    "net-socket": "enforced-env",
+    "shm-disk": "shm",
+}
 
 
 def _late_patch(pod: dict) -> list[dict]:
@@ -121,8 +149,10 @@ class SecondWebhook:
             def do_POST(self):  # noqa: N802 (http.server's naming)
                 body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
                 req = body["request"]
-                outer.calls.append((req.get("object") or {}).get("metadata", {}).get("name")
-                                   or (req.get("object") or {}).get("metadata", {}).get("generateName", ""))
+                outer.calls.append(
+                    (req.get("object") or {}).get("metadata", {}).get("name")
+                    or (req.get("object") or {}).get("metadata", {}).get("generateName", "")
+                )
                 resp = {"uid": req["uid"], "allowed": True}
                 late = self.path.split("?")[0] == "/late"  # the API server adds ?timeout=...
                 if late:
@@ -130,7 +160,9 @@ class SecondWebhook:
                 ops = _late_patch(req["object"]) if late else _patch(req["object"])
                 if ops:
                     resp.update(patchType="JSONPatch", patch=base64.b64encode(json.dumps(ops).encode()).decode())
-                data = json.dumps({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "response": resp}).encode()
+                data = json.dumps(
+                    {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "response": resp}
+                ).encode()
                 self.send_response(200)
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(len(data)))
@@ -150,15 +182,24 @@ class SecondWebhook:
 
     def configuration(self) -> dict:
         return {
-            "apiVersion": "admissionregistration.k8s.io/v1", "kind": "MutatingWebhookConfiguration",
+            "apiVersion": "admissionregistration.k8s.io/v1",
+            "kind": "MutatingWebhookConfiguration",
             "metadata": {"name": "zz-e2e-second"},
-            "webhooks": [{
-                "name": NAME, "admissionReviewVersions": ["v1"], "sideEffects": "None", "failurePolicy": "Fail",
-                "timeoutSeconds": 10, "reinvocationPolicy": "Never",
-                "clientConfig": {"url": f"https://127.0.0.1:{self.port}/mutate", "caBundle": self.ca_bundle},
-                "rules": [{"operations": ["CREATE"], "apiGroups": [""], "apiVersions": ["v1"], "resources": ["pods"]}],
-                "objectSelector": {"matchExpressions": [{"key": LABEL, "operator": "Exists"}]},
-            }],
+            "webhooks": [
+                {
+                    "name": NAME,
+                    "admissionReviewVersions": ["v1"],
+                    "sideEffects": "None",
+                    "failurePolicy": "Fail",
+                    "timeoutSeconds": 10,
+                    "reinvocationPolicy": "Never",
+                    "clientConfig": {"url": f"https://127.0.0.1:{self.port}/mutate", "caBundle": self.ca_bundle},
+                    "rules": [
+                        {"operations": ["CREATE"], "apiGroups": [""], "apiVersions": ["v1"], "resources": ["pods"]}
+                    ],
+                    "objectSelector": {"matchExpressions": [{"key": LABEL, "operator": "Exists"}]},
+                }
+            ],
         }
 
     def late_configuration(self) -> dict:
@@ -166,8 +207,11 @@ class SecondWebhook:
         config = self.configuration()
         config["metadata"]["name"] = "zzz-e2e-late"
         hook = config["webhooks"][0]
-        hook.update(name=LATE_NAME, reinvocationPolicy="IfNeeded",
-                    objectSelector={"matchExpressions": [{"key": LATE_LABEL, "operator": "Exists"}]})
+        hook.update(
+            name=LATE_NAME,
+            reinvocationPolicy="IfNeeded",
+            objectSelector={"matchExpressions": [{"key": LATE_LABEL, "operator": "Exists"}]},
+        )
         hook["clientConfig"] = {**hook["clientConfig"], "url": f"https://127.0.0.1:{self.port}/late"}
         return config
 

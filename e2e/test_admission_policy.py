@@ -44,8 +44,13 @@ def generate(policies: Path, *flags: str) -> list[dict]:
     """`rdma-webhook policy admission-policy`, as an installer runs it."""
     exe = Path(sys.executable).with_name("rdma-webhook")
     argv = [str(exe)] if exe.exists() else [sys.executable, "-m", "webhook"]
-    proc = subprocess.run([*argv, "policy", "admission-policy", "--policies", str(policies), *flags],
-                          capture_output=True, text=True, timeout=120, cwd=c.ROOT)
+    proc = subprocess.run(
+        [*argv, "policy", "admission-policy", "--policies", str(policies), *flags],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=c.ROOT,
+    )
     assert proc.returncode == 0, proc.stderr
     return [d for d in yaml.safe_load_all(proc.stdout) if d]
 
@@ -57,9 +62,16 @@ def render_mode(cp, workdir: Path) -> list[dict]:
     shutil.rmtree(root.parent, ignore_errors=True)
     shutil.copytree(c.ROOT / "deploy", root, ignore=shutil.ignore_patterns("certs"))
     (root / "mine").mkdir()
-    (root / "mine" / "kustomization.yaml").write_text(yaml.safe_dump({
-        "apiVersion": "kustomize.config.k8s.io/v1beta1", "kind": "Kustomization",
-        "resources": ["../overlays/cert-manager"], "components": ["../admission-policy/mode"]}))
+    (root / "mine" / "kustomization.yaml").write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "kustomize.config.k8s.io/v1beta1",
+                "kind": "Kustomization",
+                "resources": ["../overlays/cert-manager"],
+                "components": ["../admission-policy/mode"],
+            }
+        )
+    )
     return c.render_deploy(cp, str(root / "mine"))
 
 
@@ -124,8 +136,13 @@ class Mode:
         for doc in c.loopback_webhooks(self.deploy_docs, self.hook.port, self.hook.ca_bundle):
             replace(self.cp, doc)
         self.cp.apply([c.pick(self.deploy_docs, "ClusterRole", "rdma-webhook")])
-        self.cp.kubectl("delete", "validatingadmissionpolicybindings,validatingadmissionpolicies",
-                        "-l", "app.kubernetes.io/part-of=rdma-webhook", "--ignore-not-found")
+        self.cp.kubectl(
+            "delete",
+            "validatingadmissionpolicybindings,validatingadmissionpolicies",
+            "-l",
+            "app.kubernetes.io/part-of=rdma-webhook",
+            "--ignore-not-found",
+        )
         c.wait_for("the API server with pods.validate again", lambda: self._validate_calls() == 1, 60, interval=0.5)
         self.on = False
 
@@ -148,6 +165,7 @@ def late(cp, second):
     def called() -> bool:  # the API server has the configuration: its mark is on a dry run's pod
         proc = create(cp, _late_pod(ns, unique("probe"), "none"), "--dry-run=server")
         return proc.returncode == 0 and "e2e.rdma-webhook.io/late-seen" in proc.stdout
+
     c.wait_for("the late webhook registered", called, 60, interval=0.5)
     try:
         yield second
@@ -187,6 +205,7 @@ def test_webhook_mode_admits_what_the_late_webhook_leaves_alone(cp, late, mode, 
 
 
 # -- (a) one webhook call per pod --------------------------------------------------------------------------------
+
 
 def webhook_calls(cp) -> dict[tuple[str, str], float]:
     """apiserver_admission_webhook_admission_duration_seconds_count summed by (webhook name, type)."""
@@ -237,7 +256,9 @@ def test_one_webhook_call_per_pod_in_the_policy_mode(cp, hook, mode, namespace, 
     _create_pods(cp, namespace, "webhook-mode")
     after = webhook_calls(cp)
     assert _delta(after, before, MUTATE) == PODS and _delta(after, before, VALIDATE) == PODS, after
-    record_property("webhook_calls_per_pod_webhook_mode", (_delta(after, before, MUTATE) + _delta(after, before, VALIDATE)) / PODS)
+    record_property(
+        "webhook_calls_per_pod_webhook_mode", (_delta(after, before, MUTATE) + _delta(after, before, VALIDATE)) / PODS
+    )
 
     mode.switch()
     before = webhook_calls(cp)
@@ -246,8 +267,10 @@ def test_one_webhook_call_per_pod_in_the_policy_mode(cp, hook, mode, namespace, 
     calls = {k: _delta(after, before, k) for k in set(after) | set(before) if _delta(after, before, k)}
     assert calls == {MUTATE: PODS}, calls  # /mutate once per pod, nothing else of ours or anyone's
     record_property("webhook_calls_per_pod_policy_mode", calls[MUTATE] / PODS)
-    print(f"\nwebhook calls per labelled pod: {(PODS + PODS) / PODS:.0f} in the webhook mode, "
-          f"{calls[MUTATE] / PODS:.0f} in the policy mode")
+    print(
+        f"\nwebhook calls per labelled pod: {(PODS + PODS) / PODS:.0f} in the webhook mode, "
+        f"{calls[MUTATE] / PODS:.0f} in the policy mode"
+    )
 
 
 @pytest.mark.parametrize("how", list(LATE_MODES))
@@ -255,8 +278,10 @@ def test_policy_mode_the_generated_policy_refuses_a_later_change(cp, hook, late,
     mode.switch()
     proc = create(cp, _late_pod(namespace, f"vap-{how}", how))
     assert proc.returncode != 0, f"admitted: {proc.stdout[:300]}"
-    assert ("ValidatingAdmissionPolicy 'rdma-webhook-final-state-erdma' with binding "
-            "'rdma-webhook-final-state-erdma' denied request: rdma-webhook: ") in proc.stderr, proc.stderr
+    assert (
+        "ValidatingAdmissionPolicy 'rdma-webhook-final-state-erdma' with binding "
+        "'rdma-webhook-final-state-erdma' denied request: rdma-webhook: "
+    ) in proc.stderr, proc.stderr
     assert f"[{LATE_MODES[how]}]" in proc.stderr and "container 'pytorch'" in proc.stderr, proc.stderr
     assert "pods.validate" not in proc.stderr
     status, _ = cp.request("GET", pod_path(namespace, f"vap-{how}"))
@@ -279,7 +304,9 @@ def test_policy_mode_dry_run_warns_and_admits(cp, hook, late, mode, namespace):
         c.wait_for("the --dry-run bindings in effect", mode.warns, 60, interval=0.5)
         proc = create(cp, _late_pod(namespace, "vap-dry", "strip-device"))
         assert proc.returncode == 0, proc.stderr
-        assert "Warning: Validation failed for ValidatingAdmissionPolicy 'rdma-webhook-final-state-erdma'" in proc.stderr
+        assert (
+            "Warning: Validation failed for ValidatingAdmissionPolicy 'rdma-webhook-final-state-erdma'" in proc.stderr
+        )
         assert "[device-missing]" in proc.stderr, proc.stderr
         got = stored(cp, pod_path(namespace, "vap-dry"))
         assert "aliyun/erdma" not in got["spec"]["containers"][0]["resources"].get("limits", {})
@@ -292,15 +319,33 @@ def test_policy_mode_pods_still_admitted_and_workloads_still_checked(cp, hook, m
     mode.switch()
     proc = create(cp, gpu_pod("plain", namespace))
     assert proc.returncode == 0, proc.stderr
-    job = {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "bad-job", "namespace": namespace},
-           "spec": {"template": {"metadata": {"labels": INJECT}, "spec": {"restartPolicy": "Never", "containers": [
-               {"name": "t", "image": "x", "env": [{"name": "NCCL_IB_DISABLE", "value": "1"}],
-                "resources": {"limits": {"nvidia.com/gpu": "1"}}}]}}}}
+    job = {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": "bad-job", "namespace": namespace},
+        "spec": {
+            "template": {
+                "metadata": {"labels": INJECT},
+                "spec": {
+                    "restartPolicy": "Never",
+                    "containers": [
+                        {
+                            "name": "t",
+                            "image": "x",
+                            "env": [{"name": "NCCL_IB_DISABLE", "value": "1"}],
+                            "resources": {"limits": {"nvidia.com/gpu": "1"}},
+                        }
+                    ],
+                },
+            }
+        },
+    }
     proc = create(cp, job)
     assert proc.returncode != 0 and "workloads.validate.rdma-webhook.io" in proc.stderr, proc.stderr
 
 
 # -- (c) a policy change reaches the generated objects; the run-time check notices -------------------------------
+
 
 def _gauge(checker: c.Webhook, name: str) -> float | None:
     status, data = checker.get("/metrics")
@@ -318,21 +363,28 @@ def test_a_policy_change_is_noticed_and_regenerating_fixes_it(cp, hook, late, mo
     shutil.rmtree(folder, ignore_errors=True)
     shutil.copytree(c.ROOT / "policies", folder)
     kc = c.service_account_kubeconfig(cp, "rdma-webhook", "rdma-webhook", Path(workdir) / "checker.kubeconfig")
-    checker = c.Webhook(workdir, kc, policies=folder, workers=1, name="checker",
-                        extra_args=["--check-admission-policy"]).start()
+    checker = c.Webhook(
+        workdir, kc, policies=folder, workers=1, name="checker", extra_args=["--check-admission-policy"]
+    ).start()
     try:
         c.wait_for("the check in sync", lambda: _gauge(checker, "rdma_webhook_admission_policy_in_sync") == 1, 60)
         assert "warnings" not in json.loads(checker.get("/readyz")[1])
 
         erdma = folder / "erdma.yaml"
-        erdma.write_text(erdma.read_text().replace('  NCCL_IB_GID_INDEX: "1"\n',
-                                                   '  NCCL_IB_GID_INDEX: {value: "1", enforce: true}\n'))
+        erdma.write_text(
+            erdma.read_text().replace(
+                '  NCCL_IB_GID_INDEX: "1"\n', '  NCCL_IB_GID_INDEX: {value: "1", enforce: true}\n'
+            )
+        )
         c.wait_for("the mismatch noticed", lambda: _gauge(checker, "rdma_webhook_admission_policy_in_sync") == 0, 60)
         assert _gauge(checker, "rdma_webhook_admission_policy_mismatches") == 1
         status, body = checker.get("/readyz")
         assert status == 200, body  # reported, not a reason to leave the Service
         warnings = json.loads(body)["warnings"]
-        assert len(warnings) == 1 and "rdma-webhook-final-state-erdma was generated from another version of policy erdma" in warnings[0]
+        assert (
+            len(warnings) == 1
+            and "rdma-webhook-final-state-erdma was generated from another version of policy erdma" in warnings[0]
+        )
         log = (Path(workdir) / "checker.log").read_text()
         assert "do not match the policies in force" in log
         # under the objects generated from the old policy, that change still passes
@@ -340,21 +392,34 @@ def test_a_policy_change_is_noticed_and_regenerating_fixes_it(cp, hook, late, mo
 
         # the installer regenerates and applies: in sync again ...
         cp.apply(generate(folder))
-        c.wait_for("in sync after regenerating", lambda: _gauge(checker, "rdma_webhook_admission_policy_in_sync") == 1, 60)
+        c.wait_for(
+            "in sync after regenerating", lambda: _gauge(checker, "rdma_webhook_admission_policy_in_sync") == 1, 60
+        )
         # ... and the API server enforces the changed policy: a later webhook's change of
         # NCCL_IB_GID_INDEX, admitted under the old objects, is now refused
         # (the API server's own informer sees the new objects a moment after the checker does)
-        c.wait_for("the changed policy in effect", lambda: create(
-            cp, _late_pod(namespace, unique("probe"), "gid-index"), "--dry-run=server").returncode != 0, 60, interval=0.5)
+        c.wait_for(
+            "the changed policy in effect",
+            lambda: create(cp, _late_pod(namespace, unique("probe"), "gid-index"), "--dry-run=server").returncode != 0,
+            60,
+            interval=0.5,
+        )
         assert create(cp, gpu_pod("gid", namespace)).returncode == 0  # the policy's own value: fine
         proc = create(cp, _late_pod(namespace, "gid-changed", "gid-index"))
-        assert proc.returncode != 0 and "NCCL_IB_GID_INDEX" in proc.stderr and "[enforced-env]" in proc.stderr, proc.stderr
+        assert proc.returncode != 0 and "NCCL_IB_GID_INDEX" in proc.stderr and "[enforced-env]" in proc.stderr, (
+            proc.stderr
+        )
 
         # a generated object deleted by hand is noticed too
         cp.kubectl("delete", "validatingadmissionpolicybinding", "rdma-webhook-final-state-efa", check=True)
-        c.wait_for("the missing binding noticed",
-                   lambda: any("rdma-webhook-final-state-efa has no ValidatingAdmissionPolicyBinding" in w
-                               for w in json.loads(checker.get("/readyz")[1]).get("warnings", [])), 60)
+        c.wait_for(
+            "the missing binding noticed",
+            lambda: any(
+                "rdma-webhook-final-state-efa has no ValidatingAdmissionPolicyBinding" in w
+                for w in json.loads(checker.get("/readyz")[1]).get("warnings", [])
+            ),
+            60,
+        )
     finally:
         checker.stop()
         cp.apply(generate(c.ROOT / "policies"))

@@ -35,6 +35,8 @@ from webhook.policy.admission_policy import NAME_PREFIX
 from webhook.policy.load import load_dir
 
 POLICIES, _ERRORS = load_dir(str(c.ROOT / "policies"))
+
+
 def _trainer(pod: dict) -> dict:
     return pod["spec"]["containers"][0]
 
@@ -43,6 +45,7 @@ def _set_env(name: str, value: str) -> Callable[[dict], None]:
     def change(pod: dict) -> None:
         env = _trainer(pod).setdefault("env", [])
         env[:] = [e for e in env if e["name"] != name] + [{"name": name, "value": value}]
+
     return change
 
 
@@ -55,14 +58,28 @@ def undoings(policy: Policy) -> list[tuple[str, set[str], Callable[[dict], None]
         for d in policy.devices:
             resources["limits"].pop(d.resource)
         resources.pop("claims", None)
+
     if policy.devices or policy.claim is not None:
         out.append(("device", {"device-missing"}, no_device))
-    out.append(("ipc-lock added", {"ipc-lock-missing"}, lambda pod: _trainer(pod)["securityContext"].pop("capabilities")))
-    out.append(("ipc-lock dropped", {"ipc-lock-dropped"},
-                lambda pod: _trainer(pod)["securityContext"]["capabilities"].update(drop=["IPC_LOCK"])))
+    out.append(
+        ("ipc-lock added", {"ipc-lock-missing"}, lambda pod: _trainer(pod)["securityContext"].pop("capabilities"))
+    )
+    out.append(
+        (
+            "ipc-lock dropped",
+            {"ipc-lock-dropped"},
+            lambda pod: _trainer(pod)["securityContext"]["capabilities"].update(drop=["IPC_LOCK"]),
+        )
+    )
     for s in policy.env:
         if s.enforce:
-            out.append((f"{s.name} changed", {"enforced-env", "env-fallback"}, _set_env(s.name, "" if s.templated else "changed")))
+            out.append(
+                (
+                    f"{s.name} changed",
+                    {"enforced-env", "env-fallback"},
+                    _set_env(s.name, "" if s.templated else "changed"),
+                )
+            )
     for name in policy.watched:
         if name in policy.warned:
             continue
@@ -75,8 +92,13 @@ def undoings(policy: Policy) -> list[tuple[str, set[str], Callable[[dict], None]
     elif policy.host_network == "Forbidden":
         out.append(("hostNetwork", {"host-network"}, lambda pod: pod["spec"].update(hostNetwork=True)))
     if policy.networks:
-        out.append(("Multus networks", {"multus-networks"},
-                    lambda pod: pod["metadata"]["annotations"].pop(keys.MULTUS_NETWORKS)))
+        out.append(
+            (
+                "Multus networks",
+                {"multus-networks"},
+                lambda pod: pod["metadata"]["annotations"].pop(keys.MULTUS_NETWORKS),
+            )
+        )
     if policy.gke_networks:
         out.append(("GKE networks", {"gke-networks"}, lambda pod: pod["metadata"]["annotations"].pop(gke.INTERFACES)))
     if policy.sidecar is not None:
@@ -99,12 +121,18 @@ def policies_in_force(cp, hook):
             if dry_run(cp, pod)[0] != 403:
                 return False
         return True
+
     c.wait_for("every generated policy in effect", enforced, 90, interval=0.5)
     try:
         yield ns
     finally:
-        cp.kubectl("delete", "validatingadmissionpolicybindings,validatingadmissionpolicies",
-                   "-l", "app.kubernetes.io/part-of=rdma-webhook", "--ignore-not-found")
+        cp.kubectl(
+            "delete",
+            "validatingadmissionpolicybindings,validatingadmissionpolicies",
+            "-l",
+            "app.kubernetes.io/part-of=rdma-webhook",
+            "--ignore-not-found",
+        )
 
 
 def dry_run(cp, pod: dict) -> tuple[int, str]:
@@ -157,11 +185,13 @@ def _variants(policy: Policy) -> list[tuple[str, bool, Callable[[dict], None]]]:
     def earlier_bad_last_fine(pod: dict) -> None:
         env = _env_of(_trainer(pod))
         env[:] = [{"name": var, "value": bad}] + [e for e in env if e["name"] != var] + [{"name": var, "value": fine}]
+
     out.append((f"{var}={bad}, then ={fine} last", True, earlier_bad_last_fine))
 
     def earlier_fine_last_bad(pod: dict) -> None:
         env = _env_of(_trainer(pod))
         env[:] = [{"name": var, "value": fine}] + [e for e in env if e["name"] != var] + [{"name": var, "value": worse}]
+
     out.append((f"{var}={fine}, then ={worse} last", False, earlier_fine_last_bad))
     enforced = [s for s in policy.env if s.enforce and not s.templated]
     if enforced:
@@ -170,29 +200,61 @@ def _variants(policy: Policy) -> list[tuple[str, bool, Callable[[dict], None]]]:
         def changed_then_restored(pod: dict, s=s) -> None:
             env = _env_of(_trainer(pod))
             env[:0] = [{"name": s.name, "value": "changed"}]
+
         out.append((f"{s.name} changed earlier, its value last", True, changed_then_restored))
-    out.append(("ipc_lock in lower case", True,
-                lambda pod: _trainer(pod)["securityContext"]["capabilities"].update(add=["ipc_lock"])))
-    out.append(("CAP_IPC_LOCK beside another", True,
-                lambda pod: _trainer(pod)["securityContext"]["capabilities"].update(add=["NET_RAW", "CAP_IPC_LOCK"])))
-    out.append(("cap_ipc_lock dropped", False,
-                lambda pod: _trainer(pod)["securityContext"]["capabilities"].update(drop=["ALL", "cap_ipc_lock"])))
-    out.append(("/dev/shm/ with its slash", True, lambda pod: _trainer(pod)["volumeMounts"][0].update(mountPath="/dev/shm/")))
+    out.append(
+        (
+            "ipc_lock in lower case",
+            True,
+            lambda pod: _trainer(pod)["securityContext"]["capabilities"].update(add=["ipc_lock"]),
+        )
+    )
+    out.append(
+        (
+            "CAP_IPC_LOCK beside another",
+            True,
+            lambda pod: _trainer(pod)["securityContext"]["capabilities"].update(add=["NET_RAW", "CAP_IPC_LOCK"]),
+        )
+    )
+    out.append(
+        (
+            "cap_ipc_lock dropped",
+            False,
+            lambda pod: _trainer(pod)["securityContext"]["capabilities"].update(drop=["ALL", "cap_ipc_lock"]),
+        )
+    )
+    out.append(
+        ("/dev/shm/ with its slash", True, lambda pod: _trainer(pod)["volumeMounts"][0].update(mountPath="/dev/shm/"))
+    )
 
     def more_volumes(pod: dict) -> None:
-        pod["spec"]["volumes"][:0] = [{"name": "data", "emptyDir": {}}, {"name": "rdma-webhook-dshm-other", "emptyDir": {}}]
+        pod["spec"]["volumes"][:0] = [
+            {"name": "data", "emptyDir": {}},
+            {"name": "rdma-webhook-dshm-other", "emptyDir": {}},
+        ]
         _trainer(pod)["volumeMounts"].insert(0, {"name": "data", "mountPath": "/data"})
+
     out.append(("other volumes beside ours, one on disk under our prefix but not at /dev/shm", True, more_volumes))
 
     def cpu_sidecar(pod: dict) -> None:
-        pod["spec"]["containers"].append({"name": "logger", "image": "registry.example/logger:1",
-                                          "env": [{"name": var, "value": bad}]})
+        pod["spec"]["containers"].append(
+            {"name": "logger", "image": "registry.example/logger:1", "env": [{"name": var, "value": bad}]}
+        )
+
     out.append((f"a container without a GPU that sets {var}={bad}", True, cpu_sidecar))
 
     def sees_gpus(pod: dict) -> None:
-        pod["spec"]["containers"].append({"name": "helper", "image": "registry.example/helper:1",
-                                          "env": [{"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"}, {"name": var, "value": bad}]})
-    out.append((f"a container that sees the GPUs through NVIDIA_VISIBLE_DEVICES and sets {var}={bad}", False, sees_gpus))
+        pod["spec"]["containers"].append(
+            {
+                "name": "helper",
+                "image": "registry.example/helper:1",
+                "env": [{"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"}, {"name": var, "value": bad}],
+            }
+        )
+
+    out.append(
+        (f"a container that sees the GPUs through NVIDIA_VISIBLE_DEVICES and sets {var}={bad}", False, sees_gpus)
+    )
     return out
 
 

@@ -30,8 +30,12 @@ def nad(namespace: str, name: str = "rdma-network", resource: str | None = "open
     meta: dict = {"name": name, "namespace": namespace}
     if resource is not None:
         meta["annotations"] = {RESOURCE: resource}
-    return {"apiVersion": "k8s.cni.cncf.io/v1", "kind": "NetworkAttachmentDefinition", "metadata": meta,
-            "spec": {"config": json.dumps({"cniVersion": "0.3.1", "type": "sriov", "name": name})}}
+    return {
+        "apiVersion": "k8s.cni.cncf.io/v1",
+        "kind": "NetworkAttachmentDefinition",
+        "metadata": meta,
+        "spec": {"config": json.dumps({"cniVersion": "0.3.1", "type": "sriov", "name": name})},
+    }
 
 
 def probe(cp, namespace: str) -> tuple[bool, str, dict | None]:
@@ -54,6 +58,7 @@ def until(what: str, check, bound: float = BOUND) -> float:
 
 # --- NADs and namespaces change decisions -------------------------------------------------------------
 
+
 def _dra_probe(cp, namespace: str, template: str) -> tuple[bool, str, dict | None]:
     """A labelled GPU pod that claims its NIC through `template` (dryRun=server)."""
     pod = gpu_pod(unique("probe"), namespace)
@@ -72,16 +77,35 @@ def test_device_class_created_after_start_reaches_decisions(cp, hook):
     dranet = make_namespace(cp, unique("e2e-dranet"), {**OPT_IN, "rdma-webhook.io/policy": "roce-dranet"})
     shared = make_namespace(cp, unique("e2e-ib"), {**OPT_IN, "rdma-webhook.io/policy": "ib-shared"})
     for ns in (dranet, shared):
-        cp.apply([{"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaimTemplate",
-                   "metadata": {"name": "rdma-nic", "namespace": ns},
-                   "spec": {"spec": {"devices": {"requests": [{"name": "nic", "exactly": {"deviceClassName": cls}}]}}}}])
+        cp.apply(
+            [
+                {
+                    "apiVersion": "resource.k8s.io/v1",
+                    "kind": "ResourceClaimTemplate",
+                    "metadata": {"name": "rdma-nic", "namespace": ns},
+                    "spec": {"spec": {"devices": {"requests": [{"name": "nic", "exactly": {"deviceClassName": cls}}]}}},
+                }
+            ]
+        )
     until("templates reach decisions", lambda: "claims no NIC" in _dra_probe(cp, dranet, "rdma-nic")[1])
     allowed, _, out = _dra_probe(cp, shared, "rdma-nic")
     assert allowed and "rdma/rdma_shared_device_a" in device_of(out)  # not a NIC: the policy's device
 
-    cp.apply([{"apiVersion": "resource.k8s.io/v1", "kind": "DeviceClass", "metadata": {"name": cls},
-               "spec": {"selectors": [{"cel": {"expression": 'device.driver == "dra.net"'}},
-                                      {"cel": {"expression": 'device.attributes["dra.net"].rdma'}}]}}])
+    cp.apply(
+        [
+            {
+                "apiVersion": "resource.k8s.io/v1",
+                "kind": "DeviceClass",
+                "metadata": {"name": cls},
+                "spec": {
+                    "selectors": [
+                        {"cel": {"expression": 'device.driver == "dra.net"'}},
+                        {"cel": {"expression": 'device.attributes["dra.net"].rdma'}},
+                    ]
+                },
+            }
+        ]
+    )
     until("DeviceClass created -> the claim is roce-dranet's NIC", lambda: _dra_probe(cp, dranet, "rdma-nic")[0])
     allowed, _, out = _dra_probe(cp, dranet, "rdma-nic")
     assert allowed and device_of(out) == set(), device_of(out)
@@ -101,12 +125,41 @@ def test_an_aligned_claim_is_made_from_the_generated_template_and_stored_as_defa
     4 GPUs, whose template is missing, is refused naming the command that writes it."""
     ns = make_namespace(cp, unique("e2e-aligned"), {**OPT_IN, "rdma-webhook.io/policy": "roce-dranet-aligned"})
     nic_class = unique("e2e-dranet-rdma")
-    cp.apply([{"apiVersion": "resource.k8s.io/v1", "kind": "DeviceClass", "metadata": {"name": nic_class},
-               "spec": {"selectors": [{"cel": {"expression": 'device.driver == "dra.net"'}},
-                                      {"cel": {"expression": 'device.attributes["dra.net"].rdma'}}]}}])
-    out = subprocess.run([sys.executable, "-m", "webhook", "policy", "claim-template", "roce-dranet-aligned",
-                          "--gpus", "8", "--nic-class", nic_class, "--namespace", ns],
-                         capture_output=True, text=True, timeout=60, cwd=c.ROOT)
+    cp.apply(
+        [
+            {
+                "apiVersion": "resource.k8s.io/v1",
+                "kind": "DeviceClass",
+                "metadata": {"name": nic_class},
+                "spec": {
+                    "selectors": [
+                        {"cel": {"expression": 'device.driver == "dra.net"'}},
+                        {"cel": {"expression": 'device.attributes["dra.net"].rdma'}},
+                    ]
+                },
+            }
+        ]
+    )
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "webhook",
+            "policy",
+            "claim-template",
+            "roce-dranet-aligned",
+            "--gpus",
+            "8",
+            "--nic-class",
+            nic_class,
+            "--namespace",
+            ns,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=c.ROOT,
+    )
     assert out.returncode == 0, out.stderr
     cp.apply([yaml.safe_load(out.stdout)])
     kept = stored(cp, f"/apis/resource.k8s.io/v1/namespaces/{ns}/resourceclaimtemplates/gpu-nic-aligned-8")
@@ -114,6 +167,7 @@ def test_an_aligned_claim_is_made_from_the_generated_template_and_stored_as_defa
 
     def admitted() -> bool:
         return create(cp, gpu_pod(unique("probe"), ns, gpus=8), "--dry-run=server").returncode == 0
+
     until("the template reaches decisions", admitted)
     pod = gpu_pod("", ns, gpus=8)
     del pod["metadata"]["name"]
@@ -121,7 +175,9 @@ def test_an_aligned_claim_is_made_from_the_generated_template_and_stored_as_defa
     made = create(cp, pod)
     assert made.returncode == 0, made.stderr
     got = stored(cp, pod_path(ns, json.loads(made.stdout)["metadata"]["name"]))
-    assert got["spec"]["resourceClaims"] == [{"name": "gpus-and-nics", "resourceClaimTemplateName": "gpu-nic-aligned-8"}]
+    assert got["spec"]["resourceClaims"] == [
+        {"name": "gpus-and-nics", "resourceClaimTemplateName": "gpu-nic-aligned-8"}
+    ]
     ctr = got["spec"]["containers"][0]
     assert ctr["resources"] == {"claims": [{"name": "gpus-and-nics"}]}, ctr["resources"]
     assert env_of(ctr)["NCCL_NET"] == "IB" and "IPC_LOCK" in ctr["securityContext"]["capabilities"]["add"]
@@ -130,7 +186,10 @@ def test_an_aligned_claim_is_made_from_the_generated_template_and_stored_as_defa
     assert got["metadata"]["annotations"]["rdma-webhook.io/applied-policy"] == "roce-dranet-aligned"
 
     refused = create(cp, gpu_pod(unique("four"), ns, gpus=4), "--dry-run=server")
-    assert refused.returncode != 0 and f"ResourceClaimTemplate {ns}/gpu-nic-aligned-4, which does not exist" in refused.stderr
+    assert (
+        refused.returncode != 0
+        and f"ResourceClaimTemplate {ns}/gpu-nic-aligned-4, which does not exist" in refused.stderr
+    )
     assert "rdma-webhook policy claim-template roce-dranet-aligned --gpus 4" in refused.stderr
     cp.kubectl("delete", "deviceclasses.resource.k8s.io", nic_class, check=True)
 
@@ -148,8 +207,13 @@ def test_nad_create_change_delete_reach_decisions(cp, hook):
     assert "rdma-network" in networks
 
     cp.apply([nad(ns, resource="openshift.io/mlnx_rdma_vf")])
-    until("NAD resourceName changed -> new device", lambda: device_of(probe(cp, ns)[2] or {"spec": {
-        "containers": [{"resources": {"limits": {}}}]}}) == {"openshift.io/mlnx_rdma_vf"})
+    until(
+        "NAD resourceName changed -> new device",
+        lambda: (
+            device_of(probe(cp, ns)[2] or {"spec": {"containers": [{"resources": {"limits": {}}}]}})
+            == {"openshift.io/mlnx_rdma_vf"}
+        ),
+    )
 
     cp.kubectl("delete", "network-attachment-definitions.k8s.cni.cncf.io", "-n", ns, "rdma-network", check=True)
     until("NAD deleted -> pods denied", lambda: not probe(cp, ns)[0])
@@ -173,8 +237,10 @@ def test_namespace_label_change_reaches_decisions(cp, hook):
     assert allowed, err
     assert device_of(pod) == {"aliyun/erdma"}
     cp.kubectl("label", "namespace", ns, "rdma-webhook.io/policy=sriov-roce", check=True)
-    until("namespace policy label -> sriov-roce", lambda: (lambda r: r[0] and device_of(r[2]) ==
-                                                           {"openshift.io/mellanoxrdma"})(probe(cp, ns)))
+    until(
+        "namespace policy label -> sriov-roce",
+        lambda: (lambda r: r[0] and device_of(r[2]) == {"openshift.io/mellanoxrdma"})(probe(cp, ns)),
+    )
     cp.kubectl("label", "namespace", ns, "pod-security.kubernetes.io/enforce=baseline", check=True)
     until("namespace enforcing baseline -> denied", lambda: not probe(cp, ns)[0])
     assert "baseline" in probe(cp, ns)[1]
@@ -197,8 +263,11 @@ def test_watch_survives_compaction_and_apiserver_restart(cp, hook):
 
     # a change made after the restart must reach decisions: the watch came back
     cp.apply([nad(ns, resource="openshift.io/after_restart")])
-    until("NAD change after restart+compaction", lambda: (lambda r: r[0] and device_of(r[2]) ==
-                                                          {"openshift.io/after_restart"})(probe(cp, ns)), 120)
+    until(
+        "NAD change after restart+compaction",
+        lambda: (lambda r: r[0] and device_of(r[2]) == {"openshift.io/after_restart"})(probe(cp, ns)),
+        120,
+    )
     cp.kubectl("delete", "network-attachment-definitions.k8s.cni.cncf.io", "-n", ns, "rdma-network", check=True)
     until("NAD deletion after restart", lambda: not probe(cp, ns)[0], 120)
     after = hook.proc.log.read_text(errors="replace")[log_before:]
@@ -210,6 +279,7 @@ def test_watch_survives_compaction_and_apiserver_restart(cp, hook):
 
 # --- RBAC and readiness ------------------------------------------------------------------------------
 
+
 def _role_without(deploy_docs, resource: str, verb: str, name: str) -> dict:
     role = json.loads(json.dumps(c.pick(deploy_docs, "ClusterRole", "rdma-webhook")))
     role["metadata"] = {"name": name}
@@ -220,24 +290,40 @@ def _role_without(deploy_docs, resource: str, verb: str, name: str) -> dict:
 
 
 def _sa_with_role(cp, role: dict, sa: str) -> None:
-    cp.apply([{"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": sa, "namespace": "rdma-webhook"}},
-              role,
-              {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
-               "metadata": {"name": role["metadata"]["name"]},
-               "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role["metadata"]["name"]},
-               "subjects": [{"kind": "ServiceAccount", "name": sa, "namespace": "rdma-webhook"}]}])
+    cp.apply(
+        [
+            {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": sa, "namespace": "rdma-webhook"}},
+            role,
+            {
+                "apiVersion": "rbac.authorization.k8s.io/v1",
+                "kind": "ClusterRoleBinding",
+                "metadata": {"name": role["metadata"]["name"]},
+                "roleRef": {
+                    "apiGroup": "rbac.authorization.k8s.io",
+                    "kind": "ClusterRole",
+                    "name": role["metadata"]["name"],
+                },
+                "subjects": [{"kind": "ServiceAccount", "name": sa, "namespace": "rdma-webhook"}],
+            },
+        ]
+    )
 
 
 def test_service_account_has_only_what_deploy_grants(cp, hook):
     who = "system:serviceaccount:rdma-webhook:rdma-webhook"
-    for verb, resource, want in [("list", "namespaces", "yes"), ("watch", "namespaces", "yes"),
-                                 ("get", "namespaces", "yes"),
-                                 ("watch", "network-attachment-definitions.k8s.cni.cncf.io", "yes"),
-                                 ("watch", "deviceclasses.resource.k8s.io", "yes"),
-                                 ("list", "resourceclaimtemplates.resource.k8s.io", "yes"),
-                                 ("create", "resourceclaims.resource.k8s.io", "no"),
-                                 ("list", "secrets", "no"), ("list", "configmaps", "no"), ("list", "pods", "no"),
-                                 ("update", "namespaces", "no")]:
+    for verb, resource, want in [
+        ("list", "namespaces", "yes"),
+        ("watch", "namespaces", "yes"),
+        ("get", "namespaces", "yes"),
+        ("watch", "network-attachment-definitions.k8s.cni.cncf.io", "yes"),
+        ("watch", "deviceclasses.resource.k8s.io", "yes"),
+        ("list", "resourceclaimtemplates.resource.k8s.io", "yes"),
+        ("create", "resourceclaims.resource.k8s.io", "no"),
+        ("list", "secrets", "no"),
+        ("list", "configmaps", "no"),
+        ("list", "pods", "no"),
+        ("update", "namespaces", "no"),
+    ]:
         proc = cp.kubectl("auth", "can-i", verb, resource, "--all-namespaces", "--as", who)
         assert proc.stdout.strip() == want, (verb, resource, proc.stdout, proc.stderr)
 
@@ -275,9 +361,12 @@ def test_missing_watch_verb_is_reported(cp, hook, deploy_docs, workdir):
     kc = c.service_account_kubeconfig(cp, "rdma-webhook", name, Path(workdir) / f"{name}.kubeconfig")
     wh = c.Webhook(workdir, kc, workers=1, name=name).start(wait_ready=False)
     try:
-        c.wait_for("a refused watch in the log",
-                   lambda: "namespaces: list/watch failed (HTTP 403" in wh.proc.log.read_text(errors="replace"), 90,
-                   proc=wh.proc)
+        c.wait_for(
+            "a refused watch in the log",
+            lambda: "namespaces: list/watch failed (HTTP 403" in wh.proc.log.read_text(errors="replace"),
+            90,
+            proc=wh.proc,
+        )
 
         def stale() -> bool:
             status, body = wh.get("/readyz")
@@ -342,13 +431,13 @@ def test_lists_come_whole_from_the_watch_cache_or_in_pages_and_keep_what_decisio
 
     tag = unique("e2e-pages")
     names = [make_namespace(cp, f"{tag}-{i}", {**OPT_IN, "page-test": tag}) for i in range(5)]
-    cp.apply([nad(ns, resource="openshift.io/mellanoxrdma") for ns in names[:3]]
-             + [nad(names[3], resource=None)])
+    cp.apply([nad(ns, resource="openshift.io/mellanoxrdma") for ns in names[:3]] + [nad(names[3], resource=None)])
     configuration = client.Configuration()
     config.load_kube_config(config_file=str(cp.admin_kubeconfig), client_configuration=configuration)
     total_ns = len(json.loads(cp.kubectl("get", "namespaces", "-o", "json", check=True).stdout)["items"])
-    state = ApiClusterState(client.ApiClient(configuration), lambda: True, page_size=2, watch_runtimes=False,
-                            list_from_cache=from_cache)
+    state = ApiClusterState(
+        client.ApiClient(configuration), lambda: True, page_size=2, watch_runtimes=False, list_from_cache=from_cache
+    )
     state.start()
     try:
         c.wait_for("the lists to sync", state.ready, 60)
@@ -362,8 +451,10 @@ def test_lists_come_whole_from_the_watch_cache_or_in_pages_and_keep_what_decisio
             assert state._ns.pages >= (total_ns + 1) // 2 > 1, (state._ns.pages, total_ns)
             assert state._nads.pages >= 2, state._nads.pages
         # metadata only: the server sent PartialObjectMetadataList pages (no spec, no status)
-        assert (state._ns.list_kind, state._nads.list_kind) == ("PartialObjectMetadataList",) * 2, \
-            (state._ns.list_kind, state._nads.list_kind)
+        assert (state._ns.list_kind, state._nads.list_kind) == ("PartialObjectMetadataList",) * 2, (
+            state._ns.list_kind,
+            state._nads.list_kind,
+        )
         with_resource = state.attachment(names[0], "rdma-network")
         assert with_resource == {"metadata": {"annotations": {RESOURCE: "openshift.io/mellanoxrdma"}}}, with_resource
         assert state.attachment(names[1], "rdma-network") is with_resource  # one value object per resource name

@@ -14,16 +14,24 @@ pytestmark = pytest.mark.usefixtures("hook")
 
 
 def template(labels: dict[str, str], env: dict[str, str] | None = None) -> dict:
-    ctr: dict = {"name": "pytorch", "image": "registry.example/trainer:1", "command": ["torchrun", "train.py"],
-                 "resources": {"limits": {"nvidia.com/gpu": "1"}}}
+    ctr: dict = {
+        "name": "pytorch",
+        "image": "registry.example/trainer:1",
+        "command": ["torchrun", "train.py"],
+        "resources": {"limits": {"nvidia.com/gpu": "1"}},
+    }
     if env:
         ctr["env"] = [{"name": k, "value": v} for k, v in env.items()]
     return {"metadata": {"labels": labels}, "spec": {"restartPolicy": "Never", "containers": [ctr]}}
 
 
 def job(name: str, namespace: str, labels: dict[str, str], env: dict[str, str] | None = None) -> dict:
-    return {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": name, "namespace": namespace},
-            "spec": {"backoffLimit": 0, "template": template(labels, env)}}
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {"backoffLimit": 0, "template": template(labels, env)},
+    }
 
 
 def pods_of(cp, namespace: str, job_name: str) -> list[dict]:
@@ -33,7 +41,9 @@ def pods_of(cp, namespace: str, job_name: str) -> list[dict]:
 
 
 def events_of(cp, namespace: str, name: str) -> list[dict]:
-    status, data = cp.request("GET", f"/api/v1/namespaces/{namespace}/events?fieldSelector=involvedObject.name%3D{name}")
+    status, data = cp.request(
+        "GET", f"/api/v1/namespaces/{namespace}/events?fieldSelector=involvedObject.name%3D{name}"
+    )
     assert status == 200
     return json.loads(data)["items"]
 
@@ -55,8 +65,11 @@ def test_denied_job_pods_show_the_denial_in_failed_create(cp, second, namespace)
     labels = {**INJECT, "e2e.rdma-webhook.io/second": "disable-ib"}
     proc = cp.kubectl("apply", "-f", "-", input=json.dumps(job("broken", namespace, labels)))
     assert proc.returncode == 0, proc.stderr
-    events = c.wait_for("a FailedCreate event", lambda: [e for e in events_of(cp, namespace, "broken")
-                                                         if e["reason"] == "FailedCreate"], 120)
+    events = c.wait_for(
+        "a FailedCreate event",
+        lambda: [e for e in events_of(cp, namespace, "broken") if e["reason"] == "FailedCreate"],
+        120,
+    )
     message = events[0]["message"]
     assert 'admission webhook "pods.mutate.rdma-webhook.io" denied the request' in message, message
     assert "NCCL_IB_DISABLE" in message and "[env-fallback]" in message, message
@@ -74,10 +87,17 @@ def test_bad_job_denied_at_apply_time(cp, namespace):
 
 
 def pytorchjob(name: str, namespace: str, env: dict[str, str] | None) -> dict:
-    return {"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob", "metadata": {"name": name, "namespace": namespace},
-            "spec": {"pytorchReplicaSpecs": {
+    return {
+        "apiVersion": "kubeflow.org/v1",
+        "kind": "PyTorchJob",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {
+            "pytorchReplicaSpecs": {
                 "Master": {"replicas": 1, "template": template(INJECT)},
-                "Worker": {"replicas": 2, "template": template(INJECT, env)}}}}
+                "Worker": {"replicas": 2, "template": template(INJECT, env)},
+            }
+        },
+    }
 
 
 def test_bad_pytorchjob_denied_at_create(cp, namespace):
@@ -94,9 +114,20 @@ def test_good_pytorchjob_created_with_a_warning(cp, namespace):
 
 
 def test_bad_jobset_denied_at_create(cp, namespace):
-    js = {"apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet", "metadata": {"name": "bad", "namespace": namespace},
-          "spec": {"replicatedJobs": [{"name": "workers", "replicas": 1, "template": {"spec": {
-              "template": template(INJECT, {"NCCL_IB_DISABLE": "1"})}}}]}}
+    js = {
+        "apiVersion": "jobset.x-k8s.io/v1alpha2",
+        "kind": "JobSet",
+        "metadata": {"name": "bad", "namespace": namespace},
+        "spec": {
+            "replicatedJobs": [
+                {
+                    "name": "workers",
+                    "replicas": 1,
+                    "template": {"spec": {"template": template(INJECT, {"NCCL_IB_DISABLE": "1"})}},
+                }
+            ]
+        },
+    }
     proc = cp.kubectl("create", "-f", "-", input=json.dumps(js))
     assert proc.returncode != 0
     assert "workloads.validate.rdma-webhook.io" in proc.stderr and "NCCL_IB_DISABLE" in proc.stderr, proc.stderr

@@ -33,19 +33,26 @@ FULLNAME = f"{RELEASE}-rdma-webhook"
 
 @pytest.fixture(scope="module")
 def helm(cp, workdir):
-    proc = subprocess.run(["bash", str(c.ROOT / "scripts" / "build-helm.sh")], capture_output=True, text=True,
-                          timeout=1800)
+    proc = subprocess.run(
+        ["bash", str(c.ROOT / "scripts" / "build-helm.sh")], capture_output=True, text=True, timeout=1800
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     binary = proc.stdout.strip().splitlines()[-1]
     home = Path(workdir) / "helm-home"
-    env = {**os.environ, "HELM_CACHE_HOME": str(home / "cache"), "HELM_CONFIG_HOME": str(home / "config"),
-           "HELM_DATA_HOME": str(home / "data"), "KUBECONFIG": str(cp.admin_kubeconfig)}
+    env = {
+        **os.environ,
+        "HELM_CACHE_HOME": str(home / "cache"),
+        "HELM_CONFIG_HOME": str(home / "config"),
+        "HELM_DATA_HOME": str(home / "data"),
+        "KUBECONFIG": str(cp.admin_kubeconfig),
+    }
 
     def run(*args: str, check: bool = True) -> subprocess.CompletedProcess:
         result = subprocess.run([binary, *args], capture_output=True, text=True, timeout=300, env=env)
         if check:
             assert result.returncode == 0, f"helm {' '.join(args)}:\n{result.stdout}\n{result.stderr}"
         return result
+
     return run
 
 
@@ -76,8 +83,15 @@ def _write_files(folder: Path, files: dict[str, bytes]) -> Path:
 def test_helm_install_mutates_through_the_chart_and_upgrade_keeps_the_ca(cp, helm, workdir):
     port = c.free_port()
     url = f"https://127.0.0.1:{port}"
-    values = _sets(**{"policies.enabled": "{ib-shared}", "webhook.url": url, "deployment.enabled": "false",
-                      "certificates.source": "chart", "certificates.chart.extraIPs": "{127.0.0.1}"})
+    values = _sets(
+        **{
+            "policies.enabled": "{ib-shared}",
+            "webhook.url": url,
+            "deployment.enabled": "false",
+            "certificates.source": "chart",
+            "certificates.chart.extraIPs": "{127.0.0.1}",
+        }
+    )
     helm("install", RELEASE, str(CHART), "--namespace", NAMESPACE, "--create-namespace", *values)
     served: c.Webhook | None = None
     try:
@@ -101,12 +115,21 @@ def test_helm_install_mutates_through_the_chart_and_upgrade_keeps_the_ca(cp, hel
         ns = make_namespace(cp, unique("e2e-helm"), {**OPT_IN, "rdma-webhook.io/policy": "ib-shared"})
         assert _admitted_with_ib_shared(cp, served, ns, "before-upgrade")
 
-        helm("upgrade", RELEASE, str(CHART), "--namespace", NAMESPACE, "--reuse-values",
-             *_sets(**{"policies.enabled": "{ib-shared,efa}"}))
+        helm(
+            "upgrade",
+            RELEASE,
+            str(CHART),
+            "--namespace",
+            NAMESPACE,
+            "--reuse-values",
+            *_sets(**{"policies.enabled": "{ib-shared,efa}"}),
+        )
         assert _secret(cp) == secret, "helm upgrade replaced the chart-made certificate"
         after = _configurations(cp)
         for kind, conf in after.items():
-            assert [h["clientConfig"] for h in conf["webhooks"]] == [h["clientConfig"] for h in before[kind]["webhooks"]]
+            assert [h["clientConfig"] for h in conf["webhooks"]] == [
+                h["clientConfig"] for h in before[kind]["webhooks"]
+            ]
             assert conf["metadata"]["labels"]["app.kubernetes.io/managed-by"] == "Helm"
         cm = stored(cp, f"/api/v1/namespaces/{NAMESPACE}/configmaps/{FULLNAME}-policies")
         assert sorted(cm["data"]) == ["efa.yaml", "ib-shared.yaml"]  # the upgrade did apply
@@ -114,8 +137,16 @@ def test_helm_install_mutates_through_the_chart_and_upgrade_keeps_the_ca(cp, hel
         assert _admitted_with_ib_shared(cp, served, ns, "after-upgrade")
 
         # without a policy in force nothing is enforced: the chart's default
-        helm("upgrade", RELEASE, str(CHART), "--namespace", NAMESPACE, "--reuse-values",
-             "--set-json", "policies.enabled=[]")
+        helm(
+            "upgrade",
+            RELEASE,
+            str(CHART),
+            "--namespace",
+            NAMESPACE,
+            "--reuse-values",
+            "--set-json",
+            "policies.enabled=[]",
+        )
         assert not stored(cp, f"/api/v1/namespaces/{NAMESPACE}/configmaps/{FULLNAME}-policies").get("data")
         assert _secret(cp) == secret
     finally:
@@ -137,17 +168,30 @@ def _admitted_with_ib_shared(cp, served: c.Webhook, ns: str, name: str) -> bool:
     limits = got["spec"]["containers"][0]["resources"]["limits"]
     assert limits["rdma/rdma_shared_device_a"] == "1", limits
     # the chart-made configuration called the host process: its admission log has the pod
-    c.wait_for(f"{name} in the helm webhook's admission log",
-               lambda: [a for a in served.admissions(ns) if name in json.dumps(a)], 10)
+    c.wait_for(
+        f"{name} in the helm webhook's admission log",
+        lambda: [a for a in served.admissions(ns) if name in json.dumps(a)],
+        10,
+    )
     return True
 
 
-@pytest.mark.parametrize("combination", [
-    [],
-    ["policies.enabled={ib-shared}", "certificates.source=certManager", "monitoring.serviceMonitor.enabled=true",
-     "monitoring.prometheusRule.enabled=true", "monitoring.dashboard.enabled=true", "networkPolicy.enabled=true"],
-    ["policies.enabled={ib-shared,erdma}", "finalStateCheck.mode=admissionPolicy", "finalStateCheck.dryRun=true"],
-], ids=["default", "everything", "admission-policy"])
+@pytest.mark.parametrize(
+    "combination",
+    [
+        [],
+        [
+            "policies.enabled={ib-shared}",
+            "certificates.source=certManager",
+            "monitoring.serviceMonitor.enabled=true",
+            "monitoring.prometheusRule.enabled=true",
+            "monitoring.dashboard.enabled=true",
+            "networkPolicy.enabled=true",
+        ],
+        ["policies.enabled={ib-shared,erdma}", "finalStateCheck.mode=admissionPolicy", "finalStateCheck.dryRun=true"],
+    ],
+    ids=["default", "everything", "admission-policy"],
+)
 def test_chart_objects_pass_server_side_dry_run(cp, helm, combination):
     """The API server's own validation (and the minimal cert-manager and Prometheus Operator CRDs
     of e2e/crds.yaml) of every object, in a namespace made for it as --create-namespace would."""
@@ -155,8 +199,9 @@ def test_chart_objects_pass_server_side_dry_run(cp, helm, combination):
     args = [a for s in combination for a in ("--set", s)]
     rendered = helm("template", "dry-run", str(CHART), "--namespace", ns, *args).stdout
     docs = [d for d in yaml.safe_load_all(rendered) if d]
-    proc = cp.kubectl("apply", "--dry-run=server", "-f", "-", input=json.dumps(
-        {"apiVersion": "v1", "kind": "List", "items": docs}))
+    proc = cp.kubectl(
+        "apply", "--dry-run=server", "-f", "-", input=json.dumps({"apiVersion": "v1", "kind": "List", "items": docs})
+    )
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.count("(server dry run)") == len(docs), proc.stdout
     kinds = {d["kind"] for d in docs}
@@ -165,9 +210,12 @@ def test_chart_objects_pass_server_side_dry_run(cp, helm, combination):
         assert {"Certificate", "Issuer", "ServiceMonitor", "PrometheusRule", "NetworkPolicy"} <= kinds
     if "finalStateCheck.mode=admissionPolicy" in combination:  # the API server compiled their CEL
         vaps = [d for d in docs if d["kind"] == "ValidatingAdmissionPolicy"]
-        assert sorted(d["metadata"]["name"] for d in vaps) == ["rdma-webhook-final-state-erdma",
-                                                             "rdma-webhook-final-state-ib-shared"]
-        assert [d["spec"]["validationActions"] for d in docs if d["kind"] == "ValidatingAdmissionPolicyBinding"] == \
-            [["Warn", "Audit"]] * 2
+        assert sorted(d["metadata"]["name"] for d in vaps) == [
+            "rdma-webhook-final-state-erdma",
+            "rdma-webhook-final-state-ib-shared",
+        ]
+        assert [d["spec"]["validationActions"] for d in docs if d["kind"] == "ValidatingAdmissionPolicyBinding"] == [
+            ["Warn", "Audit"]
+        ] * 2
         vwc = [d for d in docs if d["kind"] == "ValidatingWebhookConfiguration"][0]
         assert [h["name"] for h in vwc["webhooks"]] == ["workloads.validate.rdma-webhook.io"]

@@ -35,8 +35,15 @@ import yaml
 from e2e import cluster as c
 from e2e.conftest import OPT_IN, gpu_pod, make_namespace, unique
 
-INPUTS = ["Containerfile", ".containerignore", "scripts/build-image.sh", "scripts/build-base-image.sh",
-          "pyproject.toml", "setup.py", "README.md"]
+INPUTS = [
+    "Containerfile",
+    ".containerignore",
+    "scripts/build-image.sh",
+    "scripts/build-base-image.sh",
+    "pyproject.toml",
+    "setup.py",
+    "README.md",
+]
 PODMAN = ["podman", "--runtime", os.environ.get("RDMA_WEBHOOK_OCI_RUNTIME", "runc")]
 ULIMITS = os.environ.get("RDMA_WEBHOOK_ULIMITS", "--ulimit nofile=16384:16384 --ulimit nproc=32768:32768").split()
 PORT = 8443  # the shipped CMD's
@@ -46,8 +53,11 @@ def image_key() -> str:
     """A digest of everything the build reads (the build context as .containerignore leaves it)."""
     h = hashlib.sha256()
     files = [c.ROOT / f for f in INPUTS]
-    files += sorted(p for p in (c.ROOT / "webhook").rglob("*") if p.is_file() and p.suffix in (".py", ".json", ".yaml")
-                    and "__pycache__" not in p.parts)
+    files += sorted(
+        p
+        for p in (c.ROOT / "webhook").rglob("*")
+        if p.is_file() and p.suffix in (".py", ".json", ".yaml") and "__pycache__" not in p.parts
+    )
     files += sorted((c.ROOT / "policies").glob("*.yaml"))
     for f in files:
         h.update(str(f.relative_to(c.ROOT)).encode() + b"\0" + f.read_bytes() + b"\0")
@@ -75,7 +85,9 @@ def build_image() -> str:
     OCI archive is in image_cache() once built here (the node imports that into containerd)."""
     for tool in ("podman", "mmdebstrap", "runc"):
         if shutil.which(tool) is None:
-            pytest.fail(f"{tool} is not installed (apt-get install podman mmdebstrap runc; .ci/run does)", pytrace=False)
+            pytest.fail(
+                f"{tool} is not installed (apt-get install podman mmdebstrap runc; .ci/run does)", pytrace=False
+            )
     key = image_key()
     name = f"localhost/rdma-webhook:e2e-{key}"
     cache = image_cache()
@@ -88,8 +100,13 @@ def build_image() -> str:
         print(f"image {name}: loaded from {archive} in {time.monotonic() - started:.0f}s")
     else:
         started = time.monotonic()
-        proc = subprocess.run(["bash", str(c.ROOT / "scripts" / "build-image.sh")], capture_output=True, text=True,
-                              timeout=3600, env={**os.environ, "IMAGE": name, "IMAGE_BASE": "debian"})
+        proc = subprocess.run(
+            ["bash", str(c.ROOT / "scripts" / "build-image.sh")],
+            capture_output=True,
+            text=True,
+            timeout=3600,
+            env={**os.environ, "IMAGE": name, "IMAGE_BASE": "debian"},
+        )
         assert proc.returncode == 0, f"make image failed:\n{proc.stderr[-5000:]}"
         print(f"image {name}: built in {time.monotonic() - started:.0f}s")
         cache.mkdir(parents=True, exist_ok=True)
@@ -103,11 +120,22 @@ def build_image() -> str:
 
 
 def test_image_holds_no_compiler_and_its_compiled_core(image):
-    proc = podman("run", "--rm", *ULIMITS, "--network=none", "--entrypoint", "/bin/sh", image, "-c",
-                  "for c in gcc cc c++ g++ clang tcc x86_64-linux-gnu-gcc-12; do command -v $c && exit 1; done; "
-                  "ls /usr/lib/gcc 2>/dev/null | grep . && exit 1; "
-                  "python3 -c 'import importlib, webhook, webhook.cli; [importlib.import_module(\"webhook.\" + m) for m in webhook.COMPILED_MODULES]; print(webhook.compiled() == list(webhook.COMPILED_MODULES), "
-                  "len(webhook.COMPILED_MODULES))'", check=False)
+    proc = podman(
+        "run",
+        "--rm",
+        *ULIMITS,
+        "--network=none",
+        "--entrypoint",
+        "/bin/sh",
+        image,
+        "-c",
+        "for c in gcc cc c++ g++ clang tcc x86_64-linux-gnu-gcc-12; do command -v $c && exit 1; done; "
+        "ls /usr/lib/gcc 2>/dev/null | grep . && exit 1; "
+        "python3 -c 'import importlib, webhook, webhook.cli; [importlib.import_module(\"webhook.\" + m) for m in webhook.COMPILED_MODULES]; "
+        "print(webhook.compiled() == list(webhook.COMPILED_MODULES), "
+        "len(webhook.COMPILED_MODULES))'",
+        check=False,
+    )
     assert proc.returncode == 0, f"a compiler in the image, or the check failed:\n{proc.stdout}{proc.stderr}"
     same, count = proc.stdout.split()
     assert same == "True" and int(count) > 0, proc.stdout
@@ -121,7 +149,9 @@ def _kubeconfig(cp, path: Path) -> Path:
     doc = yaml.safe_load(sa.read_text())
     sa.unlink()
     cluster = doc["clusters"][0]["cluster"]
-    cluster["certificate-authority-data"] = base64.b64encode(Path(cluster.pop("certificate-authority")).read_bytes()).decode()
+    cluster["certificate-authority-data"] = base64.b64encode(
+        Path(cluster.pop("certificate-authority")).read_bytes()
+    ).decode()
     path.write_text(yaml.safe_dump(doc))
     return path
 
@@ -137,8 +167,9 @@ def _port_free(port: int) -> bool:
 
 def _request(ctx, method: str, path: str, body: dict | None = None) -> tuple[int, bytes]:
     data = json.dumps(body).encode() if body is not None else None
-    req = urllib.request.Request(f"https://127.0.0.1:{PORT}{path}", data=data, method=method,
-                                 headers={"Content-Type": "application/json"})
+    req = urllib.request.Request(
+        f"https://127.0.0.1:{PORT}{path}", data=data, method=method, headers={"Content-Type": "application/json"}
+    )
     try:
         with urllib.request.urlopen(req, context=ctx, timeout=10) as resp:
             return resp.status, resp.read()
@@ -178,12 +209,29 @@ def test_started_image_answers_over_tls_as_uid_65532(cp, hook, image, tmp_path):
             os.chown(f, 65532, 65532)
             f.chmod(0o750 if f.is_dir() else 0o440)
     name = f"rdma-webhook-e2e-{uuid.uuid4().hex[:8]}"
-    run = podman("run", "--detach", "--name", name, *ULIMITS, "--network=host",
-                 "--read-only", "--tmpfs", "/tmp:rw,size=64m,mode=1777", "--cap-drop=ALL",
-                 "--security-opt", "no-new-privileges",
-                 "--volume", f"{certs}:/etc/rdma-webhook/tls:ro", "--volume", f"{kube}:/etc/rdma-webhook/kube:ro",
-                 "--volume", f"{chosen}:/etc/rdma-webhook/policies:ro",
-                 "--env", "KUBECONFIG=/etc/rdma-webhook/kube/config", image)
+    run = podman(
+        "run",
+        "--detach",
+        "--name",
+        name,
+        *ULIMITS,
+        "--network=host",
+        "--read-only",
+        "--tmpfs",
+        "/tmp:rw,size=64m,mode=1777",
+        "--cap-drop=ALL",
+        "--security-opt",
+        "no-new-privileges",
+        "--volume",
+        f"{certs}:/etc/rdma-webhook/tls:ro",
+        "--volume",
+        f"{kube}:/etc/rdma-webhook/kube:ro",
+        "--volume",
+        f"{chosen}:/etc/rdma-webhook/policies:ro",
+        "--env",
+        "KUBECONFIG=/etc/rdma-webhook/kube/config",
+        image,
+    )
     container = run.stdout.strip()
     pid = int(podman("inspect", "--format", "{{.State.Pid}}", container).stdout.strip())
     try:
@@ -192,9 +240,12 @@ def test_started_image_answers_over_tls_as_uid_65532(cp, hook, image, tmp_path):
         def ready():
             state = podman("inspect", "--format", "{{.State.Status}}", container).stdout.strip()
             if state != "running":
-                raise AssertionError(f"container {state}:\n{podman('logs', container, check=False).stdout[-3000:]}"
-                                     f"{podman('logs', container, check=False).stderr[-3000:]}")
+                raise AssertionError(
+                    f"container {state}:\n{podman('logs', container, check=False).stdout[-3000:]}"
+                    f"{podman('logs', container, check=False).stderr[-3000:]}"
+                )
             return _request(ctx, "GET", "/readyz")[0] == 200
+
         try:
             c.wait_for("the container's /readyz", ready, 120, interval=0.5)
         except AssertionError:
@@ -214,8 +265,10 @@ def test_started_image_answers_over_tls_as_uid_65532(cp, hook, image, tmp_path):
         pod = jsonpatch.apply_patch(gpu_pod("trainer", ns), json.loads(base64.b64decode(response["patch"])))
         assert pod["metadata"]["annotations"]["rdma-webhook.io/applied-policy"] == "ib-shared"
         assert pod["metadata"]["annotations"]["rdma-webhook.io/status"] == "injected"
-        assert pod["spec"]["containers"][0]["resources"]["limits"]["rdma/rdma_shared_device_a"] == 1 or \
-            pod["spec"]["containers"][0]["resources"]["limits"]["rdma/rdma_shared_device_a"] == "1"
+        assert (
+            pod["spec"]["containers"][0]["resources"]["limits"]["rdma/rdma_shared_device_a"] == 1
+            or pod["spec"]["containers"][0]["resources"]["limits"]["rdma/rdma_shared_device_a"] == "1"
+        )
         # the admission is in the container's log, one JSON line
         logs = podman("logs", container).stdout + podman("logs", container).stderr
         assert '"msg": "admission"' in logs or '"msg":"admission"' in logs, logs[-2000:]
@@ -227,10 +280,20 @@ def test_started_image_answers_over_tls_as_uid_65532(cp, hook, image, tmp_path):
 
 
 def _mutated(ctx, ns: str) -> dict | None:
-    review = {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": {
-        "uid": str(uuid.uuid4()), "kind": {"group": "", "version": "v1", "kind": "Pod"},
-        "resource": {"group": "", "version": "v1", "resource": "pods"}, "namespace": ns, "operation": "CREATE",
-        "userInfo": {"username": "e2e"}, "object": gpu_pod("trainer", ns), "dryRun": False}}
+    review = {
+        "apiVersion": "admission.k8s.io/v1",
+        "kind": "AdmissionReview",
+        "request": {
+            "uid": str(uuid.uuid4()),
+            "kind": {"group": "", "version": "v1", "kind": "Pod"},
+            "resource": {"group": "", "version": "v1", "resource": "pods"},
+            "namespace": ns,
+            "operation": "CREATE",
+            "userInfo": {"username": "e2e"},
+            "object": gpu_pod("trainer", ns),
+            "dryRun": False,
+        },
+    }
     status, body = _request(ctx, "POST", "/mutate", review)
     assert status == 200, body[:500]
     response = json.loads(body)["response"]

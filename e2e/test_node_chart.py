@@ -55,30 +55,52 @@ def webhook_image(node, workdir) -> str:
 @pytest.fixture(scope="module")
 def chart(cp, node, workdir, webhook_image):
     node.start_service_routing()
-    proc = subprocess.run(["bash", str(c.ROOT / "scripts" / "build-helm.sh")], capture_output=True, text=True,
-                          timeout=1800)
+    proc = subprocess.run(
+        ["bash", str(c.ROOT / "scripts" / "build-helm.sh")], capture_output=True, text=True, timeout=1800
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     binary = proc.stdout.strip().splitlines()[-1]
     home = Path(workdir) / "helm-node-home"
-    env = {**os.environ, "HELM_CACHE_HOME": str(home / "cache"), "HELM_CONFIG_HOME": str(home / "config"),
-           "HELM_DATA_HOME": str(home / "data"), "KUBECONFIG": str(cp.admin_kubeconfig)}
+    env = {
+        **os.environ,
+        "HELM_CACHE_HOME": str(home / "cache"),
+        "HELM_CONFIG_HOME": str(home / "config"),
+        "HELM_DATA_HOME": str(home / "data"),
+        "KUBECONFIG": str(cp.admin_kubeconfig),
+    }
 
     def helm(*args: str) -> subprocess.CompletedProcess:
         return subprocess.run([binary, *args], capture_output=True, text=True, timeout=400, env=env)
 
     repository, tag = webhook_image.rsplit(":", 1)
     started = time.monotonic()
-    proc = helm("install", RELEASE, str(CHART), "--namespace", NAMESPACE, "--create-namespace",
-                "--set", f"image.repository={repository}", "--set", f"image.tag={tag}",
-                "--set", "image.pullPolicy=Never", "--set", "policies.enabled={erdma}",
-                *[a for k, v in TOLERATION.items() for a in ("--set", f"tolerations[0].{k}={v}")],
-                "--wait", "--timeout", "240s")
+    proc = helm(
+        "install",
+        RELEASE,
+        str(CHART),
+        "--namespace",
+        NAMESPACE,
+        "--create-namespace",
+        "--set",
+        f"image.repository={repository}",
+        "--set",
+        f"image.tag={tag}",
+        "--set",
+        "image.pullPolicy=Never",
+        "--set",
+        "policies.enabled={erdma}",
+        *[a for k, v in TOLERATION.items() for a in ("--set", f"tolerations[0].{k}={v}")],
+        "--wait",
+        "--timeout",
+        "240s",
+    )
     if proc.returncode != 0:
         pods = cp.kubectl("get", "pods", "-n", NAMESPACE, "-o", "wide").stdout
         events = cp.kubectl("get", "events", "-n", NAMESPACE).stdout
         logs = cp.kubectl("logs", "-n", NAMESPACE, "-l", SELECTOR, "--tail", "30", "--prefix").stdout
-        pytest.fail(f"helm install:\n{proc.stdout}\n{proc.stderr}\n{pods}\n{events[-4000:]}\n{logs[-4000:]}",
-                    pytrace=False)
+        pytest.fail(
+            f"helm install:\n{proc.stdout}\n{proc.stderr}\n{pods}\n{events[-4000:]}\n{logs[-4000:]}", pytrace=False
+        )
     print(f"chart installed, its Deployment available, in {time.monotonic() - started:.1f}s")
     try:
         yield helm
@@ -124,15 +146,25 @@ def test_the_api_server_calls_the_chart_through_its_service(cp, node, chart):
     assert client["caBundle"]
     ns = make_namespace(cp, unique("chart"), OPT_IN)
     name = unique("trainer")
-    pod = gpu_pod(name, ns, labels=INJECT, gpus=1, image=SHELL_IMAGE, imagePullPolicy="Never",
-                  command=["sh", "-c", "exec sleep 3600"])
+    pod = gpu_pod(
+        name,
+        ns,
+        labels=INJECT,
+        gpus=1,
+        image=SHELL_IMAGE,
+        imagePullPolicy="Never",
+        command=["sh", "-c", "exec sleep 3600"],
+    )
     pod["spec"].update(terminationGracePeriodSeconds=1, tolerations=[TOLERATION])
     proc = create(cp, pod)
     assert proc.returncode == 0, proc.stderr
     got = stored(cp, pod_path(ns, name))
     assert got["metadata"]["annotations"]["rdma-webhook.io/status"] == "injected"
-    lines = c.wait_for("the chart's pods logging the admission", lambda: [
-        x for x in chart_admissions(cp, ns) if x.get("pod") == name and x.get("endpoint") == "mutate"], 30)
+    lines = c.wait_for(
+        "the chart's pods logging the admission",
+        lambda: [x for x in chart_admissions(cp, ns) if x.get("pod") == name and x.get("endpoint") == "mutate"],
+        30,
+    )
     assert lines[0]["outcome"] == "mutated" and lines[0]["policy"] == "erdma", lines
     node.wait_pod(ns, name)
 
@@ -206,8 +238,10 @@ class PodStream:
         return sorted(r for r in self.results if r[2] != 201 or r[3] != "injected")
 
     def summary(self) -> str:
-        return (f"{len(self.results)} labelled pods sent in {self.duration:.1f}s ({len(self.results) / self.duration:.1f}/s), "
-                f"{len(self.failures())} not admitted and mutated")
+        return (
+            f"{len(self.results)} labelled pods sent in {self.duration:.1f}s ({len(self.results) / self.duration:.1f}/s), "
+            f"{len(self.failures())} not admitted and mutated"
+        )
 
 
 def chart_pods(cp) -> list[dict]:
@@ -227,10 +261,12 @@ def settled(cp, timeout: float = 240) -> list[str]:
         pods = chart_pods(cp)
         if len(pods) != replicas or any(p["metadata"].get("deletionTimestamp") for p in pods):
             return None
-        if not all({x["type"]: x["status"] for x in p["status"].get("conditions", [])}.get("Ready") == "True"
-                   for p in pods):
+        if not all(
+            {x["type"]: x["status"] for x in p["status"].get("conditions", [])}.get("Ready") == "True" for p in pods
+        ):
             return None
         return sorted(p["metadata"]["name"] for p in pods)
+
     return c.wait_for(f"{replicas} chart pods Ready and no other", check, timeout, interval=0.5)
 
 
@@ -249,8 +285,9 @@ def test_rollout_restart_while_labelled_pods_are_created(cp, node, chart):
             time.sleep(2)
             proc = cp.kubectl("rollout", "restart", f"deployment/{FULLNAME}", "-n", NAMESPACE)
             assert proc.returncode == 0, proc.stderr
-            proc = cp.kubectl("rollout", "status", f"deployment/{FULLNAME}", "-n", NAMESPACE, "--timeout=240s",
-                              timeout=260)
+            proc = cp.kubectl(
+                "rollout", "status", f"deployment/{FULLNAME}", "-n", NAMESPACE, "--timeout=240s", timeout=260
+            )
             assert proc.returncode == 0, proc.stderr
             after = settled(cp)  # the old replicas gone too (preStop, drain)
             rolled = stream.now()
@@ -280,8 +317,9 @@ def test_one_replica_killed_the_other_serves(cp, node, chart):
             killed = stream.now()
             proc = cp.kubectl("delete", "pod", victim, "-n", NAMESPACE, "--grace-period=0", "--force")
             assert proc.returncode == 0, proc.stderr
-            c.wait_for(f"the container of {victim} stopped", lambda: container not in node.running_tasks(), 60,
-                       interval=0.3)
+            c.wait_for(
+                f"the container of {victim} stopped", lambda: container not in node.running_tasks(), 60, interval=0.3
+            )
             stopped = stream.now()
             time.sleep(5)
         print(f"one replica killed: {stream.summary()}; its container stopped {stopped - killed:.1f}s after the delete")
@@ -321,16 +359,26 @@ def test_both_replicas_down(cp, node, chart):
             "labelled pod, namespace not opted in": parked(gpu_pod("elsewhere", other, gpus=1)),
             "labelled pod, kube-system opted in": parked(gpu_pod(system_pod, "kube-system", gpus=1)),
         }
-        cp.kubectl("label", "namespace", "kube-system", *[f"{k}={v}" for k, v in OPT_IN.items()], "--overwrite",
-                   check=True)
+        cp.kubectl(
+            "label", "namespace", "kube-system", *[f"{k}={v}" for k, v in OPT_IN.items()], "--overwrite", check=True
+        )
         for what, pod in admitted.items():
             proc = create(cp, pod)
             assert proc.returncode == 0, f"{what}: {proc.stderr}"
             got = json.loads(proc.stdout)
             assert "rdma-webhook.io/status" not in (got["metadata"].get("annotations") or {}), (what, got["metadata"])
-        job = {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "during-outage", "namespace": opted},
-               "spec": {"suspend": True, "template": {"metadata": {"labels": INJECT}, "spec": {
-                   "restartPolicy": "Never", "containers": [{"name": "c", "image": SHELL_IMAGE}]}}}}
+        job = {
+            "apiVersion": "batch/v1",
+            "kind": "Job",
+            "metadata": {"name": "during-outage", "namespace": opted},
+            "spec": {
+                "suspend": True,
+                "template": {
+                    "metadata": {"labels": INJECT},
+                    "spec": {"restartPolicy": "Never", "containers": [{"name": "c", "image": SHELL_IMAGE}]},
+                },
+            },
+        }
         proc = cp.kubectl("create", "-f", "-", input=json.dumps(job))
         assert proc.returncode == 0, f"the workload check must fail open: {proc.stderr}"
     finally:
@@ -342,8 +390,11 @@ def test_both_replicas_down(cp, node, chart):
         back = create(cp, parked(gpu_pod("after", opted, gpus=1)))
         assert back.returncode == 0, back.stderr
         assert json.loads(back.stdout)["metadata"]["annotations"]["rdma-webhook.io/status"] == "injected"
-        c.wait_for("the chart's pods logging the admission", lambda: [
-            x for x in chart_admissions(cp, opted) if x.get("pod") == "after"], 30)
+        c.wait_for(
+            "the chart's pods logging the admission",
+            lambda: [x for x in chart_admissions(cp, opted) if x.get("pod") == "after"],
+            30,
+        )
     finally:
         drop_namespace(cp, opted)
         drop_namespace(cp, other)

@@ -34,8 +34,10 @@ JOB = "pi"
 GROUP = "training.kubeflow.org"
 ENV_LIST = "OMPI_MCA_mca_base_env_list"
 # What each rank runs: one line (one write) per rank, fields split by '|'.
-RANK_SCRIPT = ("printf 'e2e-rank|%s|%s|%s|%s|%s\\n' \"$OMPI_COMM_WORLD_RANK\" \"$(cat /etc/hostname)\" "
-               "\"${SSH_CONNECTION:+ssh}\" \"${E2E_TAG:-}\" \"$(env | grep '^NCCL_' | sort | tr '\\n' ' ')\"")
+RANK_SCRIPT = (
+    "printf 'e2e-rank|%s|%s|%s|%s|%s\\n' \"$OMPI_COMM_WORLD_RANK\" \"$(cat /etc/hostname)\" "
+    "\"${SSH_CONNECTION:+ssh}\" \"${E2E_TAG:-}\" \"$(env | grep '^NCCL_' | sort | tr '\\n' ' ')\""
+)
 
 
 @pytest.fixture(scope="module")
@@ -59,43 +61,101 @@ def labels(role: str, index: int | None = None) -> dict[str, str]:
     return out
 
 
-SSH_VOLUME = {"name": "ssh-auth", "secret": {"secretName": f"{JOB}-ssh", "defaultMode": 0o600, "items": [
-    {"key": "ssh-privatekey", "path": "id_ed25519"}, {"key": "ssh-publickey", "path": "id_ed25519.pub"},
-    {"key": "ssh-publickey", "path": "authorized_keys"}]}}
+SSH_VOLUME = {
+    "name": "ssh-auth",
+    "secret": {
+        "secretName": f"{JOB}-ssh",
+        "defaultMode": 0o600,
+        "items": [
+            {"key": "ssh-privatekey", "path": "id_ed25519"},
+            {"key": "ssh-publickey", "path": "id_ed25519.pub"},
+            {"key": "ssh-publickey", "path": "authorized_keys"},
+        ],
+    },
+}
 SSH_MOUNT = {"name": "ssh-auth", "mountPath": "/root/.ssh"}
 
 
 def worker_pod(namespace: str, index: int, image: str) -> dict:
-    return {"apiVersion": "v1", "kind": "Pod", "metadata": {
-        "name": f"{JOB}-worker-{index}", "namespace": namespace, "labels": {**labels("worker", index), **INJECT}},
-        "spec": {"restartPolicy": "Never", "terminationGracePeriodSeconds": 1, "tolerations": [TOLERATION],
-                 "volumes": [SSH_VOLUME], "containers": [{
-                     "name": "worker", "image": image, "imagePullPolicy": "Never",
-                     "command": ["/usr/sbin/sshd"], "args": ["-De"],
-                     "resources": {"limits": {"nvidia.com/gpu": "1"}},
-                     "readinessProbe": {"tcpSocket": {"port": 22}, "periodSeconds": 1},
-                     "volumeMounts": [SSH_MOUNT]}]}}
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": f"{JOB}-worker-{index}",
+            "namespace": namespace,
+            "labels": {**labels("worker", index), **INJECT},
+        },
+        "spec": {
+            "restartPolicy": "Never",
+            "terminationGracePeriodSeconds": 1,
+            "tolerations": [TOLERATION],
+            "volumes": [SSH_VOLUME],
+            "containers": [
+                {
+                    "name": "worker",
+                    "image": image,
+                    "imagePullPolicy": "Never",
+                    "command": ["/usr/sbin/sshd"],
+                    "args": ["-De"],
+                    "resources": {"limits": {"nvidia.com/gpu": "1"}},
+                    "readinessProbe": {"tcpSocket": {"port": 22}, "periodSeconds": 1},
+                    "volumeMounts": [SSH_MOUNT],
+                }
+            ],
+        },
+    }
 
 
-def launcher_pod(namespace: str, name: str, image: str, inject: bool, flags: list[str], tag: str,
-                 env_list: str | None) -> dict:
+def launcher_pod(
+    namespace: str, name: str, image: str, inject: bool, flags: list[str], tag: str, env_list: str | None
+) -> dict:
     """The launcher: `mpirun <flags> -n 2 sh -c RANK_SCRIPT`, E2E_TAG=<tag> in its env (forwarded by
     the user's own `-x E2E_TAG` or env list), the Open MPI settings the operator makes."""
-    env = {"OMPI_MCA_orte_keep_fqdn_hostnames": "true", "OMPI_MCA_orte_default_hostfile": "/etc/mpi/hostfile",
-           "OMPI_MCA_plm_rsh_args": "-o ConnectionAttempts=10", "OMPI_ALLOW_RUN_AS_ROOT": "1",
-           "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1", "E2E_TAG": tag}
+    env = {
+        "OMPI_MCA_orte_keep_fqdn_hostnames": "true",
+        "OMPI_MCA_orte_default_hostfile": "/etc/mpi/hostfile",
+        "OMPI_MCA_plm_rsh_args": "-o ConnectionAttempts=10",
+        "OMPI_ALLOW_RUN_AS_ROOT": "1",
+        "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
+        "E2E_TAG": tag,
+    }
     if env_list is not None:
         env[ENV_LIST] = env_list
-    return {"apiVersion": "v1", "kind": "Pod", "metadata": {
-        "name": name, "namespace": namespace, "labels": {**labels("launcher"), **(INJECT if inject else {})}},
-        "spec": {"restartPolicy": "Never", "terminationGracePeriodSeconds": 1, "tolerations": [TOLERATION],
-                 "volumes": [SSH_VOLUME, {"name": "mpi-job-config", "configMap": {
-                     "name": f"{JOB}-config", "items": [{"key": "hostfile", "path": "hostfile", "mode": 0o444}]}}],
-                 "containers": [{
-                     "name": "launcher", "image": image, "imagePullPolicy": "Never",
-                     "command": ["mpirun"], "args": [*flags, "-n", "2", "sh", "-c", RANK_SCRIPT],
-                     "env": [{"name": k, "value": v} for k, v in env.items()],
-                     "volumeMounts": [SSH_MOUNT, {"name": "mpi-job-config", "mountPath": "/etc/mpi"}]}]}}
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": name,
+            "namespace": namespace,
+            "labels": {**labels("launcher"), **(INJECT if inject else {})},
+        },
+        "spec": {
+            "restartPolicy": "Never",
+            "terminationGracePeriodSeconds": 1,
+            "tolerations": [TOLERATION],
+            "volumes": [
+                SSH_VOLUME,
+                {
+                    "name": "mpi-job-config",
+                    "configMap": {
+                        "name": f"{JOB}-config",
+                        "items": [{"key": "hostfile", "path": "hostfile", "mode": 0o444}],
+                    },
+                },
+            ],
+            "containers": [
+                {
+                    "name": "launcher",
+                    "image": image,
+                    "imagePullPolicy": "Never",
+                    "command": ["mpirun"],
+                    "args": [*flags, "-n", "2", "sh", "-c", RANK_SCRIPT],
+                    "env": [{"name": k, "value": v} for k, v in env.items()],
+                    "volumeMounts": [SSH_MOUNT, {"name": "mpi-job-config", "mountPath": "/etc/mpi"}],
+                }
+            ],
+        },
+    }
 
 
 @pytest.fixture(scope="module")
@@ -104,12 +164,21 @@ def mpi_job(cp, hook, node, mpi_image_name):
     listening) and the hostfile ConfigMap listing their pod IPs."""
     ns = make_namespace(cp, unique("mpi"), OPT_IN)
     key = ed25519.Ed25519PrivateKey.generate()
-    private = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.OpenSSH,
-                                serialization.NoEncryption()).decode()
+    private = key.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.OpenSSH, serialization.NoEncryption()
+    ).decode()
     public = key.public_key().public_bytes(serialization.Encoding.OpenSSH, serialization.PublicFormat.OpenSSH).decode()
-    cp.apply([{"apiVersion": "v1", "kind": "Secret", "type": "kubernetes.io/ssh-auth",
-               "metadata": {"name": f"{JOB}-ssh", "namespace": ns, "labels": labels("launcher")},
-               "stringData": {"ssh-privatekey": private, "ssh-publickey": public + "\n"}}])
+    cp.apply(
+        [
+            {
+                "apiVersion": "v1",
+                "kind": "Secret",
+                "type": "kubernetes.io/ssh-auth",
+                "metadata": {"name": f"{JOB}-ssh", "namespace": ns, "labels": labels("launcher")},
+                "stringData": {"ssh-privatekey": private, "ssh-publickey": public + "\n"},
+            }
+        ]
+    )
     try:
         workers = []
         for i in range(2):
@@ -118,21 +187,34 @@ def mpi_job(cp, hook, node, mpi_image_name):
             assert proc.returncode == 0, proc.stderr
             workers.append(pod["metadata"]["name"])
         ips = [node.wait_pod(ns, w)["status"]["podIP"] for w in workers]
-        cp.apply([{"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": f"{JOB}-config", "namespace": ns},
-                   "data": {"hostfile": "".join(f"{ip} slots=1\n" for ip in ips)}}])
+        cp.apply(
+            [
+                {
+                    "apiVersion": "v1",
+                    "kind": "ConfigMap",
+                    "metadata": {"name": f"{JOB}-config", "namespace": ns},
+                    "data": {"hostfile": "".join(f"{ip} slots=1\n" for ip in ips)},
+                }
+            ]
+        )
         yield {"namespace": ns, "workers": workers, "image": mpi_image_name}
     finally:
         cp.kubectl("delete", "namespace", ns, "--wait=false")
         # the workers' GPUs and aliyun/erdma devices are free again for the chart's tests
         try:
-            c.wait_for(f"the pods of {ns} gone", lambda: not json.loads(
-                cp.get(f"/api/v1/namespaces/{ns}/pods") or b'{"items": [1]}')["items"], 90, interval=1)
+            c.wait_for(
+                f"the pods of {ns} gone",
+                lambda: not json.loads(cp.get(f"/api/v1/namespaces/{ns}/pods") or b'{"items": [1]}')["items"],
+                90,
+                interval=1,
+            )
         except TimeoutError as exc:
             print(f"warning: {exc}")
 
 
-def run_launcher(cp, node, job: dict, name: str, inject: bool, flags: list[str], tag: str,
-                 env_list: str | None = None) -> tuple[dict, dict]:
+def run_launcher(
+    cp, node, job: dict, name: str, inject: bool, flags: list[str], tag: str, env_list: str | None = None
+) -> tuple[dict, dict]:
     """Create the launcher, wait for it to finish, and return (the stored pod, {rank: line fields})."""
     ns = job["namespace"]
     proc = create(cp, launcher_pod(ns, name, job["image"], inject, flags, tag, env_list))
@@ -151,7 +233,9 @@ def run_launcher(cp, node, job: dict, name: str, inject: bool, flags: list[str],
         env = dict(item.split("=", 1) for item in nccl.split())
         assert int(rank) not in ranks, logs
         ranks[int(rank)] = {"host": host, "via": via, "tag": got_tag, "env": env}
-    print(f"{name}: " + "; ".join(f"rank {r} in {v['host']} via {v['via']}: {v['env']}" for r, v in sorted(ranks.items())))
+    print(
+        f"{name}: " + "; ".join(f"rank {r} in {v['host']} via {v['via']}: {v['env']}" for r, v in sorted(ranks.items()))
+    )
     assert sorted(ranks) == [0, 1], f"ranks reported: {sorted(ranks)}; launcher log:\n{logs[-4000:]}"
     # one rank in each worker, started through its sshd
     assert sorted(r["host"] for r in ranks.values()) == sorted(job["workers"]), ranks
@@ -189,8 +273,8 @@ def test_every_rank_started_over_ssh_sees_the_policy_block(cp, node, mpi_job, wa
         assert words == given, words
     else:
         assert ENV_LIST not in env, env  # Open MPI 4 refuses -x together with the list
-        added = words[1:len(words) - len(given) + 1]
-        assert words[0] == "mpirun" and words[len(added) + 1:] == given[1:], words
+        added = words[1 : len(words) - len(given) + 1]
+        assert words[0] == "mpirun" and words[len(added) + 1 :] == given[1:], words
         assert added[0::2] == ["-x"] * len(block) and sorted(added[1::2]) == sorted(block), words
 
 

@@ -32,8 +32,14 @@ def test_deploy_manifests_pass_server_side_dry_run(cp, hook, workdir, target):
         target = str(copy / "overlays" / "self-managed")
     rendered = c.render_deploy(cp, target)
     assert rendered
-    proc = cp.kubectl("apply", "--dry-run=server", "-f", "-", *args, input=json.dumps(
-        {"apiVersion": "v1", "kind": "List", "items": rendered}))
+    proc = cp.kubectl(
+        "apply",
+        "--dry-run=server",
+        "-f",
+        "-",
+        *args,
+        input=json.dumps({"apiVersion": "v1", "kind": "List", "items": rendered}),
+    )
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.count("(server dry run)") == len(rendered), proc.stdout
     # the rdma-webhook namespace enforces the restricted Pod Security Standard: the Deployment's
@@ -47,6 +53,7 @@ def _served_serial(port: int, cafile) -> int:
         with ctx.wrap_socket(raw, server_hostname="127.0.0.1") as tls:
             der = tls.getpeercert(binary_form=True)
     from cryptography import x509
+
     return x509.load_der_x509_certificate(der).serial_number
 
 
@@ -68,8 +75,12 @@ def test_certificate_rotation_while_the_api_server_calls(cp, hook, namespace):
     try:
         time.sleep(2)
         write_certs(hook.certs, "rdma-webhook", "rdma-webhook", ips=["127.0.0.1"], reuse_ca=True)  # same caBundle
-        c.wait_for("the renewed certificate served", lambda: _served_serial(hook.port, hook.certs / "ca.crt") != before,
-                   90, interval=0.5)
+        c.wait_for(
+            "the renewed certificate served",
+            lambda: _served_serial(hook.port, hook.certs / "ca.crt") != before,
+            90,
+            interval=0.5,
+        )
         time.sleep(3)
     finally:
         done.set()
@@ -92,9 +103,17 @@ def test_webhook_down(cp, hook, namespace):
         elsewhere = create(cp, gpu_pod("elsewhere", other))
         assert elsewhere.returncode == 0, elsewhere.stderr
         # the workload check fails open (failurePolicy Ignore): a Job is still accepted
-        job = {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "during-outage", "namespace": namespace},
-               "spec": {"suspend": True, "template": {"spec": {"restartPolicy": "Never", "containers": [
-                   {"name": "c", "image": "registry.example/x:1"}]}}}}
+        job = {
+            "apiVersion": "batch/v1",
+            "kind": "Job",
+            "metadata": {"name": "during-outage", "namespace": namespace},
+            "spec": {
+                "suspend": True,
+                "template": {
+                    "spec": {"restartPolicy": "Never", "containers": [{"name": "c", "image": "registry.example/x:1"}]}
+                },
+            },
+        }
         proc = cp.kubectl("create", "-f", "-", input=json.dumps(job))
         assert proc.returncode == 0, proc.stderr
     finally:

@@ -7,7 +7,6 @@ plugins (Pod Security among them) after us, and kubectl printed what a user sees
 from __future__ import annotations
 
 import json
-import subprocess
 
 import pytest
 
@@ -71,8 +70,12 @@ def test_denial_reaches_kubectl(cp, namespace):
 
 
 def test_every_reason_reported(cp, namespace):
-    pod = gpu_pod("worse", namespace, env={"NCCL_IB_DISABLE": "1", "NCCL_NET": "Socket"},
-                  securityContext={"capabilities": {"drop": ["IPC_LOCK"]}})
+    pod = gpu_pod(
+        "worse",
+        namespace,
+        env={"NCCL_IB_DISABLE": "1", "NCCL_NET": "Socket"},
+        securityContext={"capabilities": {"drop": ["IPC_LOCK"]}},
+    )
     proc = create(cp, pod)
     assert proc.returncode != 0
     for rule in ("[env-fallback]", "NCCL_NET='Socket'", "IPC_LOCK"):
@@ -160,6 +163,7 @@ def test_delete_of_labelled_pod(cp, hook, namespace):
     assert proc.returncode == 0, proc.stderr
     # no kubelet: a pod that never ran is removed at once (no grace period to wait out)
     from e2e.cluster import wait_for
+
     wait_for("the pod deleted", lambda: cp.request("GET", pod_path(namespace, "gone"))[0] == 404, 60)
     assert len(hook.admissions(namespace)) == before  # only CREATE is sent to us
 
@@ -212,6 +216,7 @@ def test_pods_go_through_the_kubectl_user_path(cp, namespace):
     pod = gpu_pod("applied", namespace)
     proc = cp.kubectl("apply", "-f", "-", input=json.dumps(pod))
     assert proc.returncode == 0, proc.stderr
-    proc = cp.kubectl("get", "pod", "-n", namespace, "applied", "-o",
-                      "jsonpath={.metadata.annotations.rdma-webhook\\.io/status}")
+    proc = cp.kubectl(
+        "get", "pod", "-n", namespace, "applied", "-o", "jsonpath={.metadata.annotations.rdma-webhook\\.io/status}"
+    )
     assert proc.stdout == "injected", proc.stderr

@@ -42,8 +42,9 @@ def main(args: list[str]) -> int:
     if not keep:
         print(f"no file of only_mutate holds mutants named {patterns}", file=sys.stderr)
         return 1
-    new, n = re.subn(r"^only_mutate = \[.*?\]", "only_mutate = " + repr(keep).replace("'", '"'), text,
-                     count=1, flags=re.S | re.M)
+    new, n = re.subn(
+        r"^only_mutate = \[.*?\]", "only_mutate = " + repr(keep).replace("'", '"'), text, count=1, flags=re.S | re.M
+    )
     assert n == 1, "only_mutate not found in pyproject.toml"
     print(f"only_mutate narrowed to {', '.join(keep)}")
     if tests:
@@ -51,9 +52,13 @@ def main(args: list[str]) -> int:
         if missing:
             print(f"no such test file: {', '.join(missing)}", file=sys.stderr)
             return 1
-        new, n = re.subn(r"^pytest_add_cli_args_test_selection = \[.*?\]",
-                         "pytest_add_cli_args_test_selection = " + repr(tests).replace("'", '"'), new,
-                         count=1, flags=re.S | re.M)
+        new, n = re.subn(
+            r"^pytest_add_cli_args_test_selection = \[.*?\]",
+            "pytest_add_cli_args_test_selection = " + repr(tests).replace("'", '"'),
+            new,
+            count=1,
+            flags=re.S | re.M,
+        )
         assert n == 1, "pytest_add_cli_args_test_selection not found in pyproject.toml"
         print(f"test selection narrowed to {', '.join(tests)}")
     pyproject.write_text(new)

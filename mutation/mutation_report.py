@@ -24,8 +24,14 @@ from mutation_summary import changed_lines, parse_equivalents, split_name
 
 HERE = Path(__file__).resolve().parent
 # the core run of 2026-11-25 predates the regroup of webhook/ into layers: its modules' names then
-OLD_NAMES = {"decision": "core.decision", "fallback": "core.fallback", "mutation": "core.mutation", "patch": "core.patch",
-             "nccl": "grammar.nccl", "k8s": "grammar.k8s"}
+OLD_NAMES = {
+    "decision": "core.decision",
+    "fallback": "core.fallback",
+    "mutation": "core.mutation",
+    "patch": "core.patch",
+    "nccl": "grammar.nccl",
+    "k8s": "grammar.k8s",
+}
 ROW = re.compile(r"^\| (?P<module>[a-z0-9_.]+) \| (?P<mutants>[^|]+) \|.*\| (?P<score>[^|]+) \| (?P<target>[^|]+) \|$")
 
 
@@ -44,7 +50,9 @@ def later_verdicts(record: Path, commit: str, equivalents: dict) -> dict[str, tu
         head, *lines = block.splitlines()
         m = NO_VERDICT.match("## " + head)
         if m:
-            open_[m[1]] = changed_lines([line.rstrip() for line in lines if line.startswith(("+", "-")) and line.strip()])
+            open_[m[1]] = changed_lines(
+                [line.rstrip() for line in lines if line.startswith(("+", "-")) and line.strip()]
+            )
     verify = record.with_name(f"mutation-verify{record.stem.removeprefix('mutation-survivors')}.txt")
     killed: set[str] = set()
     if verify.exists():
@@ -79,8 +87,9 @@ def whole(record_text: str, module: str) -> bool:
     follow-up run of the functions a change touched does not stand for the whole module)."""
     for line in re.findall(r"^run \S+, .*?: mutmut run --max-children \d+(.*)$", record_text, re.M):
         patterns = line.split()
-        if not patterns or any(p.endswith(".*") and (module + ".").startswith(p[:-1].removeprefix("webhook."))
-                               for p in patterns):
+        if not patterns or any(
+            p.endswith(".*") and (module + ".").startswith(p[:-1].removeprefix("webhook.")) for p in patterns
+        ):
             return True
     return False
 
@@ -110,8 +119,10 @@ def main() -> int:
         for row in rows:
             module = OLD_NAMES.get(row["module"], row["module"])
             if not whole(text, module):
-                follow_ups.append(f"{module}: {row['mutants'].strip()} mutants of some functions, {row['score'].strip()} "
-                                  f"({part}, copy of {commit}, {start})")
+                follow_ups.append(
+                    f"{module}: {row['mutants'].strip()} mutants of some functions, {row['score'].strip()} "
+                    f"({part}, copy of {commit}, {start})"
+                )
                 continue
             if module not in latest or start > latest[module][2]:
                 latest[module] = (part, commit, start, wall, row, later.get(row["module"], (0, 0)))
@@ -119,8 +130,10 @@ def main() -> int:
     for path in config["only_mutate"]:  # every module the configuration names, with a record or not
         module = path.removeprefix("webhook/").removesuffix(".py").replace("/", ".")
         latest.setdefault(module, ("-", "-", "-", "-", None, (0, 0)))
-    print("| module | part | copy of | run | wall | mutants | score in the run | run's target "
-          "| with later verdicts (killed, equivalent) | target |")
+    print(
+        "| module | part | copy of | run | wall | mutants | score in the run | run's target "
+        "| with later verdicts (killed, equivalent) | target |"
+    )
     print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     short = 0
     for module in sorted(latest):
@@ -141,8 +154,10 @@ def main() -> int:
             later = f"{killed}/{of} = {100 * killed / of:.1f}% (+{kills} killed, {equivalent} equivalent)"
             met = "met" if killed / of >= 0.9 else "NOT met"
         short += met != "met"
-        print(f"| {module} | {part} | {commit} | {start} | {wall} | {row['mutants'].strip()} | {score} | {target} "
-              f"| {later} | {met} |")
+        print(
+            f"| {module} | {part} | {commit} | {start} | {wall} | {row['mutants'].strip()} | {score} | {target} "
+            f"| {later} | {met} |"
+        )
     print(f"\n{len(latest)} modules, {short} without a met target")
     if follow_ups:
         print("\nRuns of some functions only (after a change to them; not the module's score):")

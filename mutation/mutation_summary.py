@@ -13,7 +13,8 @@ lines, then says why no input can tell the mutant from the original:
     why: ...
 
 Entries match by function and changed lines, not by mutmut's number, which shifts when the
-function's code changes; one entry covers every survivor of its function with those lines. The score is killed (timeouts included) over the mutants that ran
+function's code changes; one entry covers every survivor of its function with those lines.
+The score is killed (timeouts included) over the mutants that ran
 minus the equivalents; a survivor without an entry counts as not killed. An entry that matches
 no survivor is listed as stale (a test kills it now, or the code it argued about changed).
 
@@ -61,7 +62,9 @@ def parse_equivalents(folder: Path = EQUIVALENTS) -> dict[Key, str]:
             if verdict.strip() != "equivalent":
                 raise SystemExit(f"{path}: entry {head!r}: the verdict must be 'equivalent'")
             diff = tuple(line.rstrip() for line in lines if line.startswith(("+", "-")))
-            why = " ".join(line.removeprefix("why:").strip() for line in lines if not line.startswith(("+", "-"))).strip()
+            why = " ".join(
+                line.removeprefix("why:").strip() for line in lines if not line.startswith(("+", "-"))
+            ).strip()
             if not diff or not why:
                 raise SystemExit(f"{path}: entry {head!r} needs its -/+ lines and a why:")
             key = (module, function.strip(), changed_lines(list(diff)))
@@ -89,8 +92,10 @@ def split_name(name: str) -> tuple[str, str]:
 
 def score_table(status: dict[str, str], equivalent: set[str]) -> list[str]:
     """Rows of the per-module table: what ran, what was killed, the score against TARGET."""
-    rows = ["| module | mutants | killed | timeout | survived | equivalent | no verdict | score | target |",
-            "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+    rows = [
+        "| module | mutants | killed | timeout | survived | equivalent | no verdict | score | target |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
     by_module: dict[str, collections.Counter] = collections.defaultdict(collections.Counter)
     for name, verdict in status.items():
         module, _ = split_name(name)
@@ -106,13 +111,17 @@ def score_table(status: dict[str, str], equivalent: set[str]) -> list[str]:
         score = killed / denominator if denominator else 1.0
         not_run = sum(v for k, v in c.items() if k not in (*RAN, "equivalent"))
         if not ran:  # nothing of this module ran (a part stopped early): no score to claim
-            rows.append(f"| {module.removeprefix('webhook.')} | 0 (+{not_run} not run) | 0 | 0 | 0 | 0 | 0 | - | not run |")
+            rows.append(
+                f"| {module.removeprefix('webhook.')} | 0 (+{not_run} not run) | 0 | 0 | 0 | 0 | 0 | - | not run |"
+            )
             continue
         # a module part of whose mutants did not run has no result against the target yet
         verdict_ = "partial run" if not_run else "met" if score >= TARGET else "NOT met"
-        rows.append(f"| {module.removeprefix('webhook.')} | {ran}{f' (+{not_run} not run)' if not_run else ''} "
-                    f"| {c['killed']} | {c['timeout']} | {c['survived']} | {c['equivalent']} | {no_verdict} "
-                    f"| {killed}/{denominator} = {100 * score:.1f}% | {verdict_} |")
+        rows.append(
+            f"| {module.removeprefix('webhook.')} | {ran}{f' (+{not_run} not run)' if not_run else ''} "
+            f"| {c['killed']} | {c['timeout']} | {c['survived']} | {c['equivalent']} | {no_verdict} "
+            f"| {killed}/{denominator} = {100 * score:.1f}% | {verdict_} |"
+        )
     return rows
 
 
@@ -142,19 +151,27 @@ def main(patterns: list[str]) -> int:
     for name in sorted(n for n, v in status.items() if v in ("survived", "suspicious", "no tests")):
         m = find_mutant(name)
         diff = get_diff_for_mutant(name, path=m.path)
-        changed = [line.rstrip() for line in diff.splitlines() if line.startswith(("+", "-")) and not line.startswith(("+++", "---"))]
+        changed = [
+            line.rstrip()
+            for line in diff.splitlines()
+            if line.startswith(("+", "-")) and not line.startswith(("+++", "---"))
+        ]
         module, function = split_name(name)
         survivors[name] = ((module, function, changed_lines(changed)), changed)
     equivalent = {name for name, (key, _) in survivors.items() if key in entries}
     used = {survivors[name][0] for name in equivalent}
 
-    print(f"\nScore: killed (timeouts included) of the mutants that ran minus the equivalents; "
-          f"target {100 * TARGET:.0f}% per module.\n")
+    print(
+        f"\nScore: killed (timeouts included) of the mutants that ran minus the equivalents; "
+        f"target {100 * TARGET:.0f}% per module.\n"
+    )
     print("\n".join(score_table(status, equivalent)))
     stale = sorted(set(entries) - used)
     if stale:
-        print(f"\n{len(stale)} entries of mutation/mutation_equivalents/ match no survivor of this run "
-              f"(killed now, not run, or their code changed):")
+        print(
+            f"\n{len(stale)} entries of mutation/mutation_equivalents/ match no survivor of this run "
+            f"(killed now, not run, or their code changed):"
+        )
         for module, function, diff in stale:
             print(f"- {module}.{function}: {' / '.join(diff)}")
     for name, (key, changed) in survivors.items():

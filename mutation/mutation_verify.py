@@ -22,21 +22,27 @@ from pathlib import Path
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--tests", required=True, help="comma-separated test paths or node ids")
-    ap.add_argument("--timeout", type=float, default=120.0, help="seconds the tests may take with a mutant (default 120)")
+    ap.add_argument(
+        "--timeout", type=float, default=120.0, help="seconds the tests may take with a mutant (default 120)"
+    )
     ap.add_argument("names", nargs="+")
     args = ap.parse_args()
     here = Path.cwd()
     env = {**os.environ, "PYTHONPATH": str(here)}
     tests = args.tests.split(",")
-    base = subprocess.run([sys.executable, "-P", "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", *tests],
-                          env=env, capture_output=True, text=True)
+    base = subprocess.run(
+        [sys.executable, "-P", "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", *tests],
+        env=env,
+        capture_output=True,
+        text=True,
+    )
     if base.returncode != 0:
         print(f"the tests fail without a mutant (exit {base.returncode}): nothing to verify", flush=True)
         return 2
     alive = 0
     for name in args.names:
         parts = name.split(".")  # the module is every part before mutmut's mangled function name
-        module = ".".join(parts[:next(i for i, part in enumerate(parts) if part.startswith(("x_", "xǁ")))])
+        module = ".".join(parts[: next(i for i, part in enumerate(parts) if part.startswith(("x_", "xǁ")))])
         source = here / (module.replace(".", "/") + ".py")
         backup = source.read_bytes()
         try:
@@ -45,9 +51,16 @@ def main() -> int:
                 print(f"?      {name}: mutmut apply changed nothing", flush=True)
                 continue
             try:
-                out = subprocess.run([sys.executable, "-P", "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", *tests],
-                                     env=env, capture_output=True, text=True, timeout=args.timeout)
-                verdict = "killed" if out.returncode == 1 else "ALIVE" if out.returncode == 0 else f"error {out.returncode}"
+                out = subprocess.run(
+                    [sys.executable, "-P", "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", *tests],
+                    env=env,
+                    capture_output=True,
+                    text=True,
+                    timeout=args.timeout,
+                )
+                verdict = (
+                    "killed" if out.returncode == 1 else "ALIVE" if out.returncode == 0 else f"error {out.returncode}"
+                )
             except subprocess.TimeoutExpired:
                 verdict = "timeout"
             alive += verdict not in ("killed", "timeout")

@@ -35,7 +35,7 @@ CLI = [sys.executable, "-P", "-m", "webhook"]
 
 
 def expected_core() -> str | None:
-    """"compiled" or "pure" when the Makefile says which core this run tests, else None."""
+    """ "compiled" or "pure" when the Makefile says which core this run tests, else None."""
     return os.environ.get("RDMA_WEBHOOK_EXPECT") or None
 
 
@@ -43,9 +43,17 @@ def check_served_core(log_text: str) -> str:
     """The core `serve` says it runs (its startup line), checked against RDMA_WEBHOOK_EXPECT."""
     lines = [line for line in log_text.splitlines() if "decision core: " in line]
     assert lines, f"no 'decision core:' line in the server log:\n{log_text[-2000:]}"
-    served = "compiled" if "decision core: compiled" in lines[0] else "pure" if "decision core: interpreted" in lines[0] else "?"
+    served = (
+        "compiled"
+        if "decision core: compiled" in lines[0]
+        else "pure"
+        if "decision core: interpreted" in lines[0]
+        else "?"
+    )
     expected = expected_core()
-    assert expected is None or served == expected, f"this run tests the {expected} core, the server ran {served}: {lines[0]}"
+    assert expected is None or served == expected, (
+        f"this run tests the {expected} core, the server ran {served}: {lines[0]}"
+    )
     return served
 
 
@@ -82,8 +90,14 @@ class Server:
     def connection(self, timeout: float = 10) -> http.client.HTTPSConnection:
         return http.client.HTTPSConnection("localhost", self.port, context=self.context(), timeout=timeout)
 
-    def request(self, method: str, path: str, body: bytes | None = None, headers: dict | None = None,
-                conn: http.client.HTTPSConnection | None = None) -> tuple[int, bytes, http.client.HTTPMessage]:
+    def request(
+        self,
+        method: str,
+        path: str,
+        body: bytes | None = None,
+        headers: dict | None = None,
+        conn: http.client.HTTPSConnection | None = None,
+    ) -> tuple[int, bytes, http.client.HTTPMessage]:
         own = conn is None
         conn = conn or self.connection()
         try:
@@ -100,8 +114,15 @@ class Server:
         return json.loads(data)
 
 
-def start_server(tmp: Path, *, extra_args: list[str] = (), workers: int = 2, policies_src: Path = POLICIES,
-                 env: dict | None = None, wait_for: str = "/readyz") -> Server:
+def start_server(
+    tmp: Path,
+    *,
+    extra_args: list[str] = (),
+    workers: int = 2,
+    policies_src: Path = POLICIES,
+    env: dict | None = None,
+    wait_for: str = "/readyz",
+) -> Server:
     certs = tmp / "certs"
     write_certs(certs, "rdma-webhook", "rdma-webhook", dns=["localhost"], ips=["127.0.0.1"])
     pol = tmp / "policies"
@@ -111,10 +132,30 @@ def start_server(tmp: Path, *, extra_args: list[str] = (), workers: int = 2, pol
     log = tmp / "server.log"
     proc_env = {**os.environ, "PROMETHEUS_MULTIPROC_DIR": str(tmp / "metrics"), **(env or {})}
     proc = subprocess.Popen(
-        CLI + ["serve", "--policies", str(pol), "--tls-cert", str(certs / "tls.crt"), "--tls-key", str(certs / "tls.key"),
-               "--host", "127.0.0.1", "--port", str(port), "--workers", str(workers),
-               "--cluster-state", str(CLUSTER_STATE), *extra_args],
-        stdout=open(log, "wb"), stderr=subprocess.STDOUT, env=proc_env, cwd=str(ROOT))
+        CLI
+        + [
+            "serve",
+            "--policies",
+            str(pol),
+            "--tls-cert",
+            str(certs / "tls.crt"),
+            "--tls-key",
+            str(certs / "tls.key"),
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--workers",
+            str(workers),
+            "--cluster-state",
+            str(CLUSTER_STATE),
+            *extra_args,
+        ],
+        stdout=open(log, "wb"),
+        stderr=subprocess.STDOUT,
+        env=proc_env,
+        cwd=str(ROOT),
+    )
     server = Server(port, certs, proc, pol, log)
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:

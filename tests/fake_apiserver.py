@@ -69,8 +69,15 @@ _NS_ITEM = re.compile(r"^/api/v1/namespaces/([^/]+)$")
 
 
 def _status(code: int, reason: str, message: str) -> dict[str, Any]:
-    return {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
-            "message": message, "reason": reason, "code": code}
+    return {
+        "kind": "Status",
+        "apiVersion": "v1",
+        "metadata": {},
+        "status": "Failure",
+        "message": message,
+        "reason": reason,
+        "code": code,
+    }
 
 
 class FakeApiServer:
@@ -101,8 +108,9 @@ class FakeApiServer:
         self.list_errors: collections.defaultdict[str, list[int]] = collections.defaultdict(list)
         self._open_watches = 0
         self._httpd = _QuietServer(("127.0.0.1", 0), _handler_for(self))
-        self._thread = threading.Thread(target=self._httpd.serve_forever, kwargs={"poll_interval": 0.05},
-                                        name="fake-apiserver", daemon=True)
+        self._thread = threading.Thread(
+            target=self._httpd.serve_forever, kwargs={"poll_interval": 0.05}, name="fake-apiserver", daemon=True
+        )
 
     @property
     def url(self) -> str:
@@ -140,18 +148,29 @@ class FakeApiServer:
             self.cond.notify_all()
 
     def put_namespace(self, name: str, labels: dict[str, str] | None = None) -> None:
-        obj = {"apiVersion": "v1", "kind": "Namespace",
-               "metadata": {"name": name, "uid": f"uid-{name}", "labels": {"kubernetes.io/metadata.name": name, **(labels or {})}},
-               "spec": {"finalizers": ["kubernetes"]}, "status": {"phase": "Active"}}
+        obj = {
+            "apiVersion": "v1",
+            "kind": "Namespace",
+            "metadata": {
+                "name": name,
+                "uid": f"uid-{name}",
+                "labels": {"kubernetes.io/metadata.name": name, **(labels or {})},
+            },
+            "spec": {"finalizers": ["kubernetes"]},
+            "status": {"phase": "Active"},
+        }
         self._change(NS, name, obj)
 
     def delete_namespace(self, name: str) -> None:
         self._change(NS, name, None)
 
     def put_nad(self, namespace: str, name: str, annotations: dict[str, str] | None = None) -> None:
-        obj = {"apiVersion": "k8s.cni.cncf.io/v1", "kind": "NetworkAttachmentDefinition",
-               "metadata": {"name": name, "namespace": namespace, "annotations": dict(annotations or {})},
-               "spec": {"config": '{"cniVersion": "0.3.1", "type": "sriov"}'}}
+        obj = {
+            "apiVersion": "k8s.cni.cncf.io/v1",
+            "kind": "NetworkAttachmentDefinition",
+            "metadata": {"name": name, "namespace": namespace, "annotations": dict(annotations or {})},
+            "spec": {"config": '{"cniVersion": "0.3.1", "type": "sriov"}'},
+        }
         self._change(NAD, (namespace, name), obj)
 
     def delete_nad(self, namespace: str, name: str) -> None:
@@ -164,13 +183,17 @@ class FakeApiServer:
         self._change(kind, meta["name"] if kind == CTR else (meta["namespace"], meta["name"]), obj)
 
     def delete_runtime(self, kind: str, name: str, namespace: str = "") -> None:
-        self._change(CTR if kind == "ClusterTrainingRuntime" else TR, name if not namespace else (namespace, name), None)
+        self._change(
+            CTR if kind == "ClusterTrainingRuntime" else TR, name if not namespace else (namespace, name), None
+        )
 
     def bookmark(self) -> None:
         """A BOOKMARK at the current resourceVersion on every kind's open watches."""
         with self.cond:
             for kind in (NS, NAD):
-                self.log[kind].append((self.rv, "BOOKMARK", {"kind": "Bookmark", "metadata": {"resourceVersion": str(self.rv)}}))
+                self.log[kind].append(
+                    (self.rv, "BOOKMARK", {"kind": "Bookmark", "metadata": {"resourceVersion": str(self.rv)}})
+                )
             self.cond.notify_all()
 
     def compact(self) -> None:
@@ -220,7 +243,9 @@ class FakeApiServer:
                 self.list_versions[kind].append(version)  # what each list's first request asked for
                 if self.list_errors[kind]:  # test-side: fail the next first requests with these statuses
                     status = self.list_errors[kind].pop(0)
-                    return status, _status(status, "Timeout" if status == 504 else "Expired", f"list refused with {status}")
+                    return status, _status(
+                        status, "Timeout" if status == 504 else "Expired", f"list refused with {status}"
+                    )
                 if self.watch_cache and version == "0":
                     limit = 0
             if token:
@@ -231,22 +256,30 @@ class FakeApiServer:
                     return 400, _status(400, "BadRequest", f"invalid continue token {token!r}")
                 rv, items = snapshot
                 if rv < self.compacted:
-                    return 410, _status(410, "Expired", "The provided continue parameter is too old to display a "
-                                                        "consistent list result. You can start a new list without "
-                                                        "the continue parameter.")
+                    return 410, _status(
+                        410,
+                        "Expired",
+                        "The provided continue parameter is too old to display a "
+                        "consistent list result. You can start a new list without "
+                        "the continue parameter.",
+                    )
                 offset = int(offset_text)
             else:
                 rv = self.rv
                 items = [copy.deepcopy(o) for _, o in sorted(self.objects[kind].items(), key=lambda kv: str(kv[0]))]
                 offset, snap_id = 0, f"{kind}-{rv}-{len(self._snapshots)}"
-            page = items[offset:offset + limit] if limit > 0 else items[offset:]
+            page = items[offset : offset + limit] if limit > 0 else items[offset:]
             meta: dict[str, Any] = {"resourceVersion": str(rv)}
             if limit > 0 and offset + limit < len(items):
                 self._snapshots[snap_id] = (rv, items)
                 meta["continue"] = f"{snap_id}:{offset + limit}"
                 meta["remainingItemCount"] = len(items) - offset - limit
-        list_kind = {NS: "NamespaceList", NAD: "NetworkAttachmentDefinitionList", TR: "TrainingRuntimeList",
-                     CTR: "ClusterTrainingRuntimeList"}[kind]
+        list_kind = {
+            NS: "NamespaceList",
+            NAD: "NetworkAttachmentDefinitionList",
+            TR: "TrainingRuntimeList",
+            CTR: "ClusterTrainingRuntimeList",
+        }[kind]
         api_version = {NS: "v1", NAD: "k8s.cni.cncf.io/v1"}.get(kind, "trainer.kubeflow.org/v1alpha1")
         return 200, {"kind": list_kind, "apiVersion": api_version, "metadata": meta, "items": page}
 
@@ -255,7 +288,11 @@ class FakeApiServer:
         timeout = float((query.get("timeoutSeconds") or ["300"])[0])
         with self.cond:
             paused, generation = self._paused, self._drop_generation
-            gone = _status(410, "Expired", f"too old resource version: {since} ({self.compacted})") if since < self.compacted else None
+            gone = (
+                _status(410, "Expired", f"too old resource version: {since} ({self.compacted})")
+                if since < self.compacted
+                else None
+            )
             pos = next((i for i, e in enumerate(self.log[kind]) if e[0] > since), len(self.log[kind]))
         if paused:
             return handler.send_json(503, _status(503, "ServiceUnavailable", "paused by the test"))
@@ -274,8 +311,13 @@ class FakeApiServer:
         try:
             while True:
                 with self.cond:
-                    while (pos >= len(self.log[kind]) and generation == self._drop_generation
-                           and not self._closed and time.monotonic() < deadline and not handler.client_gone()):
+                    while (
+                        pos >= len(self.log[kind])
+                        and generation == self._drop_generation
+                        and not self._closed
+                        and time.monotonic() < deadline
+                        and not handler.client_gone()
+                    ):
                         self.cond.wait(0.05)
                     if generation != self._drop_generation or self._closed or handler.client_gone():
                         return handler.abort()
@@ -342,8 +384,8 @@ def _handler_for(server: FakeApiServer) -> type[BaseHTTPRequestHandler]:
             query = parse_qs(url.query)
             watching = (query.get("watch") or [""])[0] == "true"
             kind = NS if url.path == "/api/v1/namespaces" else NAD if url.path == NAD_PREFIX else None
-            if url.path.startswith(TRAINER_PREFIX) and url.path[len(TRAINER_PREFIX):] in (TR, CTR) and server.trainer:
-                kind = url.path[len(TRAINER_PREFIX):]
+            if url.path.startswith(TRAINER_PREFIX) and url.path[len(TRAINER_PREFIX) :] in (TR, CTR) and server.trainer:
+                kind = url.path[len(TRAINER_PREFIX) :]
             item = _NS_ITEM.match(url.path)
             if kind:
                 label = f"{'watch' if watching else 'list'} {kind}"

@@ -61,9 +61,18 @@ REQUEST_TIMEOUT = 15.0
 
 # -- the request mix ------------------------------------------------------------------------------
 
+
 def _mix() -> list[tuple[str, int]]:
     """(kind, weight): what each kind of request is and how often it is sent."""
-    return [("mutated", 6), ("denied", 3), ("skipped", 2), ("malformed", 1), ("envelope", 1), ("not-json", 1), ("healthz", 2)]
+    return [
+        ("mutated", 6),
+        ("denied", 3),
+        ("skipped", 2),
+        ("malformed", 1),
+        ("envelope", 1),
+        ("not-json", 1),
+        ("healthz", 2),
+    ]
 
 
 def make_request(kind: str, rng: random.Random) -> tuple[str, str, bytes | None, str | None]:
@@ -118,6 +127,7 @@ def check(kind: str, status: int, data: bytes, uid: str | None) -> str | None:
 
 # -- rotation and reload --------------------------------------------------------------------------
 
+
 @dataclass
 class Rotator:
     certs: Path
@@ -126,7 +136,9 @@ class Rotator:
 
     def rotate(self) -> None:
         ca, ca_key = self.cas[self.rotations % len(self.cas)]
-        cert, key = make_serving(ca, ca_key, service_dns_names("rdma-webhook", "rdma-webhook") + ["localhost"], ["127.0.0.1"])
+        cert, key = make_serving(
+            ca, ca_key, service_dns_names("rdma-webhook", "rdma-webhook") + ["localhost"], ["127.0.0.1"]
+        )
         # key first, then certificate, each replaced atomically (the server ignores a
         # mismatched pair until both are in place)
         for name, data in (("tls.key", _pem_key(key)), ("tls.crt", cert.public_bytes(serialization.Encoding.PEM))):
@@ -145,7 +157,9 @@ class Reloader:
 
     def rewrite(self) -> None:
         if self.writes % 2 == 0:
-            text = self.original.replace('NCCL_MIN_NCHANNELS: "16"', f'NCCL_MIN_NCHANNELS: "{16 + 16 * (self.writes // 2 % 2)}"')
+            text = self.original.replace(
+                'NCCL_MIN_NCHANNELS: "16"', f'NCCL_MIN_NCHANNELS: "{16 + 16 * (self.writes // 2 % 2)}"'
+            )
             self.valid_writes += 1
         else:
             text = self.original.replace("count: 1", "count: lots")  # invalid: rejected whole
@@ -156,6 +170,7 @@ class Reloader:
 
 
 # -- process memory -------------------------------------------------------------------------------
+
 
 def children(pid: int) -> list[int]:
     out: list[int] = []
@@ -182,13 +197,17 @@ def rss_kib(pid: int) -> int | None:
 
 def memory(master: int) -> dict[str, Any]:
     workers = children(master)
-    return {"master": {"pid": master, "rss_kib": rss_kib(master)},
-            "workers": [{"pid": p, "rss_kib": rss_kib(p)} for p in workers]}
+    return {
+        "master": {"pid": master, "rss_kib": rss_kib(master)},
+        "workers": [{"pid": p, "rss_kib": rss_kib(p)} for p in workers],
+    }
 
 
 # -- metrics --------------------------------------------------------------------------------------
 
-_SAMPLE = re.compile(r"^(rdma_webhook_admissions_total|rdma_webhook_http_responses_total|rdma_webhook_policy_reloads_total)\{([^}]*)\} ([0-9.e+]+)$")
+_SAMPLE = re.compile(
+    r"^(rdma_webhook_admissions_total|rdma_webhook_http_responses_total|rdma_webhook_policy_reloads_total)\{([^}]*)\} ([0-9.e+]+)$"
+)
 
 
 def scrape(srv: Server, ctx: ssl.SSLContext) -> dict[str, Counter]:
@@ -216,13 +235,14 @@ def scrape(srv: Server, ctx: ssl.SSLContext) -> dict[str, Counter]:
 
 # -- the clients ----------------------------------------------------------------------------------
 
+
 @dataclass
 class Tally:
-    sent: Counter = field(default_factory=Counter)      # by kind
+    sent: Counter = field(default_factory=Counter)  # by kind
     answered: Counter = field(default_factory=Counter)  # by kind
-    status: Counter = field(default_factory=Counter)    # by HTTP status
-    wrong: list[str] = field(default_factory=list)      # answers that were not the expected kind
-    failed: Counter = field(default_factory=Counter)    # requests without an answer, by error
+    status: Counter = field(default_factory=Counter)  # by HTTP status
+    wrong: list[str] = field(default_factory=list)  # answers that were not the expected kind
+    failed: Counter = field(default_factory=Counter)  # requests without an answer, by error
     fresh_connections: int = 0
     certs_seen: set[str] = field(default_factory=set)
     latencies: list[float] = field(default_factory=list)
@@ -256,7 +276,9 @@ def client(i: int, srv: Server, ctx: ssl.SSLContext, stop: threading.Event, tall
             data = resp.read()
         except Exception as exc:  # noqa: BLE001 - every failure is counted and reported
             with tally.lock:
-                tally.failed[f"{kind}: {type(exc).__name__}: {str(exc)[:80]} ({'fresh' if fresh else 'reused'} connection)"] += 1
+                tally.failed[
+                    f"{kind}: {type(exc).__name__}: {str(exc)[:80]} ({'fresh' if fresh else 'reused'} connection)"
+                ] += 1
             conn.close()
             conn = None
             continue
@@ -279,8 +301,15 @@ def client(i: int, srv: Server, ctx: ssl.SSLContext, stop: threading.Event, tall
 
 # -- the run --------------------------------------------------------------------------------------
 
-def run(seconds: float, workdir: Path, clients: int = CLIENTS, reload_every: float = RELOAD_EVERY,
-        rotate_every: float = ROTATE_EVERY, log=print) -> dict[str, Any]:
+
+def run(
+    seconds: float,
+    workdir: Path,
+    clients: int = CLIENTS,
+    reload_every: float = RELOAD_EVERY,
+    rotate_every: float = ROTATE_EVERY,
+    log=print,
+) -> dict[str, Any]:
     srv = start_server(workdir)
     try:
         return _run(srv, seconds, clients, reload_every, rotate_every, log)
@@ -292,8 +321,10 @@ def _run(srv: Server, seconds: float, clients: int, reload_every: float, rotate_
     # the CA the server started with, plus a second one; clients trust both from the start
     from cryptography import x509
 
-    ca_a = (x509.load_pem_x509_certificate((srv.certs / "ca.crt").read_bytes()),
-            serialization.load_pem_private_key((srv.certs / "ca.key").read_bytes(), None))
+    ca_a = (
+        x509.load_pem_x509_certificate((srv.certs / "ca.crt").read_bytes()),
+        serialization.load_pem_private_key((srv.certs / "ca.key").read_bytes(), None),
+    )
     ca_b = make_ca("rdma-webhook soak CA (next)")
     bundle = b"".join(c.public_bytes(serialization.Encoding.PEM) for c, _ in (ca_a, ca_b))
     ctx = ssl.create_default_context(cadata=bundle.decode())
@@ -312,12 +343,17 @@ def _run(srv: Server, seconds: float, clients: int, reload_every: float, rotate_
         th.join(REQUEST_TIMEOUT + 5)
     before = scrape(srv, ctx)
     mem_start = memory(srv.proc.pid)
-    log(f"soak: {seconds:.0f} s, {clients} clients, reload every {reload_every} s, rotate every {rotate_every} s; "
-        f"server pid {srv.proc.pid}, workers {[w['pid'] for w in mem_start['workers']]}")
+    log(
+        f"soak: {seconds:.0f} s, {clients} clients, reload every {reload_every} s, rotate every {rotate_every} s; "
+        f"server pid {srv.proc.pid}, workers {[w['pid'] for w in mem_start['workers']]}"
+    )
 
     tally = Tally()
     stop = threading.Event()
-    threads = [threading.Thread(target=client, args=(i, srv, ctx, stop, tally), name=f"soak-client-{i}") for i in range(clients)]
+    threads = [
+        threading.Thread(target=client, args=(i, srv, ctx, stop, tally), name=f"soak-client-{i}")
+        for i in range(clients)
+    ]
     started = time.monotonic()
     for th in threads:
         th.start()
@@ -331,8 +367,10 @@ def _run(srv: Server, seconds: float, clients: int, reload_every: float, rotate_
             next_rotate += rotate_every
         if now >= next_report:
             with tally.lock:
-                log(f"  {now - started:5.0f} s: sent {sum(tally.sent.values())}, answered {sum(tally.answered.values())}, "
-                    f"failed {sum(tally.failed.values())}, rss {memory(srv.proc.pid)}")
+                log(
+                    f"  {now - started:5.0f} s: sent {sum(tally.sent.values())}, answered {sum(tally.answered.values())}, "
+                    f"failed {sum(tally.failed.values())}, rss {memory(srv.proc.pid)}"
+                )
             next_report += 60
         if srv.proc.poll() is not None:
             break
@@ -417,9 +455,13 @@ def problems(s: dict[str, Any]) -> list[str]:
     if s["hung_clients"]:
         out.append(f"client threads hung: {s['hung_clients']}")
     if s["server_admissions_total"] != s["client_mutate_answered"]:
-        out.append(f"server counted {s['server_admissions_total']:.0f} admissions, clients got {s['client_mutate_answered']} /mutate answers")
+        out.append(
+            f"server counted {s['server_admissions_total']:.0f} admissions, clients got {s['client_mutate_answered']} /mutate answers"
+        )
     if s["server_http_responses_total"] != s["client_json_answered"]:
-        out.append(f"server counted {s['server_http_responses_total']:.0f} responses, clients got {s['client_json_answered']}")
+        out.append(
+            f"server counted {s['server_http_responses_total']:.0f} responses, clients got {s['client_json_answered']}"
+        )
     if s["workers_replaced"]:
         out.append(f"worker processes replaced during the run: {s['workers_replaced']}")
     if not s["server_alive"]:
@@ -453,8 +495,10 @@ def format_summary(s: dict[str, Any]) -> str:
         f"  rotations {s['rotations']} (certificates seen {s['serving_certificates_seen']}, fresh connections {s['fresh_connections']}), "
         f"policy writes {s['policy_writes']}, server reloads {s['server_reloads']}",
         f"  RSS KiB master {rss['start']['master']['rss_kib']} -> {rss['end']['master']['rss_kib']}; workers "
-        + ", ".join(f"{w['pid']}: {w['rss_kib']} -> {next((e['rss_kib'] for e in rss['end']['workers'] if e['pid'] == w['pid']), 'gone')}"
-                    for w in rss["start"]["workers"]),
+        + ", ".join(
+            f"{w['pid']}: {w['rss_kib']} -> {next((e['rss_kib'] for e in rss['end']['workers'] if e['pid'] == w['pid']), 'gone')}"
+            for w in rss["start"]["workers"]
+        ),
         "  problems: " + ("none" if not s["problems"] else "; ".join(s["problems"])),
     ]
     return "\n".join(lines)
@@ -487,7 +531,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         print(json.dumps(summary, default=str))
     if args.store:
-        print(f"stored in {provenance.store(args.store, prov, json.loads(json.dumps({'summary': summary}, default=str)))}")
+        print(
+            f"stored in {provenance.store(args.store, prov, json.loads(json.dumps({'summary': summary}, default=str)))}"
+        )
     return 1 if summary["problems"] else 0
 
 

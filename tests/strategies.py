@@ -43,11 +43,20 @@ ROOT = Path(__file__).resolve().parent.parent
 # one run must not change the next). `long`: fresh random examples, the database on so that a
 # failure found in a long run is replayed first next time.
 settings.register_profile(
-    "rdma-ci", derandomize=True, database=None, deadline=None, print_blob=True,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.filter_too_much])
+    "rdma-ci",
+    derandomize=True,
+    database=None,
+    deadline=None,
+    print_blob=True,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.filter_too_much],
+)
 settings.register_profile(
-    "long", derandomize=False, deadline=None, print_blob=True,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.filter_too_much])
+    "long",
+    derandomize=False,
+    deadline=None,
+    print_blob=True,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.filter_too_much],
+)
 # `mutation` (`make mutation`): the CI profile with a thirtieth of its examples (a tenth in test_patch and
 # test_fast_paths too), since every surviving mutant reruns every property test that reaches it.
 settings.register_profile("mutation", parent=settings.get_profile("rdma-ci"))
@@ -123,11 +132,30 @@ _EXTRA_STATE = """
 """
 
 # Namespaces pods are sent into; "ghost" is unknown to the webhook's cluster state.
-NAMESPACES = ("ml-training", "ai-training", "team-restricted", "default", "pss-baseline", "pss-privileged",
-              "team-erdma", "bad-default", "opted-out", "nad-no-resource", "nad-custom", "ghost")
+NAMESPACES = (
+    "ml-training",
+    "ai-training",
+    "team-restricted",
+    "default",
+    "pss-baseline",
+    "pss-privileged",
+    "team-erdma",
+    "bad-default",
+    "opted-out",
+    "nad-no-resource",
+    "nad-custom",
+    "ghost",
+)
 # Opted-in namespaces where both shipped policies can mutate (a NetworkAttachmentDefinition for
 # sriov-roce exists) are drawn more often: that is where most of the contract is exercised.
-NAMESPACES_WEIGHTED = ("ai-training", "nad-custom", "ml-training", "nad-no-resource", "ai-training", "nad-custom") + NAMESPACES
+NAMESPACES_WEIGHTED = (
+    "ai-training",
+    "nad-custom",
+    "ml-training",
+    "nad-no-resource",
+    "ai-training",
+    "nad-custom",
+) + NAMESPACES
 
 
 @lru_cache(maxsize=1)
@@ -138,6 +166,7 @@ def cluster_state() -> FileClusterState:
 
 
 # -- validity: what the API server would accept ---------------------------------------------------
+
 
 @lru_cache(maxsize=4)
 def _pod_validator(version: str):
@@ -167,7 +196,11 @@ _NATIVE = {"cpu", "memory", "ephemeral-storage"}
 
 
 def _is_extended(resource: str) -> bool:
-    return "/" in resource and not resource.split("/", 1)[0].endswith("kubernetes.io") and not resource.startswith("hugepages-")
+    return (
+        "/" in resource
+        and not resource.split("/", 1)[0].endswith("kubernetes.io")
+        and not resource.startswith("hugepages-")
+    )
 
 
 def semantic_errors(pod: dict[str, Any]) -> list[str]:
@@ -261,7 +294,19 @@ user_text = st.text(st.characters(exclude_categories=("Cs",)), max_size=24)
 NCCL_VALUES: dict[str, tuple[str, ...]] = {
     "NCCL_IB_DISABLE": ("0", "1", "0x1", "-1", " 1", "", "no", "010", "00", "0x0", "99999999999999999999"),
     "NCCL_NET": ("IB", "ib", "Ib", "Socket", "socket", "Bogus", "", "$(TRANSPORT)"),
-    "NCCL_IB_HCA": ("erdma", "erdma_0", "=erdma_1", "^erdma_0", "^erdma", "mlx5", "mlx5_2:1", "^mlx5", "eth0", "", "=mlx5_0,mlx5_1:1"),
+    "NCCL_IB_HCA": (
+        "erdma",
+        "erdma_0",
+        "=erdma_1",
+        "^erdma_0",
+        "^erdma",
+        "mlx5",
+        "mlx5_2:1",
+        "^mlx5",
+        "eth0",
+        "",
+        "=mlx5_0,mlx5_1:1",
+    ),
     "NCCL_DEBUG": ("INFO", "WARN", "TRACE", "info", "VERSION"),
     "NCCL_SOCKET_IFNAME": ("eth0", "net1", "^lo,docker"),
     "NCCL_IB_GID_INDEX": ("1", "3"),
@@ -274,58 +319,115 @@ SECRET_MARKER = "SECRET-TOKEN-123"
 
 _value_env = st.one_of(
     st.sampled_from(sorted(NCCL_VALUES)).flatmap(lambda n: st.tuples(st.just(n), st.sampled_from(NCCL_VALUES[n]))),
-    st.tuples(st.sampled_from(["TRANSPORT", "MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "RANK", "PYTHONUNBUFFERED"]),
-              st.sampled_from(["IB", "Socket", "trainer-0.trainer", "23456", "2", "1"])),
+    st.tuples(
+        st.sampled_from(["TRANSPORT", "MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "RANK", "PYTHONUNBUFFERED"]),
+        st.sampled_from(["IB", "Socket", "trainer-0.trainer", "23456", "2", "1"]),
+    ),
     st.tuples(_c_ident, user_text),
     st.tuples(st.just("API_TOKEN"), st.just(SECRET_MARKER)),
 ).map(lambda nv: {"name": nv[0], "value": nv[1]})
 
 _value_from = st.one_of(
     st.just({"fieldRef": {"apiVersion": "v1", "fieldPath": "metadata.name"}}),
-    st.just({"fieldRef": {"apiVersion": "v1", "fieldPath": "metadata.annotations['batch.kubernetes.io/job-completion-index']"}}),
-    st.builds(lambda n, key: {"secretKeyRef": {"name": n, "key": key}}, _dns_label, st.sampled_from(["token", "password"])),
-    st.builds(lambda n, opt: {"configMapKeyRef": {"name": n, "key": "value", "optional": opt}}, _dns_label, st.booleans()),
+    st.just(
+        {
+            "fieldRef": {
+                "apiVersion": "v1",
+                "fieldPath": "metadata.annotations['batch.kubernetes.io/job-completion-index']",
+            }
+        }
+    ),
+    st.builds(
+        lambda n, key: {"secretKeyRef": {"name": n, "key": key}}, _dns_label, st.sampled_from(["token", "password"])
+    ),
+    st.builds(
+        lambda n, opt: {"configMapKeyRef": {"name": n, "key": "value", "optional": opt}}, _dns_label, st.booleans()
+    ),
     st.just({"resourceFieldRef": {"resource": "limits.memory", "divisor": "0"}}),
 )
-_from_env = st.builds(lambda n, vf: {"name": n, "valueFrom": vf},
-                      st.one_of(st.sampled_from(["NCCL_IB_HCA", "NCCL_NET", "NCCL_IB_DISABLE", "RANK", "POD_NAME"]), _c_ident),
-                      _value_from)
+_from_env = st.builds(
+    lambda n, vf: {"name": n, "valueFrom": vf},
+    st.one_of(st.sampled_from(["NCCL_IB_HCA", "NCCL_NET", "NCCL_IB_DISABLE", "RANK", "POD_NAME"]), _c_ident),
+    _value_from,
+)
 env_list = st.lists(st.one_of(_value_env, _value_env, _value_env, _from_env), max_size=8)
 
-env_from_list = st.lists(st.one_of(
-    st.builds(lambda n: {"configMapRef": {"name": n}}, _dns_label),
-    st.builds(lambda n: {"secretRef": {"name": n}}, _dns_label),
-    st.builds(lambda n, p: {"configMapRef": {"name": n}, "prefix": p}, _dns_label, st.sampled_from(["APP_", "NCCL_", "X"])),
-    st.builds(lambda n, opt: {"secretRef": {"name": n, "optional": opt}, "prefix": "S_"}, _dns_label, st.booleans()),
-), max_size=2)
+env_from_list = st.lists(
+    st.one_of(
+        st.builds(lambda n: {"configMapRef": {"name": n}}, _dns_label),
+        st.builds(lambda n: {"secretRef": {"name": n}}, _dns_label),
+        st.builds(
+            lambda n, p: {"configMapRef": {"name": n}, "prefix": p}, _dns_label, st.sampled_from(["APP_", "NCCL_", "X"])
+        ),
+        st.builds(
+            lambda n, opt: {"secretRef": {"name": n, "optional": opt}, "prefix": "S_"}, _dns_label, st.booleans()
+        ),
+    ),
+    max_size=2,
+)
 
 # Command lines: the ones that send NCCL to TCP and the ones that do not.
 HARMLESS_LINES = (
-    "export NCCL_IB_DISABLE=0", "export NCCL_DEBUG=INFO", "export NCCL_DEBUG=WARN", "export NCCL_NET=IB",
-    "export NCCL_NET_GDR_LEVEL=SYS", "export NCCL_SOCKET_IFNAME=net1", "export MY_NCCL_NET=Socket",
-    "env NCCL_NET=IB python train.py", "NCCL_IB_DISABLE=$DISABLE torchrun train.py", "NCCL_NET=IB torchrun train.py",
+    "export NCCL_IB_DISABLE=0",
+    "export NCCL_DEBUG=INFO",
+    "export NCCL_DEBUG=WARN",
+    "export NCCL_NET=IB",
+    "export NCCL_NET_GDR_LEVEL=SYS",
+    "export NCCL_SOCKET_IFNAME=net1",
+    "export MY_NCCL_NET=Socket",
+    "env NCCL_NET=IB python train.py",
+    "NCCL_IB_DISABLE=$DISABLE torchrun train.py",
+    "NCCL_NET=IB torchrun train.py",
     "torchrun --nnodes=2 --nproc_per_node=8 --rdzv_endpoint=$(MASTER_ADDR):23456 train.py",
-    "python -c \"import os; os.environ['NCCL_NET'] = 'IB'\"", "echo " + SECRET_MARKER, "nvidia-smi && sleep 1",
+    "python -c \"import os; os.environ['NCCL_NET'] = 'IB'\"",
+    "echo " + SECRET_MARKER,
+    "nvidia-smi && sleep 1",
     "cp -r /src /data",
 )
 FALLBACK_LINES = (
-    "export NCCL_IB_DISABLE=1", "export NCCL_NET=Socket", "export NCCL_NET='socket'", "export NCCL_IB_HCA=mlx5",
-    "export NCCL_IB_HCA=erdma", "env NCCL_IB_DISABLE=1 python train.py",
-    "python -c \"import os; os.environ['NCCL_NET'] = 'Socket'\"", "NCCL_NET=Socket torchrun --nproc_per_node=8 train.py",
+    "export NCCL_IB_DISABLE=1",
+    "export NCCL_NET=Socket",
+    "export NCCL_NET='socket'",
+    "export NCCL_IB_HCA=mlx5",
+    "export NCCL_IB_HCA=erdma",
+    "env NCCL_IB_DISABLE=1 python train.py",
+    "python -c \"import os; os.environ['NCCL_NET'] = 'Socket'\"",
+    "NCCL_NET=Socket torchrun --nproc_per_node=8 train.py",
     "NCCL_IB_DISABLE=1 torchrun train.py",
 )
 _line = st.sampled_from([0] * 6 + [1]).flatmap(lambda bad: st.sampled_from(FALLBACK_LINES if bad else HARMLESS_LINES))
-_shell_cmd = st.builds(lambda sh, lines: [sh, "-c", "\n".join(lines)],
-                       st.sampled_from(["/bin/bash", "/bin/sh", "bash"]), st.lists(_line, min_size=1, max_size=4))
-_mpirun_args = st.lists(st.sampled_from([
-    ["-np", "16"], ["-x", "NCCL_IB_DISABLE=0"], ["-x", "NCCL_DEBUG=INFO"], ["-x", "NCCL_NET=IB"], ["-x", "LD_LIBRARY_PATH"],
-    ["-x", "NCCL_SOCKET_IFNAME=net1"], ["--allow-run-as-root"], ["-bind-to", "none"],
-    ["-x", "NCCL_IB_DISABLE=1"], ["-x", "NCCL_NET=Socket"]]), max_size=4).map(lambda parts: [w for p in parts for w in p] + ["python", "train.py"])
-_torchrun_args = st.lists(st.sampled_from(["--nnodes=2", "--nproc_per_node=8", "--rdzv_backend=c10d", "train.py", "--fp16",
-                                           "--bf16", "NCCL_NET=Socket"]), max_size=4)
+_shell_cmd = st.builds(
+    lambda sh, lines: [sh, "-c", "\n".join(lines)],
+    st.sampled_from(["/bin/bash", "/bin/sh", "bash"]),
+    st.lists(_line, min_size=1, max_size=4),
+)
+_mpirun_args = st.lists(
+    st.sampled_from(
+        [
+            ["-np", "16"],
+            ["-x", "NCCL_IB_DISABLE=0"],
+            ["-x", "NCCL_DEBUG=INFO"],
+            ["-x", "NCCL_NET=IB"],
+            ["-x", "LD_LIBRARY_PATH"],
+            ["-x", "NCCL_SOCKET_IFNAME=net1"],
+            ["--allow-run-as-root"],
+            ["-bind-to", "none"],
+            ["-x", "NCCL_IB_DISABLE=1"],
+            ["-x", "NCCL_NET=Socket"],
+        ]
+    ),
+    max_size=4,
+).map(lambda parts: [w for p in parts for w in p] + ["python", "train.py"])
+_torchrun_args = st.lists(
+    st.sampled_from(
+        ["--nnodes=2", "--nproc_per_node=8", "--rdzv_backend=c10d", "train.py", "--fp16", "--bf16", "NCCL_NET=Socket"]
+    ),
+    max_size=4,
+)
 # (command, args)
 command_and_args = st.one_of(
-    st.just((None, None)), st.just((None, None)),
+    st.just((None, None)),
+    st.just((None, None)),
     _shell_cmd.map(lambda c: (c, None)),
     st.builds(lambda a: (["mpirun"], a), _mpirun_args),
     st.builds(lambda a: (["torchrun"], a or None), _torchrun_args),
@@ -366,8 +468,19 @@ def security_context(draw) -> dict[str, Any] | None:
 _cpu = st.sampled_from(["8", "500m", "32", "2500m", "1", 4, 16])
 _memory = st.sampled_from(["64Gi", "512Mi", "128Gi", "1G", "100M", 1073741824])
 # Device resources a user may already have set (a zero is denied by the webhook).
-_preset_device = st.sampled_from([None, None, None, ("aliyun/erdma", "1"), ("aliyun/erdma", "2"), ("aliyun/erdma", "0"),
-                                  ("openshift.io/mellanoxrdma", "1"), ("openshift.io/mellanoxrdma", 2), ("example.com/rdma_vf", "1")])
+_preset_device = st.sampled_from(
+    [
+        None,
+        None,
+        None,
+        ("aliyun/erdma", "1"),
+        ("aliyun/erdma", "2"),
+        ("aliyun/erdma", "0"),
+        ("openshift.io/mellanoxrdma", "1"),
+        ("openshift.io/mellanoxrdma", 2),
+        ("example.com/rdma_vf", "1"),
+    ]
+)
 
 
 @st.composite
@@ -409,13 +522,26 @@ _volume_source = st.one_of(
     _dns_label.map(lambda n: {"configMap": {"name": n, "defaultMode": 420}}),
     _dns_label.map(lambda n: {"secret": {"secretName": n, "defaultMode": 420}}),
     _dns_label.map(lambda n: {"persistentVolumeClaim": {"claimName": n}}),
-    st.just({"projected": {"defaultMode": 420, "sources": [
-        {"serviceAccountToken": {"audience": "vault", "expirationSeconds": 3600, "path": "token"}}]}}),
-    st.just({"downwardAPI": {"defaultMode": 420, "items": [
-        {"path": "labels", "fieldRef": {"apiVersion": "v1", "fieldPath": "metadata.labels"}}]}}),
+    st.just(
+        {
+            "projected": {
+                "defaultMode": 420,
+                "sources": [{"serviceAccountToken": {"audience": "vault", "expirationSeconds": 3600, "path": "token"}}],
+            }
+        }
+    ),
+    st.just(
+        {
+            "downwardAPI": {
+                "defaultMode": 420,
+                "items": [{"path": "labels", "fieldRef": {"apiVersion": "v1", "fieldPath": "metadata.labels"}}],
+            }
+        }
+    ),
 )
-volumes_list = st.lists(st.tuples(st.sampled_from(VOLUME_NAMES), _volume_source), unique_by=lambda t: t[0], max_size=4).map(
-    lambda items: [{"name": n, **src} for n, src in items])
+volumes_list = st.lists(
+    st.tuples(st.sampled_from(VOLUME_NAMES), _volume_source), unique_by=lambda t: t[0], max_size=4
+).map(lambda items: [{"name": n, **src} for n, src in items])
 
 
 @st.composite
@@ -454,42 +580,87 @@ def container(draw, name: str, volumes: list[dict[str, Any]], gpu_weight: int, i
         extra["restartPolicy"] = "Always"  # a native sidecar
     if not init and draw(rare(5)):
         extra["ports"] = [{"name": "rdzv", "containerPort": 23456, "protocol": "TCP"}]
-    image = draw(st.sampled_from(["nvcr.io/nvidia/pytorch:25.11-py3", "busybox:1.36", "my-registry/trainer:latest",
-                                  "registry.example.com/llm/trainer@sha256:" + "ab" * 32, "python"]))
-    return k.container(name, image, gpus=None, env=env or None, command=command, args=args,
-                       limits=limits or None, requests=requests or None, **extra)
+    image = draw(
+        st.sampled_from(
+            [
+                "nvcr.io/nvidia/pytorch:25.11-py3",
+                "busybox:1.36",
+                "my-registry/trainer:latest",
+                "registry.example.com/llm/trainer@sha256:" + "ab" * 32,
+                "python",
+            ]
+        )
+    )
+    return k.container(
+        name,
+        image,
+        gpus=None,
+        env=env or None,
+        command=command,
+        args=args,
+        limits=limits or None,
+        requests=requests or None,
+        **extra,
+    )
 
 
 # Networks other than the policy's come first: Hypothesis favours the first elements.
-_MULTUS_CSV = ("other-net", "kube-system/macvlan-conf@net2", "rdma-network", "rdma-network@net1", "ai-training/rdma-network",
-               "nad-custom/rdma-network@net1")
-_MULTUS_JSON = ({"name": "other-net", "interface": "net2"}, {"name": "macvlan-conf", "namespace": "kube-system"},
-                {"name": "rdma-network"}, {"name": "rdma-network", "interface": "net1"},
-                {"name": "rdma-network", "namespace": "ai-training", "ips": ["10.0.100.5/24"]})
+_MULTUS_CSV = (
+    "other-net",
+    "kube-system/macvlan-conf@net2",
+    "rdma-network",
+    "rdma-network@net1",
+    "ai-training/rdma-network",
+    "nad-custom/rdma-network@net1",
+)
+_MULTUS_JSON = (
+    {"name": "other-net", "interface": "net2"},
+    {"name": "macvlan-conf", "namespace": "kube-system"},
+    {"name": "rdma-network"},
+    {"name": "rdma-network", "interface": "net1"},
+    {"name": "rdma-network", "namespace": "ai-training", "ips": ["10.0.100.5/24"]},
+)
 multus_annotation = st.one_of(
     st.lists(st.sampled_from(_MULTUS_CSV), unique=True, min_size=1, max_size=3).flatmap(
-        lambda xs: st.sampled_from([",", ", "]).map(lambda sep: sep.join(xs))),
+        lambda xs: st.sampled_from([",", ", "]).map(lambda sep: sep.join(xs))
+    ),
     st.lists(st.sampled_from(_MULTUS_JSON), max_size=3).flatmap(
-        lambda xs: st.sampled_from([None, 2]).map(lambda indent: json.dumps(xs, indent=indent))),
+        lambda xs: st.sampled_from([None, 2]).map(lambda indent: json.dumps(xs, indent=indent))
+    ),
     st.sampled_from(["", "[{\"name\": ", "[\"rdma-network\"]"]),  # empty, and JSON-looking but unreadable by Multus
 )
 
 # GKE multi-networking's annotation (webhook/fabrics/gke.py): entries of the pod network, the
 # shipped GKE policies' networks, others; repeated names and unreadable text included.
-_GKE_ENTRIES = [{"interfaceName": i, "network": n} for i, n in
-                [("eth0", "default"), ("eth1", "gvnic-1"), ("eth2", "rdma-0"), ("eth3", "rdma-1"), ("eth1", "vpc1"),
-                 ("eth9", "scratch"), ("gpu0", "rdma-7"), ("eth2", "vpc2")]]
+_GKE_ENTRIES = [
+    {"interfaceName": i, "network": n}
+    for i, n in [
+        ("eth0", "default"),
+        ("eth1", "gvnic-1"),
+        ("eth2", "rdma-0"),
+        ("eth3", "rdma-1"),
+        ("eth1", "vpc1"),
+        ("eth9", "scratch"),
+        ("gpu0", "rdma-7"),
+        ("eth2", "vpc2"),
+    ]
+]
 gke_annotation = st.one_of(
     st.lists(st.sampled_from(_GKE_ENTRIES), max_size=4).flatmap(
-        lambda xs: st.sampled_from([None, 2]).map(lambda indent: json.dumps(xs, indent=indent))),
+        lambda xs: st.sampled_from([None, 2]).map(lambda indent: json.dumps(xs, indent=indent))
+    ),
     st.sampled_from(["", "[{\"interfaceName\": \"eth1\"}]", "eth1@rdma-0"]),  # unreadable by GKE
 )
 
 POLICY_CHOICES = (None, None, "erdma", "sriov-roce", "gke-gib", "gke-tcpxo", "no-such-policy")
 
 OPERATOR_LABELS = (
-    {}, {"training.kubeflow.org/job-name": "llama", "training.kubeflow.org/replica-type": "worker",
-         "training.kubeflow.org/replica-index": "0"},
+    {},
+    {
+        "training.kubeflow.org/job-name": "llama",
+        "training.kubeflow.org/replica-type": "worker",
+        "training.kubeflow.org/replica-index": "0",
+    },
     {"jobset.sigs.k8s.io/jobset-name": "llm", "batch.kubernetes.io/job-completion-index": "3"},
     {"leaderworkerset.sigs.k8s.io/name": "pytorch-training", "apps.kubernetes.io/pod-index": "1"},
 )
@@ -503,7 +674,9 @@ def pods(draw, namespaces: tuple[str, ...] = NAMESPACES_WEIGHTED) -> dict[str, A
     n_init = draw(st.integers(0, 2))
     names: list[str] = []
     for i in range(n_main + n_init):  # unique across containers and init containers
-        name = draw(st.one_of(st.sampled_from(["trainer", "pytorch", "worker", "launcher", "sidecar", "init-data"]), _dns_label))
+        name = draw(
+            st.one_of(st.sampled_from(["trainer", "pytorch", "worker", "launcher", "sidecar", "init-data"]), _dns_label)
+        )
         names.append(name if name not in names else f"{name}-{i}")
     containers = [draw(container(n, vols, gpu_weight=6)) for n in names[:n_main]]
     inits = [draw(container(n, vols, gpu_weight=1, init=True)) for n in names[n_main:]]
@@ -523,15 +696,32 @@ def pods(draw, namespaces: tuple[str, ...] = NAMESPACES_WEIGHTED) -> dict[str, A
         annotations["example.com/note"] = draw(user_text)
     named = draw(st.booleans())
     spec_extra: dict[str, Any] = {}
-    pod_sc = draw(st.sampled_from([{}, {}, {"runAsUser": 1000, "runAsGroup": 1000, "fsGroup": 1000, "runAsNonRoot": True},
-                                   {"seccompProfile": {"type": "RuntimeDefault"}}, {"runAsUser": 0}]))
+    pod_sc = draw(
+        st.sampled_from(
+            [
+                {},
+                {},
+                {"runAsUser": 1000, "runAsGroup": 1000, "fsGroup": 1000, "runAsNonRoot": True},
+                {"seccompProfile": {"type": "RuntimeDefault"}},
+                {"runAsUser": 0},
+            ]
+        )
+    )
     spec_extra["securityContext"] = pod_sc
     if draw(rare(10)):
         spec_extra["hostNetwork"] = True
     if draw(rare(15)):
         spec_extra["hostIPC"] = True
-    return k.pod(containers, namespace=draw(st.sampled_from(namespaces)),
-                 name=draw(_dns_label) + "-0" if named else None, generate_name=draw(_dns_label) + "-",
-                 labels=labels, annotations=annotations or None, inject=False,
-                 automount=not draw(rare(4)), init_containers=inits or None,
-                 volumes=vols or None, **spec_extra)
+    return k.pod(
+        containers,
+        namespace=draw(st.sampled_from(namespaces)),
+        name=draw(_dns_label) + "-0" if named else None,
+        generate_name=draw(_dns_label) + "-",
+        labels=labels,
+        annotations=annotations or None,
+        inject=False,
+        automount=not draw(rare(4)),
+        init_containers=inits or None,
+        volumes=vols or None,
+        **spec_extra,
+    )

@@ -9,13 +9,37 @@ __version__ = "0.1.0"
 # Same source either way; compiled, a decision takes about half the time (benchmarks/README.md).
 # Dotted names under `webhook`, in no particular order (setup.py builds them as one group).
 COMPILED_MODULES = (
-    "grammar.k8s", "grammar.nccl",
-    "commands.launchers", "commands.invocation", "commands.shell", "commands.text", "commands.python", "commands.files", "commands.state", "commands.reader",
-    "commands.record", "commands.source_words", "commands.shell_builtins",
-    "fabrics.transports", "fabrics.multus", "fabrics.gke",
-    "core.keys", "core.model", "core.scripts", "core.claims", "core.fallback", "core.families", "core.decision", "core.mutation",
-    "core.ranks", "core.patch", "core.targets", "core.subject", "core.pod_warnings",
-    "admission.judge", "admission.review",
+    "grammar.k8s",
+    "grammar.nccl",
+    "commands.launchers",
+    "commands.invocation",
+    "commands.shell",
+    "commands.text",
+    "commands.python",
+    "commands.files",
+    "commands.state",
+    "commands.reader",
+    "commands.record",
+    "commands.source_words",
+    "commands.shell_builtins",
+    "fabrics.transports",
+    "fabrics.multus",
+    "fabrics.gke",
+    "core.keys",
+    "core.model",
+    "core.scripts",
+    "core.claims",
+    "core.fallback",
+    "core.families",
+    "core.decision",
+    "core.mutation",
+    "core.ranks",
+    "core.patch",
+    "core.targets",
+    "core.subject",
+    "core.pod_warnings",
+    "admission.judge",
+    "admission.review",
 )
 
 
@@ -23,15 +47,15 @@ COMPILED_MODULES = (
 # layers only, never upward nor sideways within a layer (tests/project/test_layers.py checks every import,
 # lazy ones included); the compiled core is the lower half.
 LAYERS = (
-    ("telemetry",),            # metrics and logs
-    ("grammar",),              # Kubernetes quantities and names, NCCL's env grammar
-    ("commands", "fabrics"),   # how commands are read; what differs per transport and network mechanism
-    ("core",),                 # the pure decision: policy model, fallback rules, mutation, patch
-    ("kinds",),                # workload kinds and their pod templates
-    ("admission", "policy"),   # the AdmissionReview envelope; policy files to a PolicySet
-    ("cluster",),              # cluster state: file, list+watch
-    ("serving",),              # HTTP, TLS, workers, the server
-    ("cli",),                  # the commands
+    ("telemetry",),  # metrics and logs
+    ("grammar",),  # Kubernetes quantities and names, NCCL's env grammar
+    ("commands", "fabrics"),  # how commands are read; what differs per transport and network mechanism
+    ("core",),  # the pure decision: policy model, fallback rules, mutation, patch
+    ("kinds",),  # workload kinds and their pod templates
+    ("admission", "policy"),  # the AdmissionReview envelope; policy files to a PolicySet
+    ("cluster",),  # cluster state: file, list+watch
+    ("serving",),  # HTTP, TLS, workers, the server
+    ("cli",),  # the commands
 )
 
 

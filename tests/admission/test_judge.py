@@ -26,23 +26,43 @@ NS = Namespace("ml", {"rdma-webhook.io/injection": "enabled", "rdma-webhook.io/p
 
 
 def _pod(env: list[dict[str, str]] | None = None) -> dict:
-    return {"apiVersion": "v1", "kind": "Pod",
-            "metadata": {"name": "p", "namespace": "ml", "labels": {"rdma-webhook.io/inject": "true"}},
-            "spec": {"containers": [{"name": "c", "image": "i", "env": env or [],
-                                     "resources": {"limits": {"nvidia.com/gpu": "8"}}}]}}
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "p", "namespace": "ml", "labels": {"rdma-webhook.io/inject": "true"}},
+        "spec": {
+            "containers": [
+                {"name": "c", "image": "i", "env": env or [], "resources": {"limits": {"nvidia.com/gpu": "8"}}}
+            ]
+        },
+    }
 
 
 def _job(env: list[dict[str, str]] | None = None) -> dict:
     pod = _pod(env)
-    return {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "j", "namespace": "ml"},
-            "spec": {"template": {"metadata": pod["metadata"], "spec": pod["spec"]}}}
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": "j", "namespace": "ml"},
+        "spec": {"template": {"metadata": pod["metadata"], "spec": pod["spec"]}},
+    }
 
 
 def _body(obj: dict, kind: str, group: str = "") -> bytes:
-    return json.dumps({"apiVersion": review.API_VERSION, "kind": "AdmissionReview", "request": {
-        "uid": "u", "operation": "CREATE", "namespace": "ml", "object": obj,
-        "kind": {"group": group, "version": "v1", "kind": kind},
-        "resource": {"group": group, "version": "v1", "resource": kind.lower() + "s"}}}).encode()
+    return json.dumps(
+        {
+            "apiVersion": review.API_VERSION,
+            "kind": "AdmissionReview",
+            "request": {
+                "uid": "u",
+                "operation": "CREATE",
+                "namespace": "ml",
+                "object": obj,
+                "kind": {"group": group, "version": "v1", "kind": kind},
+                "resource": {"group": group, "version": "v1", "resource": kind.lower() + "s"},
+            },
+        }
+    ).encode()
 
 
 @pytest.mark.parametrize("env", [[], [{"name": "NCCL_IB_DISABLE", "value": "1"}]])
@@ -50,12 +70,19 @@ def test_the_envelope_answers_with_the_judges_decision(env):
     lookup = {"ml": NS}.get
     _, _, mutated, _ = review.handle(_body(_pod(env), "Pod"), POLICIES, lookup, None)
     judged, message = judge.judge(_pod(env), "", "Pod", NS, POLICIES, None)
-    assert (judged.outcome, judged.policy, [f.text() for f in judged.denials], message) == \
-        (mutated.outcome, mutated.policy, [f.text() for f in mutated.denials], None)
+    assert (judged.outcome, judged.policy, [f.text() for f in judged.denials], message) == (
+        mutated.outcome,
+        mutated.policy,
+        [f.text() for f in mutated.denials],
+        None,
+    )
     _, doc, validated, _ = review.handle_validate(_body(_job(env), "Job", "batch"), POLICIES, lookup, None)
     decision, message = judge.judge(_job(env), "batch", "Job", NS, POLICIES, None)
-    assert (decision.outcome, decision.warnings, message) == (validated.outcome, validated.warnings,
-                                                              doc["response"].get("status", {}).get("message"))
+    assert (decision.outcome, decision.warnings, message) == (
+        validated.outcome,
+        validated.warnings,
+        doc["response"].get("status", {}).get("message"),
+    )
 
 
 def test_a_kind_that_holds_no_pods_is_not_judged():
@@ -92,8 +119,11 @@ def test_review_expands_each_workload_once(monkeypatch, tmp_path):
     assert calls == ["Job"] and json.loads(out.getvalue())["outcome"] == "mutated"
 
 
-@pytest.mark.skipif(bool(webhook.compiled()), reason="counts calls by replacing patch.make, which the compiled core calls "
-                    "directly; `make test-pure` runs this file on the interpreted core")
+@pytest.mark.skipif(
+    bool(webhook.compiled()),
+    reason="counts calls by replacing patch.make, which the compiled core calls "
+    "directly; `make test-pure` runs this file on the interpreted core",
+)
 def test_the_patch_is_made_only_for_the_review_output(monkeypatch, tmp_path):
     from webhook.cli.main import main
     from webhook.core import patch

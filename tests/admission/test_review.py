@@ -54,8 +54,9 @@ def mutate(rv, policies=PS, namespace_of=STATE.namespace, attachments="state", c
     return review.handle(body, policies, namespace_of, att, config_maps, claims)
 
 
-def validate(rv, policies=PS, namespace_of=STATE.namespace, attachments="state", runtimes=None, config_maps=None,
-             claims=None):
+def validate(
+    rv, policies=PS, namespace_of=STATE.namespace, attachments="state", runtimes=None, config_maps=None, claims=None
+):
     body = rv if isinstance(rv, bytes) else k.body(rv)
     att = STATE.attachments() if attachments == "state" else attachments
     return review.handle_validate(body, policies, namespace_of, att, runtimes, config_maps, claims)
@@ -71,7 +72,9 @@ def applied(obj, resp):
 
 def trainer_pod(namespace=IB, **kw):
     """A PyTorchJob-style worker as the API server sends it: generateName, no name, 8 GPUs."""
-    return k.pod([k.container("trainer", command=["torchrun", "--nproc_per_node=8", "train.py"])], namespace=namespace, **kw)
+    return k.pod(
+        [k.container("trainer", command=["torchrun", "--nproc_per_node=8", "train.py"])], namespace=namespace, **kw
+    )
 
 
 def ib_disabled_pod(namespace=IB, **kw):
@@ -92,23 +95,35 @@ NO_REQUEST = "AdmissionReview has no request object"
 NO_UID = "AdmissionReview request has no uid"
 
 
-@pytest.mark.parametrize("body, error", [
-    (b"[]", NOT_AN_OBJECT),
-    (b"null", NOT_AN_OBJECT),
-    (b'"AdmissionReview"', NOT_AN_OBJECT),
-    (b"42", NOT_AN_OBJECT),
-    (b'{"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview"}', NO_REQUEST),
-    (b'{"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": null}', NO_REQUEST),
-    (b'{"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": ["uid", "x"]}', NO_REQUEST),
-    (b'{"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": "x"}', NO_REQUEST),
-    (b'{"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "response": {"uid": "x", "allowed": true}}', NO_REQUEST),
-    (b'{"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": {"operation": "CREATE"}}', NO_UID),
-    (b'{"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": {"uid": ""}}', NO_UID),
-    (b'{"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": {"uid": null}}', NO_UID),
-    (b'{"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": {"uid": 705}}', NO_UID),
-    (b'{"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": {"uid": ["a"]}}', NO_UID),
-    (b'{"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": {"UID": "a", "Uid": "b"}}', NO_UID),
-])
+@pytest.mark.parametrize(
+    "body, error",
+    [
+        (b"[]", NOT_AN_OBJECT),
+        (b"null", NOT_AN_OBJECT),
+        (b'"AdmissionReview"', NOT_AN_OBJECT),
+        (b"42", NOT_AN_OBJECT),
+        (b'{"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview"}', NO_REQUEST),
+        (b'{"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": null}', NO_REQUEST),
+        (b'{"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": ["uid", "x"]}', NO_REQUEST),
+        (b'{"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": "x"}', NO_REQUEST),
+        (
+            b'{"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "response": {"uid": "x", "allowed": true}}',
+            NO_REQUEST,
+        ),
+        (
+            b'{"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": {"operation": "CREATE"}}',
+            NO_UID,
+        ),
+        (b'{"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": {"uid": ""}}', NO_UID),
+        (b'{"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": {"uid": null}}', NO_UID),
+        (b'{"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": {"uid": 705}}', NO_UID),
+        (b'{"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": {"uid": ["a"]}}', NO_UID),
+        (
+            b'{"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": {"UID": "a", "Uid": "b"}}',
+            NO_UID,
+        ),
+    ],
+)
 @pytest.mark.parametrize("route", [mutate, validate])
 def test_a_body_without_a_usable_uid_is_a_400_saying_what_is_missing(route, body, error):
     """Without a uid there is no AdmissionReview answer the API server could match to its request:
@@ -116,7 +131,9 @@ def test_a_body_without_a_usable_uid_is_a_400_saying_what_is_missing(route, body
     assert route(body) == (400, {"error": error}, None, None)
 
 
-@pytest.mark.parametrize("body", [b"", b"{", b"{not json}", b'{"request": {"uid": "x"}', b"\xff\xfe", b"apiVersion: v1"])
+@pytest.mark.parametrize(
+    "body", [b"", b"{", b"{not json}", b'{"request": {"uid": "x"}', b"\xff\xfe", b"apiVersion: v1"]
+)
 def test_a_body_that_is_not_json_is_a_400_with_the_parser_s_reason(body):
     status, doc, decision, req = mutate(body)
     assert (status, decision, req) == (400, None, None) and set(doc) == {"error"}
@@ -134,13 +151,17 @@ def test_a_review_holding_a_pod_s_uid_under_another_key_is_still_a_400():
 
 # -- a review with a uid that is still wrong: a deny naming what is wrong ------------------------------
 
-@pytest.mark.parametrize("api_version, kind", [
-    ("admission.k8s.io/v1beta1", "AdmissionReview"),  # a webhook configuration that still lists v1beta1
-    (V1, "ConversionReview"),
-    (V1, None),
-    (None, "AdmissionReview"),
-    ("admission.k8s.io/V1", "admissionreview"),
-])
+
+@pytest.mark.parametrize(
+    "api_version, kind",
+    [
+        ("admission.k8s.io/v1beta1", "AdmissionReview"),  # a webhook configuration that still lists v1beta1
+        (V1, "ConversionReview"),
+        (V1, None),
+        (None, "AdmissionReview"),
+        ("admission.k8s.io/V1", "admissionreview"),
+    ],
+)
 @pytest.mark.parametrize("route", [mutate, validate])
 def test_a_wrong_envelope_with_a_uid_is_denied_with_code_400_and_what_was_expected(route, api_version, kind):
     rv = k.admission_review(trainer_pod(), uid="705ab4f5-6393-11e8-b7cc-42010a800002")
@@ -151,10 +172,19 @@ def test_a_wrong_envelope_with_a_uid_is_denied_with_code_400_and_what_was_expect
             rv[key] = value
     status, doc, decision, req = route(rv)
     assert (status, decision, req) == (200, None, None)
-    assert doc == {"apiVersion": V1, "kind": "AdmissionReview", "response": {
-        "uid": "705ab4f5-6393-11e8-b7cc-42010a800002", "allowed": False,
-        "status": {"code": 400, "reason": "BadRequest",
-                   "message": f"rdma-webhook: expected apiVersion {V1} kind AdmissionReview, got apiVersion {api_version!r} kind {kind!r}"}}}
+    assert doc == {
+        "apiVersion": V1,
+        "kind": "AdmissionReview",
+        "response": {
+            "uid": "705ab4f5-6393-11e8-b7cc-42010a800002",
+            "allowed": False,
+            "status": {
+                "code": 400,
+                "reason": "BadRequest",
+                "message": f"rdma-webhook: expected apiVersion {V1} kind AdmissionReview, got apiVersion {api_version!r} kind {kind!r}",
+            },
+        },
+    }
 
 
 def test_the_envelope_error_keeps_its_uid_and_message():
@@ -164,19 +194,38 @@ def test_the_envelope_error_keeps_its_uid_and_message():
 
 # -- the request's fields ------------------------------------------------------------------------------
 
+
 def test_parse_reads_every_field_the_api_server_sends():
     pod = trainer_pod()
     rv = k.admission_review(pod, uid="e911857d-c318-11e8-bbad-025000000001")
     rv["request"]["dryRun"] = True
     req = review.parse(k.body(rv))
-    assert (req.uid, req.operation, req.namespace, req.obj, req.kind, req.group, req.resource, req.sub_resource, req.dry_run) == (
-        "e911857d-c318-11e8-bbad-025000000001", "CREATE", IB, pod, "Pod", "", "pods", "", True)
-    rv = k.admission_review({"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "j", "namespace": ML}}, kind="Job",
-                            resource="jobs")
+    assert (
+        req.uid,
+        req.operation,
+        req.namespace,
+        req.obj,
+        req.kind,
+        req.group,
+        req.resource,
+        req.sub_resource,
+        req.dry_run,
+    ) == ("e911857d-c318-11e8-bbad-025000000001", "CREATE", IB, pod, "Pod", "", "pods", "", True)
+    rv = k.admission_review(
+        {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "j", "namespace": ML}},
+        kind="Job",
+        resource="jobs",
+    )
     rv["request"]["kind"]["group"] = rv["request"]["resource"]["group"] = "batch"
     rv["request"]["subResource"] = "status"
     req = review.parse(k.body(rv))
-    assert (req.kind, req.group, req.resource, req.sub_resource, req.dry_run) == ("Job", "batch", "jobs", "status", False)
+    assert (req.kind, req.group, req.resource, req.sub_resource, req.dry_run) == (
+        "Job",
+        "batch",
+        "jobs",
+        "status",
+        False,
+    )
 
 
 @pytest.mark.parametrize("dry_run", [False, None, "true", 1])
@@ -190,8 +239,11 @@ def test_a_minimal_review_without_kind_or_resource_is_read_as_a_pod():
     """A review written by hand (or by a tool) may carry only uid, operation, namespace and object:
     the object is taken as a pod, and mutated as the API server's would be."""
     pod = trainer_pod()
-    rv = {"apiVersion": V1, "kind": "AdmissionReview",
-          "request": {"uid": "u-1", "operation": "CREATE", "namespace": IB, "object": pod}}
+    rv = {
+        "apiVersion": V1,
+        "kind": "AdmissionReview",
+        "request": {"uid": "u-1", "operation": "CREATE", "namespace": IB, "object": pod},
+    }
     req = review.parse(k.body(rv))
     assert (req.kind, req.group, req.resource, req.sub_resource, req.dry_run) == ("", "", "", "", False)
     status, doc, decision, req = mutate(rv)
@@ -223,9 +275,14 @@ def test_null_string_fields_read_as_absent(field):
 
 # -- which requests are about a pod ---------------------------------------------------------------------
 
+
 def _binding(pod_name="llama-0"):
-    return {"apiVersion": "v1", "kind": "Binding", "metadata": {"name": pod_name, "namespace": IB},
-            "target": {"apiVersion": "v1", "kind": "Node", "name": "gpu-node-7"}}
+    return {
+        "apiVersion": "v1",
+        "kind": "Binding",
+        "metadata": {"name": pod_name, "namespace": IB},
+        "target": {"apiVersion": "v1", "kind": "Node", "name": "gpu-node-7"},
+    }
 
 
 @pytest.mark.parametrize("with_kind", [True, False])
@@ -233,9 +290,14 @@ def test_a_create_on_a_pod_subresource_is_allowed_untouched(with_kind):
     """pods/binding (the scheduler's Binding) and pods/eviction are CREATEs on `pods` with a
     subResource: a webhook whose rules say `pods/*` gets them; they create no pod. A hand-written
     review may leave out `kind`: the subResource alone says it is no pod."""
-    for obj, sub, kind in ((_binding(), "binding", "Binding"),
-                           ({"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": "llama-0", "namespace": IB}},
-                            "eviction", "Eviction")):
+    for obj, sub, kind in (
+        (_binding(), "binding", "Binding"),
+        (
+            {"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": "llama-0", "namespace": IB}},
+            "eviction",
+            "Eviction",
+        ),
+    ):
         rv = k.admission_review(obj, kind=kind)
         rv["request"]["subResource"] = sub
         if not with_kind:
@@ -270,12 +332,26 @@ def test_kind_pod_and_resource_pods_are_a_pod_each_alone(kind, resource):
     assert envelope(doc)["allowed"] is False and decision.outcome == "denied", doc
 
 
-@pytest.mark.parametrize("kind, resource", [("ConfigMap", "configmaps"), ("Pod", "configmaps"), ("ConfigMap", "pods"),
-                                            ("PodTemplate", "podtemplates"), ("pod", "pods"), ("Pod", "Pods"),
-                                            ("", "configmaps"), ("ConfigMap", "")])
+@pytest.mark.parametrize(
+    "kind, resource",
+    [
+        ("ConfigMap", "configmaps"),
+        ("Pod", "configmaps"),
+        ("ConfigMap", "pods"),
+        ("PodTemplate", "podtemplates"),
+        ("pod", "pods"),
+        ("Pod", "Pods"),
+        ("", "configmaps"),
+        ("ConfigMap", ""),
+    ],
+)
 def test_anything_but_a_pod_is_allowed_untouched_at_mutate(kind, resource):
-    obj = {"apiVersion": "v1", "kind": kind or "ConfigMap", "metadata": {"name": "nccl-env", "namespace": IB},
-           "data": {"NCCL_IB_DISABLE": "1"}}
+    obj = {
+        "apiVersion": "v1",
+        "kind": kind or "ConfigMap",
+        "metadata": {"name": "nccl-env", "namespace": IB},
+        "data": {"NCCL_IB_DISABLE": "1"},
+    }
     rv = k.admission_review(obj, kind=kind, resource=resource)
     status, doc, decision, req = mutate(rv)
     assert (status, decision) == (200, None) and req.uid == rv["request"]["uid"]
@@ -283,6 +359,7 @@ def test_anything_but_a_pod_is_allowed_untouched_at_mutate(kind, resource):
 
 
 # -- operations other than CREATE -------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("operation", ["UPDATE", "DELETE", "CONNECT", "create", "Create"])
 @pytest.mark.parametrize("route", [mutate, validate])
@@ -313,6 +390,7 @@ def test_a_review_without_an_operation_is_allowed_and_says_none(route):
 
 
 # -- the namespace --------------------------------------------------------------------------------------
+
 
 def test_the_request_s_namespace_decides_and_the_object_s_is_read_only_without_it():
     pod = trainer_pod(namespace=IB)
@@ -346,9 +424,14 @@ def test_the_request_s_namespace_is_used_when_the_object_names_another():
     assert decision.outcome == "mutated" and decision.policy == "ib-shared", doc
 
 
-@pytest.mark.parametrize("metadata", [{"generateName": "trainer-", "labels": {"rdma-webhook.io/inject": "true"}},
-                                      {"generateName": "trainer-", "namespace": "", "labels": {"rdma-webhook.io/inject": "true"}},
-                                      {"generateName": "trainer-", "namespace": None, "labels": {"rdma-webhook.io/inject": "true"}}])
+@pytest.mark.parametrize(
+    "metadata",
+    [
+        {"generateName": "trainer-", "labels": {"rdma-webhook.io/inject": "true"}},
+        {"generateName": "trainer-", "namespace": "", "labels": {"rdma-webhook.io/inject": "true"}},
+        {"generateName": "trainer-", "namespace": None, "labels": {"rdma-webhook.io/inject": "true"}},
+    ],
+)
 def test_a_labelled_pod_with_no_namespace_anywhere_is_denied_as_namespace_unknown(metadata):
     pod = trainer_pod()
     pod["metadata"] = metadata
@@ -364,10 +447,16 @@ def test_a_labelled_pod_with_no_namespace_anywhere_is_denied_as_namespace_unknow
     # no name: nothing to look up (the served lookup, ApiClusterState.namespace, reads a namespace
     # it has not cached from the API server and waits for the answer)
     assert looked_up == []
-    assert envelope(doc) == {"uid": rv["request"]["uid"], "allowed": False, "status": {
-        "code": 403, "reason": "Forbidden",
-        "message": "rdma-webhook denied pod trainer-*: the pod's namespace is unknown to the webhook, so its opt-in cannot "
-                   "be checked; retry in a moment [namespace-unknown]"}}
+    assert envelope(doc) == {
+        "uid": rv["request"]["uid"],
+        "allowed": False,
+        "status": {
+            "code": 403,
+            "reason": "Forbidden",
+            "message": "rdma-webhook denied pod trainer-*: the pod's namespace is unknown to the webhook, so its opt-in cannot "
+            "be checked; retry in a moment [namespace-unknown]",
+        },
+    }
 
 
 def test_the_namespace_is_looked_up_by_its_name():
@@ -385,6 +474,7 @@ def test_the_namespace_is_looked_up_by_its_name():
 
 # -- /mutate answers ------------------------------------------------------------------------------------
 
+
 def test_a_mutated_pod_gets_a_base64_json_patch_that_applies_to_the_pod_as_sent():
     pod = trainer_pod()
     sent = copy.deepcopy(pod)
@@ -397,7 +487,11 @@ def test_a_mutated_pod_gets_a_base64_json_patch_that_applies_to_the_pod_as_sent(
     out = applied(pod, resp)
     assert out == decision.pod  # the patch makes exactly the decision's pod
     c = out["spec"]["containers"][0]
-    assert c["resources"]["limits"]["rdma/rdma_shared_device_a"] == c["resources"]["requests"]["rdma/rdma_shared_device_a"] == "1"
+    assert (
+        c["resources"]["limits"]["rdma/rdma_shared_device_a"]
+        == c["resources"]["requests"]["rdma/rdma_shared_device_a"]
+        == "1"
+    )
     assert "IPC_LOCK" in c["securityContext"]["capabilities"]["add"]
     assert {"name": "NCCL_NET", "value": "IB"} in c["env"]
     assert out["metadata"]["annotations"]["rdma-webhook.io/status"] == "injected"
@@ -415,8 +509,10 @@ def test_the_patch_changes_fields_and_never_replaces_the_whole_pod():
     paths = [op["path"] for op in ops]
     assert all(p.startswith("/") and p != "/" for p in paths), paths
     assert not any(p in ("/spec", "/metadata", "/spec/containers", "/spec/tolerations") for p in paths), paths
-    assert all(p.startswith(("/metadata/labels/", "/metadata/annotations", "/spec/volumes/", "/spec/containers/0/"))
-               for p in paths), paths
+    assert all(
+        p.startswith(("/metadata/labels/", "/metadata/annotations", "/spec/volumes/", "/spec/containers/0/"))
+        for p in paths
+    ), paths
 
 
 def test_a_pod_sent_again_after_its_patch_is_allowed_without_a_patch():
@@ -449,10 +545,11 @@ def test_a_named_pod_is_named_and_several_reasons_are_joined_with_semicolons():
     message = envelope(doc)["status"]["message"]
     head = "rdma-webhook denied pod llama-0 (policy ib-shared): "
     assert message.startswith(head), message
-    reasons = message[len(head):].split(" [env-fallback]; ")  # each reason ends with its rule
+    reasons = message[len(head) :].split(" [env-fallback]; ")  # each reason ends with its rule
     assert len(reasons) == len(decision.denials) == 2 and message.endswith(" [env-fallback]"), message
     assert reasons[0].startswith("container 'trainer': NCCL_IB_DISABLE='1' ") and reasons[1].startswith(
-        "container 'trainer': NCCL_NET='Socket' "), reasons
+        "container 'trainer': NCCL_NET='Socket' "
+    ), reasons
 
 
 def test_a_pod_without_metadata_is_denied_as_unnamed():
@@ -467,9 +564,11 @@ def test_without_policies_the_deny_names_no_policy():
     rv = k.admission_review(trainer_pod())
     _, doc, decision, _ = mutate(rv, policies=None)
     assert envelope(doc)["status"] == {
-        "code": 403, "reason": "Forbidden",
+        "code": 403,
+        "reason": "Forbidden",
         "message": "rdma-webhook denied pod trainer-*: the webhook has no valid policies loaded; ask the platform team to "
-                   "check `rdma-webhook policy lint` [no-policy]"}
+        "check `rdma-webhook policy lint` [no-policy]",
+    }
     assert decision.policy is None
 
 
@@ -489,7 +588,9 @@ def test_the_warnings_of_an_allowed_pod_are_in_the_answer_as_the_decision_gives_
     resp = envelope(doc)
     assert set(resp) == {"uid", "allowed", "patchType", "patch", "warnings"} and resp["allowed"] is True
     assert resp["warnings"] == decision.warnings and len(resp["warnings"]) == 1
-    assert resp["warnings"][0].startswith("trainer: NCCL_SOCKET_IFNAME='ens5' names no interface the pod will have (eth0)")
+    assert resp["warnings"][0].startswith(
+        "trainer: NCCL_SOCKET_IFNAME='ens5' names no interface the pod will have (eth0)"
+    )
 
 
 def test_the_warnings_of_a_denied_pod_come_with_the_deny():
@@ -505,8 +606,10 @@ def test_a_long_warning_is_cut_at_a_word_and_many_warnings_are_counted():
     """kubectl prints each warning on a line and the API server truncates one over 256 characters:
     each is cut at the last space that fits, with " ..."; past 20 the rest are counted."""
     ifname = ",".join(f"ens{i}" for i in range(30))  # one long word, then the warning's own words
-    containers = [k.container(f"w{i}", gpus=1, env=[{"name": "NCCL_SOCKET_IFNAME", "value": ifname if i == 0 else f"ib{i}"}])
-                  for i in range(23)]
+    containers = [
+        k.container(f"w{i}", gpus=1, env=[{"name": "NCCL_SOCKET_IFNAME", "value": ifname if i == 0 else f"ib{i}"}])
+        for i in range(23)
+    ]
     pod = k.pod(containers, namespace=IB)
     _, doc, decision, _ = mutate(k.admission_review(pod))
     resp = envelope(doc)
@@ -521,6 +624,7 @@ def test_a_long_warning_is_cut_at_a_word_and_many_warnings_are_counted():
 
 
 # -- the warning bounds (the API server's 256 characters, 20 warnings) ------------------------------------
+
 
 def test_a_warning_of_256_characters_is_kept_whole_and_one_more_is_cut():
     w256 = ("NCCL_SOCKET_IFNAME " * 14)[:255] + "x"
@@ -587,6 +691,7 @@ def test_a_space_in_the_first_half_is_no_place_to_cut(at, cut_there):
 
 # -- scripts, NetworkAttachmentDefinitions and DRA claims reach the decision --------------------------------
 
+
 def _script_job():
     cm, job = [d for d in yaml.safe_load_all((SCRIPTS / "job-script-ib-disable.yaml").read_text()) if d]
     return cm, job
@@ -595,8 +700,13 @@ def _script_job():
 def _script_pod(namespace=ML):
     _, job = _script_job()
     tmpl = job["spec"]["template"]
-    return k.pod(tmpl["spec"]["containers"], namespace=namespace, annotations=tmpl["metadata"]["annotations"],
-                 volumes=tmpl["spec"]["volumes"], generate_name="llama-finetune-")
+    return k.pod(
+        tmpl["spec"]["containers"],
+        namespace=namespace,
+        annotations=tmpl["metadata"]["annotations"],
+        volumes=tmpl["spec"]["volumes"],
+        generate_name="llama-finetune-",
+    )
 
 
 def test_a_script_from_a_configmap_given_to_mutate_is_read():
@@ -614,9 +724,11 @@ def test_a_script_from_a_configmap_given_to_mutate_is_read():
     _, doc, decision, _ = mutate(rv, attachments=None)
     resp = envelope(doc)
     assert resp["allowed"] is True and decision.outcome == "mutated"
-    assert resp["warnings"] == ["trainer: the script /scripts/train.sh comes from ConfigMap 'llama-train-scripts', which is "
-                                "not at hand here, so its NCCL settings were not read; check it with `rdma-webhook review` "
-                                "given the ConfigMap and the workload"]
+    assert resp["warnings"] == [
+        "trainer: the script /scripts/train.sh comes from ConfigMap 'llama-train-scripts', which is "
+        "not at hand here, so its NCCL settings were not read; check it with `rdma-webhook review` "
+        "given the ConfigMap and the workload"
+    ]
     # the final-state guard reads it the same way
     stored = applied(pod, resp)
     _, doc, decision, _ = validate(k.admission_review(stored), attachments=None, config_maps=store)
@@ -629,10 +741,16 @@ def test_the_network_attachment_s_resource_name_decides_the_device():
     """sriov-roce takes its VF resource from the NetworkAttachmentDefinition's resourceName
     annotation when the cluster state has it, else from the policy."""
     ns = Namespace("ai-training", {"rdma-webhook.io/injection": "enabled", "rdma-webhook.io/policy": "sriov-roce"})
-    nad = {"apiVersion": "k8s.cni.cncf.io/v1", "kind": "NetworkAttachmentDefinition",
-           "metadata": {"name": "rdma-network", "namespace": "ai-training",
-                        "annotations": {"k8s.v1.cni.cncf.io/resourceName": "openshift.io/cx7_vf"}},
-           "spec": {"config": '{"cniVersion":"0.3.1","name":"rdma-network","type":"sriov"}'}}
+    nad = {
+        "apiVersion": "k8s.cni.cncf.io/v1",
+        "kind": "NetworkAttachmentDefinition",
+        "metadata": {
+            "name": "rdma-network",
+            "namespace": "ai-training",
+            "annotations": {"k8s.v1.cni.cncf.io/resourceName": "openshift.io/cx7_vf"},
+        },
+        "spec": {"config": '{"cniVersion":"0.3.1","name":"rdma-network","type":"sriov"}'},
+    }
     state = FileClusterState([ns], [nad])
     pod = trainer_pod(namespace="ai-training")
     rv = k.admission_review(pod)
@@ -661,14 +779,39 @@ def test_the_final_state_guard_reads_the_network_attachments():
 
 
 DRANET_STATE = FileClusterState(
-    [Namespace(ML, {"kubernetes.io/metadata.name": ML, "rdma-webhook.io/injection": "enabled"})], [], [], [
-        {"apiVersion": "resource.k8s.io/v1", "kind": "DeviceClass", "metadata": {"name": "dranet"},
-         "spec": {"selectors": [{"cel": {"expression": 'device.driver == "dra.net"'}}]}},
-        {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaimTemplate", "metadata": {"name": "rdma-nics", "namespace": ML},
-         "spec": {"spec": {"devices": {"requests": [{"name": "nic", "exactly": {
-             "deviceClassName": "dranet", "count": 2,
-             "selectors": [{"cel": {"expression": 'device.attributes["dra.net"].rdma == true'}}]}}]}}}},
-    ])
+    [Namespace(ML, {"kubernetes.io/metadata.name": ML, "rdma-webhook.io/injection": "enabled"})],
+    [],
+    [],
+    [
+        {
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "DeviceClass",
+            "metadata": {"name": "dranet"},
+            "spec": {"selectors": [{"cel": {"expression": 'device.driver == "dra.net"'}}]},
+        },
+        {
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "ResourceClaimTemplate",
+            "metadata": {"name": "rdma-nics", "namespace": ML},
+            "spec": {
+                "spec": {
+                    "devices": {
+                        "requests": [
+                            {
+                                "name": "nic",
+                                "exactly": {
+                                    "deviceClassName": "dranet",
+                                    "count": 2,
+                                    "selectors": [{"cel": {"expression": 'device.attributes["dra.net"].rdma == true'}}],
+                                },
+                            }
+                        ]
+                    }
+                }
+            },
+        },
+    ],
+)
 
 
 def _dranet_pod():
@@ -676,8 +819,13 @@ def _dranet_pod():
     policy of another fabric (ib-shared's device plugin)."""
     c = k.container("trainer")
     c["resources"]["claims"] = [{"name": "rdma"}]
-    return k.pod([c], namespace=ML, annotations={"rdma-webhook.io/policy": "ib-shared"}, generate_name="llama-worker-",
-                 resourceClaims=[{"name": "rdma", "resourceClaimTemplateName": "rdma-nics"}])
+    return k.pod(
+        [c],
+        namespace=ML,
+        annotations={"rdma-webhook.io/policy": "ib-shared"},
+        generate_name="llama-worker-",
+        resourceClaims=[{"name": "rdma", "resourceClaimTemplateName": "rdma-nics"}],
+    )
 
 
 def test_the_dra_claims_known_reach_mutate_and_validate():
@@ -692,13 +840,16 @@ def test_the_dra_claims_known_reach_mutate_and_validate():
     _, doc, decision, _ = mutate(rv, namespace_of=DRANET_STATE.namespace)
     stored = applied(pod, envelope(doc))
     assert stored["spec"]["containers"][0]["resources"]["limits"]["rdma/rdma_shared_device_a"] == "1"
-    _, doc, decision, _ = validate(k.admission_review(stored), namespace_of=DRANET_STATE.namespace, claims=DRANET_STATE.claims())
+    _, doc, decision, _ = validate(
+        k.admission_review(stored), namespace_of=DRANET_STATE.namespace, claims=DRANET_STATE.claims()
+    )
     assert envelope(doc)["allowed"] is False and "[fabric-mismatch]" in envelope(doc)["status"]["message"]
     _, doc, decision, _ = validate(k.admission_review(stored), namespace_of=DRANET_STATE.namespace)
     assert envelope(doc)["allowed"] is True
 
 
 # -- /validate: the final-state guard for pods ---------------------------------------------------------
+
 
 def test_validate_never_patches_and_denies_a_pod_stored_without_its_rdma_pieces():
     """/validate runs after every mutating webhook: a labelled pod that reaches it without the
@@ -712,7 +863,9 @@ def test_validate_never_patches_and_denies_a_pod_stored_without_its_rdma_pieces(
     assert (resp["status"]["code"], resp["status"]["reason"]) == (403, "Forbidden")
     head = "rdma-webhook denied pod trainer-* (policy ib-shared): "
     assert message.startswith(head), message
-    assert re.findall(r" \[([a-z-]+)\](?:; |$)", message) == ["device-missing", "ipc-lock-missing", "enforced-env"], message
+    assert re.findall(r" \[([a-z-]+)\](?:; |$)", message) == ["device-missing", "ipc-lock-missing", "enforced-env"], (
+        message
+    )
     assert message.count("; container 'trainer': ") == 2, message
     stored = applied(pod, envelope(mutate(rv)[1]))
     rv = k.admission_review(stored)
@@ -729,7 +882,9 @@ def test_validate_of_a_pod_keeps_the_warnings_of_its_final_state():
     _, doc, decision, _ = validate(rv)
     resp = envelope(doc)
     assert set(resp) == {"uid", "allowed", "warnings"} and resp["allowed"] is True
-    assert resp["warnings"] == decision.warnings and resp["warnings"][0].startswith("trainer: NCCL_SOCKET_IFNAME='ens5'")
+    assert resp["warnings"] == decision.warnings and resp["warnings"][0].startswith(
+        "trainer: NCCL_SOCKET_IFNAME='ens5'"
+    )
 
 
 def test_validate_without_policies_denies_a_labelled_pod():
@@ -740,14 +895,21 @@ def test_validate_without_policies_denies_a_labelled_pod():
 
 # -- /validate: workloads --------------------------------------------------------------------------------
 
+
 def job(name="llama-finetune", namespace=ML, env=None, command=None, inject=True, **meta):
     labels = {"rdma-webhook.io/inject": "true"} if inject else {}
     c = k.container("trainer", env=env, command=command)
-    return {"apiVersion": "batch/v1", "kind": "Job",
-            "metadata": {"name": name, "namespace": namespace, **meta},
-            "spec": {"completions": 2, "parallelism": 2, "completionMode": "Indexed",
-                     "template": {"metadata": {"labels": labels},
-                                  "spec": {"restartPolicy": "Never", "containers": [c]}}}}
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": name, "namespace": namespace, **meta},
+        "spec": {
+            "completions": 2,
+            "parallelism": 2,
+            "completionMode": "Indexed",
+            "template": {"metadata": {"labels": labels}, "spec": {"restartPolicy": "Never", "containers": [c]}},
+        },
+    }
 
 
 def job_review(obj, namespace=None):
@@ -779,8 +941,10 @@ def test_a_job_whose_template_is_denied_is_denied_with_the_workload_s_message():
     assert set(resp) == {"uid", "allowed", "status"} and resp["allowed"] is False, resp
     assert (resp["status"]["code"], resp["status"]["reason"]) == (403, "Forbidden")
     message = resp["status"]["message"]
-    assert message.startswith("rdma-webhook: pods of Job llama-finetune would be denied or fall back to TCP: spec.template, "
-                              "container 'trainer': NCCL_IB_DISABLE='1' "), message
+    assert message.startswith(
+        "rdma-webhook: pods of Job llama-finetune would be denied or fall back to TCP: spec.template, "
+        "container 'trainer': NCCL_IB_DISABLE='1' "
+    ), message
     assert message.endswith(" [env-fallback]"), message
     assert not message.startswith("rdma-webhook denied pod"), message
     assert decision.outcome == "denied" and [f.rule for f in decision.denials] == ["env-fallback"]
@@ -803,12 +967,20 @@ def test_a_job_without_a_labelled_template_is_allowed_and_says_why():
     rv = job_review(job(namespace=IB, inject=False))
     status, doc, decision, _ = validate(rv)
     assert envelope(doc) == {"uid": rv["request"]["uid"], "allowed": True}
-    assert (decision.outcome, decision.reason, decision.templates) == ("skipped", "no template carries the pod opt-in label", [])
+    assert (decision.outcome, decision.reason, decision.templates) == (
+        "skipped",
+        "no template carries the pod opt-in label",
+        [],
+    )
 
 
 def test_a_trainjob_whose_runtime_is_unknown_says_so():
-    tj = {"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob", "metadata": {"name": "llama", "namespace": IB},
-          "spec": {"runtimeRef": {"name": "torch-distributed-rdma"}}}
+    tj = {
+        "apiVersion": "trainer.kubeflow.org/v1alpha1",
+        "kind": "TrainJob",
+        "metadata": {"name": "llama", "namespace": IB},
+        "spec": {"runtimeRef": {"name": "torch-distributed-rdma"}},
+    }
     rv = k.admission_review(tj, kind="TrainJob", resource="trainjobs")
     rv["request"]["kind"]["group"] = "trainer.kubeflow.org"
     status, doc, decision, _ = validate(rv)
@@ -879,6 +1051,7 @@ def test_a_workload_s_namespace_is_the_request_s_else_its_own():
 
 # -- /validate: a v1 List (sent by a caller: `kubectl kustomize`, `kubectl get -o yaml`) ---------------------
 
+
 def list_review(items, namespace=ML, **kw):
     obj = {"apiVersion": "v1", "kind": "List", "metadata": {"resourceVersion": ""}, "items": items}
     rv = k.admission_review(obj, namespace=namespace, kind="List", resource="lists", **kw)
@@ -905,9 +1078,15 @@ def test_a_list_with_a_configmap_script_and_its_job_is_denied_naming_the_job():
     status, doc, decision, _ = validate(list_review([jb]))
     resp = envelope(doc)
     assert resp["allowed"] is True and set(resp) == {"uid", "allowed", "warnings"}
-    assert any(w.startswith("Job llama-finetune: ") and "ConfigMap 'llama-train-scripts'" in w for w in resp["warnings"])
+    assert any(
+        w.startswith("Job llama-finetune: ") and "ConfigMap 'llama-train-scripts'" in w for w in resp["warnings"]
+    )
     assert all(w.startswith("Job llama-finetune: ") for w in resp["warnings"]) and resp["warnings"] == decision.warnings
-    assert (decision.outcome, decision.reason, decision.policy) == ("unchanged", "every object of the list passes", "ib-shared")
+    assert (decision.outcome, decision.reason, decision.policy) == (
+        "unchanged",
+        "every object of the list passes",
+        "ib-shared",
+    )
 
 
 def test_a_list_s_configmaps_given_by_the_caller_are_read_too():
@@ -941,9 +1120,15 @@ def test_a_list_s_configmap_without_a_namespace_is_in_the_request_s_or_default()
 def test_a_list_reads_every_item_past_those_it_skips():
     _, jb = _script_job()
     jb = job(namespace=IB, env=IB_OFF)
-    items = ["a string", None, 7, {"apiVersion": "v1", "kind": "Service", "metadata": {"name": "svc"}},
-             {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "cfg"}}, {"kind": "Job", "metadata": {"name": "no-api"}},
-             jb]
+    items = [
+        "a string",
+        None,
+        7,
+        {"apiVersion": "v1", "kind": "Service", "metadata": {"name": "svc"}},
+        {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "cfg"}},
+        {"kind": "Job", "metadata": {"name": "no-api"}},
+        jb,
+    ]
     _, doc, decision, _ = validate(list_review(items))
     resp = envelope(doc)
     assert resp["allowed"] is False and resp["status"]["message"].startswith("rdma-webhook: Job llama-finetune: "), resp
@@ -951,9 +1136,12 @@ def test_a_list_reads_every_item_past_those_it_skips():
 
 
 def test_a_list_of_nothing_to_check_is_allowed_untouched():
-    items = [{"apiVersion": "v1", "kind": "Service", "metadata": {"name": "svc"}}, "x",
-             {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "cfg"}, "data": {"NCCL_IB_DISABLE": "1"}},
-             {"kind": "Job", "metadata": {"name": "no-api-version"}}]
+    items = [
+        {"apiVersion": "v1", "kind": "Service", "metadata": {"name": "svc"}},
+        "x",
+        {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "cfg"}, "data": {"NCCL_IB_DISABLE": "1"}},
+        {"kind": "Job", "metadata": {"name": "no-api-version"}},
+    ]
     rv = list_review(items)
     status, doc, decision, req = validate(rv)
     assert (status, decision) == (200, None) and envelope(doc) == {"uid": rv["request"]["uid"], "allowed": True}
@@ -970,8 +1158,12 @@ def test_a_list_names_each_denied_object_and_joins_their_messages():
     del third["metadata"]["name"]
     _, doc, decision, _ = validate(list_review([first, second, third]))
     message = envelope(doc)["status"]["message"]
-    assert message.startswith("rdma-webhook: Job alpha: ") and "; Job beta-: " in message and "; Job (unnamed): " in message
-    parts = message[len("rdma-webhook: "):].split("; Job ")
+    assert (
+        message.startswith("rdma-webhook: Job alpha: ")
+        and "; Job beta-: " in message
+        and "; Job (unnamed): " in message
+    )
+    parts = message[len("rdma-webhook: ") :].split("; Job ")
     assert len(parts) == 3 and all(p.endswith("[env-fallback]") for p in parts), message
     assert [f.message.split(":")[0] for f in decision.denials] == ["Job alpha", "Job beta-", "Job (unnamed)"]
     assert decision.policy == "ib-shared"  # named once
@@ -1128,6 +1320,7 @@ def test_a_list_of_another_group_is_no_list():
 
 # -- through the served app ---------------------------------------------------------------------------
 
+
 def test_the_app_answers_what_review_answers():
     """`Admissions.answer` returns the document of `handle` as JSON bytes: the uid echoed, a 400
     as a JSON error; the API server reads that body."""
@@ -1154,18 +1347,41 @@ def cluster_runtime(env=None):
     """A Kubeflow Trainer ClusterTrainingRuntime (torch-distributed shape), its `node` job's pods
     opted in; `env` for the node container."""
     node = k.container("node", env=env, command=["torchrun", "/workspace/train.py"])
-    return {"apiVersion": f"{TRAINER}/v1alpha1", "kind": "ClusterTrainingRuntime",
-            "metadata": {"name": "torch-ib", "labels": {"trainer.kubeflow.org/framework": "torch"}},
-            "spec": {"mlPolicy": {"numNodes": 2, "torch": {"numProcPerNode": "auto"}},
-                     "template": {"spec": {"replicatedJobs": [{"name": "node", "template": {
-                         "metadata": {"labels": {"trainer.kubeflow.org/trainjob-ancestor-step": "trainer"}},
-                         "spec": {"template": {"metadata": {"labels": {"rdma-webhook.io/inject": "true"}},
-                                               "spec": {"containers": [node]}}}}}]}}}}
+    return {
+        "apiVersion": f"{TRAINER}/v1alpha1",
+        "kind": "ClusterTrainingRuntime",
+        "metadata": {"name": "torch-ib", "labels": {"trainer.kubeflow.org/framework": "torch"}},
+        "spec": {
+            "mlPolicy": {"numNodes": 2, "torch": {"numProcPerNode": "auto"}},
+            "template": {
+                "spec": {
+                    "replicatedJobs": [
+                        {
+                            "name": "node",
+                            "template": {
+                                "metadata": {"labels": {"trainer.kubeflow.org/trainjob-ancestor-step": "trainer"}},
+                                "spec": {
+                                    "template": {
+                                        "metadata": {"labels": {"rdma-webhook.io/inject": "true"}},
+                                        "spec": {"containers": [node]},
+                                    }
+                                },
+                            },
+                        }
+                    ]
+                }
+            },
+        },
+    }
 
 
 def trainjob(namespace=IB):
-    return {"apiVersion": f"{TRAINER}/v1alpha1", "kind": "TrainJob", "metadata": {"name": "llama", "namespace": namespace},
-            "spec": {"runtimeRef": {"name": "torch-ib", "apiGroup": TRAINER, "kind": "ClusterTrainingRuntime"}}}
+    return {
+        "apiVersion": f"{TRAINER}/v1alpha1",
+        "kind": "TrainJob",
+        "metadata": {"name": "llama", "namespace": namespace},
+        "spec": {"runtimeRef": {"name": "torch-ib", "apiGroup": TRAINER, "kind": "ClusterTrainingRuntime"}},
+    }
 
 
 def trainjob_review(obj):
@@ -1178,6 +1394,7 @@ def trainjob_review(obj):
 @pytest.fixture()
 def _trainer_release(monkeypatch):
     from webhook.kinds import trainer
+
     monkeypatch.delenv(trainer.TRAINER_RELEASE_ENV, raising=False)
 
 
@@ -1189,7 +1406,9 @@ def test_a_trainjob_is_judged_by_the_runtime_it_names_when_the_runtimes_are_know
     rv = trainjob_review(trainjob())
     _, doc, decision, _ = validate(rv, runtimes=runtimes)
     resp = envelope(doc)
-    assert resp["allowed"] is False and resp["status"]["message"].startswith("rdma-webhook: pods of TrainJob llama "), resp
+    assert resp["allowed"] is False and resp["status"]["message"].startswith("rdma-webhook: pods of TrainJob llama "), (
+        resp
+    )
     assert "[env-fallback]" in resp["status"]["message"]
     # runtimes not tracked: the TrainJob cannot be judged, and says so
     _, doc, decision, _ = validate(rv)
@@ -1221,9 +1440,14 @@ def test_a_workload_s_templates_meet_the_network_attachments_of_the_cluster_stat
 def test_a_workload_s_templates_meet_the_dra_claims_known():
     pod = _dranet_pod()
     obj = job(name="dranet-job", namespace=ML)
-    obj["spec"]["template"] = {"metadata": {"labels": pod["metadata"]["labels"], "annotations": pod["metadata"]["annotations"]},
-                               "spec": {"restartPolicy": "Never", "containers": pod["spec"]["containers"],
-                                        "resourceClaims": pod["spec"]["resourceClaims"]}}
+    obj["spec"]["template"] = {
+        "metadata": {"labels": pod["metadata"]["labels"], "annotations": pod["metadata"]["annotations"]},
+        "spec": {
+            "restartPolicy": "Never",
+            "containers": pod["spec"]["containers"],
+            "resourceClaims": pod["spec"]["resourceClaims"],
+        },
+    }
     for rv in (job_review(obj), list_review([obj])):
         _, doc, _, _ = validate(rv, namespace_of=DRANET_STATE.namespace, claims=DRANET_STATE.claims())
         assert envelope(doc)["allowed"] is False and "[fabric-mismatch]" in envelope(doc)["status"]["message"], doc
@@ -1268,6 +1492,7 @@ def test_a_huge_body_is_refused_with_413_and_a_large_pod_is_answered():
 
 
 # -- fixed after the part's run (mutation/MUTATION.md, admission.review, "found on the way") ---------------------
+
 
 def test_a_review_naming_neither_kind_nor_resource_is_read_by_its_object_kind():
     """A hand-written review without request.kind and request.resource: a Job is judged as a Job at

@@ -17,19 +17,25 @@ def handle(body: bytes, policies):
     return review.handle(body, policies, NS.get, None)
 
 
-@pytest.mark.parametrize("body,fragment", [
-    (b"", "not valid JSON"),
-    (b"{not json", "not valid JSON"),
-    (b'{"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": {"uid": "x", ', "not valid JSON"),
-    (b"[1, 2, 3]", "not a JSON object"),
-    (b'"AdmissionReview"', "not a JSON object"),
-    (b"{}", "no request object"),
-    (b'{"request": null}', "no request object"),
-    (b'{"request": {"uid": ""}}', "no uid"),
-    (b'{"request": {"uid": 42}}', "no uid"),
-    ("{\"request\": {\"uid\": \"\u0000\"".encode(), "not valid JSON"),
-    (b"\xff\xfe\x00garbage", "not valid JSON"),
-])
+@pytest.mark.parametrize(
+    "body,fragment",
+    [
+        (b"", "not valid JSON"),
+        (b"{not json", "not valid JSON"),
+        (
+            b'{"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": {"uid": "x", ',
+            "not valid JSON",
+        ),
+        (b"[1, 2, 3]", "not a JSON object"),
+        (b'"AdmissionReview"', "not a JSON object"),
+        (b"{}", "no request object"),
+        (b'{"request": null}', "no request object"),
+        (b'{"request": {"uid": ""}}', "no uid"),
+        (b'{"request": {"uid": 42}}', "no uid"),
+        ("{\"request\": {\"uid\": \"\u0000\"".encode(), "not valid JSON"),
+        (b"\xff\xfe\x00garbage", "not valid JSON"),
+    ],
+)
 def test_unanswerable_bodies_get_400(policies, body, fragment):
     code, doc, decision, req = handle(body, policies)
     assert code == 400 and fragment in doc["error"]
@@ -51,17 +57,51 @@ def test_wrong_envelope_with_uid_is_denied_with_reason(policies):
     assert "expected apiVersion admission.k8s.io/v1" in r["status"]["message"]
 
 
-@pytest.mark.parametrize("obj,fragment", [
-    (None, "not a JSON object"),
-    ("a pod", "not a JSON object"),
-    ({"kind": "Deployment", "metadata": {"labels": {"rdma-webhook.io/inject": "true"}}}, "is a 'Deployment', not a Pod"),
-    ({"kind": "Pod", "metadata": "x"}, "metadata must be an object"),
-    ({"kind": "Pod", "metadata": {"labels": {"rdma-webhook.io/inject": True}}}, "metadata.labels must map strings"),
-    ({"kind": "Pod", "metadata": {"labels": {"rdma-webhook.io/inject": "true"}}, "spec": {"containers": "trainer"}}, "spec.containers must be a list"),
-    ({"kind": "Pod", "metadata": {"labels": {"rdma-webhook.io/inject": "true"}}, "spec": {"containers": [{"name": "t", "env": {"A": "1"}}]}}, "spec.containers[0].env must be a list"),
-    ({"kind": "Pod", "metadata": {"labels": {"rdma-webhook.io/inject": "true"}}, "spec": {"containers": [{"name": "t", "resources": {"limits": ["x"]}}]}}, "resources.limits must be an object"),
-    ({"kind": "Pod", "metadata": {"labels": {"rdma-webhook.io/inject": "true"}}, "spec": {"containers": [{"name": "t", "securityContext": {"capabilities": {"add": "IPC_LOCK"}}}]}}, "capabilities must hold add/drop lists"),
-])
+@pytest.mark.parametrize(
+    "obj,fragment",
+    [
+        (None, "not a JSON object"),
+        ("a pod", "not a JSON object"),
+        (
+            {"kind": "Deployment", "metadata": {"labels": {"rdma-webhook.io/inject": "true"}}},
+            "is a 'Deployment', not a Pod",
+        ),
+        ({"kind": "Pod", "metadata": "x"}, "metadata must be an object"),
+        ({"kind": "Pod", "metadata": {"labels": {"rdma-webhook.io/inject": True}}}, "metadata.labels must map strings"),
+        (
+            {
+                "kind": "Pod",
+                "metadata": {"labels": {"rdma-webhook.io/inject": "true"}},
+                "spec": {"containers": "trainer"},
+            },
+            "spec.containers must be a list",
+        ),
+        (
+            {
+                "kind": "Pod",
+                "metadata": {"labels": {"rdma-webhook.io/inject": "true"}},
+                "spec": {"containers": [{"name": "t", "env": {"A": "1"}}]},
+            },
+            "spec.containers[0].env must be a list",
+        ),
+        (
+            {
+                "kind": "Pod",
+                "metadata": {"labels": {"rdma-webhook.io/inject": "true"}},
+                "spec": {"containers": [{"name": "t", "resources": {"limits": ["x"]}}]},
+            },
+            "resources.limits must be an object",
+        ),
+        (
+            {
+                "kind": "Pod",
+                "metadata": {"labels": {"rdma-webhook.io/inject": "true"}},
+                "spec": {"containers": [{"name": "t", "securityContext": {"capabilities": {"add": "IPC_LOCK"}}}]},
+            },
+            "capabilities must hold add/drop lists",
+        ),
+    ],
+)
 def test_malformed_pods_are_denied_with_reason(policies, obj, fragment):
     rv = k.admission_review(obj, namespace="ml-training")
     code, doc, decision, _ = handle(json.dumps(rv).encode(), policies)
@@ -73,12 +113,22 @@ def test_malformed_pods_are_denied_with_reason(policies, obj, fragment):
 NO_GPU = "no container requests a GPU"
 
 
-@pytest.mark.parametrize("pod", [
-    {"kind": "Pod", "metadata": {"labels": {"rdma-webhook.io/inject": "true"}}},
-    {"kind": "Pod", "metadata": {"labels": {"rdma-webhook.io/inject": "true"}}, "spec": None},
-    {"kind": "Pod", "metadata": {"labels": {"rdma-webhook.io/inject": "true"}, "annotations": None}, "spec": {"containers": None}},
-    {"metadata": {"labels": {"rdma-webhook.io/inject": "true"}}, "spec": {"containers": [{"name": None, "resources": None, "env": None}]}},
-])
+@pytest.mark.parametrize(
+    "pod",
+    [
+        {"kind": "Pod", "metadata": {"labels": {"rdma-webhook.io/inject": "true"}}},
+        {"kind": "Pod", "metadata": {"labels": {"rdma-webhook.io/inject": "true"}}, "spec": None},
+        {
+            "kind": "Pod",
+            "metadata": {"labels": {"rdma-webhook.io/inject": "true"}, "annotations": None},
+            "spec": {"containers": None},
+        },
+        {
+            "metadata": {"labels": {"rdma-webhook.io/inject": "true"}},
+            "spec": {"containers": [{"name": None, "resources": None, "env": None}]},
+        },
+    ],
+)
 def test_missing_or_null_fields_read_as_absent(policies, pod):
     """A null or missing field is what the API server sends for "not set": no container asks
     for a GPU, so the labelled pod is allowed unchanged with the launcher warning, never a crash."""
@@ -94,8 +144,11 @@ def test_missing_or_null_fields_read_as_absent(policies, pod):
 def test_a_gpu_count_that_is_not_a_quantity_is_denied_as_malformed(policies, section, value):
     """Read as "no GPU", a labelled pod asking for "many" GPUs would be allowed without RDMA;
     the API server would reject it later anyway. It is denied here, naming the field."""
-    pod = {"kind": "Pod", "metadata": {"labels": {"rdma-webhook.io/inject": "true"}},
-           "spec": {"containers": [{"name": "t", "resources": {section: {"nvidia.com/gpu": value}}}]}}
+    pod = {
+        "kind": "Pod",
+        "metadata": {"labels": {"rdma-webhook.io/inject": "true"}},
+        "spec": {"containers": [{"name": "t", "resources": {section: {"nvidia.com/gpu": value}}}]},
+    }
     rv = k.admission_review(pod, namespace="ml-training")
     code, doc, decision, _ = handle(json.dumps(rv).encode(), policies)
     r = doc["response"]
@@ -145,8 +198,16 @@ def test_non_pod_resources_are_allowed_untouched(policies):
 
 
 def test_unicode_and_control_characters(policies):
-    c = k.container("trainer", env=[{"name": "NOTE", "value": "\u2603\u0007\u202e evil \x00"}], command=["bash", "-c", "echo \u00e9t\u00e9 NCCL_NET=Socket\u2028; export NCCL_NET=Socket # \u202e\ntorchrun t.py"])
-    pod = k.pod([c], labels={"team": "\u00e9quipe-\u2603"}, annotations={"note": "\u65e5\u672c\u8a9e \U0001F600"})
+    c = k.container(
+        "trainer",
+        env=[{"name": "NOTE", "value": "\u2603\u0007\u202e evil \x00"}],
+        command=[
+            "bash",
+            "-c",
+            "echo \u00e9t\u00e9 NCCL_NET=Socket\u2028; export NCCL_NET=Socket # \u202e\ntorchrun t.py",
+        ],
+    )
+    pod = k.pod([c], labels={"team": "\u00e9quipe-\u2603"}, annotations={"note": "\u65e5\u672c\u8a9e \U0001f600"})
     rv = k.admission_review(pod)
     code, doc, decision, _ = handle(json.dumps(rv).encode(), policies)
     assert code == 200 and doc["response"]["allowed"] is False
@@ -162,7 +223,7 @@ def test_unicode_and_control_characters(policies):
     assert doc["response"]["allowed"] is True, doc
     out = jsonpatch.apply_patch(pod, json.loads(base64.b64decode(doc["response"]["patch"])))
     assert out["metadata"]["labels"]["team"] == "\u00e9quipe-\u2603"
-    assert out["metadata"]["annotations"]["note"] == "\u65e5\u672c\u8a9e \U0001F600"
+    assert out["metadata"]["annotations"]["note"] == "\u65e5\u672c\u8a9e \U0001f600"
     assert out["metadata"]["annotations"]["rdma-webhook.io/status"] == "injected"
     assert out["spec"]["containers"][0]["env"][0] == {"name": "NOTE", "value": "\u2603\u0007\u202e evil \x00"}
 

@@ -82,7 +82,11 @@ def send(pod: dict[str, Any]) -> tuple[dict[str, Any], Any, dict[str, Any]]:
                 raise AssertionError(f"patch is not base64 JSON: {exc}") from None
             assert isinstance(ops, list) and ops, "an empty patch must be left out"
             for op in ops:
-                assert op["op"] in PATCH_OPS and isinstance(op["path"], str) and (op["path"] == "" or op["path"].startswith("/"))
+                assert (
+                    op["op"] in PATCH_OPS
+                    and isinstance(op["path"], str)
+                    and (op["path"] == "" or op["path"].startswith("/"))
+                )
             out = jsonpatch.apply_patch(pod, ops)
             assert decision is not None and out == decision.pod
         else:
@@ -115,7 +119,6 @@ def _without(c: dict[str, Any], *paths: tuple[str, ...]) -> dict[str, Any]:
     return c
 
 
-
 def _inserted_exports(c: dict, oc: dict, names: set[str]) -> bool:
     """The mutated launcher's command + args are the sent ones with one run of `-x NAME` pairs
     (NAME of the policy's block) inserted, or unchanged (webhook/core/ranks.py)."""
@@ -127,8 +130,8 @@ def _inserted_exports(c: dict, oc: dict, names: set[str]) -> bool:
     if n < 0 or n % 2:
         return False
     for i in range(len(before) + 1):
-        if after[:i] == before[:i] and after[i + n:] == before[i:]:
-            run = after[i:i + n]
+        if after[:i] == before[:i] and after[i + n :] == before[i:]:
+            run = after[i : i + n]
             return all(run[j] == "-x" and run[j + 1] in names for j in range(0, n, 2))
     return False
 
@@ -156,17 +159,23 @@ def check_mutation(pod: dict[str, Any], out: dict[str, Any], decision: Any) -> N
     # DRA claims: the ones sent stay, in place; the addition is the policy's claim, once
     claims_sent, claims_now = spec.get("resourceClaims") or [], ospec.get("resourceClaims") or []
     assert claims_now[: len(claims_sent)] == claims_sent
-    for extra in claims_now[len(claims_sent):]:
+    for extra in claims_now[len(claims_sent) :]:
         assert policy is not None and policy.claim is not None, extra
         assert set(extra) == {"name", "resourceClaimTemplateName"} and extra["name"] == policy.claim.name, extra
         assert policy.claim.made_from(extra["resourceClaimTemplateName"]), extra
     assert len(claims_now) - len(claims_sent) <= 1
-    assert {k: v for k, v in pod.items() if k not in ("spec", "metadata")} == {k: v for k, v in out.items() if k not in ("spec", "metadata")}
+    assert {k: v for k, v in pod.items() if k not in ("spec", "metadata")} == {
+        k: v for k, v in out.items() if k not in ("spec", "metadata")
+    }
     meta, ometa = pod["metadata"], out["metadata"]
-    assert {k: v for k, v in meta.items() if k not in ("annotations", "labels")} == {k: v for k, v in ometa.items() if k not in ("annotations", "labels")}
+    assert {k: v for k, v in meta.items() if k not in ("annotations", "labels")} == {
+        k: v for k, v in ometa.items() if k not in ("annotations", "labels")
+    }
     # labels: only the webhook's own (the applied policy, which the generated admission policy selects by)
     labels, olabels = meta.get("labels") or {}, ometa.get("labels") or {}
-    assert {k: v for k, v in labels.items() if k != keys.APPLIED_POLICY_LABEL} == {k: v for k, v in olabels.items() if k != keys.APPLIED_POLICY_LABEL}
+    assert {k: v for k, v in labels.items() if k != keys.APPLIED_POLICY_LABEL} == {
+        k: v for k, v in olabels.items() if k != keys.APPLIED_POLICY_LABEL
+    }
     # annotations: only the webhook's own and the Multus one
     ann, oann = meta.get("annotations") or {}, ometa.get("annotations") or {}
     owned = {keys.STATUS, keys.APPLIED_POLICY, keys.MULTUS_NETWORKS, gke.INTERFACES, gke.DEFAULT_INTERFACE}
@@ -189,16 +198,18 @@ def check_mutation(pod: dict[str, Any], out: dict[str, Any], decision: Any) -> N
             # merged in the form the user wrote, keeping what was there
             form = "json" if ann[keys.MULTUS_NETWORKS].strip().startswith("[") else "csv"
             if form == "json":
-                assert json.loads(oann[keys.MULTUS_NETWORKS])[: len(json.loads(ann[keys.MULTUS_NETWORKS]))] == json.loads(ann[keys.MULTUS_NETWORKS])
+                assert json.loads(oann[keys.MULTUS_NETWORKS])[
+                    : len(json.loads(ann[keys.MULTUS_NETWORKS]))
+                ] == json.loads(ann[keys.MULTUS_NETWORKS])
             else:  # Multus trims each comma-separated entry; the webhook writes them trimmed
                 entries = [e.strip() for e in ann[keys.MULTUS_NETWORKS].split(",") if e.strip()]
                 assert oann[keys.MULTUS_NETWORKS].split(",")[: len(entries)] == entries
     # volumes: the ones sent stay as they are, in place; additions are memory-backed emptyDirs
     vols, ovols = spec.get("volumes") or [], ospec.get("volumes") or []
     assert ovols[: len(vols)] == vols
-    for v in ovols[len(vols):]:
+    for v in ovols[len(vols) :]:
         assert set(v) == {"name", "emptyDir"} and v["emptyDir"]["medium"] == "Memory", v
-    added_volumes = {v["name"] for v in ovols[len(vols):]}
+    added_volumes = {v["name"] for v in ovols[len(vols) :]}
     for v in ovols:
         assert "hostPath" not in v
     gpu_resources = policy.gpu_resources if policy else ()
@@ -219,25 +230,32 @@ def check_mutation(pod: dict[str, Any], out: dict[str, Any], decision: Any) -> N
             assert c == oc, f"container {c['name']!r} is not a target but changed"
             continue
         # only resources, env, volumeMounts and capabilities.add may change
-        fields = (("resources",), ("env",), ("volumeMounts",), ("securityContext", "capabilities", "add"), ("command",), ("args",))
+        fields = (
+            ("resources",),
+            ("env",),
+            ("volumeMounts",),
+            ("securityContext", "capabilities", "add"),
+            ("command",),
+            ("args",),
+        )
         assert _prune(_without(c, *fields)) == _prune(_without(oc, *fields)), c["name"]
         if i not in launchers:
             assert (c.get("command"), c.get("args")) == (oc.get("command"), oc.get("args"))
         # capabilities: IPC_LOCK is the only addition; drop untouched; never privileged
         add, oadd = _caps(c, "add"), _caps(oc, "add")
-        assert oadd[: len(add)] == add and set(oadd[len(add):]) <= {"IPC_LOCK"}
+        assert oadd[: len(add)] == add and set(oadd[len(add) :]) <= {"IPC_LOCK"}
         assert _caps(c, "drop") == _caps(oc, "drop")
         assert (c.get("securityContext") or {}).get("privileged") == (oc.get("securityContext") or {}).get("privileged")
         # resources: what was set stays (but the GPUs an aligned claim takes over); additions are the
         # device resource, in limits and requests, and a reference to the pod's NIC claim
         aligned = policy.claim is not None and policy.claim.aligned
         refs, orefs = (c.get("resources") or {}).get("claims") or [], (oc.get("resources") or {}).get("claims") or []
-        assert orefs[: len(refs)] == refs and all(set(r) == {"name"} for r in orefs[len(refs):]), (refs, orefs)
-        assert {r["name"] for r in orefs[len(refs):]} <= {e["name"] for e in claims_now}
+        assert orefs[: len(refs)] == refs and all(set(r) == {"name"} for r in orefs[len(refs) :]), (refs, orefs)
+        assert {r["name"] for r in orefs[len(refs) :]} <= {e["name"] for e in claims_now}
         for section in ("limits", "requests"):
             have = (c.get("resources") or {}).get(section) or {}
             now = (oc.get("resources") or {}).get(section) or {}
-            if aligned and claims_now[len(claims_sent):]:  # the GPUs are claimed with their NICs now
+            if aligned and claims_now[len(claims_sent) :]:  # the GPUs are claimed with their NICs now
                 have = {r: q for r, q in have.items() if r not in policy.gpu_resources}
                 assert not set(policy.gpu_resources) & set(now)
             assert {r: q for r, q in now.items() if r in have} == have
@@ -257,7 +275,7 @@ def check_mutation(pod: dict[str, Any], out: dict[str, Any], decision: Any) -> N
                 assert before["name"] in enforced and after["name"] == before["name"], (before, after)
                 if before["name"] not in templated:
                     assert after == {"name": before["name"], "value": enforced[before["name"]]}, (before, after)
-        for extra in oenv[len(env):]:
+        for extra in oenv[len(env) :]:
             if extra["name"] == ENV_LIST:  # an MPI launcher forwards the block (webhook/core/ranks.py)
                 assert set(extra) == {"name", "value"} and _listed(extra["value"]) == set(policy_env), extra
             elif extra["name"] in templated:  # names an interface the pod really has
@@ -267,7 +285,7 @@ def check_mutation(pod: dict[str, Any], out: dict[str, Any], decision: Any) -> N
         # mounts: the ones sent stay; the addition is /dev/shm from a memory-backed emptyDir
         ms, oms = c.get("volumeMounts") or [], oc.get("volumeMounts") or []
         assert oms[: len(ms)] == ms
-        for m in oms[len(ms):]:
+        for m in oms[len(ms) :]:
             assert m["mountPath"] == "/dev/shm"
             vol = next(v for v in ovols if v["name"] == m["name"])
             assert vol.get("emptyDir", {}).get("medium") == "Memory"
@@ -309,7 +327,7 @@ def check_round(pod: dict[str, Any]) -> tuple[dict[str, Any], Any]:
     if currently_in_test_context():
         note(f"outcome={decision.outcome if decision else None} policy={decision.policy if decision else None}")
         event(f"outcome: {decision.outcome if decision else None}")
-        for finding in (decision.denials if decision else ()):
+        for finding in decision.denials if decision else ():
             event(f"denied: {finding.rule}")
     errors = S.validity_errors(out)
     assert not errors, errors
@@ -356,7 +374,9 @@ def test_every_pod_and_every_policy_keeps_the_admission_contract(pod):
             check_round(_with_policy(pod, name))
 
 
-@given(S.pods(namespaces=("ml-training", "ai-training", "team-erdma", "pss-privileged", "nad-custom", "nad-no-resource")))
+@given(
+    S.pods(namespaces=("ml-training", "ai-training", "team-erdma", "pss-privileged", "nad-custom", "nad-no-resource"))
+)
 @S.examples(ci=150, long=3000)
 def test_opted_in_pods_without_fallback_settings_are_mutated(pod):
     """The same contract where mutation is the likely outcome: pods whose GPU containers carry
@@ -380,9 +400,13 @@ def test_opted_in_pods_without_fallback_settings_are_mutated(pod):
     if ann.get(keys.POD_POLICY) in ("no-such-policy", "gke-gib", "gke-tcpxo"):  # GKE's pods: tests/fabrics/test_gke.py
         del ann[keys.POD_POLICY]
     ann.pop(gke.INTERFACES, None)  # another fabric's GKE networks are a fabric-mismatch here
-    if ann.get(keys.MULTUS_NETWORKS, "").strip().startswith("[") and not isinstance(_json_or_none(ann[keys.MULTUS_NETWORKS]), list):
+    if ann.get(keys.MULTUS_NETWORKS, "").strip().startswith("[") and not isinstance(
+        _json_or_none(ann[keys.MULTUS_NETWORKS]), list
+    ):
         del ann[keys.MULTUS_NETWORKS]
-    if isinstance(_json_or_none(ann.get(keys.MULTUS_NETWORKS, "")), list) and not all(isinstance(e, dict) for e in json.loads(ann[keys.MULTUS_NETWORKS])):
+    if isinstance(_json_or_none(ann.get(keys.MULTUS_NETWORKS, "")), list) and not all(
+        isinstance(e, dict) for e in json.loads(ann[keys.MULTUS_NETWORKS])
+    ):
         del ann[keys.MULTUS_NETWORKS]
     assert not S.validity_errors(pod)
     r, decision = check_round(pod)
@@ -405,12 +429,17 @@ def test_opted_in_pods_without_fallback_settings_are_mutated(pod):
     resources = [d.resource for d in policy.devices]
     for n in policy.networks:
         nad = STATE.attachment(n.namespace or ns, n.name)
-        resources.append(((nad or {}).get("metadata", {}).get("annotations") or {}).get(keys.NAD_RESOURCE_NAME) or n.resource)
+        resources.append(
+            ((nad or {}).get("metadata", {}).get("annotations") or {}).get(keys.NAD_RESOURCE_NAME) or n.resource
+        )
     for c in out["spec"]["containers"]:
         if not any(_gpu(c, g) for g in policy.gpu_resources):
             continue
         for resource in resources:
-            assert int(c["resources"]["limits"][resource]) >= 1 and c["resources"]["requests"][resource] == c["resources"]["limits"][resource]
+            assert (
+                int(c["resources"]["limits"][resource]) >= 1
+                and c["resources"]["requests"][resource] == c["resources"]["limits"][resource]
+            )
         assert any(a.upper() in ("IPC_LOCK", "CAP_IPC_LOCK") for a in _caps(c, "add"))
         assert any(m["mountPath"].rstrip("/") == "/dev/shm" for m in c.get("volumeMounts") or ())
         env = {e["name"]: e for e in c["env"]}
@@ -464,15 +493,26 @@ def test_validator_rejects_what_the_api_server_would():
     assert any("not unique" in e for e in S.semantic_errors(bad))
 
 
-@pytest.mark.parametrize("annotation", [
-    "other-net, kube-system/macvlan-conf@net2", " other-net ,", "", "[]",
-    json.dumps([{"name": "other-net", "interface": "net2"}], indent=2), "rdma-network", '[{"name": "rdma-network"}]',
-])
+@pytest.mark.parametrize(
+    "annotation",
+    [
+        "other-net, kube-system/macvlan-conf@net2",
+        " other-net ,",
+        "",
+        "[]",
+        json.dumps([{"name": "other-net", "interface": "net2"}], indent=2),
+        "rdma-network",
+        '[{"name": "rdma-network"}]',
+    ],
+)
 @pytest.mark.parametrize("namespace", ["ai-training", "nad-custom"])
 def test_multus_annotation_merged_in_the_form_written(annotation, namespace):
     """Hand-picked cases Hypothesis reaches rarely: the contract checks of every generated pod
     applied to the Multus merge in both forms, with spaces, empty, and already present."""
-    pod = k.pod([k.container("trainer")], namespace=namespace, annotations={keys.MULTUS_NETWORKS: annotation,
-                                                                           keys.POD_POLICY: "sriov-roce"})
+    pod = k.pod(
+        [k.container("trainer")],
+        namespace=namespace,
+        annotations={keys.MULTUS_NETWORKS: annotation, keys.POD_POLICY: "sriov-roce"},
+    )
     r, decision = check_round(pod)
     assert r["allowed"] and decision.outcome == MUTATED

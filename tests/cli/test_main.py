@@ -37,7 +37,9 @@ def test_review_prints_admission_responses_and_exit_0(tmp_path):
     docs = [json.loads(d) for d in out.stdout.replace("}\n{", "}\x00{").split("\x00")]
     assert len(docs) == 2 and all(d["kind"] == "AdmissionReview" for d in docs)
     assert docs[0]["response"]["allowed"] and docs[0]["response"]["patchType"] == "JSONPatch"
-    assert docs[1]["response"]["allowed"] and docs[1]["response"]["patchType"] == "JSONPatch"  # the launcher gets the block
+    assert (
+        docs[1]["response"]["allowed"] and docs[1]["response"]["patchType"] == "JSONPatch"
+    )  # the launcher gets the block
 
 
 def test_review_exit_1_when_any_denied(tmp_path):
@@ -101,8 +103,19 @@ def test_explain_on_the_seed_pods():
 
 
 def test_certs_writes_a_ca_and_serving_certificate(tmp_path):
-    out = run("certs", "--service", "rdma-webhook", "--namespace", "rdma-webhook", "--out", str(tmp_path),
-              "--dns", "webhook.example.test", "--ip", "127.0.0.1")
+    out = run(
+        "certs",
+        "--service",
+        "rdma-webhook",
+        "--namespace",
+        "rdma-webhook",
+        "--out",
+        str(tmp_path),
+        "--dns",
+        "webhook.example.test",
+        "--ip",
+        "127.0.0.1",
+    )
     assert out.returncode == 0, out.stderr
     ca_pem = base64.b64decode(out.stdout.strip())
     assert ca_pem == (tmp_path / "ca.crt").read_bytes()
@@ -110,8 +123,12 @@ def test_certs_writes_a_ca_and_serving_certificate(tmp_path):
     ca = x509.load_pem_x509_certificate(ca_pem)
     sans = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
     assert set(sans.get_values_for_type(x509.DNSName)) == {
-        "rdma-webhook", "rdma-webhook.rdma-webhook", "rdma-webhook.rdma-webhook.svc",
-        "rdma-webhook.rdma-webhook.svc.cluster.local", "webhook.example.test"}
+        "rdma-webhook",
+        "rdma-webhook.rdma-webhook",
+        "rdma-webhook.rdma-webhook.svc",
+        "rdma-webhook.rdma-webhook.svc.cluster.local",
+        "webhook.example.test",
+    }
     assert [str(ip) for ip in sans.get_values_for_type(x509.IPAddress)] == ["127.0.0.1"]
     cert.verify_directly_issued_by(ca)
     assert (tmp_path / "tls.key").stat().st_mode & 0o777 == 0o600
@@ -134,10 +151,27 @@ def test_serve_without_cluster_state_or_api_config_exits_with_one_line(tmp_path)
     write_certs(tmp_path / "certs", "rdma-webhook", "rdma-webhook", dns=["localhost"], ips=["127.0.0.1"])
     env = {k: v for k, v in os.environ.items() if not k.startswith("KUBERNETES_")}
     env.update(KUBECONFIG=str(tmp_path / "no-such-kubeconfig"), HOME=str(tmp_path))
-    out = subprocess.run([*CLI, "serve", "--tls-cert", str(tmp_path / "certs" / "tls.crt"), "--tls-key",
-                          str(tmp_path / "certs" / "tls.key"), "--host", "127.0.0.1", "--port", "0",
-                          "--policies", str(ROOT / "policies")],
-                         capture_output=True, text=True, cwd=ROOT, env=env, timeout=60)
+    out = subprocess.run(
+        [
+            *CLI,
+            "serve",
+            "--tls-cert",
+            str(tmp_path / "certs" / "tls.crt"),
+            "--tls-key",
+            str(tmp_path / "certs" / "tls.key"),
+            "--host",
+            "127.0.0.1",
+            "--port",
+            "0",
+            "--policies",
+            str(ROOT / "policies"),
+        ],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env=env,
+        timeout=60,
+    )
     said = out.stdout + out.stderr  # the log goes to stdout
     assert out.returncode == 2, (out.returncode, said[-2000:])
     assert "cannot reach the Kubernetes API" in said and "--cluster-state FILE" in said, said[-2000:]
@@ -147,7 +181,9 @@ def test_serve_without_cluster_state_or_api_config_exits_with_one_line(tmp_path)
 def test_certs_reuse_ca_renews_only_the_serving_certificate(tmp_path):
     first = run("certs", "--service", "rdma-webhook", "--namespace", "rdma-webhook", "--out", str(tmp_path))
     old_cert = (tmp_path / "tls.crt").read_bytes()
-    again = run("certs", "--service", "rdma-webhook", "--namespace", "rdma-webhook", "--out", str(tmp_path), "--reuse-ca")
+    again = run(
+        "certs", "--service", "rdma-webhook", "--namespace", "rdma-webhook", "--out", str(tmp_path), "--reuse-ca"
+    )
     assert again.returncode == 0 and again.stdout == first.stdout  # same caBundle
     new = x509.load_pem_x509_certificate((tmp_path / "tls.crt").read_bytes())
     assert (tmp_path / "tls.crt").read_bytes() != old_cert
@@ -200,11 +236,21 @@ def test_make_run_says_listening_only_once_ready(tmp_path):
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    env = {**os.environ, "PORT": str(port), "CERTS": str(tmp_path / "certs"),
-           "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}",
-           "PROMETHEUS_MULTIPROC_DIR": str(tmp_path / "metrics")}
-    proc = subprocess.Popen(["bash", str(ROOT / "scripts" / "run-local.sh")], stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True, env=env, start_new_session=True)
+    env = {
+        **os.environ,
+        "PORT": str(port),
+        "CERTS": str(tmp_path / "certs"),
+        "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}",
+        "PROMETHEUS_MULTIPROC_DIR": str(tmp_path / "metrics"),
+    }
+    proc = subprocess.Popen(
+        ["bash", str(ROOT / "scripts" / "run-local.sh")],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=env,
+        start_new_session=True,
+    )
     try:
         seen = []
         deadline = time.monotonic() + 90
@@ -232,15 +278,33 @@ def test_review_refuses_unrendered_templates(tmp_path):
     pod = k.pytorchjob_worker()
     pod["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] = "$GPU_PER_NODE"
     out = run("review", "--policies", POLICIES, "--cluster-state", STATE, write(tmp_path, "pod.yaml", pod))
-    assert out.returncode == 2 and "resources.limits[nvidia.com/gpu] is '$GPU_PER_NODE', a template placeholder" in out.stderr
+    assert (
+        out.returncode == 2
+        and "resources.limits[nvidia.com/gpu] is '$GPU_PER_NODE', a template placeholder" in out.stderr
+    )
     assert "render the manifest first" in out.stderr
-    job = {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "j", "namespace": "ml-training"},
-           "spec": {"template": {"metadata": {"labels": {"rdma-webhook.io/inject": "true"}}, "spec": {"containers": [
-               {"name": "t", "image": "x", "resources": {"limits": {"nvidia.com/gpu": "{{ .Values.gpus }}"}}}]}}}}
+    job = {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": "j", "namespace": "ml-training"},
+        "spec": {
+            "template": {
+                "metadata": {"labels": {"rdma-webhook.io/inject": "true"}},
+                "spec": {
+                    "containers": [
+                        {"name": "t", "image": "x", "resources": {"limits": {"nvidia.com/gpu": "{{ .Values.gpus }}"}}}
+                    ]
+                },
+            }
+        },
+    }
     out = run("review", "--policies", POLICIES, "--cluster-state", STATE, write(tmp_path, "job.yaml", job))
     assert out.returncode == 2 and "spec.template, container t: resources.limits[nvidia.com/gpu]" in out.stderr
     job["spec"]["template"]["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] = 8
-    assert run("review", "--policies", POLICIES, "--cluster-state", STATE, write(tmp_path, "job.yaml", job)).returncode == 0
+    assert (
+        run("review", "--policies", POLICIES, "--cluster-state", STATE, write(tmp_path, "job.yaml", job)).returncode
+        == 0
+    )
 
 
 def test_the_shipped_examples_success_path_has_no_warning():

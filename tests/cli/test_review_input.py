@@ -84,7 +84,9 @@ def review(*args: str) -> tuple[int, list[dict], str]:
 
     out, err = io.StringIO(), io.StringIO()
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        code = main(["review", "--policies", str(ROOT / "policies"), "--cluster-state", STATE, "--output", "json", *args])
+        code = main(
+            ["review", "--policies", str(ROOT / "policies"), "--cluster-state", STATE, "--output", "json", *args]
+        )
     recs = [json.loads(line) for line in out.getvalue().splitlines() if line.strip()]
     for r in recs:
         jsonschema.validate(r, SCHEMA)
@@ -117,11 +119,15 @@ def repo(tmp_path: Path) -> Path:
 
 # -- hidden entries ---------------------------------------------------------------------------------
 
+
 def test_hidden_folders_and_files_are_skipped_when_walking(repo):
     code, recs, _ = review(str(repo))
     assert code == 0  # the denied TFJob in .archive/ and k8s/.draft.yaml was not read
-    assert files(recs) == [str(repo / "chart" / "values.yaml"), str(repo / "docker-compose.yaml"),
-                           str(repo / "k8s" / "jobset.yaml")]
+    assert files(recs) == [
+        str(repo / "chart" / "values.yaml"),
+        str(repo / "docker-compose.yaml"),
+        str(repo / "k8s" / "jobset.yaml"),
+    ]
 
 
 def test_a_hidden_folder_or_file_named_as_an_argument_is_read(repo):
@@ -144,6 +150,7 @@ def test_the_walk_starting_inside_a_hidden_folder_reads_it_but_not_hidden_folder
 
 
 # -- symlinks -------------------------------------------------------------------------------------
+
 
 def test_a_symlink_to_a_file_is_read_under_its_own_path(tmp_path):
     shared = place(tmp_path / "shared" / "tfjob.yaml", DENIED_TFJOB.read_text())
@@ -221,9 +228,16 @@ def test_a_loop_of_file_links_is_an_unreadable_file(tmp_path):
 
 # -- YAML that is not Kubernetes --------------------------------------------------------------------
 
-@pytest.mark.parametrize("name, text", [(".github/workflows/manifests.yaml", WORKFLOW),
-                                        ("docker-compose.yaml", COMPOSE), ("chart/values.yaml", HELM_VALUES)],
-                         ids=["github-workflow", "compose", "helm-values"])
+
+@pytest.mark.parametrize(
+    "name, text",
+    [
+        (".github/workflows/manifests.yaml", WORKFLOW),
+        ("docker-compose.yaml", COMPOSE),
+        ("chart/values.yaml", HELM_VALUES),
+    ],
+    ids=["github-workflow", "compose", "helm-values"],
+)
 def test_yaml_of_other_tools_is_not_checked_and_changes_no_exit_status(tmp_path, name, text):
     path = place(tmp_path / name, text)
     for strict in ((), ("--strict",)):
@@ -231,7 +245,8 @@ def test_yaml_of_other_tools_is_not_checked_and_changes_no_exit_status(tmp_path,
         assert code == 0, err
         mine = [r for r in recs if r["file"] == str(path)]
         assert [(r["outcome"], r["messages"], r["kind"]) for r in mine] == [
-            ("not-checked", ["not a Kubernetes object (no apiVersion, no kind)"], None)]
+            ("not-checked", ["not a Kubernetes object (no apiVersion, no kind)"], None)
+        ]
         assert [r["outcome"] for r in recs if r["file"] == str(ALLOWED_JOBSET)][0] == "mutated"
     # beside a denied manifest the exit status is the manifest's
     assert review("--strict", str(path), str(DENIED_TFJOB))[0] == 1
@@ -267,5 +282,7 @@ def test_a_whole_repository_with_strict(repo):
     code, recs, err = review("--strict", str(repo))
     assert code == 0, err
     assert {r["file"]: r["outcome"] for r in recs if r["document"] == 1} == {
-        str(repo / "chart" / "values.yaml"): "not-checked", str(repo / "docker-compose.yaml"): "not-checked",
-        str(repo / "k8s" / "jobset.yaml"): "mutated"}
+        str(repo / "chart" / "values.yaml"): "not-checked",
+        str(repo / "docker-compose.yaml"): "not-checked",
+        str(repo / "k8s" / "jobset.yaml"): "mutated",
+    }

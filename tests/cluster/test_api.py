@@ -61,8 +61,7 @@ def make_unstarted(apiserver):
     threads must have ended, and its client is closed."""
     made: list[tuple[ApiClusterState, client.ApiClient]] = []
 
-    def make(uses_networks: Callable[[], bool] = lambda: False,
-             **kw: Any) -> tuple[ApiClusterState, client.ApiClient]:
+    def make(uses_networks: Callable[[], bool] = lambda: False, **kw: Any) -> tuple[ApiClusterState, client.ApiClient]:
         cfg = client.Configuration()
         cfg.host = apiserver.url
         api = client.ApiClient(cfg)
@@ -82,6 +81,7 @@ def make_unstarted(apiserver):
 @pytest.fixture
 def make_state(make_unstarted):
     """A started ApiClusterState (as in a worker after the fork)."""
+
     def make(uses_networks: Callable[[], bool] = lambda: False, **kw: Any) -> ApiClusterState:
         state, _ = make_unstarted(uses_networks, **kw)
         state.start()
@@ -117,7 +117,7 @@ def test_watch_applies_added_modified_deleted(apiserver, make_state):
     apiserver.put_namespace("new")
     eventually(lambda: cached_namespace(state, "new"), what="ADDED applied")
     apiserver.put_namespace("new", {"team": "x", **OPTED_IN})
-    eventually(lambda: (cached_namespace(state, "new").labels.get("team") == "x"), what="MODIFIED applied")
+    eventually(lambda: cached_namespace(state, "new").labels.get("team") == "x", what="MODIFIED applied")
     apiserver.delete_namespace("new")
     eventually(lambda: cached_namespace(state, "new") is None, what="DELETED applied")
     assert apiserver.count("get ") == 0
@@ -128,7 +128,9 @@ def test_dropped_watch_is_reestablished_without_relist(apiserver, make_state):
     state = synced(make_state())
     eventually(lambda: apiserver.open_watches() == 1, what="watch open")
     apiserver.drop_watches()
-    eventually(lambda: apiserver.count("watch namespaces") >= 2 and apiserver.open_watches() == 1, what="watch re-established")
+    eventually(
+        lambda: apiserver.count("watch namespaces") >= 2 and apiserver.open_watches() == 1, what="watch re-established"
+    )
     apiserver.put_namespace("after-drop", OPTED_IN)
     eventually(lambda: cached_namespace(state, "after-drop"), what="event after the drop")
     assert apiserver.count("list namespaces") == 1  # resumed from its resourceVersion
@@ -209,8 +211,10 @@ def test_missing_namespace_is_one_read_per_miss_window(apiserver, make_state):
         assert state.namespace("ghost") is None
     assert apiserver.count("get namespaces/ghost") == 1
     # after the window, one more read
-    eventually(lambda: state.namespace("ghost") is None and apiserver.count("get namespaces/ghost") == 2,
-               what="read after the miss window")
+    eventually(
+        lambda: state.namespace("ghost") is None and apiserver.count("get namespaces/ghost") == 2,
+        what="read after the miss window",
+    )
     assert apiserver.count("get namespaces/ghost") == 2
 
 
@@ -239,7 +243,8 @@ def test_from_environment_uses_kubeconfig_and_connects_only_on_start(apiserver, 
         "apiVersion: v1\nkind: Config\ncurrent-context: fake\n"
         f"clusters: [{{name: fake, cluster: {{server: '{apiserver.url}'}}}}]\n"
         "users: [{name: fake, user: {token: t0ken}}]\n"
-        "contexts: [{name: fake, context: {cluster: fake, user: fake}}]\n")
+        "contexts: [{name: fake, context: {cluster: fake, user: fake}}]\n"
+    )
     monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
     # KUBECONFIG is read when kubernetes.config is imported; point its default at the file instead
     monkeypatch.setattr(kube_config, "KUBE_CONFIG_DEFAULT_LOCATION", str(kubeconfig))
@@ -273,8 +278,11 @@ def test_prime_lists_once_before_the_fork_and_the_workers_only_watch(apiserver, 
         assert state.prime() is True
     # one line says what the start spent on each kind (what a slow start is diagnosed from)
     [line] = [r.getMessage() for r in caplog.records if r.getMessage().startswith("listed before the fork")]
-    assert re.fullmatch(r"listed before the fork in \d+\.\d{3}s: namespaces 1 in \d+\.\d{3}s \(1 pages\), "
-                        r"network-attachment-definitions 1 in \d+\.\d{3}s \(1 pages\)", line), line
+    assert re.fullmatch(
+        r"listed before the fork in \d+\.\d{3}s: namespaces 1 in \d+\.\d{3}s \(1 pages\), "
+        r"network-attachment-definitions 1 in \d+\.\d{3}s \(1 pages\)",
+        line,
+    ), line
     assert (apiserver.count("list namespaces"), apiserver.count("list nads")) == (1, 1)
     new_threads = set(threading.enumerate()) - threads_before
     # none but the in-process fake server's request handlers: no thread of ours crosses the fork
@@ -287,8 +295,10 @@ def test_prime_lists_once_before_the_fork_and_the_workers_only_watch(apiserver, 
     eventually(lambda: apiserver.open_watches() == 2, what="both watches open")
     apiserver.put_namespace("team-b", OPTED_IN)
     apiserver.put_nad("team-b", "rdma-network", RDMA_VF)
-    eventually(lambda: cached_namespace(state, "team-b") and state.attachment("team-b", "rdma-network"),
-               what="events after the primed list")
+    eventually(
+        lambda: cached_namespace(state, "team-b") and state.attachment("team-b", "rdma-network"),
+        what="events after the primed list",
+    )
     assert (apiserver.count("list namespaces"), apiserver.count("list nads")) == (1, 1)
 
 
@@ -299,8 +309,10 @@ def test_prime_gives_up_within_its_budget_and_the_worker_lists(apiserver, make_u
     start = time.monotonic()
     with caplog.at_level(logging.INFO, logger="rdma_webhook.cluster"):
         assert state.prime(budget=0.5) is False
-    assert any(re.fullmatch(r"listed before the fork in \d+\.\d{3}s: namespaces not listed", r.getMessage())
-               for r in caplog.records)
+    assert any(
+        re.fullmatch(r"listed before the fork in \d+\.\d{3}s: namespaces not listed", r.getMessage())
+        for r in caplog.records
+    )
     assert time.monotonic() - start < 8.0  # bounded by the budget (0.5 s), with a wide margin
     assert not state.ready() and cached_namespace(state, "team-a") is None
     assert pooled_connections(api) == 0
@@ -361,8 +373,11 @@ def test_stop_ends_threads_promptly(apiserver, make_state):
     eventually(lambda: apiserver.open_watches() == 2, what="both watches open")
     threads = threads_of(state)
     # the two watches, and the checker that starts the DRA informers once a policy names DRA classes
-    assert sorted(t.name for t in threads) == ["watch-namespaces", "watch-network-attachment-definitions",
-                                               "watch-policy-networks"] and all(t.daemon for t in threads)
+    assert sorted(t.name for t in threads) == [
+        "watch-namespaces",
+        "watch-network-attachment-definitions",
+        "watch-policy-networks",
+    ] and all(t.daemon for t in threads)
     state.stop(timeout=20.0)  # returns as soon as the threads ended; they must end, not time out
     assert not [t.name for t in threads if t.is_alive()]
     eventually(lambda: apiserver.open_watches() == 0, what="watch connections closed")
@@ -380,12 +395,23 @@ def test_stop_during_backoff(apiserver, make_state):
 
 def _pod() -> dict[str, Any]:
     return {
-        "apiVersion": "v1", "kind": "Pod",
-        "metadata": {"name": "trainer-0", "namespace": "team-a",
-                     "labels": {keys.POD_INJECT: keys.POD_INJECT_TRUE},
-                     "annotations": {keys.POD_POLICY: "sriov-roce"}},
-        "spec": {"containers": [{"name": "trainer", "image": "registry.example/trainer:1",
-                                 "resources": {"limits": {"nvidia.com/gpu": "8"}}}]},
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": "trainer-0",
+            "namespace": "team-a",
+            "labels": {keys.POD_INJECT: keys.POD_INJECT_TRUE},
+            "annotations": {keys.POD_POLICY: "sriov-roce"},
+        },
+        "spec": {
+            "containers": [
+                {
+                    "name": "trainer",
+                    "image": "registry.example/trainer:1",
+                    "resources": {"limits": {"nvidia.com/gpu": "8"}},
+                }
+            ]
+        },
     }
 
 
@@ -398,8 +424,12 @@ def test_decision_end_to_end_follows_the_nad(apiserver, make_state, policies):
         """What a decision could ask the API server for: a namespace or NAD, by get or list (the
         informers' watches, and their retries of kinds this fake does not serve, run on their own
         time in the background and are not the admission path's)."""
-        return (apiserver.count("get ") + apiserver.count("list namespaces") + apiserver.count("list nads")
-                + apiserver.count("other /apis/k8s.cni.cncf.io/"))  # a NAD by name
+        return (
+            apiserver.count("get ")
+            + apiserver.count("list namespaces")
+            + apiserver.count("list nads")
+            + apiserver.count("other /apis/k8s.cni.cncf.io/")
+        )  # a NAD by name
 
     before = asked()
 
@@ -424,9 +454,25 @@ def _runtime(kind: str, name: str, namespace: str | None = None, image: str = "t
     meta: dict[str, Any] = {"name": name, "managedFields": [{"manager": "kubectl"}]}
     if namespace:
         meta["namespace"] = namespace
-    return {"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": kind, "metadata": meta,
-            "spec": {"template": {"spec": {"replicatedJobs": [{"name": "node", "template": {"spec": {"template": {
-                "spec": {"containers": [{"name": "node", "image": image}]}}}}}]}}}}
+    return {
+        "apiVersion": "trainer.kubeflow.org/v1alpha1",
+        "kind": kind,
+        "metadata": meta,
+        "spec": {
+            "template": {
+                "spec": {
+                    "replicatedJobs": [
+                        {
+                            "name": "node",
+                            "template": {
+                                "spec": {"template": {"spec": {"containers": [{"name": "node", "image": image}]}}}
+                            },
+                        }
+                    ]
+                }
+            }
+        },
+    }
 
 
 def test_trainer_runtimes_are_listed_and_watched(apiserver, make_state):
@@ -443,9 +489,15 @@ def test_trainer_runtimes_are_listed_and_watched(apiserver, make_state):
     apiserver.put_runtime(_runtime("ClusterTrainingRuntime", "torch-distributed", image="torch:2"))
     apiserver.put_runtime(_runtime("TrainingRuntime", "jax", "team-a"))
     eventually(lambda: runtimes.training_runtime("team-a", "jax") is not None, what="new runtime")
-    eventually(lambda: runtimes.cluster_training_runtime("torch-distributed")["spec"]["template"]["spec"]
-               ["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]["containers"][0]["image"] == "torch:2",
-               what="modified runtime")
+    eventually(
+        lambda: (
+            runtimes.cluster_training_runtime("torch-distributed")["spec"]["template"]["spec"]["replicatedJobs"][0][
+                "template"
+            ]["spec"]["template"]["spec"]["containers"][0]["image"]
+            == "torch:2"
+        ),
+        what="modified runtime",
+    )
     apiserver.delete_runtime("TrainingRuntime", "deepspeed", "team-a")
     eventually(lambda: runtimes.training_runtime("team-a", "deepspeed") is None, what="deleted runtime")
     assert apiserver.count("list trainingruntimes") == 1 and apiserver.count("list clustertrainingruntimes") == 1
@@ -502,6 +554,7 @@ def test_lists_ask_for_metadata_only_where_decisions_read_metadata_alone(apiserv
             if not kwargs.get("watch"):
                 seen.setdefault(informer.kind, []).append((kwargs.get("_headers") or {}).get("Accept"))
             return inner(*args, **kwargs)
+
         informer.list_call = call
 
     for i in range(3):
@@ -511,8 +564,10 @@ def test_lists_ask_for_metadata_only_where_decisions_read_metadata_alone(apiserv
         recording(informer)
     state.start()
     synced(state)
-    eventually(lambda: all(k in seen for k in ("namespaces", cluster_api.NAD_PLURAL, cluster_api.TR_PLURAL)),
-               what="every kind listed")
+    eventually(
+        lambda: all(k in seen for k in ("namespaces", cluster_api.NAD_PLURAL, cluster_api.TR_PLURAL)),
+        what="every kind listed",
+    )
     assert set(seen["namespaces"]) == {listing.METADATA_LIST}, seen
     assert set(seen[cluster_api.NAD_PLURAL]) == {listing.METADATA_LIST}, seen
     assert set(seen[cluster_api.TR_PLURAL]) == {None}, seen
@@ -521,8 +576,8 @@ def test_lists_ask_for_metadata_only_where_decisions_read_metadata_alone(apiserv
     assert cached_namespace(state, "team-2") is not None
 
 
-
 # -- paging: limit and continue, as the real server pages ------------------------------------------
+
 
 def test_a_list_in_pages_keeps_every_page(apiserver, make_state):
     """Seven namespaces in pages of three: three list requests, two of them with the continue
@@ -574,6 +629,7 @@ def test_an_expired_continue_token_lists_again_from_the_start(apiserver, make_st
 
 
 # -- where a list is served from: the watch cache first (webhook.cluster.listing) -------------------
+
 
 def test_the_first_list_asks_the_watch_cache_and_takes_its_whole_answer(apiserver, make_state):
     """resourceVersion=0 on the first request: a server with a watch cache answers the whole list
@@ -630,6 +686,7 @@ def test_the_fake_server_pages_as_the_real_one(apiserver):
     page, key order, 410 Expired after a compaction, 400 for a token it never gave."""
     import json as _json
     import urllib.request
+
     for name in ("c", "a", "b"):
         apiserver.put_namespace(name)
     rv = str(apiserver.rv)
@@ -649,7 +706,9 @@ def test_the_fake_server_pages_as_the_real_one(apiserver):
     assert code == 200 and [o["metadata"]["name"] for o in second["items"]] == ["c"]
     assert second["metadata"] == {"resourceVersion": rv}
     code, whole = get("")
-    assert [o["metadata"]["name"] for o in whole["items"]] == ["a", "b", "c", "d"] and "continue" not in whole["metadata"]
+    assert [o["metadata"]["name"] for o in whole["items"]] == ["a", "b", "c", "d"] and "continue" not in whole[
+        "metadata"
+    ]
     code, again = get("limit=1")
     apiserver.compact()
     code, expired = get(f"limit=1&continue={again['metadata']['continue']}")
@@ -658,6 +717,7 @@ def test_the_fake_server_pages_as_the_real_one(apiserver):
 
 
 # -- the stale-cache rule, on a clock the test moves ------------------------------------------------
+
 
 def _listed_with_clock(make_unstarted, stale_after: float) -> tuple[ApiClusterState, list[float]]:
     """A state whose namespaces were listed for real (no threads started) and whose stale rule
@@ -683,7 +743,9 @@ def test_the_cache_turns_unready_only_after_stale_after_of_failures(apiserver, m
     now[0] = 1000.0 + 60.1
     assert not state.ready()
     reason = state.not_ready_reason()
-    assert reason is not None and reason.startswith("cluster state stale: namespaces list/watch failing for 60s"), reason
+    assert reason is not None and reason.startswith("cluster state stale: namespaces list/watch failing for 60s"), (
+        reason
+    )
     assert f"({STALE_FAILURES} attempts, last: " in reason
     state._ns.succeeded()
     assert state.ready() and state.not_ready_reason() is None
@@ -748,28 +810,76 @@ def test_the_big_lists_are_read_into_the_fields_a_decision_reads_and_cache_what_
     from webhook.cluster import api as cluster_api, listing
     from webhook.cluster.state import namespace_from
 
-    managed = [{"manager": "kubectl-client-side-apply", "operation": "Update", "apiVersion": "v1",
-                "time": "2026-11-26T19:25:20Z", "fieldsType": "FieldsV1", "fieldsV1": {"f:metadata": {"f:labels": {}}}}]
-    namespaces = {"kind": "PartialObjectMetadataList", "apiVersion": "meta.k8s.io/v1",
-                  "metadata": {"resourceVersion": "81644", "continue": "tok"},
-                  "items": [{"kind": "PartialObjectMetadata", "apiVersion": "meta.k8s.io/v1",
-                             "metadata": {"name": "team-a", "uid": "u1", "resourceVersion": "7", "creationTimestamp": "x",
-                                          "labels": {"kubernetes.io/metadata.name": "team-a", **OPTED_IN},
-                                          "managedFields": managed}},
-                            {"metadata": {"name": "bare", "labels": None}}]}
-    nads = {"kind": "PartialObjectMetadataList", "metadata": {"resourceVersion": "9"},
-            "items": [{"metadata": {"name": "rdma-net", "namespace": "team-a", "managedFields": managed,
-                                    "annotations": {keys.NAD_RESOURCE_NAME: "openshift.io/mellanoxrdma",
-                                                    "kubectl.kubernetes.io/last-applied-configuration": "{...}" * 100}}},
-                      {"metadata": {"name": "plain", "namespace": "team-a", "annotations": None}}]}
+    managed = [
+        {
+            "manager": "kubectl-client-side-apply",
+            "operation": "Update",
+            "apiVersion": "v1",
+            "time": "2026-11-26T19:25:20Z",
+            "fieldsType": "FieldsV1",
+            "fieldsV1": {"f:metadata": {"f:labels": {}}},
+        }
+    ]
+    namespaces = {
+        "kind": "PartialObjectMetadataList",
+        "apiVersion": "meta.k8s.io/v1",
+        "metadata": {"resourceVersion": "81644", "continue": "tok"},
+        "items": [
+            {
+                "kind": "PartialObjectMetadata",
+                "apiVersion": "meta.k8s.io/v1",
+                "metadata": {
+                    "name": "team-a",
+                    "uid": "u1",
+                    "resourceVersion": "7",
+                    "creationTimestamp": "x",
+                    "labels": {"kubernetes.io/metadata.name": "team-a", **OPTED_IN},
+                    "managedFields": managed,
+                },
+            },
+            {"metadata": {"name": "bare", "labels": None}},
+        ],
+    }
+    nads = {
+        "kind": "PartialObjectMetadataList",
+        "metadata": {"resourceVersion": "9"},
+        "items": [
+            {
+                "metadata": {
+                    "name": "rdma-net",
+                    "namespace": "team-a",
+                    "managedFields": managed,
+                    "annotations": {
+                        keys.NAD_RESOURCE_NAME: "openshift.io/mellanoxrdma",
+                        "kubectl.kubernetes.io/last-applied-configuration": "{...}" * 100,
+                    },
+                }
+            },
+            {"metadata": {"name": "plain", "namespace": "team-a", "annotations": None}},
+        ],
+    }
     ns_doc = listing.METADATA_DECODERS["namespaces"](orjson.dumps(namespaces))
-    assert ns_doc == {"kind": "PartialObjectMetadataList", "metadata": {"resourceVersion": "81644", "continue": "tok"},
-                      "items": [{"metadata": {"name": "team-a", "labels": namespaces["items"][0]["metadata"]["labels"]}},
-                                {"metadata": {"name": "bare", "labels": None}}]}
+    assert ns_doc == {
+        "kind": "PartialObjectMetadataList",
+        "metadata": {"resourceVersion": "81644", "continue": "tok"},
+        "items": [
+            {"metadata": {"name": "team-a", "labels": namespaces["items"][0]["metadata"]["labels"]}},
+            {"metadata": {"name": "bare", "labels": None}},
+        ],
+    }
     nad_doc = listing.METADATA_DECODERS[cluster_api.NAD_PLURAL](orjson.dumps(nads))
     assert nad_doc["items"] == [
-        {"metadata": {"name": "rdma-net", "namespace": "team-a", "annotations": {keys.NAD_RESOURCE_NAME: "openshift.io/mellanoxrdma"}}},
-        {"metadata": {"name": "plain", "namespace": "team-a", "annotations": None}}]
-    for doc, whole, key, value in ((ns_doc, namespaces, listing.ns_key, namespace_from),
-                                   (nad_doc, nads, listing.nad_key, listing.nad_value)):
+        {
+            "metadata": {
+                "name": "rdma-net",
+                "namespace": "team-a",
+                "annotations": {keys.NAD_RESOURCE_NAME: "openshift.io/mellanoxrdma"},
+            }
+        },
+        {"metadata": {"name": "plain", "namespace": "team-a", "annotations": None}},
+    ]
+    for doc, whole, key, value in (
+        (ns_doc, namespaces, listing.ns_key, namespace_from),
+        (nad_doc, nads, listing.nad_key, listing.nad_value),
+    ):
         assert {key(o): value(o) for o in doc["items"]} == {key(o): value(o) for o in whole["items"]}

@@ -45,8 +45,15 @@ def run_real(argv: list[str], shell: bool, tmp_path) -> str:
             if not shell and w.isidentifier():
                 (tmp_path / f"{w}.py").write_text(f"print('module-{i}')\n")
     stdin = "echo stdin\n" if shell else "print('stdin')\n"
-    proc = subprocess.run(words, input=stdin, capture_output=True, text=True, cwd=tmp_path, timeout=10,
-                          env={**os.environ, "PYTHONPATH": ""})
+    proc = subprocess.run(
+        words,
+        input=stdin,
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        timeout=10,
+        env={**os.environ, "PYTHONPATH": ""},
+    )
     return proc.stdout.strip().splitlines()[-1] if proc.returncode == 0 and proc.stdout.strip() else "error"
 
 
@@ -58,29 +65,29 @@ def ours(argv: list[str], shell: bool) -> str:
 SHELL_CASES = [
     ["bash", "-c", CMD],
     ["bash", "-lc", CMD],
-    ["bash", "-euo", "pipefail", "-c", CMD],             # the strict-mode idiom
+    ["bash", "-euo", "pipefail", "-c", CMD],  # the strict-mode idiom
     ["bash", "-xeuo", "pipefail", "-c", CMD],
-    ["bash", "-oe", "pipefail", "-c", CMD],              # o before another letter: still the next word
-    ["bash", "-oO", "pipefail", "extglob", "-c", CMD],   # two letters, two words, in order
+    ["bash", "-oe", "pipefail", "-c", CMD],  # o before another letter: still the next word
+    ["bash", "-oO", "pipefail", "extglob", "-c", CMD],  # two letters, two words, in order
     ["bash", "-o", "errexit", "-o", "nounset", "-c", CMD],
     ["bash", "+o", "history", "+O", "nullglob", "-c", CMD],
-    ["bash", "-c", "-x", CMD],                            # options after -c: the first operand is the string
+    ["bash", "-c", "-x", CMD],  # options after -c: the first operand is the string
     ["bash", "-c", "--", CMD],
-    ["bash", "-sc", CMD],                                 # -c wins over -s
+    ["bash", "-sc", CMD],  # -c wins over -s
     ["bash", "-s", "-c", CMD],
     ["bash", "--rcfile", "rc", "-c", CMD],
     ["bash", "--init-file", "rc", "-xc", CMD],
     ["bash", "--noprofile", "--norc", "-eo", "pipefail", "run.sh"],  # GitHub Actions' bash
-    ["bash", "-e", "run.sh", "-c"],                       # after the file, words are its arguments
+    ["bash", "-e", "run.sh", "-c"],  # after the file, words are its arguments
     ["bash", "--", "run.sh"],
     ["bash", "-", "run.sh"],
     ["bash"],
     ["bash", "-x"],
-    ["bash", "-euo", "pipefail"],                         # the strict idiom fed by a pipe or heredoc
+    ["bash", "-euo", "pipefail"],  # the strict idiom fed by a pipe or heredoc
     ["bash", "-s", "a", "b"],
     ["bash", "-xs", "--", "a"],
-    ["bash", "-o"],                                       # lists its options, then reads on
-    ["bash", "-c"],                                       # an error
+    ["bash", "-o"],  # lists its options, then reads on
+    ["bash", "-c"],  # an error
     ["sh", "-ec", CMD, "sh", "arg"],
     ["sh", "-oe", "nounset", "-c", CMD],
     ["sh", "-s", "arg"],
@@ -103,7 +110,7 @@ PYTHON_CASES = [
     ["python3", "-"],
     ["python3", "-u"],
     ["python3"],
-    ["python3", "-c"],                                    # an error
+    ["python3", "-c"],  # an error
 ]
 
 
@@ -126,9 +133,43 @@ def test_python_takes_its_program_where_the_real_python_does(argv, tmp_path):
 # Words a shell's argument list is made of in the property below: options alone and clustered
 # (some taking the next word), their arguments, long options, the ends of the options, a command
 # string and script files.
-SHELL_WORDS = ["-e", "-u", "-x", "-l", "-v", "-o", "-O", "+o", "+O", "+x", "-c", "-s", "-euo", "-oe", "-ox", "-xc",
-               "-lc", "-ec", "-sc", "-cs", "-oO", "--", "-", "--norc", "--login", "--rcfile", "pipefail", "errexit",
-               "nounset", "extglob", "rcfile", CMD, CMD, "run.sh", "job.sh"]
+SHELL_WORDS = [
+    "-e",
+    "-u",
+    "-x",
+    "-l",
+    "-v",
+    "-o",
+    "-O",
+    "+o",
+    "+O",
+    "+x",
+    "-c",
+    "-s",
+    "-euo",
+    "-oe",
+    "-ox",
+    "-xc",
+    "-lc",
+    "-ec",
+    "-sc",
+    "-cs",
+    "-oO",
+    "--",
+    "-",
+    "--norc",
+    "--login",
+    "--rcfile",
+    "pipefail",
+    "errexit",
+    "nounset",
+    "extglob",
+    "rcfile",
+    CMD,
+    CMD,
+    "run.sh",
+    "job.sh",
+]
 
 
 @examples(ci=150, long=3000)
@@ -173,13 +214,16 @@ def test_a_word_we_cannot_know_among_the_options_is_unknown():
 STRICT = "export NCCL_IB_DISABLE=1; exec torchrun --nproc_per_node=8 train.py"
 
 
-@pytest.mark.parametrize("command", [
-    ["bash", "-euo", "pipefail", "-c", STRICT],
-    ["/bin/bash", "-xeuo", "pipefail", "-c", STRICT],
-    ["bash", "-oe", "pipefail", "-c", STRICT],
-    ["sh", "-oe", "nounset", "-c", STRICT],
-    ["bash", "-c", "-e", STRICT],
-])
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["bash", "-euo", "pipefail", "-c", STRICT],
+        ["/bin/bash", "-xeuo", "pipefail", "-c", STRICT],
+        ["bash", "-oe", "pipefail", "-c", STRICT],
+        ["sh", "-oe", "nounset", "-c", STRICT],
+        ["bash", "-c", "-e", STRICT],
+    ],
+)
 def test_the_script_of_a_strict_mode_shell_is_read(command):
     """Before the shared parser the reader took `pipefail` (or `nounset`, or `-e`'s operand) for
     the script and saw nothing of NCCL_IB_DISABLE=1."""

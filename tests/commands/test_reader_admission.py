@@ -20,7 +20,9 @@ from webhook.admission import review
 from webhook.core import subject
 from webhook.core.decision import decide
 
-NAMES = frozenset({"NCCL_IB_DISABLE", "NCCL_NET", "NCCL_IB_HCA", "NCCL_DEBUG"})  # what an ib-verbs policy reads commands for
+NAMES = frozenset(
+    {"NCCL_IB_DISABLE", "NCCL_NET", "NCCL_IB_HCA", "NCCL_DEBUG"}
+)  # what an ib-verbs policy reads commands for
 
 
 class Env(dict):
@@ -51,8 +53,11 @@ def denied(pod, policies, rule="command-fallback"):
 
 # -- every example of issue 16's "Why" -----------------------------------------------------------
 
+
 def test_commented_out_export_is_not_a_setting(policies):
-    resp, out, d = mutate_twice(script_pod("# export NCCL_IB_DISABLE=1\ntorchrun --nproc_per_node=8 train.py"), ML, policies)
+    resp, out, d = mutate_twice(
+        script_pod("# export NCCL_IB_DISABLE=1\ntorchrun --nproc_per_node=8 train.py"), ML, policies
+    )
     assert d.outcome == "mutated" and not d.denials
 
 
@@ -69,8 +74,10 @@ def test_echo_text_is_not_a_setting(policies):
 
 def test_mpirun_x_name_takes_the_launchers_env_value(policies):
     """Open MPI's `-x NAME` exports the launcher's own value to every rank."""
-    pod = launcher_pod(["--allow-run-as-root", "-np", "16", "-x", "NCCL_IB_HCA", "-x", "LD_LIBRARY_PATH", "python", "train.py"],
-                       env=[{"name": "NCCL_IB_HCA", "value": "eth0"}])
+    pod = launcher_pod(
+        ["--allow-run-as-root", "-np", "16", "-x", "NCCL_IB_HCA", "-x", "LD_LIBRARY_PATH", "python", "train.py"],
+        env=[{"name": "NCCL_IB_HCA", "value": "eth0"}],
+    )
     msg = denied(pod, policies)
     assert "NCCL_IB_HCA='eth0'" in msg and "container 'launcher'" in msg and "mpirun -x exports it to every rank" in msg
     # the same name without a value anywhere: nothing to judge (the launcher gets the block)
@@ -80,14 +87,24 @@ def test_mpirun_x_name_takes_the_launchers_env_value(policies):
 
 
 def test_mpirun_x_name_takes_an_earlier_export(policies):
-    pod = k.pod([k.container("launcher", gpus=None, command=["/bin/bash", "-c"], args=[
-        "export NCCL_IB_HCA=eth0\nmpirun -np 16 -x NCCL_IB_HCA -x PATH python train.py"])])
+    pod = k.pod(
+        [
+            k.container(
+                "launcher",
+                gpus=None,
+                command=["/bin/bash", "-c"],
+                args=["export NCCL_IB_HCA=eth0\nmpirun -np 16 -x NCCL_IB_HCA -x PATH python train.py"],
+            )
+        ]
+    )
     assert "NCCL_IB_HCA='eth0'" in denied(pod, policies)
 
 
 @pytest.mark.parametrize("flag", ["-genv", "-env"])
 def test_mpich_and_intel_mpi_env_flags(policies, flag):
-    pod = launcher_pod(["-n", "16", "-ppn", "8", flag, "NCCL_IB_HCA", "eth0", "python", "train.py"], command=("mpiexec",))
+    pod = launcher_pod(
+        ["-n", "16", "-ppn", "8", flag, "NCCL_IB_HCA", "eth0", "python", "train.py"], command=("mpiexec",)
+    )
     msg = denied(pod, policies)
     assert "NCCL_IB_HCA='eth0'" in msg and "(mpiexec exports it to every rank)" in msg
 
@@ -95,8 +112,10 @@ def test_mpich_and_intel_mpi_env_flags(policies, flag):
 def test_examples_over_tls(server, policies):
     """The served webhook: a commented-out export is mutated (patch applied by jsonpatch), a
     `-genv` in an MPICH launcher and a `-x NAME` with the launcher's value are denied."""
-    pod = script_pod("# export NCCL_IB_DISABLE=1\nexport NCCL_IB_DISABLE=1\nexport NCCL_IB_DISABLE=0\n"
-                     "echo 'never set NCCL_NET=Socket here'\ntorchrun --nproc_per_node=8 train.py")
+    pod = script_pod(
+        "# export NCCL_IB_DISABLE=1\nexport NCCL_IB_DISABLE=1\nexport NCCL_IB_DISABLE=0\n"
+        "echo 'never set NCCL_NET=Socket here'\ntorchrun --nproc_per_node=8 train.py"
+    )
     conn = server.connection()
     try:
         resp = server.review(k.admission_review(pod), conn)
@@ -106,9 +125,12 @@ def test_examples_over_tls(server, policies):
         assert {"name": "NCCL_NET", "value": "IB"} in out["spec"]["containers"][0]["env"]
         again = server.review(k.admission_review(out), conn)
         assert again["response"]["allowed"] and "patch" not in again["response"]
-        for pod in (launcher_pod(["-n", "16", "-genv", "NCCL_IB_HCA", "eth0", "python", "train.py"], command=("mpiexec",)),
-                    launcher_pod(["-np", "16", "-x", "NCCL_IB_HCA", "python", "train.py"],
-                                 env=[{"name": "NCCL_IB_HCA", "value": "eth0"}])):
+        for pod in (
+            launcher_pod(["-n", "16", "-genv", "NCCL_IB_HCA", "eth0", "python", "train.py"], command=("mpiexec",)),
+            launcher_pod(
+                ["-np", "16", "-x", "NCCL_IB_HCA", "python", "train.py"], env=[{"name": "NCCL_IB_HCA", "value": "eth0"}]
+            ),
+        ):
             r = server.review(k.admission_review(pod), conn)["response"]
             assert r["allowed"] is False and "[command-fallback]" in r["status"]["message"]
             assert "NCCL_IB_HCA='eth0'" in r["status"]["message"] and "patch" not in r
@@ -118,56 +140,92 @@ def test_examples_over_tls(server, policies):
 
 # -- the launcher table and the rest of point 3 --------------------------------------------------
 
-@pytest.mark.parametrize("argv, expected", [
-    (["mpirun", "-x", "NCCL_NET=Socket", "python", "t.py"], [("NCCL_NET", "Socket")]),
-    (["mpirun", "--mca", "mca_base_env_list", "NCCL_NET=Socket;NCCL_IB_HCA", "./a"], [("NCCL_NET", "Socket"), ("NCCL_IB_HCA", "eth0")]),
-    (["mpirun", "-mca", "btl", "^openib", "-mca", "mca_base_env_list", "NCCL_DEBUG=INFO", "./a"], [("NCCL_DEBUG", "INFO")]),
-    (["mpiexec", "-genvlist", "PATH,NCCL_IB_HCA", "./a"], [("NCCL_IB_HCA", "eth0")]),
-    (["mpiexec.hydra", "-n", "1", "-env", "NCCL_NET", "Socket", "./a", ":", "-n", "1", "./b"], [("NCCL_NET", "Socket")]),
-    (["mpiexec", "-genv", "NCCL_IB_DISABLE=1", "-n", "2", "./a"], [("NCCL_IB_DISABLE", "1")]),
-    (["env", "NCCL_NET=Socket", "torchrun", "t.py"], [("NCCL_NET", "Socket")]),
-    (["env", "-u", "NCCL_IB_HCA", "mpirun", "-x", "NCCL_IB_HCA", "./a"], []),  # unset before the launcher reads it
-    (["env", "-i", "mpirun", "-x", "NCCL_IB_HCA", "./a"], []),
-    (["sh", "-c", "bash -c 'export NCCL_IB_DISABLE=1; exec python t.py'"], [("NCCL_IB_DISABLE", "1")]),
-    (["sh", "-c", "sh -c \"env NCCL_NET=Socket sh -c 'python t.py'\""], [("NCCL_NET", "Socket")]),
-    (["python3", "-u", "-c", "import os\nos.environ['NCCL_NET'] = 'Socket'\nimport train"], [("NCCL_NET", "Socket")]),
-    (["python", "-c", "import os\n# os.environ['NCCL_NET'] = 'Socket'\nprint('NCCL_NET=Socket')"], []),
-    (["python", "-c", "import os\nos.environ['NCCL_IB_DISABLE'] = '1'\nos.environ['NCCL_IB_DISABLE'] = '0'"], [("NCCL_IB_DISABLE", "0")]),
-    (["python", "-c", "import os; os.environ.update({'NCCL_IB_HCA': 'eth0'}); os.putenv('NCCL_NET', 'Socket')"],
-     [("NCCL_IB_HCA", "eth0"), ("NCCL_NET", "Socket")]),
-    (["tini", "--", "mpirun", "-genv", "NCCL_NET", "Socket", "./a"], [("NCCL_NET", "Socket")]),  # an entrypoint wrapper
-    (["torchrun", "train.py", "NCCL_NET=Socket"], []),  # a program's argument is no setting
-    (["echo", "bash", "-c", "export NCCL_NET=Socket; python t.py"], []),
-])
+
+@pytest.mark.parametrize(
+    "argv, expected",
+    [
+        (["mpirun", "-x", "NCCL_NET=Socket", "python", "t.py"], [("NCCL_NET", "Socket")]),
+        (
+            ["mpirun", "--mca", "mca_base_env_list", "NCCL_NET=Socket;NCCL_IB_HCA", "./a"],
+            [("NCCL_NET", "Socket"), ("NCCL_IB_HCA", "eth0")],
+        ),
+        (
+            ["mpirun", "-mca", "btl", "^openib", "-mca", "mca_base_env_list", "NCCL_DEBUG=INFO", "./a"],
+            [("NCCL_DEBUG", "INFO")],
+        ),
+        (["mpiexec", "-genvlist", "PATH,NCCL_IB_HCA", "./a"], [("NCCL_IB_HCA", "eth0")]),
+        (
+            ["mpiexec.hydra", "-n", "1", "-env", "NCCL_NET", "Socket", "./a", ":", "-n", "1", "./b"],
+            [("NCCL_NET", "Socket")],
+        ),
+        (["mpiexec", "-genv", "NCCL_IB_DISABLE=1", "-n", "2", "./a"], [("NCCL_IB_DISABLE", "1")]),
+        (["env", "NCCL_NET=Socket", "torchrun", "t.py"], [("NCCL_NET", "Socket")]),
+        (["env", "-u", "NCCL_IB_HCA", "mpirun", "-x", "NCCL_IB_HCA", "./a"], []),  # unset before the launcher reads it
+        (["env", "-i", "mpirun", "-x", "NCCL_IB_HCA", "./a"], []),
+        (["sh", "-c", "bash -c 'export NCCL_IB_DISABLE=1; exec python t.py'"], [("NCCL_IB_DISABLE", "1")]),
+        (["sh", "-c", "sh -c \"env NCCL_NET=Socket sh -c 'python t.py'\""], [("NCCL_NET", "Socket")]),
+        (
+            ["python3", "-u", "-c", "import os\nos.environ['NCCL_NET'] = 'Socket'\nimport train"],
+            [("NCCL_NET", "Socket")],
+        ),
+        (["python", "-c", "import os\n# os.environ['NCCL_NET'] = 'Socket'\nprint('NCCL_NET=Socket')"], []),
+        (
+            ["python", "-c", "import os\nos.environ['NCCL_IB_DISABLE'] = '1'\nos.environ['NCCL_IB_DISABLE'] = '0'"],
+            [("NCCL_IB_DISABLE", "0")],
+        ),
+        (
+            ["python", "-c", "import os; os.environ.update({'NCCL_IB_HCA': 'eth0'}); os.putenv('NCCL_NET', 'Socket')"],
+            [("NCCL_IB_HCA", "eth0"), ("NCCL_NET", "Socket")],
+        ),
+        (
+            ["tini", "--", "mpirun", "-genv", "NCCL_NET", "Socket", "./a"],
+            [("NCCL_NET", "Socket")],
+        ),  # an entrypoint wrapper
+        (["torchrun", "train.py", "NCCL_NET=Socket"], []),  # a program's argument is no setting
+        (["echo", "bash", "-c", "export NCCL_NET=Socket; python t.py"], []),
+    ],
+)
 def test_launchers_env_and_nested_commands(argv, expected):
     assert reader.settings(argv, NAMES, Env(NCCL_IB_HCA="eth0")) == expected
 
 
-@pytest.mark.parametrize("script, expected", [
-    ("export NCCL_IB_DISABLE=1; python a.py; export NCCL_IB_DISABLE=0; python b.py", [("NCCL_IB_DISABLE", "1"), ("NCCL_IB_DISABLE", "0")]),
-    ("export NCCL_IB_DISABLE=1", []),  # no process sees it
-    ("NCCL_IB_DISABLE=1 echo hi; python t.py", []),  # a builtin's prefix assignment
-    ("printf 'export NCCL_NET=%s\\n' Socket > env.sh; python t.py", []),
-    ("cat <<EOF > /tmp/env\nexport NCCL_IB_DISABLE=1\nEOF\npython t.py", []),
-    ("X=mlx5; export NCCL_IB_HCA=\"${X}_0\"; python t.py", [("NCCL_IB_HCA", "mlx5_0")]),
-    ("export NCCL_IB_HCA=$HCA; python t.py", [("NCCL_IB_HCA", "eth0")]),  # $HCA from the container env
-    ("export NCCL_IB_HCA=$(cat /etc/hca); python t.py", []),  # not known here
-    ("export NCCL_NET=Socket; unset NCCL_NET; python t.py", []),
-    ("export NCCL_NET=Socket; ( export NCCL_NET=IB ); python t.py", [("NCCL_NET", "Socket")]),
-    ("( export NCCL_NET=Socket ); python t.py", []),
-    ("if [ -f /x ]; then export NCCL_NET=Socket; fi; python t.py", [("NCCL_NET", "Socket")]),  # a branch may run
-    ("export NCCL_NET=IB; test -f /x && export NCCL_NET=Socket; python t.py", [("NCCL_NET", "IB"), ("NCCL_NET", "Socket")]),
-    ("run() { NCCL_NET=Socket python t.py; }; run", [("NCCL_NET", "Socket")]),  # read where it is defined
-    ("set -a; NCCL_IB_HCA=eth0; python t.py", [("NCCL_IB_HCA", "eth0")]),
-    ("NCCL_NET=Socket; python t.py", [("NCCL_NET", "Socket")]),  # the policy may export it: counted
-    ("eval 'export NCCL_NET=Socket'; python t.py", [("NCCL_NET", "Socket")]),
-    ("declare -x NCCL_NET=Socket; python t.py", [("NCCL_NET", "Socket")]),
-    ("export NCCL_NET='Socket' # NCCL_NET=IB\npython t.py", [("NCCL_NET", "Socket")]),
-    ("export NCCL_IB_HCA; python t.py", []),  # the env's own value: the env rules judge it
-    ("bash -s <<EOF\nexport NCCL_IB_DISABLE=1\npython t.py\nEOF", [("NCCL_IB_DISABLE", "1")]),  # a heredoc fed to a shell
-    ("python3 <<'EOF'\nimport os\nos.environ['NCCL_NET'] = 'Socket'\nEOF", [("NCCL_NET", "Socket")]),
-    ("export NCCL_NET=Socket; cat <<EOF | python t.py\nx\nEOF", [("NCCL_NET", "Socket")]),
-])
+@pytest.mark.parametrize(
+    "script, expected",
+    [
+        (
+            "export NCCL_IB_DISABLE=1; python a.py; export NCCL_IB_DISABLE=0; python b.py",
+            [("NCCL_IB_DISABLE", "1"), ("NCCL_IB_DISABLE", "0")],
+        ),
+        ("export NCCL_IB_DISABLE=1", []),  # no process sees it
+        ("NCCL_IB_DISABLE=1 echo hi; python t.py", []),  # a builtin's prefix assignment
+        ("printf 'export NCCL_NET=%s\\n' Socket > env.sh; python t.py", []),
+        ("cat <<EOF > /tmp/env\nexport NCCL_IB_DISABLE=1\nEOF\npython t.py", []),
+        ("X=mlx5; export NCCL_IB_HCA=\"${X}_0\"; python t.py", [("NCCL_IB_HCA", "mlx5_0")]),
+        ("export NCCL_IB_HCA=$HCA; python t.py", [("NCCL_IB_HCA", "eth0")]),  # $HCA from the container env
+        ("export NCCL_IB_HCA=$(cat /etc/hca); python t.py", []),  # not known here
+        ("export NCCL_NET=Socket; unset NCCL_NET; python t.py", []),
+        ("export NCCL_NET=Socket; ( export NCCL_NET=IB ); python t.py", [("NCCL_NET", "Socket")]),
+        ("( export NCCL_NET=Socket ); python t.py", []),
+        ("if [ -f /x ]; then export NCCL_NET=Socket; fi; python t.py", [("NCCL_NET", "Socket")]),  # a branch may run
+        (
+            "export NCCL_NET=IB; test -f /x && export NCCL_NET=Socket; python t.py",
+            [("NCCL_NET", "IB"), ("NCCL_NET", "Socket")],
+        ),
+        ("run() { NCCL_NET=Socket python t.py; }; run", [("NCCL_NET", "Socket")]),  # read where it is defined
+        ("set -a; NCCL_IB_HCA=eth0; python t.py", [("NCCL_IB_HCA", "eth0")]),
+        ("NCCL_NET=Socket; python t.py", [("NCCL_NET", "Socket")]),  # the policy may export it: counted
+        ("eval 'export NCCL_NET=Socket'; python t.py", [("NCCL_NET", "Socket")]),
+        ("declare -x NCCL_NET=Socket; python t.py", [("NCCL_NET", "Socket")]),
+        ("export NCCL_NET='Socket' # NCCL_NET=IB\npython t.py", [("NCCL_NET", "Socket")]),
+        ("export NCCL_IB_HCA; python t.py", []),  # the env's own value: the env rules judge it
+        (
+            "bash -s <<EOF\nexport NCCL_IB_DISABLE=1\npython t.py\nEOF",
+            [("NCCL_IB_DISABLE", "1")],
+        ),  # a heredoc fed to a shell
+        ("python3 <<'EOF'\nimport os\nos.environ['NCCL_NET'] = 'Socket'\nEOF", [("NCCL_NET", "Socket")]),
+        ("export NCCL_NET=Socket; cat <<EOF | python t.py\nx\nEOF", [("NCCL_NET", "Socket")]),
+    ],
+)
 def test_scripts(script, expected):
     assert reader.settings(script, NAMES, Env(HCA="eth0", NCCL_IB_HCA="mlx5_0")) == expected
 
@@ -198,10 +256,15 @@ def test_names_are_a_parameter():
     """Other transports' variables (issue 15): the names asked about, nothing else."""
     names = frozenset({"FI_PROVIDER", "FI_EFA_USE_DEVICE_RDMA", "NCCL_NET_PLUGIN"})
     assert text.prefixes(names) == ("FI_", "NCCL_")
-    script = ("export NCCL_IB_DISABLE=1 FI_PROVIDER=tcp\n# export FI_EFA_USE_DEVICE_RDMA=1\n"
-              "mpirun -x FI_PROVIDER -x FI_EFA_USE_DEVICE_RDMA -x NCCL_NET_PLUGIN=none python t.py")
+    script = (
+        "export NCCL_IB_DISABLE=1 FI_PROVIDER=tcp\n# export FI_EFA_USE_DEVICE_RDMA=1\n"
+        "mpirun -x FI_PROVIDER -x FI_EFA_USE_DEVICE_RDMA -x NCCL_NET_PLUGIN=none python t.py"
+    )
     assert reader.settings(script, names, Env(FI_EFA_USE_DEVICE_RDMA="0")) == [
-        ("FI_PROVIDER", "tcp"), ("FI_EFA_USE_DEVICE_RDMA", "0"), ("NCCL_NET_PLUGIN", "none")]
+        ("FI_PROVIDER", "tcp"),
+        ("FI_EFA_USE_DEVICE_RDMA", "0"),
+        ("NCCL_NET_PLUGIN", "none"),
+    ]
     assert reader.settings(script, NAMES) == [("NCCL_IB_DISABLE", "1")]
     assert text.scan_text("FI_PROVIDER=tcp MY_FI_PROVIDER=x", names) == [("FI_PROVIDER", "tcp")]
     # the default names are what the rules read
@@ -232,27 +295,61 @@ def test_only_a_script_that_mentions_a_name_is_parsed():
 
 _FALLBACK = ["NCCL_IB_DISABLE=1", "NCCL_NET=Socket", "NCCL_IB_HCA=eth0", "NCCL_NET=socket", "NCCL_IB_DISABLE=0x1"]
 _HIDE = [  # ways to write a setting that set nothing
-    "# export {s}", "#{s}", "echo {s}", "echo 'export {s}'", 'echo "never set {s} here"', "printf '%s\\n' '{s}'",
-    "cat <<'EOF'\nexport {s}\nEOF", "cat <<EOF >> /tmp/notes\n{s}\nEOF", ": '{s}'", "true # {s}",
-    "python -c \"print('{s}')\"", "echo {s} > /dev/null", "logger -t job '{s}'  # not exported",
+    "# export {s}",
+    "#{s}",
+    "echo {s}",
+    "echo 'export {s}'",
+    'echo "never set {s} here"',
+    "printf '%s\\n' '{s}'",
+    "cat <<'EOF'\nexport {s}\nEOF",
+    "cat <<EOF >> /tmp/notes\n{s}\nEOF",
+    ": '{s}'",
+    "true # {s}",
+    "python -c \"print('{s}')\"",
+    "echo {s} > /dev/null",
+    "logger -t job '{s}'  # not exported",
 ]
-_BENIGN = ["export NCCL_DEBUG=WARN", "cd /workspace", "export NCCL_IB_DISABLE=0", "export NCCL_NET=IB",
-           "torchrun --nproc_per_node=8 train.py", "mpirun -np 2 -x NCCL_DEBUG python x.py", "sleep 1", "set -e"]
+_BENIGN = [
+    "export NCCL_DEBUG=WARN",
+    "cd /workspace",
+    "export NCCL_IB_DISABLE=0",
+    "export NCCL_NET=IB",
+    "torchrun --nproc_per_node=8 train.py",
+    "mpirun -np 2 -x NCCL_DEBUG python x.py",
+    "sleep 1",
+    "set -e",
+]
 
 
 @settings(max_examples=150, deadline=None)
-@given(st.lists(st.one_of(st.sampled_from(_BENIGN), st.builds(lambda h, s: h.format(s=s), st.sampled_from(_HIDE),
-                                                               st.sampled_from(_FALLBACK))), min_size=1, max_size=8))
+@given(
+    st.lists(
+        st.one_of(
+            st.sampled_from(_BENIGN),
+            st.builds(lambda h, s: h.format(s=s), st.sampled_from(_HIDE), st.sampled_from(_FALLBACK)),
+        ),
+        min_size=1,
+        max_size=8,
+    )
+)
 def test_a_setting_in_a_comment_or_an_echo_never_denies(policies, lines):
     script = "\n".join(lines + ["torchrun train.py"])
-    assert reader.settings(script, NAMES) in ([], [("NCCL_DEBUG", "WARN")], [("NCCL_IB_DISABLE", "0")], [("NCCL_NET", "IB")]) \
-        or all(value in ("WARN", "0", "IB") for _, value in reader.settings(script, NAMES)), script
+    assert reader.settings(script, NAMES) in (
+        [],
+        [("NCCL_DEBUG", "WARN")],
+        [("NCCL_IB_DISABLE", "0")],
+        [("NCCL_NET", "IB")],
+    ) or all(value in ("WARN", "0", "IB") for _, value in reader.settings(script, NAMES)), script
     d = decide(script_pod(script), ML, policies)
     assert not any(f.rule == "command-fallback" for f in d.denials), (script, d.denials)
 
 
 @settings(max_examples=60, deadline=None)
-@given(st.sampled_from(_HIDE), st.sampled_from(_FALLBACK), st.sampled_from(["export {s}", "env {s} torchrun t.py", "{s} torchrun t.py"]))
+@given(
+    st.sampled_from(_HIDE),
+    st.sampled_from(_FALLBACK),
+    st.sampled_from(["export {s}", "env {s} torchrun t.py", "{s} torchrun t.py"]),
+)
 def test_the_same_setting_made_for_real_denies(policies, hide, setting, real):
     """The other side of the property: the generator's settings do deny when really made."""
     script = "\n".join([hide.format(s=setting), real.format(s=setting), "torchrun train.py"])
@@ -315,8 +412,14 @@ def test_a_pod_full_of_large_distinct_scripts_stays_linear(policies):
 
 
 @settings(max_examples=300, deadline=None)
-@given(st.text(alphabet=st.sampled_from(list("NCCL_NET=IB_DISABLE HCA1 Socket'\"$(){}[];&|<>#\\\n`-xenvbashc mpirun") + ["\ud800", "\0"]),
-               max_size=120))
+@given(
+    st.text(
+        alphabet=st.sampled_from(
+            list("NCCL_NET=IB_DISABLE HCA1 Socket'\"$(){}[];&|<>#\\\n`-xenvbashc mpirun") + ["\ud800", "\0"]
+        ),
+        max_size=120,
+    )
+)
 def test_any_string_in_command_or_args_never_raises(policies, text):
     for argv in (["bash", "-c", text], ["mpirun", *text.split(" ")], ["python", "-c", text], ["env", *text.split()]):
         assert isinstance(reader.settings(argv, NAMES, Env(NCCL_IB_HCA="eth0")), list)
@@ -329,6 +432,7 @@ def test_any_string_in_command_or_args_never_raises(policies, text):
 
 # -- which commands of a pod are read, and against which env --------------------------------------
 
+
 def _command_denials(pod, policies):
     d = decide(pod, ML, policies)
     return [(f.rule, f.container) for f in d.denials]
@@ -336,8 +440,13 @@ def _command_denials(pod, policies):
 
 def test_init_containers_and_args_alone_are_read_after_a_container_without_a_command(policies):
     init = k.container("setup", gpus=None, command=["sh", "-c", "export NCCL_IB_DISABLE=1; ./prepare.sh"])
-    pod = k.pod([k.container("sidecar", gpus=None), k.container("trainer", args=["bash", "-c", "NCCL_NET=Socket torchrun t.py"])],
-                init_containers=[init])
+    pod = k.pod(
+        [
+            k.container("sidecar", gpus=None),
+            k.container("trainer", args=["bash", "-c", "NCCL_NET=Socket torchrun t.py"]),
+        ],
+        init_containers=[init],
+    )
     assert _command_denials(pod, policies) == [("command-fallback", "setup"), ("command-fallback", "trainer")]
 
 
@@ -353,7 +462,9 @@ def test_each_container_expands_its_command_against_its_own_env(policies):
     first["env"][0]["value"] = "1"
     init["env"][0]["value"] = "0"
     assert _command_denials(k.pod([first, second], init_containers=[init]), policies) == [
-        ("command-fallback", "first"), ("command-fallback", "second")]
+        ("command-fallback", "first"),
+        ("command-fallback", "second"),
+    ]
 
 
 def test_the_parse_budget_is_shared_by_the_containers_of_a_pod(policies):

@@ -39,13 +39,15 @@ from webhook.commands.shell import SHELLS
 from webhook.core import keys
 from webhook.core.decision import DENIED, decide
 from webhook.grammar import k8s
-from webhook.kinds import merge, trainer, workloads
+from webhook.kinds import trainer, workloads
 from webhook.kinds.merge import MERGE_KEYS, strategic_merge
 
 NAMES = frozenset({"NCCL_IB_DISABLE", "NCCL_NET", "NCCL_IB_HCA", "NCCL_SOCKET_IFNAME"})
 NAME = st.sampled_from(sorted(NAMES))
 # values as people write them: interface lists, HCA filters, transport names
-PLAIN = st.text(alphabet="abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.,:^=+-/@%", min_size=1, max_size=12)
+PLAIN = st.text(
+    alphabet="abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.,:^=+-/@%", min_size=1, max_size=12
+)
 SPICY = st.text(alphabet="abcXYZ019_.,:^=-/ \t*?[]{}~#!&|;<>()$`\"'\\", min_size=1, max_size=12)
 
 
@@ -83,8 +85,20 @@ def shell_options(draw) -> list[str]:
     return words
 
 
-README_FORMS = [["-c"], ["-lc"], ["-ec"], ["-xc"], ["-euxc"], ["-cl"], ["-e", "-c"], ["-l", "-c"], ["-o", "pipefail", "-c"],
-                ["--login", "-c"], ["+x", "-c"], ["-ce"]]
+README_FORMS = [
+    ["-c"],
+    ["-lc"],
+    ["-ec"],
+    ["-xc"],
+    ["-euxc"],
+    ["-cl"],
+    ["-e", "-c"],
+    ["-l", "-c"],
+    ["-o", "pipefail", "-c"],
+    ["--login", "-c"],
+    ["+x", "-c"],
+    ["-ce"],
+]
 
 
 @pytest.mark.parametrize("shell", ["sh", "bash", "/bin/bash"])
@@ -111,6 +125,7 @@ def test_without_c_the_word_is_a_file_and_not_read(shell, letters, name, value):
 
 
 # -- quoting variants of NAME=value ----------------------------------------------------------------
+
 
 def _single(part: str) -> str:
     return "'" + part.replace("'", "'\\''") + "'"
@@ -157,9 +172,19 @@ def quoted(draw) -> tuple[str, str]:
 
 
 @examples(ci=200, long=3000)
-@given(name=NAME, q=quoted(), form=st.sampled_from(["export {n}={w}; python t.py", "declare -x {n}={w}\npython t.py",
-                                                    "{n}={w} python t.py", "export {n}\n{n}={w}\nexec python t.py",
-                                                    "env {n}={w} python t.py"]))
+@given(
+    name=NAME,
+    q=quoted(),
+    form=st.sampled_from(
+        [
+            "export {n}={w}; python t.py",
+            "declare -x {n}={w}\npython t.py",
+            "{n}={w} python t.py",
+            "export {n}\n{n}={w}\nexec python t.py",
+            "env {n}={w} python t.py",
+        ]
+    ),
+)
 def test_every_quoting_of_name_value_gives_the_value(name, q, form):
     word, value = q
     script = form.format(n=name, w=word)
@@ -168,7 +193,9 @@ def test_every_quoting_of_name_value_gives_the_value(name, q, form):
 
 @pytest.mark.parametrize("word,value", [("$'\\x31'", "1"), ("$'So\\x63ket'", "Socket"), ("$'\\061'", "1")])
 def test_ansi_c_escapes_are_decoded(word, value):
-    assert reader.settings(["bash", "-c", f"export NCCL_IB_DISABLE={word}; python t.py"], NAMES) == [("NCCL_IB_DISABLE", value)]
+    assert reader.settings(["bash", "-c", f"export NCCL_IB_DISABLE={word}; python t.py"], NAMES) == [
+        ("NCCL_IB_DISABLE", value)
+    ]
 
 
 @pytest.mark.parametrize("word,value", [('" "', " "), ('"IB"" "', "IB "), ('"\t"', "\t")])
@@ -199,7 +226,13 @@ def test_an_escape_after_a_quoted_string_is_judged(policies):
 # (nothing reported) where the word is beyond the reader, never another value.
 
 # bash's value of NAME in the process the assignment reaches, in each form the reader reads
-BASH_FORMS = ["export {n}={w}; {cmd}", "declare -x {n}={w}\n{cmd}", "{n}={w} {cmd}", "{n}={w}\n{cmd}", "env {n}={w} {cmd}"]
+BASH_FORMS = [
+    "export {n}={w}; {cmd}",
+    "declare -x {n}={w}\n{cmd}",
+    "{n}={w} {cmd}",
+    "{n}={w}\n{cmd}",
+    "env {n}={w} {cmd}",
+]
 BASH_X = "x1"  # $X in the words: the container env's X
 
 
@@ -209,7 +242,9 @@ def bash_reads(form: str, name: str, word: str) -> str | None:
     environment already (so that a plain `NAME=word` is exported, as the reader assumes for the
     names it is asked about)."""
     # the word alone first (eval'd from $1): a quote it leaves open would otherwise reach into the rest
-    script = 'eval "set -- x${1}%" && [ $# = 1 ] || exit 3\n' + form.format(n=name, w=word, cmd=f"bash -c 'printf %s \"${name}\"'")
+    script = 'eval "set -- x${1}%" && [ $# = 1 ] || exit 3\n' + form.format(
+        n=name, w=word, cmd=f"bash -c 'printf %s \"${name}\"'"
+    )
     env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "LC_ALL": "C.UTF-8", name: "inherited", "X": BASH_X}
     out = subprocess.run(["bash", "-c", script, "bash", word], env=env, capture_output=True, timeout=20)
     return out.stdout.decode("utf-8", "surrogateescape") if out.returncode == 0 else None
@@ -221,11 +256,48 @@ def we_read(form: str, name: str, word: str) -> list[tuple[str, str]]:
 
 # ANSI-C escapes (bash(1), QUOTING): each one as bash gives it; a \u above 0x7f is the locale's
 # (not known here), a byte that is not UTF-8 cannot be a value of ours (not known)
-ANSI_CASES = ["$'\\a\\b\\e\\E\\f\\n\\r\\t\\v'", "$'\\\\'", "$'\\''", "$'\\\"'", "$'\\?'", "$'\\061'", "$'\\61'", "$'\\0101'",
-              "$'\\1011'", "$'\\x31'", "$'\\x3'", "$'\\x414'", "$'\\x'", "$'\\xg'", "$'\\u41'", "$'\\u00411'", "$'\\U00000041'",
-              "$'\\U000000411'", "$'\\u'", "$'\\cA'", "$'\\ca'", "$'\\c?'", "$'\\c['", "$'\\c1'", "$'\\c\\\\x'", "$'\\c\\''",
-              "$'a\\c'", "$'\\z'", "$'\\8'", "$'a\\0b'c", "$'a\\x00b'c", "$'\\c@x'", "$'\\u0'", "$'\\xc3\\xa9'",
-              "$'So\\x63ket'", "$'\\u00e9'", "$'\\U0001F600'", "$'\\xff'", "$'\\777'", "$'a\\\\' NCCL_IB_HCA=x"]
+ANSI_CASES = [
+    "$'\\a\\b\\e\\E\\f\\n\\r\\t\\v'",
+    "$'\\\\'",
+    "$'\\''",
+    "$'\\\"'",
+    "$'\\?'",
+    "$'\\061'",
+    "$'\\61'",
+    "$'\\0101'",
+    "$'\\1011'",
+    "$'\\x31'",
+    "$'\\x3'",
+    "$'\\x414'",
+    "$'\\x'",
+    "$'\\xg'",
+    "$'\\u41'",
+    "$'\\u00411'",
+    "$'\\U00000041'",
+    "$'\\U000000411'",
+    "$'\\u'",
+    "$'\\cA'",
+    "$'\\ca'",
+    "$'\\c?'",
+    "$'\\c['",
+    "$'\\c1'",
+    "$'\\c\\\\x'",
+    "$'\\c\\''",
+    "$'a\\c'",
+    "$'\\z'",
+    "$'\\8'",
+    "$'a\\0b'c",
+    "$'a\\x00b'c",
+    "$'\\c@x'",
+    "$'\\u0'",
+    "$'\\xc3\\xa9'",
+    "$'So\\x63ket'",
+    "$'\\u00e9'",
+    "$'\\U0001F600'",
+    "$'\\xff'",
+    "$'\\777'",
+    "$'a\\\\' NCCL_IB_HCA=x",
+]
 
 
 @pytest.mark.parametrize("word", ANSI_CASES)
@@ -251,8 +323,38 @@ def test_every_quoting_of_name_value_is_what_bash_reads(name, q, form):
 # words as they come: any run of quotes, backslashes, blanks (bash's and the \r tree-sitter takes
 # for one), `$'...'` escapes, expansions, letters and digits; most are not one word or not even
 # a whole script, and those bash refuses are not compared
-WORD_TOKENS = ["'", '"', "\\", " ", "\t", "\r", "$'", "$", "$X", "${X}", "\\x31", "\\061", "\\n", "\\t", "\\'", '\\"', "\\\\",
-               "\\cA", "\\u0041", "\\U00000042", "\\e", "\\x", "\\u00e9", "\\xc3\\xa9", "\\0", "a", "I", "B", "0", "1"]
+WORD_TOKENS = [
+    "'",
+    '"',
+    "\\",
+    " ",
+    "\t",
+    "\r",
+    "$'",
+    "$",
+    "$X",
+    "${X}",
+    "\\x31",
+    "\\061",
+    "\\n",
+    "\\t",
+    "\\'",
+    '\\"',
+    "\\\\",
+    "\\cA",
+    "\\u0041",
+    "\\U00000042",
+    "\\e",
+    "\\x",
+    "\\u00e9",
+    "\\xc3\\xa9",
+    "\\0",
+    "a",
+    "I",
+    "B",
+    "0",
+    "1",
+]
 RAW_WORD = st.lists(st.sampled_from(WORD_TOKENS), min_size=1, max_size=12).map("".join)
 
 
@@ -291,7 +393,10 @@ SPLIT_SCRIPTS = [
     ("export NCCL_NET=${{X}}\\e=; {cmd}", set()),  # `\e=` is a word, not an assignment
     ("export NCCL_NET=~/x NCCL_IB_HCA=a:~; {cmd}", set()),  # tilde expansion: not known
     ("env NCCL_NET=\\\n~ NCCL_IB_HCA=${{X}}\\t{{:~ {cmd}", set()),
-    ("export NCCL_NET=':'~ NCCL_IB_HCA=a\\:~ NCCL_SOCKET_IFNAME=\"~\"; {cmd}", {"NCCL_NET", "NCCL_IB_HCA", "NCCL_SOCKET_IFNAME"}),  # not expanded
+    (
+        "export NCCL_NET=':'~ NCCL_IB_HCA=a\\:~ NCCL_SOCKET_IFNAME=\"~\"; {cmd}",
+        {"NCCL_NET", "NCCL_IB_HCA", "NCCL_SOCKET_IFNAME"},
+    ),  # not expanded
     ("env NCCL_NET=\\~ {cmd}", {"NCCL_NET"}),
     ("declare -x NCCL_NET=#:=\\0\\\n=\n{cmd}", {"NCCL_NET"}),  # tree-sitter: A= and a comment
 ]
@@ -300,13 +405,16 @@ SPLIT_SCRIPTS = [
 @pytest.mark.parametrize("script,known", SPLIT_SCRIPTS)
 def test_words_tree_sitter_splits_are_read_as_bash_reads_them(script, known):
     env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "LC_ALL": "C.UTF-8", "X": BASH_X}
-    out = subprocess.run(["bash", "-c", script.format(cmd="env -0")], env=env, capture_output=True, timeout=20, check=True)
+    out = subprocess.run(
+        ["bash", "-c", script.format(cmd="env -0")], env=env, capture_output=True, timeout=20, check=True
+    )
     seen = dict(v.split("=", 1) for v in out.stdout.decode().split("\0") if v.split("=", 1)[0] in NAMES)
     got = reader.settings(["bash", "-c", script.format(cmd="python t.py")], NAMES, Env(X=BASH_X))
     assert {n for n, _ in got} == known and all(seen[n] == v for n, v in got), (seen, got)
 
 
 # -- launcher flag spellings -----------------------------------------------------------------------
+
 
 def _flags(launcher: str, *actions: str) -> list[str]:
     return sorted(f for f, a in LAUNCHERS[launcher].items() if a in actions)
@@ -320,8 +428,11 @@ def launcher_command(draw) -> tuple[list[str], str, str]:
     name, value = draw(NAME), draw(PLAIN.filter(lambda v: ";" not in v))
     spelling = draw(st.sampled_from(_flags(launcher, "export", "set", "mca")))
     action = LAUNCHERS[launcher][spelling]
-    setting = {"export": [spelling, f"{name}={value}"], "set": [spelling, name, value],
-               "mca": [spelling, MCA_ENV_LIST, f"{name}={value}"]}[action]
+    setting = {
+        "export": [spelling, f"{name}={value}"],
+        "set": [spelling, name, value],
+        "mca": [spelling, MCA_ENV_LIST, f"{name}={value}"],
+    }[action]
     args = _flags(launcher, "arg")
     before = draw(st.lists(st.sampled_from(args), max_size=3))
     after = draw(st.lists(st.sampled_from(args), max_size=3))
@@ -378,8 +489,10 @@ def test_kubelet_expansion_of_every_form(dv):
 
 
 @examples(ci=40, long=500)
-@given(form=st.sampled_from(["$(IB_OFF)", "$$(IB_OFF)", "$(UNDEFINED)", "$(X)", "0$(IB_OFF)", "$(IB_OFF)$(IB_OFF)"]),
-       where=st.sampled_from(["env", "args", "script"]))
+@given(
+    form=st.sampled_from(["$(IB_OFF)", "$$(IB_OFF)", "$(UNDEFINED)", "$(X)", "0$(IB_OFF)", "$(IB_OFF)$(IB_OFF)"]),
+    where=st.sampled_from(["env", "args", "script"]),
+)
 def test_var_references_are_judged_after_expansion(policies, form, where):
     """NCCL_IB_DISABLE written with `$(VAR)`: denied exactly when the expanded value turns IB off
     (the shell never sees `$(IB_OFF)` when the kubelet expanded it; `$$(IB_OFF)` reaches the shell
@@ -405,8 +518,9 @@ def test_var_references_are_judged_after_expansion(policies, form, where):
 # -- merge precedence: strategic_merge ---------------------------------------------------------------
 
 FIELD = st.sampled_from(["image", "value", "command", "args", "labels", "spec", "name2", "medium", "sizeLimit", "x"])
-SCALAR = st.one_of(st.integers(-3, 3), st.text(alphabet="abc01", max_size=3), st.booleans(),
-                   st.lists(st.integers(0, 3), max_size=2))
+SCALAR = st.one_of(
+    st.integers(-3, 3), st.text(alphabet="abc01", max_size=3), st.booleans(), st.lists(st.integers(0, 3), max_size=2)
+)
 TREE = st.recursive(SCALAR, lambda inner: st.dictionaries(FIELD, inner, max_size=4), max_leaves=12)
 
 
@@ -438,7 +552,9 @@ ITEM_FIELDS = st.dictionaries(st.sampled_from(["value", "image", "readOnly", "su
 def keyed_lists(draw):
     key = draw(st.sampled_from(sorted(MERGE_KEYS)))
     mk = MERGE_KEYS[key]
-    keys_ = st.sampled_from(["a", "b", "c", "d", "e"]) if mk != "containerPort" else st.sampled_from([80, 443, 8080, 29500])
+    keys_ = (
+        st.sampled_from(["a", "b", "c", "d", "e"]) if mk != "containerPort" else st.sampled_from([80, 443, 8080, 29500])
+    )
     base_keys = draw(st.lists(keys_, unique=True, max_size=4))
     patch_keys = draw(st.lists(keys_, unique=True, max_size=4))
     base = [{mk: kv, **draw(ITEM_FIELDS)} for kv in base_keys]
@@ -479,8 +595,12 @@ def test_lists_without_a_merge_key_are_replaced(base, patch, key):
 
 # -- merge precedence in the kinds that merge ------------------------------------------------------
 
-ENV_NAMES = st.lists(st.sampled_from(["NCCL_NET", "NCCL_IB_HCA", "NCCL_DEBUG", "OMP_NUM_THREADS", "PET_X"]), unique=True,
-                     min_size=1, max_size=4)
+ENV_NAMES = st.lists(
+    st.sampled_from(["NCCL_NET", "NCCL_IB_HCA", "NCCL_DEBUG", "OMP_NUM_THREADS", "PET_X"]),
+    unique=True,
+    min_size=1,
+    max_size=4,
+)
 VALUE = st.text(alphabet="abcXYZ0129_", min_size=1, max_size=6)
 
 
@@ -494,12 +614,27 @@ def _node_env(pod):
 
 
 def _runtime(env, image="runtime:v1", command=("torchrun", "train.py")):
-    c = {"name": "node", "image": image, "command": list(command), "env": _env(env),
-         "resources": {"limits": {"nvidia.com/gpu": "8", "example.com/rdma": "1"}}}
-    job = {"name": "node", "template": {"metadata": {"labels": {trainer.ANCESTOR_LABEL: "trainer"}},
-                                        "spec": {"template": {"metadata": {"labels": {"tier": "base", "keep": "yes"}},
-                                                              "spec": {"containers": [c]}}}}}
-    return {"kind": "ClusterTrainingRuntime", "metadata": {"name": "rt"}, "spec": {"template": {"spec": {"replicatedJobs": [job]}}}}
+    c = {
+        "name": "node",
+        "image": image,
+        "command": list(command),
+        "env": _env(env),
+        "resources": {"limits": {"nvidia.com/gpu": "8", "example.com/rdma": "1"}},
+    }
+    job = {
+        "name": "node",
+        "template": {
+            "metadata": {"labels": {trainer.ANCESTOR_LABEL: "trainer"}},
+            "spec": {
+                "template": {"metadata": {"labels": {"tier": "base", "keep": "yes"}}, "spec": {"containers": [c]}}
+            },
+        },
+    }
+    return {
+        "kind": "ClusterTrainingRuntime",
+        "metadata": {"name": "rt"},
+        "spec": {"template": {"spec": {"replicatedJobs": [job]}}},
+    }
 
 
 def _override(release, env, labels):
@@ -507,19 +642,35 @@ def _override(release, env, labels):
     if release == "v2.0":
         return {"podSpecOverrides": [{"targetJobs": [{"name": "node"}], "containers": [container]}]}
     if release == "v2.1":
-        return {"podTemplateOverrides": [{"targetJobs": [{"name": "node"}], "metadata": {"labels": labels},
-                                          "spec": {"containers": [container]}}]}
+        return {
+            "podTemplateOverrides": [
+                {"targetJobs": [{"name": "node"}], "metadata": {"labels": labels}, "spec": {"containers": [container]}}
+            ]
+        }
     template = {"metadata": {"labels": labels}, "spec": {"containers": [container]}}
-    return {"runtimePatches": [{"trainingRuntimeSpec": {"template": {"spec": {"replicatedJobs": [
-        {"name": "node", "template": {"spec": {"template": template}}}]}}}}]}
+    return {
+        "runtimePatches": [
+            {
+                "trainingRuntimeSpec": {
+                    "template": {
+                        "spec": {"replicatedJobs": [{"name": "node", "template": {"spec": {"template": template}}}]}
+                    }
+                }
+            }
+        ]
+    }
 
 
 @examples(ci=120, long=2000)
 @given(release=st.sampled_from(trainer.TRAINER_RELEASES), names=ENV_NAMES, data=st.data())
 def test_trainjob_overrides_win_over_the_runtime(release, names, data):
     base = {n: data.draw(VALUE, label=f"base {n}") for n in names}
-    patched = data.draw(st.dictionaries(st.sampled_from(names + ["NCCL_SOCKET_IFNAME"]), VALUE, min_size=1), label="patch")
-    from_trainer = data.draw(st.dictionaries(st.sampled_from(names + ["NCCL_P2P_LEVEL"]), VALUE, max_size=2), label="trainer env")
+    patched = data.draw(
+        st.dictionaries(st.sampled_from(names + ["NCCL_SOCKET_IFNAME"]), VALUE, min_size=1), label="patch"
+    )
+    from_trainer = data.draw(
+        st.dictionaries(st.sampled_from(names + ["NCCL_P2P_LEVEL"]), VALUE, max_size=2), label="trainer env"
+    )
     labels = {"tier": "patched"}
     spec = {"runtimeRef": {"name": "rt"}, **_override(release, patched, labels)}
     if from_trainer:
@@ -531,7 +682,10 @@ def test_trainjob_overrides_win_over_the_runtime(release, names, data):
     # the override over the runtime, spec.trainer.env over both, each name once
     assert _node_env(pod) == {**base, **patched, **from_trainer}
     node = pod["spec"]["containers"][0]
-    assert node["image"] == ("user:v2" if from_trainer else "runtime:v1") and node["command"] == ["torchrun", "train.py"]
+    assert node["image"] == ("user:v2" if from_trainer else "runtime:v1") and node["command"] == [
+        "torchrun",
+        "train.py",
+    ]
     assert node["resources"]["limits"]["example.com/rdma"] == "1"
     if release != "v2.0":  # v2.0 patches the pod spec only
         assert pod["metadata"]["labels"] == {"tier": "patched", "keep": "yes"}
@@ -541,19 +695,32 @@ def test_trainjob_overrides_win_over_the_runtime(release, names, data):
 @given(names=ENV_NAMES, data=st.data(), which=st.sampled_from(["patchLeaderTemplate", "patchWorkerTemplate", "both"]))
 def test_rolebasedgroup_patches_win_over_the_role_template(names, data, which):
     base = {n: data.draw(VALUE, label=f"base {n}") for n in names}
-    patched = data.draw(st.dictionaries(st.sampled_from(names + ["NCCL_SOCKET_IFNAME"]), VALUE, min_size=1), label="patch")
-    template = {"metadata": {"labels": {keys.POD_INJECT: "true", "role": "base"}},
-                "spec": {"containers": [{"name": "node", "image": "base:v1", "env": _env(base)}]}}
-    patch = {"metadata": {"labels": {"role": "patched"}}, "spec": {"containers": [{"name": "node", "image": "patch:v2", "env": _env(patched)}]}}
+    patched = data.draw(
+        st.dictionaries(st.sampled_from(names + ["NCCL_SOCKET_IFNAME"]), VALUE, min_size=1), label="patch"
+    )
+    template = {
+        "metadata": {"labels": {keys.POD_INJECT: "true", "role": "base"}},
+        "spec": {"containers": [{"name": "node", "image": "base:v1", "env": _env(base)}]},
+    }
+    patch = {
+        "metadata": {"labels": {"role": "patched"}},
+        "spec": {"containers": [{"name": "node", "image": "patch:v2", "env": _env(patched)}]},
+    }
     lws = {"patchLeaderTemplate": patch, "patchWorkerTemplate": patch} if which == "both" else {which: patch}
     role = {"name": "inference", "replicas": 2, "template": template, "leaderWorkerSet": {"size": 4, **lws}}
-    obj = {"apiVersion": "workloads.x-k8s.io/v1alpha1", "kind": "RoleBasedGroup", "metadata": {"name": "g"},
-           "spec": {"roles": [role]}}
+    obj = {
+        "apiVersion": "workloads.x-k8s.io/v1alpha1",
+        "kind": "RoleBasedGroup",
+        "metadata": {"name": "g"},
+        "spec": {"roles": [role]},
+    }
     before = copy.deepcopy(obj)
     found = dict(workloads.templates(obj, "workloads.x-k8s.io", "RoleBasedGroup"))
     assert obj == before
-    assert set(found) == {"spec.roles[inference].leaderWorkerSet.patchLeaderTemplate",
-                          "spec.roles[inference].leaderWorkerSet.patchWorkerTemplate"}
+    assert set(found) == {
+        "spec.roles[inference].leaderWorkerSet.patchLeaderTemplate",
+        "spec.roles[inference].leaderWorkerSet.patchWorkerTemplate",
+    }
     for path, pod in found.items():
         is_patched = which == "both" or path.endswith(which)
         node = pod["spec"]["containers"][0]

@@ -23,7 +23,7 @@ import shlex
 
 import pytest
 
-from webhook.commands import python, reader, shell, source_words, text
+from webhook.commands import reader, shell, source_words
 from webhook.commands.files import Files
 from webhook.commands.shell import MAX_DEPTH, MAX_PARSED, MAYBE, SEQ, SUB, Block, Cmd, Ref, parse_script
 
@@ -84,6 +84,7 @@ def shape(block: Block | None):
 
 # -- parse_script: remembered, bounded, never raising ------------------------------------------------
 
+
 def test_a_script_is_parsed_once_and_the_same_parse_is_given_again():
     script = "export NCCL_IB_DISABLE=1\ntorchrun --nproc_per_node=8 train.py"
     first = parse_script(script)
@@ -107,7 +108,10 @@ def test_the_cache_is_emptied_when_full_and_keeps_the_newest():
         parse_script(f"export NCCL_DEBUG=INFO; sleep {i}")
     assert len(shell.PARSED) == shell.CACHE_MAX
     block = parse_script("export NCCL_NET=IB; torchrun t.py")
-    assert list(shell.PARSED) == ["export NCCL_NET=IB; torchrun t.py"] and shell.PARSED["export NCCL_NET=IB; torchrun t.py"] is block
+    assert (
+        list(shell.PARSED) == ["export NCCL_NET=IB; torchrun t.py"]
+        and shell.PARSED["export NCCL_NET=IB; torchrun t.py"] is block
+    )
     assert shape(block) == ("SEQ", ["export NCCL_NET=IB", "torchrun t.py"])
 
 
@@ -146,86 +150,155 @@ def test_the_parser_is_made_once():
 
 # -- statements: what runs once, what may run, what runs in a subshell ------------------------------
 
-@pytest.mark.parametrize("script, expected", [
-    # `;` and newlines: each runs once, in order; export and plain assignments are commands of their own
-    ("set -e; export NCCL_IB_HCA=mlx5_0 NCCL_DEBUG\nNCCL_NET=IB\ntorchrun t.py",
-     ("SEQ", ["set -e", "export NCCL_IB_HCA=mlx5_0 NCCL_DEBUG", "NCCL_NET=IB", "torchrun t.py"])),
-    ("A=1 B=2", ("SEQ", ["A=1 B=2"])),  # bare assignments: no words
-    ("unset NCCL_NET; unset -v NCCL_IB_HCA", ("SEQ", ["unset NCCL_NET", "unset -v NCCL_IB_HCA"])),
-    # { ...; }: this shell; ( ... ): a subshell
-    ("{ export NCCL_NET=IB; torchrun t.py; }", ("SEQ", ["export NCCL_NET=IB", "torchrun t.py"])),
-    ("(cd /w && export NCCL_NET=IB); torchrun t.py", ("SEQ", [("SUB", ["cd /w", ("MAYBE", ["export NCCL_NET=IB"])]), "torchrun t.py"])),
-    # a pipeline: each of its commands in a subshell of its own
-    ("python gen.py | tee log | grep x", ("SEQ", [("SUB", ["python gen.py"]), ("SUB", ["tee log"]), ("SUB", ["grep x"])])),
-    ("(a; b) | c", ("SEQ", [("SUB", [("SUB", ["a", "b"])]), ("SUB", ["c"])])),
-    # && and ||: the first runs, the rest may
-    ("test -f /x && export NCCL_NET=IB || export NCCL_NET=Socket",
-     ("SEQ", ["test -f /x", ("MAYBE", ["export NCCL_NET=IB"]), ("MAYBE", ["export NCCL_NET=Socket"])])),
-    ("! pgrep sshd", ("SEQ", ["pgrep sshd"])),  # `!` only negates the status
-    # branches and loops: the condition runs here, the bodies may run
-    ("if [ -e /dev/infiniband ]; then export NCCL_NET=IB; elif lsmod; then export NCCL_NET=Socket; else exit 1; fi",
-     ("SEQ", [("MAYBE", ["export NCCL_NET=IB", ("MAYBE", ["lsmod", "export NCCL_NET=Socket"]), ("MAYBE", ["exit 1"])])])),
-    ("while read h; do ssh $h true; done", ("SEQ", ["read h", ("MAYBE", ["ssh $h true"])])),
-    ("until nc -z master 29500; do sleep 1; done", ("SEQ", ["nc -z master 29500", ("MAYBE", ["sleep 1"])])),
-    ("for h in a b; do ssh $h; done", ("SEQ", [("MAYBE", ["ssh $h"])])),
-    ("for ((i=0; i<3; i++)); do ping -c1 w$i; done", ("SEQ", ["i=0", ("MAYBE", ["ping -c1 w$i"])])),
-    ("case $RANK in 0) export NCCL_DEBUG=INFO;; *) export NCCL_DEBUG=WARN;; esac",
-     ("SEQ", [("MAYBE", [("MAYBE", ["export NCCL_DEBUG=INFO"]), ("MAYBE", ["export NCCL_DEBUG=WARN"])])])),
-    # a function body: read where it is defined, as a branch (it may be called or not)
-    ("setup() { export NCCL_NET=IB; }; setup", ("SEQ", [("MAYBE", ["export NCCL_NET=IB"]), "setup"])),
-    ("function setup { export NCCL_NET=IB; }", ("SEQ", [("MAYBE", ["export NCCL_NET=IB"])])),
-    # command substitutions: each a subshell run before its command
-    ("for h in $(cat hosts) \"$(hostname)\" w$(seq 2); do :; done",
-     ("SEQ", [("SUB", ["cat hosts"]), ("SUB", ["hostname"]), ("SUB", ["seq 2"]), ("MAYBE", [":"])])),
-    ("case $(hostname) in $(cat lead)) exit;; esac", ("SEQ", [("SUB", ["hostname"]), ("MAYBE", [("SUB", ["cat lead"]), ("MAYBE", ["exit"])])])),
-    ("for ((i=$(nproc); i>0; i--)); do :; done", ("SEQ", ["i=?", ("MAYBE", [":"])])),
-    # comments, [[ ]] and (( )) start no process
-    ("# export NCCL_NET=Socket\n[[ -n $X ]]\n((n++))\ntorchrun t.py", ("SEQ", ["torchrun t.py"])),
-])
+
+@pytest.mark.parametrize(
+    "script, expected",
+    [
+        # `;` and newlines: each runs once, in order; export and plain assignments are commands of their own
+        (
+            "set -e; export NCCL_IB_HCA=mlx5_0 NCCL_DEBUG\nNCCL_NET=IB\ntorchrun t.py",
+            ("SEQ", ["set -e", "export NCCL_IB_HCA=mlx5_0 NCCL_DEBUG", "NCCL_NET=IB", "torchrun t.py"]),
+        ),
+        ("A=1 B=2", ("SEQ", ["A=1 B=2"])),  # bare assignments: no words
+        ("unset NCCL_NET; unset -v NCCL_IB_HCA", ("SEQ", ["unset NCCL_NET", "unset -v NCCL_IB_HCA"])),
+        # { ...; }: this shell; ( ... ): a subshell
+        ("{ export NCCL_NET=IB; torchrun t.py; }", ("SEQ", ["export NCCL_NET=IB", "torchrun t.py"])),
+        (
+            "(cd /w && export NCCL_NET=IB); torchrun t.py",
+            ("SEQ", [("SUB", ["cd /w", ("MAYBE", ["export NCCL_NET=IB"])]), "torchrun t.py"]),
+        ),
+        # a pipeline: each of its commands in a subshell of its own
+        (
+            "python gen.py | tee log | grep x",
+            ("SEQ", [("SUB", ["python gen.py"]), ("SUB", ["tee log"]), ("SUB", ["grep x"])]),
+        ),
+        ("(a; b) | c", ("SEQ", [("SUB", [("SUB", ["a", "b"])]), ("SUB", ["c"])])),
+        # && and ||: the first runs, the rest may
+        (
+            "test -f /x && export NCCL_NET=IB || export NCCL_NET=Socket",
+            ("SEQ", ["test -f /x", ("MAYBE", ["export NCCL_NET=IB"]), ("MAYBE", ["export NCCL_NET=Socket"])]),
+        ),
+        ("! pgrep sshd", ("SEQ", ["pgrep sshd"])),  # `!` only negates the status
+        # branches and loops: the condition runs here, the bodies may run
+        (
+            "if [ -e /dev/infiniband ]; then export NCCL_NET=IB; elif lsmod; then export NCCL_NET=Socket; else exit 1; fi",
+            (
+                "SEQ",
+                [
+                    (
+                        "MAYBE",
+                        ["export NCCL_NET=IB", ("MAYBE", ["lsmod", "export NCCL_NET=Socket"]), ("MAYBE", ["exit 1"])],
+                    )
+                ],
+            ),
+        ),
+        ("while read h; do ssh $h true; done", ("SEQ", ["read h", ("MAYBE", ["ssh $h true"])])),
+        ("until nc -z master 29500; do sleep 1; done", ("SEQ", ["nc -z master 29500", ("MAYBE", ["sleep 1"])])),
+        ("for h in a b; do ssh $h; done", ("SEQ", [("MAYBE", ["ssh $h"])])),
+        ("for ((i=0; i<3; i++)); do ping -c1 w$i; done", ("SEQ", ["i=0", ("MAYBE", ["ping -c1 w$i"])])),
+        (
+            "case $RANK in 0) export NCCL_DEBUG=INFO;; *) export NCCL_DEBUG=WARN;; esac",
+            ("SEQ", [("MAYBE", [("MAYBE", ["export NCCL_DEBUG=INFO"]), ("MAYBE", ["export NCCL_DEBUG=WARN"])])]),
+        ),
+        # a function body: read where it is defined, as a branch (it may be called or not)
+        ("setup() { export NCCL_NET=IB; }; setup", ("SEQ", [("MAYBE", ["export NCCL_NET=IB"]), "setup"])),
+        ("function setup { export NCCL_NET=IB; }", ("SEQ", [("MAYBE", ["export NCCL_NET=IB"])])),
+        # command substitutions: each a subshell run before its command
+        (
+            "for h in $(cat hosts) \"$(hostname)\" w$(seq 2); do :; done",
+            ("SEQ", [("SUB", ["cat hosts"]), ("SUB", ["hostname"]), ("SUB", ["seq 2"]), ("MAYBE", [":"])]),
+        ),
+        (
+            "case $(hostname) in $(cat lead)) exit;; esac",
+            ("SEQ", [("SUB", ["hostname"]), ("MAYBE", [("SUB", ["cat lead"]), ("MAYBE", ["exit"])])]),
+        ),
+        ("for ((i=$(nproc); i>0; i--)); do :; done", ("SEQ", ["i=?", ("MAYBE", [":"])])),
+        # comments, [[ ]] and (( )) start no process
+        ("# export NCCL_NET=Socket\n[[ -n $X ]]\n((n++))\ntorchrun t.py", ("SEQ", ["torchrun t.py"])),
+    ],
+)
 def test_the_shape_of_a_script(script, expected):
     assert shape(parse_script(script)) == expected
 
 
 def test_a_substitution_in_a_loop_list_or_a_case_word_runs_with_the_exported_values():
     # the process of $(...) sees what the script exported before it
-    for script in ['export NCCL_IB_DISABLE=1; for h in "$(python gen.py)"; do echo $h; done',
-                   "export NCCL_IB_DISABLE=1; for h in x$(python gen.py); do echo $h; done",
-                   "export NCCL_IB_DISABLE=1; for h in $(python gen.py); do echo $h; done",
-                   "export NCCL_IB_DISABLE=1; case $(python gen.py) in a) ;; esac",
-                   "export NCCL_IB_DISABLE=1; for ((i=$(python n.py); i<3; i++)); do :; done"]:
+    for script in [
+        'export NCCL_IB_DISABLE=1; for h in "$(python gen.py)"; do echo $h; done',
+        "export NCCL_IB_DISABLE=1; for h in x$(python gen.py); do echo $h; done",
+        "export NCCL_IB_DISABLE=1; for h in $(python gen.py); do echo $h; done",
+        "export NCCL_IB_DISABLE=1; case $(python gen.py) in a) ;; esac",
+        "export NCCL_IB_DISABLE=1; for ((i=$(python n.py); i<3; i++)); do :; done",
+    ]:
         assert seen(script) == [("NCCL_IB_DISABLE", "1")], script
 
 
-@pytest.mark.parametrize("script, expected", [
-    # what a branch, a loop, a function or `||` sets may or may not hold after it: both values
-    ("export NCCL_NET=IB\nif [ -z \"$IB\" ]; then export NCCL_NET=Socket; fi\ntorchrun t.py", [("NCCL_NET", "IB"), ("NCCL_NET", "Socket")]),
-    ("export NCCL_NET=IB\nibstat || export NCCL_NET=Socket\ntorchrun t.py", [("NCCL_NET", "IB"), ("NCCL_NET", "Socket")]),
-    ("export NCCL_NET=IB\nwhile false; do export NCCL_NET=Socket; done\ntorchrun t.py", [("NCCL_NET", "IB"), ("NCCL_NET", "Socket")]),
-    ("export NCCL_NET=IB\nuntil true; do export NCCL_NET=Socket; done\ntorchrun t.py", [("NCCL_NET", "IB"), ("NCCL_NET", "Socket")]),
-    ("export NCCL_NET=IB\nfor i in 1; do export NCCL_NET=Socket; done\ntorchrun t.py", [("NCCL_NET", "IB"), ("NCCL_NET", "Socket")]),
-    ("export NCCL_NET=IB\nfor ((i=0;i<1;i++)); do export NCCL_NET=Socket; done\ntorchrun t.py", [("NCCL_NET", "IB"), ("NCCL_NET", "Socket")]),
-    ("export NCCL_NET=IB\ncase $R in 0) export NCCL_NET=Socket;; esac\ntorchrun t.py", [("NCCL_NET", "IB"), ("NCCL_NET", "Socket")]),
-    ("export NCCL_NET=IB\nsock() { export NCCL_NET=Socket; }\nsock\ntorchrun t.py", [("NCCL_NET", "IB"), ("NCCL_NET", "Socket")]),
-    ("export NCCL_NET=IB\nif ibstat; then :; elif true; then export NCCL_NET=Socket; fi\ntorchrun t.py", [("NCCL_NET", "IB"), ("NCCL_NET", "Socket")]),
-    ("export NCCL_NET=IB\nif ibstat; then :; else export NCCL_NET=Socket; fi\ntorchrun t.py", [("NCCL_NET", "IB"), ("NCCL_NET", "Socket")]),
-    # the straight line: the last value before the process
-    ("export NCCL_NET=Socket\n{ export NCCL_NET=IB; }\ntorchrun t.py", [("NCCL_NET", "IB")]),
-    ("export NCCL_NET=Socket\n! export NCCL_NET=IB\ntorchrun t.py", [("NCCL_NET", "IB")]),
-    ("export NCCL_NET=Socket\nif export NCCL_NET=IB; then :; fi\ntorchrun t.py", [("NCCL_NET", "IB")]),  # a condition runs
-    ("export NCCL_NET=Socket\nwhile export NCCL_NET=IB; do break; done\ntorchrun t.py", [("NCCL_NET", "IB")]),
-    # a subshell or a pipeline's command: nothing it sets reaches what follows
-    ("export NCCL_NET=IB\n(export NCCL_NET=Socket)\ntorchrun t.py", [("NCCL_NET", "IB")]),
-    ("export NCCL_NET=IB\nexport NCCL_NET=Socket | cat\ntorchrun t.py", [("NCCL_NET", "IB")]),
-    ("export NCCL_NET=IB\necho $(export NCCL_NET=Socket)\ntorchrun t.py", [("NCCL_NET", "IB")]),
-    # but the processes inside them see it
-    ("(export NCCL_NET=Socket; torchrun t.py)", [("NCCL_NET", "Socket")]),
-    ("export NCCL_NET=Socket; torchrun t.py | tee log", [("NCCL_NET", "Socket")]),
-    ("NCCL_NET=Socket torchrun t.py 2>&1 | tee log", [("NCCL_NET", "Socket")]),
-    ("echo $(NCCL_NET=Socket python probe.py)", [("NCCL_NET", "Socket")]),
-    ("! NCCL_NET=Socket python t.py", [("NCCL_NET", "Socket")]),
-    ("until NCCL_NET=Socket python probe.py; do sleep 1; done", [("NCCL_NET", "Socket")]),
-    ("cat <(NCCL_NET=Socket python gen.py)", [("NCCL_NET", "Socket")]),
-])
+@pytest.mark.parametrize(
+    "script, expected",
+    [
+        # what a branch, a loop, a function or `||` sets may or may not hold after it: both values
+        (
+            "export NCCL_NET=IB\nif [ -z \"$IB\" ]; then export NCCL_NET=Socket; fi\ntorchrun t.py",
+            [("NCCL_NET", "IB"), ("NCCL_NET", "Socket")],
+        ),
+        (
+            "export NCCL_NET=IB\nibstat || export NCCL_NET=Socket\ntorchrun t.py",
+            [("NCCL_NET", "IB"), ("NCCL_NET", "Socket")],
+        ),
+        (
+            "export NCCL_NET=IB\nwhile false; do export NCCL_NET=Socket; done\ntorchrun t.py",
+            [("NCCL_NET", "IB"), ("NCCL_NET", "Socket")],
+        ),
+        (
+            "export NCCL_NET=IB\nuntil true; do export NCCL_NET=Socket; done\ntorchrun t.py",
+            [("NCCL_NET", "IB"), ("NCCL_NET", "Socket")],
+        ),
+        (
+            "export NCCL_NET=IB\nfor i in 1; do export NCCL_NET=Socket; done\ntorchrun t.py",
+            [("NCCL_NET", "IB"), ("NCCL_NET", "Socket")],
+        ),
+        (
+            "export NCCL_NET=IB\nfor ((i=0;i<1;i++)); do export NCCL_NET=Socket; done\ntorchrun t.py",
+            [("NCCL_NET", "IB"), ("NCCL_NET", "Socket")],
+        ),
+        (
+            "export NCCL_NET=IB\ncase $R in 0) export NCCL_NET=Socket;; esac\ntorchrun t.py",
+            [("NCCL_NET", "IB"), ("NCCL_NET", "Socket")],
+        ),
+        (
+            "export NCCL_NET=IB\nsock() { export NCCL_NET=Socket; }\nsock\ntorchrun t.py",
+            [("NCCL_NET", "IB"), ("NCCL_NET", "Socket")],
+        ),
+        (
+            "export NCCL_NET=IB\nif ibstat; then :; elif true; then export NCCL_NET=Socket; fi\ntorchrun t.py",
+            [("NCCL_NET", "IB"), ("NCCL_NET", "Socket")],
+        ),
+        (
+            "export NCCL_NET=IB\nif ibstat; then :; else export NCCL_NET=Socket; fi\ntorchrun t.py",
+            [("NCCL_NET", "IB"), ("NCCL_NET", "Socket")],
+        ),
+        # the straight line: the last value before the process
+        ("export NCCL_NET=Socket\n{ export NCCL_NET=IB; }\ntorchrun t.py", [("NCCL_NET", "IB")]),
+        ("export NCCL_NET=Socket\n! export NCCL_NET=IB\ntorchrun t.py", [("NCCL_NET", "IB")]),
+        (
+            "export NCCL_NET=Socket\nif export NCCL_NET=IB; then :; fi\ntorchrun t.py",
+            [("NCCL_NET", "IB")],
+        ),  # a condition runs
+        ("export NCCL_NET=Socket\nwhile export NCCL_NET=IB; do break; done\ntorchrun t.py", [("NCCL_NET", "IB")]),
+        # a subshell or a pipeline's command: nothing it sets reaches what follows
+        ("export NCCL_NET=IB\n(export NCCL_NET=Socket)\ntorchrun t.py", [("NCCL_NET", "IB")]),
+        ("export NCCL_NET=IB\nexport NCCL_NET=Socket | cat\ntorchrun t.py", [("NCCL_NET", "IB")]),
+        ("export NCCL_NET=IB\necho $(export NCCL_NET=Socket)\ntorchrun t.py", [("NCCL_NET", "IB")]),
+        # but the processes inside them see it
+        ("(export NCCL_NET=Socket; torchrun t.py)", [("NCCL_NET", "Socket")]),
+        ("export NCCL_NET=Socket; torchrun t.py | tee log", [("NCCL_NET", "Socket")]),
+        ("NCCL_NET=Socket torchrun t.py 2>&1 | tee log", [("NCCL_NET", "Socket")]),
+        ("echo $(NCCL_NET=Socket python probe.py)", [("NCCL_NET", "Socket")]),
+        ("! NCCL_NET=Socket python t.py", [("NCCL_NET", "Socket")]),
+        ("until NCCL_NET=Socket python probe.py; do sleep 1; done", [("NCCL_NET", "Socket")]),
+        ("cat <(NCCL_NET=Socket python gen.py)", [("NCCL_NET", "Socket")]),
+    ],
+)
 def test_what_the_processes_see(script, expected):
     assert seen(script) == expected
 
@@ -281,30 +354,41 @@ def test_nesting_is_read_up_to_the_bound_and_no_deeper(construct):
 
 # -- heredocs ------------------------------------------------------------------------------------------
 
+
 def configmap(path: str, script: str) -> Files:
     files = Files()
     files.add_file(path, script, "configmap/train-scripts")
     return files
 
 
-@pytest.mark.parametrize("script", [
-    "bash <<EOF\nexport NCCL_IB_DISABLE=1\ntorchrun t.py\nEOF\n",
-    "/bin/bash -s <<'EOF'\nexport NCCL_IB_DISABLE=1\ntorchrun t.py\nEOF\n",  # by path; bash -s reads its stdin
-    "sh <<-EOF\n\texport NCCL_IB_DISABLE=1\n\ttorchrun t.py\n\tEOF\n",
-    "/usr/bin/python3 <<'EOF'\nimport os\nos.environ['NCCL_IB_DISABLE'] = '1'\nimport runpy; runpy.run_path('t.py')\nEOF\n",
-])
+@pytest.mark.parametrize(
+    "script",
+    [
+        "bash <<EOF\nexport NCCL_IB_DISABLE=1\ntorchrun t.py\nEOF\n",
+        "/bin/bash -s <<'EOF'\nexport NCCL_IB_DISABLE=1\ntorchrun t.py\nEOF\n",  # by path; bash -s reads its stdin
+        "sh <<-EOF\n\texport NCCL_IB_DISABLE=1\n\ttorchrun t.py\n\tEOF\n",
+        "/usr/bin/python3 <<'EOF'\nimport os\nos.environ['NCCL_IB_DISABLE'] = '1'\nimport runpy; runpy.run_path('t.py')\nEOF\n",
+    ],
+)
 def test_a_shell_or_python_fed_a_heredoc_runs_its_body(script):
     assert seen(script) == [("NCCL_IB_DISABLE", "1")]
-    cmd, = cmds(parse_script(script))  # read as `<shell> -c <body>`
+    (cmd,) = cmds(parse_script(script))  # read as `<shell> -c <body>`
     body = words(cmd)[2][0]
-    assert len(words(cmd)) == 3 and words(cmd)[1] == ["-c"] and body.split() == script.split("\n", 1)[1].rsplit("EOF", 1)[0].split()
+    assert (
+        len(words(cmd)) == 3
+        and words(cmd)[1] == ["-c"]
+        and body.split() == script.split("\n", 1)[1].rsplit("EOF", 1)[0].split()
+    )
 
 
-@pytest.mark.parametrize("script", [
-    "cat <<EOF > /etc/profile.d/nccl.sh\nexport NCCL_IB_DISABLE=1\nEOF\ntorchrun t.py",  # data for cat
-    "tee /tmp/env <<'EOF'\nNCCL_NET=Socket\nEOF\ntorchrun t.py",
-    "$SHELL <<EOF\nexport NCCL_IB_DISABLE=1\nEOF\ntorchrun t.py",  # which program reads it is not known here
-])
+@pytest.mark.parametrize(
+    "script",
+    [
+        "cat <<EOF > /etc/profile.d/nccl.sh\nexport NCCL_IB_DISABLE=1\nEOF\ntorchrun t.py",  # data for cat
+        "tee /tmp/env <<'EOF'\nNCCL_NET=Socket\nEOF\ntorchrun t.py",
+        "$SHELL <<EOF\nexport NCCL_IB_DISABLE=1\nEOF\ntorchrun t.py",  # which program reads it is not known here
+    ],
+)
 def test_a_heredoc_fed_to_another_program_is_data(script):
     assert seen(script) == []
 
@@ -335,13 +419,28 @@ def test_an_assignment_or_an_unknown_program_with_a_heredoc_does_not_raise():
     assert shape(parse_script('"$PY"3 <<EOF\nimport os\nEOF\n')) == ("SEQ", ["$PY3"])
 
 
-@pytest.mark.parametrize("script, commands", [
-    # what follows the heredoc's start on its line runs too: a pipeline, a list, a redirected command
-    ("export NCCL_NET=Socket\ncat <<EOF | python t.py\n--lr 0.1\nEOF\n", ["export NCCL_NET=Socket", "cat", "python t.py"]),
-    ("cat <<EOF > /tmp/hosts && NCCL_NET=Socket torchrun t.py\nnode-0\nEOF\n", ["cat", "NCCL_NET=Socket torchrun t.py"]),
-    ("cat <<EOF > /tmp/hosts && sleep 1 && NCCL_NET=Socket torchrun t.py\nnode-0\nEOF\n", ["cat", "sleep 1", "NCCL_NET=Socket torchrun t.py"]),
-    ("cat <<EOF > /tmp/hosts && NCCL_NET=Socket torchrun t.py > log\nnode-0\nEOF\n", ["cat", "NCCL_NET=Socket torchrun t.py"]),
-])
+@pytest.mark.parametrize(
+    "script, commands",
+    [
+        # what follows the heredoc's start on its line runs too: a pipeline, a list, a redirected command
+        (
+            "export NCCL_NET=Socket\ncat <<EOF | python t.py\n--lr 0.1\nEOF\n",
+            ["export NCCL_NET=Socket", "cat", "python t.py"],
+        ),
+        (
+            "cat <<EOF > /tmp/hosts && NCCL_NET=Socket torchrun t.py\nnode-0\nEOF\n",
+            ["cat", "NCCL_NET=Socket torchrun t.py"],
+        ),
+        (
+            "cat <<EOF > /tmp/hosts && sleep 1 && NCCL_NET=Socket torchrun t.py\nnode-0\nEOF\n",
+            ["cat", "sleep 1", "NCCL_NET=Socket torchrun t.py"],
+        ),
+        (
+            "cat <<EOF > /tmp/hosts && NCCL_NET=Socket torchrun t.py > log\nnode-0\nEOF\n",
+            ["cat", "NCCL_NET=Socket torchrun t.py"],
+        ),
+    ],
+)
 def test_what_follows_a_heredoc_on_its_line_runs(script, commands):
     assert [shape(Block(SEQ, [c]))[1][0] for c in cmds(parse_script(script))] == commands
     assert seen(script) == [("NCCL_NET", "Socket")]
@@ -350,20 +449,24 @@ def test_what_follows_a_heredoc_on_its_line_runs(script, commands):
 def test_a_heredoc_body_that_is_not_utf8_is_still_read():
     # a lone surrogate (JSON may carry one) in the body: read with a replacement character
     script = "bash <<EOF\n# caf\udce9\nexport NCCL_IB_DISABLE=1\ntorchrun t.py\nEOF\n"
-    cmd, = cmds(parse_script(script))
+    (cmd,) = cmds(parse_script(script))
     assert words(cmd)[:2] == [["bash"], ["-c"]] and "export NCCL_IB_DISABLE=1\ntorchrun t.py\n" in words(cmd)[2][0]
     assert seen(script) == [("NCCL_IB_DISABLE", "1")]
 
 
 # -- command substitutions anywhere in a command ---------------------------------------------------------
 
-@pytest.mark.parametrize("script", [
-    "export NCCL_IB_DISABLE=1\nexport MASTER_ADDR=$(python resolve.py)\ntorchrun t.py",  # in a declaration
-    "export NCCL_IB_DISABLE=1\nMASTER_ADDR=$(python resolve.py) torchrun t.py",  # in a prefix assignment
-    "export NCCL_IB_DISABLE=1\nenv MASTER_ADDR=$(python resolve.py) torchrun t.py",  # in env's NAME=value
-    "export NCCL_IB_DISABLE=1\n$(python -c 'print(\"torchrun\")') t.py",  # as the command's name
-    "export NCCL_IB_DISABLE=1\ntorchrun --master-addr=\"$(python resolve.py)\" t.py",
-])
+
+@pytest.mark.parametrize(
+    "script",
+    [
+        "export NCCL_IB_DISABLE=1\nexport MASTER_ADDR=$(python resolve.py)\ntorchrun t.py",  # in a declaration
+        "export NCCL_IB_DISABLE=1\nMASTER_ADDR=$(python resolve.py) torchrun t.py",  # in a prefix assignment
+        "export NCCL_IB_DISABLE=1\nenv MASTER_ADDR=$(python resolve.py) torchrun t.py",  # in env's NAME=value
+        "export NCCL_IB_DISABLE=1\n$(python -c 'print(\"torchrun\")') t.py",  # as the command's name
+        "export NCCL_IB_DISABLE=1\ntorchrun --master-addr=\"$(python resolve.py)\" t.py",
+    ],
+)
 def test_a_command_substitution_runs_with_what_was_exported_before_it(script):
     assert seen(script) == [("NCCL_IB_DISABLE", "1")]
     assert any(words(c)[:1] == [["python"]] for c in cmds(parse_script(script)))
@@ -402,18 +505,54 @@ def test_blanks_in_quotes_next_to_a_character_that_is_not_utf8_are_read():
 FORMS = ["export NCCL_NET={w}; torchrun t.py", "NCCL_NET={w} torchrun t.py", "env NCCL_NET={w} torchrun t.py"]
 
 WORDS = [
-    ("'So cket'", "So cket"), ("''", ""),  # single quotes
-    ('"Socket"', "Socket"), ('""', ""), ('" x "', " x "), ('"a $X b"', "a x1 b"), ('"$X "', "x1 "), ('" $X"', " x1"),
-    ('"$X$X"', "x1x1"), ('"\\$X"', "$X"), ('"a\\"b"', 'a"b'), ('"$"', "$"), ('"${X}"', "x1"), ('"${X:-y}"', None),
-    ("a'b'\"c\"", "abc"), ("a$X", "ax1"), ("$X'b'", "x1b"), ("${X}${X}", "x1x1"), ('"a"\'b\'$\'c\'', "abc"),
-    ("'a'\\ 'b'", "a b"), ('"a"\\\nb', "ab"), ("'a'\\1", "a1"),  # what tree-sitter skips inside a word
-    ("a$$", None), ("a``\\\nb", "ab"), ("IB``x", "IBx"), ("a``b", "ab"),  # `$` and backquotes
-    ("$'IB'", "IB"), ("$'\\x49B'", "IB"), ("$'a\\'b'", "a'b"),  # ANSI-C
-    ("${X}", "x1"), ("$X", "x1"), ("${X:-y}", None), ("${#X}", None), ("$((1+1))", None), ("$(hostname)", None),
+    ("'So cket'", "So cket"),
+    ("''", ""),  # single quotes
+    ('"Socket"', "Socket"),
+    ('""', ""),
+    ('" x "', " x "),
+    ('"a $X b"', "a x1 b"),
+    ('"$X "', "x1 "),
+    ('" $X"', " x1"),
+    ('"$X$X"', "x1x1"),
+    ('"\\$X"', "$X"),
+    ('"a\\"b"', 'a"b'),
+    ('"$"', "$"),
+    ('"${X}"', "x1"),
+    ('"${X:-y}"', None),
+    ("a'b'\"c\"", "abc"),
+    ("a$X", "ax1"),
+    ("$X'b'", "x1b"),
+    ("${X}${X}", "x1x1"),
+    ('"a"\'b\'$\'c\'', "abc"),
+    ("'a'\\ 'b'", "a b"),
+    ('"a"\\\nb', "ab"),
+    ("'a'\\1", "a1"),  # what tree-sitter skips inside a word
+    ("a$$", None),
+    ("a``\\\nb", "ab"),
+    ("IB``x", "IBx"),
+    ("a``b", "ab"),  # `$` and backquotes
+    ("$'IB'", "IB"),
+    ("$'\\x49B'", "IB"),
+    ("$'a\\'b'", "a'b"),  # ANSI-C
+    ("${X}", "x1"),
+    ("$X", "x1"),
+    ("${X:-y}", None),
+    ("${#X}", None),
+    ("$((1+1))", None),
+    ("$(hostname)", None),
     ('"$(hostname)"', None),
-    ("\\$X", "$X"), ("a\\ b", "a b"), ("So\\\ncket", "Socket"), ("x\\\ty", "x\ty"), ("\\ IB", " IB"),  # backslashes
+    ("\\$X", "$X"),
+    ("a\\ b", "a b"),
+    ("So\\\ncket", "Socket"),
+    ("x\\\ty", "x\ty"),
+    ("\\ IB", " IB"),  # backslashes
     ("*.py", "*.py"),  # no pathname expansion in an assignment
-    ("~/x", None), ("a:~/x", None), ("\\~", "~"), ('"~"', "~"), ("':'~", ":~"), ("a\\:~", "a:~"),  # tildes
+    ("~/x", None),
+    ("a:~/x", None),
+    ("\\~", "~"),
+    ('"~"', "~"),
+    ("':'~", ":~"),
+    ("a\\:~", "a:~"),  # tildes
 ]
 
 
@@ -425,13 +564,22 @@ def test_a_value_is_what_bash_gives_or_not_known(form, word, value):
     assert parse_script(script) is not None  # read from the parse, not by the textual reading
 
 
-@pytest.mark.parametrize("form, value", [
-    ('export NCCL_NET=$"Socket"; torchrun t.py', "Socket"), ('NCCL_NET=$"a $X" torchrun t.py', "a x1"),
-    ('NCCL_NET=$"a"$ torchrun t.py', "a$"),  # translated strings: $"..."
-    ('NCCL_NET=a$ torchrun t.py', "a$"), ('env NCCL_NET=a$ torchrun t.py', "a$"), ('NCCL_NET="$X"$ torchrun t.py', "x1$"), ('env NCCL_NET="$X"$ torchrun t.py', "x1$"),  # a `$` that ends the word
-    ("export NCCL_NET=; torchrun t.py", ""), ("NCCL_NET= torchrun t.py", ""),  # empty
-    ("export NCCL_NET=IB; NCCL_NET+=x; torchrun t.py", "IBx"), ("export NCCL_NET=IB; NCCL_NET+=$X torchrun t.py", "IBx1"),  # +=
-])
+@pytest.mark.parametrize(
+    "form, value",
+    [
+        ('export NCCL_NET=$"Socket"; torchrun t.py', "Socket"),
+        ('NCCL_NET=$"a $X" torchrun t.py', "a x1"),
+        ('NCCL_NET=$"a"$ torchrun t.py', "a$"),  # translated strings: $"..."
+        ('NCCL_NET=a$ torchrun t.py', "a$"),
+        ('env NCCL_NET=a$ torchrun t.py', "a$"),
+        ('NCCL_NET="$X"$ torchrun t.py', "x1$"),
+        ('env NCCL_NET="$X"$ torchrun t.py', "x1$"),  # a `$` that ends the word
+        ("export NCCL_NET=; torchrun t.py", ""),
+        ("NCCL_NET= torchrun t.py", ""),  # empty
+        ("export NCCL_NET=IB; NCCL_NET+=x; torchrun t.py", "IBx"),
+        ("export NCCL_NET=IB; NCCL_NET+=$X torchrun t.py", "IBx1"),  # +=
+    ],
+)
 def test_more_values_bash_gives(form, value):
     assert seen(form, X="x1") == [("NCCL_NET", value)]
     assert parse_script(form) is not None
@@ -444,29 +592,38 @@ def test_an_array_element_is_no_environment_variable():
     assert [n for n, _ in cmd.assigns] == ["", "NCCL_DEBUG"]
 
 
-@pytest.mark.parametrize("script, found", [
-    # one word that tree-sitter splits into several nodes (an escape after a quoted string): one value,
-    # and the command after it is the command
-    ("NCCL_IB_DISABLE='0'\\1 torchrun t.py", [("NCCL_IB_DISABLE", "01")]),
-    ("env NCCL_IB_DISABLE='0'\\1 torchrun t.py", [("NCCL_IB_DISABLE", "01")]),
-    ("NCCL_IB_DISABLE='0'\\1\\2 torchrun t.py", [("NCCL_IB_DISABLE", "012")]),
-    ("export NCCL_IB_DISABLE='0'\\1 NCCL_NET='IB'\\\n; torchrun t.py", [("NCCL_IB_DISABLE", "01"), ("NCCL_NET", "IB")]),
-    ("NCCL_IB_DISABLE='0'\\1$(echo 1) torchrun t.py", []),  # bash: 011; a substitution: not known
-    # a tilde bash expands after a line continuation, or after `:` (home directories: not known)
-    ("env NCCL_NET=\\\n~ NCCL_IB_HCA=${X}\\t{:~ torchrun t.py", []),
-])
+@pytest.mark.parametrize(
+    "script, found",
+    [
+        # one word that tree-sitter splits into several nodes (an escape after a quoted string): one value,
+        # and the command after it is the command
+        ("NCCL_IB_DISABLE='0'\\1 torchrun t.py", [("NCCL_IB_DISABLE", "01")]),
+        ("env NCCL_IB_DISABLE='0'\\1 torchrun t.py", [("NCCL_IB_DISABLE", "01")]),
+        ("NCCL_IB_DISABLE='0'\\1\\2 torchrun t.py", [("NCCL_IB_DISABLE", "012")]),
+        (
+            "export NCCL_IB_DISABLE='0'\\1 NCCL_NET='IB'\\\n; torchrun t.py",
+            [("NCCL_IB_DISABLE", "01"), ("NCCL_NET", "IB")],
+        ),
+        ("NCCL_IB_DISABLE='0'\\1$(echo 1) torchrun t.py", []),  # bash: 011; a substitution: not known
+        # a tilde bash expands after a line continuation, or after `:` (home directories: not known)
+        ("env NCCL_NET=\\\n~ NCCL_IB_HCA=${X}\\t{:~ torchrun t.py", []),
+    ],
+)
 def test_a_word_split_into_several_nodes_is_one_word(script, found):
     assert seen(script, X="x1") == found
     block = parse_script(script)
     assert any(words(c)[-2:] == [["torchrun"], ["t.py"]] for c in cmds(block))
 
 
-@pytest.mark.parametrize("script, found", [
-    # `\e=` is a word to bash, not an assignment: bash gives x1e=; unknown here, never `x1\e=`
-    ("export NCCL_NET=${X}\\e=; torchrun t.py", []),
-    # tree-sitter reads `NCCL_NET=` and a comment; bash the value `#:=0=`: the textual reading gives it
-    ("declare -x NCCL_NET=#:=\\0\\\n=\ntorchrun t.py", [("NCCL_NET", "#:=0=")]),
-])
+@pytest.mark.parametrize(
+    "script, found",
+    [
+        # `\e=` is a word to bash, not an assignment: bash gives x1e=; unknown here, never `x1\e=`
+        ("export NCCL_NET=${X}\\e=; torchrun t.py", []),
+        # tree-sitter reads `NCCL_NET=` and a comment; bash the value `#:=0=`: the textual reading gives it
+        ("declare -x NCCL_NET=#:=\\0\\\n=\ntorchrun t.py", [("NCCL_NET", "#:=0=")]),
+    ],
+)
 def test_a_word_tree_sitter_reads_otherwise_than_bash_gets_the_textual_reading(script, found):
     assert parse_script(script) is None
     assert seen(script, X="x1") == found
@@ -504,15 +661,19 @@ def test_an_array_subscript_that_is_not_utf8_does_not_raise():
 
 # -- what tree-sitter takes for blanks and bash does not ---------------------------------------------------
 
-@pytest.mark.parametrize("script, found", [
-    # a script saved with CRLF line ends: bash keeps the \r in the value (NCCL reads "1\r" as 1)
-    ("export NCCL_IB_DISABLE=1\r\ntorchrun t.py\r\n", [("NCCL_IB_DISABLE", "1\r")]),
-    ("NCCL_NET=IB\r torchrun t.py", [("NCCL_NET", "IB\r")]),
-    ("NCCL_NET=a\r\rb torchrun t.py", [("NCCL_NET", "a\r\rb")]),
-    ("NCCL_NET=a\vb torchrun t.py", [("NCCL_NET", "a\vb")]),  # \v and \f: not blanks to bash
-    ("NCCL_NET=a\fb torchrun t.py", [("NCCL_NET", "a\fb")]),
-    ("export NCCL_NET=IB\r\v\f; torchrun t.py", [("NCCL_NET", "IB\r\v\f")]),
-])
+
+@pytest.mark.parametrize(
+    "script, found",
+    [
+        # a script saved with CRLF line ends: bash keeps the \r in the value (NCCL reads "1\r" as 1)
+        ("export NCCL_IB_DISABLE=1\r\ntorchrun t.py\r\n", [("NCCL_IB_DISABLE", "1\r")]),
+        ("NCCL_NET=IB\r torchrun t.py", [("NCCL_NET", "IB\r")]),
+        ("NCCL_NET=a\r\rb torchrun t.py", [("NCCL_NET", "a\r\rb")]),
+        ("NCCL_NET=a\vb torchrun t.py", [("NCCL_NET", "a\vb")]),  # \v and \f: not blanks to bash
+        ("NCCL_NET=a\fb torchrun t.py", [("NCCL_NET", "a\fb")]),
+        ("export NCCL_NET=IB\r\v\f; torchrun t.py", [("NCCL_NET", "IB\r\v\f")]),
+    ],
+)
 def test_carriage_returns_vertical_tabs_and_form_feeds_stay_in_the_word(script, found):
     assert seen(script) == found
     assert any(words(c)[:1] == [["torchrun"]] for c in cmds(parse_script(script)))
@@ -522,14 +683,42 @@ def test_carriage_returns_vertical_tabs_and_form_feeds_stay_in_the_word(script, 
 # argument that looks like one): an unquoted `~` first in the value or right after an unquoted `:`.
 # Each answer is what `HOME=/h bash -c 'env <word> printenv A'` shows (/h: expanded).
 TILDES = [
-    (b"A=~/x", True), (b"A=a:~/x", True), (b"A=\\~", False), (b"A=\\\n~", True), (b"A=a:\\\n~", True), (b"A=x\\\n:~", True),
-    (b"A=\\::~", True), (b"A=\\\\:~", True), (b"A=':~'", False), (b"A='x':~", True), (b"A='x':~/'y'", True), (b"A=''~x", False),
-    (b"A=$':'~", False), (b"A=$'\\':~'", False), (b"A=$'\\x3a'~", False), (b"A=:$'~'", False), (b"A=$'x':~", True),
-    (b"A=x$'y':~", True), (b"A=$'\\'':~", True), (b"A=$'a\\\\':~", True), (b"A=$'':~", True),
-    (b'A=":~"', False), (b'A="\\":~"', False), (b'A=":"~', False), (b'A="x":~', True), (b'A="\\\\":~', True),
-    (b'A="a\\"b":~', True), (b'A="":~', True), (b"A=x$:~", True), (b"A=$x:~", True), (b"A=x~", False), (b"A=x:'~'", False),
-    (b"--dir=~/x", False), (b"1A=~", False),  # no assignment: bash leaves the tilde
-    (b"A='~'\\", False), (b"A='~'$", False),  # the word ends the script: a backslash or `$` that is itself
+    (b"A=~/x", True),
+    (b"A=a:~/x", True),
+    (b"A=\\~", False),
+    (b"A=\\\n~", True),
+    (b"A=a:\\\n~", True),
+    (b"A=x\\\n:~", True),
+    (b"A=\\::~", True),
+    (b"A=\\\\:~", True),
+    (b"A=':~'", False),
+    (b"A='x':~", True),
+    (b"A='x':~/'y'", True),
+    (b"A=''~x", False),
+    (b"A=$':'~", False),
+    (b"A=$'\\':~'", False),
+    (b"A=$'\\x3a'~", False),
+    (b"A=:$'~'", False),
+    (b"A=$'x':~", True),
+    (b"A=x$'y':~", True),
+    (b"A=$'\\'':~", True),
+    (b"A=$'a\\\\':~", True),
+    (b"A=$'':~", True),
+    (b'A=":~"', False),
+    (b'A="\\":~"', False),
+    (b'A=":"~', False),
+    (b'A="x":~', True),
+    (b'A="\\\\":~', True),
+    (b'A="a\\"b":~', True),
+    (b'A="":~', True),
+    (b"A=x$:~", True),
+    (b"A=$x:~", True),
+    (b"A=x~", False),
+    (b"A=x:'~'", False),
+    (b"--dir=~/x", False),
+    (b"1A=~", False),  # no assignment: bash leaves the tilde
+    (b"A='~'\\", False),
+    (b"A='~'$", False),  # the word ends the script: a backslash or `$` that is itself
 ]
 
 
@@ -559,14 +748,19 @@ def test_a_comment_tree_sitter_sees_after_a_form_feed_does_not_hide_the_commands
     from commands.test_reader_admission import denied, script_pod
 
     script = f"export NCCL_NET=IB{blank}#; export NCCL_IB_DISABLE=1; torchrun t.py"
-    assert ("NCCL_IB_DISABLE", "1") in reader.settings(["bash", "-c", script], frozenset({"NCCL_IB_DISABLE", "NCCL_NET"}))
+    assert ("NCCL_IB_DISABLE", "1") in reader.settings(
+        ["bash", "-c", script], frozenset({"NCCL_IB_DISABLE", "NCCL_NET"})
+    )
     denied(script_pod(script), policies)
 
 
-@pytest.mark.parametrize("script", [
-    "! { export NCCL_IB_DISABLE=1; }; torchrun t.py",
-    "! {\n  export NCCL_IB_DISABLE=1\n}\ntorchrun t.py",
-])
+@pytest.mark.parametrize(
+    "script",
+    [
+        "! { export NCCL_IB_DISABLE=1; }; torchrun t.py",
+        "! {\n  export NCCL_IB_DISABLE=1\n}\ntorchrun t.py",
+    ],
+)
 def test_a_negated_group_is_read_as_text_since_tree_sitter_names_a_command_after_its_brace(script, policies):
     """tree-sitter-bash parses `! { ...; }` as a command named `{` without an error; to bash the
     group runs in this shell, so its export reaches torchrun. Read as text, the export is seen
@@ -583,6 +777,7 @@ def test_a_negated_group_is_read_as_text_since_tree_sitter_names_a_command_after
 # with torchrun replaced by a function printing the variable); before the fix each read as nothing and
 # the pod was admitted while NCCL ran on TCP.
 
+
 def bash_sees(script: str) -> str:
     """What `torchrun` (a program on PATH printing NCCL_IB_DISABLE) sees when bash runs the script."""
     import os
@@ -596,8 +791,9 @@ def bash_sees(script: str) -> str:
         os.chmod(torchrun, 0o755)
         env = {**os.environ, "PATH": bin_dir + os.pathsep + os.environ.get("PATH", "")}
         env.pop("NCCL_IB_DISABLE", None)
-        return subprocess.run(["bash", "-c", script], capture_output=True, text=True, cwd=bin_dir, env=env,
-                              timeout=10).stdout
+        return subprocess.run(
+            ["bash", "-c", script], capture_output=True, text=True, cwd=bin_dir, env=env, timeout=10
+        ).stdout
 
 
 HEREDOC_LINES = [
@@ -631,14 +827,27 @@ def test_the_shape_of_a_heredoc_line():
     """cat and the commands it pipes into are subshells; a shell reading the heredoc gets it as
     `-c`; what follows && or || may run; a program with a script of its own gets data."""
     assert shape(parse_script("cat <<EOF | bash -s | tee log && X=1 || y\nbody\nEOF\n")) == (
-        "SEQ", [("SUB", ["cat"]), ("SUB", ["bash -c body\n"]), ("SUB", ["tee log"]), ("MAYBE", ["X=1", "y"])])
-    for fed in ("python t.py", "bash -c 'echo hi'", "bash train.sh", "python3 -m torch.distributed.run t.py", "tee out"):
+        "SEQ",
+        [("SUB", ["cat"]), ("SUB", ["bash -c body\n"]), ("SUB", ["tee log"]), ("MAYBE", ["X=1", "y"])],
+    )
+    for fed in (
+        "python t.py",
+        "bash -c 'echo hi'",
+        "bash train.sh",
+        "python3 -m torch.distributed.run t.py",
+        "tee out",
+    ):
         parsed = shape(parse_script(f"cat <<EOF | {fed}\nexport NCCL_IB_DISABLE=1\nEOF\n"))
         assert parsed[1][0] == ("SUB", ["cat"]) and "NCCL_IB_DISABLE" not in str(parsed[1][1]), parsed
-    assert shape(parse_script("cat <<EOF | python3 -u -\nimport os\nEOF\n"))[1][1] == ("SUB", ["python3 -c import os\n"])
+    assert shape(parse_script("cat <<EOF | python3 -u -\nimport os\nEOF\n"))[1][1] == (
+        "SUB",
+        ["python3 -c import os\n"],
+    )
     # what precedes && (the heredoc's start, a file redirect) is no command: cat alone, in this shell
     assert shape(parse_script("cat <<EOF > /tmp/hostfile && export NCCL_IB_DISABLE=1\nnode-0\nEOF\n")) == (
-        "SEQ", ["cat", ("MAYBE", ["export NCCL_IB_DISABLE=1"])])
+        "SEQ",
+        ["cat", ("MAYBE", ["export NCCL_IB_DISABLE=1"])],
+    )
     # only cat passes the heredoc on as it is
     assert "-c" not in str(shape(parse_script("grep -v x <<EOF | bash\nexport NCCL_IB_DISABLE=1\nEOF\n")))
     # after `;` tree-sitter-bash reports an error: the script is read as text, which sees the export
@@ -673,28 +882,77 @@ def test_a_brace_expansion_with_an_expansion_in_an_assigning_word_is_read_as_tex
     assert parse_script(script) is None
     # elsewhere such a word stays one word and the script is read
     assert shape(parse_script("cp ${SRC}/{a,b} /dst; export NCCL_IB_DISABLE=1")) == (
-        "SEQ", ["cp $SRC/{a,b} /dst", "export NCCL_IB_DISABLE=1"])
+        "SEQ",
+        ["cp $SRC/{a,b} /dst", "export NCCL_IB_DISABLE=1"],
+    )
     denied(script_pod("export NCCL_IB_DISABLE={0,1}; torchrun t.py"), policies, rule="command-fallback")
 
 
 READERS = {  # what `cat <<EOF | <reader>` pipes the heredoc into: True when the reader runs it as its script
-    "bash": True, "bash -s": True, "bash -s -- a b": True, "bash -x": True, "bash -eu": True, "bash -e -u": True,
-    "bash -o pipefail": True, "bash -eo pipefail": True, "bash +o pipefail": True, "bash -O extglob": True,
-    "bash --norc": True, "bash --noprofile --norc": True, "bash --rcfile /dev/null": True, "bash --login": True,
-    "bash -": True, "bash --": True, "bash -xs": True, "bash -sx a": True, "bash +x": True, "sh": True, "sh -s": True,
-    "dash -e": True, "bash -c 'echo other'": False, "bash -lc 'echo other'": False, "bash /nonexistent.sh": False,
-    "bash -- /nonexistent.sh": False, "bash - /nonexistent.sh": False, "bash -ex /nonexistent.sh": False,
-    "bash -o pipefail /nonexistent.sh": False, "bash --rcfile /dev/null /nonexistent.sh": False,
-    "bash \"$SCRIPT\"": False, "tee /dev/null": False,
-    "python3": True, "python3 -": True, "python3 - a b": True, "python3 -u": True, "python3 -W ignore": True,
-    "python3 -Wignore": True, "python3 -X dev": True, "python3 -Xfrozen_modules=off": True, "python3 -I -B": True,
-    "python3 -E -s": True, "python3 -OO": True, "python3 --": True, "python3 -m json.tool": False,
-    "python3 -um json.tool": False, "python3 -c 'print(1)'": False, "python3 -uc 'print(1)'": False,
-    "python3 /nonexistent.py": False, "python3 -- /nonexistent.py": False, "python3 -W ignore /nonexistent.py": False,
-    "python3 -X dev /nonexistent.py": False, "bash -c": False, "bash -lc": False, "python3 -c": False,
-    "python3 -c'print(1)'": False, "python3 -mjson.tool": False, "python3 -m": False, "bash -o": True,
-    "bash --init-file /dev/null": True, "bash --init-file /dev/null /nonexistent.sh": False, "bash -e -- -x": False,
-    "python3 -Wignore /nonexistent.py": False, "python3 -Xdev -u": True,
+    "bash": True,
+    "bash -s": True,
+    "bash -s -- a b": True,
+    "bash -x": True,
+    "bash -eu": True,
+    "bash -e -u": True,
+    "bash -o pipefail": True,
+    "bash -eo pipefail": True,
+    "bash +o pipefail": True,
+    "bash -O extglob": True,
+    "bash --norc": True,
+    "bash --noprofile --norc": True,
+    "bash --rcfile /dev/null": True,
+    "bash --login": True,
+    "bash -": True,
+    "bash --": True,
+    "bash -xs": True,
+    "bash -sx a": True,
+    "bash +x": True,
+    "sh": True,
+    "sh -s": True,
+    "dash -e": True,
+    "bash -c 'echo other'": False,
+    "bash -lc 'echo other'": False,
+    "bash /nonexistent.sh": False,
+    "bash -- /nonexistent.sh": False,
+    "bash - /nonexistent.sh": False,
+    "bash -ex /nonexistent.sh": False,
+    "bash -o pipefail /nonexistent.sh": False,
+    "bash --rcfile /dev/null /nonexistent.sh": False,
+    "bash \"$SCRIPT\"": False,
+    "tee /dev/null": False,
+    "python3": True,
+    "python3 -": True,
+    "python3 - a b": True,
+    "python3 -u": True,
+    "python3 -W ignore": True,
+    "python3 -Wignore": True,
+    "python3 -X dev": True,
+    "python3 -Xfrozen_modules=off": True,
+    "python3 -I -B": True,
+    "python3 -E -s": True,
+    "python3 -OO": True,
+    "python3 --": True,
+    "python3 -m json.tool": False,
+    "python3 -um json.tool": False,
+    "python3 -c 'print(1)'": False,
+    "python3 -uc 'print(1)'": False,
+    "python3 /nonexistent.py": False,
+    "python3 -- /nonexistent.py": False,
+    "python3 -W ignore /nonexistent.py": False,
+    "python3 -X dev /nonexistent.py": False,
+    "bash -c": False,
+    "bash -lc": False,
+    "python3 -c": False,
+    "python3 -c'print(1)'": False,
+    "python3 -mjson.tool": False,
+    "python3 -m": False,
+    "bash -o": True,
+    "bash --init-file /dev/null": True,
+    "bash --init-file /dev/null /nonexistent.sh": False,
+    "bash -e -- -x": False,
+    "python3 -Wignore /nonexistent.py": False,
+    "python3 -Xdev -u": True,
 }
 
 
@@ -706,8 +964,14 @@ def test_a_heredoc_piped_into_a_shell_or_python_is_its_script_as_bash_and_python
 
     body = "print('MA' + 'RK')" if reader.startswith("python") else "echo MA''RK"  # MARK only when run
     script = f"cat <<'EOF' | {reader}\n{body}\nEOF\n"
-    ran = subprocess.run(["bash", "-c", script], capture_output=True, text=True, timeout=10,
-                         stdin=subprocess.DEVNULL, env={"PATH": "/usr/bin:/bin", "SCRIPT": "/nonexistent.sh"}).stdout
+    ran = subprocess.run(
+        ["bash", "-c", script],
+        capture_output=True,
+        text=True,
+        timeout=10,
+        stdin=subprocess.DEVNULL,
+        env={"PATH": "/usr/bin:/bin", "SCRIPT": "/nonexistent.sh"},
+    ).stdout
     assert ("MARK" in ran) is READERS[reader]
     block = parse_script(script)
     assert block is not None and block.items[0].kind == SUB and len(block.items) == 2

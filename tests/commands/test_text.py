@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import pytest
 
-from webhook.commands import python, reader, text
+from webhook.commands import reader
 from webhook.commands.python import python_settings
 from webhook.commands.shell import MAX_PARSED
 from webhook.commands.text import launcher_use, mentions, mentions_launcher, prefixes, scan_text
@@ -40,6 +40,7 @@ def argv(*words: str) -> str:
 
 
 # -- prefixes and mentions: the pre-check before any reading -------------------------------------
+
 
 def test_prefixes_are_cut_at_the_first_underscore_after_the_first_character():
     assert prefixes(NCCL) == ("NCCL_",)
@@ -66,29 +67,43 @@ def test_mentions_is_true_only_when_a_name_itself_is_in_the_text():
 
 # -- scan_text: the textual reading -------------------------------------------------------------
 
+
 def test_a_setting_at_the_very_start_of_the_text_is_read():
     assert scan_text("NCCL_NET=Socket torchrun --nproc_per_node=8 train.py", NCCL) == [("NCCL_NET", "Socket")]
     assert scan_text("FI_PROVIDER=efa", EFA) == [("FI_PROVIDER", "efa")]
 
 
 def test_every_setting_in_order_under_each_prefix():
-    script = ("set -euo pipefail\nexport FI_PROVIDER=efa FI_EFA_USE_DEVICE_RDMA=1\n"
-              "export NCCL_NET_PLUGIN=aws-ofi\nif [ \"$RANK\" = 0 ]; then\n  export FI_PROVIDER=tcp\n"
-              "torchrun --nproc_per_node=8 train.py\n")
-    assert scan_text(script, EFA) == [("FI_PROVIDER", "efa"), ("FI_EFA_USE_DEVICE_RDMA", "1"),
-                                      ("NCCL_NET_PLUGIN", "aws-ofi"), ("FI_PROVIDER", "tcp")]
+    script = (
+        "set -euo pipefail\nexport FI_PROVIDER=efa FI_EFA_USE_DEVICE_RDMA=1\n"
+        "export NCCL_NET_PLUGIN=aws-ofi\nif [ \"$RANK\" = 0 ]; then\n  export FI_PROVIDER=tcp\n"
+        "torchrun --nproc_per_node=8 train.py\n"
+    )
+    assert scan_text(script, EFA) == [
+        ("FI_PROVIDER", "efa"),
+        ("FI_EFA_USE_DEVICE_RDMA", "1"),
+        ("NCCL_NET_PLUGIN", "aws-ofi"),
+        ("FI_PROVIDER", "tcp"),
+    ]
     assert scan_text("export I_MPI_FABRICS=shm:ofi I_MPI_OFI_PROVIDER=mlx\nmpiexec.hydra -n 16 ./a.out", INTEL) == [
-        ("I_MPI_FABRICS", "shm:ofi"), ("I_MPI_OFI_PROVIDER", "mlx")]
+        ("I_MPI_FABRICS", "shm:ofi"),
+        ("I_MPI_OFI_PROVIDER", "mlx"),
+    ]
 
 
 def test_a_name_must_start_a_word():
-    script = ("export MY_NCCL_NET=Socket XNCCL_IB_HCA=mlx5_1 prevNCCL_DEBUG=INFO 9NCCL_IB_DISABLE=1 OLD_FI_PROVIDER=tcp\n"
-              "mpirun -x NCCL_NET=IB ./a.out")
+    script = (
+        "export MY_NCCL_NET=Socket XNCCL_IB_HCA=mlx5_1 prevNCCL_DEBUG=INFO 9NCCL_IB_DISABLE=1 OLD_FI_PROVIDER=tcp\n"
+        "mpirun -x NCCL_NET=IB ./a.out"
+    )
     assert scan_text(script, NCCL) == [("NCCL_NET", "IB")]
     assert scan_text(script, EFA) == []
     # a longer name that starts with a name asked about is not that name
     assert scan_text("export NCCL_NET_GDR_LEVEL=PHB NCCL_IB_HCA_X=1", NCCL) == []
-    assert scan_text("export NCCL_NET_PLUGIN=none NCCL_NET=IB", EFA | NCCL) == [("NCCL_NET_PLUGIN", "none"), ("NCCL_NET", "IB")]
+    assert scan_text("export NCCL_NET_PLUGIN=none NCCL_NET=IB", EFA | NCCL) == [
+        ("NCCL_NET_PLUGIN", "none"),
+        ("NCCL_NET", "IB"),
+    ]
 
 
 def test_a_quoted_value_is_one_word_and_its_text_is_not_read_again():
@@ -103,12 +118,17 @@ def test_a_value_with_an_expansion_is_not_known_and_the_next_one_still_is():
     # a quote not closed: the text up to a blank, unless it expands something
     assert scan_text("NCCL_NET='$NET torchrun train.py", NCCL) == []
     assert scan_text("NCCL_NET='Socket; torchrun train.py", NCCL) == [("NCCL_NET", "'Socket")]
-    assert scan_text("NCCL_IB_DISABLE=1 NCCL_NET=\"IB torchrun train.py", NCCL) == [("NCCL_IB_DISABLE", "1"), ("NCCL_NET", '"IB')]
+    assert scan_text("NCCL_IB_DISABLE=1 NCCL_NET=\"IB torchrun train.py", NCCL) == [
+        ("NCCL_IB_DISABLE", "1"),
+        ("NCCL_NET", '"IB'),
+    ]
 
 
 def test_environ_assignments_in_python_code_are_read_in_order():
-    code = ("import os\nos.environ['NCCL_IB_DISABLE'] = '1'\nos.environ[ \"NCCL_NET\" ]=\"Socket\"\n"
-            "os.environ['NCCL_IB_HCA'] = f'{x}'\nos.environ['NCCL_DEBUG'] = '$LEVEL'\n")
+    code = (
+        "import os\nos.environ['NCCL_IB_DISABLE'] = '1'\nos.environ[ \"NCCL_NET\" ]=\"Socket\"\n"
+        "os.environ['NCCL_IB_HCA'] = f'{x}'\nos.environ['NCCL_DEBUG'] = '$LEVEL'\n"
+    )
     # an f-string is not a literal value, nor is one that expands $ in the shell around the code
     assert scan_text(code, NCCL) == [("NCCL_IB_DISABLE", "1"), ("NCCL_NET", "Socket")]
     # a text that says environ still reads the shell form
@@ -118,6 +138,7 @@ def test_environ_assignments_in_python_code_are_read_in_order():
 
 
 # -- launchers ----------------------------------------------------------------------------------
+
 
 def test_mentions_launcher_finds_each_launcher_name_and_nothing_else():
     for cmd in ("mpirun", "/opt/openmpi/bin/mpirun.openmpi", "mpiexec.hydra", "orterun", "prterun", "prun", "oshrun"):
@@ -130,7 +151,12 @@ def test_mentions_launcher_finds_each_launcher_name_and_nothing_else():
 def test_launcher_use_reads_each_family_once_in_order():
     assert launcher_use(argv("mpirun", "-np", "16", "python", "train.py")) == (("either",), False, False, False)
     assert launcher_use(argv("mpiexec", "-n", "16", "./a.out")) == (("either",), False, False, False)
-    assert launcher_use(argv("/usr/lib64/openmpi/bin/orterun", "-np", "2", "./a.out")) == (("openmpi",), False, False, False)
+    assert launcher_use(argv("/usr/lib64/openmpi/bin/orterun", "-np", "2", "./a.out")) == (
+        ("openmpi",),
+        False,
+        False,
+        False,
+    )
     assert launcher_use(argv("mpiexec.hydra", "-n", "2", "./a.out")) == (("hydra",), False, False, False)
     script = "mpirun.openmpi -np 2 ./warmup\nmpiexec.hydra -n 2 ./a.out\nmpirun.openmpi -np 2 ./a.out\n"
     assert launcher_use(script) == (("openmpi", "hydra"), False, False, False)
@@ -144,9 +170,15 @@ def test_launcher_use_reads_each_family_once_in_order():
 def test_launcher_use_reads_restrictions_the_env_list_and_export_flags():
     assert launcher_use(argv("mpiexec.hydra", "-genvnone", "-n", "2", "./a.out")) == (("hydra",), True, False, False)
     assert launcher_use("mpiexec -envlist NCCL_NET,NCCL_IB_HCA -n 2 ./a.out") == (("either",), True, False, False)
-    assert launcher_use(argv("mpirun", "--mca", "mca_base_env_list", "NCCL_NET=IB;NCCL_DEBUG", "-np", "2", "./a.out")) == (
-        ("either",), False, True, False)
-    assert launcher_use(argv("mpirun", "-x", "NCCL_DEBUG=INFO", "-np", "2", "./a.out")) == (("either",), False, False, True)
+    assert launcher_use(
+        argv("mpirun", "--mca", "mca_base_env_list", "NCCL_NET=IB;NCCL_DEBUG", "-np", "2", "./a.out")
+    ) == (("either",), False, True, False)
+    assert launcher_use(argv("mpirun", "-x", "NCCL_DEBUG=INFO", "-np", "2", "./a.out")) == (
+        ("either",),
+        False,
+        False,
+        True,
+    )
     assert launcher_use("mpirun --x LD_LIBRARY_PATH -np 2 ./a.out") == (("either",), False, False, True)
     # all at once, in a script
     script = "mpirun -genvlist NCCL_NET --mca mca_base_env_list NCCL_DEBUG -x NCCL_IB_HCA -np 2 ./a.out"
@@ -167,10 +199,16 @@ def test_launcher_use_of_a_text_that_names_no_launcher_by_word():
     assert launcher_use("mpirun_wrapper.sh -np 2") == ((), False, False, False)
     # the same text twice: the same answer (remembered by text)
     for _ in range(2):
-        assert launcher_use(argv("bash", "-lc", "mpirun -genvnone -x NCCL_NET ./a.out")) == (("either",), True, False, True)
+        assert launcher_use(argv("bash", "-lc", "mpirun -genvnone -x NCCL_NET ./a.out")) == (
+            ("either",),
+            True,
+            False,
+            True,
+        )
 
 
 # -- python -c ----------------------------------------------------------------------------------
+
 
 def test_the_last_value_on_the_straight_line_wins():
     code = "import os\nos.environ['NCCL_NET'] = 'IB'\nos.environ['NCCL_NET'] = 'Socket'\nimport torch"
@@ -180,12 +218,18 @@ def test_the_last_value_on_the_straight_line_wins():
 
 
 def test_a_value_set_in_a_branch_loop_or_function_is_one_more_possible_value():
-    code = ("import os\nos.environ['NCCL_IB_DISABLE'] = '0'\n"
-            "if int(os.environ.get('RANK', 0)) == 0:\n    os.environ['NCCL_IB_DISABLE'] = '1'\n"
-            "for k in ('NCCL_DEBUG',):\n    os.environ['NCCL_DEBUG'] = 'INFO'\n"
-            "def setup():\n    os.environ['NCCL_NET'] = 'Socket'\n")
-    assert python_settings(code, NCCL) == [("NCCL_IB_DISABLE", "0"), ("NCCL_IB_DISABLE", "1"),
-                                           ("NCCL_DEBUG", "INFO"), ("NCCL_NET", "Socket")]
+    code = (
+        "import os\nos.environ['NCCL_IB_DISABLE'] = '0'\n"
+        "if int(os.environ.get('RANK', 0)) == 0:\n    os.environ['NCCL_IB_DISABLE'] = '1'\n"
+        "for k in ('NCCL_DEBUG',):\n    os.environ['NCCL_DEBUG'] = 'INFO'\n"
+        "def setup():\n    os.environ['NCCL_NET'] = 'Socket'\n"
+    )
+    assert python_settings(code, NCCL) == [
+        ("NCCL_IB_DISABLE", "0"),
+        ("NCCL_IB_DISABLE", "1"),
+        ("NCCL_DEBUG", "INFO"),
+        ("NCCL_NET", "Socket"),
+    ]
     # a value assigned on the straight line after a branch replaces the branch's
     code2 = "import os\nif os.getenv('DEBUG'):\n    os.environ['NCCL_NET'] = 'Socket'\nos.environ['NCCL_NET'] = 'IB'\n"
     assert python_settings(code2, NCCL) == [("NCCL_NET", "IB")]
@@ -195,8 +239,10 @@ def test_a_value_set_in_a_branch_loop_or_function_is_one_more_possible_value():
 
 
 def test_other_variables_and_other_mappings_are_not_read():
-    code = ("import os, json\nos.environ['MASTER_ADDR'] = 'trainer-0'\ncfg = {}\ncfg['NCCL_IB_HCA'] = 'mlx5_9'\n"
-            "args.environ = None\nos.environ['NCCL_IB_HCA'] = 'mlx5_0'\n")
+    code = (
+        "import os, json\nos.environ['MASTER_ADDR'] = 'trainer-0'\ncfg = {}\ncfg['NCCL_IB_HCA'] = 'mlx5_9'\n"
+        "args.environ = None\nos.environ['NCCL_IB_HCA'] = 'mlx5_0'\n"
+    )
     assert python_settings(code, NCCL) == [("NCCL_IB_HCA", "mlx5_0")]
     assert python_settings("import os\nsettings.env['NCCL_NET'] = 'Socket'\n", NCCL) == []
     assert python_settings("import os\nos.environ['NCCL_NET'] = 'Socket'\n", EFA) == []
@@ -204,8 +250,10 @@ def test_other_variables_and_other_mappings_are_not_read():
 
 def test_reading_a_variable_sets_nothing():
     """`os.environ.get(NAME, default)`, `os.getenv`, a plain variable deleted: no setting."""
-    code = ("import os\nos.environ['NCCL_NET'] = 'IB'\nnet = os.environ.get('NCCL_NET', 'Socket')\n"
-            "hca = os.getenv('NCCL_IB_HCA', 'mlx5_0')\ndel net\nprint(os.environ.get('NCCL_NET'))\n")
+    code = (
+        "import os\nos.environ['NCCL_NET'] = 'IB'\nnet = os.environ.get('NCCL_NET', 'Socket')\n"
+        "hca = os.getenv('NCCL_IB_HCA', 'mlx5_0')\ndel net\nprint(os.environ.get('NCCL_NET'))\n"
+    )
     assert python_settings(code, NCCL) == [("NCCL_NET", "IB")]
 
 
@@ -230,10 +278,16 @@ def test_a_deletion_or_pop_on_the_straight_line_leaves_no_value():
 
 
 def test_update_setdefault_setitem_and_putenv():
-    code = ("import os\nos.environ.update({'NCCL_NET': 'IB', **extra, 'NCCL_IB_HCA': 'mlx5_0'}, NCCL_DEBUG='WARN', **more)\n"
-            "os.environ.__setitem__('NCCL_NET', 'Socket')\nos.putenv('NCCL_IB_DISABLE', '1')\n")
-    assert python_settings(code, NCCL) == [("NCCL_NET", "Socket"), ("NCCL_IB_HCA", "mlx5_0"), ("NCCL_DEBUG", "WARN"),
-                                           ("NCCL_IB_DISABLE", "1")]
+    code = (
+        "import os\nos.environ.update({'NCCL_NET': 'IB', **extra, 'NCCL_IB_HCA': 'mlx5_0'}, NCCL_DEBUG='WARN', **more)\n"
+        "os.environ.__setitem__('NCCL_NET', 'Socket')\nos.putenv('NCCL_IB_DISABLE', '1')\n"
+    )
+    assert python_settings(code, NCCL) == [
+        ("NCCL_NET", "Socket"),
+        ("NCCL_IB_HCA", "mlx5_0"),
+        ("NCCL_DEBUG", "WARN"),
+        ("NCCL_IB_DISABLE", "1"),
+    ]
     # setdefault does not replace a value already set: both stay possible
     code = "import os\nos.environ['NCCL_NET'] = 'IB'\nos.environ.setdefault('NCCL_NET', 'Socket')\n"
     assert python_settings(code, NCCL) == [("NCCL_NET", "IB"), ("NCCL_NET", "Socket")]
@@ -253,12 +307,16 @@ def test_calls_inside_a_statement_on_the_straight_line_are_on_it():
 
 
 def test_numbers_are_values_and_booleans_are_not():
-    code = "import os\nos.environ['NCCL_IB_DISABLE'] = 1\nos.environ['NCCL_DEBUG'] = True\nos.putenv('NCCL_NET', None)\n"
+    code = (
+        "import os\nos.environ['NCCL_IB_DISABLE'] = 1\nos.environ['NCCL_DEBUG'] = True\nos.putenv('NCCL_NET', None)\n"
+    )
     assert python_settings(code, NCCL) == [("NCCL_IB_DISABLE", "1")]
 
 
 def test_too_few_arguments_set_nothing():
-    code = "import os\nos.environ.setdefault('NCCL_NET')\nos.putenv('NCCL_DEBUG')\nos.environ.__setitem__('NCCL_IB_HCA')\n"
+    code = (
+        "import os\nos.environ.setdefault('NCCL_NET')\nos.putenv('NCCL_DEBUG')\nos.environ.__setitem__('NCCL_IB_HCA')\n"
+    )
     assert python_settings(code, NCCL) == []
 
 
@@ -344,8 +402,10 @@ def test_plus_equals_appends_to_the_value_before_and_is_unknown_without_one():
     code = "import os\nos.environ['NCCL_IB_DISABLE'] = '1'\nos.environ['NCCL_IB_DISABLE'] += '0'\n"
     assert python_settings(code, NCCL) == [("NCCL_IB_DISABLE", "10")]
     # every possible value gets the suffix; in a branch the values before stay possible too
-    code = "import os\nif a:\n    os.environ['NCCL_IB_HCA'] = 'mlx5_0'\nelse:\n    os.environ['NCCL_IB_HCA'] = 'mlx5_2'\n" \
-           "os.environ['NCCL_IB_HCA'] = 'mlx5_4'\nif b:\n    os.environ['NCCL_IB_HCA'] += ',mlx5_5'\n"
+    code = (
+        "import os\nif a:\n    os.environ['NCCL_IB_HCA'] = 'mlx5_0'\nelse:\n    os.environ['NCCL_IB_HCA'] = 'mlx5_2'\n"
+        "os.environ['NCCL_IB_HCA'] = 'mlx5_4'\nif b:\n    os.environ['NCCL_IB_HCA'] += ',mlx5_5'\n"
+    )
     assert python_settings(code, NCCL) == [("NCCL_IB_HCA", "mlx5_4"), ("NCCL_IB_HCA", "mlx5_4,mlx5_5")]
     # appended to a value this code did not set (the container's), or a suffix not known: unknown
     assert python_settings("import os\nos.environ['NCCL_IB_HCA'] += ',mlx5_1'\n", NCCL) == []

@@ -91,27 +91,46 @@ def template(name: str, *requests: dict) -> dict:
 
 
 def nad(name: str, resource: str) -> dict:
-    return obj("NetworkAttachmentDefinition", name, {"config": json.dumps({"cniVersion": "1.0.0", "name": name, "type": "sriov"})},
-               annotations={"k8s.v1.cni.cncf.io/resourceName": resource})
+    return obj(
+        "NetworkAttachmentDefinition",
+        name,
+        {"config": json.dumps({"cniVersion": "1.0.0", "name": name, "type": "sriov"})},
+        annotations={"k8s.v1.cni.cncf.io/resourceName": resource},
+    )
 
 
 GPU_CLASS = device_class("gpu.nvidia.com", 'device.driver == "gpu.nvidia.com"')
 DRANET_CLASS = device_class("dranet", 'device.driver == "dra.net"')
 OBJECTS = [
-    GPU_CLASS, DRANET_CLASS,
+    GPU_CLASS,
+    DRANET_CLASS,
     device_class("rdma", 'device.driver == "dra.net"', 'device.attributes["dra.net"].rdma'),
     device_class("dranet.net", 'device.driver == "dra.net"'),
-    device_class("efa.networking.k8s.aws",
-                 "device.driver == \"dra.net\" &&\ndevice.attributes[\"dra.net\"].pciDevice == 'Elastic Fabric Adapter (EFA)'\n"),
+    device_class(
+        "efa.networking.k8s.aws",
+        "device.driver == \"dra.net\" &&\ndevice.attributes[\"dra.net\"].pciDevice == 'Elastic Fabric Adapter (EFA)'\n",
+    ),
     device_class("mrdma.google.com"),
     device_class("sriovnetwork.k8snetworkplumbingwg.io", "device.driver == 'sriovnetwork.k8snetworkplumbingwg.io'"),
     device_class("compute-domain-default-channel.nvidia.com", 'device.driver == "compute-domain.nvidia.com"'),
     template("rdma-nics", request("nic", "dranet", 2, 'device.attributes["dra.net"].rdma == true')),
-    template("rdma-net-template", request("rdma-net-interface", "rdma", cel='device.attributes["dra.net"].ifName == "gpu4rdma0"')),
+    template(
+        "rdma-net-template",
+        request("rdma-net-interface", "rdma", cel='device.attributes["dra.net"].ifName == "gpu4rdma0"'),
+    ),
     template("plain-nic", request("nic", "dranet", 1, 'device.attributes["dra.net"].ifName == "eth1"')),
-    template("all-mrdma", {"name": "mrdma", "exactly": {"deviceClassName": "mrdma.google.com", "allocationMode": "ExactCount", "count": 8}}),
-    template("1nic-aligned", request("gpu", "gpu.nvidia.com", 1, 'device.attributes["resource.kubernetes.io"].pciBusID == "0008:06:00.0"'),
-             request("nic", "dranet.net", 1, 'device.attributes["dra.net"]["rdmaDevice"] == "mlx5_0"')),
+    template(
+        "all-mrdma",
+        {
+            "name": "mrdma",
+            "exactly": {"deviceClassName": "mrdma.google.com", "allocationMode": "ExactCount", "count": 8},
+        },
+    ),
+    template(
+        "1nic-aligned",
+        request("gpu", "gpu.nvidia.com", 1, 'device.attributes["resource.kubernetes.io"].pciBusID == "0008:06:00.0"'),
+        request("nic", "dranet.net", 1, 'device.attributes["dra.net"]["rdmaDevice"] == "mlx5_0"'),
+    ),
     template("gpu-efa-aligned", request("gpu", "gpu.nvidia.com", 1), request("efa", "efa.networking.k8s.aws", 1)),
     template("efa-32", request("efa", "efa.networking.k8s.aws", 32)),
     obj(CLAIM, "shared-efa", {"devices": {"requests": [request("efa", "efa.networking.k8s.aws", 4)]}}),
@@ -119,15 +138,25 @@ OBJECTS = [
     template("imex-channel", request("channel", "compute-domain-default-channel.nvidia.com")),
     template("single-gpu", request("gpu", "gpu.nvidia.com", 1)),
 ]
-NADS = [nad("rdma-network", "openshift.io/mellanoxrdma"), nad("vf-test1", "sriov_nic_1"), nad("sriov-legacy", "openshift.io/sriovlegacy"), nad("hostdev-net", "nvidia.com/hostdev")]
+NADS = [
+    nad("rdma-network", "openshift.io/mellanoxrdma"),
+    nad("vf-test1", "sriov_nic_1"),
+    nad("sriov-legacy", "openshift.io/sriovlegacy"),
+    nad("hostdev-net", "nvidia.com/hostdev"),
+]
 STATE = FileClusterState([NAMESPACE], NADS, [], OBJECTS)
 
 
 def claim_ref(name: str, template_name: str | None = None, claim: str | None = None) -> dict:
-    return {"name": name, **({"resourceClaimTemplateName": template_name} if template_name else {"resourceClaimName": claim})}
+    return {
+        "name": name,
+        **({"resourceClaimTemplateName": template_name} if template_name else {"resourceClaimName": claim}),
+    }
 
 
-def worker(name: str = "trainer", *, gpus: int | None = 8, claims: list[str] | None = None, limits=None, **extra) -> dict:
+def worker(
+    name: str = "trainer", *, gpus: int | None = 8, claims: list[str] | None = None, limits=None, **extra
+) -> dict:
     c = k.container(name, gpus=gpus, limits=limits, **extra)
     if claims:
         c["resources"]["claims"] = [{"name": n} for n in claims]
@@ -144,42 +173,120 @@ def pod_of(containers, resource_claims=None, annotations=None, **kw) -> dict:
 # policy mutates it (a pod whose GPUs come by claim is checked, not mutated).
 EXAMPLES = {
     # kubernetes-sigs/dranet: an RDMA claim from the plain dra.net class narrowed by the request
-    "dranet-rdma-request": (lambda: pod_of([worker(claims=["rdma"])], [claim_ref("rdma", "rdma-nics")],
-                                           generate_name="llama-worker-"), "roce-dranet", {"roce-dranet-aligned"}, True),
+    "dranet-rdma-request": (
+        lambda: pod_of([worker(claims=["rdma"])], [claim_ref("rdma", "rdma-nics")], generate_name="llama-worker-"),
+        "roce-dranet",
+        {"roce-dranet-aligned"},
+        True,
+    ),
     # the dranet rdma-perftest StatefulSet: a class that selects RDMA devices; its container does
     # not reference the claim, so the webhook adds the reference
-    "dranet-rdma-class": (lambda: pod_of([worker("perftest")], [claim_ref("rdma-net-interface", "rdma-net-template")],
-                                         name="rdma-perftest-0", generate_name=None), "roce-dranet", {"roce-dranet-aligned"}, True),
+    "dranet-rdma-class": (
+        lambda: pod_of(
+            [worker("perftest")],
+            [claim_ref("rdma-net-interface", "rdma-net-template")],
+            name="rdma-perftest-0",
+            generate_name=None,
+        ),
+        "roce-dranet",
+        {"roce-dranet-aligned"},
+        True,
+    ),
     # GKE managed DRANET: eight RDMA NICs of mrdma.google.com
-    "gke-mrdma": (lambda: pod_of([worker(claims=["rdma"])], [claim_ref("rdma", "all-mrdma")], generate_name="jobset-worker-0-"),
-                  "gke-mrdma", set(), True),
+    "gke-mrdma": (
+        lambda: pod_of([worker(claims=["rdma"])], [claim_ref("rdma", "all-mrdma")], generate_name="jobset-worker-0-"),
+        "gke-mrdma",
+        set(),
+        True,
+    ),
     # dranet's AKS GB300 example: GPU and NIC in one claim, no nvidia.com/gpu resource
-    "aks-gb300-dranet": (lambda: pod_of([worker("nccl", gpus=None, claims=["gpu-nic"])], [claim_ref("gpu-nic", "1nic-aligned")],
-                                        generate_name="nccl-test-worker-"), "roce-dranet", {"roce-dranet-aligned"}, False),
+    "aks-gb300-dranet": (
+        lambda: pod_of(
+            [worker("nccl", gpus=None, claims=["gpu-nic"])],
+            [claim_ref("gpu-nic", "1nic-aligned")],
+            generate_name="nccl-test-worker-",
+        ),
+        "roce-dranet",
+        {"roce-dranet-aligned"},
+        False,
+    ),
     # EKS through the EFA DRA driver: GPU and EFA aligned in one claim (dranet's gpu-efa example)
-    "eks-efa-dra-aligned": (lambda: pod_of([worker("nccl", gpus=None, claims=["gpu-efa"])], [claim_ref("gpu-efa", "gpu-efa-aligned")],
-                                           generate_name="nccl-tests-worker-"), "efa-dra", set(), False),
+    "eks-efa-dra-aligned": (
+        lambda: pod_of(
+            [worker("nccl", gpus=None, claims=["gpu-efa"])],
+            [claim_ref("gpu-efa", "gpu-efa-aligned")],
+            generate_name="nccl-tests-worker-",
+        ),
+        "efa-dra",
+        set(),
+        False,
+    ),
     # EKS: GPUs by device plugin, 32 EFA interfaces by template, and a shared ResourceClaim by name
-    "eks-efa-dra-template": (lambda: pod_of([worker(claims=["efa"])], [claim_ref("efa", "efa-32")], generate_name="pytorch-worker-"),
-                             "efa-dra", set(), True),
-    "eks-efa-dra-claim": (lambda: pod_of([worker(claims=["efa"])], [claim_ref("efa", claim="shared-efa")], generate_name="pytorch-worker-"),
-                          "efa-dra", set(), True),
+    "eks-efa-dra-template": (
+        lambda: pod_of([worker(claims=["efa"])], [claim_ref("efa", "efa-32")], generate_name="pytorch-worker-"),
+        "efa-dra",
+        set(),
+        True,
+    ),
+    "eks-efa-dra-claim": (
+        lambda: pod_of(
+            [worker(claims=["efa"])], [claim_ref("efa", claim="shared-efa")], generate_name="pytorch-worker-"
+        ),
+        "efa-dra",
+        set(),
+        True,
+    ),
     # k8snetworkplumbingwg/dra-driver-sriov: a VF claim beside its Multus network
-    "sriov-dra": (lambda: pod_of([worker(gpus=1, claims=["sriov"])], [claim_ref("sriov", "vf-claim")],
-                                 annotations={NETWORKS: "vf-test1"}, generate_name="pod0-5d8f7c9b4-"), "sriov-roce", set(), True),
+    "sriov-dra": (
+        lambda: pod_of(
+            [worker(gpus=1, claims=["sriov"])],
+            [claim_ref("sriov", "vf-claim")],
+            annotations={NETWORKS: "vf-test1"},
+            generate_name="pod0-5d8f7c9b4-",
+        ),
+        "sriov-roce",
+        set(),
+        True,
+    ),
     # AKS ND-series InfiniBand: the RDMA shared device plugin's rdma/shared_ib
-    "aks-nd-shared-ib": (lambda: pod_of([worker(limits={"rdma/shared_ib": "1"})], generate_name="pytorch-worker-"),
-                         "nd-infiniband", {"ib-shared"}, True),
+    "aks-nd-shared-ib": (
+        lambda: pod_of([worker(limits={"rdma/shared_ib": "1"})], generate_name="pytorch-worker-"),
+        "nd-infiniband",
+        {"ib-shared"},
+        True,
+    ),
     # OpenShift SR-IOV: a legacy VF and the network whose NAD names it
-    "sriov-legacy-vf": (lambda: pod_of([worker(limits={"openshift.io/sriovlegacy": "1"})], annotations={NETWORKS: "sriov-legacy"},
-                                       generate_name="pytorch-worker-"), "sriov-roce", {"sriov-roce-8rail"}, True),
+    "sriov-legacy-vf": (
+        lambda: pod_of(
+            [worker(limits={"openshift.io/sriovlegacy": "1"})],
+            annotations={NETWORKS: "sriov-legacy"},
+            generate_name="pytorch-worker-",
+        ),
+        "sriov-roce",
+        {"sriov-roce-8rail"},
+        True,
+    ),
     # NVIDIA network-operator host device: the whole NIC, attached with the host-device CNI
-    "host-device": (lambda: pod_of([worker(limits={"nvidia.com/hostdev": "1"})],
-                                   annotations={NETWORKS: json.dumps([{"name": "hostdev-net", "interface": "hostdev0"}])},
-                                   generate_name="pytorch-worker-"), "sriov-roce", {"sriov-roce-8rail"}, True),
+    "host-device": (
+        lambda: pod_of(
+            [worker(limits={"nvidia.com/hostdev": "1"})],
+            annotations={NETWORKS: json.dumps([{"name": "hostdev-net", "interface": "hostdev0"}])},
+            generate_name="pytorch-worker-",
+        ),
+        "sriov-roce",
+        {"sriov-roce-8rail"},
+        True,
+    ),
 }
 
-NIC_RESOURCES = ("rdma/", "vpc.amazonaws.com/efa", "aliyun/erdma", "openshift.io/", "nvidia.com/hostdev", "nvidia.com/rdma")
+NIC_RESOURCES = (
+    "rdma/",
+    "vpc.amazonaws.com/efa",
+    "aliyun/erdma",
+    "openshift.io/",
+    "nvidia.com/hostdev",
+    "nvidia.com/rdma",
+)
 
 
 def respond(pod, policy: str | None, policies: PolicySet = PS, state=STATE, claims="state"):
@@ -191,7 +298,11 @@ def respond(pod, policy: str | None, policies: PolicySet = PS, state=STATE, clai
     status, doc, decision, _ = review.handle(body, policies, state.namespace, state.attachments(), claims=lookups)
     assert status == 200
     resp = doc["response"]
-    out = jsonpatch.apply_patch(pod, json.loads(base64.b64decode(resp["patch"]))) if "patch" in resp else copy.deepcopy(pod)
+    out = (
+        jsonpatch.apply_patch(pod, json.loads(base64.b64decode(resp["patch"])))
+        if "patch" in resp
+        else copy.deepcopy(pod)
+    )
     return resp, out, decision
 
 
@@ -200,7 +311,11 @@ def nics(pod) -> list:
     out: list = []
     for c in pod["spec"]["containers"]:
         for section in ("limits", "requests"):
-            out.extend((c["name"], section, r, v) for r, v in (c["resources"].get(section) or {}).items() if r.startswith(NIC_RESOURCES))
+            out.extend(
+                (c["name"], section, r, v)
+                for r, v in (c["resources"].get(section) or {}).items()
+                if r.startswith(NIC_RESOURCES)
+            )
     out.append(("networks", (pod["metadata"].get("annotations") or {}).get(NETWORKS)))
     out.append(("claims", json.dumps(pod["spec"].get("resourceClaims"), sort_keys=True)))
     return out
@@ -312,11 +427,36 @@ def test_values_read_from_objects():
     [rdma] = [o for o in OBJECTS if o["kind"] == DEVICE_CLASS and o["metadata"]["name"] == "rdma"]
     info = dra.device_class_value(rdma)
     assert info.drivers == ("dra.net",) and 'attributes["dra.net"].rdma' in info.cel
-    reqs = dra.template_value(template("t", {"name": "x", "firstAvailable": [
-        {"name": "a", "deviceClassName": "rdma"}, {"name": "b", "deviceClassName": "efa.networking.k8s.aws"}]}))
+    reqs = dra.template_value(
+        template(
+            "t",
+            {
+                "name": "x",
+                "firstAvailable": [
+                    {"name": "a", "deviceClassName": "rdma"},
+                    {"name": "b", "deviceClassName": "efa.networking.k8s.aws"},
+                ],
+            },
+        )
+    )
     assert [r.device_class for r in reqs] == ["rdma", "efa.networking.k8s.aws"]
-    v1beta1 = obj(TEMPLATE, "old", {"spec": {"devices": {"requests": [{"name": "n", "deviceClassName": "dranet",
-                                                                          "selectors": [{"cel": {"expression": "device.driver == 'dra.net'"}}]}]}}})
+    v1beta1 = obj(
+        TEMPLATE,
+        "old",
+        {
+            "spec": {
+                "devices": {
+                    "requests": [
+                        {
+                            "name": "n",
+                            "deviceClassName": "dranet",
+                            "selectors": [{"cel": {"expression": "device.driver == 'dra.net'"}}],
+                        }
+                    ]
+                }
+            }
+        },
+    )
     assert [(r.device_class, r.drivers) for r in dra.template_value(v1beta1)] == [("dranet", ("dra.net",))]
     for bad in (None, {}, {"spec": None}, {"spec": {"spec": {"devices": {"requests": [None, "x", {"exactly": 3}]}}}}):
         assert dra.template_value(bad) == ()
@@ -337,23 +477,30 @@ nccl: {NCCL_DEBUG: WARN}
 """
 
 
-@pytest.mark.parametrize("dra_block,message", [
-    ("dra: {}", "should be non-empty"),
-    ("dra: {selectors: [rdma]}", "give deviceClasses or drivers"),
-    ("dra: {drivers: [dra.net], selectors: [rdma], deviceClases: [x]}", "did you mean 'deviceClasses'"),
-    ("dra: {deviceClasses: [Bad_Class]}", "is not a valid DeviceClass name"),
-    ("dra: {drivers: ['not a driver']}", "is not a valid DRA driver name"),
-    ("deviceFamilies: [sriov]", "is not one of"),
-])
+@pytest.mark.parametrize(
+    "dra_block,message",
+    [
+        ("dra: {}", "should be non-empty"),
+        ("dra: {selectors: [rdma]}", "give deviceClasses or drivers"),
+        ("dra: {drivers: [dra.net], selectors: [rdma], deviceClases: [x]}", "did you mean 'deviceClasses'"),
+        ("dra: {deviceClasses: [Bad_Class]}", "is not a valid DeviceClass name"),
+        ("dra: {drivers: ['not a driver']}", "is not a valid DRA driver name"),
+        ("deviceFamilies: [sriov]", "is not one of"),
+    ],
+)
 def test_bad_dra_fields_are_named(dra_block, message):
     ps, errors = load_texts([("p.yaml", BASE + dra_block + "\n")])
     assert ps is None and any(message in str(e) for e in errors), [str(e) for e in errors]
 
 
 def test_families_are_derived_or_declared():
-    assert PS.get("ib-shared").families == {"rdma-shared-device"} and PS.get("nd-infiniband").families == {"rdma-shared-device"}
+    assert PS.get("ib-shared").families == {"rdma-shared-device"} and PS.get("nd-infiniband").families == {
+        "rdma-shared-device"
+    }
     assert PS.get("sriov-roce").families == {"network-device"} and PS.get("efa").families == set()
-    ps, errors = load_texts([("p.yaml", BASE + "devices: [{resource: example.com/nic}]\ndeviceFamilies: [rdma-shared-device]\n")])
+    ps, errors = load_texts(
+        [("p.yaml", BASE + "devices: [{resource: example.com/nic}]\ndeviceFamilies: [rdma-shared-device]\n")]
+    )
     assert ps is not None, errors
     pod = pod_of([worker(limits={"rdma/any_name": "1"})], generate_name="w-")
     resp, out, d = respond(pod, "p", policies=ps)
@@ -361,6 +508,7 @@ def test_families_are_derived_or_declared():
 
 
 # -- offline: the cluster-state file and review's input -------------------------------------------
+
 
 def test_cluster_state_file_and_review_input_read_dra_objects(tmp_path):
     make, fitting, _, _ = EXAMPLES["eks-efa-dra-template"]
@@ -392,7 +540,10 @@ def test_cluster_state_file_and_review_input_read_dra_objects(tmp_path):
     [rec] = [r for r in records if r["kind"] == "Pod"]
     assert rec["outcome"] == "denied" and "select policy efa-dra" in " ".join(rec["messages"]), rec
     assert {r["kind"]: r["outcome"] for r in records if r["kind"] != "Pod"} == {
-        "Namespace": "not-checked", "DeviceClass": "not-checked", "ResourceClaimTemplate": "not-checked"}
+        "Namespace": "not-checked",
+        "DeviceClass": "not-checked",
+        "ResourceClaimTemplate": "not-checked",
+    }
     pod["metadata"]["annotations"] = {"rdma-webhook.io/policy": "efa-dra"}
     both.write_text(yaml.safe_dump_all([ns, *objs, pod]))
     out, records = review_of(str(both))
@@ -413,7 +564,9 @@ def test_an_added_claim_whose_template_does_not_exist_is_denied_clearly():
     assert f"ResourceClaimTemplate {NS}/rdma-nic-template, which does not exist" in d.denials[0].message
     store = ClaimStore([template("rdma-nic-template", request("nic", "rdma"))])
     resp, out, d = respond(pod, "claimer", policies=ps, claims=store)
-    assert resp["allowed"] and out["spec"]["resourceClaims"] == [{"name": "rdma-nic", "resourceClaimTemplateName": "rdma-nic-template"}]
+    assert resp["allowed"] and out["spec"]["resourceClaims"] == [
+        {"name": "rdma-nic", "resourceClaimTemplateName": "rdma-nic-template"}
+    ]
     assert out["spec"]["containers"][0]["resources"]["claims"] == [{"name": "rdma-nic"}]
     resp, out, d = respond(pod, "claimer", policies=ps, claims=None)  # DRA objects not tracked: not judged
     assert resp["allowed"] and d.outcome == "mutated"

@@ -17,10 +17,19 @@ from webhook.cluster.state import FileClusterState
 from webhook.core.decision import Namespace, decide
 
 ML = Namespace("ml-training", {"kubernetes.io/metadata.name": "ml-training", keys.NS_INJECTION: "enabled"})
-AI = Namespace("ai-training", {"kubernetes.io/metadata.name": "ai-training", keys.NS_INJECTION: "enabled", keys.NS_POLICY: "sriov-roce"})
-NAD = {"apiVersion": "k8s.cni.cncf.io/v1", "kind": "NetworkAttachmentDefinition",
-       "metadata": {"name": "rdma-network", "namespace": "ai-training",
-                    "annotations": {keys.NAD_RESOURCE_NAME: "example.com/rdma_vf"}}}
+AI = Namespace(
+    "ai-training",
+    {"kubernetes.io/metadata.name": "ai-training", keys.NS_INJECTION: "enabled", keys.NS_POLICY: "sriov-roce"},
+)
+NAD = {
+    "apiVersion": "k8s.cni.cncf.io/v1",
+    "kind": "NetworkAttachmentDefinition",
+    "metadata": {
+        "name": "rdma-network",
+        "namespace": "ai-training",
+        "annotations": {keys.NAD_RESOURCE_NAME: "example.com/rdma_vf"},
+    },
+}
 
 
 def respond(pod, ns, policies, attachments=None):
@@ -80,7 +89,9 @@ def test_pytorchjob_worker_gets_everything(policies):
     assert out["metadata"]["labels"] == {**pod["metadata"]["labels"], keys.APPLIED_POLICY_LABEL: "erdma"}
     assert any("NCCL_DEBUG=INFO" in w for w in resp["warnings"])
     # nothing outside metadata.annotations and the container/volumes changed
-    assert out["spec"]["tolerations"] == pod["spec"]["tolerations"] and out["metadata"]["name"] == pod["metadata"]["name"]
+    assert (
+        out["spec"]["tolerations"] == pod["spec"]["tolerations"] and out["metadata"]["name"] == pod["metadata"]["name"]
+    )
 
 
 def test_pod_without_volumes_or_annotations_gets_parents_added(policies):
@@ -122,13 +133,17 @@ def test_user_device_count_kept_and_zero_denied(policies):
 
 
 def test_existing_shm_kept_with_warnings(policies):
-    pod = k.pod([k.container("trainer", volumeMounts=[{"name": "shm", "mountPath": "/dev/shm"}])],
-                volumes=[{"name": "shm", "emptyDir": {}}])
+    pod = k.pod(
+        [k.container("trainer", volumeMounts=[{"name": "shm", "mountPath": "/dev/shm"}])],
+        volumes=[{"name": "shm", "emptyDir": {}}],
+    )
     resp, out, d = mutate_twice(pod, ML, policies)
     assert [v for v in out["spec"]["volumes"] if "emptyDir" in v] == [{"name": "shm", "emptyDir": {}}]
     assert any("not a memory-backed" in w for w in resp["warnings"])
-    pod = k.pod([k.container("trainer", volumeMounts=[{"name": "shm", "mountPath": "/dev/shm/"}])],
-                volumes=[{"name": "shm", "emptyDir": {"medium": "Memory", "sizeLimit": "1Gi"}}])
+    pod = k.pod(
+        [k.container("trainer", volumeMounts=[{"name": "shm", "mountPath": "/dev/shm/"}])],
+        volumes=[{"name": "shm", "emptyDir": {"medium": "Memory", "sizeLimit": "1Gi"}}],
+    )
     resp, out, d = mutate_twice(pod, ML, policies)
     assert any("smaller than the 64Gi" in w for w in resp["warnings"])
 
@@ -154,12 +169,20 @@ def test_enforced_variable_replaces_user_value_with_warning(policies):
     pod = k.pod([k.container("trainer", env=[{"name": "NCCL_NET", "valueFrom": source}])])
     resp, out, d = mutate_twice(pod, ML, policies)
     assert env_of(out["spec"]["containers"][0])["NCCL_NET"] == "IB"
-    assert any("NCCL_NET is enforced by policy erdma: a valueFrom source replaced by 'IB'" in w for w in resp["warnings"])
+    assert any(
+        "NCCL_NET is enforced by policy erdma: a valueFrom source replaced by 'IB'" in w for w in resp["warnings"]
+    )
 
 
 def test_multi_rail_device_count_follows_gpus(policies):
     from webhook.policy.load import load_texts
-    text = open("policies/erdma.yaml").read().replace("name: erdma", "name: rails").replace("perGpu: false", "perGpu: true")
+
+    text = (
+        open("policies/erdma.yaml")
+        .read()
+        .replace("name: erdma", "name: rails")
+        .replace("perGpu: false", "perGpu: true")
+    )
     ps, errors = load_texts([("rails.yaml", text)])
     assert errors == []
     resp, out, d = mutate_twice(k.pod([k.container("trainer", gpus=4)]), ML, ps)
@@ -167,6 +190,7 @@ def test_multi_rail_device_count_follows_gpus(policies):
 
 
 # -- SR-IOV with Multus -------------------------------------------------------------------------
+
 
 def test_sriov_adds_network_and_resource_from_attachment(policies):
     state = FileClusterState([AI], [NAD])
@@ -182,16 +206,27 @@ def test_sriov_adds_network_and_resource_from_attachment(policies):
 # Multus names an attachment without an interface net<position> and refuses a duplicate name, so
 # the policy's network never takes a name an existing attachment has, and NCCL_SOCKET_IFNAME
 # names the interface the pod really gets.
-@pytest.mark.parametrize("existing,expected,ifname", [
-    ("other-net", "other-net,rdma-network@net2", "net2"),
-    ("other-net, ai-training/rdma-network", "other-net, ai-training/rdma-network", "net2"),
-    ("rdma-network@net1", "rdma-network@net1", "net1"),
-    ("rdma-network@rdma0", "rdma-network@rdma0", "rdma0"),
-    ("other-net@net1", "other-net@net1,rdma-network@net2", "net2"),
-    ('[{"name":"other-net"}]', '[{"name":"other-net"},{"name":"rdma-network","interface":"net2"}]', "net2"),
-    ('[{"name":"other-net","interface":"net2"}]', '[{"name":"other-net","interface":"net2"},{"name":"rdma-network","interface":"net1"}]', "net1"),
-    ('[{"name":"rdma-network","namespace":"ai-training"}]', '[{"name":"rdma-network","namespace":"ai-training"}]', "net1"),
-])
+@pytest.mark.parametrize(
+    "existing,expected,ifname",
+    [
+        ("other-net", "other-net,rdma-network@net2", "net2"),
+        ("other-net, ai-training/rdma-network", "other-net, ai-training/rdma-network", "net2"),
+        ("rdma-network@net1", "rdma-network@net1", "net1"),
+        ("rdma-network@rdma0", "rdma-network@rdma0", "rdma0"),
+        ("other-net@net1", "other-net@net1,rdma-network@net2", "net2"),
+        ('[{"name":"other-net"}]', '[{"name":"other-net"},{"name":"rdma-network","interface":"net2"}]', "net2"),
+        (
+            '[{"name":"other-net","interface":"net2"}]',
+            '[{"name":"other-net","interface":"net2"},{"name":"rdma-network","interface":"net1"}]',
+            "net1",
+        ),
+        (
+            '[{"name":"rdma-network","namespace":"ai-training"}]',
+            '[{"name":"rdma-network","namespace":"ai-training"}]',
+            "net1",
+        ),
+    ],
+)
 def test_multus_annotation_merge(policies, existing, expected, ifname):
     state = FileClusterState([AI], [NAD])
     pod = k.pod([k.container("trainer")], namespace="ai-training", annotations={keys.MULTUS_NETWORKS: existing})
@@ -224,8 +259,12 @@ def test_seed_lws_worker_keeps_hand_written_lines(policies):
 def test_missing_attachment_and_attachment_without_resource_denied(policies):
     pod = k.pod([k.container("trainer")], namespace="ai-training")
     resp, _, _ = respond(pod, AI, policies, FileClusterState([AI], []))
-    assert not resp["allowed"] and "NetworkAttachmentDefinition ai-training/rdma-network does not exist" in resp["status"]["message"]
+    assert (
+        not resp["allowed"]
+        and "NetworkAttachmentDefinition ai-training/rdma-network does not exist" in resp["status"]["message"]
+    )
     from webhook.policy.load import load_texts
+
     text = open("policies/sriov-roce.yaml").read().replace("    resource: openshift.io/mellanoxrdma\n", "")
     assert "mellanoxrdma" not in text.split("networks:")[1].split("shm:")[0]
     ps, errors = load_texts([("s.yaml", text)])
@@ -251,6 +290,7 @@ def test_bad_json_network_annotation_denied(policies):
 
 # -- who is considered, and which policy -------------------------------------------------------
 
+
 def test_unlabelled_pod_and_other_values_skipped(policies):
     for labels in ({}, {keys.POD_INJECT: "yes"}, {keys.POD_INJECT: "True"}):
         pod = k.pod([k.container("trainer")], inject=False, labels=labels)
@@ -267,7 +307,9 @@ def test_namespace_without_opt_in_changes_nothing(policies):
 
 def test_only_create_is_considered(policies):
     pod = k.pod([k.container("trainer")])
-    code, doc, d, _ = review.handle(k.body(k.admission_review(pod, operation="UPDATE")), policies, {"ml-training": ML}.get, None)
+    code, doc, d, _ = review.handle(
+        k.body(k.admission_review(pod, operation="UPDATE")), policies, {"ml-training": ML}.get, None
+    )
     assert doc["response"]["allowed"] and "patch" not in doc["response"]
 
 
@@ -294,9 +336,19 @@ def test_policy_choice(policies):
 def test_unknown_or_forbidden_policy_denied(policies):
     pod = k.pod([k.container("trainer")], annotations={keys.POD_POLICY: "fast-please"})
     resp, _, _ = respond(pod, ML, policies)
-    assert not resp["allowed"] and "names no policy (known: efa, efa-dra, erdma, gke-gib, gke-tcpxo, ib-shared, nd-infiniband, oke-roce-host, roce-dranet, roce-dranet-aligned, sriov-roce, sriov-roce-8rail)" in resp["status"]["message"]
+    assert (
+        not resp["allowed"]
+        and "names no policy (known: efa, efa-dra, erdma, gke-gib, gke-tcpxo, "
+        "ib-shared, nd-infiniband, oke-roce-host, roce-dranet, roce-dranet-aligned, sriov-roce, sriov-roce-8rail)"
+        in resp["status"]["message"]
+    )
     from webhook.policy.load import load_texts
-    text = open("policies/erdma.yaml").read().replace("namespaceSelector: {}", "namespaceSelector: {matchLabels: {tier: gold}}")
+
+    text = (
+        open("policies/erdma.yaml")
+        .read()
+        .replace("namespaceSelector: {}", "namespaceSelector: {matchLabels: {tier: gold}}")
+    )
     ps, _ = load_texts([("e.yaml", text)])
     pod = k.pod([k.container("trainer")], annotations={keys.POD_POLICY: "erdma"})
     resp, _, _ = respond(pod, ML, ps)
@@ -318,17 +370,24 @@ def test_no_gpu_container_allowed_unchanged_with_warning(policies):
 
 # -- the TCP-fallback rules ---------------------------------------------------------------------
 
-@pytest.mark.parametrize("env,fragment", [
-    ([{"name": "NCCL_IB_DISABLE", "value": "1"}], "NCCL_IB_DISABLE='1' turns NCCL's IB/RoCE transport off"),
-    ([{"name": "NCCL_IB_DISABLE", "value": "0x1"}], "NCCL_IB_DISABLE='0x1'"),
-    ([{"name": "NCCL_IB_DISABLE", "value": "-1"}], "NCCL_IB_DISABLE='-1'"),
-    ([{"name": "NCCL_NET", "value": "socket"}], "NCCL_NET='socket' forces NCCL's TCP socket transport"),
-    ([{"name": "NCCL_NET", "value": "AWS Libfabric"}], "names a transport that the erdma policy's erdma fabric does not provide"),
-    ([{"name": "NCCL_IB_HCA", "value": "mlx5"}], "NCCL_IB_HCA='mlx5' selects none of"),
-    ([{"name": "NCCL_IB_HCA", "value": "^erdma"}], "NCCL_IB_HCA='^erdma' selects none of"),
-    ([{"name": "NCCL_IB_HCA", "value": "=erdma"}], "NCCL_IB_HCA='=erdma' selects none of"),
-    ([{"name": "MODE", "value": "Socket"}, {"name": "NCCL_NET", "value": "$(MODE)"}], "NCCL_NET='Socket'"),
-])
+
+@pytest.mark.parametrize(
+    "env,fragment",
+    [
+        ([{"name": "NCCL_IB_DISABLE", "value": "1"}], "NCCL_IB_DISABLE='1' turns NCCL's IB/RoCE transport off"),
+        ([{"name": "NCCL_IB_DISABLE", "value": "0x1"}], "NCCL_IB_DISABLE='0x1'"),
+        ([{"name": "NCCL_IB_DISABLE", "value": "-1"}], "NCCL_IB_DISABLE='-1'"),
+        ([{"name": "NCCL_NET", "value": "socket"}], "NCCL_NET='socket' forces NCCL's TCP socket transport"),
+        (
+            [{"name": "NCCL_NET", "value": "AWS Libfabric"}],
+            "names a transport that the erdma policy's erdma fabric does not provide",
+        ),
+        ([{"name": "NCCL_IB_HCA", "value": "mlx5"}], "NCCL_IB_HCA='mlx5' selects none of"),
+        ([{"name": "NCCL_IB_HCA", "value": "^erdma"}], "NCCL_IB_HCA='^erdma' selects none of"),
+        ([{"name": "NCCL_IB_HCA", "value": "=erdma"}], "NCCL_IB_HCA='=erdma' selects none of"),
+        ([{"name": "MODE", "value": "Socket"}, {"name": "NCCL_NET", "value": "$(MODE)"}], "NCCL_NET='Socket'"),
+    ],
+)
 def test_env_fallback_denied(policies, env, fragment):
     resp, _, d = respond(k.pod([k.container("trainer", env=env)]), ML, policies)
     assert not resp["allowed"] and resp["status"]["code"] == 403
@@ -336,25 +395,34 @@ def test_env_fallback_denied(policies, env, fragment):
     assert fragment in msg and "container 'trainer'" in msg and "[env-fallback]" in msg
 
 
-@pytest.mark.parametrize("env", [
-    [{"name": "NCCL_IB_DISABLE", "value": "0"}], [{"name": "NCCL_IB_DISABLE", "value": "no"}],
-    [{"name": "NCCL_NET", "value": "ib"}], [{"name": "NCCL_IB_HCA", "value": "erdma_0:1"}],
-    [{"name": "NCCL_IB_HCA", "value": "^mlx5"}], [{"name": "NCCL_NET", "value": "$$(MODE)"}, {"name": "NCCL_NET", "value": "IB"}],
-    [{"name": "NCCL_NET_GDR_LEVEL", "value": "SYS"}],
-])
+@pytest.mark.parametrize(
+    "env",
+    [
+        [{"name": "NCCL_IB_DISABLE", "value": "0"}],
+        [{"name": "NCCL_IB_DISABLE", "value": "no"}],
+        [{"name": "NCCL_NET", "value": "ib"}],
+        [{"name": "NCCL_IB_HCA", "value": "erdma_0:1"}],
+        [{"name": "NCCL_IB_HCA", "value": "^mlx5"}],
+        [{"name": "NCCL_NET", "value": "$$(MODE)"}, {"name": "NCCL_NET", "value": "IB"}],
+        [{"name": "NCCL_NET_GDR_LEVEL", "value": "SYS"}],
+    ],
+)
 def test_env_that_keeps_rdma_allowed(policies, env):
     resp, out, d = mutate_twice(k.pod([k.container("trainer", env=env)]), ML, policies)
 
 
-@pytest.mark.parametrize("command,args", [
-    (["/bin/bash", "-c"], ["export NCCL_IB_DISABLE=1\ntorchrun train.py"]),
-    (["sh", "-c", "NCCL_NET=Socket torchrun train.py"], None),
-    (["env", "NCCL_NET=Socket", "python", "train.py"], None),
-    (["bash", "-c", 'export NCCL_NET="socket" && python train.py'], None),
-    (["python", "-c", "import os; os.environ['NCCL_IB_DISABLE'] = '1'; import train"], None),
-    (["torchrun"], ["--nproc_per_node=8", "--no-python", "bash", "-c", "NCCL_IB_HCA=mlx5_0 python train.py"]),
-    (["sh", "-c", "NCCL_NET=$(TRANSPORT) torchrun train.py"], None),  # kubelet expands $(TRANSPORT)
-])
+@pytest.mark.parametrize(
+    "command,args",
+    [
+        (["/bin/bash", "-c"], ["export NCCL_IB_DISABLE=1\ntorchrun train.py"]),
+        (["sh", "-c", "NCCL_NET=Socket torchrun train.py"], None),
+        (["env", "NCCL_NET=Socket", "python", "train.py"], None),
+        (["bash", "-c", 'export NCCL_NET="socket" && python train.py'], None),
+        (["python", "-c", "import os; os.environ['NCCL_IB_DISABLE'] = '1'; import train"], None),
+        (["torchrun"], ["--nproc_per_node=8", "--no-python", "bash", "-c", "NCCL_IB_HCA=mlx5_0 python train.py"]),
+        (["sh", "-c", "NCCL_NET=$(TRANSPORT) torchrun train.py"], None),  # kubelet expands $(TRANSPORT)
+    ],
+)
 def test_command_fallback_denied(policies, command, args):
     pod = k.pod([k.container("trainer", command=command, args=args, env=[{"name": "TRANSPORT", "value": "Socket"}])])
     resp, _, _ = respond(pod, ML, policies)
@@ -362,16 +430,27 @@ def test_command_fallback_denied(policies, command, args):
 
 
 def test_mpirun_in_launcher_denied(policies):
-    pod = k.mpijob_launcher(args=["-np", "16", "-x", "NCCL_IB_DISABLE=1", "-x", "NCCL_DEBUG=INFO", "python", "train.py"])
+    pod = k.mpijob_launcher(
+        args=["-np", "16", "-x", "NCCL_IB_DISABLE=1", "-x", "NCCL_DEBUG=INFO", "python", "train.py"]
+    )
     resp, _, _ = respond(pod, ML, policies)
     assert not resp["allowed"]
     msg = resp["status"]["message"]
     assert "container 'launcher'" in msg and "mpirun -x exports it to every rank" in msg
 
 
-@pytest.mark.parametrize("text", ["export NCCL_NET_GDR_LEVEL=SYS", "MY_NCCL_NET=Socket run", "export NCCL_IB_DISABLE=$FLAG",
-                                  "NCCL_IB_DISABLE=0 torchrun", "echo NCCL_NET=IB", "echo NCCL_NET=Socket",
-                                  "torchrun train.py NCCL_IB_HCA=mlx5_0"])  # an argument of a program sets nothing
+@pytest.mark.parametrize(
+    "text",
+    [
+        "export NCCL_NET_GDR_LEVEL=SYS",
+        "MY_NCCL_NET=Socket run",
+        "export NCCL_IB_DISABLE=$FLAG",
+        "NCCL_IB_DISABLE=0 torchrun",
+        "echo NCCL_NET=IB",
+        "echo NCCL_NET=Socket",
+        "torchrun train.py NCCL_IB_HCA=mlx5_0",
+    ],
+)  # an argument of a program sets nothing
 def test_commands_that_keep_rdma_allowed(policies, text):
     mutate_twice(k.pod([k.container("trainer", command=["bash", "-c", text])]), ML, policies)
 
@@ -393,9 +472,13 @@ def test_pod_security_levels(policies, level, denied):
 
 
 def test_every_reason_reported(policies):
-    c = k.container("trainer", env=[{"name": "NCCL_IB_DISABLE", "value": "1"}, {"name": "NCCL_IB_HCA", "value": "mlx5"}],
-                    command=["bash", "-c", "export NCCL_NET=Socket; python t.py"],
-                    securityContext={"capabilities": {"drop": ["IPC_LOCK"]}}, limits={"aliyun/erdma": "0"})
+    c = k.container(
+        "trainer",
+        env=[{"name": "NCCL_IB_DISABLE", "value": "1"}, {"name": "NCCL_IB_HCA", "value": "mlx5"}],
+        command=["bash", "-c", "export NCCL_NET=Socket; python t.py"],
+        securityContext={"capabilities": {"drop": ["IPC_LOCK"]}},
+        limits={"aliyun/erdma": "0"},
+    )
     ns = Namespace("psa", {keys.NS_INJECTION: "enabled", keys.PSA_ENFORCE: "baseline"})
     resp, _, d = respond(k.pod([c], namespace="psa"), ns, policies)
     rules = {f.rule for f in d.denials}
@@ -407,11 +490,17 @@ def test_every_reason_reported(policies):
 
 # -- warnings -----------------------------------------------------------------------------------
 
+
 def test_warnings(policies):
-    c = k.container("trainer", env=[{"name": "NCCL_DEBUG", "value": "TRACE"},
-                                    {"name": "NCCL_IB_HCA", "valueFrom": {"configMapKeyRef": {"name": "n", "key": "hca"}}}],
-                    envFrom=[{"prefix": "NCCL_", "configMapRef": {"name": "nccl-tuning"}}],
-                    securityContext={"runAsNonRoot": True, "runAsUser": 1000})
+    c = k.container(
+        "trainer",
+        env=[
+            {"name": "NCCL_DEBUG", "value": "TRACE"},
+            {"name": "NCCL_IB_HCA", "valueFrom": {"configMapKeyRef": {"name": "n", "key": "hca"}}},
+        ],
+        envFrom=[{"prefix": "NCCL_", "configMapRef": {"name": "nccl-tuning"}}],
+        securityContext={"runAsNonRoot": True, "runAsUser": 1000},
+    )
     resp, out, d = mutate_twice(k.pod([c]), ML, policies)
     text = "\n".join(resp["warnings"])
     assert "NCCL_DEBUG=TRACE" in text and "envFrom" in text and "NCCL_IB_HCA come from valueFrom" in text
@@ -433,6 +522,7 @@ def test_decision_does_not_modify_its_input(policies):
 
 # -- operator pod shapes ------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("make", [k.pytorchjob_worker, k.mpijob_worker, k.jobset_worker])
 def test_operator_pod_shapes(policies, make):
     pod = make()
@@ -444,16 +534,19 @@ def test_operator_pod_shapes(policies, make):
     assert o0["env"][: len(c0.get("env", []))] == c0.get("env", [])
 
 
-@pytest.mark.parametrize("text, settings", [
-    ("export NCCL_NET=Socket", [("NCCL_NET", "Socket")]),
-    ('export NCCL_NET=Soc"ket"', [("NCCL_NET", "Socket")]),  # the shell joins quoted parts of a word
-    ("export NCCL_NET=So'ck'et", [("NCCL_NET", "Socket")]),
-    ("NCCL_IB_DISABLE=\\1 torchrun", [("NCCL_IB_DISABLE", "1")]),  # a backslash escapes the next character
-    ("export NCCL_NET='Socket'", [("NCCL_NET", "Socket")]),
-    ('export NCCL_NET=So"ck', [("NCCL_NET", 'So"ck')]),  # unbalanced: kept as written
-    ("export NCCL_IB_DISABLE=$FLAG", []),
-    ("echo hello", []),
-])
+@pytest.mark.parametrize(
+    "text, settings",
+    [
+        ("export NCCL_NET=Socket", [("NCCL_NET", "Socket")]),
+        ('export NCCL_NET=Soc"ket"', [("NCCL_NET", "Socket")]),  # the shell joins quoted parts of a word
+        ("export NCCL_NET=So'ck'et", [("NCCL_NET", "Socket")]),
+        ("NCCL_IB_DISABLE=\\1 torchrun", [("NCCL_IB_DISABLE", "1")]),  # a backslash escapes the next character
+        ("export NCCL_NET='Socket'", [("NCCL_NET", "Socket")]),
+        ('export NCCL_NET=So"ck', [("NCCL_NET", 'So"ck')]),  # unbalanced: kept as written
+        ("export NCCL_IB_DISABLE=$FLAG", []),
+        ("echo hello", []),
+    ],
+)
 def test_command_settings_read_words_as_the_shell_does(text, settings):
     from webhook.core.subject import command_settings
 

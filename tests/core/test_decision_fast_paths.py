@@ -23,10 +23,12 @@ _REF = re.compile(r"\$\$|\$\(([^)]*)\)")
 
 def _expand_by_sub(value: str, defined: dict[str, str]) -> str:
     """The substitution as first written (third_party/forked/golang/expansion)."""
+
     def sub(m: re.Match[str]) -> str:
         if m.group(0) == "$$":
             return "$"
         return defined[m.group(1)] if m.group(1) in defined else m.group(0)
+
     return _REF.sub(sub, value)
 
 
@@ -34,16 +36,23 @@ _text = st.text(alphabet="$()AB_x ", max_size=16)
 
 
 @settings(max_examples=50 if FEW else 500, deadline=None)
-@given(_text, st.dictionaries(st.sampled_from(["A", "B", "AB", "", "x y"]), st.text(alphabet="$()A_", max_size=4), max_size=3))
+@given(
+    _text,
+    st.dictionaries(st.sampled_from(["A", "B", "AB", "", "x y"]), st.text(alphabet="$()A_", max_size=4), max_size=3),
+)
 def test_expand_matches_the_regex_substitution(value, defined):
     assert k8s.expand(value, defined) == _expand_by_sub(value, defined)
 
 
-_env_items = st.lists(st.one_of(
-    st.builds(lambda n, v: {"name": n, "value": v}, st.sampled_from("ABCD"), _text),
-    st.builds(lambda n: {"name": n, "valueFrom": {"fieldRef": {"fieldPath": "x"}}}, st.sampled_from("ABCD")),
-    st.builds(lambda n: {"name": n}, st.sampled_from("ABCD")),
-    st.sampled_from([None, "junk", {"name": 5}])), max_size=8)
+_env_items = st.lists(
+    st.one_of(
+        st.builds(lambda n, v: {"name": n, "value": v}, st.sampled_from("ABCD"), _text),
+        st.builds(lambda n: {"name": n, "valueFrom": {"fieldRef": {"fieldPath": "x"}}}, st.sampled_from("ABCD")),
+        st.builds(lambda n: {"name": n}, st.sampled_from("ABCD")),
+        st.sampled_from([None, "junk", {"name": 5}]),
+    ),
+    max_size=8,
+)
 
 
 @settings(max_examples=30 if FEW else 300, deadline=None)
@@ -90,9 +99,10 @@ def test_command_scan_expands_only_a_reference_within_one_word():
     # "$" ending one word and "(" starting the next is no reference: `$$` stays unexpanded then
     c = k.container("launcher", gpus=None, command=["sh", "-c", "x$", "(NCCL_IB_DISABLE=1)", "$$"])
     assert subject.command_words(c) == ["sh", "-c", "x$", "(NCCL_IB_DISABLE=1)", "$$"]
-    c = k.container("launcher", gpus=None, command=["echo", "$(A)", "$$"], env=[{"name": "A", "value": "NCCL_NET=Socket"}])
+    c = k.container(
+        "launcher", gpus=None, command=["echo", "$(A)", "$$"], env=[{"name": "A", "value": "NCCL_NET=Socket"}]
+    )
     assert subject.command_words(c) == ["echo", "NCCL_NET=Socket", "$"]
-
 
 
 # The assignment scan as first written: one regex with the word-start lookbehind first, tried at
@@ -102,7 +112,8 @@ def test_command_scan_expands_only_a_reference_within_one_word():
 # written): what is compared here is which `NAME=` the two regexes find, in order.
 _ASSIGN_FIRST = re.compile(
     r"(?<![A-Za-z0-9_])(" + "|".join(subject._SCANNED) + r")="
-    r"|environ\[\s*[\"'](" + "|".join(subject._SCANNED) + r")[\"']\s*\]\s*=\s*(\"[^\"]*\"|'[^']*')")
+    r"|environ\[\s*[\"'](" + "|".join(subject._SCANNED) + r")[\"']\s*\]\s*=\s*(\"[^\"]*\"|'[^']*')"
+)
 
 
 def _settings_as_first_written(text: str) -> list[tuple[str, str]]:
@@ -125,9 +136,34 @@ def _settings_as_first_written(text: str) -> list[tuple[str, str]]:
     return out
 
 
-_command_text = st.lists(st.sampled_from(["NCCL_NET", "NCCL_IB_DISABLE", "NCCL_DEBUG", "NCCL_NETX", "NCCL_", "X", "_",
-                                          "=", "1", "IB", " ", ";", "'", '"', "\\", "environ[", "]", "os.", "\n", "$", "é"]),
-                         max_size=16).map("".join)
+_command_text = st.lists(
+    st.sampled_from(
+        [
+            "NCCL_NET",
+            "NCCL_IB_DISABLE",
+            "NCCL_DEBUG",
+            "NCCL_NETX",
+            "NCCL_",
+            "X",
+            "_",
+            "=",
+            "1",
+            "IB",
+            " ",
+            ";",
+            "'",
+            '"',
+            "\\",
+            "environ[",
+            "]",
+            "os.",
+            "\n",
+            "$",
+            "é",
+        ]
+    ),
+    max_size=16,
+).map("".join)
 
 
 @settings(max_examples=200 if FEW else 2000, deadline=None)
@@ -141,7 +177,12 @@ def test_command_scan_finds_what_the_single_regex_found(text):
 
 
 def test_command_scan_examples_agree_with_the_single_regex():
-    for text in ['export NCCL_DEBUG=INFO\nexport NCCL_NET=IB\ntorchrun x.py', "XNCCL_NET=IB NCCL_NET=Socket",
-                 "_NCCL_NET=1;NCCL_IB_DISABLE='1'", 'os.environ["NCCL_NET"] = "NCCL_IB_DISABLE=1"',
-                 "éNCCL_NET=x NCCL_NETX=1", 'NCCL_NET="environ[\'NCCL_NET\']=\'x\'"']:
+    for text in [
+        'export NCCL_DEBUG=INFO\nexport NCCL_NET=IB\ntorchrun x.py',
+        "XNCCL_NET=IB NCCL_NET=Socket",
+        "_NCCL_NET=1;NCCL_IB_DISABLE='1'",
+        'os.environ["NCCL_NET"] = "NCCL_IB_DISABLE=1"',
+        "éNCCL_NET=x NCCL_NETX=1",
+        'NCCL_NET="environ[\'NCCL_NET\']=\'x\'"',
+    ]:
         assert scan_text(text, subject.SCANNED_NAMES) == _settings_as_first_written(text), text

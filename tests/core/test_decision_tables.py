@@ -21,7 +21,6 @@ passes by default.
 from __future__ import annotations
 
 import copy
-import re
 
 import pytest
 
@@ -34,9 +33,16 @@ from webhook.core import keys
 from webhook.core.decision import DENIED, select_policy
 from webhook.core.decision import decide as _decide
 from webhook.core.model import PolicySet
-from webhook.fabrics import transports
-from webhook.fabrics.transports import (DENY, NETWORK_DEVICE, NETWORK_DEVICE_PREFIXES, RDMA_SHARED, SHARED_DEVICE_PREFIX,
-                                        TRANSPORTS, WARN, WELL_KNOWN_RDMA)
+from webhook.fabrics.transports import (
+    DENY,
+    NETWORK_DEVICE,
+    NETWORK_DEVICE_PREFIXES,
+    RDMA_SHARED,
+    SHARED_DEVICE_PREFIX,
+    TRANSPORTS,
+    WARN,
+    WELL_KNOWN_RDMA,
+)
 from webhook.kinds import trainer, verdict, workloads
 from webhook.kinds.workloads import TEMPLATES, Converted, Embedded, Nested, TrainJobPods
 from webhook.policy.claim_template import aligned_template
@@ -54,16 +60,31 @@ def _nic_objects(policy) -> list[dict]:
     driver) and, in every namespace of the example cluster, a ResourceClaimTemplate of it."""
     dra = policy.dra
     driver = sorted(dra.drivers)[0] if dra.drivers else "nic.example.com"
-    cel = f'device.driver == "{driver}"' + "".join(f' && device.attributes["{driver}"].note == "{t}"' for t in dra.selectors[:1])
+    cel = f'device.driver == "{driver}"' + "".join(
+        f' && device.attributes["{driver}"].note == "{t}"' for t in dra.selectors[:1]
+    )
     cls = sorted(dra.classes)[0] if dra.classes else f"{policy.name}-nic"
-    out = [{"apiVersion": "resource.k8s.io/v1", "kind": "DeviceClass", "metadata": {"name": cls},
-            "spec": {"selectors": [{"cel": {"expression": cel}}]}}]
+    out = [
+        {
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "DeviceClass",
+            "metadata": {"name": cls},
+            "spec": {"selectors": [{"cel": {"expression": cel}}]},
+        }
+    ]
     for ns in NAMESPACES:
-        out.append({"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaimTemplate",
-                    "metadata": {"name": f"{policy.name}-nic", "namespace": ns},
-                    "spec": {"spec": {"devices": {"requests": [{"name": "nic", "exactly": {"deviceClassName": cls}}]}}}})
+        out.append(
+            {
+                "apiVersion": "resource.k8s.io/v1",
+                "kind": "ResourceClaimTemplate",
+                "metadata": {"name": f"{policy.name}-nic", "namespace": ns},
+                "spec": {"spec": {"devices": {"requests": [{"name": "nic", "exactly": {"deviceClassName": cls}}]}}},
+            }
+        )
         if policy.claim is not None and policy.claim.aligned:  # its GPU and NIC pairs, as the CLI writes them
-            out.extend(aligned_template(policy.claim.template_for(n), n, "gpu.nvidia.com", cls, ns) for n in range(1, 9))
+            out.extend(
+                aligned_template(policy.claim.template_for(n), n, "gpu.nvidia.com", cls, ns) for n in range(1, 9)
+            )
     return out
 
 
@@ -158,29 +179,76 @@ def test_each_launcher_flag_is_read_as_the_launcher_reads_it(launcher, flag, act
 # forward variables, each in a command as those pages show it. A flag missing from a family's
 # table makes its argument the program, and the setting after it is lost.
 DOCUMENTED = {
-    "openmpi": (("orterun", "prterun", "mpirun.openmpi", "mpiexec.openmpi", "mpirun", "mpiexec"),
-                {"-np": "16", "-n": "16", "-c": "16", "-H": "node1:8,node2:8", "--host": "node1,node2", "-host": "node1",
-                 "--hostfile": "/etc/mpi/hostfile", "-hostfile": "/etc/mpi/hostfile", "--machinefile": "/etc/mpi/hostfile",
-                 "--map-by": "ppr:8:node", "--bind-to": "none", "--rank-by": "slot", "-N": "8", "-npernode": "8",
-                 "--prefix": "/opt/openmpi", "--wdir": "/workspace", "-wdir": "/workspace", "--output-filename": "/tmp/out"},
-                {"-x": "export", "--mca": "mca", "-mca": "mca", "--gmca": "mca"}),
-    "hydra": (("mpiexec.hydra", "mpirun.mpich", "mpiexec.mpich", "mpirun", "mpiexec"),
-              {"-n": "16", "-np": "16", "-f": "/etc/mpi/hostfile", "-hostfile": "/etc/mpi/hostfile",
-               "-machinefile": "/etc/mpi/hostfile", "-host": "node1", "-hosts": "node1,node2", "-ppn": "8", "-perhost": "8",
-               "-wdir": "/workspace", "-configfile": "/etc/mpi/config", "-bootstrap": "ssh", "-bootstrap-exec": "/usr/bin/ssh",
-               "-launcher": "ssh", "-iface": "eth0", "-genvexcl": "PATH", "-envexcl": "PATH", "-bind-to": "core",
-               "-map-by": "socket"},
-              {"-genv": "set", "-env": "set", "-genvlist": "forward", "-envlist": "forward"}),
+    "openmpi": (
+        ("orterun", "prterun", "mpirun.openmpi", "mpiexec.openmpi", "mpirun", "mpiexec"),
+        {
+            "-np": "16",
+            "-n": "16",
+            "-c": "16",
+            "-H": "node1:8,node2:8",
+            "--host": "node1,node2",
+            "-host": "node1",
+            "--hostfile": "/etc/mpi/hostfile",
+            "-hostfile": "/etc/mpi/hostfile",
+            "--machinefile": "/etc/mpi/hostfile",
+            "--map-by": "ppr:8:node",
+            "--bind-to": "none",
+            "--rank-by": "slot",
+            "-N": "8",
+            "-npernode": "8",
+            "--prefix": "/opt/openmpi",
+            "--wdir": "/workspace",
+            "-wdir": "/workspace",
+            "--output-filename": "/tmp/out",
+        },
+        {"-x": "export", "--mca": "mca", "-mca": "mca", "--gmca": "mca"},
+    ),
+    "hydra": (
+        ("mpiexec.hydra", "mpirun.mpich", "mpiexec.mpich", "mpirun", "mpiexec"),
+        {
+            "-n": "16",
+            "-np": "16",
+            "-f": "/etc/mpi/hostfile",
+            "-hostfile": "/etc/mpi/hostfile",
+            "-machinefile": "/etc/mpi/hostfile",
+            "-host": "node1",
+            "-hosts": "node1,node2",
+            "-ppn": "8",
+            "-perhost": "8",
+            "-wdir": "/workspace",
+            "-configfile": "/etc/mpi/config",
+            "-bootstrap": "ssh",
+            "-bootstrap-exec": "/usr/bin/ssh",
+            "-launcher": "ssh",
+            "-iface": "eth0",
+            "-genvexcl": "PATH",
+            "-envexcl": "PATH",
+            "-bind-to": "core",
+            "-map-by": "socket",
+        },
+        {"-genv": "set", "-env": "set", "-genvlist": "forward", "-envlist": "forward"},
+    ),
 }
-DOCUMENTED_ARGS = [(fam, launcher, flag, word) for fam, (launchers, args, _) in DOCUMENTED.items()
-                   for launcher in launchers for flag, word in args.items()]
-DOCUMENTED_SETTERS = [(fam, launcher, flag, action) for fam, (launchers, _, setters) in DOCUMENTED.items()
-                      for launcher in launchers for flag, action in setters.items()]
+DOCUMENTED_ARGS = [
+    (fam, launcher, flag, word)
+    for fam, (launchers, args, _) in DOCUMENTED.items()
+    for launcher in launchers
+    for flag, word in args.items()
+]
+DOCUMENTED_SETTERS = [
+    (fam, launcher, flag, action)
+    for fam, (launchers, _, setters) in DOCUMENTED.items()
+    for launcher in launchers
+    for flag, action in setters.items()
+]
 _SETTING = {"openmpi": ["-x", "NCCL_IB_DISABLE=1"], "hydra": ["-genv", "NCCL_IB_DISABLE", "1"]}
 
 
-@pytest.mark.parametrize("family,launcher,flag,word", DOCUMENTED_ARGS,
-                         ids=[f"{f}-{launcher}{flag}" for f, launcher, flag, _ in DOCUMENTED_ARGS])
+@pytest.mark.parametrize(
+    "family,launcher,flag,word",
+    DOCUMENTED_ARGS,
+    ids=[f"{f}-{launcher}{flag}" for f, launcher, flag, _ in DOCUMENTED_ARGS],
+)
 def test_each_documented_flag_with_an_argument_is_in_the_table_and_read(family, launcher, flag, word):
     argv = [launcher, flag, word, *_SETTING[family], *RANK_PROGRAM]
     got = reader.settings(argv, NAMES)
@@ -188,8 +256,11 @@ def test_each_documented_flag_with_an_argument_is_in_the_table_and_read(family, 
     assert LAUNCHERS[launcher].get(flag) == "arg", f"{launcher} {flag} takes an argument ({family} documents it)"
 
 
-@pytest.mark.parametrize("family,launcher,flag,action", DOCUMENTED_SETTERS,
-                         ids=[f"{f}-{launcher}{flag}" for f, launcher, flag, _ in DOCUMENTED_SETTERS])
+@pytest.mark.parametrize(
+    "family,launcher,flag,action",
+    DOCUMENTED_SETTERS,
+    ids=[f"{f}-{launcher}{flag}" for f, launcher, flag, _ in DOCUMENTED_SETTERS],
+)
 def test_each_documented_setting_flag_is_in_the_table(family, launcher, flag, action):
     assert LAUNCHERS[launcher].get(flag) == action
 
@@ -207,12 +278,22 @@ def test_a_program_argument_that_looks_like_a_flag_is_not_a_launcher_flag(launch
 # The device-plugin resources named in the plugins' and operators' documentation (AWS EFA device
 # plugin, Alibaba eRDMA controller, NVIDIA network-operator SR-IOV and RDMA shared device plugin,
 # OpenShift SR-IOV operator): pinned here, since a case generated from the table goes with its entry.
-DOCUMENTED_RDMA = ["vpc.amazonaws.com/efa", "aliyun/erdma", "rdma/rdma_shared_device_a", "rdma/hca_shared_devices_a",
-                   "rdma/shared_ib"]
+DOCUMENTED_RDMA = [
+    "vpc.amazonaws.com/efa",
+    "aliyun/erdma",
+    "rdma/rdma_shared_device_a",
+    "rdma/hca_shared_devices_a",
+    "rdma/shared_ib",
+]
 # SR-IOV VFs and host devices as the operators' examples name them: network devices, known as such
 # through the NetworkAttachmentDefinition that names them.
-DOCUMENTED_NETWORK_DEVICES = ["nvidia.com/rdma-vf", "openshift.io/mellanoxrdma", "openshift.io/sriovlegacy",
-                              "nvidia.com/hostdev", "intel.com/intel_sriov_netdevice"]
+DOCUMENTED_NETWORK_DEVICES = [
+    "nvidia.com/rdma-vf",
+    "openshift.io/mellanoxrdma",
+    "openshift.io/sriovlegacy",
+    "nvidia.com/hostdev",
+    "intel.com/intel_sriov_netdevice",
+]
 
 
 def _rdma_families() -> list[str]:
@@ -240,13 +321,22 @@ def _baseline(policy_name: str, env=None, limits=None, policies: PolicySet = PS)
             continue
         c = k.container("trainer", env=env, limits=limits, **sec)
         # the sidecar a fabric needs (GPUDirect-TCPXO's tcpxo-daemon), as the policy names its image
-        side = [k.container(policy.sidecar.name, f"registry.example/{policy.sidecar.image}:1", gpus=None)] if policy.sidecar else []
+        side = (
+            [k.container(policy.sidecar.name, f"registry.example/{policy.sidecar.image}:1", gpus=None)]
+            if policy.sidecar
+            else []
+        )
         pod = k.pod([c, *side], namespace=name, annotations={keys.POD_POLICY: policy_name}, **kw, **_nic_claim(policy))
         chosen, why = select_policy(pod, ns, policies)
         if chosen is None or chosen.name != policy_name:
             continue
-        plain = k.pod([k.container("trainer", **sec), *side], namespace=name, annotations={keys.POD_POLICY: policy_name}, **kw,
-                      **_nic_claim(policy))
+        plain = k.pod(
+            [k.container("trainer", **sec), *side],
+            namespace=name,
+            annotations={keys.POD_POLICY: policy_name},
+            **kw,
+            **_nic_claim(policy),
+        )
         if decide(plain, ns, policies, STATE.attachments()).outcome == "mutated":  # the namespace has what it needs
             return pod, ns
     raise AssertionError(f"no namespace of {CLUSTER_STATE} allows policy {policy_name}")
@@ -281,8 +371,11 @@ def test_each_rdma_family_under_another_fabric_is_that_fabrics_device(policy_nam
     pod, ns = _baseline(policy_name, limits={resource: "1"}, policies=alone)
     d = decide(pod, ns, alone, STATE.attachments())
     mismatch = [f for f in d.denials if f.rule == "fabric-mismatch"]
-    if (resource in policy.expected_resources or resource in policy.equivalent_resources
-            or (resource.startswith(SHARED_DEVICE_PREFIX) and RDMA_SHARED in policy.families)):
+    if (
+        resource in policy.expected_resources
+        or resource in policy.equivalent_resources
+        or (resource.startswith(SHARED_DEVICE_PREFIX) and RDMA_SHARED in policy.families)
+    ):
         assert not mismatch, [f.message for f in mismatch]
         return
     assert d.outcome == DENIED and len(mismatch) == 1, (d.outcome, [f.message for f in d.denials])
@@ -304,8 +397,15 @@ def test_each_network_device_named_by_the_pods_network_is_that_family(policy_nam
     policy = PS.get(policy_name)
     pod, ns = _baseline(policy_name, limits={resource: "1"})
     pod["metadata"]["annotations"]["k8s.v1.cni.cncf.io/networks"] = "own-vf@ownnet"
-    nad = {"apiVersion": "k8s.cni.cncf.io/v1", "kind": "NetworkAttachmentDefinition",
-           "metadata": {"name": "own-vf", "namespace": ns.name, "annotations": {"k8s.v1.cni.cncf.io/resourceName": resource}}}
+    nad = {
+        "apiVersion": "k8s.cni.cncf.io/v1",
+        "kind": "NetworkAttachmentDefinition",
+        "metadata": {
+            "name": "own-vf",
+            "namespace": ns.name,
+            "annotations": {"k8s.v1.cni.cncf.io/resourceName": resource},
+        },
+    }
     state = State(list(STATE._namespaces.values()), [*STATE._nads.values(), nad])
     d = decide(pod, ns, PS, state.attachments())
     mismatch = [f for f in d.denials if f.rule == "fabric-mismatch"]
@@ -337,6 +437,7 @@ def test_a_network_device_without_a_network_naming_it_is_nothing_to_the_fabric(r
 
 # -- transports' signatures --------------------------------------------------------------------------
 
+
 def _first_device(fabric) -> str:
     return fabric.hca_devices[0]
 
@@ -346,25 +447,36 @@ def _first_device(fabric) -> str:
 SAMPLES = {
     "NCCL_IB_DISABLE": (lambda f: ["1", "0x1", "-1"], lambda f: ["0", "00"]),
     "NCCL_NET": (lambda f: ["Socket", "socket"], lambda f: list(f.nccl_nets) + [n.lower() for n in f.nccl_nets]),
-    "NCCL_IB_HCA": (lambda f: ["eth0", "^" + _first_device(f).rstrip("0123456789")],
-                    lambda f: [_first_device(f), "=" + _first_device(f), _first_device(f) + ":1"]),
+    "NCCL_IB_HCA": (
+        lambda f: ["eth0", "^" + _first_device(f).rstrip("0123456789")],
+        lambda f: [_first_device(f), "=" + _first_device(f), _first_device(f) + ":1"],
+    ),
     "FI_PROVIDER": (lambda f: ["tcp", "sockets", "^" + ",".join(f.providers)], lambda f: [*f.providers, "^tcp"]),
     "NCCL_NET_PLUGIN": (lambda f: ["none", "nccl-net-other"], lambda f: list(f.net_plugins)),
     "FI_EFA_USE_DEVICE_RDMA": (lambda f: ["0", "false"], lambda f: ["1"]),
-    "NCCL_FASTRAK_IFNAME": (lambda f: ["eth0", "eth0,lo"], lambda f: ["eth1,eth2,eth3,eth4,eth5,eth6,eth7,eth8", "eth1"]),
+    "NCCL_FASTRAK_IFNAME": (
+        lambda f: ["eth0", "eth0,lo"],
+        lambda f: ["eth1,eth2,eth3,eth4,eth5,eth6,eth7,eth8", "eth1"],
+    ),
 }
 
-SIGNATURE_CASES = [(p, transport, i) for transport, sigs in TRANSPORTS.items() for i in range(len(sigs))
-                   for p in SHIPPED if PS.get(p).fabric.transport == transport]
+SIGNATURE_CASES = [
+    (p, transport, i)
+    for transport, sigs in TRANSPORTS.items()
+    for i in range(len(sigs))
+    for p in SHIPPED
+    if PS.get(p).fabric.transport == transport
+]
 
 
 # What each transport must judge (docs/pods.md, "Denials"), pinned: a signature removed from the table
 # takes its generated case along.
-DOCUMENTED_SIGNATURES = {"ib-verbs": {"NCCL_IB_DISABLE": DENY, "NCCL_NET": DENY, "NCCL_IB_HCA": DENY},
-                         "libfabric": {"FI_PROVIDER": DENY, "NCCL_NET_PLUGIN": DENY, "NCCL_NET": DENY,
-                                       "FI_EFA_USE_DEVICE_RDMA": WARN},
-                         "gib": {"NCCL_NET": DENY, "NCCL_NET_PLUGIN": DENY, "NCCL_IB_DISABLE": DENY, "NCCL_IB_HCA": DENY},
-                         "fastrak": {"NCCL_NET": DENY, "NCCL_NET_PLUGIN": DENY, "NCCL_FASTRAK_IFNAME": WARN}}
+DOCUMENTED_SIGNATURES = {
+    "ib-verbs": {"NCCL_IB_DISABLE": DENY, "NCCL_NET": DENY, "NCCL_IB_HCA": DENY},
+    "libfabric": {"FI_PROVIDER": DENY, "NCCL_NET_PLUGIN": DENY, "NCCL_NET": DENY, "FI_EFA_USE_DEVICE_RDMA": WARN},
+    "gib": {"NCCL_NET": DENY, "NCCL_NET_PLUGIN": DENY, "NCCL_IB_DISABLE": DENY, "NCCL_IB_HCA": DENY},
+    "fastrak": {"NCCL_NET": DENY, "NCCL_NET_PLUGIN": DENY, "NCCL_FASTRAK_IFNAME": WARN},
+}
 
 
 @pytest.mark.parametrize("transport", sorted(DOCUMENTED_SIGNATURES))
@@ -379,8 +491,11 @@ def test_each_transport_is_used_by_a_shipped_policy():
     assert set(TRANSPORTS) <= used, f"transports no shipped policy tests: {set(TRANSPORTS) - used}"
 
 
-@pytest.mark.parametrize("policy_name,transport,index", SIGNATURE_CASES,
-                         ids=[f"{p}-{TRANSPORTS[t][i].variable}" for p, t, i in SIGNATURE_CASES])
+@pytest.mark.parametrize(
+    "policy_name,transport,index",
+    SIGNATURE_CASES,
+    ids=[f"{p}-{TRANSPORTS[t][i].variable}" for p, t, i in SIGNATURE_CASES],
+)
 def test_each_signature_judges_its_values_through_the_decision(policy_name, transport, index):
     sig = TRANSPORTS[transport][index]
     assert sig.variable in SAMPLES, f"no sample for {sig.variable}: add its falling-back and good values to SAMPLES"
@@ -395,7 +510,9 @@ def test_each_signature_judges_its_values_through_the_decision(policy_name, tran
         said = f"{sig.variable}={value!r}"
         if sig.severity == DENY:
             assert d.outcome == DENIED, (value, d.outcome)
-            assert any(f.rule == "env-fallback" and said in f.message for f in d.denials), [f.message for f in d.denials]
+            assert any(f.rule == "env-fallback" and said in f.message for f in d.denials), [
+                f.message for f in d.denials
+            ]
         else:
             assert sig.severity == WARN
             assert d.allowed and any(said in w for w in d.warnings), d.warnings
@@ -493,10 +610,19 @@ class _Runtimes:
 
 
 def _runtime(env):
-    job = {"name": "node", "template": {"metadata": {"labels": {trainer.ANCESTOR_LABEL: "trainer"}},
-                                        "spec": {"template": gpu_template(env)}}}
-    return {"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "ClusterTrainingRuntime", "metadata": {"name": "rt"},
-            "spec": {"template": {"spec": {"replicatedJobs": [job]}}}}
+    job = {
+        "name": "node",
+        "template": {
+            "metadata": {"labels": {trainer.ANCESTOR_LABEL: "trainer"}},
+            "spec": {"template": gpu_template(env)},
+        },
+    }
+    return {
+        "apiVersion": "trainer.kubeflow.org/v1alpha1",
+        "kind": "ClusterTrainingRuntime",
+        "metadata": {"name": "rt"},
+        "spec": {"template": {"spec": {"replicatedJobs": [job]}}},
+    }
 
 
 def build(group: str, kind: str, env=None, depth: int = 0) -> tuple[dict, list[str], _Runtimes | None]:
@@ -514,7 +640,7 @@ def build(group: str, kind: str, env=None, depth: int = 0) -> tuple[dict, list[s
             value = inner.get("spec", {}) if source.spec else inner
             placed, shown = _place(source.path, value)
             for p in inner_paths:
-                expected.append(f"{shown}.{p[len('spec.'):] if source.spec and p.startswith('spec.') else p}")
+                expected.append(f"{shown}.{p[len('spec.') :] if source.spec and p.startswith('spec.') else p}")
         elif isinstance(source, Embedded):
             job = {"apiVersion": "batch/v1", "kind": "Job", "spec": {"template": gpu_template(env)}}
             placed, shown = _place(source.path, job)
@@ -522,7 +648,9 @@ def build(group: str, kind: str, env=None, depth: int = 0) -> tuple[dict, list[s
         elif isinstance(source, Converted) and source.build is workloads._rbg_role:
             placed, shown = _place(source.path, {"replicas": 2, "template": gpu_template(env)})
             expected.append(f"{shown}.template")
-        elif isinstance(source, Converted) and "_argo" in source.build.__qualname__:  # mutmut renames it x__argo__mutmut_orig
+        elif (
+            isinstance(source, Converted) and "_argo" in source.build.__qualname__
+        ):  # mutmut renames it x__argo__mutmut_orig
             placed, shown = _place(source.path, None)
             parent = placed
             for part in source.path.split(".")[:-1]:
@@ -537,7 +665,11 @@ def build(group: str, kind: str, env=None, depth: int = 0) -> tuple[dict, list[s
             pytest.fail(f"no builder for source {source!r} of {kind}: teach test_tables.build this source type")
         _deep_merge(obj, placed)
     api = f"{group}/v1" if group else "v1"
-    return {"apiVersion": api, "kind": kind, "metadata": {"name": "train", "namespace": "ml-training"}, **obj}, expected, runtimes
+    return (
+        {"apiVersion": api, "kind": kind, "metadata": {"name": "train", "namespace": "ml-training"}, **obj},
+        expected,
+        runtimes,
+    )
 
 
 def _deep_merge(into: dict, other: dict) -> None:
@@ -553,21 +685,35 @@ def _deep_merge(into: dict, other: dict) -> None:
 
 KINDS = sorted(TEMPLATES)
 # The kinds docs/workloads.md and webhook/kinds/workloads.py promise to check, pinned.
-DOCUMENTED_KINDS = [("batch", "Job"), ("batch", "CronJob"), ("apps", "Deployment"), ("apps", "StatefulSet"),
-                    ("jobset.x-k8s.io", "JobSet"), ("kubeflow.org", "PyTorchJob"), ("kubeflow.org", "MPIJob"),
-                    ("trainer.kubeflow.org", "TrainJob"), ("trainer.kubeflow.org", "TrainingRuntime"),
-                    ("trainer.kubeflow.org", "ClusterTrainingRuntime"), ("leaderworkerset.x-k8s.io", "LeaderWorkerSet"),
-                    ("batch.volcano.sh", "Job"), ("ray.io", "RayCluster"), ("ray.io", "RayJob"),
-                    ("workload.codeflare.dev", "AppWrapper"), ("workloads.x-k8s.io", "RoleBasedGroup"),
-                    ("argoproj.io", "Workflow")]
+DOCUMENTED_KINDS = [
+    ("batch", "Job"),
+    ("batch", "CronJob"),
+    ("apps", "Deployment"),
+    ("apps", "StatefulSet"),
+    ("jobset.x-k8s.io", "JobSet"),
+    ("kubeflow.org", "PyTorchJob"),
+    ("kubeflow.org", "MPIJob"),
+    ("trainer.kubeflow.org", "TrainJob"),
+    ("trainer.kubeflow.org", "TrainingRuntime"),
+    ("trainer.kubeflow.org", "ClusterTrainingRuntime"),
+    ("leaderworkerset.x-k8s.io", "LeaderWorkerSet"),
+    ("batch.volcano.sh", "Job"),
+    ("ray.io", "RayCluster"),
+    ("ray.io", "RayJob"),
+    ("workload.codeflare.dev", "AppWrapper"),
+    ("workloads.x-k8s.io", "RoleBasedGroup"),
+    ("argoproj.io", "Workflow"),
+]
 
 
 # Where the operators' CRDs keep the pod templates, for kinds with more than one: pinned, since the
 # expansion test builds its object from the table's own paths and a path removed goes unseen there.
 DOCUMENTED_PATHS = {
     ("ray.io", "RayCluster"): ["spec.headGroupSpec.template", "spec.workerGroupSpecs[].template"],
-    ("leaderworkerset.x-k8s.io", "LeaderWorkerSet"): ["spec.leaderWorkerTemplate.leaderTemplate",
-                                                      "spec.leaderWorkerTemplate.workerTemplate"],
+    ("leaderworkerset.x-k8s.io", "LeaderWorkerSet"): [
+        "spec.leaderWorkerTemplate.leaderTemplate",
+        "spec.leaderWorkerTemplate.workerTemplate",
+    ],
     ("ray.io", "RayJob"): ["spec.submitterPodTemplate"],
     ("batch.volcano.sh", "Job"): ["spec.tasks[].template"],
     ("jobset.x-k8s.io", "JobSet"): ["spec.replicatedJobs[].template.spec.template"],
@@ -578,6 +724,8 @@ def test_each_documented_kind_is_in_the_table():
     assert [kind for kind in DOCUMENTED_KINDS if kind not in TEMPLATES] == []
     for kind, paths in DOCUMENTED_PATHS.items():
         assert [p for p in paths if p not in TEMPLATES[kind]] == [], kind
+
+
 ML = STATE.namespace("ml-training")
 
 

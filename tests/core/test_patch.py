@@ -17,8 +17,11 @@ from webhook.core import patch
 
 keys = st.text(alphabet="ab/~c-.0", min_size=0, max_size=4)
 leaves = st.one_of(st.none(), st.booleans(), st.integers(-5, 5), st.text(max_size=3))
-docs = st.recursive(leaves, lambda inner: st.one_of(st.lists(inner, max_size=4), st.dictionaries(keys, inner, max_size=4)),
-                    max_leaves=20)
+docs = st.recursive(
+    leaves,
+    lambda inner: st.one_of(st.lists(inner, max_size=4), st.dictionaries(keys, inner, max_size=4)),
+    max_leaves=20,
+)
 
 
 @settings(max_examples=40 if FEW else 400, deadline=None)
@@ -47,8 +50,13 @@ def _same_types(x, y) -> bool:
 
 def test_escapes_and_parents():
     a = {"metadata": {}, "spec": {"containers": [{"name": "t"}]}}
-    b = {"metadata": {"annotations": {"rdma-webhook.io/status": "injected"}},
-         "spec": {"containers": [{"name": "t", "env": [{"name": "NCCL_NET", "value": "IB"}]}], "volumes": [{"name": "v"}]}}
+    b = {
+        "metadata": {"annotations": {"rdma-webhook.io/status": "injected"}},
+        "spec": {
+            "containers": [{"name": "t", "env": [{"name": "NCCL_NET", "value": "IB"}]}],
+            "volumes": [{"name": "v"}],
+        },
+    }
     ops = patch.make(a, b)
     assert {"op": "add", "path": "/metadata/annotations", "value": {"rdma-webhook.io/status": "injected"}} in ops
     assert {"op": "add", "path": "/spec/volumes", "value": [{"name": "v"}]} in ops
@@ -63,23 +71,28 @@ def test_a_changed_type_is_one_replace():
     assert patch.make([0], [False]) == [{"op": "replace", "path": "/0", "value": False}]
 
 
-@pytest.mark.parametrize("a,b", [
-    ([1, 2, 3, 4], [1, 2]),                      # removals from the end, backwards
-    ([1, 2, 3], []),
-    ({"l": [{"x": 1}, {"y": 2}, {"z": 3}]}, {"l": [{"x": 1}]}),
-    ([0, 1], [0, True]),                         # equal in Python, not in JSON
-    ([[0], {"a": 1}], [[False], {"a": True}]),
-    ({"a": 1, "b": 2, "c": 3}, {"a": 1}),        # removed keys
-    ({"a": 1, "b": 2}, {"c": 1, "d": 2}),        # as many keys, other names
-    ({"a": {"b": [1, 2]}}, {"a": {"b": [1, 2, 3]}}),
-    ({"a": [1, {"b": 1}]}, {"a": [1, {"b": 2}], "c": []}),
-    ([{"a": [0]}, 1], [{"a": [False]}, 1]),
-])
+@pytest.mark.parametrize(
+    "a,b",
+    [
+        ([1, 2, 3, 4], [1, 2]),  # removals from the end, backwards
+        ([1, 2, 3], []),
+        ({"l": [{"x": 1}, {"y": 2}, {"z": 3}]}, {"l": [{"x": 1}]}),
+        ([0, 1], [0, True]),  # equal in Python, not in JSON
+        ([[0], {"a": 1}], [[False], {"a": True}]),
+        ({"a": 1, "b": 2, "c": 3}, {"a": 1}),  # removed keys
+        ({"a": 1, "b": 2}, {"c": 1, "d": 2}),  # as many keys, other names
+        ({"a": {"b": [1, 2]}}, {"a": {"b": [1, 2, 3]}}),
+        ({"a": [1, {"b": 1}]}, {"a": [1, {"b": 2}], "c": []}),
+        ([{"a": [0]}, 1], [{"a": [False]}, 1]),
+    ],
+)
 def test_cases_a_few_examples_may_miss(a, b):
     """Deterministic cases for the walks the property covers by chance (the mutation profile runs
     a tenth of its examples): list removals, JSON-type changes inside equal-looking values."""
     ops = patch.make(a, copy.deepcopy(b))
-    assert jsonpatch.apply_patch(copy.deepcopy(a), ops) == b and _same_types(jsonpatch.apply_patch(copy.deepcopy(a), ops), b)
+    assert jsonpatch.apply_patch(copy.deepcopy(a), ops) == b and _same_types(
+        jsonpatch.apply_patch(copy.deepcopy(a), ops), b
+    )
     assert patch.make(a, copy.deepcopy(a)) == []
     assert all(set(op) >= {"op", "path"} and op["op"] in ("add", "remove", "replace") for op in ops)
 
@@ -105,7 +118,10 @@ def test_words_inserted_in_a_command_line_are_one_replace_when_that_is_shorter()
     a = ["mpirun", "-np", "8", "bash", "-c", script]
     b = a[:1] + ["-x", "NCCL_NET"] + a[1:]
     ops = patch.make({"args": a}, {"args": b})
-    assert ops == [{"op": "add", "path": "/args/1", "value": "-x"}, {"op": "add", "path": "/args/2", "value": "NCCL_NET"}]
+    assert ops == [
+        {"op": "add", "path": "/args/1", "value": "-x"},
+        {"op": "add", "path": "/args/2", "value": "NCCL_NET"},
+    ]
     assert len(orjson.dumps(ops)) < len(orjson.dumps([{"op": "replace", "path": "/args", "value": b}]))
     b = ["mpirun", "-x", "NCCL_NET"] + [w.upper() for w in a[1:]]  # the tail changed too: pairs and appends
     assert jsonpatch.apply_patch({"args": list(a)}, patch.make({"args": a}, {"args": b})) == {"args": b}
@@ -122,7 +138,7 @@ def test_the_replace_of_a_command_line_is_chosen_by_its_bytes():
             ops = patch.make({"args": a}, {"args": b})
             whole = [{"op": "replace", "path": "/args", "value": b}]
             assert jsonpatch.apply_patch({"args": list(a)}, ops) == {"args": b}
-            assert len(orjson.dumps(ops)) <= len(orjson.dumps(whole)) + sum(len(w) + 3 for w in b[1:1 + grown])
+            assert len(orjson.dumps(ops)) <= len(orjson.dumps(whole)) + sum(len(w) + 3 for w in b[1 : 1 + grown])
 
 
 def test_items_appended_are_adds_at_the_end():
@@ -135,11 +151,15 @@ def test_items_appended_are_adds_at_the_end():
 
 def test_a_list_that_more_than_doubles_is_one_replace():
     """More new items than kept ones: the whole list in one replace, shorter than an add each."""
-    assert patch.make({"c": ["mpirun"]}, {"c": ["mpirun", "-x", "A"]}) == [{"op": "replace", "path": "/c", "value": ["mpirun", "-x", "A"]}]
+    assert patch.make({"c": ["mpirun"]}, {"c": ["mpirun", "-x", "A"]}) == [
+        {"op": "replace", "path": "/c", "value": ["mpirun", "-x", "A"]}
+    ]
     assert patch.make({"c": []}, {"c": ["x"]}) == [{"op": "replace", "path": "/c", "value": ["x"]}]
     a = [{"k": "a"}, {"k": "b"}]  # not words: as many new items as kept ones are adds
-    assert patch.make(a, [*a, {"k": "c"}, {"k": "d"}]) == [{"op": "add", "path": "/2", "value": {"k": "c"}},
-                                                         {"op": "add", "path": "/3", "value": {"k": "d"}}]
+    assert patch.make(a, [*a, {"k": "c"}, {"k": "d"}]) == [
+        {"op": "add", "path": "/2", "value": {"k": "c"}},
+        {"op": "add", "path": "/3", "value": {"k": "d"}},
+    ]
 
 
 def test_list_removals_are_from_the_end():
@@ -148,14 +168,32 @@ def test_list_removals_are_from_the_end():
 
 # A pod as the API server sends it, as JSON text: parsed twice, the two documents are equal and
 # share no object (not even their strings and large numbers), like a copy rebuilt from the wire.
-POD_TEXT = json.dumps({
-    "apiVersion": "v1", "kind": "Pod",
-    "metadata": {"generateName": "trainer-", "namespace": "ml-training", "labels": {"rdma-webhook.io/inject": "true"}},
-    "spec": {"priority": 100000, "containers": [{
-        "name": "trainer", "image": "nvcr.io/nvidia/pytorch:25.11-py3", "args": ["--nproc_per_node=8", "train.py"],
-        "env": [{"name": "MASTER_PORT", "value": "23456"}], "ports": [{"containerPort": 23456, "protocol": "TCP"}],
-        "resources": {"limits": {"nvidia.com/gpu": "8"}, "requests": {"nvidia.com/gpu": "8"}}}],
-        "securityContext": {}, "terminationGracePeriodSeconds": 30}})
+POD_TEXT = json.dumps(
+    {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "generateName": "trainer-",
+            "namespace": "ml-training",
+            "labels": {"rdma-webhook.io/inject": "true"},
+        },
+        "spec": {
+            "priority": 100000,
+            "containers": [
+                {
+                    "name": "trainer",
+                    "image": "nvcr.io/nvidia/pytorch:25.11-py3",
+                    "args": ["--nproc_per_node=8", "train.py"],
+                    "env": [{"name": "MASTER_PORT", "value": "23456"}],
+                    "ports": [{"containerPort": 23456, "protocol": "TCP"}],
+                    "resources": {"limits": {"nvidia.com/gpu": "8"}, "requests": {"nvidia.com/gpu": "8"}},
+                }
+            ],
+            "securityContext": {},
+            "terminationGracePeriodSeconds": 30,
+        },
+    }
+)
 
 
 def test_json_equality_holds_for_equal_documents_that_share_no_object():
@@ -167,8 +205,16 @@ def test_json_equality_holds_for_equal_documents_that_share_no_object():
     assert patch._same(a, a) and patch._same(a, b) and patch._same(b, a)
     assert patch._same(a["spec"]["containers"], b["spec"]["containers"])
     assert patch._same(a["spec"]["priority"], b["spec"]["priority"])
-    for x, y in [(1, True), (0, 0.0), (None, 0), ([1], [1.0]), ([[0]], [[False]]), ({"a": 0}, {"a": False}),
-                 ({"a": {"b": 1}}, {"a": {"b": 1.0}}), ([{"a": [1]}], [{"a": [True]}])]:
+    for x, y in [
+        (1, True),
+        (0, 0.0),
+        (None, 0),
+        ([1], [1.0]),
+        ([[0]], [[False]]),
+        ({"a": 0}, {"a": False}),
+        ({"a": {"b": 1}}, {"a": {"b": 1.0}}),
+        ([{"a": [1]}], [{"a": [True]}]),
+    ]:
         assert not patch._same(x, y) and not patch._same(y, x), (x, y)
 
 

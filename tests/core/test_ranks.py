@@ -38,7 +38,19 @@ def env_of(pod, i=0):
     return {e["name"]: e.get("value") for e in pod["spec"]["containers"][i].get("env", [])}
 
 
-ARGS = ["--allow-run-as-root", "-np", "16", "-bind-to", "none", "-map-by", "slot", "-x", "LD_LIBRARY_PATH", "python", "train.py"]
+ARGS = [
+    "--allow-run-as-root",
+    "-np",
+    "16",
+    "-bind-to",
+    "none",
+    "-map-by",
+    "slot",
+    "-x",
+    "LD_LIBRARY_PATH",
+    "python",
+    "train.py",
+]
 
 
 ARGS_NO_X = ["--allow-run-as-root", "-np", "16", "-bind-to", "none", "python", "train.py"]
@@ -82,7 +94,12 @@ def test_the_users_x_flags_are_kept_and_not_repeated(policies):
     args = ["-np", "16", "-x", "NCCL_NET", "-x", "NCCL_DEBUG=INFO", "python", "train.py"]
     _, out, d = mutate_twice(launcher(args), ML, policies)
     c = out["spec"]["containers"][0]
-    assert [*c["command"], *c["args"]] == ["mpirun", "-x", "NCCL_IB_HCA", *args]  # NCCL_DEBUG is not enforced: INFO stays
+    assert [*c["command"], *c["args"]] == [
+        "mpirun",
+        "-x",
+        "NCCL_IB_HCA",
+        *args,
+    ]  # NCCL_DEBUG is not enforced: INFO stays
 
 
 def test_x_in_a_script_warns_and_set_x_before_the_launcher_does_not_count(policies):
@@ -92,7 +109,10 @@ def test_x_in_a_script_warns_and_set_x_before_the_launcher_does_not_count(polici
     pod = launcher([], command=("bash", "-c", "mpirun -np 16 -x LD_LIBRARY_PATH python train.py"))
     del pod["spec"]["containers"][0]["args"]
     _, out, d = mutate_twice(pod, ML, policies)
-    assert ENV_LIST not in env_of(out) and out["spec"]["containers"][0]["command"] == pod["spec"]["containers"][0]["command"]
+    assert (
+        ENV_LIST not in env_of(out)
+        and out["spec"]["containers"][0]["command"] == pod["spec"]["containers"][0]["command"]
+    )
     assert any("Open MPI 4 refuses together with" in w and "add -x NAME for each" in w for w in d.warnings), d.warnings
     pod = launcher([], command=("bash", "-c", "set -x\nmpirun -np 16 python train.py"))
     del pod["spec"]["containers"][0]["args"]
@@ -116,7 +136,9 @@ def test_a_fallback_setting_in_the_env_list_is_denied(policies):
 
 def test_a_launcher_env_fallback_setting_is_denied_gpu_or_not(policies):
     """Hydra forwards the launcher's whole environment: its env is what every rank sees."""
-    pod = launcher(["-n", "16", "python", "train.py"], env=[{"name": "NCCL_NET", "value": "Socket"}], command=("mpiexec",))
+    pod = launcher(
+        ["-n", "16", "python", "train.py"], env=[{"name": "NCCL_NET", "value": "Socket"}], command=("mpiexec",)
+    )
     resp, _, d = respond(pod, ML, policies)
     assert not resp["allowed"] and [(f.rule, f.container) for f in d.denials] == [("env-fallback", "launcher")]
 
@@ -130,8 +152,13 @@ def test_a_user_x_nccl_ib_disable_is_denied(policies):
 def test_a_command_value_of_an_enforced_variable_is_denied(policies):
     """`-x NAME=VALUE` wins over the env list in Open MPI (tests/core/test_ranks_real_launchers.py shows it), so the
     policy's enforced value cannot win there: a different value is refused, the same is fine."""
-    text = (ROOT / "policies" / "ib-shared.yaml").read_text().replace("NCCL_IB_HCA: mlx5", "NCCL_IB_HCA: {value: mlx5, enforce: true}")
+    text = (
+        (ROOT / "policies" / "ib-shared.yaml")
+        .read_text()
+        .replace("NCCL_IB_HCA: mlx5", "NCCL_IB_HCA: {value: mlx5, enforce: true}")
+    )
     from webhook.policy.load import load_texts
+
     ps, errors = load_texts([("ib-shared.yaml", text)])
     assert ps is not None, errors
     resp, _, d = respond(launcher(["-np", "16", "-x", "NCCL_IB_HCA=mlx5_1", "python", "train.py"]), ML, ps)
@@ -141,9 +168,13 @@ def test_a_command_value_of_an_enforced_variable_is_denied(policies):
 
 
 def test_forwarding_the_launcher_cannot_add_is_warned_about(policies):
-    _, out, d = mutate_twice(launcher(["-n", "16", "-genvnone", "python", "train.py"], command=("mpiexec",)), ML, policies)
+    _, out, d = mutate_twice(
+        launcher(["-n", "16", "-genvnone", "python", "train.py"], command=("mpiexec",)), ML, policies
+    )
     assert any("-genvnone/-genvlist" in w and "add them to -genvlist" in w for w in d.warnings)
-    _, out, d = mutate_twice(launcher(["-np", "16", "--mca", "mca_base_env_list", "A=1", "python", "train.py"]), ML, policies)
+    _, out, d = mutate_twice(
+        launcher(["-np", "16", "--mca", "mca_base_env_list", "A=1", "python", "train.py"]), ML, policies
+    )
     assert any(f"replaces {ENV_LIST}" in w for w in d.warnings)
     assert ENV_LIST not in env_of(out)  # it would be ignored
 
@@ -155,16 +186,26 @@ def test_a_hydra_only_launcher_gets_no_open_mpi_list(policies):
 
 def test_a_launcher_is_recognised_by_labels_or_by_its_command(policies):
     # the MPI Operator's labels, a script in the image: both ways are used
-    mpi_operator = {"training.kubeflow.org/job-role": "launcher", "training.kubeflow.org/replica-type": "launcher",
-                    "rdma-webhook.io/inject": "true"}
-    trainer = {"jobset.sigs.k8s.io/replicatedjob-name": "launcher", "jobset.sigs.k8s.io/jobset-name": "pi",
-               "rdma-webhook.io/inject": "true"}
+    mpi_operator = {
+        "training.kubeflow.org/job-role": "launcher",
+        "training.kubeflow.org/replica-type": "launcher",
+        "rdma-webhook.io/inject": "true",
+    }
+    trainer = {
+        "jobset.sigs.k8s.io/replicatedjob-name": "launcher",
+        "jobset.sigs.k8s.io/jobset-name": "pi",
+        "rdma-webhook.io/inject": "true",
+    }
     for labels in (mpi_operator, trainer):
         pod = launcher([], command=("/opt/launch.sh",), labels=labels)
         _, out, d = mutate_twice(pod, ML, policies)
         assert env_of(out)["NCCL_NET"] == "IB" and env_of(out)[ENV_LIST] == ";".join(BLOCK)
     # no operator label: the command makes it a launcher (a bash -c script too)
-    pod = launcher(["-c", "cd /workspace && mpirun -np 16 python train.py"], command=("bash",), labels={"rdma-webhook.io/inject": "true"})
+    pod = launcher(
+        ["-c", "cd /workspace && mpirun -np 16 python train.py"],
+        command=("bash",),
+        labels={"rdma-webhook.io/inject": "true"},
+    )
     _, out, _ = mutate_twice(pod, ML, policies)
     assert env_of(out)["NCCL_NET"] == "IB"
     # neither: a CPU pod is left alone
@@ -191,33 +232,66 @@ def test_a_launcher_that_is_also_a_node_gets_the_list_once(policies):
 
 
 def _validate(obj, policies):
-    body = json.dumps({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": {
-        "uid": "u1", "kind": {"group": "kubeflow.org", "version": "v2beta1", "kind": "MPIJob"},
-        "resource": {"group": "kubeflow.org", "version": "v2beta1", "resource": "mpijobs"},
-        "namespace": "ml-training", "operation": "CREATE", "object": obj}}).encode()
+    body = json.dumps(
+        {
+            "apiVersion": "admission.k8s.io/v1",
+            "kind": "AdmissionReview",
+            "request": {
+                "uid": "u1",
+                "kind": {"group": "kubeflow.org", "version": "v2beta1", "kind": "MPIJob"},
+                "resource": {"group": "kubeflow.org", "version": "v2beta1", "resource": "mpijobs"},
+                "namespace": "ml-training",
+                "operation": "CREATE",
+                "object": obj,
+            },
+        }
+    ).encode()
     return review.handle_validate(body, policies, lambda ns: ML, None)[1]["response"]
 
 
 def test_an_unlabelled_launcher_template_is_warned_about_at_apply_time(policies):
     import yaml
+
     obj = next(yaml.safe_load_all((ROOT / "tests" / "manifests" / "allowed" / "mpijob-nccl-tests-ib.yaml").read_text()))
     resp = _validate(obj, policies)
-    assert resp["allowed"] and any("Launcher.template (ib-shared): launcher: 3 NCCL variables" in w for w in resp["warnings"])
+    assert resp["allowed"] and any(
+        "Launcher.template (ib-shared): launcher: 3 NCCL variables" in w for w in resp["warnings"]
+    )
     del obj["spec"]["mpiReplicaSpecs"]["Launcher"]["template"]["metadata"]["labels"]["rdma-webhook.io/inject"]
     resp = _validate(obj, policies)
-    assert resp["allowed"] and any("MPI launcher template does not carry rdma-webhook.io/inject=true" in w
-                                   for w in resp["warnings"]), resp["warnings"]
+    assert resp["allowed"] and any(
+        "MPI launcher template does not carry rdma-webhook.io/inject=true" in w for w in resp["warnings"]
+    ), resp["warnings"]
 
 
 def test_review_of_the_why_examples():
     """`rdma-webhook review` on the launcher pods of the issue's examples: the mutated launcher
     (exit 0, mutated: the block and its -x flags) and the -x NCCL_IB_DISABLE=1 one (exit 1)."""
     good = ROOT / "examples" / "pods" / "mpijob-launcher.yaml"
-    out = subprocess.run([sys.executable, "-m", "webhook", "review", "--policies", str(ROOT / "policies"), "--output", "json", str(good)],
-                         capture_output=True, text=True, cwd=ROOT)
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "webhook",
+            "review",
+            "--policies",
+            str(ROOT / "policies"),
+            "--output",
+            "json",
+            str(good),
+        ],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+    )
     assert out.returncode == 0, out.stderr
     rec = json.loads(out.stdout.splitlines()[0])
     assert rec["outcome"] == "mutated", rec
     bad = ROOT / "tests" / "manifests" / "denied" / "mpijob-launcher-ib-disable.yaml"
-    out = subprocess.run([sys.executable, "-m", "webhook", "review", "--policies", str(ROOT / "policies"), str(bad)], capture_output=True, text=True, cwd=ROOT)
+    out = subprocess.run(
+        [sys.executable, "-m", "webhook", "review", "--policies", str(ROOT / "policies"), str(bad)],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+    )
     assert out.returncode == 1 and "NCCL_IB_DISABLE='1'" in out.stdout + out.stderr

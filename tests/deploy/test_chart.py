@@ -27,8 +27,12 @@ CATALOGUE = REPO / "policies"  # the source; the chart's policies/ holds the cop
 CHART_POLICIES = CHART / "policies"
 NAMES = sorted(p.stem for p in CATALOGUE.glob("*.yaml"))
 RELEASE, NAMESPACE = "rdma-webhook", "rdma-webhook"
-CRD_KINDS = {("cert-manager.io/v1", "Certificate"), ("cert-manager.io/v1", "Issuer"),
-             ("monitoring.coreos.com/v1", "ServiceMonitor"), ("monitoring.coreos.com/v1", "PrometheusRule")}
+CRD_KINDS = {
+    ("cert-manager.io/v1", "Certificate"),
+    ("cert-manager.io/v1", "Issuer"),
+    ("monitoring.coreos.com/v1", "ServiceMonitor"),
+    ("monitoring.coreos.com/v1", "PrometheusRule"),
+}
 K8S_SCHEMAS = "1.37"
 
 
@@ -38,21 +42,27 @@ def helm() -> str:
         return os.environ["RDMA_WEBHOOK_HELM"]
     if shutil.which("go") is None:
         pytest.fail("go is not on PATH: scripts/build-helm.sh builds Helm with it", pytrace=False)
-    proc = subprocess.run(["bash", str(REPO / "scripts" / "build-helm.sh")], capture_output=True, text=True,
-                          timeout=1800)
+    proc = subprocess.run(
+        ["bash", str(REPO / "scripts" / "build-helm.sh")], capture_output=True, text=True, timeout=1800
+    )
     assert proc.returncode == 0, f"scripts/build-helm.sh failed:\n{proc.stderr[-3000:]}"
     return proc.stdout.strip().splitlines()[-1]
 
 
 def run_helm(*args: str) -> subprocess.CompletedProcess:
     # HOME and the Helm folders in a temporary place: Helm writes nothing into the checkout or ~
-    env = {**os.environ, "HELM_CACHE_HOME": "/tmp/rdma-webhook-helm-test/cache",
-           "HELM_CONFIG_HOME": "/tmp/rdma-webhook-helm-test/config", "HELM_DATA_HOME": "/tmp/rdma-webhook-helm-test/data"}
+    env = {
+        **os.environ,
+        "HELM_CACHE_HOME": "/tmp/rdma-webhook-helm-test/cache",
+        "HELM_CONFIG_HOME": "/tmp/rdma-webhook-helm-test/config",
+        "HELM_DATA_HOME": "/tmp/rdma-webhook-helm-test/data",
+    }
     return subprocess.run([helm(), *args], capture_output=True, text=True, timeout=300, env=env)
 
 
-def template(*sets: str, values: dict | None = None, release: str = RELEASE, namespace: str = NAMESPACE,
-             tmp: Path | None = None) -> list[dict]:
+def template(
+    *sets: str, values: dict | None = None, release: str = RELEASE, namespace: str = NAMESPACE, tmp: Path | None = None
+) -> list[dict]:
     args = ["template", release, str(CHART), "--namespace", namespace]
     for s in sets:
         args += ["--set", s]
@@ -91,18 +101,23 @@ def policies(docs) -> dict[str, bytes]:
 
 
 def webhooks(docs) -> list[dict]:
-    return [h for kind in ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration")
-            for h in one(docs, kind)["webhooks"]]
+    return [
+        h
+        for kind in ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration")
+        for h in one(docs, kind)["webhooks"]
+    ]
 
 
 # --- Kubernetes schemas ---------------------------------------------------------------------------
+
 
 def newest_schemas() -> str:
     import kubernetes_validate
 
     version = kubernetes_validate.latest_version()
-    assert tuple(int(p) for p in version.split(".")[:2]) >= (1, 37), \
+    assert tuple(int(p) for p in version.split(".")[:2]) >= (1, 37), (
         f"kubernetes-validate {version} has no {K8S_SCHEMAS} schemas: upgrade it"
+    )
     return version
 
 
@@ -130,25 +145,43 @@ COMBINATIONS = {
     "one-policy": ["policies.enabled={ib-shared}"],
     "whole-catalogue": ["policies.enabled={" + ",".join(NAMES) + "}"],
     "cert-manager": ["certificates.source=certManager"],
-    "cert-manager-issuer": ["certificates.source=certManager", "certificates.certManager.issuerRef.name=corp-ca",
-                            "certificates.certManager.issuerRef.kind=ClusterIssuer"],
-    "provided": ["certificates.source=provided", "certificates.provided.secretName=my-tls",
-                 "certificates.provided.caCert=-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n"],
+    "cert-manager-issuer": [
+        "certificates.source=certManager",
+        "certificates.certManager.issuerRef.name=corp-ca",
+        "certificates.certManager.issuerRef.kind=ClusterIssuer",
+    ],
+    "provided": [
+        "certificates.source=provided",
+        "certificates.provided.secretName=my-tls",
+        "certificates.provided.caCert=-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n",
+    ],
     "chart-certs": ["certificates.source=chart", "certificates.chart.extraIPs={127.0.0.1}"],
-    "monitoring": ["monitoring.serviceMonitor.enabled=true", "monitoring.prometheusRule.enabled=true",
-                   "monitoring.dashboard.enabled=true"],
+    "monitoring": [
+        "monitoring.serviceMonitor.enabled=true",
+        "monitoring.prometheusRule.enabled=true",
+        "monitoring.dashboard.enabled=true",
+    ],
     "network-policy": ["networkPolicy.enabled=true"],
     "admission-policy": ["policies.enabled={" + ",".join(NAMES) + "}", "finalStateCheck.mode=admissionPolicy"],
-    "admission-policy-dry-run": ["policies.enabled={erdma}", "finalStateCheck.mode=admissionPolicy",
-                                 "finalStateCheck.dryRun=true"],
+    "admission-policy-dry-run": [
+        "policies.enabled={erdma}",
+        "finalStateCheck.mode=admissionPolicy",
+        "finalStateCheck.dryRun=true",
+    ],
     "url": ["webhook.url=https://127.0.0.1:8443", "deployment.enabled=false"],
-    "scheduling": ["replicaCount=3", "priorityClassName=rdma-webhook-critical", "nodeSelector.pool=system",
-                   "tolerations[0].key=dedicated", "tolerations[0].operator=Exists",
-                   "affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms[0]"
-                   ".matchExpressions[0].key=pool",
-                   "affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms[0]"
-                   ".matchExpressions[0].operator=Exists",
-                   "resources.requests.cpu=500m", "podDisruptionBudget.minAvailable=2"],
+    "scheduling": [
+        "replicaCount=3",
+        "priorityClassName=rdma-webhook-critical",
+        "nodeSelector.pool=system",
+        "tolerations[0].key=dedicated",
+        "tolerations[0].operator=Exists",
+        "affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms[0]"
+        ".matchExpressions[0].key=pool",
+        "affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms[0]"
+        ".matchExpressions[0].operator=Exists",
+        "resources.requests.cpu=500m",
+        "podDisruptionBudget.minAvailable=2",
+    ],
 }
 
 
@@ -159,8 +192,11 @@ def test_helm_lint():
 
 
 def test_helm_is_the_pinned_release():
-    pinned = next(line.split("=", 1)[1].split()[0] for line in (REPO / "scripts" / "build-helm.sh").read_text().splitlines()
-                  if line.startswith("HELM_VERSION="))
+    pinned = next(
+        line.split("=", 1)[1].split()[0]
+        for line in (REPO / "scripts" / "build-helm.sh").read_text().splitlines()
+        if line.startswith("HELM_VERSION=")
+    )
     proc = run_helm("version", "--template", "{{.Version}}")
     assert proc.stdout.strip() == pinned
 
@@ -173,6 +209,7 @@ def test_every_combination_renders_valid_objects(combination):
 
 # --- safe by default --------------------------------------------------------------------------------
 
+
 def test_default_values_enforce_no_policy():
     docs = template()
     assert policies(docs) == {}
@@ -183,13 +220,15 @@ def test_default_values_enforce_no_policy():
 
 def test_one_policy_by_name_enforces_exactly_that_one():
     assert policies(template("policies.enabled={ib-shared}")) == {
-        "ib-shared.yaml": (CHART_POLICIES / "ib-shared.yaml").read_bytes()}
+        "ib-shared.yaml": (CHART_POLICIES / "ib-shared.yaml").read_bytes()
+    }
 
 
 def test_the_whole_catalogue_is_byte_identical():
     """To the chart's copies: policies/ with the line saying they are generated (tests/deploy/test_catalogue.py)."""
     assert policies(template(*COMBINATIONS["whole-catalogue"])) == {
-        f"{n}.yaml": (CHART_POLICIES / f"{n}.yaml").read_bytes() for n in NAMES}
+        f"{n}.yaml": (CHART_POLICIES / f"{n}.yaml").read_bytes() for n in NAMES
+    }
 
 
 def test_inline_policy_beside_a_catalogue_one(tmp_path):
@@ -201,6 +240,7 @@ def test_inline_policy_beside_a_catalogue_one(tmp_path):
 def test_a_policy_change_rolls_the_deployment():
     def checksum(*sets):
         return one(template(*sets), "Deployment")["spec"]["template"]["metadata"]["annotations"]["checksum/policies"]
+
     assert checksum() != checksum("policies.enabled={ib-shared}") != checksum("policies.enabled={efa}")
     assert checksum("policies.enabled={efa}") == checksum("policies.enabled={efa}")
 
@@ -211,10 +251,12 @@ def test_existing_configmap():
     vols = {v["name"]: v for v in one(docs, "Deployment")["spec"]["template"]["spec"]["volumes"]}
     assert vols["policies"]["configMap"]["name"] == "my-policies"
     assert "policies.enabled and policies.inline must be empty" in refused(
-        "policies.existingConfigMap=my-policies", "policies.enabled={efa}")
+        "policies.existingConfigMap=my-policies", "policies.enabled={efa}"
+    )
 
 
 # --- certificates ---------------------------------------------------------------------------------
+
 
 def _ca_bundles(docs) -> set[str]:
     return {h["clientConfig"].get("caBundle") for h in webhooks(docs)}
@@ -234,7 +276,10 @@ def test_chart_made_certificates():
     cert.verify_directly_issued_by(ca)
     san = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
     assert set(san.get_values_for_type(x509.DNSName)) == {
-        f"{RELEASE}.{NAMESPACE}.svc", f"{RELEASE}.{NAMESPACE}.svc.cluster.local", "webhook.example"}
+        f"{RELEASE}.{NAMESPACE}.svc",
+        f"{RELEASE}.{NAMESPACE}.svc.cluster.local",
+        "webhook.example",
+    }
     assert [str(ip) for ip in san.get_values_for_type(x509.IPAddress)] == ["127.0.0.1"]
     assert not find(docs, "Certificate") and not find(docs, "Issuer")
     vols = {v["name"]: v for v in one(docs, "Deployment")["spec"]["template"]["spec"]["volumes"]}
@@ -256,7 +301,8 @@ def test_cert_manager():
     assert _ca_bundles(docs) == {None}
     for kind in ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"):
         assert one(docs, kind)["metadata"]["annotations"] == {
-            "cert-manager.io/inject-ca-from": f"{NAMESPACE}/{RELEASE}-serving"}
+            "cert-manager.io/inject-ca-from": f"{NAMESPACE}/{RELEASE}-serving"
+        }
     serving = one(docs, "Certificate", f"{RELEASE}-serving")["spec"]
     assert serving["secretName"] == f"{RELEASE}-tls"
     assert serving["issuerRef"] == {"group": "cert-manager.io", "kind": "Issuer", "name": f"{RELEASE}-ca"}
@@ -278,6 +324,7 @@ def test_provided_certificates():
 
 # --- where the API server calls ------------------------------------------------------------------------
 
+
 def test_service_mode():
     for hook in webhooks(template()):
         service = hook["clientConfig"]["service"]
@@ -288,9 +335,11 @@ def test_service_mode():
 def test_url_mode():
     docs = template(*COMBINATIONS["url"])
     paths = {h["name"]: h["clientConfig"]["url"] for h in webhooks(docs)}
-    assert paths == {"pods.mutate.rdma-webhook.io": "https://127.0.0.1:8443/mutate",
-                     "pods.validate.rdma-webhook.io": "https://127.0.0.1:8443/validate",
-                     "workloads.validate.rdma-webhook.io": "https://127.0.0.1:8443/validate"}
+    assert paths == {
+        "pods.mutate.rdma-webhook.io": "https://127.0.0.1:8443/mutate",
+        "pods.validate.rdma-webhook.io": "https://127.0.0.1:8443/validate",
+        "workloads.validate.rdma-webhook.io": "https://127.0.0.1:8443/validate",
+    }
     assert all("service" not in h["clientConfig"] and h["clientConfig"]["caBundle"] for h in webhooks(docs))
     assert not find(docs, "Deployment") and not find(docs, "PodDisruptionBudget")
 
@@ -299,15 +348,19 @@ def test_other_release_namespace_is_excluded_by_the_selectors_and_cel():
     docs = template(release="rdma", namespace="gpu-admission")
     for hook in webhooks(docs):
         names = [e for e in hook["namespaceSelector"]["matchExpressions"] if e["key"] == "kubernetes.io/metadata.name"]
-        assert names == [{"key": "kubernetes.io/metadata.name", "operator": "NotIn",
-                          "values": ["kube-system", "gpu-admission"]}]
+        assert names == [
+            {"key": "kubernetes.io/metadata.name", "operator": "NotIn", "values": ["kube-system", "gpu-admission"]}
+        ]
         cel = {c["name"]: c["expression"] for c in hook["matchConditions"]}
-        assert cel["not-webhook-namespace"] == "request.namespace != 'gpu-admission' && request.namespace != 'kube-system'"
+        assert (
+            cel["not-webhook-namespace"] == "request.namespace != 'gpu-admission' && request.namespace != 'kube-system'"
+        )
         if "service" in hook["clientConfig"]:
             assert hook["clientConfig"]["service"]["name"] == "rdma-rdma-webhook"
 
 
 # --- scheduling, extras ----------------------------------------------------------------------------------
+
 
 def test_scheduling_values_reach_the_pod():
     docs = template(*COMBINATIONS["scheduling"])
@@ -335,26 +388,36 @@ def test_network_policy():
     assert np_["spec"]["ingress"] == [{"ports": [{"port": 8443, "protocol": "TCP"}]}]
     assert {p["port"] for r in np_["spec"]["egress"] for p in r["ports"]} == {443, 6443, 53}
     dep = one(template("networkPolicy.enabled=true"), "Deployment")
-    assert all(dep["spec"]["template"]["metadata"]["labels"].get(k) == v
-               for k, v in np_["spec"]["podSelector"]["matchLabels"].items())
-    narrowed = one(template("networkPolicy.enabled=true", "networkPolicy.ingressFrom[0].ipBlock.cidr=10.0.0.0/24"),
-                   "NetworkPolicy")
+    assert all(
+        dep["spec"]["template"]["metadata"]["labels"].get(k) == v
+        for k, v in np_["spec"]["podSelector"]["matchLabels"].items()
+    )
+    narrowed = one(
+        template("networkPolicy.enabled=true", "networkPolicy.ingressFrom[0].ipBlock.cidr=10.0.0.0/24"), "NetworkPolicy"
+    )
     assert narrowed["spec"]["ingress"][0]["from"] == [{"ipBlock": {"cidr": "10.0.0.0/24"}}]
 
 
 # --- the values schema ------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("bad, message", [
-    ("policies.enabled={infiniband}", "value must be one of 'efa', 'efa-dra', 'erdma', 'gke-gib', 'gke-tcpxo', 'ib-shared'"),
-    ("certificates.source=vault", "value must be one of 'chart', 'certManager', 'provided'"),
-    ("replicaCount=0", "/replicaCount"),
-    ("webhook.url=http://127.0.0.1:8443", "/webhook/url"),
-    ("monitoring.serviceMonitor.enabeld=true", "additional properties 'enabeld' not allowed"),
-    ("image.pullPolicy=Sometimes", "/image/pullPolicy"),
-    ("certificates.source=provided", "/certificates/provided/caCert"),
-    ("networkPolicy.apiServerPorts={0}", "/networkPolicy/apiServerPorts/0"),
-    ("finalStateCheck.mode=policy", "value must be one of 'webhook', 'admissionPolicy'"),
-])
+
+@pytest.mark.parametrize(
+    "bad, message",
+    [
+        (
+            "policies.enabled={infiniband}",
+            "value must be one of 'efa', 'efa-dra', 'erdma', 'gke-gib', 'gke-tcpxo', 'ib-shared'",
+        ),
+        ("certificates.source=vault", "value must be one of 'chart', 'certManager', 'provided'"),
+        ("replicaCount=0", "/replicaCount"),
+        ("webhook.url=http://127.0.0.1:8443", "/webhook/url"),
+        ("monitoring.serviceMonitor.enabeld=true", "additional properties 'enabeld' not allowed"),
+        ("image.pullPolicy=Sometimes", "/image/pullPolicy"),
+        ("certificates.source=provided", "/certificates/provided/caCert"),
+        ("networkPolicy.apiServerPorts={0}", "/networkPolicy/apiServerPorts/0"),
+        ("finalStateCheck.mode=policy", "value must be one of 'webhook', 'admissionPolicy'"),
+    ],
+)
 def test_bad_values_fail_with_a_clear_message(bad, message):
     err = refused(bad)
     assert "values don't meet the specifications of the schema" in err, err
@@ -368,8 +431,13 @@ def test_schema_enum_is_the_catalogue():
 
 # --- the same objects as kustomize's deploy/ ---------------------------------------------------------------
 
-HELM_ONLY_KEYS = {"app.kubernetes.io/instance", "app.kubernetes.io/managed-by", "app.kubernetes.io/version",
-                  "helm.sh/chart", "checksum/policies"}
+HELM_ONLY_KEYS = {
+    "app.kubernetes.io/instance",
+    "app.kubernetes.io/managed-by",
+    "app.kubernetes.io/version",
+    "helm.sh/chart",
+    "checksum/policies",
+}
 
 
 def _normalise(value):
@@ -398,9 +466,11 @@ def _by_key(docs) -> dict:
     return {(d["kind"], _normalise(d["metadata"]["name"])): _normalise(d) for d in docs}
 
 
-@pytest.mark.parametrize("chosen,policy_mode", [([], False), (["ib-shared"], False), (NAMES, False),
-                                                (["erdma", "sriov-roce"], True), (NAMES, True)],
-                         ids=["none", "one", "all", "two-policy-mode", "all-policy-mode"])
+@pytest.mark.parametrize(
+    "chosen,policy_mode",
+    [([], False), (["ib-shared"], False), (NAMES, False), (["erdma", "sriov-roce"], True), (NAMES, True)],
+    ids=["none", "one", "all", "two-policy-mode", "all-policy-mode"],
+)
 def test_chart_equals_kustomize_with_cert_manager(tmp_path, chosen, policy_mode):
     """The policy mode too: finalStateCheck.mode=admissionPolicy against the components
     deploy/admission-policy/NAME and deploy/admission-policy/mode."""
@@ -409,7 +479,8 @@ def test_chart_equals_kustomize_with_cert_manager(tmp_path, chosen, policy_mode)
     if policy_mode:
         components += [f"{rel}/admission-policy/{n}" for n in chosen] + [f"{rel}/admission-policy/mode"]
     (tmp_path / "kustomization.yaml").write_text(
-        f"resources: [{rel}]\n" + (f"components: [{', '.join(components)}]\n" if components else ""))
+        f"resources: [{rel}]\n" + (f"components: [{', '.join(components)}]\n" if components else "")
+    )
     kustomize = _by_key(_kustomize(tmp_path))
     sets = ["certificates.source=certManager"] + (["policies.enabled={" + ",".join(chosen) + "}"] if chosen else [])
     sets += ["finalStateCheck.mode=admissionPolicy"] if policy_mode else []
@@ -433,12 +504,15 @@ def test_chart_equals_kustomize_with_cert_manager(tmp_path, chosen, policy_mode)
 
 def test_chart_monitoring_equals_kustomize_monitoring():
     kustomize = _by_key(_kustomize(REPO / "deploy" / "monitoring"))
-    chart = {key: doc for key, doc in _by_key(template(*COMBINATIONS["monitoring"])).items()
-             if key[0] in ("ServiceMonitor", "PrometheusRule") or key == ("ConfigMap", "rdma-webhook-dashboard")}
+    chart = {
+        key: doc
+        for key, doc in _by_key(template(*COMBINATIONS["monitoring"])).items()
+        if key[0] in ("ServiceMonitor", "PrometheusRule") or key == ("ConfigMap", "rdma-webhook-dashboard")
+    }
     assert sorted(chart) == sorted(kustomize)
     for key in kustomize:
         k, c = kustomize[key], chart[key]
-        assert {l: v for l, v in c["metadata"]["labels"].items()} == k["metadata"]["labels"], key
+        assert {name: v for name, v in c["metadata"]["labels"].items()} == k["metadata"]["labels"], key
         if key[0] == "ConfigMap":
             assert json.loads(c["data"]["rdma-webhook.json"]) == json.loads(k["data"]["rdma-webhook.json"])
             assert c["data"]["rdma-webhook.json"] == k["data"]["rdma-webhook.json"]
@@ -448,11 +522,13 @@ def test_chart_monitoring_equals_kustomize_monitoring():
 
 @pytest.mark.parametrize("name", ["dashboard.json", "prometheusrule.yaml"])
 def test_chart_monitoring_files_are_byte_identical(name):
-    assert (CHART / "files" / name).read_bytes() == (REPO / "deploy" / "monitoring" / name).read_bytes(), \
+    assert (CHART / "files" / name).read_bytes() == (REPO / "deploy" / "monitoring" / name).read_bytes(), (
         f"copy deploy/monitoring/{name} to charts/rdma-webhook/files/ again"
+    )
 
 
 # --- the final-state check's policy mode ---------------------------------------------------------------------
+
 
 def test_policy_mode_objects_are_the_generators(tmp_path):
     """What the chart renders for finalStateCheck.mode=admissionPolicy is what `rdma-webhook
@@ -464,23 +540,42 @@ def test_policy_mode_objects_are_the_generators(tmp_path):
     chosen = ["erdma", "sriov-roce"]
     wanted, errors = load_texts([(f"{n}.yaml", (CATALOGUE / f"{n}.yaml").read_text()) for n in chosen])
     assert wanted is not None, errors
-    docs = template("policies.enabled={erdma,sriov-roce}", "finalStateCheck.mode=admissionPolicy",
-                    "finalStateCheck.dryRun=true", release="other", namespace="gpu-admission")
+    docs = template(
+        "policies.enabled={erdma,sriov-roce}",
+        "finalStateCheck.mode=admissionPolicy",
+        "finalStateCheck.dryRun=true",
+        release="other",
+        namespace="gpu-admission",
+    )
     got = [d for d in docs if d["kind"] in (ap.POLICY_KIND, ap.BINDING_KIND)]
     expected = ap.objects(wanted, ap.DRY_RUN)  # unchanged by the release namespace: they select by our label
+
     def order(d):
         return d["kind"], d["metadata"]["name"]  # helm sorts its output by kind
+
     assert sorted(got, key=order) == sorted(expected, key=order)
-    assert ap.mismatches(wanted, [d for d in got if d["kind"] == ap.POLICY_KIND],
-                         [d for d in got if d["kind"] == ap.BINDING_KIND]) == []
-    assert [h["name"] for h in one(docs, "ValidatingWebhookConfiguration")["webhooks"]] == ["workloads.validate.rdma-webhook.io"]
+    assert (
+        ap.mismatches(
+            wanted, [d for d in got if d["kind"] == ap.POLICY_KIND], [d for d in got if d["kind"] == ap.BINDING_KIND]
+        )
+        == []
+    )
+    assert [h["name"] for h in one(docs, "ValidatingWebhookConfiguration")["webhooks"]] == [
+        "workloads.validate.rdma-webhook.io"
+    ]
     assert "--check-admission-policy" in one(docs, "Deployment")["spec"]["template"]["spec"]["containers"][0]["args"]
     rules = one(docs, "ClusterRole")["rules"]
     assert [r for r in rules if r["apiGroups"] == ["admissionregistration.k8s.io"]] == [
-        {"apiGroups": ["admissionregistration.k8s.io"],
-         "resources": ["validatingadmissionpolicies", "validatingadmissionpolicybindings"], "verbs": ["get", "list", "watch"]}]
+        {
+            "apiGroups": ["admissionregistration.k8s.io"],
+            "resources": ["validatingadmissionpolicies", "validatingadmissionpolicybindings"],
+            "verbs": ["get", "list", "watch"],
+        }
+    ]
     # the webhook mode (the default) has none of it
     default = template("policies.enabled={erdma}")
     assert not find(default, ap.POLICY_KIND) and not find(default, ap.BINDING_KIND)
-    assert "pods.validate.rdma-webhook.io" in [h["name"] for h in one(default, "ValidatingWebhookConfiguration")["webhooks"]]
+    assert "pods.validate.rdma-webhook.io" in [
+        h["name"] for h in one(default, "ValidatingWebhookConfiguration")["webhooks"]
+    ]
     assert all("admissionregistration.k8s.io" not in r["apiGroups"] for r in one(default, "ClusterRole")["rules"])

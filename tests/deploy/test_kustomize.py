@@ -51,12 +51,18 @@ CRD_KINDS = {
 # What the container runs (the contract with webhook/cli/).
 SERVE_ARGS = [
     "serve",
-    "--policies", "/etc/rdma-webhook/policies",
-    "--tls-cert", "/etc/rdma-webhook/tls/tls.crt",
-    "--tls-key", "/etc/rdma-webhook/tls/tls.key",
-    "--host", "0.0.0.0",
-    "--port", "8443",
-    "--workers", "2",
+    "--policies",
+    "/etc/rdma-webhook/policies",
+    "--tls-cert",
+    "/etc/rdma-webhook/tls/tls.crt",
+    "--tls-key",
+    "/etc/rdma-webhook/tls/tls.key",
+    "--host",
+    "0.0.0.0",
+    "--port",
+    "8443",
+    "--workers",
+    "2",
 ]
 
 POD_OPT_IN_CEL = (
@@ -71,28 +77,45 @@ EXPECTED_NAMESPACE_SELECTOR = {
     ]
 }
 EXPECTED_OBJECT_SELECTOR = {"matchLabels": {"rdma-webhook.io/inject": "true"}}
-POD_RULES = [{
-    "operations": ["CREATE"], "apiGroups": [""], "apiVersions": ["v1"],
-    "resources": ["pods"], "scope": "Namespaced",
-}]
+POD_RULES = [
+    {
+        "operations": ["CREATE"],
+        "apiGroups": [""],
+        "apiVersions": ["v1"],
+        "resources": ["pods"],
+        "scope": "Namespaced",
+    }
+]
 WORKLOAD_RESOURCES = {
-    ("batch", "v1", "jobs"), ("batch", "v1", "cronjobs"),
-    ("apps", "v1", "deployments"), ("apps", "v1", "statefulsets"),
-    ("apps", "v1", "replicasets"), ("apps", "v1", "daemonsets"),
+    ("batch", "v1", "jobs"),
+    ("batch", "v1", "cronjobs"),
+    ("apps", "v1", "deployments"),
+    ("apps", "v1", "statefulsets"),
+    ("apps", "v1", "replicasets"),
+    ("apps", "v1", "daemonsets"),
     ("jobset.x-k8s.io", "v1alpha2", "jobsets"),
-    ("kubeflow.org", "v1", "pytorchjobs"), ("kubeflow.org", "v1", "mpijobs"),
+    ("kubeflow.org", "v1", "pytorchjobs"),
+    ("kubeflow.org", "v1", "mpijobs"),
     ("kubeflow.org", "v2beta1", "mpijobs"),
-    ("kubeflow.org", "v1", "tfjobs"), ("kubeflow.org", "v1", "paddlejobs"), ("kubeflow.org", "v1", "xgboostjobs"),
+    ("kubeflow.org", "v1", "tfjobs"),
+    ("kubeflow.org", "v1", "paddlejobs"),
+    ("kubeflow.org", "v1", "xgboostjobs"),
     ("kubeflow.org", "v1", "jaxjobs"),
-    ("trainer.kubeflow.org", "v1alpha1", "trainjobs"), ("trainer.kubeflow.org", "v1alpha1", "trainingruntimes"),
+    ("trainer.kubeflow.org", "v1alpha1", "trainjobs"),
+    ("trainer.kubeflow.org", "v1alpha1", "trainingruntimes"),
     ("trainer.kubeflow.org", "v1alpha1", "clustertrainingruntimes"),
     ("leaderworkerset.x-k8s.io", "v1", "leaderworkersets"),
-    ("batch.volcano.sh", "v1alpha1", "jobs"), ("batch.volcano.sh", "v1alpha1", "cronjobs"),
-    ("ray.io", "v1", "rayclusters"), ("ray.io", "v1", "rayjobs"), ("ray.io", "v1", "rayservices"),
+    ("batch.volcano.sh", "v1alpha1", "jobs"),
+    ("batch.volcano.sh", "v1alpha1", "cronjobs"),
+    ("ray.io", "v1", "rayclusters"),
+    ("ray.io", "v1", "rayjobs"),
+    ("ray.io", "v1", "rayservices"),
     ("workload.codeflare.dev", "v1beta2", "appwrappers"),
     ("workloads.x-k8s.io", "v1alpha1", "rolebasedgroups"),
-    ("argoproj.io", "v1alpha1", "workflows"), ("argoproj.io", "v1alpha1", "workflowtemplates"),
-    ("argoproj.io", "v1alpha1", "cronworkflows"), ("argoproj.io", "v1alpha1", "clusterworkflowtemplates"),
+    ("argoproj.io", "v1alpha1", "workflows"),
+    ("argoproj.io", "v1alpha1", "workflowtemplates"),
+    ("argoproj.io", "v1alpha1", "cronworkflows"),
+    ("argoproj.io", "v1alpha1", "clusterworkflowtemplates"),
 }
 CLUSTER_SCOPED_RESOURCES = {"clustertrainingruntimes", "clusterworkflowtemplates"}
 
@@ -100,6 +123,7 @@ CLUSTER_SCOPED_RESOURCES = {"clustertrainingruntimes", "clusterworkflowtemplates
 # ---------------------------------------------------------------------------
 # rendering
 # ---------------------------------------------------------------------------
+
 
 def _kubectl() -> str:
     path = shutil.which("kubectl")
@@ -145,6 +169,7 @@ def one(docs: list[dict], kind: str, name: str | None = None) -> dict:
 
 # --- certificates for the self-managed overlay ------------------------------
 
+
 def write_certs(out: Path) -> str:
     """Writes ca.crt, ca.key, tls.crt, tls.key into `out` exactly as the
     README tells users to: with `rdma-webhook certs`. Returns its stdout."""
@@ -152,7 +177,10 @@ def write_certs(out: Path) -> str:
     cli = [str(script)] if script.exists() else [*CLI]
     proc = subprocess.run(
         [*cli, "certs", "--service", SERVICE, "--namespace", NAMESPACE, "--out", str(out)],
-        capture_output=True, text=True, timeout=120, cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=REPO,
     )
     assert proc.returncode == 0, f"`rdma-webhook certs` failed:\n{proc.stdout}\n{proc.stderr}"
     return proc.stdout
@@ -173,6 +201,7 @@ def self_managed(tmp_path_factory) -> dict:
 # ---------------------------------------------------------------------------
 # every tree renders
 # ---------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("rel", [".", "base", "overlays/cert-manager", "monitoring"])
 def test_kustomization_renders(rel):
@@ -207,6 +236,7 @@ def test_monitoring_is_not_part_of_the_default_install():
 # ---------------------------------------------------------------------------
 # schema validation
 # ---------------------------------------------------------------------------
+
 
 def _schema_versions() -> list[str]:
     import kubernetes_validate
@@ -278,14 +308,20 @@ def test_every_object_validates_strictly(self_managed):
 # namespace, RBAC, service account
 # ---------------------------------------------------------------------------
 
+
 def test_namespace_is_never_selected_by_the_webhook():
     ns = one(rendered("."), "Namespace", NAMESPACE)
     assert ns["metadata"]["labels"].get("rdma-webhook.io/injection") != "enabled"
 
 
 def test_everything_namespaced_lives_in_the_webhook_namespace():
-    cluster_scoped = {"Namespace", "ClusterRole", "ClusterRoleBinding",
-                      "MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"}
+    cluster_scoped = {
+        "Namespace",
+        "ClusterRole",
+        "ClusterRoleBinding",
+        "MutatingWebhookConfiguration",
+        "ValidatingWebhookConfiguration",
+    }
     for obj in rendered(".") + rendered("monitoring"):
         if obj["kind"] in cluster_scoped:
             assert "namespace" not in obj["metadata"], obj["metadata"]
@@ -296,9 +332,7 @@ def test_everything_namespaced_lives_in_the_webhook_namespace():
 def test_rbac_is_read_only_on_namespaces_and_nads():
     docs = rendered(".")
     role = one(docs, "ClusterRole", "rdma-webhook")
-    rules = sorted(
-        (tuple(r["apiGroups"]), tuple(r["resources"]), tuple(sorted(r["verbs"]))) for r in role["rules"]
-    )
+    rules = sorted((tuple(r["apiGroups"]), tuple(r["resources"]), tuple(sorted(r["verbs"]))) for r in role["rules"])
     assert rules == [
         (("",), ("namespaces",), ("get", "list", "watch")),
         (("k8s.cni.cncf.io",), ("network-attachment-definitions",), ("get", "list", "watch")),
@@ -316,7 +350,11 @@ def test_rbac_is_read_only_on_namespaces_and_nads():
     # The webhook gets no namespaced RBAC either.
     assert not find(docs, "Role") and not find(docs, "RoleBinding")
     binding = one(docs, "ClusterRoleBinding", "rdma-webhook")
-    assert binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "rdma-webhook"}
+    assert binding["roleRef"] == {
+        "apiGroup": "rbac.authorization.k8s.io",
+        "kind": "ClusterRole",
+        "name": "rdma-webhook",
+    }
     assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "rdma-webhook", "namespace": NAMESPACE}]
     one(docs, "ServiceAccount", "rdma-webhook")
 
@@ -324,6 +362,7 @@ def test_rbac_is_read_only_on_namespaces_and_nads():
 # ---------------------------------------------------------------------------
 # Deployment, Service, PDB, ConfigMap
 # ---------------------------------------------------------------------------
+
 
 def _deployment() -> dict:
     return one(rendered("."), "Deployment", "rdma-webhook")
@@ -348,14 +387,17 @@ def test_deployment_replicas_and_spread():
     labels = spec["template"]["metadata"]["labels"]
     assert _matches(spec["selector"]["matchLabels"], labels)
     hostname_spread = [
-        c for c in pod.get("topologySpreadConstraints", [])
-        if c["topologyKey"] == "kubernetes.io/hostname" and c["whenUnsatisfiable"] == "DoNotSchedule"
+        c
+        for c in pod.get("topologySpreadConstraints", [])
+        if c["topologyKey"] == "kubernetes.io/hostname"
+        and c["whenUnsatisfiable"] == "DoNotSchedule"
         and _matches(c["labelSelector"]["matchLabels"], labels)
     ]
     anti_affinity = pod.get("affinity", {}).get("podAntiAffinity", {})
     assert hostname_spread or anti_affinity, "replicas must be spread across nodes"
-    assert not pod.get("priorityClassName", "").startswith("system-"), \
+    assert not pod.get("priorityClassName", "").startswith("system-"), (
         "system-* priority classes are refused outside kube-system on many clusters"
+    )
 
 
 def test_deployment_security_context():
@@ -467,6 +509,7 @@ def test_policies_configmap_is_empty_by_default():
 # webhook configurations
 # ---------------------------------------------------------------------------
 
+
 def _webhooks(docs: list[dict]) -> dict[str, dict]:
     mwc = one(docs, "MutatingWebhookConfiguration", "rdma-webhook")
     vwc = one(docs, "ValidatingWebhookConfiguration", "rdma-webhook")
@@ -534,6 +577,7 @@ def test_validating_workload_webhook():
     assert covered == WORKLOAD_RESOURCES
     # every kind the server checks is routed to it, and nothing else
     from webhook.kinds import workloads
+
     assert {(g, r) for g, _, r in covered} == {(g, k.lower() + "s") for g, k in workloads.TEMPLATES}
     assert {"name": "not-webhook-namespace", "expression": NAMESPACE_CEL} in hook["matchConditions"]
 
@@ -545,8 +589,11 @@ def test_match_conditions_check_the_pod_label():
     deployment_ns = _deployment()["metadata"]["namespace"]
     for hook_id in ("mutate-pods", "validate-pods"):
         conditions = {c["name"]: c["expression"] for c in hooks[hook_id]["matchConditions"]}
-        label = re.fullmatch(r"has\(object\.metadata\.labels\) && '([^']+)' in object\.metadata\.labels"
-                             r" && object\.metadata\.labels\['([^']+)'\] == '([^']+)'", conditions["pod-opted-in"])
+        label = re.fullmatch(
+            r"has\(object\.metadata\.labels\) && '([^']+)' in object\.metadata\.labels"
+            r" && object\.metadata\.labels\['([^']+)'\] == '([^']+)'",
+            conditions["pod-opted-in"],
+        )
         assert label, conditions["pod-opted-in"]
         assert label.group(1) == label.group(2) == keys.POD_INJECT and label.group(3) == keys.POD_INJECT_TRUE, hook_id
         skipped = set(re.findall(r"request\.namespace != '([^']+)'", conditions["not-webhook-namespace"]))
@@ -556,14 +603,18 @@ def test_match_conditions_check_the_pod_label():
 @pytest.mark.parametrize("hook_id", ["mutate-pods", "validate-pods", "validate-workloads"])
 def test_namespace_selector_excludes_system_and_own_namespace(hook_id):
     hook = _webhooks(rendered("."))[hook_id]
-    excluded = [e for e in hook["namespaceSelector"]["matchExpressions"]
-                if e["key"] == "kubernetes.io/metadata.name" and e["operator"] == "NotIn"]
+    excluded = [
+        e
+        for e in hook["namespaceSelector"]["matchExpressions"]
+        if e["key"] == "kubernetes.io/metadata.name" and e["operator"] == "NotIn"
+    ]
     assert len(excluded) == 1 and {"kube-system", NAMESPACE} <= set(excluded[0]["values"])
 
 
 # ---------------------------------------------------------------------------
 # certificate overlays
 # ---------------------------------------------------------------------------
+
 
 def test_cert_manager_overlay():
     docs = rendered("overlays/cert-manager")
@@ -619,15 +670,20 @@ def test_self_managed_certs_are_git_ignored():
     overlay = DEPLOY / "overlays" / "self-managed"
     assert "certs/" in (overlay / ".gitignore").read_text().split()
     if shutil.which("git") and (REPO / ".git").exists():
-        proc = subprocess.run(["git", "-C", str(REPO), "check-ignore", "-q",
-                               "deploy/overlays/self-managed/certs/tls.key"], capture_output=True)
+        proc = subprocess.run(
+            ["git", "-C", str(REPO), "check-ignore", "-q", "deploy/overlays/self-managed/certs/tls.key"],
+            capture_output=True,
+        )
         assert proc.returncode == 0, "deploy/overlays/self-managed/certs/ must be git-ignored"
 
 
 def test_readme_documents_both_certificate_paths_and_the_port():
     readme = (DEPLOY / "README.md").read_text()
     assert "kubectl apply -k deploy/" in readme
-    assert "rdma-webhook certs --service rdma-webhook --namespace rdma-webhook --out deploy/overlays/self-managed/certs" in readme
+    assert (
+        "rdma-webhook certs --service rdma-webhook --namespace rdma-webhook --out deploy/overlays/self-managed/certs"
+        in readme
+    )
     assert "kubectl apply -k deploy/overlays/self-managed/" in readme
     assert "cert-manager" in readme
     assert "10250" in readme and "8443" in readme
@@ -693,7 +749,9 @@ def test_alerts_only_use_exported_metrics():
     assert len(_alerts()) >= 7
     # every one of our series is alerted on, except the latency sum/count
     assert used >= EXPORTED_METRICS - {
-        "rdma_webhook_admission_duration_seconds_sum", "rdma_webhook_admission_duration_seconds_count"}
+        "rdma_webhook_admission_duration_seconds_sum",
+        "rdma_webhook_admission_duration_seconds_count",
+    }
 
 
 def _alert_matching(*fragments: str) -> dict:
@@ -711,7 +769,9 @@ def test_required_alerts_exist():
     _alert_matching("rdma_webhook_policy_last_reload_success", "== 0")
     _alert_matching("rdma_webhook_policy_reloads_total", 'result="failure"')
     _alert_matching("rdma_webhook_certificate_expiry_timestamp_seconds", "time()", "14 * 86400")
-    _alert_matching('kube_deployment_status_replicas_available{namespace="rdma-webhook",deployment="rdma-webhook"}', "< 2")
+    _alert_matching(
+        'kube_deployment_status_replicas_available{namespace="rdma-webhook",deployment="rdma-webhook"}', "< 2"
+    )
     _alert_matching("rdma_webhook_cluster_cache_ready", "== 0")
     # the latency threshold stays below the pod webhooks' timeout
     hooks = _webhooks(rendered("."))
@@ -729,7 +789,8 @@ def test_service_monitor_scrapes_metrics_over_https():
     assert endpoint["scheme"] == "https" and endpoint["path"] == "/metrics"
     tls = endpoint["tlsConfig"]
     assert tls.get("insecureSkipVerify") or (
-        tls["ca"]["secret"] == {"name": "rdma-webhook-tls", "key": "ca.crt"} and tls["serverName"] in DNS_NAMES)
+        tls["ca"]["secret"] == {"name": "rdma-webhook-tls", "key": "ca.crt"} and tls["serverName"] in DNS_NAMES
+    )
 
 
 def test_dashboard_panels_only_use_exported_metrics():
@@ -759,6 +820,7 @@ def test_promql_parser_accepts_every_expression():
 # Containerfile
 # ---------------------------------------------------------------------------
 
+
 def _instructions(text: str) -> list[tuple[str, str]]:
     joined = re.sub(r"\\\n", " ", text)
     out = []
@@ -779,16 +841,21 @@ def test_containerfile():
     assert len(froms) >= 2, "multi-stage build"
     assert ("USER", "65532:65532") in instructions
     assert ("EXPOSE", "8443") in instructions
-    build_stage = instructions[:[i for i, (word, _) in enumerate(instructions) if word == "FROM"][1]]
-    assert any(word == "RUN" and "gcc" in rest for word, rest in build_stage), "mypyc needs a compiler to build the wheel"
+    build_stage = instructions[: [i for i, (word, _) in enumerate(instructions) if word == "FROM"][1]]
+    assert any(word == "RUN" and "gcc" in rest for word, rest in build_stage), (
+        "mypyc needs a compiler to build the wheel"
+    )
     assert any(word == "COPY" and "setup.py" in rest.split() for word, rest in build_stage)
-    assert any(word == "RUN" and "webhook.compiled()" in rest for word, rest in build_stage), "the image checks its core is compiled"
+    assert any(word == "RUN" and "webhook.compiled()" in rest for word, rest in build_stage), (
+        "the image checks its core is compiled"
+    )
     assert ("ENTRYPOINT", '["rdma-webhook"]') in instructions
     [cmd] = [rest for word, rest in instructions if word == "CMD"]
     assert json.loads(cmd) == SERVE_ARGS
     # the catalogue goes where `review --policy` finds it, and nothing is enforced until an install
     # mounts its chosen policies over the empty /etc/rdma-webhook/policies
     from webhook.policy.load import IMAGE_CATALOGUE
+
     assert any(word == "COPY" and rest.split() == ["policies/", f"{IMAGE_CATALOGUE}/"] for word, rest in instructions)
     assert not any(word == "COPY" and "/etc/rdma-webhook/policies" in rest for word, rest in instructions)
     assert ("RUN", "mkdir -p /etc/rdma-webhook/policies") in instructions

@@ -12,7 +12,6 @@ import base64
 import copy
 import json
 import subprocess
-import sys
 import textwrap
 
 import jsonpatch
@@ -24,11 +23,12 @@ from conftest import CLI, ROOT
 from webhook.core import keys
 from webhook.admission import review
 from webhook.cluster.state import FileClusterState
-from webhook.core.decision import decide
 from webhook.policy.load import load_dir, load_texts
 
 STATE = FileClusterState.from_file(str(ROOT / "examples" / "cluster-state.yaml"))
-RAILS, IB, EKS, OKE, ML = (STATE.namespace(n) for n in ("llm-rails", "ib-training", "eks-training", "oke-training", "ml-training"))
+RAILS, IB, EKS, OKE, ML = (
+    STATE.namespace(n) for n in ("llm-rails", "ib-training", "eks-training", "oke-training", "ml-training")
+)
 
 
 def respond(pod, ns, policies, state=STATE):
@@ -65,10 +65,16 @@ def interfaces(annotation: str) -> list[str]:
 
 # -- NVIDIA network-operator: RDMA shared device plugin, a pod that brings its own network ------
 
+
 def rdma_test_pod(**kw):
     """network-operator's RDMA test pod: a macvlan/IPoIB network of its own and the shared device."""
-    c = k.container("rdma-test", image="mellanox/rping-test", limits={"rdma/rdma_shared_device_a": "1"},
-                    securityContext={"capabilities": {"add": ["IPC_LOCK"]}}, **kw)
+    c = k.container(
+        "rdma-test",
+        image="mellanox/rping-test",
+        limits={"rdma/rdma_shared_device_a": "1"},
+        securityContext={"capabilities": {"add": ["IPC_LOCK"]}},
+        **kw,
+    )
     return k.pod([c], namespace="ib-training", annotations={keys.MULTUS_NETWORKS: "rdma-net-ipam"})
 
 
@@ -99,13 +105,22 @@ def test_other_fabric_device_is_denied_naming_the_policy_that_fits(policies):
 
 # -- AWS EFA ------------------------------------------------------------------------------------
 
+
 def efa_worker(env=None, efa="32"):
     """An EKS nccl-tests MPIJob worker on p5.48xlarge: 8 GPUs, 32 EFA devices, hugepages."""
-    c = k.container("worker", image="public.ecr.aws/hpc-cloud/nccl-tests:latest", env=env,
-                    limits={"vpc.amazonaws.com/efa": efa, "hugepages-2Mi": "5120Mi", "memory": "32000Mi"},
-                    command=["/usr/sbin/sshd", "-De"])
-    return k.pod([c], namespace="eks-training", generate_name="nccl-tests-efa-worker-",
-                 labels={"training.kubeflow.org/job-role": "worker"})
+    c = k.container(
+        "worker",
+        image="public.ecr.aws/hpc-cloud/nccl-tests:latest",
+        env=env,
+        limits={"vpc.amazonaws.com/efa": efa, "hugepages-2Mi": "5120Mi", "memory": "32000Mi"},
+        command=["/usr/sbin/sshd", "-De"],
+    )
+    return k.pod(
+        [c],
+        namespace="eks-training",
+        generate_name="nccl-tests-efa-worker-",
+        labels={"training.kubeflow.org/job-role": "worker"},
+    )
 
 
 def test_efa_worker_keeps_its_32_devices_and_gets_libfabric_pinned(policies):
@@ -124,23 +139,35 @@ def test_efa_device_added_per_gpu():
     assert out["spec"]["containers"][0]["resources"]["limits"]["vpc.amazonaws.com/efa"] == "16"
 
 
-@pytest.mark.parametrize("name,value,rule", [
-    ("FI_PROVIDER", "tcp", "env-fallback"),
-    ("FI_PROVIDER", "sockets", "env-fallback"),
-    ("FI_PROVIDER", "^efa", "env-fallback"),
-    ("NCCL_NET_PLUGIN", "none", "env-fallback"),
-    ("NCCL_NET", "Socket", "env-fallback"),
-    ("NCCL_NET", "IB", "env-fallback"),
-])
+@pytest.mark.parametrize(
+    "name,value,rule",
+    [
+        ("FI_PROVIDER", "tcp", "env-fallback"),
+        ("FI_PROVIDER", "sockets", "env-fallback"),
+        ("FI_PROVIDER", "^efa", "env-fallback"),
+        ("NCCL_NET_PLUGIN", "none", "env-fallback"),
+        ("NCCL_NET", "Socket", "env-fallback"),
+        ("NCCL_NET", "IB", "env-fallback"),
+    ],
+)
 def test_efa_fallback_signatures_deny(policies, name, value, rule):
     resp, _, d = respond(efa_worker(env=[{"name": name, "value": value}]), EKS, policies)
     assert not resp["allowed"] and [f.rule for f in d.denials] == [rule], resp
     assert f"{name}={value!r}" in resp["status"]["message"]
 
 
-@pytest.mark.parametrize("name,value", [("FI_PROVIDER", "efa"), ("FI_PROVIDER", "efa,shm"), ("FI_PROVIDER", "^tcp"),
-                                        ("NCCL_NET", "ofi"), ("NCCL_NET", "libfabric"), ("NCCL_NET_PLUGIN", "ofi"),
-                                        ("NCCL_IB_DISABLE", "1")])  # no IB transport on EFA to turn off
+@pytest.mark.parametrize(
+    "name,value",
+    [
+        ("FI_PROVIDER", "efa"),
+        ("FI_PROVIDER", "efa,shm"),
+        ("FI_PROVIDER", "^tcp"),
+        ("NCCL_NET", "ofi"),
+        ("NCCL_NET", "libfabric"),
+        ("NCCL_NET_PLUGIN", "ofi"),
+        ("NCCL_IB_DISABLE", "1"),
+    ],
+)  # no IB transport on EFA to turn off
 def test_efa_settings_that_keep_rdma_pass(policies, name, value):
     resp, out, d = respond(efa_worker(env=[{"name": name, "value": value}]), EKS, policies)
     assert resp["allowed"], resp.get("status")
@@ -163,15 +190,26 @@ def test_efa_pod_under_erdma_policy_is_denied_naming_efa(policies):
 
 # -- OCI OKE: RoCE through the host network ----------------------------------------------------
 
+
 def oke_worker(host_network=True, privileged=True, mount=True):
-    c = k.container("mpi-worker", image="iad.ocir.io/hpc/nccl-tests:cuda-13", command=["/bin/bash", "-c", "sshd -D -p 2222"],
-                    securityContext={"privileged": True, "capabilities": {"add": ["IPC_LOCK"]}} if privileged else {},
-                    volumeMounts=([{"name": "devinf", "mountPath": "/dev/infiniband"}] if mount else [])
-                    + [{"name": "shm", "mountPath": "/dev/shm"}])
+    c = k.container(
+        "mpi-worker",
+        image="iad.ocir.io/hpc/nccl-tests:cuda-13",
+        command=["/bin/bash", "-c", "sshd -D -p 2222"],
+        securityContext={"privileged": True, "capabilities": {"add": ["IPC_LOCK"]}} if privileged else {},
+        volumeMounts=([{"name": "devinf", "mountPath": "/dev/infiniband"}] if mount else [])
+        + [{"name": "shm", "mountPath": "/dev/shm"}],
+    )
     extra = {"hostNetwork": True, "dnsPolicy": "ClusterFirstWithHostNet"} if host_network else {}
-    pod = k.pod([c], namespace="oke-training", volumes=[{"name": "devinf", "hostPath": {"path": "/dev/infiniband"}},
-                                                         {"name": "shm", "emptyDir": {"medium": "Memory", "sizeLimit": "32Gi"}}],
-                **extra)
+    pod = k.pod(
+        [c],
+        namespace="oke-training",
+        volumes=[
+            {"name": "devinf", "hostPath": {"path": "/dev/infiniband"}},
+            {"name": "shm", "emptyDir": {"medium": "Memory", "sizeLimit": "32Gi"}},
+        ],
+        **extra,
+    )
     if host_network:
         pod["spec"]["dnsPolicy"] = "ClusterFirstWithHostNet"
     return pod
@@ -182,9 +220,12 @@ def test_oke_host_network_worker_gets_the_nccl_block_and_no_device(policies):
     c = out["spec"]["containers"][0]
     assert set(c["resources"]["limits"]) == {"nvidia.com/gpu"}
     env = env_of(c)
-    assert env["NCCL_NET"] == "IB" and env["NCCL_IB_HCA"].startswith("=mlx5_0,mlx5_1,mlx5_3") and env["NCCL_IB_TC"] == "41"
+    assert (
+        env["NCCL_NET"] == "IB" and env["NCCL_IB_HCA"].startswith("=mlx5_0,mlx5_1,mlx5_3") and env["NCCL_IB_TC"] == "41"
+    )
     assert out["spec"]["hostNetwork"] is True and "hostPath" not in json.dumps(
-        [v for v in out["spec"]["volumes"] if v not in oke_worker()["spec"]["volumes"]])
+        [v for v in out["spec"]["volumes"] if v not in oke_worker()["spec"]["volumes"]]
+    )
 
 
 def test_oke_without_host_network_denied(policies):
@@ -200,14 +241,17 @@ def test_oke_without_host_devices_denied(policies):
     assert resp["allowed"], resp.get("status")
 
 
-@pytest.mark.parametrize("security,path,allowed", [
-    ({"privileged": True}, None, True),  # privileged alone sees the host's devices
-    ({"privileged": False}, None, False),
-    ({"privileged": "true"}, None, False),  # only the boolean counts
-    ({}, "/dev/infiniband/", True),
-    ({}, "/dev/infinibandX", False),
-    ({}, "/dev/infiniband ", False),
-])
+@pytest.mark.parametrize(
+    "security,path,allowed",
+    [
+        ({"privileged": True}, None, True),  # privileged alone sees the host's devices
+        ({"privileged": False}, None, False),
+        ({"privileged": "true"}, None, False),  # only the boolean counts
+        ({}, "/dev/infiniband/", True),
+        ({}, "/dev/infinibandX", False),
+        ({}, "/dev/infiniband ", False),
+    ],
+)
 def test_host_devices_are_seen_privileged_or_through_the_mount(policies, security, path, allowed):
     pod = oke_worker(privileged=False, mount=False)
     c = pod["spec"]["containers"][0]
@@ -220,6 +264,7 @@ def test_host_devices_are_seen_privileged_or_through_the_mount(policies, securit
 
 
 # -- eight rails through Multus -----------------------------------------------------------------
+
 
 def rails_worker(annotation=None):
     pod = k.pytorchjob_worker()
@@ -240,16 +285,21 @@ def test_eight_rails_each_with_its_network_and_device(policies):
     assert env_of(out["spec"]["containers"][0])["NCCL_SOCKET_IFNAME"] == "net1"
 
 
-@pytest.mark.parametrize("existing,first", [
-    ("macvlan-conf", "net2"),
-    (",".join(f"roce-{i}" for i in range(16)), "net17"),  # an OCI/CoreWeave job's sixteen unnamed networks
-    ("rdma-rail-0@ib0", "ib0"),  # a rail the pod lists already is reused with its name
-    ('[{"name":"macvlan-conf","interface":"net1"},{"name":"other","interface":"net3"}]', "net2"),
-])
+@pytest.mark.parametrize(
+    "existing,first",
+    [
+        ("macvlan-conf", "net2"),
+        (",".join(f"roce-{i}" for i in range(16)), "net17"),  # an OCI/CoreWeave job's sixteen unnamed networks
+        ("rdma-rail-0@ib0", "ib0"),  # a rail the pod lists already is reused with its name
+        ('[{"name":"macvlan-conf","interface":"net1"},{"name":"other","interface":"net3"}]', "net2"),
+    ],
+)
 def test_rails_never_collide_with_what_the_pod_lists(policies, existing, first):
     resp, out = mutated(rails_worker(existing), RAILS, policies)
     names = interfaces(out["metadata"]["annotations"][keys.MULTUS_NETWORKS])
-    assert len(names) == len(set(names)) and len(names) == len(interfaces(existing)) + 8 - (1 if "rail-0" in existing else 0)
+    assert len(names) == len(set(names)) and len(names) == len(interfaces(existing)) + 8 - (
+        1 if "rail-0" in existing else 0
+    )
     assert env_of(out["spec"]["containers"][0])["NCCL_SOCKET_IFNAME"] == first
 
 
@@ -270,7 +320,9 @@ DRA_POLICY = textwrap.dedent("""\
 
 
 def dra_policies():
-    texts = [(str(p), p.read_text()) for p in sorted((ROOT / "policies").glob("*.yaml"))] + [("dranet.yaml", DRA_POLICY)]
+    texts = [(str(p), p.read_text()) for p in sorted((ROOT / "policies").glob("*.yaml"))] + [
+        ("dranet.yaml", DRA_POLICY)
+    ]
     ps, errors = load_texts(texts)
     assert errors == []
     return ps
@@ -285,21 +337,27 @@ def test_dra_claim_added_to_pod_and_targets():
 
 
 def test_dra_existing_claim_of_the_fabric_reused():
-    pod = k.pod([k.container("trainer", resources={"limits": {"nvidia.com/gpu": "8"}, "claims": [{"name": "nic"}]})],
-                annotations={keys.POD_POLICY: "dranet"}, resourceClaims=[{"name": "nic", "resourceClaimTemplateName": "rdma-nic-x8"}])
+    pod = k.pod(
+        [k.container("trainer", resources={"limits": {"nvidia.com/gpu": "8"}, "claims": [{"name": "nic"}]})],
+        annotations={keys.POD_POLICY: "dranet"},
+        resourceClaims=[{"name": "nic", "resourceClaimTemplateName": "rdma-nic-x8"}],
+    )
     resp, out = mutated(pod, ML, dra_policies())
     assert out["spec"]["resourceClaims"] == [{"name": "nic", "resourceClaimTemplateName": "rdma-nic-x8"}]
     assert out["spec"]["containers"][0]["resources"]["claims"] == [{"name": "nic"}]
 
 
 def test_dra_claim_under_device_plugin_policy_denied():
-    pod = k.pod([k.container("trainer")], resourceClaims=[{"name": "nic", "resourceClaimTemplateName": "rdma-nic-template"}])
+    pod = k.pod(
+        [k.container("trainer")], resourceClaims=[{"name": "nic", "resourceClaimTemplateName": "rdma-nic-template"}]
+    )
     resp, _, d = respond(pod, ML, dra_policies())
     assert not resp["allowed"] and [f.rule for f in d.denials] == ["fabric-mismatch"]
     assert "select policy dranet" in resp["status"]["message"]
 
 
 # -- /dev/shm and interfaces ------------------------------------------------------------------
+
 
 def test_host_dev_shm_is_memory_and_not_warned(policies):
     c = k.container("trainer", volumeMounts=[{"name": "host-shm", "mountPath": "/dev/shm"}])
@@ -381,14 +439,35 @@ def test_v1alpha1_loads_and_migrates_to_the_same_decisions(tmp_path):
         assert respond(pod, ai, v1)[1] == respond(pod, ai, v2)[1]
 
 
-@pytest.mark.parametrize("doc,error", [
-    ("fabric: {kind: x, ncclNet: [IB], hcaDevices: [mlx5]}\n", "gives no device resource, Multus network or DRA claim"),
-    ("fabric: {kind: x, ncclNet: [IB], hcaDevices: [mlx5]}\nhostNetwork: Required\nnetworks: [{name: n}]\n", "Multus attaches no networks to host-network pods"),
-    ("fabric: {kind: x, transport: libfabric, ncclNet: [OFI]}\ndevices: [{resource: vpc.amazonaws.com/efa}]\n", "fabric.providers: required"),
-    ("fabric: {kind: x, transport: libfabric, ncclNet: [OFI], providers: [efa]}\ndevices: [{resource: vpc.amazonaws.com/efa}]\nnccl2: {}\n", "unknown field"),
-    ("fabric: {kind: x, transport: libfabric, ncclNet: [OFI], providers: [efa]}\ndevices: [{resource: a.io/x}]\nnccl:\n  FI_PROVIDER: tcp\n", "FI_PROVIDER='tcp' keeps none"),
-    ("fabric: {kind: x, ncclNet: [IB], hcaDevices: [mlx5]}\ndevices: [{resource: a.io/x}]\nnccl:\n  NCCL_SOCKET_IFNAME: '{interface}'\n", "has no networks"),
-])
+@pytest.mark.parametrize(
+    "doc,error",
+    [
+        (
+            "fabric: {kind: x, ncclNet: [IB], hcaDevices: [mlx5]}\n",
+            "gives no device resource, Multus network or DRA claim",
+        ),
+        (
+            "fabric: {kind: x, ncclNet: [IB], hcaDevices: [mlx5]}\nhostNetwork: Required\nnetworks: [{name: n}]\n",
+            "Multus attaches no networks to host-network pods",
+        ),
+        (
+            "fabric: {kind: x, transport: libfabric, ncclNet: [OFI]}\ndevices: [{resource: vpc.amazonaws.com/efa}]\n",
+            "fabric.providers: required",
+        ),
+        (
+            "fabric: {kind: x, transport: libfabric, ncclNet: [OFI], providers: [efa]}\ndevices: [{resource: vpc.amazonaws.com/efa}]\nnccl2: {}\n",
+            "unknown field",
+        ),
+        (
+            "fabric: {kind: x, transport: libfabric, ncclNet: [OFI], providers: [efa]}\ndevices: [{resource: a.io/x}]\nnccl:\n  FI_PROVIDER: tcp\n",
+            "FI_PROVIDER='tcp' keeps none",
+        ),
+        (
+            "fabric: {kind: x, ncclNet: [IB], hcaDevices: [mlx5]}\ndevices: [{resource: a.io/x}]\nnccl:\n  NCCL_SOCKET_IFNAME: '{interface}'\n",
+            "has no networks",
+        ),
+    ],
+)
 def test_lint_of_the_fabric_model(doc, error):
     head = "apiVersion: rdma-webhook.io/v1alpha2\nkind: RdmaPolicy\nname: p\ndescription: d\nnamespaceSelector: {}\nshm: {sizeLimit: 1Gi}\n"
     text = head + doc + ("" if "nccl:" in doc or "nccl2" in doc else "nccl: {NCCL_DEBUG: WARN}\n")
@@ -399,7 +478,10 @@ def test_lint_of_the_fabric_model(doc, error):
 
 
 def test_host_network_and_claim_policies_without_devices_lint():
-    head = "apiVersion: rdma-webhook.io/v1alpha2\nkind: RdmaPolicy\nname: p\ndescription: d\nnamespaceSelector: {}\nshm: {sizeLimit: 1Gi}\nnccl: {NCCL_DEBUG: WARN}\n"
+    head = (
+        "apiVersion: rdma-webhook.io/v1alpha2\nkind: RdmaPolicy\nname: p\ndescription: d\nnamespaceSelector: {}\n"
+        "shm: {sizeLimit: 1Gi}\nnccl: {NCCL_DEBUG: WARN}\n"
+    )
     fab = "fabric: {kind: x, ncclNet: [IB], hcaDevices: [mlx5]}\n"
     for extra in ("hostNetwork: Required\n", "claim: {name: nic, template: nic-template}\n"):
         ps, errors = load_texts([("p.yaml", head + fab + extra)])
@@ -408,14 +490,28 @@ def test_host_network_and_claim_policies_without_devices_lint():
 
 # -- through the served webhook over TLS --------------------------------------------------------
 
-@pytest.mark.parametrize("make,ns,check", [
-    (rdma_test_pod, "ib-training", lambda out, r: out["spec"]["containers"][0]["resources"]["limits"].get("rdma/rdma_shared_device_a") == "1"),
-    (efa_worker, "eks-training", lambda out, r: env_of(out["spec"]["containers"][0])["FI_PROVIDER"] == "efa"),
-    (oke_worker, "oke-training", lambda out, r: env_of(out["spec"]["containers"][0])["NCCL_IB_TC"] == "41"),
-    (lambda: rails_worker("macvlan-conf"), "llm-rails",
-     lambda out, r: env_of(out["spec"]["containers"][0])["NCCL_SOCKET_IFNAME"] == "net2"
-     and interfaces(out["metadata"]["annotations"][keys.MULTUS_NETWORKS])[1:] == [f"net{i}" for i in range(2, 10)]),
-])
+
+@pytest.mark.parametrize(
+    "make,ns,check",
+    [
+        (
+            rdma_test_pod,
+            "ib-training",
+            lambda out, r: out["spec"]["containers"][0]["resources"]["limits"].get("rdma/rdma_shared_device_a") == "1",
+        ),
+        (efa_worker, "eks-training", lambda out, r: env_of(out["spec"]["containers"][0])["FI_PROVIDER"] == "efa"),
+        (oke_worker, "oke-training", lambda out, r: env_of(out["spec"]["containers"][0])["NCCL_IB_TC"] == "41"),
+        (
+            lambda: rails_worker("macvlan-conf"),
+            "llm-rails",
+            lambda out, r: (
+                env_of(out["spec"]["containers"][0])["NCCL_SOCKET_IFNAME"] == "net2"
+                and interfaces(out["metadata"]["annotations"][keys.MULTUS_NETWORKS])[1:]
+                == [f"net{i}" for i in range(2, 10)]
+            ),
+        ),
+    ],
+)
 def test_served_fabrics(server, make, ns, check):
     pod = make()
     r = server.review(k.admission_review(pod, namespace=ns))["response"]
@@ -434,16 +530,26 @@ def test_served_fabric_mismatch(server):
 
 # -- who is checked: every container that can run NCCL (issue 16, point 4) ----------------------
 
-@pytest.mark.parametrize("extra", [
-    {"env": [{"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"}, {"name": "NCCL_IB_DISABLE", "value": "1"}],
-     "securityContext": {"privileged": True}},
-    {"env": [{"name": "NCCL_NET", "value": "Socket"}], "resources": {"claims": [{"name": "gpus"}]}},
-])
+
+@pytest.mark.parametrize(
+    "extra",
+    [
+        {
+            "env": [{"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"}, {"name": "NCCL_IB_DISABLE", "value": "1"}],
+            "securityContext": {"privileged": True},
+        },
+        {"env": [{"name": "NCCL_NET", "value": "Socket"}], "resources": {"claims": [{"name": "gpus"}]}},
+    ],
+)
 def test_containers_that_see_gpus_without_requesting_one_are_checked(policies, extra):
     bench = k.container("nccl-bench", gpus=None, **{k_: v for k_, v in extra.items() if k_ != "resources"})
     if "resources" in extra:
         bench["resources"] = extra["resources"]
-    claims = {"resourceClaims": [{"name": "gpus", "resourceClaimTemplateName": "gpu-template"}]} if "resources" in extra else {}
+    claims = (
+        {"resourceClaims": [{"name": "gpus", "resourceClaimTemplateName": "gpu-template"}]}
+        if "resources" in extra
+        else {}
+    )
     pod = k.pod([bench], **claims)
     resp, _, d = respond(pod, ML, policies)
     assert not resp["allowed"] and [f.rule for f in d.denials] == ["env-fallback"], resp
@@ -470,13 +576,17 @@ def test_runtime_gpu_container_beside_a_target_is_checked_not_mutated(policies):
 
 # -- a transport's own variables in commands: read for the policy's names ------------------------
 
-@pytest.mark.parametrize("script,denied", [
-    ("mpirun -np 16 -x FI_PROVIDER=tcp -x NCCL_DEBUG=WARN /opt/nccl-tests/build/all_reduce_perf -b 8 -e 2G", True),
-    ("export FI_PROVIDER=sockets; torchrun train.py", True),
-    ("export NCCL_NET_PLUGIN=none && python train.py", True),
-    ("# export FI_PROVIDER=tcp\nmpirun -x FI_PROVIDER=efa all_reduce_perf", False),
-    ("echo 'never FI_PROVIDER=tcp'; torchrun train.py", False),
-])
+
+@pytest.mark.parametrize(
+    "script,denied",
+    [
+        ("mpirun -np 16 -x FI_PROVIDER=tcp -x NCCL_DEBUG=WARN /opt/nccl-tests/build/all_reduce_perf -b 8 -e 2G", True),
+        ("export FI_PROVIDER=sockets; torchrun train.py", True),
+        ("export NCCL_NET_PLUGIN=none && python train.py", True),
+        ("# export FI_PROVIDER=tcp\nmpirun -x FI_PROVIDER=efa all_reduce_perf", False),
+        ("echo 'never FI_PROVIDER=tcp'; torchrun train.py", False),
+    ],
+)
 def test_efa_command_settings_are_judged_by_the_libfabric_table(policies, script, denied):
     pod = efa_worker()
     pod["spec"]["containers"][0]["command"] = ["bash", "-c", script]
@@ -495,6 +605,7 @@ def test_fi_provider_in_an_ib_verbs_command_is_not_a_fallback(policies):
 def test_served_dra_claim(tmp_path):
     """A DRA policy next to the shipped ones, served: the claim lands in the pod as stored."""
     from conftest import POLICIES, start_server, stop_server
+
     pol = tmp_path / "policies"
     pol.mkdir()
     for p in POLICIES.glob("*.yaml"):
@@ -522,7 +633,9 @@ def test_a_pod_listing_a_hundred_thousand_networks_is_answered(server):
     r = server.review(k.admission_review(pod, namespace="llm-rails"), conn=conn)["response"]
     assert r["allowed"], r.get("status")
     out = jsonpatch.apply_patch(pod, json.loads(base64.b64decode(r["patch"])))
-    assert interfaces(out["metadata"]["annotations"][keys.MULTUS_NETWORKS])[-8:] == [f"net{i}" for i in range(100_001, 100_009)]
+    assert interfaces(out["metadata"]["annotations"][keys.MULTUS_NETWORKS])[-8:] == [
+        f"net{i}" for i in range(100_001, 100_009)
+    ]
     r = server.review(k.admission_review(rails_worker(), namespace="llm-rails"))["response"]
     assert r["allowed"]
 
@@ -536,43 +649,68 @@ def test_fabric_mismatch_says_what_the_policy_provides():
     _, _, d = respond(pod, OKE, ps)
     other = "no policy of this namespace provides it; remove it, or ask the platform team for a policy of that fabric"
     # every rdma/<name> is the RDMA shared device plugin's: ib-shared's family, named as the fix
-    assert [(f.rule, f.container, f.message) for f in d.denials] == [(
-        "fabric-mismatch", "mpi-worker",
-        "this pod requests rdma/hca, another fabric's RDMA device; policy oke-roce-host provides the host's devices; "
-        "select policy ib-shared with the annotation rdma-webhook.io/policy: ib-shared")]
-    pod = k.pod([k.container("trainer", resources={"limits": {"nvidia.com/gpu": "1", "rdma/hca": "1"}})],
-                annotations={keys.POD_POLICY: "dranet"})
+    assert [(f.rule, f.container, f.message) for f in d.denials] == [
+        (
+            "fabric-mismatch",
+            "mpi-worker",
+            "this pod requests rdma/hca, another fabric's RDMA device; policy oke-roce-host provides the host's devices; "
+            "select policy ib-shared with the annotation rdma-webhook.io/policy: ib-shared",
+        )
+    ]
+    pod = k.pod(
+        [k.container("trainer", resources={"limits": {"nvidia.com/gpu": "1", "rdma/hca": "1"}})],
+        annotations={keys.POD_POLICY: "dranet"},
+    )
     pod["spec"]["containers"][0]["resources"].get("requests", {}).pop("rdma/hca", None)
     _, _, d = respond(pod, ML, ps)
-    assert [(f.rule, f.container, f.message) for f in d.denials] == [(
-        "fabric-mismatch", "trainer",
-        "this pod requests rdma/hca, another fabric's RDMA device; policy dranet provides a DRA claim (rdma-nic-template); "
-        "select policy ib-shared with the annotation rdma-webhook.io/policy: ib-shared")]
+    assert [(f.rule, f.container, f.message) for f in d.denials] == [
+        (
+            "fabric-mismatch",
+            "trainer",
+            "this pod requests rdma/hca, another fabric's RDMA device; policy dranet provides a DRA claim (rdma-nic-template); "
+            "select policy ib-shared with the annotation rdma-webhook.io/policy: ib-shared",
+        )
+    ]
     # without a policy of the RDMA shared device plugin's family, nothing fits
     from webhook.core.model import PolicySet
 
     alone = PolicySet([p for p in ps.by_name.values() if not p.name.endswith(("ib-shared", "infiniband"))])
     _, _, d = respond(pod, ML, alone)
     assert [f.message for f in d.denials] == [
-        f"this pod requests rdma/hca, another fabric's RDMA device; policy dranet provides a DRA claim (rdma-nic-template); {other}"]
+        f"this pod requests rdma/hca, another fabric's RDMA device; policy dranet provides a DRA claim (rdma-nic-template); {other}"
+    ]
     pod = k.pod([k.container("trainer")], resourceClaims=[{"name": "x", "resourceClaimName": "rdma-nic-template"}])
     _, _, d = respond(pod, ML, ps)
-    assert [(f.rule, f.container, f.message) for f in d.denials] == [(
-        "fabric-mismatch", None,
-        "this pod claims rdma-nic-template, another fabric's RDMA NIC; policy erdma provides aliyun/erdma; "
-        "select policy dranet with the annotation rdma-webhook.io/policy: dranet")]
+    assert [(f.rule, f.container, f.message) for f in d.denials] == [
+        (
+            "fabric-mismatch",
+            None,
+            "this pod claims rdma-nic-template, another fabric's RDMA NIC; policy erdma provides aliyun/erdma; "
+            "select policy dranet with the annotation rdma-webhook.io/policy: dranet",
+        )
+    ]
 
 
 # -- the fabric rules' exact findings ---------------------------------------------------------------
 
+
 def test_a_container_that_cannot_see_the_host_devices_is_named_with_the_fix(policies):
     pod = oke_worker(privileged=False, mount=False)
-    pod["spec"]["containers"].insert(0, copy.deepcopy(pod["spec"]["containers"][0]) | {"name": "seen", "securityContext": {"privileged": True}})
+    pod["spec"]["containers"].insert(
+        0, copy.deepcopy(pod["spec"]["containers"][0]) | {"name": "seen", "securityContext": {"privileged": True}}
+    )
     _, _, d = respond(pod, OKE, policies)
-    assert [(f.rule, f.container, f.message) for f in d.denials] == [("host-rdma-devices", "mpi-worker", (
-        "the oke-roce-host policy's RDMA devices come from the host without a device plugin, and this container "
-        "neither mounts /dev/infiniband nor runs privileged, so NCCL finds no RDMA device and uses TCP; mount the "
-        "host's /dev/infiniband (hostPath) into it"))]
+    assert [(f.rule, f.container, f.message) for f in d.denials] == [
+        (
+            "host-rdma-devices",
+            "mpi-worker",
+            (
+                "the oke-roce-host policy's RDMA devices come from the host without a device plugin, and this container "
+                "neither mounts /dev/infiniband nor runs privileged, so NCCL finds no RDMA device and uses TCP; mount the "
+                "host's /dev/infiniband (hostPath) into it"
+            ),
+        )
+    ]
 
 
 def _host_network_denial(policies, ns, text=None):
@@ -586,13 +724,31 @@ def _host_network_denial(policies, ns, text=None):
 
 
 def test_host_network_under_a_policy_of_multus_networks_names_them(policies):
-    assert _host_network_denial(policies, RAILS) == [("host-network", None, (
-        "hostNetwork: true, but the sriov-roce-8rail policy attaches the Multus network(s) 'rdma-rail-0', 'rdma-rail-1', 'rdma-rail-2', "
-        "'rdma-rail-3', 'rdma-rail-4', 'rdma-rail-5', 'rdma-rail-6', 'rdma-rail-7' and Multus does not attach networks to host-network pods; "
-        "remove hostNetwork"))]
+    assert _host_network_denial(policies, RAILS) == [
+        (
+            "host-network",
+            None,
+            (
+                "hostNetwork: true, but the sriov-roce-8rail policy attaches the Multus network(s) 'rdma-rail-0', 'rdma-rail-1', 'rdma-rail-2', "
+                "'rdma-rail-3', 'rdma-rail-4', 'rdma-rail-5', 'rdma-rail-6', 'rdma-rail-7' and Multus does not attach networks to host-network pods; "
+                "remove hostNetwork"
+            ),
+        )
+    ]
 
 
 def test_host_network_under_a_policy_that_forbids_it_without_networks_says_why():
-    text = (ROOT / "policies" / "erdma.yaml").read_text().replace("priority: 10\n", "priority: 10\nhostNetwork: Forbidden\n")
-    assert _host_network_denial(None, ML, text) == [("host-network", None, (
-        "hostNetwork: true, but the erdma policy does not reach its fabric through the host's interfaces; remove hostNetwork"))]
+    text = (
+        (ROOT / "policies" / "erdma.yaml")
+        .read_text()
+        .replace("priority: 10\n", "priority: 10\nhostNetwork: Forbidden\n")
+    )
+    assert _host_network_denial(None, ML, text) == [
+        (
+            "host-network",
+            None,
+            (
+                "hostNetwork: true, but the erdma policy does not reach its fabric through the host's interfaces; remove hostNetwork"
+            ),
+        )
+    ]

@@ -43,8 +43,14 @@ def ns(policy: str | None = None) -> Namespace:
     return Namespace("ml-training", labels)
 
 
-def _as_sent(template: dict, *, name: str | None = None, generate_name: str | None = None,
-             labels: dict | None = None, annotations: dict | None = None) -> dict:
+def _as_sent(
+    template: dict,
+    *,
+    name: str | None = None,
+    generate_name: str | None = None,
+    labels: dict | None = None,
+    annotations: dict | None = None,
+) -> dict:
     """A manifest's pod (or pod template) as the API server sends it to /mutate: defaulted, with the
     service-account token volume, and a controller's labels and generateName."""
     meta = template.get("metadata") or {}
@@ -55,8 +61,16 @@ def _as_sent(template: dict, *, name: str | None = None, generate_name: str | No
     containers = spec.pop("containers")
     volumes = spec.pop("volumes", None)
     init = spec.pop("initContainers", None)
-    return k.pod(containers, name=name, generate_name=generate_name, labels=lab, annotations=ann or None,
-                 volumes=volumes, init_containers=init, **spec)
+    return k.pod(
+        containers,
+        name=name,
+        generate_name=generate_name,
+        labels=lab,
+        annotations=ann or None,
+        volumes=volumes,
+        init_containers=init,
+        **spec,
+    )
 
 
 def pods_of(file: str) -> list[dict]:
@@ -69,20 +83,35 @@ def pods_of(file: str) -> list[dict]:
         elif kind == "Job":
             job = doc["metadata"]["name"]
             for i in range(2):
-                out.append(_as_sent(doc["spec"]["template"], generate_name=f"{job}-{i}-",
-                                    labels={"batch.kubernetes.io/job-name": job, "job-name": job,
-                                            "batch.kubernetes.io/job-completion-index": str(i),
-                                            "batch.kubernetes.io/controller-uid": "0b5b2c7e-4a51-4d35-9d0c-2f1f6c1e6a10"},
-                                    annotations={"batch.kubernetes.io/job-completion-index": str(i)}))
+                out.append(
+                    _as_sent(
+                        doc["spec"]["template"],
+                        generate_name=f"{job}-{i}-",
+                        labels={
+                            "batch.kubernetes.io/job-name": job,
+                            "job-name": job,
+                            "batch.kubernetes.io/job-completion-index": str(i),
+                            "batch.kubernetes.io/controller-uid": "0b5b2c7e-4a51-4d35-9d0c-2f1f6c1e6a10",
+                        },
+                        annotations={"batch.kubernetes.io/job-completion-index": str(i)},
+                    )
+                )
         elif kind == "JobSet":
             js = doc["metadata"]["name"]
             for rj in doc["spec"]["replicatedJobs"]:
                 for i in range(2):
-                    out.append(_as_sent(rj["template"]["spec"]["template"], generate_name=f"{js}-{rj['name']}-0-{i}-",
-                                        labels={"jobset.sigs.k8s.io/jobset-name": js,
-                                                "jobset.sigs.k8s.io/replicatedjob-name": rj["name"],
-                                                "jobset.sigs.k8s.io/job-index": "0",
-                                                "batch.kubernetes.io/job-completion-index": str(i)}))
+                    out.append(
+                        _as_sent(
+                            rj["template"]["spec"]["template"],
+                            generate_name=f"{js}-{rj['name']}-0-{i}-",
+                            labels={
+                                "jobset.sigs.k8s.io/jobset-name": js,
+                                "jobset.sigs.k8s.io/replicatedjob-name": rj["name"],
+                                "jobset.sigs.k8s.io/job-index": "0",
+                                "batch.kubernetes.io/job-completion-index": str(i),
+                            },
+                        )
+                    )
     assert out
     return out
 
@@ -97,7 +126,9 @@ def env_of(container: dict) -> dict:
 
 
 def gpu_container(pod: dict) -> dict:
-    return next(c for c in pod["spec"]["containers"] if "nvidia.com/gpu" in ((c.get("resources") or {}).get("limits") or {}))
+    return next(
+        c for c in pod["spec"]["containers"] if "nvidia.com/gpu" in ((c.get("resources") or {}).get("limits") or {})
+    )
 
 
 def test_every_manifest_has_its_policy():
@@ -105,6 +136,7 @@ def test_every_manifest_has_its_policy():
 
 
 # -- the manifests under the policy that fits --------------------------------------------------
+
 
 @pytest.mark.parametrize("file", sorted(FITS))
 def test_fitting_policy_admits_cleanly(file, policies):
@@ -119,7 +151,7 @@ def test_fitting_policy_admits_cleanly(file, policies):
         assert annotations[keys.APPLIED_POLICY] == fit
         assert keys.MULTUS_NETWORKS not in annotations  # GKE's mechanism, not Multus
         entries = gke_entries(patched)
-        assert entries[:len(before)] == before  # merged: what the pod listed stays, in its order
+        assert entries[: len(before)] == before  # merged: what the pod listed stays, in its order
         names = [e["interfaceName"] for e in entries]
         networks = [e["network"] for e in entries]
         assert len(set(names)) == len(names) and len(set(networks)) == len(networks)
@@ -132,7 +164,11 @@ def test_fitting_policy_admits_cleanly(file, policies):
         assert "IPC_LOCK" in c["securityContext"]["capabilities"]["add"]
         by_net = {e["network"]: e["interfaceName"] for e in entries}
         if fit == "gke-tcpxo":
-            assert env["NCCL_FASTRAK_IFNAME"] == ",".join(by_net[n] for n in TCPXO_NETS) == "eth1,eth2,eth3,eth4,eth5,eth6,eth7,eth8"
+            assert (
+                env["NCCL_FASTRAK_IFNAME"]
+                == ",".join(by_net[n] for n in TCPXO_NETS)
+                == "eth1,eth2,eth3,eth4,eth5,eth6,eth7,eth8"
+            )
             assert env["NCCL_SOCKET_IFNAME"] == env["NCCL_FASTRAK_CTRL_DEV"] == "eth0"
         else:
             assert [by_net[n] for n in RDMA_NETS] == [f"eth{i}" for i in range(2, 10)]
@@ -146,7 +182,8 @@ def test_a4_workers_get_the_rdma_networks_added(policies):
     assert gke.INTERFACES not in pod["metadata"].get("annotations", {})
     _, patched, decision = respond(pod, ns("gke-gib"), policies)
     assert gke_entries(patched) == [{"interfaceName": "eth0", "network": "default"}] + [
-        {"interfaceName": f"eth{i + 2}", "network": f"rdma-{i}"} for i in range(8)]
+        {"interfaceName": f"eth{i + 2}", "network": f"rdma-{i}"} for i in range(8)
+    ]
     assert any("GKE network rdma-0@eth2" in n for n in decision.notes)
 
 
@@ -181,7 +218,9 @@ def test_never_a_second_nic_and_denied_naming_the_fit(file, policy, policies):
         assert len(networks) == len(set(networks))
         assert keys.MULTUS_NETWORKS not in patched["metadata"]["annotations"]
         for before, after in zip(pod["spec"]["containers"], patched["spec"]["containers"]):
-            assert set((after.get("resources") or {}).get("limits") or {}) == set((before.get("resources") or {}).get("limits") or {})
+            assert set((after.get("resources") or {}).get("limits") or {}) == set(
+                (before.get("resources") or {}).get("limits") or {}
+            )
             assert not (after.get("resources") or {}).get("claims")
         assert not patched["spec"].get("resourceClaims")
 
@@ -192,9 +231,13 @@ def test_denials_say_why_under_another_fabric(policies):
     rules = sorted({f.rule for f in d.denials})
     assert rules == ["command-fallback", "fabric-mismatch"]
     cmd = next(f for f in d.denials if f.rule == "command-fallback")
-    assert cmd.message.startswith("NCCL_NET='gIB' names a transport that the erdma policy's erdma fabric does not provide (IB)")
-    assert cmd.message.endswith("NCCL_NET='gIB' is the network of the gke-gib policy's gke-rdma fabric: select that policy "
-                                "with the annotation rdma-webhook.io/policy: gke-gib")
+    assert cmd.message.startswith(
+        "NCCL_NET='gIB' names a transport that the erdma policy's erdma fabric does not provide (IB)"
+    )
+    assert cmd.message.endswith(
+        "NCCL_NET='gIB' is the network of the gke-gib policy's gke-rdma fabric: select that policy "
+        "with the annotation rdma-webhook.io/policy: gke-gib"
+    )
     mismatch = next(f for f in d.denials if f.rule == "fabric-mismatch")
     assert "'rdma-0', 'rdma-1'" in mismatch.message and "'gvnic-1'" not in mismatch.message
     # the A3 Mega pod sets no NCCL_NET: its GKE networks name the policy
@@ -212,12 +255,21 @@ def test_denials_say_why_under_another_fabric(policies):
 
 # -- rdma-webhook review, as CI runs it ---------------------------------------------------------
 
+
 def review(file: str, policy: str) -> subprocess.CompletedProcess:
-    namespace = {"apiVersion": "v1", "kind": "Namespace",
-                 "metadata": {"name": "ml-training", "labels": dict(ns(policy).labels)}}
+    namespace = {
+        "apiVersion": "v1",
+        "kind": "Namespace",
+        "metadata": {"name": "ml-training", "labels": dict(ns(policy).labels)},
+    }
     text = yaml.safe_dump(namespace) + "---\n" + (MANIFESTS / file).read_text()
-    return subprocess.run([sys.executable, "-m", "webhook", "review", "--policies", str(ROOT / "policies"),
-                           "--output", "json", "-"], input=text, capture_output=True, text=True, cwd=ROOT)
+    return subprocess.run(
+        [sys.executable, "-m", "webhook", "review", "--policies", str(ROOT / "policies"), "--output", "json", "-"],
+        input=text,
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+    )
 
 
 @pytest.mark.parametrize("file", sorted(FITS))
@@ -243,16 +295,23 @@ NETS = (GkeNetwork("rdma-0", "eth2"), GkeNetwork("rdma-1", "eth3"))
 
 def test_plan_adds_the_pod_network_first_when_the_pod_lists_nothing():
     plan = gke.plan(None, NETS)
-    assert json.loads(plan.value) == [{"interfaceName": "eth0", "network": "default"},
-                                      {"interfaceName": "eth2", "network": "rdma-0"},
-                                      {"interfaceName": "eth3", "network": "rdma-1"}]
+    assert json.loads(plan.value) == [
+        {"interfaceName": "eth0", "network": "default"},
+        {"interfaceName": "eth2", "network": "rdma-0"},
+        {"interfaceName": "eth3", "network": "rdma-1"},
+    ]
     assert plan.interfaces == ["eth2", "eth3"] and plan.pod_interfaces == ["eth2", "eth3"]
     assert plan.key == gke.INTERFACES and plan.also == {gke.DEFAULT_INTERFACE: "eth0"}
 
 
 def test_plan_reuses_the_pods_own_names_and_avoids_taken_ones():
-    current = json.dumps([{"interfaceName": "eth0", "network": "default"}, {"interfaceName": "eth2", "network": "data"},
-                          {"interfaceName": "rail1", "network": "rdma-1"}])
+    current = json.dumps(
+        [
+            {"interfaceName": "eth0", "network": "default"},
+            {"interfaceName": "eth2", "network": "data"},
+            {"interfaceName": "rail1", "network": "rdma-1"},
+        ]
+    )
     plan = gke.plan(current, NETS)
     entries = json.loads(plan.value)
     assert entries[:3] == json.loads(current)  # never clobbered
@@ -263,19 +322,33 @@ def test_plan_reuses_the_pods_own_names_and_avoids_taken_ones():
 
 
 def test_plan_keeps_a_pod_that_lists_every_network():
-    current = json.dumps([{"interfaceName": "eth0", "network": "default"}, {"interfaceName": "eth3", "network": "rdma-1"},
-                          {"interfaceName": "eth2", "network": "rdma-0"}])
+    current = json.dumps(
+        [
+            {"interfaceName": "eth0", "network": "default"},
+            {"interfaceName": "eth3", "network": "rdma-1"},
+            {"interfaceName": "eth2", "network": "rdma-0"},
+        ]
+    )
     plan = gke.plan(current, NETS)
     assert plan.value is None and plan.problem is None and plan.interfaces == ["eth2", "eth3"]
 
 
-@pytest.mark.parametrize("current, problem", [
-    ('[{"interfaceName":"eth1","network":"a"},{"interfaceName":"eth1","network":"b"}]', "two entries the interface name 'eth1'"),
-    ('[{"interfaceName":"eth1","network":"a"},{"interfaceName":"eth2","network":"a"}]', "attaches the network 'a' twice"),
-    ('[{"interfaceName":"eth1"}]', "is not a JSON list"),
-    ('{"interfaceName":"eth1","network":"a"}', "is not a JSON list"),
-    ("eth1@rdma-0", "is not a JSON list"),
-])
+@pytest.mark.parametrize(
+    "current, problem",
+    [
+        (
+            '[{"interfaceName":"eth1","network":"a"},{"interfaceName":"eth1","network":"b"}]',
+            "two entries the interface name 'eth1'",
+        ),
+        (
+            '[{"interfaceName":"eth1","network":"a"},{"interfaceName":"eth2","network":"a"}]',
+            "attaches the network 'a' twice",
+        ),
+        ('[{"interfaceName":"eth1"}]', "is not a JSON list"),
+        ('{"interfaceName":"eth1","network":"a"}', "is not a JSON list"),
+        ("eth1@rdma-0", "is not a JSON list"),
+    ],
+)
 def test_plan_refuses_what_gke_would_not_start(current, problem):
     plan = gke.plan(current, NETS)
     assert plan.problem is not None and problem in plan.problem and plan.value is None
@@ -283,9 +356,15 @@ def test_plan_refuses_what_gke_would_not_start(current, problem):
 
 def test_a_conflicting_annotation_is_denied(policies):
     pod = pods_of("a4-gib-jobset.yaml")[0]
-    pod["metadata"]["annotations"] = {gke.INTERFACES: json.dumps(
-        [{"interfaceName": "eth0", "network": "default"}, {"interfaceName": "eth1", "network": "gvnic-1"},
-         {"interfaceName": "eth1", "network": "scratch"}])}
+    pod["metadata"]["annotations"] = {
+        gke.INTERFACES: json.dumps(
+            [
+                {"interfaceName": "eth0", "network": "default"},
+                {"interfaceName": "eth1", "network": "gvnic-1"},
+                {"interfaceName": "eth1", "network": "scratch"},
+            ]
+        )
+    }
     d = decide(pod, ns("gke-gib"), policies)
     assert [f.rule for f in d.denials] == ["gke-annotation"]
     assert d.denials[0].message.startswith("networking.gke.io/interfaces: gives two entries the interface name 'eth1'")
@@ -294,7 +373,9 @@ def test_a_conflicting_annotation_is_denied(policies):
 def test_tcpxo_interfaces_follow_the_pods_own_names(policies):
     pod = pods_of("a3mega-tcpxo-job.yaml")[0]
     pod["metadata"]["annotations"][gke.INTERFACES] = json.dumps(
-        [{"interfaceName": "eth0", "network": "default"}] + [{"interfaceName": f"gpu{i}", "network": f"vpc{i + 1}"} for i in range(8)])
+        [{"interfaceName": "eth0", "network": "default"}]
+        + [{"interfaceName": f"gpu{i}", "network": f"vpc{i + 1}"} for i in range(8)]
+    )
     _, patched, d = mutate_twice(pod, ns("gke-tcpxo"), policies)
     assert env_of(gpu_container(patched))["NCCL_FASTRAK_IFNAME"] == ",".join(f"gpu{i}" for i in range(8))
     assert gke.INTERFACES not in [p for p in d.notes]  # nothing added to the annotation
@@ -306,26 +387,32 @@ def test_socket_ifname_is_checked_against_the_gke_interfaces(policies):
     gpu_container(pod)["env"].append({"name": "NCCL_SOCKET_IFNAME", "value": "ens7"})
     d = decide(pod, ns("gke-gib"), policies)
     assert d.allowed
-    assert any("NCCL_SOCKET_IFNAME='ens7' names no interface the pod will have (eth0, eth1, eth2" in w for w in d.warnings)
+    assert any(
+        "NCCL_SOCKET_IFNAME='ens7' names no interface the pod will have (eth0, eth1, eth2" in w for w in d.warnings
+    )
     gpu_container(pod)["env"][-1]["value"] = "eth1"  # the second gVNIC the pod lists itself
     assert not any("NCCL_SOCKET_IFNAME" in w for w in decide(pod, ns("gke-gib"), policies).warnings)
 
 
 # -- gIB's and GPUDirect-TCPXO's fallback signatures --------------------------------------------
 
-@pytest.mark.parametrize("name, value, denied", [
-    ("NCCL_NET", "gIB", False),
-    ("NCCL_NET", "GIB", False),  # NCCL compares plugin names without case
-    ("NCCL_NET", "Socket", True),
-    ("NCCL_NET", "IB", True),  # NCCL's internal IB, not the gIB plugin
-    ("NCCL_NET_PLUGIN", "none", True),
-    ("NCCL_NET_PLUGIN", "/usr/local/gib/lib64/libnccl-net_internal.so", False),
-    ("NCCL_NET_PLUGIN", "ofi", True),
-    ("NCCL_IB_DISABLE", "1", True),
-    ("NCCL_IB_DISABLE", "0", False),
-    ("NCCL_IB_HCA", "mlx5_0,mlx5_1", False),
-    ("NCCL_IB_HCA", "=ib0", True),
-])
+
+@pytest.mark.parametrize(
+    "name, value, denied",
+    [
+        ("NCCL_NET", "gIB", False),
+        ("NCCL_NET", "GIB", False),  # NCCL compares plugin names without case
+        ("NCCL_NET", "Socket", True),
+        ("NCCL_NET", "IB", True),  # NCCL's internal IB, not the gIB plugin
+        ("NCCL_NET_PLUGIN", "none", True),
+        ("NCCL_NET_PLUGIN", "/usr/local/gib/lib64/libnccl-net_internal.so", False),
+        ("NCCL_NET_PLUGIN", "ofi", True),
+        ("NCCL_IB_DISABLE", "1", True),
+        ("NCCL_IB_DISABLE", "0", False),
+        ("NCCL_IB_HCA", "mlx5_0,mlx5_1", False),
+        ("NCCL_IB_HCA", "=ib0", True),
+    ],
+)
 def test_gib_signatures(name, value, denied, policies):
     pod = pods_of("a4-gib-jobset.yaml")[0]
     env = [e for e in gpu_container(pod)["env"] if e["name"] != name] + [{"name": name, "value": value}]
@@ -340,13 +427,16 @@ def test_gib_signatures(name, value, denied, policies):
     assert rules == (["command-fallback"] if denied else [])
 
 
-@pytest.mark.parametrize("line, denied", [
-    ("export NCCL_NET=Socket", "forces NCCL's TCP socket transport"),
-    ("export NCCL_NET_PLUGIN=none", "NCCL_NET_PLUGIN='none' loads no net plugin"),
-    ("export NCCL_NET_PLUGIN=gib", "loads libnccl-net-gib.so instead of the fabric's plugin"),
-    ("export NCCL_NET=FasTrak NCCL_NET_PLUGIN=/usr/local/nvidia/lib64/libnccl-net.so", None),
-    ("export NCCL_IB_DISABLE=1", None),  # not a variable of GPUDirect-TCPXO
-])
+@pytest.mark.parametrize(
+    "line, denied",
+    [
+        ("export NCCL_NET=Socket", "forces NCCL's TCP socket transport"),
+        ("export NCCL_NET_PLUGIN=none", "NCCL_NET_PLUGIN='none' loads no net plugin"),
+        ("export NCCL_NET_PLUGIN=gib", "loads libnccl-net-gib.so instead of the fabric's plugin"),
+        ("export NCCL_NET=FasTrak NCCL_NET_PLUGIN=/usr/local/nvidia/lib64/libnccl-net.so", None),
+        ("export NCCL_IB_DISABLE=1", None),  # not a variable of GPUDirect-TCPXO
+    ],
+)
 def test_tcpxo_signatures(line, denied, policies):
     pod = pods_of("a3mega-tcpxo-job.yaml")[0]
     gpu_container(pod)["args"] = [f"{line}\n/scripts/run-allgather.sh"]
@@ -382,7 +472,9 @@ def test_tcpxo_needs_its_sidecar(policies):
 def test_a_missing_plugin_mount_is_a_warning(file, policies):
     pod = pods_of(file)[0]
     c = gpu_container(pod)
-    c["volumeMounts"] = [m for m in c["volumeMounts"] if not m["mountPath"].startswith(("/usr/local/gib", "/usr/local/nvidia"))]
+    c["volumeMounts"] = [
+        m for m in c["volumeMounts"] if not m["mountPath"].startswith(("/usr/local/gib", "/usr/local/nvidia"))
+    ]
     d = decide(pod, ns(FITS[file]), policies)
     assert d.allowed
     host = "/home/kubernetes/bin/gib" if FITS[file] == "gke-gib" else "/home/kubernetes/bin/nvidia/lib64"
@@ -390,7 +482,8 @@ def test_a_missing_plugin_mount_is_a_warning(file, policies):
         f"{c['name']}: does not mount the host's {host} at {'/usr/local/gib' if FITS[file] == 'gke-gib' else '/usr/local/nvidia/lib64'}, "
         f"where the nodes of policy {FITS[file]} install its NCCL plugin ({'gIB' if FITS[file] == 'gke-gib' else 'FasTrak'}); "
         f"unless the image brings the plugin there, NCCL cannot open it: add a hostPath volume of {host} mounted at "
-        f"{'/usr/local/gib' if FITS[file] == 'gke-gib' else '/usr/local/nvidia/lib64'}"]
+        f"{'/usr/local/gib' if FITS[file] == 'gke-gib' else '/usr/local/nvidia/lib64'}"
+    ]
 
 
 def test_plugin_mount_of_a_folder_above_counts(policies):
@@ -398,7 +491,8 @@ def test_plugin_mount_of_a_folder_above_counts(policies):
     c = gpu_container(pod)
     pod["spec"]["volumes"].append({"name": "nvidia-root", "hostPath": {"path": "/home/kubernetes/bin/nvidia"}})
     c["volumeMounts"] = [m for m in c["volumeMounts"] if m["name"] != "nvidia-libs"] + [
-        {"name": "nvidia-root", "mountPath": "/usr/local/nvidia"}]
+        {"name": "nvidia-root", "mountPath": "/usr/local/nvidia"}
+    ]
     assert not any("does not mount" in w for w in decide(pod, ns("gke-tcpxo"), policies).warnings)
     c["volumeMounts"][-1]["mountPath"] = "/opt/nvidia"  # the right host folder at the wrong place
     assert any("does not mount" in w for w in decide(pod, ns("gke-tcpxo"), policies).warnings)
@@ -426,14 +520,23 @@ nccl: {NCCL_NET: gIB}
 """
 
 
-@pytest.mark.parametrize("extra, error", [
-    ("gkeNetworks: [{name: rdma-0, interface: eth0}]", "field gkeNetworks[0].interface: 'eth0' is taken"),
-    ("gkeNetworks: [{name: default}]", "field gkeNetworks[0].name: 'default' is not the name of a GKE Network"),
-    ("gkeNetworks: [{name: a}, {name: a}]", "field gkeNetworks: a network is listed twice"),
-    ("gkeNetworks: [{name: a}]\nnetworks: [{name: b, resource: x.io/y}]", "field gkeNetworks: a pod is attached by Multus"),
-    ("gkeNetworks: [{name: a}]\nhostNetwork: Required", "Required with gkeNetworks"),
-    ("pluginMounts: [{hostDir: relative, mountPath: /x}]\ngkeNetworks: [{name: a}]", "field pluginMounts[0].hostDir"),
-])
+@pytest.mark.parametrize(
+    "extra, error",
+    [
+        ("gkeNetworks: [{name: rdma-0, interface: eth0}]", "field gkeNetworks[0].interface: 'eth0' is taken"),
+        ("gkeNetworks: [{name: default}]", "field gkeNetworks[0].name: 'default' is not the name of a GKE Network"),
+        ("gkeNetworks: [{name: a}, {name: a}]", "field gkeNetworks: a network is listed twice"),
+        (
+            "gkeNetworks: [{name: a}]\nnetworks: [{name: b, resource: x.io/y}]",
+            "field gkeNetworks: a pod is attached by Multus",
+        ),
+        ("gkeNetworks: [{name: a}]\nhostNetwork: Required", "Required with gkeNetworks"),
+        (
+            "pluginMounts: [{hostDir: relative, mountPath: /x}]\ngkeNetworks: [{name: a}]",
+            "field pluginMounts[0].hostDir",
+        ),
+    ],
+)
 def test_policy_errors(extra, error):
     ps, errors = load_texts([("g.yaml", _BASE + extra)])
     assert ps is None and any(error in str(e) for e in errors), errors
@@ -442,19 +545,33 @@ def test_policy_errors(extra, error):
 def test_a_gib_policy_needs_devices_or_networks():
     ps, errors = load_texts([("g.yaml", _BASE)])
     assert ps is None and any("gives no device resource" in str(e) for e in errors)
-    ps, errors = load_texts([("g.yaml", _BASE.replace("nccl: {NCCL_NET: gIB}", "nccl: {NCCL_NET: gIB, X_IF: '{interfaces}'}")
-                              + "gkeNetworks: [{name: a}]")])
+    ps, errors = load_texts(
+        [
+            (
+                "g.yaml",
+                _BASE.replace("nccl: {NCCL_NET: gIB}", "nccl: {NCCL_NET: gIB, X_IF: '{interfaces}'}")
+                + "gkeNetworks: [{name: a}]",
+            )
+        ]
+    )
     assert ps is not None, errors
     assert ps.get("g").host_network == "Forbidden" and ps.get("g").env[1].templated
 
 
 def test_the_policys_own_block_must_not_fall_back():
-    ps, errors = load_texts([("g.yaml", _BASE.replace("nccl: {NCCL_NET: gIB}", "nccl: {NCCL_NET_PLUGIN: none}")
-                              + "gkeNetworks: [{name: a}]")])
+    ps, errors = load_texts(
+        [
+            (
+                "g.yaml",
+                _BASE.replace("nccl: {NCCL_NET: gIB}", "nccl: {NCCL_NET_PLUGIN: none}") + "gkeNetworks: [{name: a}]",
+            )
+        ]
+    )
     assert ps is None and any("loads no net plugin" in str(e) for e in errors)
 
 
 # -- the final-state check as a ValidatingAdmissionPolicy ----------------------------------------
+
 
 def _validations(policies, name: str) -> list[dict]:
     from webhook.core.model import PolicySet

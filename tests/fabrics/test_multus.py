@@ -56,17 +56,24 @@ def policies_with_interface(interface: str, namespace: str | None = None):
 
 # -- what Multus cannot read is denied, saying so ----------------------------------------------------
 
-@pytest.mark.parametrize("annotation", [
-    '[{"interface": "net1"}]',  # a selection object without a name: Multus has no network to attach
-    '[{"name": 7}]',  # a name that is not a string
-    '["rdma-network"]',  # the comma form's entry written as a JSON string
-], ids=["no-name", "name-not-a-string", "json-string-entry"])
+
+@pytest.mark.parametrize(
+    "annotation",
+    [
+        '[{"interface": "net1"}]',  # a selection object without a name: Multus has no network to attach
+        '[{"name": 7}]',  # a name that is not a string
+        '["rdma-network"]',  # the comma form's entry written as a JSON string
+    ],
+    ids=["no-name", "name-not-a-string", "json-string-entry"],
+)
 def test_a_json_annotation_multus_cannot_read_is_denied_with_the_fix(policies, annotation):
     resp, _, d = respond(sriov_worker(annotation), AI, policies)
     assert not resp["allowed"]
     assert [f.rule for f in d.denials] == ["multus-annotation"]
-    assert (f"{keys.MULTUS_NETWORKS}: annotation is neither a comma-separated list of networks nor a JSON list of "
-            f"network objects with a name; Multus would reject the pod. Fix the annotation") in resp["status"]["message"]
+    assert (
+        f"{keys.MULTUS_NETWORKS}: annotation is neither a comma-separated list of networks nor a JSON list of "
+        f"network objects with a name; Multus would reject the pod. Fix the annotation"
+    ) in resp["status"]["message"]
 
 
 @pytest.mark.parametrize("annotation", ["macvlan-conf@net1@net2", "shared/extra/macvlan-conf", "ok-net, a@b@c"])
@@ -82,12 +89,12 @@ def test_a_comma_entry_multus_cannot_read_is_denied_with_the_fix(policies, annot
 def test_a_json_annotation_of_named_objects_is_read(policies):
     resp, out = mutated(sriov_worker('[{"name": "macvlan-conf", "namespace": "shared"}]'), AI, policies)
     entries = json.loads(out["metadata"]["annotations"][keys.MULTUS_NETWORKS])
-    assert entries == [{"name": "macvlan-conf", "namespace": "shared"},
-                       {"name": "rdma-network", "interface": "net2"}]
+    assert entries == [{"name": "macvlan-conf", "namespace": "shared"}, {"name": "rdma-network", "interface": "net2"}]
     assert env_of(out["spec"]["containers"][0])["NCCL_SOCKET_IFNAME"] == "net2"
 
 
 # -- interface names as Multus gives them ---------------------------------------------------------
+
 
 def test_an_empty_interface_request_is_multus_default_name(policies):
     """`"interface": ""` asks for nothing: Multus names the attachment net<position>, so the
@@ -123,8 +130,13 @@ def test_a_policy_network_in_another_namespace_is_named_with_it(policies, tmp_pa
     comma form writes namespace/name, and the note says which namespace's network was added."""
     ps = policies_with_interface("net1", namespace="sriov-nets")
     doc = yaml.safe_load((ROOT / "examples" / "cluster-state.yaml").read_text())
-    nad = copy.deepcopy(next(i for i in doc["items"] if i["kind"] == "NetworkAttachmentDefinition"
-                             and i["metadata"]["name"] == "rdma-network"))
+    nad = copy.deepcopy(
+        next(
+            i
+            for i in doc["items"]
+            if i["kind"] == "NetworkAttachmentDefinition" and i["metadata"]["name"] == "rdma-network"
+        )
+    )
     nad["metadata"]["namespace"] = "sriov-nets"
     doc["items"].append(nad)
     (tmp_path / "state.yaml").write_text(yaml.safe_dump(doc))
@@ -140,6 +152,7 @@ def test_a_policy_network_in_another_namespace_is_named_with_it(policies, tmp_pa
 
 # -- the libfabric table's NCCL_NET_PLUGIN ---------------------------------------------------------
 
+
 def shipped():
     """The shipped policies loaded by the test itself (the session's `policies` are loaded once,
     before mutation testing's mutant of the policy model is in place)."""
@@ -152,28 +165,35 @@ def test_nccl_net_plugin_none_says_no_plugin_is_loaded():
     policies = shipped()
     resp, _, d = respond(efa_worker(env=[{"name": "NCCL_NET_PLUGIN", "value": "none"}]), EKS, policies)
     assert not resp["allowed"] and [f.rule for f in d.denials] == ["env-fallback"]
-    assert ("NCCL_NET_PLUGIN='none' loads no net plugin, leaving NCCL its built-in transports, which on the efa "
-            "policy's efa fabric means TCP sockets (NET/Socket); remove it or set NCCL_NET_PLUGIN=ofi") in d.denials[0].message
+    assert (
+        "NCCL_NET_PLUGIN='none' loads no net plugin, leaving NCCL its built-in transports, which on the efa "
+        "policy's efa fabric means TCP sockets (NET/Socket); remove it or set NCCL_NET_PLUGIN=ofi"
+    ) in d.denials[0].message
 
 
 def test_nccl_net_plugin_naming_another_library_says_which():
     policies = shipped()
     resp, _, d = respond(efa_worker(env=[{"name": "NCCL_NET_PLUGIN", "value": "ib"}]), EKS, policies)
     assert not resp["allowed"]
-    assert ("NCCL_NET_PLUGIN='ib' loads libnccl-net-ib.so instead of the fabric's plugin, leaving NCCL its built-in "
-            "transports") in d.denials[0].message
+    assert (
+        "NCCL_NET_PLUGIN='ib' loads libnccl-net-ib.so instead of the fabric's plugin, leaving NCCL its built-in "
+        "transports"
+    ) in d.denials[0].message
     assert d.denials[0].message.endswith("remove it or set NCCL_NET_PLUGIN=ofi in env")
     for value in ("ofi", "aws-ofi"):  # both names the policy lists open the plugin
         resp, _, _ = respond(efa_worker(env=[{"name": "NCCL_NET_PLUGIN", "value": value}]), EKS, policies)
         assert resp["allowed"], resp.get("status")
 
 
-@pytest.mark.parametrize("value, allowed", [
-    ("efa;ofi_rxr", True),  # core;utility: the efa core provider under the rxr utility provider
-    ("efa;ofi_rxm,shm", True),
-    ("tcp;ofi_rxm", False),  # the tcp core provider: bytes over TCP
-    ("^efa;ofi_rxr", False),
-])
+@pytest.mark.parametrize(
+    "value, allowed",
+    [
+        ("efa;ofi_rxr", True),  # core;utility: the efa core provider under the rxr utility provider
+        ("efa;ofi_rxm,shm", True),
+        ("tcp;ofi_rxm", False),  # the tcp core provider: bytes over TCP
+        ("^efa;ofi_rxr", False),
+    ],
+)
 def test_fi_provider_core_and_utility_names_are_judged_by_their_core_provider(value, allowed):
     resp, _, d = respond(efa_worker(env=[{"name": "FI_PROVIDER", "value": value}]), EKS, shipped())
     assert resp["allowed"] is allowed, resp.get("status")
@@ -184,8 +204,10 @@ def test_the_policy_lint_line_names_fabric_and_transport():
     """`rdma-webhook policy lint` prints each policy's summary: its fabric over its transport."""
     ps = shipped()
     assert ps.get("efa").summary() == "efa over libfabric; vpc.amazonaws.com/efa x4/GPU; hostNetwork Allowed"
-    assert ps.get("sriov-roce").summary() == ("sriov over ib-verbs; networks rdma-network; DRA NICs class "
-                                               "sriovnetwork.k8snetworkplumbingwg.io, driver sriovnetwork.k8snetworkplumbingwg.io")
+    assert ps.get("sriov-roce").summary() == (
+        "sriov over ib-verbs; networks rdma-network; DRA NICs class "
+        "sriovnetwork.k8snetworkplumbingwg.io, driver sriovnetwork.k8snetworkplumbingwg.io"
+    )
     assert ps.get("roce-dranet").summary().startswith("roce over ib-verbs; DRA NICs driver dra.net")
 
 
@@ -196,14 +218,27 @@ def test_an_fi_provider_filter_that_names_no_provider_keeps_them_all(value):
     assert resp["allowed"], resp.get("status")
 
 
-@pytest.mark.parametrize("value, runs", [("tcp", "tcp"), (" sockets ", "sockets"), ("^efa,efa-direct", "another provider"),
-                                         ("^shm,efa-direct,efa", "another provider")])
+@pytest.mark.parametrize(
+    "value, runs",
+    [
+        ("tcp", "tcp"),
+        (" sockets ", "sockets"),
+        ("^efa,efa-direct", "another provider"),
+        ("^shm,efa-direct,efa", "another provider"),
+    ],
+)
 def test_the_fi_provider_denial_says_what_the_plugin_runs_over(value, runs):
-    ps, errors = load_texts([(str(p), p.read_text().replace("providers: [efa]", "providers: [efa, efa-direct]"))
-                             for p in sorted((ROOT / "policies").glob("*.yaml"))])
+    ps, errors = load_texts(
+        [
+            (str(p), p.read_text().replace("providers: [efa]", "providers: [efa, efa-direct]"))
+            for p in sorted((ROOT / "policies").glob("*.yaml"))
+        ]
+    )
     assert errors == []
     resp, _, d = respond(efa_worker(env=[{"name": "FI_PROVIDER", "value": value}]), EKS, ps)
     assert not resp["allowed"]
-    assert (f"FI_PROVIDER={value!r} keeps none of the efa policy's efa fabric's libfabric providers (efa/efa-direct), "
-            f"so the plugin runs over {runs} and NCCL's bytes go over TCP although it logs the Libfabric network; "
-            f"remove it or set FI_PROVIDER=efa") in d.denials[0].message
+    assert (
+        f"FI_PROVIDER={value!r} keeps none of the efa policy's efa fabric's libfabric providers (efa/efa-direct), "
+        f"so the plugin runs over {runs} and NCCL's bytes go over TCP although it logs the Libfabric network; "
+        f"remove it or set FI_PROVIDER=efa"
+    ) in d.denials[0].message

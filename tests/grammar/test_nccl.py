@@ -5,11 +5,26 @@ import pytest
 from webhook.grammar import nccl
 
 
-@pytest.mark.parametrize("value,disabled", [
-    ("1", True), ("0x1", True), ("-1", True), ("2", True), (" 1", True), ("1abc", True), ("010", True),
-    ("0", False), ("abc", False), ("", False), ("0x", False), ("08", False), ("false", False), ("true", False),
-    ("99999999999999999999", False),  # ERANGE: NCCL keeps the default
-])
+@pytest.mark.parametrize(
+    "value,disabled",
+    [
+        ("1", True),
+        ("0x1", True),
+        ("-1", True),
+        ("2", True),
+        (" 1", True),
+        ("1abc", True),
+        ("010", True),
+        ("0", False),
+        ("abc", False),
+        ("", False),
+        ("0x", False),
+        ("08", False),
+        ("false", False),
+        ("true", False),
+        ("99999999999999999999", False),  # ERANGE: NCCL keeps the default
+    ],
+)
 def test_ib_disable_is_read_with_strtoll(value, disabled):
     assert nccl.ib_disabled(value) is disabled
 
@@ -21,28 +36,33 @@ def test_strtoll_bases():
     assert nccl.strtoll("x") == 0
 
 
-@pytest.mark.parametrize("value,selected", [
-    ("erdma", ["erdma_0", "erdma_1"]),
-    ("erdma_1", ["erdma_1"]),
-    ("=erdma", []),
-    ("=erdma_0", ["erdma_0"]),
-    ("^erdma", []),
-    ("^erdma_0", ["erdma_1"]),
-    ("^mlx5", ["erdma_0", "erdma_1"]),
-    ("mlx5", []),
-    ("Erdma", []),  # case-sensitive prefix match
-    ("erdma_0:1", ["erdma_0"]),
-    ("erdma_0:2", []),  # RoCE/eRDMA devices expose port 1
-    ("erdma_0:", []),  # atoi("") is port 0
-    ("mlx5_0,erdma_1", ["erdma_1"]),
-    ("", ["erdma_0", "erdma_1"]),
-    (",", ["erdma_0", "erdma_1"]),
-])
+@pytest.mark.parametrize(
+    "value,selected",
+    [
+        ("erdma", ["erdma_0", "erdma_1"]),
+        ("erdma_1", ["erdma_1"]),
+        ("=erdma", []),
+        ("=erdma_0", ["erdma_0"]),
+        ("^erdma", []),
+        ("^erdma_0", ["erdma_1"]),
+        ("^mlx5", ["erdma_0", "erdma_1"]),
+        ("mlx5", []),
+        ("Erdma", []),  # case-sensitive prefix match
+        ("erdma_0:1", ["erdma_0"]),
+        ("erdma_0:2", []),  # RoCE/eRDMA devices expose port 1
+        ("erdma_0:", []),  # atoi("") is port 0
+        ("mlx5_0,erdma_1", ["erdma_1"]),
+        ("", ["erdma_0", "erdma_1"]),
+        (",", ["erdma_0", "erdma_1"]),
+    ],
+)
 def test_ib_hca_grammar(value, selected):
     assert nccl.hca_selected_devices(value, ["erdma_0", "erdma_1"]) == selected
 
 
-@pytest.mark.parametrize("value,ok", [("IB", True), ("ib", True), ("Ib", True), ("Socket", False), ("SOCKET", False), ("", False)])
+@pytest.mark.parametrize(
+    "value,ok", [("IB", True), ("ib", True), ("Ib", True), ("Socket", False), ("SOCKET", False), ("", False)]
+)
 def test_net_is_case_insensitive(value, ok):
     assert nccl.net_selected(value, ["IB"]) is ok
 

@@ -29,6 +29,7 @@ ENV = [{"name": "NCCL_DEBUG", "value": "INFO"}, {"name": "NCCL_IB_HCA", "value":
 
 # -- strategic_merge ---------------------------------------------------------------------------------------
 
+
 def test_patch_replace_replaces_the_map_and_drops_the_directive():
     base = {"nodeSelector": {"pool": "a100", "zone": "z1"}}
     patch = {"nodeSelector": {"$patch": "replace", "pool": "h100", "extra": {"k": ["v"]}}}
@@ -38,13 +39,18 @@ def test_patch_replace_replaces_the_map_and_drops_the_directive():
     assert out["nodeSelector"]["extra"]["k"] is not patch["nodeSelector"]["extra"]["k"]
     # only the exact directive replaces
     assert strategic_merge(base, {"nodeSelector": {"$patch": "Replace", "pool": "h100"}}) == {
-        "nodeSelector": {"pool": "h100", "zone": "z1"}}
+        "nodeSelector": {"pool": "h100", "zone": "z1"}
+    }
 
 
 def test_directives_are_not_fields_and_the_fields_after_them_are_merged():
     base = {"containers": [{"name": "node", "env": list(ENV)}], "hostNetwork": False}
-    patch = {"$setElementOrder/containers": [{"name": "node"}], "$retainKeys": ["containers"],
-             "hostNetwork": True, "containers": [{"name": "node", "image": "x"}]}
+    patch = {
+        "$setElementOrder/containers": [{"name": "node"}],
+        "$retainKeys": ["containers"],
+        "hostNetwork": True,
+        "containers": [{"name": "node", "image": "x"}],
+    }
     out = strategic_merge(base, patch)
     assert out == {"containers": [{"name": "node", "env": ENV, "image": "x"}], "hostNetwork": True}
 
@@ -55,9 +61,11 @@ def test_a_null_deletes_a_key_and_a_null_for_a_missing_key_is_nothing():
 
 
 def test_the_result_shares_nothing_with_the_base():
-    base = {"containers": [{"name": "node", "env": [{"name": "A", "value": "1"}]},
-                           {"name": "sidecar", "args": ["--x"]}],
-            "volumes": [{"name": "dshm", "emptyDir": {"medium": "Memory"}}], "tolerations": [{"key": "gpu"}]}
+    base = {
+        "containers": [{"name": "node", "env": [{"name": "A", "value": "1"}]}, {"name": "sidecar", "args": ["--x"]}],
+        "volumes": [{"name": "dshm", "emptyDir": {"medium": "Memory"}}],
+        "tolerations": [{"key": "gpu"}],
+    }
     snapshot = copy.deepcopy(base)
     out = strategic_merge(base, {"containers": [{"name": "node", "image": "x"}], "hostIPC": True})
     out["containers"][1]["args"].append("--y")
@@ -68,12 +76,18 @@ def test_the_result_shares_nothing_with_the_base():
 
 
 def test_the_result_shares_nothing_with_the_patch():
-    patch = {"containers": [{"name": "new", "command": ["torchrun"]}, "not-an-object", {"image": "keyless"}],
-             "tolerations": [{"key": "gpu", "operator": "Exists"}]}
+    patch = {
+        "containers": [{"name": "new", "command": ["torchrun"]}, "not-an-object", {"image": "keyless"}],
+        "tolerations": [{"key": "gpu", "operator": "Exists"}],
+    }
     snapshot = copy.deepcopy(patch)
     out = strategic_merge({"containers": [{"name": "node"}]}, patch)
-    assert out["containers"] == [{"name": "node"}, {"name": "new", "command": ["torchrun"]}, "not-an-object",
-                                 {"image": "keyless"}]
+    assert out["containers"] == [
+        {"name": "node"},
+        {"name": "new", "command": ["torchrun"]},
+        "not-an-object",
+        {"image": "keyless"},
+    ]
     out["containers"][1]["command"].append("t.py")
     out["containers"][3]["image"] = "changed"
     out["tolerations"][0]["operator"] = "Equal"
@@ -96,18 +110,22 @@ def test_list_items_without_a_merge_key_are_appended_and_the_items_after_them_me
     base = {"env": [{"name": "NCCL_IB_DISABLE", "value": "0"}]}
     patch = {"env": [{"value": "no name"}, {"name": "NCCL_IB_DISABLE", "value": "1"}, {"name": "NEW", "value": "x"}]}
     assert strategic_merge(base, patch) == {
-        "env": [{"name": "NCCL_IB_DISABLE", "value": "1"}, {"value": "no name"}, {"name": "NEW", "value": "x"}]}
+        "env": [{"name": "NCCL_IB_DISABLE", "value": "1"}, {"value": "no name"}, {"name": "NEW", "value": "x"}]
+    }
     patch = {"env": ["text", {"name": "NCCL_IB_DISABLE", "value": "1"}]}
     assert strategic_merge(base, patch) == {"env": [{"name": "NCCL_IB_DISABLE", "value": "1"}, "text"]}
 
 
 def test_delete_removes_an_item_by_its_merge_key():
     base = {"volumeMounts": [{"name": "dshm", "mountPath": "/dev/shm"}, {"name": "data", "mountPath": "/data"}]}
-    patch = {"volumeMounts": [{"mountPath": "/dev/shm", "$patch": "delete"}, {"mountPath": "/nowhere", "$patch": "delete"}]}
+    patch = {
+        "volumeMounts": [{"mountPath": "/dev/shm", "$patch": "delete"}, {"mountPath": "/nowhere", "$patch": "delete"}]
+    }
     assert strategic_merge(base, patch) == {"volumeMounts": [{"name": "data", "mountPath": "/data"}]}
 
 
 # -- trainer -----------------------------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("spec", [None, [], "x", {"runtimeRef": None}, {"runtimeRef": ["x"]}, {"runtimeRef": "x"}])
 def test_runtime_ref_of_a_trainjob_missing_its_parts(spec):
@@ -117,20 +135,58 @@ def test_runtime_ref_of_a_trainjob_missing_its_parts(spec):
 def mpi_runtime(run_launcher_as_node, labelled_node=False):
     """An MPI runtime of the deepspeed-distributed shape: a `launcher` job and a `node` job; the
     node job carries the trainer label only when asked."""
-    launcher = {"name": "launcher", "template": {"spec": {"template": {"metadata": {"labels": dict(INJECT)}, "spec": {
-        "containers": [{"name": "node", "image": "mpioperator/openmpi:0.6.0", "command": ["mpirun", "python3", "t.py"]}]}}}}}
-    node = {"name": "node", "template": {
-        "metadata": {"labels": {trainer.ANCESTOR_LABEL: "trainer"}} if labelled_node else {},
-        "spec": {"template": {"metadata": {"labels": dict(INJECT)}, "spec": {"containers": [
-            {"name": "node", "image": "mpioperator/openmpi:0.6.0", "resources": {"limits": {"nvidia.com/gpu": "8"}}}]}}}}}
+    launcher = {
+        "name": "launcher",
+        "template": {
+            "spec": {
+                "template": {
+                    "metadata": {"labels": dict(INJECT)},
+                    "spec": {
+                        "containers": [
+                            {
+                                "name": "node",
+                                "image": "mpioperator/openmpi:0.6.0",
+                                "command": ["mpirun", "python3", "t.py"],
+                            }
+                        ]
+                    },
+                }
+            }
+        },
+    }
+    node = {
+        "name": "node",
+        "template": {
+            "metadata": {"labels": {trainer.ANCESTOR_LABEL: "trainer"}} if labelled_node else {},
+            "spec": {
+                "template": {
+                    "metadata": {"labels": dict(INJECT)},
+                    "spec": {
+                        "containers": [
+                            {
+                                "name": "node",
+                                "image": "mpioperator/openmpi:0.6.0",
+                                "resources": {"limits": {"nvidia.com/gpu": "8"}},
+                            }
+                        ]
+                    },
+                }
+            },
+        },
+    }
     rt = runtime(jobs=[launcher, node])
     rt["spec"]["mlPolicy"] = {"numNodes": 2, "mpi": {"numProcPerNode": 8, "runLauncherAsNode": run_launcher_as_node}}
     return rt
 
 
 def test_a_launcher_run_as_a_node_gives_the_node_job_the_trainers_env_and_resources():
-    tj = trainjob(trainer={"image": "registry.example/ds:1", "env": [{"name": "NCCL_IB_DISABLE", "value": "1"}],
-                           "resourcesPerNode": {"limits": {"nvidia.com/gpu": "4", "rdma/rdma_shared_device_a": "1"}}})
+    tj = trainjob(
+        trainer={
+            "image": "registry.example/ds:1",
+            "env": [{"name": "NCCL_IB_DISABLE", "value": "1"}],
+            "resourcesPerNode": {"limits": {"nvidia.com/gpu": "4", "rdma/rdma_shared_device_a": "1"}},
+        }
+    )
     for release in ("v2.1", "v2.2", "v2.3"):
         got = pods(tj, mpi_runtime(True), release)
         node = containers(got["node"])["node"]
@@ -140,8 +196,12 @@ def test_a_launcher_run_as_a_node_gives_the_node_job_the_trainers_env_and_resour
         launcher = containers(got["launcher"])["node"]
         assert "env" not in launcher and "resources" not in launcher, release
     # not in v2.0, and not when the launcher does not run as a node (false, missing, or not a boolean)
-    for release, rt in [("v2.0", mpi_runtime(True)), ("v2.3", mpi_runtime(False)), ("v2.3", mpi_runtime("true")),
-                        ("v2.3", runtime(jobs=mpi_runtime(True)["spec"]["template"]["spec"]["replicatedJobs"]))]:
+    for release, rt in [
+        ("v2.0", mpi_runtime(True)),
+        ("v2.3", mpi_runtime(False)),
+        ("v2.3", mpi_runtime("true")),
+        ("v2.3", runtime(jobs=mpi_runtime(True)["spec"]["template"]["spec"]["replicatedJobs"])),
+    ]:
         node = containers(pods(tj, rt, release)["node"])["node"]
         assert "env" not in node and node["resources"] == {"limits": {"nvidia.com/gpu": "8"}}, release
     # a labelled node job gets everything, image included
@@ -173,8 +233,14 @@ def test_resources_per_node_without_limits_or_requests_leave_the_runtimes(releas
 
 @pytest.mark.parametrize("release", trainer.TRAINER_RELEASES)
 def test_the_pods_share_nothing_with_the_trainjob(release):
-    tj = trainjob(trainer={"command": ["torchrun", "t.py"], "args": ["--epochs", "3"], "env": list(ENV),
-                           "resourcesPerNode": {"limits": {"nvidia.com/gpu": "4"}, "requests": {"nvidia.com/gpu": "4"}}})
+    tj = trainjob(
+        trainer={
+            "command": ["torchrun", "t.py"],
+            "args": ["--epochs", "3"],
+            "env": list(ENV),
+            "resourcesPerNode": {"limits": {"nvidia.com/gpu": "4"}, "requests": {"nvidia.com/gpu": "4"}},
+        }
+    )
     snapshot = copy.deepcopy(tj)
     node = containers(pods(tj, runtime(), release)["node"])["node"]
     node["command"].append("--x")
@@ -188,8 +254,15 @@ def test_the_pods_share_nothing_with_the_trainjob(release):
 def test_a_container_without_env_takes_the_trainjob_env_merged_by_name():
     """Trainer upserts each variable by name (apply.UpsertEnvVars): a TrainJob env naming a variable
     twice gives one entry with the last value, and a `$patch` entry is no variable."""
-    tj = trainjob(trainer={"env": [{"name": "NCCL_IB_DISABLE", "value": "0"}, {"name": "NCCL_IB_DISABLE", "value": "1"},
-                                   {"name": "NCCL_NET", "$patch": "delete"}]})
+    tj = trainjob(
+        trainer={
+            "env": [
+                {"name": "NCCL_IB_DISABLE", "value": "0"},
+                {"name": "NCCL_IB_DISABLE", "value": "1"},
+                {"name": "NCCL_NET", "$patch": "delete"},
+            ]
+        }
+    )
     for env in (None, "x"):
         rt = runtime()
         node_spec = rt["spec"]["template"]["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]
@@ -199,15 +272,23 @@ def test_a_container_without_env_takes_the_trainjob_env_merged_by_name():
 
 
 def test_v2_1_overrides_carry_labels_and_annotations_and_make_a_template_where_there_is_none():
-    override = {"targetJobs": [{"name": "node"}],
-                "metadata": {"labels": {"team": "llm"}, "annotations": {"k8s.v1.cni.cncf.io/networks": "rdma-net"},
-                             "finalizers": ["x"]},
-                "spec": {"containers": [{"name": "node", "env": [{"name": "NCCL_SOCKET_IFNAME", "value": "net1"}]}]}}
+    override = {
+        "targetJobs": [{"name": "node"}],
+        "metadata": {
+            "labels": {"team": "llm"},
+            "annotations": {"k8s.v1.cni.cncf.io/networks": "rdma-net"},
+            "finalizers": ["x"],
+        },
+        "spec": {"containers": [{"name": "node", "env": [{"name": "NCCL_SOCKET_IFNAME", "value": "net1"}]}]},
+    }
     tj = trainjob(podTemplateOverrides=[override])
     meta = pods(tj, runtime(), "v2.1")["node"]["metadata"]
     assert meta == {"labels": {**INJECT, "team": "llm"}, "annotations": {"k8s.v1.cni.cncf.io/networks": "rdma-net"}}
-    for job in ({"name": "node"}, {"name": "node", "template": {}},
-                {"name": "node", "template": {"metadata": {"labels": {trainer.ANCESTOR_LABEL: "trainer"}}}}):
+    for job in (
+        {"name": "node"},
+        {"name": "node", "template": {}},
+        {"name": "node", "template": {"metadata": {"labels": {trainer.ANCESTOR_LABEL: "trainer"}}}},
+    ):
         pod = pods(tj, runtime(jobs=[job]), "v2.1")["node"]
         assert pod["metadata"]["annotations"] == {"k8s.v1.cni.cncf.io/networks": "rdma-net"}, job
         assert pod["spec"]["containers"][0]["env"] == [{"name": "NCCL_SOCKET_IFNAME", "value": "net1"}], job
@@ -219,28 +300,55 @@ def test_v2_1_overrides_carry_labels_and_annotations_and_make_a_template_where_t
 
 @pytest.mark.parametrize("release", ["v2.2", "v2.3"])
 def test_runtime_patches_missing_their_parts_are_skipped_not_the_ones_after_them(release):
-    good = {"trainingRuntimeSpec": {"template": {"spec": {"replicatedJobs": [
-        {"name": "node", "template": {"spec": {"template": {"metadata": {"annotations": {"patched": "yes"}}}}}}]}}}}
-    broken = [{"trainingRuntimeSpec": None}, {"trainingRuntimeSpec": "x"}, {"trainingRuntimeSpec": {"template": None}},
-              {"trainingRuntimeSpec": {"template": "x"}}, {"trainingRuntimeSpec": {"template": {"spec": None}}},
-              {"trainingRuntimeSpec": {"template": {"spec": "x"}}}]
+    good = {
+        "trainingRuntimeSpec": {
+            "template": {
+                "spec": {
+                    "replicatedJobs": [
+                        {
+                            "name": "node",
+                            "template": {"spec": {"template": {"metadata": {"annotations": {"patched": "yes"}}}}},
+                        }
+                    ]
+                }
+            }
+        }
+    }
+    broken = [
+        {"trainingRuntimeSpec": None},
+        {"trainingRuntimeSpec": "x"},
+        {"trainingRuntimeSpec": {"template": None}},
+        {"trainingRuntimeSpec": {"template": "x"}},
+        {"trainingRuntimeSpec": {"template": {"spec": None}}},
+        {"trainingRuntimeSpec": {"template": {"spec": "x"}}},
+    ]
     for patch in broken:
         pod = pods(trainjob(runtimePatches=[patch]), runtime(), release)["node"]
         assert pod == runtime()["spec"]["template"]["spec"]["replicatedJobs"][0]["template"]["spec"]["template"], patch
     jobs = [None, "node", {"name": "node"}, {"name": "node", "template": None}, {"name": "node", "template": "x"}]
-    patch = {"trainingRuntimeSpec": {"template": {"spec": {"replicatedJobs": [
-        *jobs, *good["trainingRuntimeSpec"]["template"]["spec"]["replicatedJobs"]]}}}}
+    patch = {
+        "trainingRuntimeSpec": {
+            "template": {
+                "spec": {"replicatedJobs": [*jobs, *good["trainingRuntimeSpec"]["template"]["spec"]["replicatedJobs"]]}
+            }
+        }
+    }
     pod = pods(trainjob(runtimePatches=[patch]), runtime(), release)["node"]
     assert pod["metadata"] == {"labels": INJECT, "annotations": {"patched": "yes"}}
     assert containers(pod)["node"]["resources"]["limits"]["nvidia.com/gpu"] == "8"
 
 
-@pytest.mark.parametrize("template", [
-    None, "x", {"metadata": "x", "spec": {"template": {"spec": {"containers": [{"name": "node"}]}}}},
-    {"metadata": {"labels": {trainer.ANCESTOR_LABEL: "trainer"}}, "spec": "x"},
-    {"metadata": {"labels": {trainer.ANCESTOR_LABEL: "trainer"}}, "spec": {"template": None}},
-    {"metadata": {"labels": {trainer.ANCESTOR_LABEL: "trainer"}}, "spec": {"template": "x"}},
-])
+@pytest.mark.parametrize(
+    "template",
+    [
+        None,
+        "x",
+        {"metadata": "x", "spec": {"template": {"spec": {"containers": [{"name": "node"}]}}}},
+        {"metadata": {"labels": {trainer.ANCESTOR_LABEL: "trainer"}}, "spec": "x"},
+        {"metadata": {"labels": {trainer.ANCESTOR_LABEL: "trainer"}}, "spec": {"template": None}},
+        {"metadata": {"labels": {trainer.ANCESTOR_LABEL: "trainer"}}, "spec": {"template": "x"}},
+    ],
+)
 def test_a_runtime_job_missing_its_parts_yields_what_it_has_and_raises_nothing(template):
     tj = trainjob(trainer={"env": [{"name": "NCCL_IB_DISABLE", "value": "1"}]})
     got = list(trainer.trainjob_pods(tj, runtime(jobs=[{"name": "node", "template": template}]), "v2.3"))

@@ -85,9 +85,15 @@ def review(*args: str) -> tuple[int, str, str]:
     return code, out.getvalue(), err.getvalue()
 
 
-def job(*containers: dict, name: str | None = "train", generate_name: str | None = None,
-        namespace: str | None = "ml-training", labels: dict | None = None, annotations: dict | None = None,
-        **spec) -> dict:
+def job(
+    *containers: dict,
+    name: str | None = "train",
+    generate_name: str | None = None,
+    namespace: str | None = "ml-training",
+    labels: dict | None = None,
+    annotations: dict | None = None,
+    **spec,
+) -> dict:
     """A batch/v1 Job whose pod template carries the opt-in label."""
     meta: dict = {}
     if name:
@@ -99,29 +105,52 @@ def job(*containers: dict, name: str | None = "train", generate_name: str | None
     tmeta: dict = {"labels": dict(INJECT) if labels is None else labels}
     if annotations:
         tmeta["annotations"] = annotations
-    return {"apiVersion": "batch/v1", "kind": "Job", "metadata": meta,
-            "spec": {"completions": 2, "parallelism": 2, "completionMode": "Indexed",
-                     "template": {"metadata": tmeta, "spec": {"restartPolicy": "Never", "containers": list(containers), **spec}}}}
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": meta,
+        "spec": {
+            "completions": 2,
+            "parallelism": 2,
+            "completionMode": "Indexed",
+            "template": {"metadata": tmeta, "spec": {"restartPolicy": "Never", "containers": list(containers), **spec}},
+        },
+    }
 
 
 def runtime(*containers: dict, name: str = "torch-ib", launcher: dict | None = None) -> dict:
     """A Kubeflow Trainer ClusterTrainingRuntime (torch-distributed shape), its `node` job labelled;
     `launcher`: the container of an MPI launcher job (labelled too)."""
+
     def replicated(job_name: str, cs: list) -> dict:
-        return {"name": job_name, "template": {
-            "metadata": {"labels": {"trainer.kubeflow.org/trainjob-ancestor-step": "trainer"}},
-            "spec": {"template": {"metadata": {"labels": dict(INJECT)}, "spec": {"containers": cs}}}}}
+        return {
+            "name": job_name,
+            "template": {
+                "metadata": {"labels": {"trainer.kubeflow.org/trainjob-ancestor-step": "trainer"}},
+                "spec": {"template": {"metadata": {"labels": dict(INJECT)}, "spec": {"containers": cs}}},
+            },
+        }
 
     jobs = ([replicated("launcher", [launcher])] if launcher else []) + [replicated("node", list(containers))]
-    return {"apiVersion": f"{TRAINER}/v1alpha1", "kind": CTR,
-            "metadata": {"name": name, "labels": {"trainer.kubeflow.org/framework": "torch"}},
-            "spec": {"mlPolicy": {"numNodes": 2, "torch": {"numProcPerNode": "auto"}},
-                     "template": {"spec": {"replicatedJobs": jobs}}}}
+    return {
+        "apiVersion": f"{TRAINER}/v1alpha1",
+        "kind": CTR,
+        "metadata": {"name": name, "labels": {"trainer.kubeflow.org/framework": "torch"}},
+        "spec": {
+            "mlPolicy": {"numNodes": 2, "torch": {"numProcPerNode": "auto"}},
+            "template": {"spec": {"replicatedJobs": jobs}},
+        },
+    }
 
 
 def ib_node(env: list | None = None) -> dict:
-    return container("node", gpus=None, env=env, command=["torchrun", "/workspace/train.py"],
-                     resources={"limits": {"nvidia.com/gpu": "8", "rdma/rdma_shared_device_a": "1"}})
+    return container(
+        "node",
+        gpus=None,
+        env=env,
+        command=["torchrun", "/workspace/train.py"],
+        resources={"limits": {"nvidia.com/gpu": "8", "rdma/rdma_shared_device_a": "1"}},
+    )
 
 
 IB_DISABLE = [{"name": "NCCL_IB_DISABLE", "value": "1"}]
@@ -135,6 +164,7 @@ def opted_in(name: str, policy: str | None = None) -> Namespace:
 
 
 # -- the twin of tests/kinds/test_verdict_manifests.py, in this process -------------------------------------------
+
 
 def records(stdout: str) -> list[dict]:
     return [json.loads(line) for line in stdout.splitlines() if line.strip()]
@@ -159,8 +189,10 @@ def test_every_manifest_gets_the_answer_test_manifests_expects_in_process(path):
         bad = [t for t in r["templates"] if t["deniesWorkload"]]
         assert bad and all(t["path"] and t["rules"] for t in bad), r
         # each deny message names the template (and the container) it comes from, once
-        assert r["messages"] and all(any(m.startswith(f"{t['path']}: ") or m.startswith(f"{t['path']}, container ")
-                                         for t in bad) for m in r["messages"]), r
+        assert r["messages"] and all(
+            any(m.startswith(f"{t['path']}: ") or m.startswith(f"{t['path']}, container ") for t in bad)
+            for m in r["messages"]
+        ), r
         assert not any(m in w for m in r["messages"] for w in r["warnings"]), r
 
 
@@ -196,7 +228,9 @@ def test_check_workload_on_every_manifest_as_the_review_calls_it(path):
             continue
         meta = doc["metadata"]
         ns = None if (group, kind) in workloads.CLUSTER_SCOPED else state.namespace(meta["namespace"])
-        v = check_workload(doc, group, kind, ns, policies, state.attachments(), runtimes, config_maps=maps, claims=claims)
+        v = check_workload(
+            doc, group, kind, ns, policies, state.attachments(), runtimes, config_maps=maps, claims=claims
+        )
         judged += 1
         assert v.kind == kind and v.name == (meta.get("name") or f"{meta.get('generateName')}*")
         assert v.results and not v.unresolved, (path.name, kind, v.notes, v.unresolved)
@@ -209,34 +243,53 @@ def test_check_workload_on_every_manifest_as_the_review_calls_it(path):
         assert sorted({f.rule for f in v.denials()}) == DENIED_RULES[path.name][1]
         first = next(r for r in v.results if r.deny)
         assert v.message().startswith(DENY_PREFIX.format(f"{kind} {v.name}") + f"{first.path}, container "), v.message()
-        assert [f.message.split(": ")[0] for f in v.denials()] == \
-            [f"{r.path}, container {f.container!r}" for r in v.results if r.deny for f in r.decision.denials]
+        assert [f.message.split(": ")[0] for f in v.denials()] == [
+            f"{r.path}, container {f.container!r}" for r in v.results if r.deny for f in r.decision.denials
+        ]
     assert judged
 
 
 # -- the workload's name, and objects that are not what they should be ----------------------------
 
-@pytest.mark.parametrize("meta, shown", [
-    ({"name": "llama-finetune", "generateName": "ignored-"}, "llama-finetune"),
-    ({"generateName": "llama-finetune-"}, "llama-finetune-*"),
-    ({}, "(unnamed)"),
-])
+
+@pytest.mark.parametrize(
+    "meta, shown",
+    [
+        ({"name": "llama-finetune", "generateName": "ignored-"}, "llama-finetune"),
+        ({"generateName": "llama-finetune-"}, "llama-finetune-*"),
+        ({}, "(unnamed)"),
+    ],
+)
 def test_the_deny_message_names_kind_and_name_or_generate_name(meta, shown):
     doc = job(container("trainer", env=IB_DISABLE), name=None)
     doc["metadata"] = {**meta, "namespace": "ml-training"}
     v = check_workload(doc, "batch", "Job", opted_in("ml-training", "ib-shared"), catalogue(), None)
     assert (v.kind, v.name, v.outcome) == ("Job", shown, "denied")
-    reason = ("NCCL_IB_DISABLE='1' turns NCCL's IB/RoCE transport off, so NCCL runs on TCP sockets (NET/Socket); "
-              "remove it or set it to 0 in env")
-    assert v.message() == DENY_PREFIX.format(f"Job {shown}") + f"spec.template, container 'trainer': {reason} [env-fallback]"
+    reason = (
+        "NCCL_IB_DISABLE='1' turns NCCL's IB/RoCE transport off, so NCCL runs on TCP sockets (NET/Socket); "
+        "remove it or set it to 0 in env"
+    )
+    assert (
+        v.message()
+        == DENY_PREFIX.format(f"Job {shown}") + f"spec.template, container 'trainer': {reason} [env-fallback]"
+    )
     # the pods a controller makes from it are named after it
     assert v.results[0].pod["metadata"]["generateName"] == f"{shown}-"
 
 
-@pytest.mark.parametrize("obj", [["not", "an", "object"], "text",
-                                 {"apiVersion": "batch/v1", "kind": "Job", "metadata": "not an object",
-                                  "spec": {"template": {"metadata": {"labels": dict(INJECT)},
-                                                        "spec": {"containers": [container("t")]}}}}])
+@pytest.mark.parametrize(
+    "obj",
+    [
+        ["not", "an", "object"],
+        "text",
+        {
+            "apiVersion": "batch/v1",
+            "kind": "Job",
+            "metadata": "not an object",
+            "spec": {"template": {"metadata": {"labels": dict(INJECT)}, "spec": {"containers": [container("t")]}}},
+        },
+    ],
+)
 def test_an_object_or_metadata_that_is_no_mapping_is_judged_unnamed_without_raising(obj):
     v = check_workload(obj, "batch", "Job", opted_in("ml-training", "ib-shared"), catalogue(), None)
     assert v.name == "(unnamed)" and v.allowed
@@ -247,6 +300,7 @@ def test_an_object_or_metadata_that_is_no_mapping_is_judged_unnamed_without_rais
 
 
 # -- namespaces ------------------------------------------------------------------------------------
+
 
 def test_a_namespaced_workload_in_an_unknown_namespace_is_denied_not_judged_as_cluster_scoped():
     v = check_workload(job(container("trainer")), "batch", "Job", None, catalogue(), None)
@@ -298,27 +352,49 @@ def test_a_trainjob_in_a_list_naming_no_namespace_is_said_to_have_its_runtime_in
 
     rt, tj = runtime_and_trainjob()
     del tj["metadata"]["namespace"]
-    body = {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": {
-        "uid": "list-1", "operation": "CREATE", "namespace": "",
-        "kind": {"group": "", "version": "v1", "kind": "List"}, "resource": {"group": "", "version": "v1", "resource": "lists"},
-        "object": {"apiVersion": "v1", "kind": "List", "items": [tj]}}}
+    body = {
+        "apiVersion": "admission.k8s.io/v1",
+        "kind": "AdmissionReview",
+        "request": {
+            "uid": "list-1",
+            "operation": "CREATE",
+            "namespace": "",
+            "kind": {"group": "", "version": "v1", "kind": "List"},
+            "resource": {"group": "", "version": "v1", "resource": "lists"},
+            "object": {"apiVersion": "v1", "kind": "List", "items": [tj]},
+        },
+    }
     state = FileClusterState.from_file(STATE)
-    code, resp, _, _ = admission.handle_validate(json.dumps(body).encode(), catalogue(), state.namespace, None, RuntimeStore([rt]))
+    code, resp, _, _ = admission.handle_validate(
+        json.dumps(body).encode(), catalogue(), state.namespace, None, RuntimeStore([rt])
+    )
     assert code == 200 and resp["response"]["allowed"] is True
-    assert resp["response"]["warnings"] == ["TrainJob mnist-ddp: runtime TrainingRuntime 'torch-tcp' in namespace '' is not "
-                                            "known, so the pods of this TrainJob cannot be checked"]
+    assert resp["response"]["warnings"] == [
+        "TrainJob mnist-ddp: runtime TrainingRuntime 'torch-tcp' in namespace '' is not "
+        "known, so the pods of this TrainJob cannot be checked"
+    ]
 
 
 def test_the_trainer_release_given_decides_whether_resources_per_node_drops_the_gpu():
     """The TrainJob of allowed/trainjob.yaml asking for memory only per node: v2.3 merges it into
     the runtime's 8 GPUs (RDMA injected), v2.2 replaces the resources (no GPU left)."""
-    tj = next(d for d in documents(ROOT / "tests" / "manifests" / "allowed" / "trainjob.yaml") if d["kind"] == "TrainJob")
+    tj = next(
+        d for d in documents(ROOT / "tests" / "manifests" / "allowed" / "trainjob.yaml") if d["kind"] == "TrainJob"
+    )
     tj["spec"]["trainer"]["resourcesPerNode"] = {"limits": {"memory": "800Gi"}}
     state = FileClusterState.from_file(STATE)
     outcomes = {}
     for release in ("v2.3", "v2.2"):
-        v = check_workload(tj, TRAINER, "TrainJob", state.namespace("ml-training"), catalogue(), None, state.runtimes(),
-                           release=release)
+        v = check_workload(
+            tj,
+            TRAINER,
+            "TrainJob",
+            state.namespace("ml-training"),
+            catalogue(),
+            None,
+            state.runtimes(),
+            release=release,
+        )
         outcomes[release] = [r.decision.outcome for r in v.results]
     assert outcomes == {"v2.3": ["mutated"], "v2.2": ["unchanged"]}
 
@@ -328,8 +404,14 @@ def test_the_namespaces_network_attachments_config_maps_and_claims_reach_the_dec
     # sriov-roce takes its device from the NetworkAttachmentDefinition: in a cluster whose state
     # lacks it, Multus could not attach the network
     no_nads = FileClusterState.from_file(STATE).attachments()
-    v = check_workload(job(container("trainer"), namespace="ai-training"), "batch", "Job",
-                       opted_in("ai-training", "sriov-roce"), policies, no_nads)
+    v = check_workload(
+        job(container("trainer"), namespace="ai-training"),
+        "batch",
+        "Job",
+        opted_in("ai-training", "sriov-roce"),
+        policies,
+        no_nads,
+    )
     assert v.outcome == "denied" and [f.rule for f in v.denials()] == ["network-attachment"]
     assert "NetworkAttachmentDefinition ai-training/rdma-network does not exist" in v.message()
     # a script run from a ConfigMap volume is read when the ConfigMap is at hand
@@ -340,11 +422,16 @@ def test_the_namespaces_network_attachments_config_maps_and_claims_reach_the_dec
     assert v.outcome == "denied" and [f.rule for f in v.denials()] == ["command-fallback"]
     # a DRA claim of EFA NICs (efa-dra's DeviceClass) in an ib-shared namespace: the claim
     # template, when known, says which fabric the claim brings
-    claim_template = {"apiVersion": "resource.k8s.io/v1beta1", "kind": "ResourceClaimTemplate",
-                      "metadata": {"name": "efa-nic", "namespace": "ml-training"},
-                      "spec": {"spec": {"devices": {"requests": [{"name": "nic", "deviceClassName": "efa.networking.k8s.aws"}]}}}}
-    doc = job(container("trainer", resources={"limits": {"nvidia.com/gpu": "8"}, "claims": [{"name": "nic"}]}),
-              resourceClaims=[{"name": "nic", "resourceClaimTemplateName": "efa-nic"}])
+    claim_template = {
+        "apiVersion": "resource.k8s.io/v1beta1",
+        "kind": "ResourceClaimTemplate",
+        "metadata": {"name": "efa-nic", "namespace": "ml-training"},
+        "spec": {"spec": {"devices": {"requests": [{"name": "nic", "deviceClassName": "efa.networking.k8s.aws"}]}}},
+    }
+    doc = job(
+        container("trainer", resources={"limits": {"nvidia.com/gpu": "8"}, "claims": [{"name": "nic"}]}),
+        resourceClaims=[{"name": "nic", "resourceClaimTemplateName": "efa-nic"}],
+    )
     ns = opted_in("ml-training", "ib-shared")
     v = check_workload(doc, "batch", "Job", ns, policies, None, claims=ClaimStore([claim_template]))
     assert v.outcome == "denied" and [f.rule for f in v.denials()] == ["fabric-mismatch"]
@@ -353,6 +440,7 @@ def test_the_namespaces_network_attachments_config_maps_and_claims_reach_the_dec
 
 
 # -- MPI launchers ---------------------------------------------------------------------------------
+
 
 def mpijob(path: str = "allowed/mpijob-nccl-tests-ib.yaml") -> dict:
     return copy.deepcopy(next(d for d in documents(ROOT / "tests" / "manifests" / path) if d["kind"] == "MPIJob"))
@@ -368,7 +456,8 @@ def test_the_summary_warning_lists_each_injected_template_with_all_its_notes_in_
     assert v.warnings()[0] == (
         f"rdma-webhook will inject {LAUNCHER_T} (ib-shared): launcher: 3 NCCL variables + -x NCCL_NET -x NCCL_IB_HCA "
         f"-x NCCL_DEBUG; {WORKER_T} (ib-shared): worker: rdma/rdma_shared_device_a: 1, 3 NCCL variables, IPC_LOCK, "
-        f"/dev/shm: memory-backed emptyDir 64Gi")
+        f"/dev/shm: memory-backed emptyDir 64Gi"
+    )
 
 
 def test_a_launcher_template_without_the_label_is_named_in_a_note():
@@ -376,8 +465,10 @@ def test_a_launcher_template_without_the_label_is_named_in_a_note():
     del doc["spec"]["mpiReplicaSpecs"]["Launcher"]["template"]["metadata"]["labels"]
     v = check_workload(doc, "kubeflow.org", "MPIJob", opted_in("ml-training"), catalogue(), None)
     assert [r.path for r in v.results] == [WORKER_T]
-    assert v.notes == [f"{LAUNCHER_T}: the MPI launcher template does not carry rdma-webhook.io/inject=true, so the ranks "
-                       f"it starts (through ssh, from a fresh environment) get none of the policy's NCCL block; label it"]
+    assert v.notes == [
+        f"{LAUNCHER_T}: the MPI launcher template does not carry rdma-webhook.io/inject=true, so the ranks "
+        f"it starts (through ssh, from a fresh environment) get none of the policy's NCCL block; label it"
+    ]
 
 
 def test_a_launcher_whose_command_is_not_read_is_known_by_the_operators_label():
@@ -392,16 +483,21 @@ def test_a_launcher_whose_command_is_not_read_is_known_by_the_operators_label():
     launcher = v.results[0]
     assert launcher.path == LAUNCHER_T and launcher.decision.outcome == "mutated"
     assert launcher.decision.notes == ["launcher: 3 NCCL variables + OMPI_MCA_mca_base_env_list"]
-    assert launcher.pod["metadata"] == {"labels": {**INJECT, keys.MPI_JOB_ROLE: keys.MPI_LAUNCHER},
-                                        "annotations": {keys.POD_POLICY: "ib-shared"},
-                                        "namespace": "ml-training", "generateName": "nccl-allreduce-ib-"}
+    assert launcher.pod["metadata"] == {
+        "labels": {**INJECT, keys.MPI_JOB_ROLE: keys.MPI_LAUNCHER},
+        "annotations": {keys.POD_POLICY: "ib-shared"},
+        "namespace": "ml-training",
+        "generateName": "nccl-allreduce-ib-",
+    }
     assert keys.MPI_JOB_ROLE not in v.results[1].pod["metadata"]["labels"]  # the workers' pods: no launcher label
 
 
 def test_a_launcher_denial_only_warns_when_no_template_of_the_workload_gets_rdma():
     """allowed/mpijob-amd.yaml: AMD workers under a policy for nvidia.com/gpu; the launcher's
     NCCL_IB_HCA concerns no pod of this policy."""
-    v = check_workload(mpijob("allowed/mpijob-amd.yaml"), "kubeflow.org", "MPIJob", opted_in("ml-training"), catalogue(), None)
+    v = check_workload(
+        mpijob("allowed/mpijob-amd.yaml"), "kubeflow.org", "MPIJob", opted_in("ml-training"), catalogue(), None
+    )
     launcher = v.results[0]
     assert (launcher.path, launcher.decision.outcome, launcher.deny) == (LAUNCHER_T, "denied", False)
     assert launcher.why_not == "no template of this workload gets RDMA"
@@ -411,7 +507,9 @@ def test_a_launcher_denial_only_warns_when_no_template_of_the_workload_gets_rdma
     assert said[0].endswith(" [command-fallback]")
     # with a GPU of the policy on the workers, the same launcher denies the workload
     doc = mpijob("allowed/mpijob-amd.yaml")
-    doc["spec"]["mpiReplicaSpecs"]["Worker"]["template"]["spec"]["containers"][0]["resources"] = {"limits": {"nvidia.com/gpu": 8}}
+    doc["spec"]["mpiReplicaSpecs"]["Worker"]["template"]["spec"]["containers"][0]["resources"] = {
+        "limits": {"nvidia.com/gpu": 8}
+    }
     v = check_workload(doc, "kubeflow.org", "MPIJob", opted_in("ml-training"), catalogue(), None)
     assert v.outcome == "denied" and v.results[0].deny and v.results[0].why_not == ""
     assert not any(w.startswith(LAUNCHER_T) for w in v.warnings())  # a denial is in the message, not a warning too
@@ -419,23 +517,35 @@ def test_a_launcher_denial_only_warns_when_no_template_of_the_workload_gets_rdma
 
 # -- policies that only warn, pod-level findings ------------------------------------------------------
 
-HOST_NETWORK = ("the {0} policy's roce fabric is reached through the host's interfaces, and without hostNetwork: true "
-                "the pod sees only its own eth0, so NCCL finds no RDMA device and uses TCP; set hostNetwork: true "
-                "(and dnsPolicy: ClusterFirstWithHostNet)")
-HOST_DEVICES = ("the {0} policy's RDMA devices come from the host without a device plugin, and this container neither "
-                "mounts /dev/infiniband nor runs privileged, so NCCL finds no RDMA device and uses TCP; mount the host's "
-                "/dev/infiniband (hostPath) into it")
+HOST_NETWORK = (
+    "the {0} policy's roce fabric is reached through the host's interfaces, and without hostNetwork: true "
+    "the pod sees only its own eth0, so NCCL finds no RDMA device and uses TCP; set hostNetwork: true "
+    "(and dnsPolicy: ClusterFirstWithHostNet)"
+)
+HOST_DEVICES = (
+    "the {0} policy's RDMA devices come from the host without a device plugin, and this container neither "
+    "mounts /dev/infiniband nor runs privileged, so NCCL finds no RDMA device and uses TCP; mount the host's "
+    "/dev/infiniband (hostPath) into it"
+)
 
 
 def test_a_pod_level_finding_is_named_by_its_template_a_container_finding_by_template_and_container():
-    v = check_workload(job(container("trainer")), "batch", "Job", opted_in("oke-training", "oke-roce-host"), catalogue(), None)
+    v = check_workload(
+        job(container("trainer")), "batch", "Job", opted_in("oke-training", "oke-roce-host"), catalogue(), None
+    )
     assert v.outcome == "denied"
     assert [(f.rule, f.container, f.message) for f in v.denials()] == [
         ("host-network", None, "spec.template: " + HOST_NETWORK.format("oke-roce-host")),
-        ("host-rdma-devices", None, "spec.template, container 'trainer': " + HOST_DEVICES.format("oke-roce-host"))]
-    assert v.message() == (DENY_PREFIX.format("Job train") + "spec.template: " + HOST_NETWORK.format("oke-roce-host")
-                           + " [host-network]; spec.template, container 'trainer': "
-                           + HOST_DEVICES.format("oke-roce-host") + " [host-rdma-devices]")
+        ("host-rdma-devices", None, "spec.template, container 'trainer': " + HOST_DEVICES.format("oke-roce-host")),
+    ]
+    assert v.message() == (
+        DENY_PREFIX.format("Job train")
+        + "spec.template: "
+        + HOST_NETWORK.format("oke-roce-host")
+        + " [host-network]; spec.template, container 'trainer': "
+        + HOST_DEVICES.format("oke-roce-host")
+        + " [host-rdma-devices]"
+    )
     assert v.warnings() == []
 
 
@@ -445,30 +555,57 @@ def test_under_workload_validation_warn_a_denied_template_is_allowed_and_its_fin
     assert v.allowed and v.outcome == "unchanged" and v.policy == "oke-warn" and v.denials() == []
     [r] = v.results
     assert (r.decision.outcome, r.deny, r.why_not) == ("denied", False, "workloadValidation Warn")
-    assert v.warnings() == ["spec.template: " + HOST_NETWORK.format("oke-warn") + " [host-network]",
-                            "spec.template, container 'trainer': " + HOST_DEVICES.format("oke-warn") + " [host-rdma-devices]"]
+    assert v.warnings() == [
+        "spec.template: " + HOST_NETWORK.format("oke-warn") + " [host-network]",
+        "spec.template, container 'trainer': " + HOST_DEVICES.format("oke-warn") + " [host-rdma-devices]",
+    ]
     # the same pod under the policy that denies
-    v = check_workload(job(container("trainer")), "batch", "Job", opted_in("ml-training", "oke-roce-host"), catalogue(), None)
+    v = check_workload(
+        job(container("trainer")), "batch", "Job", opted_in("ml-training", "oke-roce-host"), catalogue(), None
+    )
     assert not v.allowed and v.results[0].why_not == ""
 
 
 def test_a_template_placeholder_makes_a_malformed_pod_a_warning_saying_why():
-    wf = {"apiVersion": "argoproj.io/v1alpha1", "kind": "Workflow",
-          "metadata": {"generateName": "nccl-", "namespace": "ml-training"},
-          "spec": {"entrypoint": "run", "templates": [{"name": "run", "metadata": {"labels": dict(INJECT)},
-                   "container": {"image": "nvcr.io/nvidia/pytorch:25.11-py3", "command": ["python", "train.py"],
-                                 "resources": {"limits": {"nvidia.com/gpu": "{{inputs.parameters.gpus}}"}}}}]}}
+    wf = {
+        "apiVersion": "argoproj.io/v1alpha1",
+        "kind": "Workflow",
+        "metadata": {"generateName": "nccl-", "namespace": "ml-training"},
+        "spec": {
+            "entrypoint": "run",
+            "templates": [
+                {
+                    "name": "run",
+                    "metadata": {"labels": dict(INJECT)},
+                    "container": {
+                        "image": "nvcr.io/nvidia/pytorch:25.11-py3",
+                        "command": ["python", "train.py"],
+                        "resources": {"limits": {"nvidia.com/gpu": "{{inputs.parameters.gpus}}"}},
+                    },
+                }
+            ],
+        },
+    }
     v = check_workload(wf, "argoproj.io", "Workflow", opted_in("ml-training"), catalogue(), None)
     [r] = v.results
-    assert (r.decision.outcome, r.deny) == ("denied", False) and [f.rule for f in r.decision.denials] == ["malformed-pod"]
+    assert (r.decision.outcome, r.deny) == ("denied", False) and [f.rule for f in r.decision.denials] == [
+        "malformed-pod"
+    ]
     assert r.why_not == "a template placeholder is filled in only when the pod is made"
 
 
 # -- what `review --explain` shows of a template: its pod before and after, why it only warns --------
 
+
 def test_explain_shows_the_pod_a_template_makes_with_its_namespace_and_generate_name():
-    code, out, err = review("--policies", str(POLICIES), "--cluster-state", STATE, "--explain",
-                            str(ROOT / "tests" / "manifests" / "allowed" / "jobset.yaml"))
+    code, out, err = review(
+        "--policies",
+        str(POLICIES),
+        "--cluster-state",
+        STATE,
+        "--explain",
+        str(ROOT / "tests" / "manifests" / "allowed" / "jobset.yaml"),
+    )
     assert code == 0, err
     lines = out.splitlines()
     # diff context: lines of the pod the template makes that the mutation left alone
@@ -479,21 +616,32 @@ def test_explain_shows_the_pod_a_template_makes_with_its_namespace_and_generate_
 
 def test_explain_says_why_a_denied_template_only_warns(tmp_path):
     warn = policy_doc("ib-shared", "ib-warn", workloadValidation="Warn")
-    ns = {"apiVersion": "v1", "kind": "Namespace",
-          "metadata": {"name": "ml-training", "labels": {keys.NS_INJECTION: keys.NS_INJECTION_ENABLED, keys.NS_POLICY: "ib-warn"}}}
+    ns = {
+        "apiVersion": "v1",
+        "kind": "Namespace",
+        "metadata": {
+            "name": "ml-training",
+            "labels": {keys.NS_INJECTION: keys.NS_INJECTION_ENABLED, keys.NS_POLICY: "ib-warn"},
+        },
+    }
     f = tmp_path / "in.yaml"
     f.write_text(yaml.safe_dump_all([warn, ns, job(container("trainer", env=IB_DISABLE))]))
     code, out, err = review("--explain", str(f))
     assert code == 0, err + out
-    assert "  spec.template: its pods would be DENIED by policy ib-warn (a warning only: workloadValidation Warn)" in out, out
+    assert (
+        "  spec.template: its pods would be DENIED by policy ib-warn (a warning only: workloadValidation Warn)" in out
+    ), out
     amd = ROOT / "tests" / "manifests" / "allowed" / "mpijob-amd.yaml"
     code, out, err = review("--policies", str(POLICIES), "--cluster-state", STATE, "--explain", str(amd))
     assert code == 0, err
-    assert (f"  {LAUNCHER_T}: its pods would be DENIED by policy erdma (a warning only: no template of this workload "
-            f"gets RDMA)") in out, out
+    assert (
+        f"  {LAUNCHER_T}: its pods would be DENIED by policy erdma (a warning only: no template of this workload "
+        f"gets RDMA)"
+    ) in out, out
 
 
 # -- cluster-scoped runtimes: judged under every policy an opted-in namespace could use -------------
+
 
 def under(policy: str) -> str:
     return f"(a namespace using policy {policy})"
@@ -504,18 +652,39 @@ def test_a_cluster_runtime_right_for_ib_is_shown_under_the_first_policy_that_inj
     v = check_workload(runtime(ib_node()), TRAINER, CTR, None, policies, None)
     assert (v.outcome, v.policy, v.allowed) == ("mutated", "ib-shared", True)
     [r] = v.results
-    assert (r.path, r.deny, r.decision.outcome, r.why_not) == (NODE, False, "mutated", "")  # why_not: only for a denial that warns
+    assert (r.path, r.deny, r.decision.outcome, r.why_not) == (
+        NODE,
+        False,
+        "mutated",
+        "",
+    )  # why_not: only for a denial that warns
     assert r.pod["metadata"] == {"labels": INJECT, "namespace": under("ib-shared"), "generateName": "torch-ib-"}
     # one note per policy under which its pods would be denied, by name, with all its reasons
     said = [n.split(": its pods would be denied in namespaces that use policy ")[1].split(":")[0] for n in v.notes]
-    assert said == ["efa", "efa-dra", "erdma", "gke-gib", "gke-tcpxo", "oke-roce-host", "roce-dranet",
-                    "roce-dranet-aligned", "sriov-roce", "sriov-roce-8rail"], v.notes
+    assert said == [
+        "efa",
+        "efa-dra",
+        "erdma",
+        "gke-gib",
+        "gke-tcpxo",
+        "oke-roce-host",
+        "roce-dranet",
+        "roce-dranet-aligned",
+        "sriov-roce",
+        "sriov-roce-8rail",
+    ], v.notes
     assert all(n.startswith(f"{NODE}: ") for n in v.notes)
     efa_dra = v.notes[1]
-    assert efa_dra.startswith(f"{NODE}: its pods would be denied in namespaces that use policy efa-dra: container 'node': "
-                              f"this pod requests rdma/rdma_shared_device_a, another fabric's RDMA device; ")
-    assert "select policy ib-shared with the annotation rdma-webhook.io/policy: ib-shared [fabric-mismatch]; the pod claims " \
-           "no NIC of the efa fabric" in efa_dra and efa_dra.endswith(" [device-missing]")
+    assert efa_dra.startswith(
+        f"{NODE}: its pods would be denied in namespaces that use policy efa-dra: container 'node': "
+        f"this pod requests rdma/rdma_shared_device_a, another fabric's RDMA device; "
+    )
+    assert (
+        "select policy ib-shared with the annotation rdma-webhook.io/policy: ib-shared [fabric-mismatch]; the pod claims "
+        "no NIC of the efa fabric"
+        in efa_dra
+        and efa_dra.endswith(" [device-missing]")
+    )
 
 
 def test_a_cluster_runtime_is_shown_under_a_policy_that_still_changes_its_pods():
@@ -536,9 +705,11 @@ def test_a_cluster_runtime_is_shown_under_a_policy_that_still_changes_its_pods()
 def test_a_cluster_runtime_denied_under_every_policy_shows_the_reasons_of_one_its_devices_fit():
     v = check_workload(runtime(ib_node(IB_DISABLE)), TRAINER, CTR, None, catalogue(), None)
     assert (v.outcome, v.policy) == ("denied", "ib-shared")
-    assert v.notes == [f"{NODE}: its pods would be denied under every policy that could apply (ib-shared, nd-infiniband, "
-                       f"efa, efa-dra, erdma, gke-gib, gke-tcpxo, oke-roce-host, roce-dranet, roce-dranet-aligned, "
-                       f"sriov-roce, sriov-roce-8rail); the reasons under policy ib-shared follow"]
+    assert v.notes == [
+        f"{NODE}: its pods would be denied under every policy that could apply (ib-shared, nd-infiniband, "
+        f"efa, efa-dra, erdma, gke-gib, gke-tcpxo, oke-roce-host, roce-dranet, roce-dranet-aligned, "
+        f"sriov-roce, sriov-roce-8rail); the reasons under policy ib-shared follow"
+    ]
     assert [f.rule for f in v.denials()] == ["env-fallback"]
     [r] = v.results
     assert r.deny and r.why_not == "" and r.pod["metadata"]["namespace"] == under("ib-shared")
@@ -551,8 +722,10 @@ def test_denied_under_the_only_policy_or_under_both_of_two():
     two = policy_set(policy_doc("ib-shared", "ib-a"), policy_doc("ib-shared", "ib-b"))
     v = check_workload(runtime(ib_node(IB_DISABLE)), TRAINER, CTR, None, two, None)
     assert (v.outcome, v.policy) == ("denied", "ib-a")
-    assert v.notes == [f"{NODE}: its pods would be denied under every policy that could apply (ib-a, ib-b); "
-                       f"the reasons under policy ib-a follow"]
+    assert v.notes == [
+        f"{NODE}: its pods would be denied under every policy that could apply (ib-a, ib-b); "
+        f"the reasons under policy ib-a follow"
+    ]
 
 
 def test_a_cluster_runtime_denied_only_under_policies_that_warn_is_allowed_with_a_warning():
@@ -563,17 +736,26 @@ def test_a_cluster_runtime_denied_only_under_policies_that_warn_is_allowed_with_
     assert (r.decision.outcome, r.deny, r.why_not) == ("denied", False, "workloadValidation Warn")
     assert [w for w in v.warnings() if "NCCL_IB_DISABLE" in w] == [
         f"{NODE}, container 'node': NCCL_IB_DISABLE='1' turns NCCL's IB/RoCE transport off, so NCCL runs on TCP sockets "
-        f"(NET/Socket); remove it or set it to 0 in env [env-fallback]"]
+        f"(NET/Socket); remove it or set it to 0 in env [env-fallback]"
+    ]
 
 
-@pytest.mark.parametrize("policies, why", [
-    (None, "the webhook has no valid policies loaded; ask the platform team to check `rdma-webhook policy lint`"),
-    (PolicySet([]), "no RDMA policy is in force on this cluster: the platform team chooses one from the catalogue "
-                    "(Helm: --set policies.enabled={NAME}; kustomize: the component deploy/catalogue/NAME) or mounts "
-                    "its own; until then pods that ask for RDMA are refused"),
-])
+@pytest.mark.parametrize(
+    "policies, why",
+    [
+        (None, "the webhook has no valid policies loaded; ask the platform team to check `rdma-webhook policy lint`"),
+        (
+            PolicySet([]),
+            "no RDMA policy is in force on this cluster: the platform team chooses one from the catalogue "
+            "(Helm: --set policies.enabled={NAME}; kustomize: the component deploy/catalogue/NAME) or mounts "
+            "its own; until then pods that ask for RDMA are refused",
+        ),
+    ],
+)
 def test_a_cluster_runtime_without_policies_gets_a_note_per_template_not_a_denial(policies, why):
-    rt = runtime(ib_node(), launcher=container("launcher", gpus=None, command=["mpirun", "python", "/workspace/train.py"]))
+    rt = runtime(
+        ib_node(), launcher=container("launcher", gpus=None, command=["mpirun", "python", "/workspace/train.py"])
+    )
     v = check_workload(rt, TRAINER, CTR, None, policies, None)
     assert (v.outcome, v.allowed, v.results) == ("skipped", True, [])
     assert v.notes == [f"{LAUNCHER}: checked without a namespace: {why}", f"{NODE}: checked without a namespace: {why}"]
@@ -585,10 +767,15 @@ def test_a_runtimes_launcher_template_makes_pods_with_the_launcher_label():
     rt = runtime(ib_node(), launcher=container("launcher", gpus=None, command=["/bin/bash", "/opt/launch.sh"]))
     v = check_workload(rt, TRAINER, CTR, None, policy_set(policy_doc("ib-shared", "ib-shared")), None)
     launcher = v.results[0]
-    assert launcher.path == LAUNCHER and launcher.decision.outcome == "mutated" and launcher.decision.policy == "ib-shared"
+    assert (
+        launcher.path == LAUNCHER and launcher.decision.outcome == "mutated" and launcher.decision.policy == "ib-shared"
+    )
     assert launcher.decision.notes == ["launcher: 3 NCCL variables + OMPI_MCA_mca_base_env_list"]
-    assert launcher.pod["metadata"] == {"labels": {**INJECT, keys.MPI_JOB_ROLE: keys.MPI_LAUNCHER},
-                                        "namespace": under("ib-shared"), "generateName": "torch-ib-"}
+    assert launcher.pod["metadata"] == {
+        "labels": {**INJECT, keys.MPI_JOB_ROLE: keys.MPI_LAUNCHER},
+        "namespace": under("ib-shared"),
+        "generateName": "torch-ib-",
+    }
     assert keys.MPI_JOB_ROLE not in v.results[1].pod["metadata"]["labels"]
 
 
@@ -603,6 +790,7 @@ def test_explain_shows_a_cluster_runtimes_pod_in_the_example_namespace_of_its_po
 
 
 # -- which policies an opted-in namespace could use: their namespace selectors ------------------------
+
 
 def sel(*exprs: dict, **labels: str) -> dict:
     out: dict = {}
@@ -639,8 +827,10 @@ def test_a_cluster_runtime_is_judged_under_each_policy_whose_selector_an_opted_i
     policies = policy_set(*(policy_doc("ib-shared", name, namespaceSelector=s) for name, s in SELECTORS.items()))
     v = check_workload(runtime(ib_node(IB_DISABLE)), TRAINER, CTR, None, policies, None)
     met = sorted(n for n in SELECTORS if "never" not in n)
-    assert v.notes == [f"{NODE}: its pods would be denied under every policy that could apply ({', '.join(met)}); "
-                       f"the reasons under policy p-absent follow"]
+    assert v.notes == [
+        f"{NODE}: its pods would be denied under every policy that could apply ({', '.join(met)}); "
+        f"the reasons under policy p-absent follow"
+    ]
     assert (v.outcome, v.policy) == ("denied", "p-absent")
 
 
@@ -664,26 +854,44 @@ def test_the_example_namespace_carries_the_labels_other_policies_select_on():
     v = check_workload(runtime(ib_node()), TRAINER, CTR, None, policy_set(efa, ib), None)
     assert (v.outcome, v.policy) == ("mutated", "ib-team")
     assert v.results[0].pod["metadata"]["namespace"] == under("ib-team")
-    assert v.notes == [f"{NODE}: its pods would be denied in namespaces that use policy efa-team: container 'node': this pod "
-                       f"requests rdma/rdma_shared_device_a, another fabric's RDMA device; policy efa-team provides "
-                       f"vpc.amazonaws.com/efa; select policy ib-team with the annotation rdma-webhook.io/policy: ib-team "
-                       f"[fabric-mismatch]"]
+    assert v.notes == [
+        f"{NODE}: its pods would be denied in namespaces that use policy efa-team: container 'node': this pod "
+        f"requests rdma/rdma_shared_device_a, another fabric's RDMA device; policy efa-team provides "
+        f"vpc.amazonaws.com/efa; select policy ib-team with the annotation rdma-webhook.io/policy: ib-team "
+        f"[fabric-mismatch]"
+    ]
 
 
 # -- a template that is skipped does not stop the ones after it ----------------------------------------
+
 
 def test_each_template_is_judged_on_its_own_whatever_the_one_before_gave():
     """The verdict of a workload is that of its templates one by one: a template skipped (here: in a
     namespace that is not opted in) changes nothing for the next one, which gets the verdict it
     gets alone."""
-    prep = {"name": "prep", "metadata": {"labels": dict(INJECT)}, "container": {"image": "busybox", "command": ["true"]}}
-    run = {"name": "run", "metadata": {"labels": dict(INJECT)},
-           "container": {"image": "nvcr.io/nvidia/pytorch:25.11-py3", "command": ["python", "train.py"],
-                         "env": {"NCCL_DEBUG": "INFO"}, "resources": {"limits": {"nvidia.com/gpu": "8"}}}}
+    prep = {
+        "name": "prep",
+        "metadata": {"labels": dict(INJECT)},
+        "container": {"image": "busybox", "command": ["true"]},
+    }
+    run = {
+        "name": "run",
+        "metadata": {"labels": dict(INJECT)},
+        "container": {
+            "image": "nvcr.io/nvidia/pytorch:25.11-py3",
+            "command": ["python", "train.py"],
+            "env": {"NCCL_DEBUG": "INFO"},
+            "resources": {"limits": {"nvidia.com/gpu": "8"}},
+        },
+    }
 
     def workflow(*templates: dict) -> dict:
-        return {"apiVersion": "argoproj.io/v1alpha1", "kind": "Workflow", "metadata": {"name": "nccl", "namespace": "default"},
-                "spec": {"entrypoint": "run", "templates": list(templates)}}
+        return {
+            "apiVersion": "argoproj.io/v1alpha1",
+            "kind": "Workflow",
+            "metadata": {"name": "nccl", "namespace": "default"},
+            "spec": {"entrypoint": "run", "templates": list(templates)},
+        }
 
     ns = Namespace("default", {"kubernetes.io/metadata.name": "default"})
 
@@ -703,13 +911,20 @@ def test_each_template_is_judged_on_its_own_whatever_the_one_before_gave():
 
 # -- a cluster-scoped workload's pods share one namespace, so one policy ------------------------------
 
+
 def erdma_node() -> dict:
-    return container("node", gpus=None, command=["torchrun", "/workspace/train.py"],
-                     resources={"limits": {"nvidia.com/gpu": "8", "aliyun/erdma": "1"}})
+    return container(
+        "node",
+        gpus=None,
+        command=["torchrun", "/workspace/train.py"],
+        resources={"limits": {"nvidia.com/gpu": "8", "aliyun/erdma": "1"}},
+    )
 
 
 def hca_launcher(hca: str = "mlx5") -> dict:
-    return container("launcher", gpus=None, command=["mpirun", "-x", f"NCCL_IB_HCA={hca}", "python", "/workspace/train.py"])
+    return container(
+        "launcher", gpus=None, command=["mpirun", "-x", f"NCCL_IB_HCA={hca}", "python", "/workspace/train.py"]
+    )
 
 
 def test_a_runtime_whose_launcher_fits_one_policy_and_nodes_another_is_denied_under_the_one_the_nodes_fit():
@@ -718,17 +933,22 @@ def test_a_runtime_whose_launcher_fits_one_policy_and_nodes_another_is_denied_un
     template by template each found a policy, and the runtime was allowed as "efa,erdma"."""
     v = check_workload(runtime(erdma_node(), launcher=hca_launcher()), TRAINER, CTR, None, catalogue(), None)
     assert (v.outcome, v.allowed, v.policy) == ("denied", False, "erdma")
-    assert [(r.path, r.decision.outcome, r.deny) for r in v.results] == [(LAUNCHER, "denied", True), (NODE, "mutated", False)]
+    assert [(r.path, r.decision.outcome, r.deny) for r in v.results] == [
+        (LAUNCHER, "denied", True),
+        (NODE, "mutated", False),
+    ]
     assert {r.pod["metadata"]["namespace"] for r in v.results} == {under("erdma")}
     assert [f.rule for f in v.denials()] == ["command-fallback"] and "NCCL_IB_HCA='mlx5'" in v.message()
     others = sorted(set(catalogue().by_name) - {"erdma"})
     others.sort(key=lambda n: n not in ("gke-tcpxo", "oke-roce-host"))  # denied without a fabric mismatch: shown first
     [note] = v.notes
-    assert note.startswith(f"{LAUNCHER}: its pods would be denied under policy erdma, and under every other policy that could "
-                           f"apply ("), note
+    assert note.startswith(
+        f"{LAUNCHER}: its pods would be denied under policy erdma, and under every other policy that could apply ("
+    ), note
     assert sorted(note.split("apply (")[1].split(")")[0].split(", ")) == sorted(others)
-    assert note.endswith("those of another template would be: no one policy admits all the pods; "
-                         "the reasons under policy erdma follow")
+    assert note.endswith(
+        "those of another template would be: no one policy admits all the pods; the reasons under policy erdma follow"
+    )
     # as a namespaced TrainingRuntime in a namespace of either policy: denied the same way
     for policy in ("erdma", "ib-shared"):
         rt = runtime(erdma_node(), launcher=hca_launcher())
@@ -746,10 +966,21 @@ def test_a_runtime_is_allowed_under_the_one_policy_that_admits_all_its_pods_with
     any_hca["fabric"] = {**any_hca["fabric"], "hcaDevices": ["erdma_[0-3]", "mlx5_[0-9]"]}
     policies = policy_set(policy_doc("erdma", "erdma"), any_hca, policy_doc("ib-shared", "ib-shared"))
     v = check_workload(runtime(erdma_node(), launcher=hca_launcher()), TRAINER, CTR, None, policies, None)
-    assert (v.outcome, v.allowed, v.policy) == ("mutated", True, "erdma-any"), (v.notes, [r.decision.denials for r in v.results])
-    assert [(r.path, r.decision.outcome, r.deny) for r in v.results] == [(LAUNCHER, "mutated", False), (NODE, "mutated", False)]
-    said = [(n.split(": its pods would be denied in namespaces that use policy ")[0],
-             n.split(": its pods would be denied in namespaces that use policy ")[1].split(":")[0]) for n in v.notes]
+    assert (v.outcome, v.allowed, v.policy) == ("mutated", True, "erdma-any"), (
+        v.notes,
+        [r.decision.denials for r in v.results],
+    )
+    assert [(r.path, r.decision.outcome, r.deny) for r in v.results] == [
+        (LAUNCHER, "mutated", False),
+        (NODE, "mutated", False),
+    ]
+    said = [
+        (
+            n.split(": its pods would be denied in namespaces that use policy ")[0],
+            n.split(": its pods would be denied in namespaces that use policy ")[1].split(":")[0],
+        )
+        for n in v.notes
+    ]
     assert said == [(LAUNCHER, "erdma"), (NODE, "ib-shared")], v.notes
 
 

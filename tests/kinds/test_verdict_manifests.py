@@ -43,9 +43,13 @@ DENIED_RULES = {
 
 def run(*args, stdin=None):
     # review uses no policy it is not given (issue 26): these manifests are judged against the whole catalogue
-    return subprocess.run([sys.executable, "-m", "webhook", "review", "--policies", str(ROOT / "policies"), *args],
-                          capture_output=True, text=True,
-                          input=stdin, cwd=ROOT)
+    return subprocess.run(
+        [sys.executable, "-m", "webhook", "review", "--policies", str(ROOT / "policies"), *args],
+        capture_output=True,
+        text=True,
+        input=stdin,
+        cwd=ROOT,
+    )
 
 
 def records(stdout: str) -> list[dict]:
@@ -154,7 +158,9 @@ def test_trainjob_without_its_runtime_is_bad_input_offline():
 
 
 def test_trainer_release_decides_whether_resources_per_node_drops_the_gpu(tmp_path):
-    job = next(d for d in yaml.safe_load_all((MANIFESTS / "allowed" / "trainjob.yaml").read_text()) if d["kind"] == "TrainJob")
+    job = next(
+        d for d in yaml.safe_load_all((MANIFESTS / "allowed" / "trainjob.yaml").read_text()) if d["kind"] == "TrainJob"
+    )
     job["spec"]["trainer"]["resourcesPerNode"] = {"limits": {"memory": "800Gi"}}  # no GPU repeated
     f = tmp_path / "tj.yaml"
     f.write_text(yaml.safe_dump(job))
@@ -167,6 +173,7 @@ def test_trainer_release_decides_whether_resources_per_node_drops_the_gpu(tmp_pa
 
 
 # -- /validate over TLS --------------------------------------------------------------------------
+
 
 @pytest.fixture(scope="module")
 def manifests_server(tmp_path_factory):
@@ -182,10 +189,19 @@ def _review(obj, operation="CREATE"):
     cluster_scoped = (group, kind) in workloads.CLUSTER_SCOPED
     meta = obj.get("metadata") if isinstance(obj, dict) and isinstance(obj.get("metadata"), dict) else {}
     ns = "" if cluster_scoped else meta.get("namespace", "ml-training")
-    return {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": {
-        "uid": str(uuid.uuid4()), "kind": {"group": group, "version": version, "kind": kind},
-        "resource": {"group": group, "version": version, "resource": kind.lower() + "s"},
-        "namespace": ns, "operation": operation, "object": obj, "oldObject": None}}
+    return {
+        "apiVersion": "admission.k8s.io/v1",
+        "kind": "AdmissionReview",
+        "request": {
+            "uid": str(uuid.uuid4()),
+            "kind": {"group": group, "version": version, "kind": kind},
+            "resource": {"group": group, "version": version, "resource": kind.lower() + "s"},
+            "namespace": ns,
+            "operation": operation,
+            "object": obj,
+            "oldObject": None,
+        },
+    }
 
 
 def _post(server, path, review):
@@ -202,8 +218,12 @@ def test_every_manifest_meets_the_same_answer_at_validate(manifests_server):
     """Every workload document of every manifest, sent as the API server sends it: /validate
     allows exactly those `review` allows (the runtimes come from the server's cluster state or
     are a warning), naming the template path in a denial."""
-    runtime_docs = [d for p in ALLOWED + DENIED for d in yaml.safe_load_all(p.read_text())
-                    if d and d["kind"] in ("TrainingRuntime",)]
+    runtime_docs = [
+        d
+        for p in ALLOWED + DENIED
+        for d in yaml.safe_load_all(p.read_text())
+        if d and d["kind"] in ("TrainingRuntime",)
+    ]
     seen = 0
     for path in ALLOWED + DENIED:
         for doc in yaml.safe_load_all(path.read_text()):
@@ -227,18 +247,31 @@ def test_every_manifest_meets_the_same_answer_at_validate(manifests_server):
 @pytest.mark.parametrize("path", ["/mutate", "/validate"])
 @pytest.mark.parametrize("operation", ["DELETE", "UPDATE", "CONNECT"])
 def test_any_operation_but_create_is_allowed_untouched(manifests_server, path, operation):
-    denied_pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {
-        "name": "w-0", "namespace": "ml-training", "labels": {"rdma-webhook.io/inject": "true"}},
-        "spec": {"containers": [{"name": "t", "env": [{"name": "NCCL_IB_DISABLE", "value": "1"}],
-                                 "resources": {"limits": {"nvidia.com/gpu": "8"}}}]}}
+    denied_pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "w-0", "namespace": "ml-training", "labels": {"rdma-webhook.io/inject": "true"}},
+        "spec": {
+            "containers": [
+                {
+                    "name": "t",
+                    "env": [{"name": "NCCL_IB_DISABLE", "value": "1"}],
+                    "resources": {"limits": {"nvidia.com/gpu": "8"}},
+                }
+            ]
+        },
+    }
     malformed = {"apiVersion": "v1", "kind": "Pod", "metadata": "not an object"}
     workload = next(d for d in yaml.safe_load_all((MANIFESTS / "denied" / "rayjob-socket.yaml").read_text()) if d)
     for obj in (None, denied_pod, malformed, workload):
         review = _review(obj, operation)
         if obj is None:
-            review["request"].update(kind={"group": "", "version": "v1", "kind": "Pod"},
-                                     resource={"group": "", "version": "v1", "resource": "pods"},
-                                     namespace="ml-training", oldObject=denied_pod)
+            review["request"].update(
+                kind={"group": "", "version": "v1", "kind": "Pod"},
+                resource={"group": "", "version": "v1", "resource": "pods"},
+                namespace="ml-training",
+                oldObject=denied_pod,
+            )
         r = _post(manifests_server, path, review)
         assert r == {"uid": review["request"]["uid"], "allowed": True}, (operation, obj, r)
     # the same denied pod on CREATE is still denied: the test would pass on a webhook that allows all
@@ -262,5 +295,7 @@ def test_deploy_readme_log_filter_matches_what_the_server_writes(manifests_serve
             break
         time.sleep(0.05)
     assert len(lines) == 1 and pattern in lines[0], (pattern, lines)
-    others = [line for line in manifests_server.log.read_text().splitlines() if line.startswith("{") and pattern in line]
+    others = [
+        line for line in manifests_server.log.read_text().splitlines() if line.startswith("{") and pattern in line
+    ]
     assert all(json.loads(line)["msg"] == "admission" for line in others)

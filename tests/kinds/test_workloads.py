@@ -79,20 +79,32 @@ def found(obj: dict, group: str | None = None) -> dict:
 
 # -- Argo Workflows: the pod the executor makes of each template ---------------------------------
 
+
 def workflow(*templates: dict, kind: str = "Workflow", **spec) -> dict:
     """An Argo Workflow (or WorkflowTemplate, ClusterWorkflowTemplate) whose entrypoint is a DAG of the templates."""
     dag = {"name": "pipeline", "dag": {"tasks": [{"name": t["name"], "template": t["name"]} for t in templates]}}
     meta = {"generateName": "finetune-", "namespace": "ml-training"} if kind == "Workflow" else {"name": "finetune"}
     if kind not in ("ClusterWorkflowTemplate", "Workflow"):
         meta["namespace"] = "ml-training"
-    return {"apiVersion": f"{ARGO}/v1alpha1", "kind": kind, "metadata": meta,
-            "spec": {"entrypoint": "pipeline", "templates": [dag, *templates], **spec}}
+    return {
+        "apiVersion": f"{ARGO}/v1alpha1",
+        "kind": kind,
+        "metadata": meta,
+        "spec": {"entrypoint": "pipeline", "templates": [dag, *templates], **spec},
+    }
 
 
 def gpu_step(name: str = "train", **fields) -> dict:
-    return {"name": name, "metadata": {"labels": dict(INJECT)},
-            "container": {"image": IMAGE, "command": ["torchrun", "--nproc-per-node=8", "/workspace/train.py"],
-                          "resources": {"limits": {"nvidia.com/gpu": "8"}}}, **fields}
+    return {
+        "name": name,
+        "metadata": {"labels": dict(INJECT)},
+        "container": {
+            "image": IMAGE,
+            "command": ["torchrun", "--nproc-per-node=8", "/workspace/train.py"],
+            "resources": {"limits": {"nvidia.com/gpu": "8"}},
+        },
+        **fields,
+    }
 
 
 def script_step(command: list | None, source: str | None = "python /workspace/train.py", **script) -> dict:
@@ -121,9 +133,24 @@ def test_a_container_template_is_one_pod_whose_container_is_named_main_at_the_te
     assert pod["metadata"] == {"labels": INJECT}
 
 
-@pytest.mark.parametrize("interpreter", ["sh", "/bin/sh", "bash", "/usr/bin/bash", "dash", "/bin/dash", "zsh",
-                                         "/usr/bin/zsh", "ash", "/bin/ash", "python", "python3",
-                                         "/usr/local/bin/python3.12"])
+@pytest.mark.parametrize(
+    "interpreter",
+    [
+        "sh",
+        "/bin/sh",
+        "bash",
+        "/usr/bin/bash",
+        "dash",
+        "/bin/dash",
+        "zsh",
+        "/usr/bin/zsh",
+        "ash",
+        "/bin/ash",
+        "python",
+        "python3",
+        "/usr/local/bin/python3.12",
+    ],
+)
 def test_a_script_run_by_a_shell_or_python_is_read_as_its_source_given_to_c(interpreter):
     source = "export NCCL_IB_DISABLE=1\npython /workspace/train.py\n"
     main = main_container(workflow(script_step([interpreter], source)))
@@ -175,13 +202,23 @@ def test_sidecars_init_containers_and_volumes_of_the_workflow_and_the_template_a
     assert set(bare) == {"containers"}
 
 
-@pytest.mark.parametrize("key, workflow_value, template_value", [
-    ("securityContext", {"runAsNonRoot": True, "runAsUser": 8737}, {"runAsUser": 0}),
-    ("nodeSelector", {"node.kubernetes.io/instance-type": "p5.48xlarge"}, {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"}),
-    ("tolerations", [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
-     [{"key": "rdma", "operator": "Exists", "effect": "NoSchedule"}]),
-    ("hostNetwork", True, False),
-])
+@pytest.mark.parametrize(
+    "key, workflow_value, template_value",
+    [
+        ("securityContext", {"runAsNonRoot": True, "runAsUser": 8737}, {"runAsUser": 0}),
+        (
+            "nodeSelector",
+            {"node.kubernetes.io/instance-type": "p5.48xlarge"},
+            {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"},
+        ),
+        (
+            "tolerations",
+            [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
+            [{"key": "rdma", "operator": "Exists", "effect": "NoSchedule"}],
+        ),
+        ("hostNetwork", True, False),
+    ],
+)
 def test_pod_settings_of_the_workflow_apply_unless_the_template_sets_its_own(key, workflow_value, template_value):
     inherited = found(workflow(gpu_step(), **{key: workflow_value}))["spec.templates[train]"]["spec"]
     assert inherited[key] == workflow_value
@@ -197,16 +234,27 @@ def test_the_workflows_pod_metadata_is_under_each_templates_own():
     step = gpu_step()
     step["metadata"] = {"labels": {"team": "speech"}}
     pod = found(workflow(step, podMetadata=POD_METADATA))["spec.templates[train]"]
-    assert pod["metadata"] == {"labels": {**INJECT, "team": "speech"}, "annotations": {"sidecar.istio.io/inject": "false"}}
+    assert pod["metadata"] == {
+        "labels": {**INJECT, "team": "speech"},
+        "annotations": {"sidecar.istio.io/inject": "false"},
+    }
 
 
 def test_a_cron_workflow_reads_templates_and_pod_settings_of_its_workflow_spec():
     step = gpu_step()
     del step["metadata"]
     spec = workflow(step, podMetadata=POD_METADATA, nodeSelector={"pool": "h100"})["spec"]
-    cron = {"apiVersion": f"{ARGO}/v1alpha1", "kind": "CronWorkflow", "metadata": {"name": "nightly", "namespace": "ml-training"},
-            "spec": {"schedules": ["0 2 * * *"], "concurrencyPolicy": "Replace", "nodeSelector": {"pool": "cpu"},
-                     "workflowSpec": spec}}
+    cron = {
+        "apiVersion": f"{ARGO}/v1alpha1",
+        "kind": "CronWorkflow",
+        "metadata": {"name": "nightly", "namespace": "ml-training"},
+        "spec": {
+            "schedules": ["0 2 * * *"],
+            "concurrencyPolicy": "Replace",
+            "nodeSelector": {"pool": "cpu"},
+            "workflowSpec": spec,
+        },
+    }
     pods = found(cron)
     assert list(pods) == ["spec.workflowSpec.templates[train]"]
     pod = pods["spec.workflowSpec.templates[train]"]
@@ -218,12 +266,15 @@ def test_each_template_is_named_by_its_name_in_its_path():
     assert list(found(wf)) == ["spec.templates[prepare]", "spec.templates[train]"]
 
 
-@pytest.mark.parametrize("spec", [
-    {"workflowTemplateRef": {"name": "finetune"}, "arguments": {"parameters": [{"name": "lr", "value": "3e-4"}]}},
-    {"workflowTemplateRef": {"name": "finetune"}, "templates": None},
-    {"templates": {"name": "train"}},
-    {"templates": 7},
-])
+@pytest.mark.parametrize(
+    "spec",
+    [
+        {"workflowTemplateRef": {"name": "finetune"}, "arguments": {"parameters": [{"name": "lr", "value": "3e-4"}]}},
+        {"workflowTemplateRef": {"name": "finetune"}, "templates": None},
+        {"templates": {"name": "train"}},
+        {"templates": 7},
+    ],
+)
 def test_a_workflow_without_a_list_of_templates_has_no_pods_and_raises_nothing(spec):
     wf = {"apiVersion": f"{ARGO}/v1alpha1", "kind": "Workflow", "metadata": {"generateName": "finetune-"}, "spec": spec}
     assert found(wf) == {}
@@ -232,8 +283,12 @@ def test_a_workflow_without_a_list_of_templates_has_no_pods_and_raises_nothing(s
 @pytest.mark.parametrize("workflow_spec", [None, "templates: []", [{"name": "train"}], 3])
 def test_a_cron_workflow_whose_workflow_spec_is_no_object_has_no_pods_and_raises_nothing(workflow_spec):
     # Argo's default CRDs keep no schema under spec: the API server lets any value through
-    cron = {"apiVersion": f"{ARGO}/v1alpha1", "kind": "CronWorkflow", "metadata": {"name": "nightly", "namespace": "ml-training"},
-            "spec": {"schedules": ["0 2 * * *"], "workflowSpec": workflow_spec}}
+    cron = {
+        "apiVersion": f"{ARGO}/v1alpha1",
+        "kind": "CronWorkflow",
+        "metadata": {"name": "nightly", "namespace": "ml-training"},
+        "spec": {"schedules": ["0 2 * * *"], "workflowSpec": workflow_spec},
+    }
     assert expand(cron, ARGO, "CronWorkflow").templates == []
 
 
@@ -244,66 +299,93 @@ def test_an_item_that_is_not_a_template_is_skipped_not_the_ones_after_it():
 
 
 def test_a_template_that_runs_no_container_makes_no_pod():
-    steps = [{"name": "wait", "suspend": {"duration": "10m"}},
-             {"name": "notify", "http": {"url": "https://hooks.example/done", "method": "POST"}},
-             {"name": "empty-set", "containerSet": {"containers": None}},
-             {"name": "odd", "container": "python", "script": ["bash"]}]
+    steps = [
+        {"name": "wait", "suspend": {"duration": "10m"}},
+        {"name": "notify", "http": {"url": "https://hooks.example/done", "method": "POST"}},
+        {"name": "empty-set", "containerSet": {"containers": None}},
+        {"name": "odd", "container": "python", "script": ["bash"]},
+    ]
     assert found(workflow(*steps)) == {}
 
 
 # -- AppWrapper podSets: paths in the grammar of AppWrapper's getValueAtPath ---------------------
 
+
 def appwrapper(template: dict, *paths: str) -> dict:
-    return {"apiVersion": "workload.codeflare.dev/v1beta2", "kind": "AppWrapper",
-            "metadata": {"name": "wrapped", "namespace": "ml-training"},
-            "spec": {"components": [{"podSets": [{"replicas": 1, "path": p} for p in paths], "template": template}]}}
+    return {
+        "apiVersion": "workload.codeflare.dev/v1beta2",
+        "kind": "AppWrapper",
+        "metadata": {"name": "wrapped", "namespace": "ml-training"},
+        "spec": {"components": [{"podSets": [{"replicas": 1, "path": p} for p in paths], "template": template}]},
+    }
 
 
 def pod_template(name: str) -> dict:
-    return {"metadata": {"labels": dict(INJECT)},
-            "spec": {"restartPolicy": "Never", "containers": [container(name, IMAGE)]}}
+    return {
+        "metadata": {"labels": dict(INJECT)},
+        "spec": {"restartPolicy": "Never", "containers": [container(name, IMAGE)]},
+    }
 
 
 def pipeline() -> dict:
     """A kind this table does not know, with pod templates in a list of lists (stages of steps)."""
-    return {"apiVersion": "pipelines.example.com/v1", "kind": "StagedPipeline", "metadata": {"name": "p"},
-            "spec": {"stages": [[{"template": pod_template("s0a")}],
-                                [{"template": pod_template("s1a")}, {"template": pod_template("s1b")}]],
-                     "roles": [{"pods": {"template": pod_template("r0")}}, {"pods": {"template": pod_template("r1")}}],
-                     "byName": {"leader": {"template": pod_template("leader")}}}}
+    return {
+        "apiVersion": "pipelines.example.com/v1",
+        "kind": "StagedPipeline",
+        "metadata": {"name": "p"},
+        "spec": {
+            "stages": [
+                [{"template": pod_template("s0a")}],
+                [{"template": pod_template("s1a")}, {"template": pod_template("s1b")}],
+            ],
+            "roles": [{"pods": {"template": pod_template("r0")}}, {"pods": {"template": pod_template("r1")}}],
+            "byName": {"leader": {"template": pod_template("leader")}},
+        },
+    }
 
 
 def test_pod_set_paths_follow_fields_indexes_and_consecutive_indexes():
     p = pipeline()
-    aw = appwrapper(p, "template.spec.stages[1][1].template", "template.spec.stages[0][0].template",
-                    "template.spec.roles[1].pods.template", "template.spec.byName.leader.template")
+    aw = appwrapper(
+        p,
+        "template.spec.stages[1][1].template",
+        "template.spec.stages[0][0].template",
+        "template.spec.roles[1].pods.template",
+        "template.spec.byName.leader.template",
+    )
     pods = found(aw)
     stage = p["spec"]["stages"]
-    assert pods == {"spec.components[0].template.spec.stages[1][1].template": stage[1][1]["template"],
-                    "spec.components[0].template.spec.stages[0][0].template": stage[0][0]["template"],
-                    "spec.components[0].template.spec.roles[1].pods.template": p["spec"]["roles"][1]["pods"]["template"],
-                    "spec.components[0].template.spec.byName.leader.template": p["spec"]["byName"]["leader"]["template"]}
+    assert pods == {
+        "spec.components[0].template.spec.stages[1][1].template": stage[1][1]["template"],
+        "spec.components[0].template.spec.stages[0][0].template": stage[0][0]["template"],
+        "spec.components[0].template.spec.roles[1].pods.template": p["spec"]["roles"][1]["pods"]["template"],
+        "spec.components[0].template.spec.byName.leader.template": p["spec"]["byName"]["leader"]["template"],
+    }
 
 
-@pytest.mark.parametrize("path", [
-    "template.spec.roles[2].pods.template",      # one past the end
-    "template.spec.stages[2][0].template",
-    "template.spec.stages[1][2].template",
-    "template.spec.roles[-1].pods.template",     # AppWrapper refuses negative and named indexes
-    "template.spec.roles[x].pods.template",
-    "template.spec.roles[].pods.template",
-    "template.spec.roles.pods.template",         # a list read as a mapping
-    "template.spec.roles.0.pods.template",
-    "template.spec.byName[0].template",           # a mapping read as a list
-    "template.spec.byName.leader.template[0]",
-    "template.spec.byName.follower.template",     # absent
-    "template.spec.stages[0].template",           # a list where the template should be
-])
+@pytest.mark.parametrize(
+    "path",
+    [
+        "template.spec.roles[2].pods.template",  # one past the end
+        "template.spec.stages[2][0].template",
+        "template.spec.stages[1][2].template",
+        "template.spec.roles[-1].pods.template",  # AppWrapper refuses negative and named indexes
+        "template.spec.roles[x].pods.template",
+        "template.spec.roles[].pods.template",
+        "template.spec.roles.pods.template",  # a list read as a mapping
+        "template.spec.roles.0.pods.template",
+        "template.spec.byName[0].template",  # a mapping read as a list
+        "template.spec.byName.leader.template[0]",
+        "template.spec.byName.follower.template",  # absent
+        "template.spec.stages[0].template",  # a list where the template should be
+    ],
+)
 def test_a_pod_set_path_that_leads_to_no_template_finds_nothing_and_raises_nothing(path):
     assert found(appwrapper(pipeline(), path)) == {}
 
 
 # -- embedded objects: AppWrapper components and Argo resource steps ------------------------------
+
 
 def resource_step(manifest: str | dict, name: str = "launch") -> dict:
     text = manifest if isinstance(manifest, str) else yaml.safe_dump(manifest, sort_keys=False)
@@ -316,20 +398,32 @@ def test_an_appwrapper_reads_a_known_kind_by_its_own_entry_once_and_a_service_no
     out = expand(aw, "workload.codeflare.dev", "AppWrapper")
     assert out.templates == [
         ("spec.components[0].template.spec.pytorchReplicaSpecs.Master.template", job["Master"]["template"]),
-        ("spec.components[0].template.spec.pytorchReplicaSpecs.Worker.template", job["Worker"]["template"])]
+        ("spec.components[0].template.spec.pytorchReplicaSpecs.Worker.template", job["Worker"]["template"]),
+    ]
     assert out.notes == [] and out.unresolved == []
 
 
 def test_a_wrapped_or_created_pod_is_its_own_template():
-    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "nccl-check", "labels": dict(INJECT)},
-           "spec": {"restartPolicy": "Never", "containers": [container("check", IMAGE, command=["all_reduce_perf", "-b", "8", "-e", "8G"])]}}
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "nccl-check", "labels": dict(INJECT)},
+        "spec": {
+            "restartPolicy": "Never",
+            "containers": [container("check", IMAGE, command=["all_reduce_perf", "-b", "8", "-e", "8G"])],
+        },
+    }
     expected = {"metadata": pod["metadata"], "spec": pod["spec"]}
     aw = appwrapper(pod, "template")
     assert found(aw) == {"spec.components[0].template": expected}
     assert found(workflow(resource_step(pod))) == {"spec.templates[launch].resource.manifest": expected}
     # other objects of the core group are no pods, whatever their spec holds
-    service = {"apiVersion": "v1", "kind": "Service", "metadata": {"name": "tb"},
-               "spec": {"selector": {"app": "tb"}, "ports": [{"port": 6006}]}}
+    service = {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {"name": "tb"},
+        "spec": {"selector": {"app": "tb"}, "ports": [{"port": 6006}]},
+    }
     config = {"apiVersion": "v1", "kind": "PodTemplate", "metadata": {"name": "t"}, "template": pod_template("x")}
     assert found(workflow(resource_step(service), resource_step(config, "config"))) == {}
 
@@ -353,24 +447,35 @@ def test_an_embedded_manifest_of_up_to_256_kib_is_read_and_a_longer_one_is_named
 def test_argo_placeholders_in_a_manifest_are_read_as_the_text_they_stand_for():
     # unquoted `{{...}}` is no YAML; Argo fills it in when the step runs. An expression may quote.
     indent = " " * 12  # the PyTorchJob's container fields
-    text = pytorchjob_text().replace("replicas: 4", "replicas: {{inputs.parameters.workers}}").replace(
-        f"\n{indent}env:\n", f"\n{indent}args: [--lr, {{{{=inputs.parameters['lr']}}}}]\n{indent}env:\n").replace(
-        'value: "1"', "value: {{inputs.parameters.ib-disable}}")
+    text = (
+        pytorchjob_text()
+        .replace("replicas: 4", "replicas: {{inputs.parameters.workers}}")
+        .replace(f"\n{indent}env:\n", f"\n{indent}args: [--lr, {{{{=inputs.parameters['lr']}}}}]\n{indent}env:\n")
+        .replace('value: "1"', "value: {{inputs.parameters.ib-disable}}")
+    )
     assert "args: [--lr, {{=inputs.parameters['lr']}}]" in text and "replicas: {{inputs" in text
     out = expand(workflow(resource_step(text)), ARGO, "Workflow")
     assert out.notes == []
-    (path, template), = out.templates
+    ((path, template),) = out.templates
     assert path == "spec.templates[launch].resource.manifest.spec.pytorchReplicaSpecs.Worker.template"
     c = template["spec"]["containers"][0]
     assert c["args"] == ["--lr", "{{=inputs.parameters['lr']}}"]
     assert c["env"] == [{"name": "NCCL_IB_DISABLE", "value": "{{inputs.parameters.ib-disable}}"}]
 
 
-@pytest.mark.parametrize("text", ["kind: [unclosed", "kind: [unclosed {{inputs.parameters.kind}}",
-                                  "apiVersion: v1\nkind: Pod\nspec: {{inputs.parameters.spec}} {{"])
+@pytest.mark.parametrize(
+    "text",
+    [
+        "kind: [unclosed",
+        "kind: [unclosed {{inputs.parameters.kind}}",
+        "apiVersion: v1\nkind: Pod\nspec: {{inputs.parameters.spec}} {{",
+    ],
+)
 def test_a_manifest_that_is_no_yaml_even_with_its_placeholders_read_is_named_in_a_note(text):
     out = expand(workflow(resource_step(text)), ARGO, "Workflow")
-    assert out.templates == [] and out.notes == ["spec.templates[launch].resource.manifest: not valid YAML, not checked"]
+    assert out.templates == [] and out.notes == [
+        "spec.templates[launch].resource.manifest: not valid YAML, not checked"
+    ]
 
 
 def test_a_trainjob_created_by_a_workflow_step_is_read_with_the_runtimes_namespace_and_release_given():
@@ -384,18 +489,26 @@ def test_a_trainjob_created_by_a_workflow_step_is_read_with_the_runtimes_namespa
     where = "spec.templates[train].resource.manifest.TrainingRuntime/deepspeed-erdma"
     pods = dict(out.templates)
     assert list(pods) == [f"{where} replicatedJobs[launcher]", f"{where} replicatedJobs[node]"]
-    assert pods[f"{where} replicatedJobs[node]"]["metadata"]["labels"] == {**INJECT, "team": "moe"}  # v2.1 reads the overrides
+    assert pods[f"{where} replicatedJobs[node]"]["metadata"]["labels"] == {
+        **INJECT,
+        "team": "moe",
+    }  # v2.1 reads the overrides
     assert out.notes == [] and out.unresolved == []
     # under the default release the overrides are not read, and a note says so
     out = expand(wf, ARGO, "Workflow", runtimes, "ml-training")
     assert dict(out.templates)[f"{where} replicatedJobs[node]"]["metadata"]["labels"] == INJECT
-    assert out.notes == [f"spec.podTemplateOverrides is not read by Trainer {trainer.DEFAULT_TRAINER_RELEASE} "
-                         "(the release this check models), so it is ignored"]
+    assert out.notes == [
+        f"spec.podTemplateOverrides is not read by Trainer {trainer.DEFAULT_TRAINER_RELEASE} "
+        "(the release this check models), so it is ignored"
+    ]
     # the runtime is looked up in the namespace given, with the runtimes given
     assert expand(wf, ARGO, "Workflow", runtimes, "other").unresolved == [
-        "runtime TrainingRuntime 'deepspeed-erdma' in namespace 'other' is not known, so the pods of this TrainJob cannot be checked"]
+        "runtime TrainingRuntime 'deepspeed-erdma' in namespace 'other' is not known, so the pods of this TrainJob cannot be checked"
+    ]
     assert expand(wf, ARGO, "Workflow", None, "ml-training").unresolved == [
-        "runtime TrainingRuntime 'deepspeed-erdma' in namespace 'ml-training' cannot be looked up here, so the pods of this TrainJob cannot be checked"]
+        "runtime TrainingRuntime 'deepspeed-erdma' in namespace 'ml-training' cannot be looked up here, "
+        "so the pods of this TrainJob cannot be checked"
+    ]
 
 
 def test_workflows_that_create_workflows_are_followed_eight_levels_below_the_first():
@@ -417,10 +530,20 @@ def test_an_embedded_object_without_an_api_version_is_no_workload_and_raises_not
     assert out.templates == [] and out.notes == []
 
 
-@pytest.mark.parametrize("api_version, group", [
-    ("batch/v1", "batch"), ("kubeflow.org/v2beta1", "kubeflow.org"), ("v1", ""), ("", ""), (None, ""), (1, ""),
-    ({"group": "batch"}, ""), ({"/": "batch"}, ""), (["batch/v1"], ""),
-])
+@pytest.mark.parametrize(
+    "api_version, group",
+    [
+        ("batch/v1", "batch"),
+        ("kubeflow.org/v2beta1", "kubeflow.org"),
+        ("v1", ""),
+        ("", ""),
+        (None, ""),
+        (1, ""),
+        ({"group": "batch"}, ""),
+        ({"/": "batch"}, ""),
+        (["batch/v1"], ""),
+    ],
+)
 def test_the_group_is_what_precedes_the_version_and_nothing_for_the_core_group_or_no_string(api_version, group):
     assert workloads.group_of(api_version) == group
 
@@ -432,6 +555,7 @@ def test_an_api_version_with_more_than_one_slash_names_no_kind_of_the_table():
 
 
 # -- RoleBasedGroup roles -------------------------------------------------------------------------
+
 
 def rbg_role(**fields) -> dict:
     rbg = copy.deepcopy(the("allowed/rolebasedgroup.yaml", "RoleBasedGroup"))
@@ -448,14 +572,22 @@ def test_a_role_reads_its_leader_and_worker_patches_only_when_its_leader_worker_
     # `rdma-webhook review` reads files no API server has checked against the CRD's schema
     for odd in (None, "LeaderWorkerSet", ["size", 2], 2):
         assert found(rbg_role(leaderWorkerSet=odd)) == {"spec.roles[decode].template": template}, odd
-    both = found(rbg_role(leaderWorkerSet={"size": 2, "patchWorkerTemplate": {"metadata": {"labels": {"role": "worker"}}}}))
-    assert list(both) == ["spec.roles[decode].leaderWorkerSet.patchLeaderTemplate",
-                          "spec.roles[decode].leaderWorkerSet.patchWorkerTemplate"]
+    both = found(
+        rbg_role(leaderWorkerSet={"size": 2, "patchWorkerTemplate": {"metadata": {"labels": {"role": "worker"}}}})
+    )
+    assert list(both) == [
+        "spec.roles[decode].leaderWorkerSet.patchLeaderTemplate",
+        "spec.roles[decode].leaderWorkerSet.patchWorkerTemplate",
+    ]
     assert both["spec.roles[decode].leaderWorkerSet.patchLeaderTemplate"] == template
-    assert both["spec.roles[decode].leaderWorkerSet.patchWorkerTemplate"]["metadata"]["labels"] == {**INJECT, "role": "worker"}
+    assert both["spec.roles[decode].leaderWorkerSet.patchWorkerTemplate"]["metadata"]["labels"] == {
+        **INJECT,
+        "role": "worker",
+    }
 
 
 # -- TrainJob: the runtime it references, and the override fields of each Trainer release ---------
+
 
 def trainjob(ref: dict, **spec) -> dict:
     job = copy.deepcopy(the("allowed/trainjob.yaml", "TrainJob"))  # llama-finetune on torch-distributed
@@ -477,22 +609,38 @@ TRAINJOB = (trainer.TRAINER_GROUP, "TrainJob")
 def test_a_trainjob_finds_its_pods_in_the_cluster_runtime_it_names_by_default():
     runtimes = RuntimeStore([cluster_runtime()])
     out = expand(trainjob({"name": "torch-distributed"}), *TRAINJOB, runtimes, "ml-training")
-    assert [p for p, _ in out.templates] == ["ClusterTrainingRuntime/torch-distributed replicatedJobs[launcher]",
-                                             "ClusterTrainingRuntime/torch-distributed replicatedJobs[node]"]
+    assert [p for p, _ in out.templates] == [
+        "ClusterTrainingRuntime/torch-distributed replicatedJobs[launcher]",
+        "ClusterTrainingRuntime/torch-distributed replicatedJobs[node]",
+    ]
     assert out.unresolved == [] and out.notes == []
 
 
-@pytest.mark.parametrize("ref, says", [
-    ({"name": "torch-distributed", "kind": "ClusterTrainingRuntimes"},
-     "spec.runtimeRef names runtime ClusterTrainingRuntimes 'torch-distributed', not a TrainingRuntime or ClusterTrainingRuntime"),
-    ({"name": "torch-distributed", "kind": "TrainJob"},
-     "spec.runtimeRef names runtime TrainJob 'torch-distributed', not a TrainingRuntime or ClusterTrainingRuntime"),
-    ({"name": ""}, "spec.runtimeRef names runtime ClusterTrainingRuntime '', not a TrainingRuntime or ClusterTrainingRuntime"),
-    ({"name": "torch-fsdp"},
-     "runtime ClusterTrainingRuntime 'torch-fsdp' is not known, so the pods of this TrainJob cannot be checked"),
-    ({"name": "torch-distributed", "kind": "TrainingRuntime"},
-     "runtime TrainingRuntime 'torch-distributed' in namespace 'ml-training' is not known, so the pods of this TrainJob cannot be checked"),
-])
+@pytest.mark.parametrize(
+    "ref, says",
+    [
+        (
+            {"name": "torch-distributed", "kind": "ClusterTrainingRuntimes"},
+            "spec.runtimeRef names runtime ClusterTrainingRuntimes 'torch-distributed', not a TrainingRuntime or ClusterTrainingRuntime",
+        ),
+        (
+            {"name": "torch-distributed", "kind": "TrainJob"},
+            "spec.runtimeRef names runtime TrainJob 'torch-distributed', not a TrainingRuntime or ClusterTrainingRuntime",
+        ),
+        (
+            {"name": ""},
+            "spec.runtimeRef names runtime ClusterTrainingRuntime '', not a TrainingRuntime or ClusterTrainingRuntime",
+        ),
+        (
+            {"name": "torch-fsdp"},
+            "runtime ClusterTrainingRuntime 'torch-fsdp' is not known, so the pods of this TrainJob cannot be checked",
+        ),
+        (
+            {"name": "torch-distributed", "kind": "TrainingRuntime"},
+            "runtime TrainingRuntime 'torch-distributed' in namespace 'ml-training' is not known, so the pods of this TrainJob cannot be checked",
+        ),
+    ],
+)
 def test_a_trainjob_whose_runtime_cannot_be_found_says_why_and_has_no_pods(ref, says):
     # the runtime store knows a ClusterTrainingRuntime of the name, which only a right reference finds
     out = expand(trainjob(ref), *TRAINJOB, RuntimeStore([cluster_runtime()]), "ml-training")
@@ -502,14 +650,35 @@ def test_a_trainjob_whose_runtime_cannot_be_found_says_why_and_has_no_pods(ref, 
 def test_without_runtimes_a_trainjobs_cluster_runtime_cannot_be_looked_up():
     out = expand(trainjob({"name": "torch-distributed"}), *TRAINJOB, None, "ml-training")
     assert out.templates == [] and out.unresolved == [
-        "runtime ClusterTrainingRuntime 'torch-distributed' cannot be looked up here, so the pods of this TrainJob cannot be checked"]
+        "runtime ClusterTrainingRuntime 'torch-distributed' cannot be looked up here, so the pods of this TrainJob cannot be checked"
+    ]
 
 
 OVERRIDE_FIELDS = {
-    "podSpecOverrides": [{"targetJobs": [{"name": "node"}], "containers": [{"name": "node", "env": [{"name": "NCCL_DEBUG", "value": "INFO"}]}]}],
+    "podSpecOverrides": [
+        {
+            "targetJobs": [{"name": "node"}],
+            "containers": [{"name": "node", "env": [{"name": "NCCL_DEBUG", "value": "INFO"}]}],
+        }
+    ],
     "podTemplateOverrides": [{"targetJobs": [{"name": "node"}], "metadata": {"labels": {"team": "llm"}}}],
-    "runtimePatches": [{"manager": "platform.example/scheduling", "trainingRuntimeSpec": {"template": {"spec": {"replicatedJobs": [
-        {"name": "node", "template": {"spec": {"template": {"spec": {"nodeSelector": {"pool": "h100"}}}}}}]}}}}],
+    "runtimePatches": [
+        {
+            "manager": "platform.example/scheduling",
+            "trainingRuntimeSpec": {
+                "template": {
+                    "spec": {
+                        "replicatedJobs": [
+                            {
+                                "name": "node",
+                                "template": {"spec": {"template": {"spec": {"nodeSelector": {"pool": "h100"}}}}},
+                            }
+                        ]
+                    }
+                }
+            },
+        }
+    ],
 }
 
 
@@ -519,32 +688,48 @@ def test_a_trainjob_notes_each_override_field_the_release_does_not_read(field, r
     job = trainjob({"name": "torch-distributed"}, **{field: OVERRIDE_FIELDS[field]})
     out = expand(job, *TRAINJOB, RuntimeStore([cluster_runtime()]), "ml-training", release)
     read = trainer.OVERRIDES[release] == field
-    assert out.notes == ([] if read else [
-        f"spec.{field} is not read by Trainer {release} (the release this check models), so it is ignored"])
+    assert out.notes == (
+        []
+        if read
+        else [f"spec.{field} is not read by Trainer {release} (the release this check models), so it is ignored"]
+    )
     assert len(out.templates) == 2
 
 
 # -- objects of another kind inside a workload: Volcano CronJob, RayJob, RayService ---------------
 
+
 def test_a_volcano_cron_job_reads_the_job_it_makes_under_its_job_template():
     cron = the("allowed/volcano-cronjob.yaml", "CronJob")
     tasks = cron["spec"]["jobTemplate"]["spec"]["tasks"]
-    assert found(cron) == {"spec.jobTemplate.spec.tasks[master].template": tasks[0]["template"],
-                           "spec.jobTemplate.spec.tasks[worker].template": tasks[1]["template"]}
+    assert found(cron) == {
+        "spec.jobTemplate.spec.tasks[master].template": tasks[0]["template"],
+        "spec.jobTemplate.spec.tasks[worker].template": tasks[1]["template"],
+    }
 
 
 def test_a_ray_job_reads_its_cluster_spec_as_a_ray_clusters_spec_and_its_submitter():
     rayjob = copy.deepcopy(the("allowed/rayjob.yaml", "RayJob"))
-    submitter = {"spec": {"restartPolicy": "Never", "containers": [container("submitter", "rayproject/ray:2.46.0", gpus=None)]}}
+    submitter = {
+        "spec": {"restartPolicy": "Never", "containers": [container("submitter", "rayproject/ray:2.46.0", gpus=None)]}
+    }
     rayjob["spec"]["submitterPodTemplate"] = submitter
     cluster = rayjob["spec"]["rayClusterSpec"]
-    assert found(rayjob) == {"spec.rayClusterSpec.headGroupSpec.template": cluster["headGroupSpec"]["template"],
-                             "spec.rayClusterSpec.workerGroupSpecs[gpu-workers].template": cluster["workerGroupSpecs"][0]["template"],
-                             "spec.submitterPodTemplate": submitter}
-    service = {"apiVersion": "ray.io/v1", "kind": "RayService", "metadata": {"name": "llm", "namespace": "ml-training"},
-               "spec": {"serveConfigV2": "applications: []", "rayClusterConfig": cluster}}
-    assert list(found(service)) == ["spec.rayClusterConfig.headGroupSpec.template",
-                                    "spec.rayClusterConfig.workerGroupSpecs[gpu-workers].template"]
+    assert found(rayjob) == {
+        "spec.rayClusterSpec.headGroupSpec.template": cluster["headGroupSpec"]["template"],
+        "spec.rayClusterSpec.workerGroupSpecs[gpu-workers].template": cluster["workerGroupSpecs"][0]["template"],
+        "spec.submitterPodTemplate": submitter,
+    }
+    service = {
+        "apiVersion": "ray.io/v1",
+        "kind": "RayService",
+        "metadata": {"name": "llm", "namespace": "ml-training"},
+        "spec": {"serveConfigV2": "applications: []", "rayClusterConfig": cluster},
+    }
+    assert list(found(service)) == [
+        "spec.rayClusterConfig.headGroupSpec.template",
+        "spec.rayClusterConfig.workerGroupSpecs[gpu-workers].template",
+    ]
 
 
 def test_the_depth_bound_counts_a_cron_jobs_job_as_one_level():
@@ -558,15 +743,25 @@ def test_the_depth_bound_counts_a_cron_jobs_job_as_one_level():
 
     inner = "spec.templates[next].resource.manifest."
     # the seventh workflow is 6 levels below the first, its CronJob 7, the Job 8: read; one more is not
-    assert list(found(chain(7))) == [inner * 6 + "spec.templates[cron].resource.manifest.spec.jobTemplate.spec.tasks[master].template",
-                                     inner * 6 + "spec.templates[cron].resource.manifest.spec.jobTemplate.spec.tasks[worker].template"]
+    assert list(found(chain(7))) == [
+        inner * 6 + "spec.templates[cron].resource.manifest.spec.jobTemplate.spec.tasks[master].template",
+        inner * 6 + "spec.templates[cron].resource.manifest.spec.jobTemplate.spec.tasks[worker].template",
+    ]
     assert found(chain(8)) == {}
 
 
-@pytest.mark.parametrize("obj", [
-    {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c"}, "data": {"template": "x"}},
-    {"apiVersion": "kueue.x-k8s.io/v1beta1", "kind": "LocalQueue", "metadata": {"name": "q"}, "spec": {"clusterQueue": "c"}},
-])
+@pytest.mark.parametrize(
+    "obj",
+    [
+        {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c"}, "data": {"template": "x"}},
+        {
+            "apiVersion": "kueue.x-k8s.io/v1beta1",
+            "kind": "LocalQueue",
+            "metadata": {"name": "q"},
+            "spec": {"clusterQueue": "c"},
+        },
+    ],
+)
 def test_a_kind_the_table_does_not_know_has_no_templates(obj):
     assert not workloads.is_workload(workloads.group_of(obj["apiVersion"]), obj["kind"])
     assert expand(obj, workloads.group_of(obj["apiVersion"]), obj["kind"]).templates == []
@@ -581,33 +776,55 @@ def test_an_object_that_is_no_mapping_has_no_templates_whatever_its_kind(kind, o
 
 
 def test_templates_are_those_expand_finds_without_runtimes():
-    wf = workflow(gpu_step("prepare"), resource_step(the("denied/argo-resource-step.yaml", "WorkflowTemplate")["spec"]["templates"][0]["resource"]["manifest"]))
+    wf = workflow(
+        gpu_step("prepare"),
+        resource_step(
+            the("denied/argo-resource-step.yaml", "WorkflowTemplate")["spec"]["templates"][0]["resource"]["manifest"]
+        ),
+    )
     assert list(workloads.templates(wf, ARGO, "Workflow")) == expand(wf, ARGO, "Workflow").templates
     assert [p for p, _ in workloads.templates(wf, ARGO, "Workflow")] == [
-        "spec.templates[prepare]", "spec.templates[launch].resource.manifest.spec.pytorchReplicaSpecs.Worker.template"]
+        "spec.templates[prepare]",
+        "spec.templates[launch].resource.manifest.spec.pytorchReplicaSpecs.Worker.template",
+    ]
 
 
 def test_a_trainjob_without_a_namespace_looks_its_training_runtime_up_in_none():
-    out = expand(trainjob({"name": "deepspeed-erdma", "kind": "TrainingRuntime"}), *TRAINJOB,
-                 RuntimeStore([the("allowed/trainjob-own-runtime.yaml", "TrainingRuntime")]))
+    out = expand(
+        trainjob({"name": "deepspeed-erdma", "kind": "TrainingRuntime"}),
+        *TRAINJOB,
+        RuntimeStore([the("allowed/trainjob-own-runtime.yaml", "TrainingRuntime")]),
+    )
     assert out.templates == [] and out.unresolved == [
-        "runtime TrainingRuntime 'deepspeed-erdma' in namespace '' is not known, so the pods of this TrainJob cannot be checked"]
+        "runtime TrainingRuntime 'deepspeed-erdma' in namespace '' is not known, so the pods of this TrainJob cannot be checked"
+    ]
 
 
 def test_a_resource_step_without_a_manifest_does_not_stop_the_ones_after_it():
     job_text = pytorchjob_text()
-    from_artifact = {"name": "from-artifact", "inputs": {"artifacts": [{"name": "job", "path": "/tmp/job.yaml"}]},
-                     "resource": {"action": "create", "manifestFrom": {"artifact": {"name": "job"}}}}
+    from_artifact = {
+        "name": "from-artifact",
+        "inputs": {"artifacts": [{"name": "job", "path": "/tmp/job.yaml"}]},
+        "resource": {"action": "create", "manifestFrom": {"artifact": {"name": "job"}}},
+    }
     delete = {"name": "cleanup", "resource": {"action": "delete", "flags": ["pytorchjob", "--selector", "app=train"]}}
     odd = {"name": "odd", "resource": "kubectl create -f job.yaml"}
     wf = workflow(from_artifact, delete, odd, resource_step(job_text))
     assert list(found(wf)) == ["spec.templates[launch].resource.manifest.spec.pytorchReplicaSpecs.Worker.template"]
 
 
-@pytest.mark.parametrize("pod_sets", [
-    [{"replicas": 1}], [{"replicas": 1, "path": ""}], [{"replicas": 1, "path": 3}], [{"replicas": 1, "path": None}],
-    ["template.spec.roles[0].pods.template"], None, "template.spec.roles[0].pods.template",
-])
+@pytest.mark.parametrize(
+    "pod_sets",
+    [
+        [{"replicas": 1}],
+        [{"replicas": 1, "path": ""}],
+        [{"replicas": 1, "path": 3}],
+        [{"replicas": 1, "path": None}],
+        ["template.spec.roles[0].pods.template"],
+        None,
+        "template.spec.roles[0].pods.template",
+    ],
+)
 def test_pod_sets_without_a_usable_path_find_nothing_and_raise_nothing(pod_sets):
     aw = appwrapper(pipeline())
     aw["spec"]["components"][0]["podSets"] = pod_sets
@@ -616,29 +833,51 @@ def test_pod_sets_without_a_usable_path_find_nothing_and_raise_nothing(pod_sets)
 
 # -- paths: items of a list are named by their name, else groupName, else their place --------------
 
+
 def volcano_job(tasks: list) -> dict:
-    return {"apiVersion": "batch.volcano.sh/v1alpha1", "kind": "Job", "metadata": {"name": "mpi", "namespace": "ml-training"},
-            "spec": {"minAvailable": 3, "schedulerName": "volcano", "plugins": {"ssh": [], "svc": []},
-                     "tasks": [{"replicas": 1, "template": pod_template(f"t{i}"), **t} for i, t in enumerate(tasks)]}}
+    return {
+        "apiVersion": "batch.volcano.sh/v1alpha1",
+        "kind": "Job",
+        "metadata": {"name": "mpi", "namespace": "ml-training"},
+        "spec": {
+            "minAvailable": 3,
+            "schedulerName": "volcano",
+            "plugins": {"ssh": [], "svc": []},
+            "tasks": [{"replicas": 1, "template": pod_template(f"t{i}"), **t} for i, t in enumerate(tasks)],
+        },
+    }
 
 
 def test_a_list_item_without_a_usable_name_is_named_by_its_place():
     job = volcano_job([{"name": "mpimaster"}, {}, {"name": ""}, {"name": 7}, {"name": None, "groupName": "workers"}])
-    assert list(found(job)) == ["spec.tasks[mpimaster].template", "spec.tasks[1].template", "spec.tasks[2].template",
-                                "spec.tasks[3].template", "spec.tasks[workers].template"]
+    assert list(found(job)) == [
+        "spec.tasks[mpimaster].template",
+        "spec.tasks[1].template",
+        "spec.tasks[2].template",
+        "spec.tasks[3].template",
+        "spec.tasks[workers].template",
+    ]
 
 
 # -- the pod a controller makes of a template ------------------------------------------------------
+
 
 def test_a_template_makes_a_pod_in_the_namespace_given_named_after_its_owner():
     template = pod_template("trainer")
     template["metadata"]["annotations"] = {"kubectl.kubernetes.io/default-container": "trainer"}
     before = copy.deepcopy(template)
     pod = workloads.pod_from_template(template, "ml-training", "llama-finetune")
-    assert pod == {"apiVersion": "v1", "kind": "Pod",
-                   "metadata": {"labels": INJECT, "annotations": template["metadata"]["annotations"],
-                                "namespace": "ml-training", "generateName": "llama-finetune-"},
-                   "spec": template["spec"]}
+    assert pod == {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "labels": INJECT,
+            "annotations": template["metadata"]["annotations"],
+            "namespace": "ml-training",
+            "generateName": "llama-finetune-",
+        },
+        "spec": template["spec"],
+    }
     assert template == before  # the workload is not changed
 
 
@@ -652,12 +891,18 @@ def test_one_template_makes_a_pod_in_each_namespace_it_is_judged_in():
 
 
 def test_a_wrapped_pod_keeps_its_name_and_namespace():
-    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "nccl-check", "namespace": "ml-training", "labels": dict(INJECT)},
-           "spec": {"restartPolicy": "Never", "containers": [container("check", IMAGE)]}}
-    (path, template), = expand(appwrapper(pod), "workload.codeflare.dev", "AppWrapper").templates
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "nccl-check", "namespace": "ml-training", "labels": dict(INJECT)},
+        "spec": {"restartPolicy": "Never", "containers": [container("check", IMAGE)]},
+    }
+    ((path, template),) = expand(appwrapper(pod), "workload.codeflare.dev", "AppWrapper").templates
     made = workloads.pod_from_template(template, "ml-training", "wrapped")
     assert made["metadata"] == pod["metadata"] and made["spec"] == pod["spec"]
-    unnamed = workloads.pod_from_template({**template, "metadata": {**pod["metadata"], "name": ""}}, "ml-training", "wrapped")
+    unnamed = workloads.pod_from_template(
+        {**template, "metadata": {**pod["metadata"], "name": ""}}, "ml-training", "wrapped"
+    )
     assert unnamed["metadata"]["generateName"] == "wrapped-"
 
 
@@ -674,7 +919,9 @@ def test_a_template_whose_metadata_is_no_object_makes_a_pod_with_that_metadata(m
     assert workloads.pod_from_template({"spec": spec}, "ml-training", "train")["metadata"] is None
 
 
-@pytest.mark.parametrize("command", [["bash"], ["bash", "-e"], ["bash", "-ex"], ["/bin/sh", "-e"], ["/usr/bin/env", "bash"]])
+@pytest.mark.parametrize(
+    "command", [["bash"], ["bash", "-e"], ["bash", "-ex"], ["/bin/sh", "-e"], ["/usr/bin/env", "bash"]]
+)
 def test_an_argo_script_with_options_after_its_shell_is_read_as_its_script(command, policies):
     """Argo's executor runs `command args /argo/staging/script`: with `[bash, -e]` the shell
     still reads the source, so an export in it is what the pod runs with (before: the last word,
@@ -683,12 +930,26 @@ def test_an_argo_script_with_options_after_its_shell_is_read_as_its_script(comma
     from webhook.kinds.verdict import check_workload
     from webhook.core.decision import Namespace
 
-    wf = {"apiVersion": "argoproj.io/v1alpha1", "kind": "Workflow", "metadata": {"name": "nccl", "namespace": "ml"},
-          "spec": {"entrypoint": "train", "templates": [
-              {"name": "train", "metadata": {"labels": {keys.POD_INJECT: keys.POD_INJECT_TRUE}},
-               "script": {"image": "nvcr.io/nvidia/pytorch:25.11-py3", "command": command,
-                          "source": "export NCCL_IB_DISABLE=1\ntorchrun --nproc_per_node=8 train.py\n",
-                          "resources": {"limits": {"nvidia.com/gpu": "8", "rdma/rdma_shared_device_a": "1"}}}}]}}
+    wf = {
+        "apiVersion": "argoproj.io/v1alpha1",
+        "kind": "Workflow",
+        "metadata": {"name": "nccl", "namespace": "ml"},
+        "spec": {
+            "entrypoint": "train",
+            "templates": [
+                {
+                    "name": "train",
+                    "metadata": {"labels": {keys.POD_INJECT: keys.POD_INJECT_TRUE}},
+                    "script": {
+                        "image": "nvcr.io/nvidia/pytorch:25.11-py3",
+                        "command": command,
+                        "source": "export NCCL_IB_DISABLE=1\ntorchrun --nproc_per_node=8 train.py\n",
+                        "resources": {"limits": {"nvidia.com/gpu": "8", "rdma/rdma_shared_device_a": "1"}},
+                    },
+                }
+            ],
+        },
+    }
     ns = Namespace("ml", {keys.NS_INJECTION: keys.NS_INJECTION_ENABLED, keys.NS_POLICY: "ib-shared"})
     v = check_workload(wf, "argoproj.io", "Workflow", ns, policies, None)
     assert v.outcome == "denied" and "NCCL_IB_DISABLE" in v.message(), (v.outcome, v.message())
@@ -698,9 +959,23 @@ def test_an_argo_script_with_options_after_its_shell_is_read_as_its_script(comma
 def test_an_argo_python_script_with_options_is_read_as_python(command):
     from webhook.kinds.workloads import expand
 
-    wf = {"apiVersion": "argoproj.io/v1alpha1", "kind": "Workflow", "metadata": {"name": "py", "namespace": "ml"},
-          "spec": {"templates": [{"name": "t", "script": {"image": "python:3.12", "command": command,
-                                                          "source": "import os\nos.environ['NCCL_IB_DISABLE'] = '1'\n"}}]}}
+    wf = {
+        "apiVersion": "argoproj.io/v1alpha1",
+        "kind": "Workflow",
+        "metadata": {"name": "py", "namespace": "ml"},
+        "spec": {
+            "templates": [
+                {
+                    "name": "t",
+                    "script": {
+                        "image": "python:3.12",
+                        "command": command,
+                        "source": "import os\nos.environ['NCCL_IB_DISABLE'] = '1'\n",
+                    },
+                }
+            ]
+        },
+    }
     [(_, template)] = expand(wf, "argoproj.io", "Workflow", None, "ml", None).templates
     [main] = template["spec"]["containers"]
     assert main["command"] == command and main["args"] == ["-c", "import os\nos.environ['NCCL_IB_DISABLE'] = '1'\n"]

@@ -24,7 +24,11 @@ INJECT = {keys.POD_INJECT: "true"}
 
 
 def tmpl(name="trainer", gpus=4, env=None, labels=INJECT, **extra):
-    c = {"name": name, "image": "registry.example/trainer:v1", "resources": {"limits": {"nvidia.com/gpu": str(gpus)}} if gpus else {}}
+    c = {
+        "name": name,
+        "image": "registry.example/trainer:v1",
+        "resources": {"limits": {"nvidia.com/gpu": str(gpus)}} if gpus else {},
+    }
     if env:
         c["env"] = env
     c.update(extra)
@@ -44,7 +48,9 @@ def review_of(obj, api_version, kind, operation="CREATE"):
 
 def validate(obj, policies, operation="CREATE"):
     rv = review_of(obj, obj["apiVersion"], obj["kind"], operation)
-    code, doc, decision, _ = review.handle_validate(json.dumps(rv).encode(), policies, STATE.namespace, STATE.attachments())
+    code, doc, decision, _ = review.handle_validate(
+        json.dumps(rv).encode(), policies, STATE.namespace, STATE.attachments()
+    )
     assert code == 200
     r = doc["response"]
     assert r["uid"] == rv["request"]["uid"] and "patch" not in r
@@ -52,72 +58,172 @@ def validate(obj, policies, operation="CREATE"):
 
 
 def obj(api_version, kind, spec, name="train"):
-    return {"apiVersion": api_version, "kind": kind, "metadata": {"name": name, "namespace": "ml-training"}, "spec": spec}
+    return {
+        "apiVersion": api_version,
+        "kind": kind,
+        "metadata": {"name": name, "namespace": "ml-training"},
+        "spec": spec,
+    }
 
 
 def pytorchjob(master_env=None, worker_env=None):
-    return obj("kubeflow.org/v1", "PyTorchJob", {"pytorchReplicaSpecs": {
-        "Master": {"replicas": 1, "restartPolicy": "OnFailure", "template": tmpl("pytorch", env=master_env)},
-        "Worker": {"replicas": 3, "restartPolicy": "OnFailure", "template": tmpl("pytorch", env=worker_env)}}})
+    return obj(
+        "kubeflow.org/v1",
+        "PyTorchJob",
+        {
+            "pytorchReplicaSpecs": {
+                "Master": {"replicas": 1, "restartPolicy": "OnFailure", "template": tmpl("pytorch", env=master_env)},
+                "Worker": {"replicas": 3, "restartPolicy": "OnFailure", "template": tmpl("pytorch", env=worker_env)},
+            }
+        },
+    )
 
 
 def mpijob_v2(worker_env=None, launcher_args=None):
     launcher = tmpl("launcher", gpus=0, command=["mpirun"], args=launcher_args or ["-np", "16", "python", "train.py"])
-    return obj("kubeflow.org/v2beta1", "MPIJob", {"slotsPerWorker": 8, "runPolicy": {"cleanPodPolicy": "Running"},
-               "mpiReplicaSpecs": {"Launcher": {"replicas": 1, "template": launcher},
-                                   "Worker": {"replicas": 2, "template": tmpl("worker", gpus=8, env=worker_env)}}})
+    return obj(
+        "kubeflow.org/v2beta1",
+        "MPIJob",
+        {
+            "slotsPerWorker": 8,
+            "runPolicy": {"cleanPodPolicy": "Running"},
+            "mpiReplicaSpecs": {
+                "Launcher": {"replicas": 1, "template": launcher},
+                "Worker": {"replicas": 2, "template": tmpl("worker", gpus=8, env=worker_env)},
+            },
+        },
+    )
 
 
 def lws(worker_env=None):
-    return obj("leaderworkerset.x-k8s.io/v1", "LeaderWorkerSet", {"replicas": 1, "leaderWorkerTemplate": {
-        "size": 2, "restartPolicy": "RecreateGroupOnPodRestart",
-        "leaderTemplate": tmpl("training", gpus=8), "workerTemplate": tmpl("training", gpus=8, env=worker_env)}})
+    return obj(
+        "leaderworkerset.x-k8s.io/v1",
+        "LeaderWorkerSet",
+        {
+            "replicas": 1,
+            "leaderWorkerTemplate": {
+                "size": 2,
+                "restartPolicy": "RecreateGroupOnPodRestart",
+                "leaderTemplate": tmpl("training", gpus=8),
+                "workerTemplate": tmpl("training", gpus=8, env=worker_env),
+            },
+        },
+    )
 
 
 def jobset(worker_env=None):
-    return obj("jobset.x-k8s.io/v1alpha2", "JobSet", {"replicatedJobs": [
-        {"name": "driver", "replicas": 1, "template": {"spec": {"template": tmpl("driver", gpus=0, labels=None)}}},
-        {"name": "workers", "replicas": 4, "template": {"spec": {"parallelism": 2, "completions": 2,
-                                                                  "completionMode": "Indexed", "template": tmpl("trainer", gpus=8, env=worker_env)}}}]})
+    return obj(
+        "jobset.x-k8s.io/v1alpha2",
+        "JobSet",
+        {
+            "replicatedJobs": [
+                {
+                    "name": "driver",
+                    "replicas": 1,
+                    "template": {"spec": {"template": tmpl("driver", gpus=0, labels=None)}},
+                },
+                {
+                    "name": "workers",
+                    "replicas": 4,
+                    "template": {
+                        "spec": {
+                            "parallelism": 2,
+                            "completions": 2,
+                            "completionMode": "Indexed",
+                            "template": tmpl("trainer", gpus=8, env=worker_env),
+                        }
+                    },
+                },
+            ]
+        },
+    )
 
 
 KINDS = {
-    "Job": lambda env=None: obj("batch/v1", "Job", {"completionMode": "Indexed", "completions": 2, "parallelism": 2, "template": tmpl(env=env)}),
-    "CronJob": lambda env=None: obj("batch/v1", "CronJob", {"schedule": "0 3 * * *", "jobTemplate": {"spec": {"template": tmpl(env=env)}}}),
-    "Deployment": lambda env=None: obj("apps/v1", "Deployment", {"replicas": 2, "selector": {"matchLabels": INJECT}, "template": tmpl(env=env)}),
-    "StatefulSet": lambda env=None: obj("apps/v1", "StatefulSet", {"serviceName": "t", "selector": {"matchLabels": INJECT}, "template": tmpl(env=env)}),
-    "ReplicaSet": lambda env=None: obj("apps/v1", "ReplicaSet", {"selector": {"matchLabels": INJECT}, "template": tmpl(env=env)}),
-    "DaemonSet": lambda env=None: obj("apps/v1", "DaemonSet", {"selector": {"matchLabels": INJECT}, "template": tmpl(env=env)}),
+    "Job": lambda env=None: obj(
+        "batch/v1", "Job", {"completionMode": "Indexed", "completions": 2, "parallelism": 2, "template": tmpl(env=env)}
+    ),
+    "CronJob": lambda env=None: obj(
+        "batch/v1", "CronJob", {"schedule": "0 3 * * *", "jobTemplate": {"spec": {"template": tmpl(env=env)}}}
+    ),
+    "Deployment": lambda env=None: obj(
+        "apps/v1", "Deployment", {"replicas": 2, "selector": {"matchLabels": INJECT}, "template": tmpl(env=env)}
+    ),
+    "StatefulSet": lambda env=None: obj(
+        "apps/v1", "StatefulSet", {"serviceName": "t", "selector": {"matchLabels": INJECT}, "template": tmpl(env=env)}
+    ),
+    "ReplicaSet": lambda env=None: obj(
+        "apps/v1", "ReplicaSet", {"selector": {"matchLabels": INJECT}, "template": tmpl(env=env)}
+    ),
+    "DaemonSet": lambda env=None: obj(
+        "apps/v1", "DaemonSet", {"selector": {"matchLabels": INJECT}, "template": tmpl(env=env)}
+    ),
     "JobSet": lambda env=None: jobset(worker_env=env),
     "PyTorchJob": lambda env=None: pytorchjob(worker_env=env),
     "MPIJob-v1": lambda env=None: {**mpijob_v2(worker_env=env), "apiVersion": "kubeflow.org/v1"},
     "MPIJob-v2beta1": lambda env=None: mpijob_v2(worker_env=env),
     "LeaderWorkerSet": lambda env=None: lws(worker_env=env),
-    "VolcanoJob": lambda env=None: obj("batch.volcano.sh/v1alpha1", "Job", {"minAvailable": 2, "schedulerName": "volcano", "tasks": [
-        {"name": "master", "replicas": 1, "template": tmpl()}, {"name": "worker", "replicas": 2, "template": tmpl(env=env)}]}),
+    "VolcanoJob": lambda env=None: obj(
+        "batch.volcano.sh/v1alpha1",
+        "Job",
+        {
+            "minAvailable": 2,
+            "schedulerName": "volcano",
+            "tasks": [
+                {"name": "master", "replicas": 1, "template": tmpl()},
+                {"name": "worker", "replicas": 2, "template": tmpl(env=env)},
+            ],
+        },
+    ),
 }
 
 BAD_PATH = {
-    "Job": "spec.template", "CronJob": "spec.jobTemplate.spec.template", "Deployment": "spec.template",
-    "StatefulSet": "spec.template", "ReplicaSet": "spec.template", "DaemonSet": "spec.template",
+    "Job": "spec.template",
+    "CronJob": "spec.jobTemplate.spec.template",
+    "Deployment": "spec.template",
+    "StatefulSet": "spec.template",
+    "ReplicaSet": "spec.template",
+    "DaemonSet": "spec.template",
     "JobSet": "spec.replicatedJobs[workers].template.spec.template",
-    "PyTorchJob": "spec.pytorchReplicaSpecs.Worker.template", "MPIJob-v1": "spec.mpiReplicaSpecs.Worker.template",
-    "MPIJob-v2beta1": "spec.mpiReplicaSpecs.Worker.template", "LeaderWorkerSet": "spec.leaderWorkerTemplate.workerTemplate",
+    "PyTorchJob": "spec.pytorchReplicaSpecs.Worker.template",
+    "MPIJob-v1": "spec.mpiReplicaSpecs.Worker.template",
+    "MPIJob-v2beta1": "spec.mpiReplicaSpecs.Worker.template",
+    "LeaderWorkerSet": "spec.leaderWorkerTemplate.workerTemplate",
     "VolcanoJob": "spec.tasks[worker].template",
 }
 
 
 def test_every_issue_kind_is_in_the_table():
     assert set(workloads.TEMPLATES) == {
-        ("batch", "Job"), ("batch", "CronJob"), ("apps", "Deployment"), ("apps", "StatefulSet"), ("apps", "ReplicaSet"),
-        ("apps", "DaemonSet"), ("jobset.x-k8s.io", "JobSet"), ("kubeflow.org", "PyTorchJob"), ("kubeflow.org", "MPIJob"),
-        ("kubeflow.org", "TFJob"), ("kubeflow.org", "PaddleJob"), ("kubeflow.org", "XGBoostJob"), ("kubeflow.org", "JAXJob"),
-        ("trainer.kubeflow.org", "TrainJob"), ("trainer.kubeflow.org", "TrainingRuntime"),
+        ("batch", "Job"),
+        ("batch", "CronJob"),
+        ("apps", "Deployment"),
+        ("apps", "StatefulSet"),
+        ("apps", "ReplicaSet"),
+        ("apps", "DaemonSet"),
+        ("jobset.x-k8s.io", "JobSet"),
+        ("kubeflow.org", "PyTorchJob"),
+        ("kubeflow.org", "MPIJob"),
+        ("kubeflow.org", "TFJob"),
+        ("kubeflow.org", "PaddleJob"),
+        ("kubeflow.org", "XGBoostJob"),
+        ("kubeflow.org", "JAXJob"),
+        ("trainer.kubeflow.org", "TrainJob"),
+        ("trainer.kubeflow.org", "TrainingRuntime"),
         ("trainer.kubeflow.org", "ClusterTrainingRuntime"),
-        ("leaderworkerset.x-k8s.io", "LeaderWorkerSet"), ("batch.volcano.sh", "Job"), ("batch.volcano.sh", "CronJob"),
-        ("ray.io", "RayCluster"), ("ray.io", "RayJob"), ("ray.io", "RayService"), ("workload.codeflare.dev", "AppWrapper"),
-        ("workloads.x-k8s.io", "RoleBasedGroup"), ("argoproj.io", "Workflow"), ("argoproj.io", "WorkflowTemplate"),
-        ("argoproj.io", "ClusterWorkflowTemplate"), ("argoproj.io", "CronWorkflow")}
+        ("leaderworkerset.x-k8s.io", "LeaderWorkerSet"),
+        ("batch.volcano.sh", "Job"),
+        ("batch.volcano.sh", "CronJob"),
+        ("ray.io", "RayCluster"),
+        ("ray.io", "RayJob"),
+        ("ray.io", "RayService"),
+        ("workload.codeflare.dev", "AppWrapper"),
+        ("workloads.x-k8s.io", "RoleBasedGroup"),
+        ("argoproj.io", "Workflow"),
+        ("argoproj.io", "WorkflowTemplate"),
+        ("argoproj.io", "ClusterWorkflowTemplate"),
+        ("argoproj.io", "CronWorkflow"),
+    }
 
 
 @pytest.mark.parametrize("kind", sorted(KINDS))
@@ -171,7 +277,10 @@ def test_policy_can_turn_workload_denials_into_warnings():
     assert errors == []
     r = validate(pytorchjob(worker_env=BAD_ENV), ps)
     assert r["allowed"] is True
-    assert any(w.startswith("spec.pytorchReplicaSpecs.Worker.template, container 'pytorch': NCCL_NET='Socket'") for w in r["warnings"])
+    assert any(
+        w.startswith("spec.pytorchReplicaSpecs.Worker.template, container 'pytorch': NCCL_NET='Socket'")
+        for w in r["warnings"]
+    )
 
 
 def test_unknown_kinds_are_allowed(policies):
@@ -189,6 +298,7 @@ def test_workload_with_broken_template_is_answered(policies):
 
 
 # -- the final-state guard on pods ------------------------------------------------------------
+
 
 def mutated(pod, policies):
     code, doc, decision, _ = review.handle(k.body(k.admission_review(pod)), policies, STATE.namespace, None)
@@ -241,10 +351,18 @@ def test_final_guard_leaves_others_alone(policies):
 
 
 def test_validate_over_tls(server):
-    status, data, _ = server.request("POST", "/validate", json.dumps(review_of(pytorchjob(worker_env=BAD_ENV), "kubeflow.org/v1", "PyTorchJob")).encode())
+    status, data, _ = server.request(
+        "POST",
+        "/validate",
+        json.dumps(review_of(pytorchjob(worker_env=BAD_ENV), "kubeflow.org/v1", "PyTorchJob")).encode(),
+    )
     r = json.loads(data)["response"]
-    assert status == 200 and r["allowed"] is False and "spec.pytorchReplicaSpecs.Worker.template" in r["status"]["message"]
-    status, data, _ = server.request("POST", "/validate", json.dumps(review_of(pytorchjob(), "kubeflow.org/v1", "PyTorchJob")).encode())
+    assert (
+        status == 200 and r["allowed"] is False and "spec.pytorchReplicaSpecs.Worker.template" in r["status"]["message"]
+    )
+    status, data, _ = server.request(
+        "POST", "/validate", json.dumps(review_of(pytorchjob(), "kubeflow.org/v1", "PyTorchJob")).encode()
+    )
     r = json.loads(data)["response"]
     assert r["allowed"] is True and r["warnings"][0].startswith("rdma-webhook will inject")
     status, data, _ = server.request("GET", "/metrics")
@@ -253,36 +371,74 @@ def test_validate_over_tls(server):
 
 def test_review_cli_on_workload_manifests(tmp_path):
     import subprocess
-    import sys
 
     import yaml
 
     f = tmp_path / "jobs.yaml"
     f.write_text(yaml.safe_dump_all([pytorchjob(), mpijob_v2(), lws(worker_env=BAD_ENV)]))
-    out = subprocess.run([*CLI, "review", "--policy", "erdma,sriov-roce", "--explain", "--color", "never",
-                          "--cluster-state", "examples/cluster-state.yaml", str(f)], capture_output=True, text=True)
+    out = subprocess.run(
+        [
+            *CLI,
+            "review",
+            "--policy",
+            "erdma,sriov-roce",
+            "--explain",
+            "--color",
+            "never",
+            "--cluster-state",
+            "examples/cluster-state.yaml",
+            str(f),
+        ],
+        capture_output=True,
+        text=True,
+    )
     assert out.returncode == 1, out.stderr
     assert "spec.pytorchReplicaSpecs.Worker.template: its pods would be MUTATED by policy erdma" in out.stdout
-    assert "spec.leaderWorkerTemplate.workerTemplate: its pods would be DENIED by policy erdma (denies the workload)" in out.stdout
+    assert (
+        "spec.leaderWorkerTemplate.workerTemplate: its pods would be DENIED by policy erdma (denies the workload)"
+        in out.stdout
+    )
     assert "+        aliyun/erdma: '1'" in out.stdout
 
 
 # -- templates inside templates, and TrainJob's runtime ------------------------------------------
 
+
 def test_strategic_merge_as_the_api_machinery_merges_pod_templates():
-    base = {"metadata": {"labels": {"a": "1", "b": "2"}}, "spec": {
-        "containers": [{"name": "node", "image": "x", "env": [{"name": "A", "value": "1"}, {"name": "B", "value": "2"}],
-                        "volumeMounts": [{"name": "v", "mountPath": "/data"}], "args": ["--x"]}],
-        "tolerations": [{"key": "gpu"}]}}
-    patch = {"metadata": {"labels": {"b": None, "c": "3"}}, "spec": {
-        "containers": [{"name": "node", "env": [{"name": "B", "value": "two"}, {"name": "C", "value": "3"}],
-                        "args": ["--y"]}, {"name": "sidecar", "image": "s"}],
-        "tolerations": [{"key": "rdma"}]}}
+    base = {
+        "metadata": {"labels": {"a": "1", "b": "2"}},
+        "spec": {
+            "containers": [
+                {
+                    "name": "node",
+                    "image": "x",
+                    "env": [{"name": "A", "value": "1"}, {"name": "B", "value": "2"}],
+                    "volumeMounts": [{"name": "v", "mountPath": "/data"}],
+                    "args": ["--x"],
+                }
+            ],
+            "tolerations": [{"key": "gpu"}],
+        },
+    }
+    patch = {
+        "metadata": {"labels": {"b": None, "c": "3"}},
+        "spec": {
+            "containers": [
+                {"name": "node", "env": [{"name": "B", "value": "two"}, {"name": "C", "value": "3"}], "args": ["--y"]},
+                {"name": "sidecar", "image": "s"},
+            ],
+            "tolerations": [{"key": "rdma"}],
+        },
+    }
     out = merge.strategic_merge(base, patch)
     assert out["metadata"]["labels"] == {"a": "1", "c": "3"}
     node, sidecar = out["spec"]["containers"]
     assert node["env"] == [{"name": "A", "value": "1"}, {"name": "B", "value": "two"}, {"name": "C", "value": "3"}]
-    assert node["args"] == ["--y"] and node["image"] == "x" and node["volumeMounts"] == [{"name": "v", "mountPath": "/data"}]
+    assert (
+        node["args"] == ["--y"]
+        and node["image"] == "x"
+        and node["volumeMounts"] == [{"name": "v", "mountPath": "/data"}]
+    )
     assert sidecar == {"name": "sidecar", "image": "s"}
     assert out["spec"]["tolerations"] == [{"key": "rdma"}]  # no merge key: replaced
     assert base["spec"]["containers"][0]["env"][1]["value"] == "2"  # inputs untouched
@@ -290,11 +446,28 @@ def test_strategic_merge_as_the_api_machinery_merges_pod_templates():
     assert gone["spec"]["containers"] == []
 
 
-RUNTIME = {"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "ClusterTrainingRuntime", "metadata": {"name": "torch"},
-           "spec": {"mlPolicy": {"numNodes": 1, "torch": {}}, "template": {"spec": {"replicatedJobs": [
-               {"name": "node", "template": {"metadata": {"labels": {trainer.ANCESTOR_LABEL: "trainer"}},
-                                             "spec": {"template": tmpl("node", gpus=8, env=[{"name": "NCCL_DEBUG", "value": "WARN"}])}}},
-               {"name": "sidecar-job", "template": {"spec": {"template": tmpl("helper", gpus=0)}}}]}}}}
+RUNTIME = {
+    "apiVersion": "trainer.kubeflow.org/v1alpha1",
+    "kind": "ClusterTrainingRuntime",
+    "metadata": {"name": "torch"},
+    "spec": {
+        "mlPolicy": {"numNodes": 1, "torch": {}},
+        "template": {
+            "spec": {
+                "replicatedJobs": [
+                    {
+                        "name": "node",
+                        "template": {
+                            "metadata": {"labels": {trainer.ANCESTOR_LABEL: "trainer"}},
+                            "spec": {"template": tmpl("node", gpus=8, env=[{"name": "NCCL_DEBUG", "value": "WARN"}])},
+                        },
+                    },
+                    {"name": "sidecar-job", "template": {"spec": {"template": tmpl("helper", gpus=0)}}},
+                ]
+            }
+        },
+    },
+}
 
 
 def trainjob(**spec):
@@ -307,36 +480,76 @@ def pods(job, release, runtime=RUNTIME):
 
 @pytest.mark.parametrize("release", trainer.TRAINER_RELEASES)
 def test_trainer_fields_go_to_the_node_container_of_the_trainer_job(release):
-    job = trainjob(trainer={"image": "mine:1", "command": ["torchrun"], "args": ["a.py"],
-                            "env": [{"name": "NCCL_IB_DISABLE", "value": "1"}, {"name": "NCCL_DEBUG", "value": "INFO"}]})
+    job = trainjob(
+        trainer={
+            "image": "mine:1",
+            "command": ["torchrun"],
+            "args": ["a.py"],
+            "env": [{"name": "NCCL_IB_DISABLE", "value": "1"}, {"name": "NCCL_DEBUG", "value": "INFO"}],
+        }
+    )
     node = pods(job, release)["node"]["spec"]["containers"][0]
     assert (node["image"], node["command"], node["args"]) == ("mine:1", ["torchrun"], ["a.py"])
     assert node["env"] == [{"name": "NCCL_DEBUG", "value": "INFO"}, {"name": "NCCL_IB_DISABLE", "value": "1"}]
     helper = pods(job, release)["sidecar-job"]["spec"]["containers"][0]
     assert helper["image"] == "registry.example/trainer:v1" and "env" not in helper  # not the trainer's job
-    assert RUNTIME["spec"]["template"]["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]["containers"][0]["image"] \
-        == "registry.example/trainer:v1"  # the runtime is not modified
+    assert (
+        RUNTIME["spec"]["template"]["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]["containers"][
+            0
+        ]["image"]
+        == "registry.example/trainer:v1"
+    )  # the runtime is not modified
 
 
 def test_resources_per_node_replaced_up_to_v2_2_merged_from_v2_3():
     runtime = copy.deepcopy(RUNTIME)
-    node = runtime["spec"]["template"]["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]["containers"][0]
+    node = runtime["spec"]["template"]["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"][
+        "containers"
+    ][0]
     node["resources"] = {"limits": {"nvidia.com/gpu": "8", "aliyun/erdma": "1"}}
     job = trainjob(trainer={"resourcesPerNode": {"limits": {"nvidia.com/gpu": "4", "memory": "1Ti"}}})
     for release in ("v2.0", "v2.1", "v2.2"):
-        assert pods(job, release, runtime)["node"]["spec"]["containers"][0]["resources"] == \
-            {"limits": {"nvidia.com/gpu": "4", "memory": "1Ti"}}, release
-    assert pods(job, "v2.3", runtime)["node"]["spec"]["containers"][0]["resources"] == \
-        {"limits": {"nvidia.com/gpu": "4", "aliyun/erdma": "1", "memory": "1Ti"}}
+        assert pods(job, release, runtime)["node"]["spec"]["containers"][0]["resources"] == {
+            "limits": {"nvidia.com/gpu": "4", "memory": "1Ti"}
+        }, release
+    assert pods(job, "v2.3", runtime)["node"]["spec"]["containers"][0]["resources"] == {
+        "limits": {"nvidia.com/gpu": "4", "aliyun/erdma": "1", "memory": "1Ti"}
+    }
 
 
 def test_each_release_reads_its_own_override_field():
     bad = [{"name": "NCCL_NET", "value": "Socket"}]
     v20 = trainjob(podSpecOverrides=[{"targetJobs": [{"name": "node"}], "containers": [{"name": "node", "env": bad}]}])
-    v21 = trainjob(podTemplateOverrides=[{"targetJobs": [{"name": "node"}], "metadata": {"labels": {"team": "a"}},
-                                          "spec": {"containers": [{"name": "node", "env": bad}]}}])
-    v22 = trainjob(runtimePatches=[{"manager": "me", "trainingRuntimeSpec": {"template": {"spec": {"replicatedJobs": [
-        {"name": "node", "template": {"spec": {"template": {"spec": {"containers": [{"name": "node", "env": bad}]}}}}}]}}}}])
+    v21 = trainjob(
+        podTemplateOverrides=[
+            {
+                "targetJobs": [{"name": "node"}],
+                "metadata": {"labels": {"team": "a"}},
+                "spec": {"containers": [{"name": "node", "env": bad}]},
+            }
+        ]
+    )
+    v22 = trainjob(
+        runtimePatches=[
+            {
+                "manager": "me",
+                "trainingRuntimeSpec": {
+                    "template": {
+                        "spec": {
+                            "replicatedJobs": [
+                                {
+                                    "name": "node",
+                                    "template": {
+                                        "spec": {"template": {"spec": {"containers": [{"name": "node", "env": bad}]}}}
+                                    },
+                                }
+                            ]
+                        }
+                    }
+                },
+            }
+        ]
+    )
     for job, release in ((v20, "v2.0"), (v21, "v2.1"), (v22, "v2.2"), (v22, "v2.3")):
         for other in trainer.TRAINER_RELEASES:
             env = pods(job, other)["node"]["spec"]["containers"][0]["env"]
@@ -344,7 +557,9 @@ def test_each_release_reads_its_own_override_field():
             assert ({"name": "NCCL_NET", "value": "Socket"} in env) is applies, (release, other)
     assert pods(v21, "v2.1")["node"]["metadata"]["labels"] == {keys.POD_INJECT: "true", "team": "a"}
     # and the check says which field a release ignores
-    result = verdict.check_workload(v21, "trainer.kubeflow.org", "TrainJob", ML, None, None, _Runtimes(), release="v2.3")
+    result = verdict.check_workload(
+        v21, "trainer.kubeflow.org", "TrainJob", ML, None, None, _Runtimes(), release="v2.3"
+    )
     assert any("spec.podTemplateOverrides is not read by Trainer v2.3" in n for n in result.notes)
 
 
@@ -362,7 +577,10 @@ def test_trainjob_at_validate_runtime_known_unknown_and_untracked(policies):
     body = json.dumps(rv).encode()
     _, doc, _, _ = review.handle_validate(body, policies, STATE.namespace, None, _Runtimes())
     assert doc["response"]["allowed"] is False
-    assert "ClusterTrainingRuntime/torch replicatedJobs[node], container 'node': NCCL_IB_DISABLE='1'" in doc["response"]["status"]["message"]
+    assert (
+        "ClusterTrainingRuntime/torch replicatedJobs[node], container 'node': NCCL_IB_DISABLE='1'"
+        in doc["response"]["status"]["message"]
+    )
     for runtimes, says in ((None, "cannot be looked up here"), (FileClusterState([ML], []).runtimes(), "is not known")):
         _, doc, _, _ = review.handle_validate(body, policies, STATE.namespace, None, runtimes)
         r = doc["response"]
@@ -383,18 +601,45 @@ def test_cluster_scoped_runtime_is_checked_without_a_namespace(policies):
 
 
 def test_argo_steps_scripts_container_sets_and_workflow_pod_metadata(policies):
-    wf = obj("argoproj.io/v1alpha1", "Workflow", {
-        "podMetadata": {"labels": INJECT},
-        "templates": [
-            {"name": "dag", "dag": {"tasks": [{"name": "a", "template": "script"}]}},
-            {"name": "script", "script": {"image": "python", "command": ["bash"],
-                                          "source": "export NCCL_IB_DISABLE=1\npython train.py",
-                                          "resources": {"limits": {"nvidia.com/gpu": "8"}}}},
-            {"name": "set", "containerSet": {"containers": [
-                {"name": "a", "image": "x", "resources": {"limits": {"nvidia.com/gpu": "8"}}},
-                {"name": "b", "image": "y", "env": BAD_ENV, "resources": {"limits": {"nvidia.com/gpu": "8"}}}]}},
-            {"name": "cpu", "metadata": {"labels": {keys.POD_INJECT: "false"}}, "container": {"image": "x", "env": BAD_ENV}},
-            {"name": "broken", "resource": {"action": "create", "manifest": "kind: [unclosed"}}]})
+    wf = obj(
+        "argoproj.io/v1alpha1",
+        "Workflow",
+        {
+            "podMetadata": {"labels": INJECT},
+            "templates": [
+                {"name": "dag", "dag": {"tasks": [{"name": "a", "template": "script"}]}},
+                {
+                    "name": "script",
+                    "script": {
+                        "image": "python",
+                        "command": ["bash"],
+                        "source": "export NCCL_IB_DISABLE=1\npython train.py",
+                        "resources": {"limits": {"nvidia.com/gpu": "8"}},
+                    },
+                },
+                {
+                    "name": "set",
+                    "containerSet": {
+                        "containers": [
+                            {"name": "a", "image": "x", "resources": {"limits": {"nvidia.com/gpu": "8"}}},
+                            {
+                                "name": "b",
+                                "image": "y",
+                                "env": BAD_ENV,
+                                "resources": {"limits": {"nvidia.com/gpu": "8"}},
+                            },
+                        ]
+                    },
+                },
+                {
+                    "name": "cpu",
+                    "metadata": {"labels": {keys.POD_INJECT: "false"}},
+                    "container": {"image": "x", "env": BAD_ENV},
+                },
+                {"name": "broken", "resource": {"action": "create", "manifest": "kind: [unclosed"}},
+            ],
+        },
+    )
     r = validate(wf, policies)
     msg = r["status"]["message"]
     assert r["allowed"] is False
@@ -405,10 +650,23 @@ def test_argo_steps_scripts_container_sets_and_workflow_pod_metadata(policies):
 
 
 def test_rolebasedgroup_lws_patches_make_leader_and_worker(policies):
-    rbg = obj("workloads.x-k8s.io/v1alpha1", "RoleBasedGroup", {"roles": [
-        {"name": "decode", "leaderWorkerSet": {"size": 2, "patchLeaderTemplate": {"metadata": {"labels": {"role": "leader"}}},
-                                               "patchWorkerTemplate": {"spec": {"containers": [{"name": "sglang", "env": BAD_ENV}]}}},
-         "template": tmpl("sglang", gpus=8)}]})
+    rbg = obj(
+        "workloads.x-k8s.io/v1alpha1",
+        "RoleBasedGroup",
+        {
+            "roles": [
+                {
+                    "name": "decode",
+                    "leaderWorkerSet": {
+                        "size": 2,
+                        "patchLeaderTemplate": {"metadata": {"labels": {"role": "leader"}}},
+                        "patchWorkerTemplate": {"spec": {"containers": [{"name": "sglang", "env": BAD_ENV}]}},
+                    },
+                    "template": tmpl("sglang", gpus=8),
+                }
+            ]
+        },
+    )
     found = dict(workloads.expand(rbg, "workloads.x-k8s.io", "RoleBasedGroup").templates)
     leader = found["spec.roles[decode].leaderWorkerSet.patchLeaderTemplate"]
     worker = found["spec.roles[decode].leaderWorkerSet.patchWorkerTemplate"]
@@ -420,12 +678,24 @@ def test_rolebasedgroup_lws_patches_make_leader_and_worker(policies):
 
 
 def test_nesting_paths_and_depth():
-    inner = {"apiVersion": "ray.io/v1", "kind": "RayService", "metadata": {"name": "s"},
-             "spec": {"rayClusterConfig": {"headGroupSpec": {"template": tmpl()}, "workerGroupSpecs": [{"groupName": "g", "template": tmpl()}]}}}
+    inner = {
+        "apiVersion": "ray.io/v1",
+        "kind": "RayService",
+        "metadata": {"name": "s"},
+        "spec": {
+            "rayClusterConfig": {
+                "headGroupSpec": {"template": tmpl()},
+                "workerGroupSpecs": [{"groupName": "g", "template": tmpl()}],
+            }
+        },
+    }
     aw = obj("workload.codeflare.dev/v1beta2", "AppWrapper", {"components": [{"template": inner}]})
     paths = [p for p, _ in workloads.expand(aw, "workload.codeflare.dev", "AppWrapper").templates]
-    assert paths == ["spec.components[0].template.spec.rayClusterConfig.headGroupSpec.template",
-                     "spec.components[0].template.spec.rayClusterConfig.workerGroupSpecs[g].template"]
+    assert paths == [
+        "spec.components[0].template.spec.rayClusterConfig.headGroupSpec.template",
+        "spec.components[0].template.spec.rayClusterConfig.workerGroupSpecs[g].template",
+    ]
+
     # AppWrappers wrapped in AppWrappers: followed to a bounded depth, then no further, so a
     # deep (or hostile) nesting ends; the pod at the bottom is found only within the bound
     def chain(levels: int) -> dict:
@@ -435,8 +705,9 @@ def test_nesting_paths_and_depth():
             child = obj("workload.codeflare.dev/v1beta2", "AppWrapper", {"components": []})
             node["spec"]["components"].append({"template": child})
             node = child
-        node["spec"]["components"].append({"template": {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"},
-                                                        "spec": tmpl()["spec"]}})
+        node["spec"]["components"].append(
+            {"template": {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"}, "spec": tmpl()["spec"]}}
+        )
         return top
 
     def found(levels: int) -> int:
@@ -454,8 +725,11 @@ def test_embedded_manifests_are_bounded(policies):
     assert r["allowed"] is True and any("KiB of text, not checked" in w for w in r["warnings"])
     # an alias bomb within the limit parses to shared objects and is walked along paths only
     bomb = "a: &a [x, x, x, x, x, x, x, x, x]\n" + "".join(
-        f"{c}: &{c} [*{p}, *{p}, *{p}, *{p}, *{p}, *{p}, *{p}, *{p}, *{p}]\n" for p, c in zip("abcdefgh", "bcdefghi"))
-    wf["spec"]["templates"][0]["resource"]["manifest"] = "apiVersion: batch/v1\nkind: Job\nspec:\n  template: {}\n" + bomb
+        f"{c}: &{c} [*{p}, *{p}, *{p}, *{p}, *{p}, *{p}, *{p}, *{p}, *{p}]\n" for p, c in zip("abcdefgh", "bcdefghi")
+    )
+    wf["spec"]["templates"][0]["resource"]["manifest"] = (
+        "apiVersion: batch/v1\nkind: Job\nspec:\n  template: {}\n" + bomb
+    )
     assert validate(wf, policies)["allowed"] is True
 
 
@@ -469,13 +743,28 @@ def test_trainer_release_setting(monkeypatch):
 
 
 def test_appwrapper_of_an_unknown_kind_is_read_through_its_pod_sets(policies):
-    custom = {"apiVersion": "example.com/v1", "kind": "TrainingThing", "metadata": {"name": "t"},
-              "spec": {"roles": [{"pods": {"template": tmpl(env=BAD_ENV)}}, {"pods": {"template": tmpl()}}]}}
-    aw = obj("workload.codeflare.dev/v1beta2", "AppWrapper", {"components": [{
-        "podSets": [{"replicas": 2, "path": "template.spec.roles[0].pods.template"},
-                    {"replicas": 1, "path": "template.spec.roles[1].pods.template"},
-                    {"replicas": 1, "path": "template.spec.roles[7].pods.template"}],
-        "template": custom}]})
+    custom = {
+        "apiVersion": "example.com/v1",
+        "kind": "TrainingThing",
+        "metadata": {"name": "t"},
+        "spec": {"roles": [{"pods": {"template": tmpl(env=BAD_ENV)}}, {"pods": {"template": tmpl()}}]},
+    }
+    aw = obj(
+        "workload.codeflare.dev/v1beta2",
+        "AppWrapper",
+        {
+            "components": [
+                {
+                    "podSets": [
+                        {"replicas": 2, "path": "template.spec.roles[0].pods.template"},
+                        {"replicas": 1, "path": "template.spec.roles[1].pods.template"},
+                        {"replicas": 1, "path": "template.spec.roles[7].pods.template"},
+                    ],
+                    "template": custom,
+                }
+            ]
+        },
+    )
     r = validate(aw, policies)
     assert r["allowed"] is False
     assert "spec.components[0].template.spec.roles[0].pods.template, container 'trainer'" in r["status"]["message"]

@@ -38,7 +38,9 @@ def _by_kind(docs, kind):
 
 def test_one_policy_and_one_binding_per_policy(shipped):
     docs = ap.objects(shipped)
-    assert [d["metadata"]["name"] for d in _by_kind(docs, ap.POLICY_KIND)] == [f"rdma-webhook-final-state-{n}" for n in NAMES]
+    assert [d["metadata"]["name"] for d in _by_kind(docs, ap.POLICY_KIND)] == [
+        f"rdma-webhook-final-state-{n}" for n in NAMES
+    ]
     for vap, binding in zip(_by_kind(docs, ap.POLICY_KIND), _by_kind(docs, ap.BINDING_KIND)):
         name = vap["metadata"]["labels"][ap.POLICY_LABEL]
         assert vap["apiVersion"] == binding["apiVersion"] == "admissionregistration.k8s.io/v1"
@@ -46,7 +48,8 @@ def test_one_policy_and_one_binding_per_policy(shipped):
         spec = vap["spec"]
         assert spec["failurePolicy"] == "Fail"
         assert spec["matchConstraints"]["resourceRules"] == [
-            {"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"], "resources": ["pods"]}]
+            {"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"], "resources": ["pods"]}
+        ]
         # the pods of this policy only, by the label the mutation writes, before any CEL runs
         assert spec["matchConstraints"]["objectSelector"] == {"matchLabels": {"rdma-webhook.io/applied-policy": name}}
         assert spec["matchConstraints"]["namespaceSelector"] == {}  # the label is only written in opted-in namespaces
@@ -97,7 +100,10 @@ def test_every_policy_feature_has_its_rule(shipped):
     assert sorted(docs) == NAMES
     for name, policy in shipped.by_name.items():
         vap = docs[name]
-        text = "\n".join(v["expression"] + "\n" + v.get("messageExpression", v.get("message", "")) for v in vap["spec"]["validations"])
+        text = "\n".join(
+            v["expression"] + "\n" + v.get("messageExpression", v.get("message", ""))
+            for v in vap["spec"]["validations"]
+        )
         rules = _rules(vap)
         assert rules.count("ipc-lock-missing") == rules.count("ipc-lock-dropped") == rules.count("shm") == 1
         assert ("device-missing" in rules) == bool(policy.devices or policy.claim)
@@ -137,14 +143,19 @@ def test_the_match_condition_holds_each_rule_of_the_validations(shipped):
         target = cel.is_target(policy)
         rules = ap.rules(policy)
         assert [v["expression"] for v in spec["validations"]] == [ap._validation(r)["expression"] for r in rules]
-        by_over = {over: " && ".join(f"({r.condition})" for r in rules if r.over == over) for over in (ap.TARGETS, ap.CHECKED, ap.POD)}
+        by_over = {
+            over: " && ".join(f"({r.condition})" for r in rules if r.over == over)
+            for over in (ap.TARGETS, ap.CHECKED, ap.POD)
+        }
         assert by_over[ap.TARGETS] and by_over[ap.CHECKED]  # IPC_LOCK and shm; NCCL_NET's fallback on every transport
         # a target: its rules and the checked rules; another container that sees GPUs: the checked rules
         each = f"({target}) ? ({by_over[ap.TARGETS]} && {by_over[ap.CHECKED]}) : (!({cel.sees_gpus_otherwise()}) || ({by_over[ap.CHECKED]}))"
         containers = f"object.spec.containers.all(c, {cel.with_names(each)})"
         assert expression.count("object.spec.containers.all(") == 1, policy.name  # one pass
         if by_over[ap.POD]:
-            assert expression == f"!({containers} && (({by_over[ap.POD]}) || !object.spec.containers.exists(c, {target})))", policy.name
+            assert (
+                expression == f"!({containers} && (({by_over[ap.POD]}) || !object.spec.containers.exists(c, {target})))"
+            ), policy.name
         else:
             assert expression == f"!({containers})", policy.name
 
@@ -156,17 +167,24 @@ def test_env_rules_read_the_last_entry_of_a_name():
     enforced = next(r for r in ap.rules(policy) if r.name == "enforced-env" and "NCCL_NET" in r.condition)
     assert enforced.names and enforced.condition == (
         "('NCCL_NET' in n && (has(c.env[n.lastIndexOf('NCCL_NET')].value) ? c.env[n.lastIndexOf('NCCL_NET')].value : '')"
-        ".lowerAscii() == 'ib')")
+        ".lowerAscii() == 'ib')"
+    )
     validation = ap._validation(enforced)["expression"]
-    assert validation == f"variables.targets.all(c, [(has(c.env) ? c.env.map(e, e.name) : [])].all(n, {enforced.condition}))"
+    assert (
+        validation
+        == f"variables.targets.all(c, [(has(c.env) ? c.env.map(e, e.name) : [])].all(n, {enforced.condition}))"
+    )
     fallback = [r for r in ap.rules(policy) if r.name == "env-fallback"]
     assert fallback and all(r.names and r.over == ap.CHECKED and r.condition.startswith("(!(") for r in fallback)
     assert not any(r.names for r in ap.rules(policy) if r.name not in ("enforced-env", "env-fallback"))
 
 
 def test_templated_enforced_values_are_checked_for_presence():
-    text = (POLICIES / "sriov-roce.yaml").read_text().replace('NCCL_SOCKET_IFNAME: "{interface}"',
-                                                              'NCCL_SOCKET_IFNAME: {value: "{interface}", enforce: true}')
+    text = (
+        (POLICIES / "sriov-roce.yaml")
+        .read_text()
+        .replace('NCCL_SOCKET_IFNAME: "{interface}"', 'NCCL_SOCKET_IFNAME: {value: "{interface}", enforce: true}')
+    )
     policies, errors = load_texts([("sriov-roce.yaml", text)])
     assert policies is not None, errors
     vap = _by_kind(ap.objects(policies), ap.POLICY_KIND)[0]
@@ -174,13 +192,38 @@ def test_templated_enforced_values_are_checked_for_presence():
     assert len(found) == 1 and "!= ''" in found[0]["expression"] and "{interface}" not in found[0]["expression"]
 
 
-@pytest.mark.parametrize("value", ["1", "0", "", "08", "010", "0x0", "0x1", "0xA", "  -1", "+2", "abc", "0x", "00",
-                                   "7", "0 1", "1abc", " 0x00f", "9", "\t3", "-0"])
+@pytest.mark.parametrize(
+    "value",
+    [
+        "1",
+        "0",
+        "",
+        "08",
+        "010",
+        "0x0",
+        "0x1",
+        "0xA",
+        "  -1",
+        "+2",
+        "abc",
+        "0x",
+        "00",
+        "7",
+        "0 1",
+        "1abc",
+        " 0x00f",
+        "9",
+        "\t3",
+        "-0",
+    ],
+)
 def test_the_ib_disable_expression_reads_as_nccl_does(value):
     assert bool(re.match(final_state_rules.IB_DISABLED_RE, value)) == nccl.ib_disabled(value)
 
 
-@pytest.mark.parametrize("text,literal", [("IB", "'IB'"), ("it's", "'it\\'s'"), ("a\\b", "'a\\\\b'"), ("x\ny", "'x\\x0ay'")])
+@pytest.mark.parametrize(
+    "text,literal", [("IB", "'IB'"), ("it's", "'it\\'s'"), ("a\\b", "'a\\\\b'"), ("x\ny", "'x\\x0ay'")]
+)
 def test_cel_string_literals(text, literal):
     assert cel.cel_str(text) == literal
 
@@ -198,8 +241,19 @@ def test_the_generated_objects_match_themselves_and_nothing_else(shipped):
     vaps, bindings = _by_kind(docs, ap.POLICY_KIND), _by_kind(docs, ap.BINDING_KIND)
     assert ap.mismatches(shipped, vaps, bindings) == []
     # a policy changed without regenerating: named with both digests
-    changed, errors = load_texts([("erdma.yaml", (POLICIES / "erdma.yaml").read_text().replace(
-        "NCCL_NET: {value: IB, enforce: true}", "NCCL_NET: {value: IB, enforce: true}\n  NCCL_IB_TC: {value: '41', enforce: true}"))])
+    changed, errors = load_texts(
+        [
+            (
+                "erdma.yaml",
+                (POLICIES / "erdma.yaml")
+                .read_text()
+                .replace(
+                    "NCCL_NET: {value: IB, enforce: true}",
+                    "NCCL_NET: {value: IB, enforce: true}\n  NCCL_IB_TC: {value: '41', enforce: true}",
+                ),
+            )
+        ]
+    )
     assert changed is not None, errors
     erdma = [v for v in vaps if v["metadata"]["name"] == "rdma-webhook-final-state-erdma"]
     found = ap.mismatches(changed, erdma, bindings)
@@ -209,7 +263,8 @@ def test_the_generated_objects_match_themselves_and_nothing_else(shipped):
     edited = copy.deepcopy(vaps)
     [v for v in edited if v["metadata"]["name"] == "rdma-webhook-final-state-erdma"][0]["spec"]["validations"].pop()
     assert ap.mismatches(shipped, edited, bindings) == [
-        "ValidatingAdmissionPolicy rdma-webhook-final-state-erdma: its rules were edited after generation; regenerate and apply it"]
+        "ValidatingAdmissionPolicy rdma-webhook-final-state-erdma: its rules were edited after generation; regenerate and apply it"
+    ]
     # defaults the API server adds elsewhere are no difference
     defaulted = copy.deepcopy(vaps)
     for v in defaulted:
@@ -219,7 +274,8 @@ def test_the_generated_objects_match_themselves_and_nothing_else(shipped):
     # missing objects
     assert ap.mismatches(shipped, vaps[1:], bindings[:-1]) == [
         "ValidatingAdmissionPolicy rdma-webhook-final-state-efa for policy efa is not installed",
-        "ValidatingAdmissionPolicy rdma-webhook-final-state-sriov-roce-8rail has no ValidatingAdmissionPolicyBinding, so it checks nothing"]
+        "ValidatingAdmissionPolicy rdma-webhook-final-state-sriov-roce-8rail has no ValidatingAdmissionPolicyBinding, so it checks nothing",
+    ]
 
 
 def test_the_run_time_check_sets_the_metrics(shipped):
@@ -253,7 +309,9 @@ def _cli(*args: str) -> subprocess.CompletedProcess:
 def test_cli_prints_the_objects(shipped):
     proc = _cli("policy", "admission-policy", "--policies", str(POLICIES))
     assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.startswith("# Generated by `rdma-webhook policy admission-policy` from the RDMA policies efa, efa-dra, erdma, gke-gib, gke-tcpxo,")
+    assert proc.stdout.startswith(
+        "# Generated by `rdma-webhook policy admission-policy` from the RDMA policies efa, efa-dra, erdma, gke-gib, gke-tcpxo,"
+    )
     assert list(yaml.safe_load_all(proc.stdout)) == ap.objects(shipped)
     dry = _cli("policy", "admission-policy", "--policies", str(POLICIES), "--dry-run")
     assert dry.returncode == 0 and list(yaml.safe_load_all(dry.stdout)) == ap.objects(shipped, ap.DRY_RUN)
@@ -280,7 +338,9 @@ def test_committed_copies_are_current(name):
     assert policies is not None, errors
     committed = ROOT / "deploy" / "admission-policy" / name / f"{name}.yaml"
     assert list(yaml.safe_load_all(committed.read_text())) == ap.objects(policies), "run `make catalogue`"
-    assert (ROOT / "charts" / "rdma-webhook" / "files" / "admission-policy" / f"{name}.yaml").read_bytes() == committed.read_bytes()
+    assert (
+        ROOT / "charts" / "rdma-webhook" / "files" / "admission-policy" / f"{name}.yaml"
+    ).read_bytes() == committed.read_bytes()
 
 
 def test_committed_copies_are_the_cli_output_after_their_generated_line(tmp_path):
@@ -310,9 +370,16 @@ def _kustomize(tmp_path: Path, components: list[str]) -> list[dict]:
     shutil.copytree(ROOT / "deploy", root, ignore=shutil.ignore_patterns("certs"))
     overlay = root / "mine"
     overlay.mkdir()
-    (overlay / "kustomization.yaml").write_text(yaml.safe_dump({
-        "apiVersion": "kustomize.config.k8s.io/v1beta1", "kind": "Kustomization",
-        "resources": ["../overlays/cert-manager"], "components": [f"../{c}" for c in components]}))
+    (overlay / "kustomization.yaml").write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "kustomize.config.k8s.io/v1beta1",
+                "kind": "Kustomization",
+                "resources": ["../overlays/cert-manager"],
+                "components": [f"../{c}" for c in components],
+            }
+        )
+    )
     proc = subprocess.run([kubectl, "kustomize", str(overlay)], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     return [d for d in yaml.safe_load_all(proc.stdout) if d]
@@ -329,13 +396,19 @@ def test_kustomize_policy_mode(tmp_path):
     assert "--check-admission-policy" in deployment["spec"]["template"]["spec"]["containers"][0]["args"]
     role = [d for d in docs if d["kind"] == "ClusterRole"][0]
     admission = [r for r in role["rules"] if "admissionregistration.k8s.io" in r["apiGroups"]]
-    assert admission == [{"apiGroups": ["admissionregistration.k8s.io"],
-                          "resources": ["validatingadmissionpolicies", "validatingadmissionpolicybindings"],
-                          "verbs": ["get", "list", "watch"]}]  # read-only: never writes admission objects
+    assert admission == [
+        {
+            "apiGroups": ["admissionregistration.k8s.io"],
+            "resources": ["validatingadmissionpolicies", "validatingadmissionpolicybindings"],
+            "verbs": ["get", "list", "watch"],
+        }
+    ]  # read-only: never writes admission objects
     policies, _ = load_dir_of("erdma")
     assert [d for d in docs if d["kind"] in (ap.POLICY_KIND, ap.BINDING_KIND)] == ap.objects(policies)
-    dry = _kustomize(tmp_path / "dry", ["catalogue/erdma", "admission-policy/erdma", "admission-policy/mode",
-                                        "admission-policy/dry-run"])
+    dry = _kustomize(
+        tmp_path / "dry",
+        ["catalogue/erdma", "admission-policy/erdma", "admission-policy/mode", "admission-policy/dry-run"],
+    )
     assert [d["spec"]["validationActions"] for d in dry if d["kind"] == ap.BINDING_KIND] == [["Warn", "Audit"]]
 
 
@@ -357,9 +430,18 @@ if pid == 0:
     os._exit(0)
 os.waitpid(pid, 0)
 """
-    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60, cwd=ROOT,
-                          env={**__import__("os").environ, "PROMETHEUS_MULTIPROC_DIR": str(tmp_path)})
+    proc = subprocess.run(
+        [sys.executable, "-c", script],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=ROOT,
+        env={**__import__("os").environ, "PROMETHEUS_MULTIPROC_DIR": str(tmp_path)},
+    )
     assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.strip() == str([
-        ["rdma_webhook_admission_policy_in_sync 1.0", "rdma_webhook_admission_policy_mismatches 0.0"],
-        ["rdma_webhook_admission_policy_in_sync 0.0", "rdma_webhook_admission_policy_mismatches 2.0"]])
+    assert proc.stdout.strip() == str(
+        [
+            ["rdma_webhook_admission_policy_in_sync 1.0", "rdma_webhook_admission_policy_mismatches 0.0"],
+            ["rdma_webhook_admission_policy_in_sync 0.0", "rdma_webhook_admission_policy_mismatches 2.0"],
+        ]
+    )

@@ -44,8 +44,20 @@ def errors_of(text, file="f.yaml"):
 
 
 def test_shipped_policies_load(policies):
-    assert set(policies.by_name) == {"erdma", "sriov-roce", "sriov-roce-8rail", "ib-shared", "efa", "oke-roce-host",
-                                     "efa-dra", "roce-dranet", "roce-dranet-aligned", "nd-infiniband", "gke-gib", "gke-tcpxo"}
+    assert set(policies.by_name) == {
+        "erdma",
+        "sriov-roce",
+        "sriov-roce-8rail",
+        "ib-shared",
+        "efa",
+        "oke-roce-host",
+        "efa-dra",
+        "roce-dranet",
+        "roce-dranet-aligned",
+        "nd-infiniband",
+        "gke-gib",
+        "gke-tcpxo",
+    }
     erdma = policies.get("erdma")
     assert [(d.resource, d.count, d.per_gpu) for d in erdma.devices] == [("aliyun/erdma", 1, False)]
     env = {e.name: e for e in erdma.env}
@@ -56,7 +68,9 @@ def test_shipped_policies_load(policies):
     assert env["NCCL_DEBUG"].value == "WARN"
     sriov = policies.get("sriov-roce")
     senv = {e.name: e.value for e in sriov.env}
-    assert [(n.name, n.interface, n.resource) for n in sriov.networks] == [("rdma-network", "net1", "openshift.io/mellanoxrdma")]
+    assert [(n.name, n.interface, n.resource) for n in sriov.networks] == [
+        ("rdma-network", "net1", "openshift.io/mellanoxrdma")
+    ]
     assert senv["NCCL_SOCKET_IFNAME"] == "{interface}" and senv["NCCL_NET"] == "IB"
     assert sriov.host_network == "Forbidden" and erdma.host_network == "Allowed"
     rails = policies.get("sriov-roce-8rail")
@@ -78,30 +92,67 @@ def test_every_shipped_value_cites_a_source():
         for i, line in enumerate(lines):
             stripped = line.strip()
             if stripped.startswith("NCCL_") or stripped.startswith(("resource:", "count:", "perGpu:", "max:")):
-                context = "\n".join(lines[max(0, i - 4):i])
-                assert "[" in context and "#" in context, f"{path.name}:{i + 1} {stripped!r} has no cited source above it"
+                context = "\n".join(lines[max(0, i - 4) : i])
+                assert "[" in context and "#" in context, (
+                    f"{path.name}:{i + 1} {stripped!r} has no cited source above it"
+                )
 
 
-@pytest.mark.parametrize("mutate,expect", [
-    (lambda t: t.replace("name: p", "name: p\n  bad: [", 1), "not valid YAML"),
-    (lambda t: t.replace("count: 1", "count: one"), "field device.count"),
-    (lambda t: t.replace("count: 1", "count: 0"), "field device.count"),
-    (lambda t: t.replace("priority: 0", "priority: 0\nfavourite: yes"), "unknown field 'favourite'"),
-    (lambda t: t.replace("resource: aliyun/erdma", "resource: erdma"), "field device.resource: 'erdma' is not a valid extended resource name"),
-    (lambda t: t.replace("resource: aliyun/erdma", "resource: kubernetes.io/erdma"), "reserved"),
-    (lambda t: t.replace("NCCL_IB_HCA: erdma", "NCCL-IB-HCA: erdma"), "field nccl.NCCL-IB-HCA: not a valid environment variable name"),
-    (lambda t: t.replace("sizeLimit: 16Gi", "sizeLimit: lots"), "field shm.sizeLimit: 'lots' is not a Kubernetes quantity"),
-    (lambda t: t.replace("sizeLimit: 16Gi", "sizeLimit: 16Gi, perGpu: 1Gi"), "field shm: give exactly one"),
-    (lambda t: t.replace("namespaceSelector: {}", "namespaceSelector: {matchExpressions: [{key: a, operator: Like}]}"), "field namespaceSelector.matchExpressions[0].operator"),
-    (lambda t: t.replace("NCCL_IB_HCA: erdma", "NCCL_IB_HCA: mlx5"), "field nccl.NCCL_IB_HCA: NCCL_IB_HCA='mlx5' selects none of the p policy's erdma fabric's devices"),
-    (lambda t: t.replace("NCCL_IB_HCA: erdma", "NCCL_IB_DISABLE: '1'"), "turns NCCL's IB/RoCE transport off"),
-    (lambda t: t.replace("{value: IB, enforce: true}", "Socket"), "field nccl.NCCL_NET: NCCL_NET='Socket' forces NCCL's TCP socket transport (NET/Socket)"),
-    (lambda t: t.replace("{value: IB, enforce: true}", "Simple"), "field nccl.NCCL_NET: NCCL_NET='Simple' names a transport that the p policy's erdma fabric does not provide (IB)"),
-    (lambda t: t.replace("priority: 0", "priority: 0\nprivileged: true"), "field privileged: policies may not ask for privileged"),
-    (lambda t: t.replace("device: {resource: aliyun/erdma, count: 1}", "device: {resource: aliyun/erdma, count: 1, hostPath: /dev}"), "field device.hostPath: policies may not ask"),
-    (lambda t: t.replace("name: p", "name: Bad_Name"), "must be a DNS-1123 label"),
-    (lambda t: t.replace("kind: RdmaPolicy", "kind: Policy"), "field kind"),
-])
+@pytest.mark.parametrize(
+    "mutate,expect",
+    [
+        (lambda t: t.replace("name: p", "name: p\n  bad: [", 1), "not valid YAML"),
+        (lambda t: t.replace("count: 1", "count: one"), "field device.count"),
+        (lambda t: t.replace("count: 1", "count: 0"), "field device.count"),
+        (lambda t: t.replace("priority: 0", "priority: 0\nfavourite: yes"), "unknown field 'favourite'"),
+        (
+            lambda t: t.replace("resource: aliyun/erdma", "resource: erdma"),
+            "field device.resource: 'erdma' is not a valid extended resource name",
+        ),
+        (lambda t: t.replace("resource: aliyun/erdma", "resource: kubernetes.io/erdma"), "reserved"),
+        (
+            lambda t: t.replace("NCCL_IB_HCA: erdma", "NCCL-IB-HCA: erdma"),
+            "field nccl.NCCL-IB-HCA: not a valid environment variable name",
+        ),
+        (
+            lambda t: t.replace("sizeLimit: 16Gi", "sizeLimit: lots"),
+            "field shm.sizeLimit: 'lots' is not a Kubernetes quantity",
+        ),
+        (lambda t: t.replace("sizeLimit: 16Gi", "sizeLimit: 16Gi, perGpu: 1Gi"), "field shm: give exactly one"),
+        (
+            lambda t: t.replace(
+                "namespaceSelector: {}", "namespaceSelector: {matchExpressions: [{key: a, operator: Like}]}"
+            ),
+            "field namespaceSelector.matchExpressions[0].operator",
+        ),
+        (
+            lambda t: t.replace("NCCL_IB_HCA: erdma", "NCCL_IB_HCA: mlx5"),
+            "field nccl.NCCL_IB_HCA: NCCL_IB_HCA='mlx5' selects none of the p policy's erdma fabric's devices",
+        ),
+        (lambda t: t.replace("NCCL_IB_HCA: erdma", "NCCL_IB_DISABLE: '1'"), "turns NCCL's IB/RoCE transport off"),
+        (
+            lambda t: t.replace("{value: IB, enforce: true}", "Socket"),
+            "field nccl.NCCL_NET: NCCL_NET='Socket' forces NCCL's TCP socket transport (NET/Socket)",
+        ),
+        (
+            lambda t: t.replace("{value: IB, enforce: true}", "Simple"),
+            "field nccl.NCCL_NET: NCCL_NET='Simple' names a transport that the p policy's erdma fabric does not provide (IB)",
+        ),
+        (
+            lambda t: t.replace("priority: 0", "priority: 0\nprivileged: true"),
+            "field privileged: policies may not ask for privileged",
+        ),
+        (
+            lambda t: t.replace(
+                "device: {resource: aliyun/erdma, count: 1}",
+                "device: {resource: aliyun/erdma, count: 1, hostPath: /dev}",
+            ),
+            "field device.hostPath: policies may not ask",
+        ),
+        (lambda t: t.replace("name: p", "name: Bad_Name"), "must be a DNS-1123 label"),
+        (lambda t: t.replace("kind: RdmaPolicy", "kind: Policy"), "field kind"),
+    ],
+)
 def test_lint_names_file_policy_and_field(mutate, expect):
     errors = errors_of(mutate(good()))
     assert any(expect in e for e in errors), errors
@@ -113,7 +164,9 @@ def test_lint_names_file_policy_and_field(mutate, expect):
 def test_duplicate_names_across_files():
     ps, errors = load_texts([("a.yaml", good("same")), ("b.yaml", good("same"))])
     assert ps is None
-    assert [str(e) for e in errors] == ["b.yaml: policy 'same': field name: duplicate policy name, also defined in a.yaml"]
+    assert [str(e) for e in errors] == [
+        "b.yaml: policy 'same': field name: duplicate policy name, also defined in a.yaml"
+    ]
 
 
 def test_several_policies_per_file_and_all_or_nothing():
@@ -124,12 +177,14 @@ def test_several_policies_per_file_and_all_or_nothing():
 
 
 def test_selection_precedence():
-    ps, errors = load_texts([
-        ("a.yaml", good("broad", priority=0, selector="{}")),
-        ("b.yaml", good("specific", priority=0, selector="{matchLabels: {team: ml}}")),
-        ("c.yaml", good("urgent", priority=5, selector="{matchLabels: {tier: gold}}")),
-        ("d.yaml", good("aaa-tie", priority=0, selector="{matchLabels: {team: ml}}")),
-    ])
+    ps, errors = load_texts(
+        [
+            ("a.yaml", good("broad", priority=0, selector="{}")),
+            ("b.yaml", good("specific", priority=0, selector="{matchLabels: {team: ml}}")),
+            ("c.yaml", good("urgent", priority=5, selector="{matchLabels: {tier: gold}}")),
+            ("d.yaml", good("aaa-tie", priority=0, selector="{matchLabels: {team: ml}}")),
+        ]
+    )
     assert errors == []
     assert ps.for_namespace({}).name == "broad"
     # same priority: more requirements win, then the name
@@ -206,12 +261,21 @@ def test_namespace_keys_are_the_contract():
 
 
 def test_lint_reports_every_problem_of_a_file_in_one_run():
-    text = (good().replace("priority: 0", "priority: 0\nfavourite: yes\nflavour: mint")
-            .replace("sizeLimit: 16Gi", "sizeLimit: lots").replace("NCCL_IB_HCA: erdma", "NCCL_IB_HCA: mlx5")
-            .replace("count: 1", "count: one"))
+    text = (
+        good()
+        .replace("priority: 0", "priority: 0\nfavourite: yes\nflavour: mint")
+        .replace("sizeLimit: 16Gi", "sizeLimit: lots")
+        .replace("NCCL_IB_HCA: erdma", "NCCL_IB_HCA: mlx5")
+        .replace("count: 1", "count: one")
+    )
     errors = errors_of(text)
-    for expect in ("unknown field 'favourite'", "unknown field 'flavour'", "field device.count", "field shm.sizeLimit: 'lots'",
-                   "field nccl.NCCL_IB_HCA: NCCL_IB_HCA='mlx5' selects none"):
+    for expect in (
+        "unknown field 'favourite'",
+        "unknown field 'flavour'",
+        "field device.count",
+        "field shm.sizeLimit: 'lots'",
+        "field nccl.NCCL_IB_HCA: NCCL_IB_HCA='mlx5' selects none",
+    ):
         assert sum(expect in e for e in errors) == 1, (expect, errors)
 
 
@@ -222,11 +286,20 @@ def test_yaml_syntax_errors_name_the_line_not_a_field():
 
 
 def test_lint_warns_on_nccl_block_keys_that_are_not_nccl_variables(tmp_path):
-    (tmp_path / "p.yaml").write_text(good("fine").replace("NCCL_IB_HCA: erdma", "NCCL_IB_HCA: erdma\n  UCX_NET_DEVICES: mlx5_0:1"))
-    out = subprocess.run([sys.executable, "-m", "webhook", "policy", "lint", str(tmp_path)], capture_output=True, text=True)
+    (tmp_path / "p.yaml").write_text(
+        good("fine").replace("NCCL_IB_HCA: erdma", "NCCL_IB_HCA: erdma\n  UCX_NET_DEVICES: mlx5_0:1")
+    )
+    out = subprocess.run(
+        [sys.executable, "-m", "webhook", "policy", "lint", str(tmp_path)], capture_output=True, text=True
+    )
     assert out.returncode == 0 and "ok  fine" in out.stdout  # a warning, not an error
-    assert "warning:" in out.stderr and "field nccl.UCX_NET_DEVICES: not a variable of the fabric's transport" in out.stderr
-    clean = subprocess.run([sys.executable, "-m", "webhook", "policy", "lint", str(ROOT / "policies")], capture_output=True, text=True)
+    assert (
+        "warning:" in out.stderr
+        and "field nccl.UCX_NET_DEVICES: not a variable of the fabric's transport" in out.stderr
+    )
+    clean = subprocess.run(
+        [sys.executable, "-m", "webhook", "policy", "lint", str(ROOT / "policies")], capture_output=True, text=True
+    )
     assert "warning:" not in clean.stderr
 
 
@@ -242,7 +315,7 @@ def test_shipped_policies_and_examples_cite_public_documents():
         assert defined, path.name
         for tag, body in defined.items():
             assert "https://" in body and '"' in body or "source, https://" in body, (path.name, tag, body)
-        comments = "\n".join(line.split("#", 1)[1] for line in text[len(header):].splitlines() if "#" in line)
+        comments = "\n".join(line.split("#", 1)[1] for line in text[len(header) :].splitlines() if "#" in line)
         used = set(re.findall(r"\[([A-Z][A-Z-]+)[,\]; ]", comments))
         assert used and used <= set(defined), (path.name, used - set(defined))
     for path in [*sorted((ROOT / "policies").glob("*.yaml")), *sorted((ROOT / "examples").rglob("*.*"))]:
@@ -251,6 +324,7 @@ def test_shipped_policies_and_examples_cite_public_documents():
 
 
 # -- lint speaks to the policy author (issue 25 item 4) -------------------------------------------
+
 
 def _lint_errors(text: str) -> list[str]:
     from webhook.policy.load import load_texts
@@ -274,8 +348,11 @@ def test_one_typo_in_fabric_hca_devices_is_one_problem_not_a_cascade():
 
 
 def test_a_fallback_setting_in_a_policy_is_explained_to_its_author():
-    text = (ROOT / "policies" / "erdma.yaml").read_text().replace("NCCL_NET: {value: IB, enforce: true}",
-                                                                  "NCCL_NET: {value: Socket, enforce: true}")
+    text = (
+        (ROOT / "policies" / "erdma.yaml")
+        .read_text()
+        .replace("NCCL_NET: {value: IB, enforce: true}", "NCCL_NET: {value: Socket, enforce: true}")
+    )
     (error,) = _lint_errors(text)
     assert "field nccl.NCCL_NET" in error and "this policy would put it into every pod it injects" in error
     assert "let the policy set" not in error

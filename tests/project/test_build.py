@@ -52,8 +52,10 @@ def _core_sources() -> set[Path]:
         for node in ast.walk(ast.parse(_path(name).read_text())):
             if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("webhook."):
                 package = node.module.removeprefix("webhook.")
-                todo.extend(f"{package}.{alias.name}" if _path(f"{package}.{alias.name}").exists() else package
-                            for alias in node.names)
+                todo.extend(
+                    f"{package}.{alias.name}" if _path(f"{package}.{alias.name}").exists() else package
+                    for alias in node.names
+                )
             elif isinstance(node, ast.Import):
                 todo.extend(a.name.removeprefix("webhook.") for a in node.names if a.name.startswith("webhook."))
     return {_path(name) for name in seen}
@@ -79,8 +81,11 @@ def test_compiled_extensions_were_built_from_this_source():
         return  # the interpreted run: nothing was built
     assert MANIFEST.exists(), f"{MANIFEST} missing: run `make compile`"
     built = json.loads(MANIFEST.read_text())
-    stale = sorted(p.relative_to(SOURCE).as_posix() for p in _core_sources()
-                   if built.get(p.relative_to(SOURCE).as_posix()) != hashlib.sha256(p.read_bytes()).hexdigest())
+    stale = sorted(
+        p.relative_to(SOURCE).as_posix()
+        for p in _core_sources()
+        if built.get(p.relative_to(SOURCE).as_posix()) != hashlib.sha256(p.read_bytes()).hexdigest()
+    )
     assert not stale, f"the compiled core was built from other versions of {stale}: run `make compile`"
 
 
@@ -88,8 +93,10 @@ def test_subprocesses_run_the_core_under_test():
     """The CLI and `serve` are started as `conftest.CLI` (python -P -m webhook): they must import
     the same core as this process, compiled under `make test`, interpreted under `make test-pure`
     (where the checkout's extensions must not come first on the import path)."""
-    code = ("import webhook, importlib; [importlib.import_module('webhook.' + n) for n in webhook.COMPILED_MODULES]; "
-            "print(','.join(webhook.compiled()))")
+    code = (
+        "import webhook, importlib; [importlib.import_module('webhook.' + n) for n in webhook.COMPILED_MODULES]; "
+        "print(','.join(webhook.compiled()))"
+    )
     out = subprocess.run([*CLI[:-2], "-c", code], capture_output=True, text=True, cwd=str(ROOT), check=True)
     _import_core()
     assert out.stdout.strip() == ",".join(webhook.compiled())

@@ -16,10 +16,19 @@ SCRIPT = REPO / "scripts" / "check-clean-tree.sh"
 
 
 def _git(repo: Path, *args: str) -> None:
-    subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True,
-                   env={"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@example.invalid",
-                        "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@example.invalid",
-                        "PATH": "/usr/bin:/bin", "HOME": str(repo)})
+    subprocess.run(
+        ["git", "-C", str(repo), *args],
+        check=True,
+        capture_output=True,
+        env={
+            "GIT_AUTHOR_NAME": "t",
+            "GIT_AUTHOR_EMAIL": "t@example.invalid",
+            "GIT_COMMITTER_NAME": "t",
+            "GIT_COMMITTER_EMAIL": "t@example.invalid",
+            "PATH": "/usr/bin:/bin",
+            "HOME": str(repo),
+        },
+    )
 
 
 @pytest.fixture
@@ -72,10 +81,21 @@ def test_every_leftover_fails_naming_the_path(repo, tmp_path, leftover):
 
 def test_ci_checks_the_tree_after_both_targets():
     lines = [ln.strip() for ln in (REPO / ".ci" / "run").read_text().splitlines()]
-    order = [ln for ln in lines if ln.startswith(("make test", "make e2e", "scripts/check-clean-tree.sh",
-                                                  "bash scripts/check-clean-tree.sh"))]
-    kinds = [("check" if "check-clean-tree" in ln and " check " in ln else
-              "snapshot" if "check-clean-tree" in ln else ln.split()[1]) for ln in order]
+    order = [
+        ln
+        for ln in lines
+        if ln.startswith(("make test", "make e2e", "scripts/check-clean-tree.sh", "bash scripts/check-clean-tree.sh"))
+    ]
+    kinds = [
+        (
+            "check"
+            if "check-clean-tree" in ln and " check " in ln
+            else "snapshot"
+            if "check-clean-tree" in ln
+            else ln.split()[1]
+        )
+        for ln in order
+    ]
     assert kinds[:1] == ["snapshot"], order
     assert "test" in kinds and "e2e" in kinds, order
     assert kinds[kinds.index("test") + 1] == "check" and kinds[kinds.index("e2e") + 1] == "check", order

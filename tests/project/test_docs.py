@@ -2,6 +2,7 @@
 heading that exist, the README stays a short front page whose contents list is its headings, and
 docs/architecture.md keeps one section per subpackage of webhook/, so a module's page is found by
 its name. Anchors are checked with GitHub's heading slugs, since GitHub is where the pages are read."""
+
 from __future__ import annotations
 
 import re
@@ -16,8 +17,15 @@ README_MAX_LINES = 250
 
 # The pages whose relative links are checked.
 DOC_FILES = sorted(
-    [ROOT / "README.md", ROOT / "SECURITY.md", ROOT / "benchmarks" / "README.md", ROOT / "deploy" / "README.md",
-     ROOT / "charts" / "rdma-webhook" / "README.md"] + list((ROOT / "docs").glob("*.md")))
+    [
+        ROOT / "README.md",
+        ROOT / "SECURITY.md",
+        ROOT / "benchmarks" / "README.md",
+        ROOT / "deploy" / "README.md",
+        ROOT / "charts" / "rdma-webhook" / "README.md",
+    ]
+    + list((ROOT / "docs").glob("*.md"))
+)
 
 FENCE = re.compile(r"^\s*(```|~~~)")
 ATX_HEADING = re.compile(r"^(#{1,6})\s+(.*?)\s*#*\s*$")
@@ -107,8 +115,12 @@ def broken_links(page: Path) -> list[str]:
         if not destination.exists():
             problems.append(f"{target}: no file {shown(destination)}")
             continue
-        if (fragment and destination.is_file() and destination.suffix == ".md"
-                and unquote(fragment).lower() not in anchors(destination.read_text())):
+        if (
+            fragment
+            and destination.is_file()
+            and destination.suffix == ".md"
+            and unquote(fragment).lower() not in anchors(destination.read_text())
+        ):
             problems.append(f"{target}: no heading with anchor #{fragment} in {shown(destination)}")
     return problems
 
@@ -134,7 +146,7 @@ def test_readme_contents_list_matches_its_headings():
     lines = text.splitlines()
     start = lines.index("## Contents")
     entries = []
-    for line in lines[start + 1:]:
+    for line in lines[start + 1 :]:
         if line.startswith("#"):
             break
         match = re.match(r"^\s*[-*]\s+\[([^\]]+)\]\(#([^)]+)\)\s*$", line)
@@ -159,8 +171,11 @@ def test_architecture_has_a_section_per_subpackage():
 
     packages = sorted(p.name for p in (ROOT / "webhook").iterdir() if (p / "__init__.py").exists())
     in_layer_order = [name for layer in webhook.LAYERS for name in layer]
-    sections = [m.group(1) for _, heading in headings((ROOT / "docs" / "architecture.md").read_text())
-                if (m := re.fullmatch(r"`webhook/([a-z_]+)/`", heading))]
+    sections = [
+        m.group(1)
+        for _, heading in headings((ROOT / "docs" / "architecture.md").read_text())
+        if (m := re.fullmatch(r"`webhook/([a-z_]+)/`", heading))
+    ]
     assert sorted(sections) == packages
     assert sections == in_layer_order
 
@@ -185,6 +200,8 @@ def test_github_slug_rules():
     assert github_slug("Apply-time checks (`/validate`)") == "apply-time-checks-validate"
     assert github_slug("MPI launchers: what every rank sees") == "mpi-launchers-what-every-rank-sees"
     assert github_slug("`webhook/commands/`") == "webhookcommands"
-    assert github_slug("Serving stack: gunicorn's master, uvicorn workers") == \
-        "serving-stack-gunicorns-master-uvicorn-workers"
+    assert (
+        github_slug("Serving stack: gunicorn's master, uvicorn workers")
+        == "serving-stack-gunicorns-master-uvicorn-workers"
+    )
     assert anchors("# A\n## A\n```\n# not a heading\n```\n## A\n") == {"a", "a-1", "a-2"}

@@ -104,9 +104,9 @@ def test_the_check_sees_a_planted_lazy_cycle():
     imports the API state, which imports the informer at the top. test_layers' top-level check
     does not see it; this one must."""
     edges = graph()
-    planted = ("def owner_of(informer):\n"
-               "    from webhook.cluster.api import ApiClusterState\n"
-               "    return ApiClusterState\n")
+    planted = (
+        "def owner_of(informer):\n    from webhook.cluster.api import ApiClusterState\n    return ApiClusterState\n"
+    )
     edges["webhook.cluster.informer"] = edges["webhook.cluster.informer"] | imported(ast.parse(planted))
     # api -> informer -> api, and api -> admission_policies -> informer -> api: one group of three
     assert cycles(edges) == [["webhook.cluster.admission_policies", "webhook.cluster.api", "webhook.cluster.informer"]]
@@ -122,9 +122,15 @@ def test_the_check_sees_a_cycle_through_type_checking_and_three_modules():
 
 
 def test_the_reader_resolves_each_form_of_import():
-    source = ("import webhook.core.decision\n"
-              "from webhook.cluster import api\n"
-              "from webhook.cluster.state import FileClusterState\n"
-              "def f():\n    from webhook import telemetry\n")
-    assert imported(ast.parse(source)) == {"webhook.core.decision", "webhook.cluster.api", "webhook.cluster.state",
-                                           "webhook.telemetry"}
+    source = (
+        "import webhook.core.decision\n"
+        "from webhook.cluster import api\n"
+        "from webhook.cluster.state import FileClusterState\n"
+        "def f():\n    from webhook import telemetry\n"
+    )
+    assert imported(ast.parse(source)) == {
+        "webhook.core.decision",
+        "webhook.cluster.api",
+        "webhook.cluster.state",
+        "webhook.telemetry",
+    }

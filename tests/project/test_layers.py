@@ -42,8 +42,9 @@ def imports(tree: ast.AST, name: str) -> list[tuple[int, str]]:
 
 
 def graph() -> dict[str, list[tuple[int, str]]]:
-    return {module_name(p): imports(ast.parse(p.read_text(), str(p)), module_name(p))
-            for p in sorted(PACKAGE.rglob("*.py"))}
+    return {
+        module_name(p): imports(ast.parse(p.read_text(), str(p)), module_name(p)) for p in sorted(PACKAGE.rglob("*.py"))
+    }
 
 
 def violations(edges: dict[str, list[tuple[int, str]]]) -> list[str]:
@@ -80,7 +81,7 @@ def cycles(edges: dict[str, list[tuple[int, str]]]) -> list[list[str]]:
         state[node] = 1
         for nxt in sorted(top.get(node, ())):
             if state.get(nxt) == 1:
-                found.append(stack[stack.index(nxt):] + [nxt])
+                found.append(stack[stack.index(nxt) :] + [nxt])
             elif nxt not in state:
                 visit(nxt, stack + [nxt])
         state[node] = 2
@@ -107,10 +108,22 @@ def test_no_import_cycles_between_modules():
 def test_the_core_imports_nothing_from_the_adapters():
     """The brief's rule, said on its own: the decision core (and what it stands on) never reaches
     serving, cluster state, policy loading or the CLI, not even lazily."""
-    adapters = ("webhook.serving", "webhook.cluster", "webhook.cli", "webhook.policy", "webhook.kinds", "webhook.admission")
-    low = {pkg for layer in webhook.LAYERS[:RANK["core"] + 1] for pkg in layer}
-    reached = sorted(f"{mod} -> {t}" for mod, targets in graph().items() if mod.split(".")[1:2] and mod.split(".")[1] in low
-                     for _, t in targets if t.startswith(adapters))
+    adapters = (
+        "webhook.serving",
+        "webhook.cluster",
+        "webhook.cli",
+        "webhook.policy",
+        "webhook.kinds",
+        "webhook.admission",
+    )
+    low = {pkg for layer in webhook.LAYERS[: RANK["core"] + 1] for pkg in layer}
+    reached = sorted(
+        f"{mod} -> {t}"
+        for mod, targets in graph().items()
+        if mod.split(".")[1:2] and mod.split(".")[1] in low
+        for _, t in targets
+        if t.startswith(adapters)
+    )
     assert reached == []
 
 
@@ -120,12 +133,21 @@ def test_compiled_modules_are_all_low_layers():
         assert RANK[name.split(".")[0]] <= RANK["admission"], name
 
 
-@pytest.mark.parametrize("source, expected", [
-    ("from webhook.serving import app\n", "imports webhook.serving.app, from a higher layer (serving over core)"),
-    ("def f():\n    from webhook.cli.main import main\n", "imports webhook.cli.main, from a higher layer (cli over core)"),
-    ("from webhook.kinds.workloads import expand\n", "imports webhook.kinds.workloads, from a higher layer (kinds over core)"),
-    ("import webhook.policy.load\n", "imports webhook.policy.load, from a higher layer (policy over core)"),
-])
+@pytest.mark.parametrize(
+    "source, expected",
+    [
+        ("from webhook.serving import app\n", "imports webhook.serving.app, from a higher layer (serving over core)"),
+        (
+            "def f():\n    from webhook.cli.main import main\n",
+            "imports webhook.cli.main, from a higher layer (cli over core)",
+        ),
+        (
+            "from webhook.kinds.workloads import expand\n",
+            "imports webhook.kinds.workloads, from a higher layer (kinds over core)",
+        ),
+        ("import webhook.policy.load\n", "imports webhook.policy.load, from a higher layer (policy over core)"),
+    ],
+)
 def test_the_check_sees_a_planted_upward_import(source, expected):
     """The checker itself, on a planted module of the core: each form of import is seen."""
     edges = graph()
@@ -136,9 +158,12 @@ def test_the_check_sees_a_planted_upward_import(source, expected):
 
 def test_the_check_sees_a_sideways_import_within_a_layer():
     edges = graph()
-    edges["webhook.fabrics.planted"] = imports(ast.parse("from webhook.commands import reader\n"), "webhook.fabrics.planted")
+    edges["webhook.fabrics.planted"] = imports(
+        ast.parse("from webhook.commands import reader\n"), "webhook.fabrics.planted"
+    )
     assert [v for v in violations(edges) if "planted" in v] == [
-        "webhook.fabrics.planted:1 imports webhook.commands.reader, from the same layer (commands over fabrics)"]
+        "webhook.fabrics.planted:1 imports webhook.commands.reader, from the same layer (commands over fabrics)"
+    ]
 
 
 MAX_MODULE_LINES = 500

@@ -23,12 +23,18 @@ def client(cluster):
     return create_app(store, cluster).test_client()
 
 
-@pytest.mark.parametrize("host", ["webhook.rdma-webhook.svc:443", "WebHook.Example:8443", "10.0.0.7", "[::1]:8443", "bücher.example"])
+@pytest.mark.parametrize(
+    "host", ["webhook.rdma-webhook.svc:443", "WebHook.Example:8443", "10.0.0.7", "[::1]:8443", "bücher.example"]
+)
 def test_routes_match_whatever_the_host_header_says(client, host):
     r = client.get("/healthz", headers={"Host": host})
     assert r.status_code == 200 and r.get_json() == {"status": "ok"}
-    r = client.post("/mutate", data=json.dumps(admission_review(pytorchjob_worker())), headers={"Host": host},
-                    content_type="application/json")
+    r = client.post(
+        "/mutate",
+        data=json.dumps(admission_review(pytorchjob_worker())),
+        headers={"Host": host},
+        content_type="application/json",
+    )
     assert r.status_code == 200 and r.get_json()["response"]["allowed"] is True
 
 
@@ -37,8 +43,17 @@ def test_no_host_header_at_all(client):
     assert r.status_code == 200
 
 
-@pytest.mark.parametrize("path, code", [("/mutate/", 404), ("/m%C3%BCtate", 404), ("/müt", 404), ("/", 404),
-                                        ("/healthz?verbose=1", 200), ("//healthz", 404)])
+@pytest.mark.parametrize(
+    "path, code",
+    [
+        ("/mutate/", 404),
+        ("/m%C3%BCtate", 404),
+        ("/müt", 404),
+        ("/", 404),
+        ("/healthz?verbose=1", 200),
+        ("//healthz", 404),
+    ],
+)
 def test_unknown_paths_are_json_404s(client, path, code):
     r = client.get(path)
     assert r.status_code == code and r.is_json

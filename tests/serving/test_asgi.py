@@ -12,9 +12,17 @@ from webhook.serving.asgi import BODY_COMPLETE, Front
 
 
 def scope(method="POST", path="/mutate", query=b"", headers=()):
-    return {"type": "http", "http_version": "1.1", "method": method, "path": path, "query_string": query,
-            "scheme": "https", "server": ("127.0.0.1", 8443), "client": ("10.0.0.9", 51234),
-            "headers": [(k.encode(), v.encode()) for k, v in headers]}
+    return {
+        "type": "http",
+        "http_version": "1.1",
+        "method": method,
+        "path": path,
+        "query_string": query,
+        "scheme": "https",
+        "server": ("127.0.0.1", 8443),
+        "client": ("10.0.0.9", 51234),
+        "headers": [(k.encode(), v.encode()) for k, v in headers],
+    }
 
 
 def drive(front, sc, messages, pause_after=None):
@@ -48,16 +56,24 @@ def echo_app(seen):
         status = "413 Request Entity Too Large" if body == b"big" else "200 OK"
         start_response(status, [("Content-Type", "application/json"), ("X-Len", str(len(body)))])
         return [json.dumps({"got": body.decode()}).encode()]
+
     return app
 
 
 def test_body_in_pieces_reaches_the_app_as_one_wsgi_request():
     seen = []
-    sent = drive(Front(echo_app(seen)), scope(query=b"timeout=10s", headers=[("content-type", "application/json"),
-                                                                             ("x-forwarded-for", "a"), ("x-forwarded-for", "b")]),
-                 [{"type": "http.request", "body": b'{"a":', "more_body": True},
-                  {"type": "http.request", "body": b"", "more_body": True},
-                  {"type": "http.request", "body": b"1}", "more_body": False}])
+    sent = drive(
+        Front(echo_app(seen)),
+        scope(
+            query=b"timeout=10s",
+            headers=[("content-type", "application/json"), ("x-forwarded-for", "a"), ("x-forwarded-for", "b")],
+        ),
+        [
+            {"type": "http.request", "body": b'{"a":', "more_body": True},
+            {"type": "http.request", "body": b"", "more_body": True},
+            {"type": "http.request", "body": b"1}", "more_body": False},
+        ],
+    )
     status, headers, body = answer(sent)
     assert status == 200 and json.loads(body) == {"got": '{"a":1}'}
     assert headers[b"content-type"] == b"application/json" and headers[b"x-len"] == b"7"
@@ -78,26 +94,36 @@ def test_declared_length_over_the_limit_is_refused_unread():
 
 def test_chunked_body_over_the_limit_is_refused_as_it_arrives():
     seen = []
-    sent = drive(Front(echo_app(seen), max_body=10),
-                 scope(headers=[("transfer-encoding", "chunked")]),
-                 [{"type": "http.request", "body": b"x" * 6, "more_body": True},
-                  {"type": "http.request", "body": b"x" * 6, "more_body": True}])  # then silence
+    sent = drive(
+        Front(echo_app(seen), max_body=10),
+        scope(headers=[("transfer-encoding", "chunked")]),
+        [
+            {"type": "http.request", "body": b"x" * 6, "more_body": True},
+            {"type": "http.request", "body": b"x" * 6, "more_body": True},
+        ],
+    )  # then silence
     status, headers, _ = answer(sent)
     assert status == 413 and headers[b"connection"] == b"close" and not seen
 
 
 def test_a_body_that_stops_arriving_gets_408():
     seen = []
-    sent = drive(Front(echo_app(seen), timeout=0.2), scope(headers=[("content-length", "100")]),
-                 [{"type": "http.request", "body": b"x", "more_body": True}])
+    sent = drive(
+        Front(echo_app(seen), timeout=0.2),
+        scope(headers=[("content-length", "100")]),
+        [{"type": "http.request", "body": b"x", "more_body": True}],
+    )
     status, headers, body = answer(sent)
     assert status == 408 and headers[b"connection"] == b"close" and b"not received in time" in body and not seen
 
 
 def test_a_client_that_disconnects_is_not_answered():
     seen = []
-    sent = drive(Front(echo_app(seen)), scope(), [{"type": "http.request", "body": b"x", "more_body": True},
-                                                  {"type": "http.disconnect"}])
+    sent = drive(
+        Front(echo_app(seen)),
+        scope(),
+        [{"type": "http.request", "body": b"x", "more_body": True}, {"type": "http.disconnect"}],
+    )
     assert sent == [] and not seen
 
 
@@ -141,6 +167,7 @@ def test_the_body_deadline_is_armed_only_when_the_body_may_still_be_on_its_way(m
 
 # -- the admissions taken without Flask -------------------------------------------------------------
 
+
 def _front_and_flask(cluster):
     from conftest import POLICIES
     from webhook.policy.store import PolicyStore
@@ -156,9 +183,14 @@ def _bodies():
     import kube_objects as k
 
     good = json.dumps(k.admission_review(k.pytorchjob_worker())).encode()
-    return {"good": good, "empty": b"", "not json": b"{not json", "not a review": b'{"kind": "Pod"}',
-            "no uid": json.dumps({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": {}}).encode(),
-            "list": b"[1, 2]"}
+    return {
+        "good": good,
+        "empty": b"",
+        "not json": b"{not json",
+        "not a review": b'{"kind": "Pod"}',
+        "no uid": json.dumps({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": {}}).encode(),
+        "list": b"[1, 2]",
+    }
 
 
 def test_admissions_skip_flask_and_answer_exactly_as_its_routes_do(cluster):
@@ -169,15 +201,33 @@ def test_admissions_skip_flask_and_answer_exactly_as_its_routes_do(cluster):
     front.app = lambda environ, start_response: calls.append(environ) or app(environ, start_response)
     for path in ("/mutate", "/validate"):
         for what, body in _bodies().items():
-            status, headers, data = answer(drive(front, scope(path=path, headers=[("content-length", str(len(body)))]),
-                                                 [{"type": "http.request", "body": body, "more_body": False}]))
+            status, headers, data = answer(
+                drive(
+                    front,
+                    scope(path=path, headers=[("content-length", str(len(body)))]),
+                    [{"type": "http.request", "body": body, "more_body": False}],
+                )
+            )
             via_flask = []
-            flask_data = b"".join(app({"REQUEST_METHOD": "POST", "PATH_INFO": path, "SCRIPT_NAME": "", "QUERY_STRING": "",
-                                       "SERVER_NAME": "x", "SERVER_PORT": "443", "SERVER_PROTOCOL": "HTTP/1.1",
-                                       "CONTENT_LENGTH": str(len(body)), "CONTENT_TYPE": "application/json",
-                                       "wsgi.input": __import__("io").BytesIO(body), "wsgi.url_scheme": "https",
-                                       "wsgi.errors": __import__("sys").stderr},
-                                      lambda s, h, e=None: via_flask.append((int(s[:3]), dict(h)))))
+            flask_data = b"".join(
+                app(
+                    {
+                        "REQUEST_METHOD": "POST",
+                        "PATH_INFO": path,
+                        "SCRIPT_NAME": "",
+                        "QUERY_STRING": "",
+                        "SERVER_NAME": "x",
+                        "SERVER_PORT": "443",
+                        "SERVER_PROTOCOL": "HTTP/1.1",
+                        "CONTENT_LENGTH": str(len(body)),
+                        "CONTENT_TYPE": "application/json",
+                        "wsgi.input": __import__("io").BytesIO(body),
+                        "wsgi.url_scheme": "https",
+                        "wsgi.errors": __import__("sys").stderr,
+                    },
+                    lambda s, h, e=None: via_flask.append((int(s[:3]), dict(h))),
+                )
+            )
             assert status == via_flask[0][0], (path, what, status, via_flask)
             if what == "good":  # the same decision; the uid and the patch are the same, the timing is not in the body
                 assert json.loads(data) == json.loads(flask_data), (path, what)
@@ -188,7 +238,9 @@ def test_admissions_skip_flask_and_answer_exactly_as_its_routes_do(cluster):
     # Everything else still goes through Flask: a wrong method, the probes.
     status, _, data = answer(drive(front, scope(method="GET", path="/mutate"), [{"type": "http.request", "body": b""}]))
     assert status == 405 and len(calls) == 1
-    status, _, data = answer(drive(front, scope(method="GET", path="/healthz"), [{"type": "http.request", "body": b""}]))
+    status, _, data = answer(
+        drive(front, scope(method="GET", path="/healthz"), [{"type": "http.request", "body": b""}])
+    )
     assert status == 200 and json.loads(data) == {"status": "ok"} and len(calls) == 2
 
 
@@ -197,6 +249,7 @@ def test_an_error_outside_the_decision_on_the_direct_path_is_a_503_not_a_crash(c
 
     def broken(endpoint, body):
         raise RuntimeError("boom")
+
     front.direct = {"/mutate": ("mutate", broken)}
     status, headers, data = answer(drive(front, scope(), [{"type": "http.request", "body": b"{}"}]))
     assert status == 503 and json.loads(data) == {"error": "internal error"}

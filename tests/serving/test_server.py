@@ -83,9 +83,15 @@ def test_untouched_pods_and_namespaces(server):
     assert not r["allowed"] and "[pod-security]" in r["status"]["message"]
 
 
-@pytest.mark.parametrize("body,status", [
-    (b"not json", 400), (b"", 400), (b"[]", 400), (b'{"request": {}}', 400),
-])
+@pytest.mark.parametrize(
+    "body,status",
+    [
+        (b"not json", 400),
+        (b"", 400),
+        (b"[]", 400),
+        (b'{"request": {}}', 400),
+    ],
+)
 def test_bad_bodies(server, body, status):
     code, data, headers = server.request("POST", "/mutate", body)
     assert code == status
@@ -104,8 +110,10 @@ def test_oversized_body_refused_without_reading_it(server):
     ctx = server.context()
     with socket.create_connection(("127.0.0.1", server.port), timeout=10) as raw:
         with ctx.wrap_socket(raw, server_hostname="localhost") as s:
-            s.sendall(b"POST /mutate HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n"
-                      b"Content-Length: 104857600\r\n\r\n")
+            s.sendall(
+                b"POST /mutate HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n"
+                b"Content-Length: 104857600\r\n\r\n"
+            )
             s.sendall(b"{" * 1024)
             data = s.recv(65536)
     assert data.startswith(b"HTTP/1.1 413")
@@ -116,8 +124,20 @@ def test_oversized_body_refused_without_reading_it(server):
 def test_health_ready_metrics(server):
     assert server.request("GET", "/healthz")[0] == 200
     code, data, _ = server.request("GET", "/readyz")
-    assert code == 200 and json.loads(data)["policies"] == ["efa", "efa-dra", "erdma", "gke-gib", "gke-tcpxo", "ib-shared", "nd-infiniband",
-                                                        "oke-roce-host", "roce-dranet", "roce-dranet-aligned", "sriov-roce", "sriov-roce-8rail"]
+    assert code == 200 and json.loads(data)["policies"] == [
+        "efa",
+        "efa-dra",
+        "erdma",
+        "gke-gib",
+        "gke-tcpxo",
+        "ib-shared",
+        "nd-infiniband",
+        "oke-roce-host",
+        "roce-dranet",
+        "roce-dranet-aligned",
+        "sriov-roce",
+        "sriov-roce-8rail",
+    ]
     server.review(k.admission_review(k.pytorchjob_worker()))
     code, data, headers = server.request("GET", "/metrics")
     text = data.decode()
@@ -128,7 +148,7 @@ def test_health_ready_metrics(server):
     assert "rdma_webhook_policies_loaded 12.0" in text
     # a ready replica says so: the gunicorn master holds an entry of every gauge too (multi-process
     # mode), and it must not pull the livemin gauge down to 0 (the cache-not-ready alert would fire)
-    assert "rdma_webhook_cluster_cache_ready 1.0" in text, [l for l in text.splitlines() if "cache_ready" in l]
+    assert "rdma_webhook_cluster_cache_ready 1.0" in text, [line for line in text.splitlines() if "cache_ready" in line]
 
 
 def test_one_log_line_per_admission(server):
@@ -140,17 +160,27 @@ def test_one_log_line_per_admission(server):
     assert server.review(review)["response"]["allowed"]
     deadline = time.monotonic() + 30  # written within a loop pass; the margin is for a loaded machine
     while time.monotonic() < deadline:
-        lines = [json.loads(line) for line in server.log.read_text().splitlines()
-                 if line.startswith("{") and uid in line]
+        lines = [
+            json.loads(line) for line in server.log.read_text().splitlines() if line.startswith("{") and uid in line
+        ]
         if lines:
             break
         time.sleep(0.05)
     assert len(lines) == 1, lines
     line = lines[0]
     assert time.strptime(line["time"], "%Y-%m-%dT%H:%M:%S")
-    assert {k: line[k] for k in ("level", "logger", "msg", "endpoint", "outcome", "policy", "namespace", "operation")} == {
-        "level": "info", "logger": "rdma_webhook.admission", "msg": "admission", "endpoint": "mutate",
-        "outcome": "mutated", "policy": "erdma", "namespace": review["request"]["namespace"], "operation": "CREATE"}
+    assert {
+        k: line[k] for k in ("level", "logger", "msg", "endpoint", "outcome", "policy", "namespace", "operation")
+    } == {
+        "level": "info",
+        "logger": "rdma_webhook.admission",
+        "msg": "admission",
+        "endpoint": "mutate",
+        "outcome": "mutated",
+        "policy": "erdma",
+        "namespace": review["request"]["namespace"],
+        "operation": "CREATE",
+    }
     assert line["pod"] == pod_name(pod) and line["ms"] > 0
     assert "NCCL" not in json.dumps(line) and "containers" not in line
 
@@ -173,6 +203,7 @@ def _tls11_client_works(server) -> str:
     lax.set_ciphers("ALL:@SECLEVEL=0")
     lax.load_cert_chain(server.certs / "tls.crt", server.certs / "tls.key")
     with socket.create_server(("127.0.0.1", 0)) as listener:
+
         def serve_one() -> None:
             conn, _ = listener.accept()
             with lax.wrap_socket(conn, server_side=True):
@@ -224,6 +255,7 @@ def test_the_serving_context_refuses_tls11_for_its_version(tmp_path):
     client.minimum_version = ssl.TLSVersion.TLSv1
     client.set_ciphers("ALL:@SECLEVEL=0")
     with socket.create_server(("127.0.0.1", 0)) as listener:
+
         def serve_one() -> None:
             conn, _ = listener.accept()
             try:
@@ -278,7 +310,10 @@ def test_policy_hot_reload(tmp_path):
     srv = start_server(tmp_path)
     try:
         pod = k.pod([k.container("trainer")])
-        env = {e["name"]: e["value"] for e in apply(srv.review(k.admission_review(pod)), pod)["spec"]["containers"][0]["env"]}
+        env = {
+            e["name"]: e["value"]
+            for e in apply(srv.review(k.admission_review(pod)), pod)["spec"]["containers"][0]["env"]
+        }
         assert env["NCCL_MIN_NCHANNELS"] == "16"
         path = srv.policies_dir / "erdma.yaml"
         text = path.read_text()
@@ -344,8 +379,11 @@ def test_metrics_page_names_are_the_exported_list(server):
     # check's gauges only under --check-admission-policy (e2e/test_admission_policy.py reads
     # them there); everything else must be there
     assert served <= EXPORTED_METRIC_NAMES
-    assert EXPORTED_METRIC_NAMES - served <= {"rdma_webhook_policy_reloads_total", "rdma_webhook_admission_policy_in_sync",
-                                              "rdma_webhook_admission_policy_mismatches"}
+    assert EXPORTED_METRIC_NAMES - served <= {
+        "rdma_webhook_policy_reloads_total",
+        "rdma_webhook_admission_policy_in_sync",
+        "rdma_webhook_admission_policy_mismatches",
+    }
 
 
 def test_graceful_shutdown_under_traffic_loses_no_request(tmp_path):
@@ -388,7 +426,9 @@ def test_graceful_shutdown_under_traffic_loses_no_request(tmp_path):
             except (OSError, http.client.HTTPException) as exc:
                 with lock:
                     counts["lost"] += 1
-                    counts.setdefault("lost_errors", []).append(f"{exc!r} fresh={fresh} t={time.monotonic() - T0[0]:.3f}")
+                    counts.setdefault("lost_errors", []).append(
+                        f"{exc!r} fresh={fresh} t={time.monotonic() - T0[0]:.3f}"
+                    )
                 conn = None
 
     threads = [threading.Thread(target=client, daemon=True) for _ in range(8)]

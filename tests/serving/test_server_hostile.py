@@ -88,9 +88,16 @@ def read_response(sock: ssl.SSLSocket, deadline: float, data: bytes = b"") -> tu
         head_end = data.find(b"\r\n\r\n")
         if head_end >= 0:
             head = data[:head_end].decode("latin-1")
-            length = next((int(line.split(":", 1)[1]) for line in head.split("\r\n") if line.lower().startswith("content-length:")), 0)
+            length = next(
+                (
+                    int(line.split(":", 1)[1])
+                    for line in head.split("\r\n")
+                    if line.lower().startswith("content-length:")
+                ),
+                0,
+            )
             if len(data) >= head_end + 4 + length:
-                return int(head.split()[1]), data[head_end + 4: head_end + 4 + length]
+                return int(head.split()[1]), data[head_end + 4 : head_end + 4 + length]
         if time.monotonic() > deadline:
             raise TimeoutError(f"no complete response; got {data[:200]!r}")
         try:
@@ -160,7 +167,9 @@ BODIES = {
     "nested-100k-brackets": b"[" * 100_000 + b"]" * 100_000,
     "nested-100k-in-request": b'{"request": ' + b"[" * 100_000 + b"]" * 100_000 + b"}",
     "nested-100k-objects": b'{"a":' * 100_000 + b"1" + b"}" * 100_000,
-    "nested-100k-in-object": _VALID.replace(b'"spec": {', b'"x": ' + b"[" * 100_000 + b"]" * 100_000 + b', "spec": {', 1),
+    "nested-100k-in-object": _VALID.replace(
+        b'"spec": {', b'"x": ' + b"[" * 100_000 + b"]" * 100_000 + b', "spec": {', 1
+    ),
     "unclosed-100k": b"[" * 100_000,
     "invalid-utf8": b'{"request": {"uid": "\xff\xfe"}}',
     "lone-surrogate": b'{"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": {"uid": "\\ud800"}}',
@@ -168,7 +177,9 @@ BODIES = {
     "bom": b"\xef\xbb\xbf" + _VALID,
     "nan": b'{"request": {"uid": NaN}}',
     "huge-number": b'{"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": {"uid": "u", "object": 1e999999}}',
-    "huge-int": b'{"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": {"uid": "u", "object": ' + b"9" * 5000 + b"}}",
+    "huge-int": b'{"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": {"uid": "u", "object": '
+    + b"9" * 5000
+    + b"}}",
     "duplicate-keys": _VALID[:-1] + b', "request": {"uid": "second", "object": null}}',
     "null": b"null",
     "string": b'"AdmissionReview"',
@@ -176,11 +187,15 @@ BODIES = {
     "request-list": b'{"request": []}',
     "uid-object": b'{"request": {"uid": {"a": 1}}}',
     "object-string": b'{"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": {"uid": "u", "object": "pod"}}',
-    "kind-is-list": b'{"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": {"uid": "u", "kind": [], "resource": 7, "operation": {}}}',
+    "kind-is-list": b'{"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": '
+    b'{"uid": "u", "kind": [], "resource": 7, "operation": {}}}',
     "v1beta1": _VALID.replace(b"admission.k8s.io/v1", b"admission.k8s.io/v1beta1", 1),
-    "long-uid": b'{"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": {"uid": "' + b"u" * 1_000_000 + b'"}}',
+    "long-uid": b'{"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": {"uid": "'
+    + b"u" * 1_000_000
+    + b'"}}',
     "many-keys": b'{"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": {"uid": "u", "object": {'
-                 + b",".join(b'"k%d": %d' % (i, i) for i in range(100_000)) + b"}}}",
+    + b",".join(b'"k%d": %d' % (i, i) for i in range(100_000))
+    + b"}}}",
 }
 
 
@@ -192,7 +207,7 @@ def test_unreadable_and_odd_bodies(server, name):
     check_alive(server)
 
 
-WRONG = [None, 0, -1, 1.5, True, "", "x", [], {}, ["x"], {"a": 1}, "\x00\u202e\U0001F600", 10**30]
+WRONG = [None, 0, -1, 1.5, True, "", "x", [], {}, ["x"], {"a": 1}, "\x00\u202e\U0001f600", 10**30]
 
 
 def _paths(node: Any, path: tuple = ()):
@@ -215,17 +230,31 @@ def _replace(doc: Any, path: tuple, value: Any) -> Any:
 
 
 def _rich_pod() -> dict[str, Any]:
-    c = k.container("trainer", gpus=4, env=[{"name": "NCCL_DEBUG", "value": "INFO"},
-                                            {"name": "RANK", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}}],
-                    command=["/bin/bash", "-c"], args=["export NCCL_IB_DISABLE=0\ntorchrun train.py"],
-                    envFrom=[{"configMapRef": {"name": "x"}, "prefix": "APP_"}],
-                    securityContext={"capabilities": {"add": ["SYS_PTRACE"], "drop": ["ALL"]}, "runAsUser": 0},
-                    volumeMounts=[{"name": "dshm", "mountPath": "/dev/shm"}], limits={"aliyun/erdma": "1", "cpu": "8"})
+    c = k.container(
+        "trainer",
+        gpus=4,
+        env=[
+            {"name": "NCCL_DEBUG", "value": "INFO"},
+            {"name": "RANK", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
+        ],
+        command=["/bin/bash", "-c"],
+        args=["export NCCL_IB_DISABLE=0\ntorchrun train.py"],
+        envFrom=[{"configMapRef": {"name": "x"}, "prefix": "APP_"}],
+        securityContext={"capabilities": {"add": ["SYS_PTRACE"], "drop": ["ALL"]}, "runAsUser": 0},
+        volumeMounts=[{"name": "dshm", "mountPath": "/dev/shm"}],
+        limits={"aliyun/erdma": "1", "cpu": "8"},
+    )
     side = k.container("sidecar", "busybox:1.36", gpus=None)
     init = k.container("fetch", "busybox:1.36", gpus=None, command=["sh", "-c", "true"])
-    return k.pod([c, side], init_containers=[init], namespace="ai-training", name="hostile-0", generate_name=None,
-                 annotations={"rdma-webhook.io/policy": "sriov-roce", "k8s.v1.cni.cncf.io/networks": '[{"name": "other"}]'},
-                 volumes=[{"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": "1Gi"}}])
+    return k.pod(
+        [c, side],
+        init_containers=[init],
+        namespace="ai-training",
+        name="hostile-0",
+        generate_name=None,
+        annotations={"rdma-webhook.io/policy": "sriov-roce", "k8s.v1.cni.cncf.io/networks": '[{"name": "other"}]'},
+        volumes=[{"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": "1Gi"}}],
+    )
 
 
 def test_wrong_types_everywhere(server):
@@ -238,7 +267,9 @@ def test_wrong_types_everywhere(server):
     try:
         for path in paths:
             for wrong in WRONG:
-                status, data, _ = server.request("POST", "/mutate", json.dumps(_replace(rv, path, wrong)).encode(), conn=conn)
+                status, data, _ = server.request(
+                    "POST", "/mutate", json.dumps(_replace(rv, path, wrong)).encode(), conn=conn
+                )
                 doc = check_answer(status, data)
                 if status == 200 and path[:1] == ("request",):
                     assert doc["response"]["uid"] == "typed", path
@@ -250,14 +281,32 @@ def test_wrong_types_everywhere(server):
 
 
 def test_unicode_and_control_characters(server):
-    weird = ["\x00", "\x1b[31mred", "line\nbreak\r\n", "\u202eevil\u202c", "\U0001F600", "日本語", "\ufeff", "\\", '"quoted"', "\ud7ff", "$(X)", "\t"]
+    weird = [
+        "\x00",
+        "\x1b[31mred",
+        "line\nbreak\r\n",
+        "\u202eevil\u202c",
+        "\U0001f600",
+        "日本語",
+        "\ufeff",
+        "\\",
+        '"quoted"',
+        "\ud7ff",
+        "$(X)",
+        "\t",
+    ]
     env = [{"name": f"V{i}", "value": w} for i, w in enumerate(weird)] + [{"name": "NCCL_NET", "value": "I\u0299"}]
-    c = k.container("trainer", env=env, command=["/bin/sh", "-c", "echo " + " ".join(weird) + "\nexport NCCL_DEBUG=INFO\u00a0"])
+    c = k.container(
+        "trainer", env=env, command=["/bin/sh", "-c", "echo " + " ".join(weird) + "\nexport NCCL_DEBUG=INFO\u00a0"]
+    )
     cases = [
         k.pod([c]),
         k.pod([k.container("trainer")], name="pod-\u202e\n\x00", generate_name=None),
         k.pod([k.container("tr\u0430iner")], labels={"rdma-webhook.io/inject": "true", "x\ny": "\x00"}),
-        k.pod([k.container("trainer")], annotations={"rdma-webhook.io/policy": "erdma\x00", "k8s.v1.cni.cncf.io/networks": "rdma\u2028network"}),
+        k.pod(
+            [k.container("trainer")],
+            annotations={"rdma-webhook.io/policy": "erdma\x00", "k8s.v1.cni.cncf.io/networks": "rdma\u2028network"},
+        ),
         k.pod([k.container("trainer")], namespace="ml-training\n{\"level\":\"error\"}"),
     ]
     for pod in cases:
@@ -271,21 +320,25 @@ def test_unicode_and_control_characters(server):
             json.loads(line)
 
 
-
 def test_pathological_variable_references_are_answered_within_the_api_server_timeout(server):
     """`$(` repeated to near the body limit, in a command argument and in an NCCL variable's
     value: both are `$(VAR)`-expanded, and the answer comes within the client's 10 s (the API
     server's webhook timeout). The expansion used to be a regex split that, from every `$(`,
     scanned ahead for a `)`: quadratic, 443 s of a worker's CPU for 400 KB of `$(` (measured)."""
     junk = "$(" * 400_000
-    c = k.container("trainer", gpus=8, env=[{"name": "NCCL_DEBUG", "value": junk + "$(A" * 1000 + ")"}],
-                    command=["torchrun", junk, "$(NCCL_DEBUG)"])
+    c = k.container(
+        "trainer",
+        gpus=8,
+        env=[{"name": "NCCL_DEBUG", "value": junk + "$(A" * 1000 + ")"}],
+        command=["torchrun", junk, "$(NCCL_DEBUG)"],
+    )
     body, uid = review_body(k.pod([c]))
     assert 1_500_000 < len(body) < MAX_BODY
     status, data, _ = server.request("POST", "/mutate", body)
     doc = check_answer(status, data, uid)
     assert status == 200 and doc["response"]["allowed"] is True, doc
     check_alive(server)
+
 
 # -- bodies over the limit ------------------------------------------------------------------------
 
@@ -296,13 +349,20 @@ def test_oversized_content_length_variants(server):
     """Content-Length one over the limit: 413 before the body is sent. Malformed lengths, and
     Content-Length with Transfer-Encoding (the request smuggling shape): 400 from the HTTP parser
     (httptools refuses both; RFC 9112 6.1 lets a server reject the pair), answered, not just closed."""
-    status, body, sent = streamed(server, _HEAD + b"Content-Length: %d\r\n\r\n" % (MAX_BODY + 1), iter([b"{" * 1024]), timeout=15)
+    status, body, sent = streamed(
+        server, _HEAD + b"Content-Length: %d\r\n\r\n" % (MAX_BODY + 1), iter([b"{" * 1024]), timeout=15
+    )
     assert status == 413 and sent <= 1024, (status, body)
     for bad in (b"-1", b"abc", b"1, 2", b"99999999999999999999999"):
         status, body, _ = streamed(server, _HEAD + b"Content-Length: " + bad + b"\r\n\r\n", iter([b"{}"]), timeout=15)
         assert status == 400, (bad, status, body)
         check_alive(server)
-    status, body, _ = streamed(server, _HEAD + b"Content-Length: 4\r\nTransfer-Encoding: chunked\r\n\r\n", iter([b"2\r\n{}\r\n0\r\n\r\n"]), timeout=15)
+    status, body, _ = streamed(
+        server,
+        _HEAD + b"Content-Length: 4\r\nTransfer-Encoding: chunked\r\n\r\n",
+        iter([b"2\r\n{}\r\n0\r\n\r\n"]),
+        timeout=15,
+    )
     assert status == 400, (status, body)
     check_alive(server)
 
@@ -323,7 +383,9 @@ def test_oversized_chunked_body_is_refused_with_413(server):
     # 32 MiB more than the limit: far more than loopback socket buffers hold (a few MiB), so a
     # client that could send it all would show that the server kept reading.
     extra = 32 * 1024 * 1024
-    status, body, sent = streamed(server, head, iter([b"%x\r\n" % len(review) + review + b"\r\n", *_chunks(MAX_BODY + extra)]))
+    status, body, sent = streamed(
+        server, head, iter([b"%x\r\n" % len(review) + review + b"\r\n", *_chunks(MAX_BODY + extra)])
+    )
     check_alive(server)
     assert status == 413, (status, body[:200])
     assert sent < MAX_BODY + extra // 2, f"the server read {sent} bytes of the oversized body"
@@ -331,13 +393,17 @@ def test_oversized_chunked_body_is_refused_with_413(server):
 
 def test_chunked_body_under_the_limit_is_answered(server):
     review, uid = review_body(k.pytorchjob_worker())
-    status, body, _ = streamed(server, _HEAD + b"Transfer-Encoding: chunked\r\n\r\n",
-                               iter([b"%x\r\n" % len(review) + review + b"\r\n0\r\n\r\n"]))
+    status, body, _ = streamed(
+        server,
+        _HEAD + b"Transfer-Encoding: chunked\r\n\r\n",
+        iter([b"%x\r\n" % len(review) + review + b"\r\n0\r\n\r\n"]),
+    )
     doc = check_answer(status, body, uid)
     assert doc["response"]["allowed"] and "patch" in doc["response"]
 
 
 # -- slow and idle clients ------------------------------------------------------------------------
+
 
 @pytest.fixture
 def own_server(tmp_path):
@@ -503,21 +569,26 @@ def test_idle_keepalive_connections_do_not_block_others(own_server):
 
 # -- client certificate authentication ------------------------------------------------------------
 
+
 def _client_cert(ca: x509.Certificate, ca_key, name: str) -> tuple[bytes, bytes]:
     key = ec.generate_private_key(ec.SECP256R1())
     now = dt.datetime.now(dt.timezone.utc)
     cert = (
         x509.CertificateBuilder()
         .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, name)]))
-        .issuer_name(ca.subject).public_key(key.public_key())
+        .issuer_name(ca.subject)
+        .public_key(key.public_key())
         .serial_number(x509.random_serial_number())
-        .not_valid_before(now - dt.timedelta(minutes=5)).not_valid_after(now + dt.timedelta(days=1))
+        .not_valid_before(now - dt.timedelta(minutes=5))
+        .not_valid_after(now + dt.timedelta(days=1))
         .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
         .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.CLIENT_AUTH]), critical=False)
         .sign(ca_key, hashes.SHA256())
     )
-    return (cert.public_bytes(serialization.Encoding.PEM),
-            key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()))
+    return (
+        cert.public_bytes(serialization.Encoding.PEM),
+        key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()),
+    )
 
 
 @pytest.fixture(scope="module")
@@ -618,7 +689,9 @@ def sec_server(tmp_path_factory):
     shutil.copytree(S.ROOT / "policies", pol)
     (pol / "llm-only.yaml").write_text(RESTRICTED_POLICY)
     state = tmp / "cluster-state.yaml"
-    state.write_text((S.ROOT / "examples" / "cluster-state.yaml").read_text().rstrip() + "\n" + S._EXTRA_STATE.strip("\n") + "\n")
+    state.write_text(
+        (S.ROOT / "examples" / "cluster-state.yaml").read_text().rstrip() + "\n" + S._EXTRA_STATE.strip("\n") + "\n"
+    )
     srv = start_server(tmp, extra_args=["--cluster-state", str(state)])
     yield srv
     stop_server(srv)
@@ -628,7 +701,10 @@ def test_policy_the_namespace_may_not_use_is_denied(sec_server):
     pod = k.pod([k.container("trainer")], annotations={"rdma-webhook.io/policy": "llm-only"})
     r = sec_server.review(k.admission_review(pod))["response"]
     assert r["allowed"] is False and r["status"]["code"] == 403
-    assert "'llm-only'" in r["status"]["message"] and "may not be used in namespace 'ml-training'" in r["status"]["message"]
+    assert (
+        "'llm-only'" in r["status"]["message"]
+        and "may not be used in namespace 'ml-training'" in r["status"]["message"]
+    )
     assert "[no-policy]" in r["status"]["message"] and "patch" not in r
     # a namespace label naming it does not help either
     pod = k.pod([k.container("trainer")], namespace="bad-default")
@@ -653,20 +729,43 @@ def test_pod_label_without_namespace_opt_in_changes_nothing(sec_server, namespac
 def test_no_secrets_or_pod_specs_in_logs(sec_server):
     marker = S.SECRET_MARKER
     jwt = "eyJhbGciOiJSUzI1NiIsImtpZCI6IjEifQ.eyJzdWIiOiJzeXN0ZW06c2VydmljZWFjY291bnQifQ.c2lnbmF0dXJl"
-    secret_env = [{"name": "API_TOKEN", "value": marker}, {"name": "HF_TOKEN", "value": jwt},
-                  {"name": "DB_PASSWORD", "valueFrom": {"secretKeyRef": {"name": "db", "key": marker}}}]
-    volumes = [{"name": "sa-token", "projected": {"sources": [{"serviceAccountToken": {"audience": marker, "path": "token"}}]}},
-               {"name": "creds", "secret": {"secretName": "creds-" + marker.lower()}}]
+    secret_env = [
+        {"name": "API_TOKEN", "value": marker},
+        {"name": "HF_TOKEN", "value": jwt},
+        {"name": "DB_PASSWORD", "valueFrom": {"secretKeyRef": {"name": "db", "key": marker}}},
+    ]
+    volumes = [
+        {
+            "name": "sa-token",
+            "projected": {"sources": [{"serviceAccountToken": {"audience": marker, "path": "token"}}]},
+        },
+        {"name": "creds", "secret": {"secretName": "creds-" + marker.lower()}},
+    ]
     mounts = [{"name": "sa-token", "mountPath": "/var/run/secrets/tokens"}, {"name": "creds", "mountPath": "/creds"}]
     pods = [
-        k.pod([k.container("trainer", env=secret_env, volumeMounts=mounts, command=["sh", "-c", f"echo {marker}"])], volumes=volumes),
+        k.pod(
+            [k.container("trainer", env=secret_env, volumeMounts=mounts, command=["sh", "-c", f"echo {marker}"])],
+            volumes=volumes,
+        ),
         # denied: the deny message quotes the offending value back to the user, never to the log
         k.pod([k.container("trainer", env=secret_env + [{"name": "NCCL_NET", "value": marker}])]),
-        k.pod([k.container("trainer", env=[{"name": "NCCL_IB_HCA", "value": marker}],
-                           command=["mpirun", "-x", f"NCCL_IB_DISABLE={marker}"])], namespace="ai-training"),
+        k.pod(
+            [
+                k.container(
+                    "trainer",
+                    env=[{"name": "NCCL_IB_HCA", "value": marker}],
+                    command=["mpirun", "-x", f"NCCL_IB_DISABLE={marker}"],
+                )
+            ],
+            namespace="ai-training",
+        ),
         k.pod([k.container("trainer", env=secret_env)], annotations={"rdma-webhook.io/policy": marker.lower()}),
         # malformed pod and envelope errors
-        {"kind": "Pod", "metadata": {"labels": {"rdma-webhook.io/inject": "true"}}, "spec": {"containers": {"x": marker}}},
+        {
+            "kind": "Pod",
+            "metadata": {"labels": {"rdma-webhook.io/inject": "true"}},
+            "spec": {"containers": {"x": marker}},
+        },
     ]
     answers = []
     for pod in pods:
@@ -679,8 +778,19 @@ def test_no_secrets_or_pod_specs_in_logs(sec_server):
     time.sleep(0.5)
     log = sec_server.log.read_text(encoding="utf-8", errors="replace")
     assert '"outcome":"denied"' in log.replace(" ", "") and '"outcome":"mutated"' in log.replace(" ", "")
-    for needle in (marker, marker.lower(), jwt, "serviceAccountToken", "kube-api-access", "secretKeyRef", '"containers"',
-                   '"env"', '"spec"', "nvcr.io", "terminationMessagePath"):
+    for needle in (
+        marker,
+        marker.lower(),
+        jwt,
+        "serviceAccountToken",
+        "kube-api-access",
+        "secretKeyRef",
+        '"containers"',
+        '"env"',
+        '"spec"',
+        "nvcr.io",
+        "terminationMessagePath",
+    ):
         assert needle not in log, f"{needle!r} appears in the server log at the default level"
 
 
@@ -689,34 +799,102 @@ def test_no_secrets_or_pod_specs_in_logs(sec_server):
 _GOOD = RESTRICTED_POLICY.replace("llm-only", "p").replace("{matchLabels: {team: llm}}", "{}")
 
 
-@pytest.mark.parametrize("mutate,expect", [
-    (lambda t: t.replace("priority: 0", "priority: high"), "field priority"),
-    (lambda t: t.replace("priority: 0", "priority: 0\ngpuResources: nvidia.com/gpu"), "field gpuResources"),
-    (lambda t: t.replace("priority: 0", "priority: 0\ngpuResources: [nvidia.com/gpu, GPU]"), "field gpuResources[1]: 'GPU' is not a valid extended resource name"),
-    (lambda t: t.replace("priority: 0", "priority: 0\ngpuResources: [kubernetes.io/gpu]"), "field gpuResources[0]"),
-    (lambda t: t.replace("fabric: {kind: erdma, ncclNet: [IB], hcaDevices: [\"erdma_[0-1]\"]}", "fabric: erdma"), "field fabric"),
-    (lambda t: t.replace("nccl:\n  NCCL_NET: {value: IB, enforce: true}", "nccl: [NCCL_NET=IB]"), "field nccl"),
-    (lambda t: t.replace("NCCL_NET: {value: IB, enforce: true}", "NCCL_NET: {value: IB, enforce: yes please}"), "field nccl.NCCL_NET"),
-    (lambda t: t.replace("NCCL_NET: {value: IB, enforce: true}", "NCCL_NET: 1"), "field nccl.NCCL_NET"),
-    (lambda t: t.replace("NCCL_NET: {value: IB, enforce: true}", "NCCL_NET: {value: IB, enforce: true}\n  1NCCL_X: a"), "field nccl.1NCCL_X: not a valid environment variable name"),
-    (lambda t: t.replace("NCCL_NET: {value: IB, enforce: true}", "NCCL_NET: {value: IB, enforce: true}\n  'NCCL X': a"), "field nccl.NCCL X: not a valid environment variable name"),
-    (lambda t: t.replace("NCCL_NET: {value: IB, enforce: true}", "NCCL_NET: {value: IB, enforce: true}\n  NCCL_IB_DISABLE: '0x1'"), "field nccl.NCCL_IB_DISABLE"),
-    (lambda t: t.replace("shm: {sizeLimit: 16Gi}", "shm: {perGpu: 8GB}"), "field shm.perGpu: '8GB' is not a Kubernetes quantity"),
-    (lambda t: t.replace("shm: {sizeLimit: 16Gi}", "shm: {perGpu: 8Gi, max: lots}"), "field shm.max: 'lots' is not a Kubernetes quantity"),
-    (lambda t: t.replace("shm: {sizeLimit: 16Gi}", "shm: {sizeLimit: 1.5}"), "field shm.sizeLimit"),
-    (lambda t: t.replace("shm: {sizeLimit: 16Gi}", "shm: {sizeLimit: 500m}"), "field shm.sizeLimit: '500m' must be a positive whole number of bytes"),
-    (lambda t: t.replace("shm: {sizeLimit: 16Gi}", "shm: {sizeLimit: [16Gi]}"), "field shm.sizeLimit"),
-    (lambda t: t.replace("device: {resource: aliyun/erdma, count: 1}", "device: {resource: aliyun/erdma, count: 1, extra: 2}"), "field device.extra: unknown field 'extra'"),
-    (lambda t: t.replace("device: {resource: aliyun/erdma, count: 1}", "device: {resource: 'aliyun/er dma', count: 1}"), "field device.resource"),
-    (lambda t: t.replace("device: {resource: aliyun/erdma, count: 1}", "device: {resource: aliyun/erdma, count: 1}\nnetwork: {name: RDMA_net}"), "field network.name"),
-    (lambda t: t.replace("device: {resource: aliyun/erdma, count: 1}", "device: {resource: aliyun/erdma, count: 1}\nnetwork: {name: n, interface: a-very-long-interface-name}"), "field network.interface"),
-    (lambda t: t.replace("priority: 0", "priority: 0\npriority: 5"), "found duplicate key 'priority'"),
-    (lambda t: t.replace("NCCL_NET: {value: IB, enforce: true}", "NCCL_NET: {value: IB, enforce: true}\n  NCCL_NET: Socket"), "found duplicate key 'NCCL_NET'"),
-    (lambda t: t.replace("priority: 0", "priority: 0\nspec: {containers: [{securityContext: {privileged: true}}]}"), "field spec.containers[0].securityContext.privileged"),
-    (lambda t: t.replace("priority: 0", "priority: 0\nhostIPC: true"), "field hostIPC: policies may not ask"),
-    (lambda t: "- " + t.replace("\n", "\n  "), "each YAML document must be a policy mapping"),
-    (lambda t: t + "\t: tab", "not valid YAML"),
-])
+@pytest.mark.parametrize(
+    "mutate,expect",
+    [
+        (lambda t: t.replace("priority: 0", "priority: high"), "field priority"),
+        (lambda t: t.replace("priority: 0", "priority: 0\ngpuResources: nvidia.com/gpu"), "field gpuResources"),
+        (
+            lambda t: t.replace("priority: 0", "priority: 0\ngpuResources: [nvidia.com/gpu, GPU]"),
+            "field gpuResources[1]: 'GPU' is not a valid extended resource name",
+        ),
+        (lambda t: t.replace("priority: 0", "priority: 0\ngpuResources: [kubernetes.io/gpu]"), "field gpuResources[0]"),
+        (
+            lambda t: t.replace("fabric: {kind: erdma, ncclNet: [IB], hcaDevices: [\"erdma_[0-1]\"]}", "fabric: erdma"),
+            "field fabric",
+        ),
+        (lambda t: t.replace("nccl:\n  NCCL_NET: {value: IB, enforce: true}", "nccl: [NCCL_NET=IB]"), "field nccl"),
+        (
+            lambda t: t.replace("NCCL_NET: {value: IB, enforce: true}", "NCCL_NET: {value: IB, enforce: yes please}"),
+            "field nccl.NCCL_NET",
+        ),
+        (lambda t: t.replace("NCCL_NET: {value: IB, enforce: true}", "NCCL_NET: 1"), "field nccl.NCCL_NET"),
+        (
+            lambda t: t.replace(
+                "NCCL_NET: {value: IB, enforce: true}", "NCCL_NET: {value: IB, enforce: true}\n  1NCCL_X: a"
+            ),
+            "field nccl.1NCCL_X: not a valid environment variable name",
+        ),
+        (
+            lambda t: t.replace(
+                "NCCL_NET: {value: IB, enforce: true}", "NCCL_NET: {value: IB, enforce: true}\n  'NCCL X': a"
+            ),
+            "field nccl.NCCL X: not a valid environment variable name",
+        ),
+        (
+            lambda t: t.replace(
+                "NCCL_NET: {value: IB, enforce: true}", "NCCL_NET: {value: IB, enforce: true}\n  NCCL_IB_DISABLE: '0x1'"
+            ),
+            "field nccl.NCCL_IB_DISABLE",
+        ),
+        (
+            lambda t: t.replace("shm: {sizeLimit: 16Gi}", "shm: {perGpu: 8GB}"),
+            "field shm.perGpu: '8GB' is not a Kubernetes quantity",
+        ),
+        (
+            lambda t: t.replace("shm: {sizeLimit: 16Gi}", "shm: {perGpu: 8Gi, max: lots}"),
+            "field shm.max: 'lots' is not a Kubernetes quantity",
+        ),
+        (lambda t: t.replace("shm: {sizeLimit: 16Gi}", "shm: {sizeLimit: 1.5}"), "field shm.sizeLimit"),
+        (
+            lambda t: t.replace("shm: {sizeLimit: 16Gi}", "shm: {sizeLimit: 500m}"),
+            "field shm.sizeLimit: '500m' must be a positive whole number of bytes",
+        ),
+        (lambda t: t.replace("shm: {sizeLimit: 16Gi}", "shm: {sizeLimit: [16Gi]}"), "field shm.sizeLimit"),
+        (
+            lambda t: t.replace(
+                "device: {resource: aliyun/erdma, count: 1}", "device: {resource: aliyun/erdma, count: 1, extra: 2}"
+            ),
+            "field device.extra: unknown field 'extra'",
+        ),
+        (
+            lambda t: t.replace(
+                "device: {resource: aliyun/erdma, count: 1}", "device: {resource: 'aliyun/er dma', count: 1}"
+            ),
+            "field device.resource",
+        ),
+        (
+            lambda t: t.replace(
+                "device: {resource: aliyun/erdma, count: 1}",
+                "device: {resource: aliyun/erdma, count: 1}\nnetwork: {name: RDMA_net}",
+            ),
+            "field network.name",
+        ),
+        (
+            lambda t: t.replace(
+                "device: {resource: aliyun/erdma, count: 1}",
+                "device: {resource: aliyun/erdma, count: 1}\nnetwork: {name: n, interface: a-very-long-interface-name}",
+            ),
+            "field network.interface",
+        ),
+        (lambda t: t.replace("priority: 0", "priority: 0\npriority: 5"), "found duplicate key 'priority'"),
+        (
+            lambda t: t.replace(
+                "NCCL_NET: {value: IB, enforce: true}", "NCCL_NET: {value: IB, enforce: true}\n  NCCL_NET: Socket"
+            ),
+            "found duplicate key 'NCCL_NET'",
+        ),
+        (
+            lambda t: t.replace(
+                "priority: 0", "priority: 0\nspec: {containers: [{securityContext: {privileged: true}}]}"
+            ),
+            "field spec.containers[0].securityContext.privileged",
+        ),
+        (lambda t: t.replace("priority: 0", "priority: 0\nhostIPC: true"), "field hostIPC: policies may not ask"),
+        (lambda t: "- " + t.replace("\n", "\n  "), "each YAML document must be a policy mapping"),
+        (lambda t: t + "\t: tab", "not valid YAML"),
+    ],
+)
 def test_broken_policy_rejected_with_file_policy_and_field(mutate, expect):
     text = mutate(_GOOD)
     policies, errors = load_texts([("team/broken.yaml", text)])
@@ -728,10 +906,13 @@ def test_broken_policy_rejected_with_file_policy_and_field(mutate, expect):
 
 def test_duplicate_policy_names_in_one_file_and_alias_bomb():
     policies, errors = load_texts([("a.yaml", _GOOD + "---\n" + _GOOD)])
-    assert policies is None and [str(e) for e in errors] == ["a.yaml: policy 'p': field name: duplicate policy name, also defined in a.yaml"]
+    assert policies is None and [str(e) for e in errors] == [
+        "a.yaml: policy 'p': field name: duplicate policy name, also defined in a.yaml"
+    ]
     # a YAML alias bomb (9^12 nodes when expanded) is rejected quickly, not walked
     bomb = "x0: &a0 [q, q, q, q, q, q, q, q, q]\n" + "".join(
-        f"x{i}: &a{i} [{', '.join([f'*a{i - 1}'] * 9)}]\n" for i in range(1, 12))
+        f"x{i}: &a{i} [{', '.join([f'*a{i - 1}'] * 9)}]\n" for i in range(1, 12)
+    )
     text = _GOOD + "extra:\n" + "".join("  " + line + "\n" for line in bomb.splitlines())
     start = time.monotonic()
     policies, errors = load_texts([("bomb.yaml", text)])

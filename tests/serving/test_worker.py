@@ -123,9 +123,11 @@ def test_an_oversized_request_head_gets_431(loop):
 
 def run_until(loop, check, limit: float = 30.0) -> None:
     """Run the loop until `check()` holds (a loaded machine may take long; the limit is a hang)."""
+
     async def wait():
         while not check():
             await asyncio.sleep(0.01)
+
     loop.run_until_complete(asyncio.wait_for(wait(), limit))
 
 
@@ -218,8 +220,12 @@ def test_the_worker_serves_every_request_in_one_application_context(tmp_path):
     write_certs(tmp_path, "probe", "probe", dns=["localhost"], ips=["127.0.0.1"])
     (tmp_path / "probe.py").write_text(_PROBE)
     port = free_port()
-    proc = subprocess.Popen([sys.executable, str(tmp_path / "probe.py"), str(port), str(tmp_path / "tls.crt"),
-                             str(tmp_path / "tls.key")], cwd=str(ROOT), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    proc = subprocess.Popen(
+        [sys.executable, str(tmp_path / "probe.py"), str(port), str(tmp_path / "tls.crt"), str(tmp_path / "tls.key")],
+        cwd=str(ROOT),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
     ctx = ssl.create_default_context(cafile=str(tmp_path / "ca.crt"))
     try:
         seen = []
@@ -239,6 +245,7 @@ def test_the_worker_serves_every_request_in_one_application_context(tmp_path):
     finally:
         proc.terminate()
         proc.wait(30)
+
 
 # The API server's webhook client keeps an idle connection for 90 s (net/http's Transport
 # IdleConnTimeout in k8s.io/apiserver's webhook client). A server that closes it first races a

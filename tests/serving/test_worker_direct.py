@@ -53,8 +53,13 @@ def connect(loop, answers: Answers, stopping: bool = False):
 
 
 def post(path: bytes, body: bytes = b'{"a":1}', *headers: bytes, version: bytes = b"1.1") -> bytes:
-    lines = [b"POST " + path + b" HTTP/" + version, b"Host: x", b"Content-Type: application/json",
-             b"Content-Length: %d" % len(body), *headers]
+    lines = [
+        b"POST " + path + b" HTTP/" + version,
+        b"Host: x",
+        b"Content-Type: application/json",
+        b"Content-Length: %d" % len(body),
+        *headers,
+    ]
     return b"\r\n".join(lines) + b"\r\n\r\n" + body
 
 
@@ -159,16 +164,19 @@ def test_an_answer_that_raises_is_a_503_not_a_lost_connection(loop):
     assert not transport.closed
 
 
-@pytest.mark.parametrize("request_bytes, reason", [
-    (b"POST /mutate HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n2\r\n{}\r\n0\r\n\r\n", "chunked"),
-    (post(b"/mutate", b"{}", b"Expect: 100-continue"), "expects 100-continue"),
-    (post(b"/mutate", b"{}", version=b"1.0"), "HTTP/1.0"),
-    (post(b"/mutate", b"x" * (MAX_BODY + 1)), "declared over the body limit"),
-    (b"POST /mutate HTTP/1.1\r\nHost: x\r\n\r\n", "no Content-Length"),
-    (b"GET /mutate HTTP/1.1\r\nHost: x\r\n\r\n", "not a POST"),
-    (post(b"/healthz"), "another path"),
-    (post(b"/mutatex"), "a longer path"),
-])
+@pytest.mark.parametrize(
+    "request_bytes, reason",
+    [
+        (b"POST /mutate HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n2\r\n{}\r\n0\r\n\r\n", "chunked"),
+        (post(b"/mutate", b"{}", b"Expect: 100-continue"), "expects 100-continue"),
+        (post(b"/mutate", b"{}", version=b"1.0"), "HTTP/1.0"),
+        (post(b"/mutate", b"x" * (MAX_BODY + 1)), "declared over the body limit"),
+        (b"POST /mutate HTTP/1.1\r\nHost: x\r\n\r\n", "no Content-Length"),
+        (b"GET /mutate HTTP/1.1\r\nHost: x\r\n\r\n", "not a POST"),
+        (post(b"/healthz"), "another path"),
+        (post(b"/mutatex"), "a longer path"),
+    ],
+)
 def test_every_other_request_takes_the_asgi_path(loop, request_bytes, reason):
     answers = Answers()
     _, conn, transport, app_calls = connect(loop, answers)

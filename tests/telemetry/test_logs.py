@@ -43,12 +43,18 @@ def test_admission_and_ordinary_lines_share_one_shape(stdout_file, monkeypatch):
     logs.setup_logging("INFO")
     logging.getLogger("rdma_webhook.policy").warning("policy file rejected", extra={"file": "a.yaml"})
     sys.stdout.flush()
-    logs.admissions([{"endpoint": "mutate", "outcome": "denied", "pod": "evil\n{\"level\":\"error\"}\u2028", "ms": 0.2}])
+    logs.admissions(
+        [{"endpoint": "mutate", "outcome": "denied", "pod": "evil\n{\"level\":\"error\"}\u2028", "ms": 0.2}]
+    )
     logging.getLogger("rdma_webhook.serve").info("after")
     sys.stdout.flush()
     first, admission, last = _lines(stdout_file)
     assert first["level"] == "warning" and first["file"] == "a.yaml" and first["msg"] == "policy file rejected"
-    assert admission["level"] == "info" and admission["logger"] == "rdma_webhook.admission" and admission["msg"] == "admission"
+    assert (
+        admission["level"] == "info"
+        and admission["logger"] == "rdma_webhook.admission"
+        and admission["msg"] == "admission"
+    )
     assert admission["pod"] == "evil\n{\"level\":\"error\"}\u2028" and admission["outcome"] == "denied"
     assert set(first) >= {"time", "level", "logger", "msg"} and admission["time"][:4] == first["time"][:4]
     assert last["msg"] == "after"
@@ -93,7 +99,9 @@ def test_gunicorns_own_lines_are_json_lines(capsys):
     from webhook.serving.server import JsonGunicornLogger, gunicorn_options
 
     cfg = Config()
-    for key, value in gunicorn_options(host="127.0.0.1", port=1, workers=1, tls=type("T", (), {"cert_file": None, "key_file": None})()).items():
+    for key, value in gunicorn_options(
+        host="127.0.0.1", port=1, workers=1, tls=type("T", (), {"cert_file": None, "key_file": None})()
+    ).items():
         if key in ("logger_class", "errorlog", "loglevel", "accesslog"):
             cfg.set(key, value)
     assert cfg.logger_class is JsonGunicornLogger
@@ -102,5 +110,9 @@ def test_gunicorns_own_lines_are_json_lines(capsys):
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1
     doc = json.loads(err[0])
-    assert doc["level"] == "warning" and doc["logger"] == "gunicorn.error" and doc["msg"] == "Worker (pid:590) was sent SIGINT!"
+    assert (
+        doc["level"] == "warning"
+        and doc["logger"] == "gunicorn.error"
+        and doc["msg"] == "Worker (pid:590) was sent SIGINT!"
+    )
     assert set(doc) == {"time", "level", "logger", "msg"}

@@ -22,8 +22,16 @@ Expanded = tuple[str, Any]
 Judged = tuple[Decision, str | None]
 
 
-def judge_pod(pod: Any, namespace: Namespace | None, policies: PolicySet | None, attachments: Attachments | None,
-              operation: str, config_maps: Any = None, claims: Claims | None = None, final: bool = False) -> Decision:
+def judge_pod(
+    pod: Any,
+    namespace: Namespace | None,
+    policies: PolicySet | None,
+    attachments: Attachments | None,
+    operation: str,
+    config_maps: Any = None,
+    claims: Claims | None = None,
+    final: bool = False,
+) -> Decision:
     """The decision on a pod: what `/mutate` does to it, or with `final` the final-state guard
     `/validate` runs on a pod the mutating webhooks have already seen."""
     if final:
@@ -31,29 +39,63 @@ def judge_pod(pod: Any, namespace: Namespace | None, policies: PolicySet | None,
     return decide(pod, namespace, policies, attachments, operation, config_maps, claims)
 
 
-def judge_workload(obj: Any, group: str, kind: str, namespace: Namespace | None, policies: PolicySet | None,
-                   attachments: Attachments | None, runtimes: Any = None, config_maps: Any = None,
-                   claims: Claims | None = None, expanded: Expanded | None = None) -> Judged:
+def judge_workload(
+    obj: Any,
+    group: str,
+    kind: str,
+    namespace: Namespace | None,
+    policies: PolicySet | None,
+    attachments: Attachments | None,
+    runtimes: Any = None,
+    config_maps: Any = None,
+    claims: Claims | None = None,
+    expanded: Expanded | None = None,
+) -> Judged:
     """The decision on a workload, from what its labelled templates' pods would meet
     (webhook.kinds.verdict). A validating webhook never patches: a workload whose pods will be
     mutated is allowed as is, with the summary of what they will get among its warnings.
     `expanded`: its templates, when the caller has expanded them already."""
     from webhook.kinds.verdict import check_workload
 
-    verdict = check_workload(obj, group, kind, namespace, policies, attachments, runtimes,
-                             config_maps=config_maps, claims=claims, expanded=expanded)
-    outcome, reason = verdict.outcome, "" if verdict.results else (
-        verdict.unresolved[0] if verdict.unresolved else "no template carries the pod opt-in label")
+    verdict = check_workload(
+        obj,
+        group,
+        kind,
+        namespace,
+        policies,
+        attachments,
+        runtimes,
+        config_maps=config_maps,
+        claims=claims,
+        expanded=expanded,
+    )
+    outcome, reason = (
+        verdict.outcome,
+        ""
+        if verdict.results
+        else (verdict.unresolved[0] if verdict.unresolved else "no template carries the pod opt-in label"),
+    )
     if outcome == MUTATED:
         outcome, reason = "unchanged", "pods will be mutated"
-    decision = Decision(outcome, obj, verdict.policy, verdict.denials(), verdict.warnings(), reason=reason,
-                        templates=verdict.results)
+    decision = Decision(
+        outcome, obj, verdict.policy, verdict.denials(), verdict.warnings(), reason=reason, templates=verdict.results
+    )
     return decision, (verdict.message() if not verdict.allowed else None)
 
 
-def judge(obj: Any, group: str, kind: str, namespace: Namespace | None, policies: PolicySet | None,
-          attachments: Attachments | None, runtimes: Any = None, config_maps: Any = None, claims: Claims | None = None,
-          final: bool = False, expanded: Expanded | None = None) -> Judged | None:
+def judge(
+    obj: Any,
+    group: str,
+    kind: str,
+    namespace: Namespace | None,
+    policies: PolicySet | None,
+    attachments: Attachments | None,
+    runtimes: Any = None,
+    config_maps: Any = None,
+    claims: Claims | None = None,
+    final: bool = False,
+    expanded: Expanded | None = None,
+) -> Judged | None:
     """The decision on one object by its API group and kind: a pod as it is created (or, with
     `final`, as `/validate` sees it), a workload by its templates; None for a kind that holds
     no pods."""
@@ -66,9 +108,17 @@ def judge(obj: Any, group: str, kind: str, namespace: Namespace | None, policies
     return judge_workload(obj, group, kind, namespace, policies, attachments, runtimes, config_maps, claims, expanded)
 
 
-def judge_list(obj: Any, items: list[Any], default_namespace: str, namespace_of: Callable[[str], Namespace | None],
-               policies: PolicySet | None, attachments: Attachments | None, runtimes: Any, config_maps: Any,
-               claims: Claims | None = None) -> tuple[Decision | None, str | None]:
+def judge_list(
+    obj: Any,
+    items: list[Any],
+    default_namespace: str,
+    namespace_of: Callable[[str], Namespace | None],
+    policies: PolicySet | None,
+    attachments: Attachments | None,
+    runtimes: Any,
+    config_maps: Any,
+    claims: Claims | None = None,
+) -> tuple[Decision | None, str | None]:
     """A `v1` List (what `kubectl get -o yaml` and `kubectl kustomize` print, sent by a caller,
     never by the API server): every workload and pod in it, judged with the ConfigMaps it holds
     (scripts run from ConfigMap volumes), one answer naming each object. A pod is judged as its
@@ -96,8 +146,17 @@ def judge_list(obj: Any, items: list[Any], default_namespace: str, namespace_of:
         found_meta = item.get("metadata")
         meta: dict[str, Any] = found_meta if isinstance(found_meta, dict) else {}
         ns_name = str(meta.get("namespace") or default_namespace or "")
-        judged = judge(item, group, kind, namespace_of(ns_name) if ns_name else None, policies, attachments,
-                       runtimes, store, claims)
+        judged = judge(
+            item,
+            group,
+            kind,
+            namespace_of(ns_name) if ns_name else None,
+            policies,
+            attachments,
+            runtimes,
+            store,
+            claims,
+        )
         if judged is None:
             continue
         decision, message = judged
@@ -115,6 +174,13 @@ def judge_list(obj: Any, items: list[Any], default_namespace: str, namespace_of:
     if not checked:
         return None, None
     outcome = DENIED if messages else "unchanged"
-    decision = Decision(outcome, obj, ",".join(policies_used) or None, denials, warnings,
-                        reason="" if messages else "every object of the list passes", templates=results)
+    decision = Decision(
+        outcome,
+        obj,
+        ",".join(policies_used) or None,
+        denials,
+        warnings,
+        reason="" if messages else "every object of the list passes",
+        templates=results,
+    )
     return decision, ("rdma-webhook: " + "; ".join(messages)) if messages else None

@@ -32,8 +32,18 @@ class Request:
     dataclass: compiled, a dataclass keeps the `__init__` the dataclasses module generates at
     import, which runs as interpreted bytecode on every request (about 4K instructions)."""
 
-    def __init__(self, uid: str, operation: str, namespace: str, obj: Any, kind: str, group: str,
-                 resource: str, sub_resource: str, dry_run: bool):
+    def __init__(
+        self,
+        uid: str,
+        operation: str,
+        namespace: str,
+        obj: Any,
+        kind: str,
+        group: str,
+        resource: str,
+        sub_resource: str,
+        dry_run: bool,
+    ):
         self.uid = uid
         self.operation = operation
         self.namespace = namespace
@@ -66,8 +76,11 @@ def request_of(review: Any) -> Request:
     if not isinstance(uid, str) or not uid:
         raise BadReview("AdmissionReview request has no uid")
     if review.get("apiVersion") != API_VERSION or review.get("kind") != "AdmissionReview":
-        raise EnvelopeError(uid, f"expected apiVersion {API_VERSION} kind AdmissionReview, got "
-                                 f"apiVersion {review.get('apiVersion')!r} kind {review.get('kind')!r}")
+        raise EnvelopeError(
+            uid,
+            f"expected apiVersion {API_VERSION} kind AdmissionReview, got "
+            f"apiVersion {review.get('apiVersion')!r} kind {review.get('kind')!r}",
+        )
     kind = request.get("kind")
     if not isinstance(kind, dict):
         kind = {}
@@ -165,8 +178,14 @@ def object_namespace(ns_name: str, obj: Any, namespace_of: NamespaceLookup) -> N
     return namespace_of(ns_name) if ns_name else None
 
 
-def review_request(req: Request, policies: PolicySet | None, namespace_of: NamespaceLookup,
-                   attachments: Attachments | None, config_maps: Any = None, claims: Claims | None = None) -> Decision | None:
+def review_request(
+    req: Request,
+    policies: PolicySet | None,
+    namespace_of: NamespaceLookup,
+    attachments: Attachments | None,
+    config_maps: Any = None,
+    claims: Claims | None = None,
+) -> Decision | None:
     """The decision for a parsed request; None when the request is not about a pod at all.
     `config_maps`: the ConfigMaps at hand (`webhook.core.scripts.ConfigMaps`): none when served,
     those of its input in `rdma-webhook review`. `claims`: the DRA objects known."""
@@ -201,8 +220,14 @@ def _parsed(body: bytes) -> Request | Handled:
         return 200, response(wrong.uid, None, message=wrong.message), None, None
 
 
-def handle(body: bytes, policies: PolicySet | None, namespace_of: NamespaceLookup,
-           attachments: Attachments | None, config_maps: Any = None, claims: Claims | None = None) -> Handled:
+def handle(
+    body: bytes,
+    policies: PolicySet | None,
+    namespace_of: NamespaceLookup,
+    attachments: Attachments | None,
+    config_maps: Any = None,
+    claims: Claims | None = None,
+) -> Handled:
     """(HTTP status, response document, decision, request) for one /mutate body."""
     req = _parsed(body)
     if not isinstance(req, Request):
@@ -216,10 +241,16 @@ def handle(body: bytes, policies: PolicySet | None, namespace_of: NamespaceLooku
     return 200, response(req.uid, decision, req.obj), decision, req
 
 
-def validate_request(req: Request, policies: PolicySet | None, namespace_of: NamespaceLookup,
-                     attachments: Attachments | None, runtimes: Any = None,
-                     config_maps: Any = None, claims: Claims | None = None,
-                     expanded: Expanded | None = None) -> tuple[Decision | None, str | None]:
+def validate_request(
+    req: Request,
+    policies: PolicySet | None,
+    namespace_of: NamespaceLookup,
+    attachments: Attachments | None,
+    runtimes: Any = None,
+    config_maps: Any = None,
+    claims: Claims | None = None,
+    expanded: Expanded | None = None,
+) -> tuple[Decision | None, str | None]:
     """(decision, deny message) for /validate: the final-state guard for a pod, the template
     check for a workload, (None, None) for anything else. `runtimes` looks up Kubeflow Trainer
     runtimes for TrainJobs (webhook.kinds.trainer.Runtimes; None: not tracked). `expanded`: a
@@ -227,24 +258,50 @@ def validate_request(req: Request, policies: PolicySet | None, namespace_of: Nam
     from webhook.kinds import workloads
 
     if _is_pod(req):
-        return judge_pod(req.obj, _namespace(req, namespace_of), policies, attachments, req.operation, config_maps,
-                         claims, final=True), None
+        return judge_pod(
+            req.obj,
+            _namespace(req, namespace_of),
+            policies,
+            attachments,
+            req.operation,
+            config_maps,
+            claims,
+            final=True,
+        ), None
     obj = req.obj if isinstance(req.obj, dict) else {}
     group = req.group if req.kind else workloads.group_of(obj.get("apiVersion"))
     kind = req.kind or str(obj.get("kind") or "")
     if group == "" and kind == "List" and isinstance(obj.get("items"), list) and not req.sub_resource:
-        return judge_list(req.obj, obj["items"], req.namespace, namespace_of, policies, attachments, runtimes,
-                          config_maps, claims)
+        return judge_list(
+            req.obj, obj["items"], req.namespace, namespace_of, policies, attachments, runtimes, config_maps, claims
+        )
     if not workloads.is_workload(group, kind) or req.sub_resource:
         return None, None
-    return judge_workload(req.obj, group, kind, _namespace(req, namespace_of), policies, attachments, runtimes,
-                          config_maps, claims, expanded)
+    return judge_workload(
+        req.obj,
+        group,
+        kind,
+        _namespace(req, namespace_of),
+        policies,
+        attachments,
+        runtimes,
+        config_maps,
+        claims,
+        expanded,
+    )
 
 
-def judge_request(req: Request, validating: bool, policies: PolicySet | None, namespace_of: NamespaceLookup,
-                  attachments: Attachments | None, runtimes: Any = None, config_maps: Any = None,
-                  claims: Claims | None = None,
-                  expanded: Expanded | None = None) -> tuple[Decision | None, Decision, str | None]:
+def judge_request(
+    req: Request,
+    validating: bool,
+    policies: PolicySet | None,
+    namespace_of: NamespaceLookup,
+    attachments: Attachments | None,
+    runtimes: Any = None,
+    config_maps: Any = None,
+    claims: Claims | None = None,
+    expanded: Expanded | None = None,
+) -> tuple[Decision | None, Decision, str | None]:
     """What `handle` (or, `validating`, `handle_validate`) decides on a parsed request, without
     the answer: (the decision they return, None when not judged; the one they answer with; the
     deny message). For `rdma-webhook review`, which builds the answer only when it prints it."""
@@ -254,14 +311,19 @@ def judge_request(req: Request, validating: bool, policies: PolicySet | None, na
     if not validating:
         decision = review_request(req, policies, namespace_of, attachments, config_maps, claims)
         return decision, decision if decision is not None else Decision("skipped", req.obj, reason="not a pod"), None
-    found, message = validate_request(req, policies, namespace_of, attachments, runtimes, config_maps, claims,
-                                      expanded)
+    found, message = validate_request(req, policies, namespace_of, attachments, runtimes, config_maps, claims, expanded)
     return found, found if found is not None else Decision("skipped", req.obj, reason="not a pod or workload"), message
 
 
-def handle_validate(body: bytes, policies: PolicySet | None, namespace_of: NamespaceLookup,
-                    attachments: Attachments | None, runtimes: Any = None, config_maps: Any = None,
-                    claims: Claims | None = None) -> Handled:
+def handle_validate(
+    body: bytes,
+    policies: PolicySet | None,
+    namespace_of: NamespaceLookup,
+    attachments: Attachments | None,
+    runtimes: Any = None,
+    config_maps: Any = None,
+    claims: Claims | None = None,
+) -> Handled:
     """(HTTP status, response document, decision, request) for one /validate body. Never a
     patch: a validating webhook only allows, denies and warns."""
     req = _parsed(body)

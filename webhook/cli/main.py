@@ -25,9 +25,11 @@ COMMANDS = (serve, review, policy, certs)
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
-        prog="rdma-webhook", description="RDMA injection webhook for GPU training pods.",
+        prog="rdma-webhook",
+        description="RDMA injection webhook for GPU training pods.",
         epilog="`rdma-webhook COMMAND --help` describes each command, its flags and exit codes.",
-        formatter_class=argparse.RawDescriptionHelpFormatter)
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     p.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
     commands = p.add_subparsers(dest="command", required=True, metavar="{serve,review,policy,certs}")
     for command in COMMANDS:

@@ -106,15 +106,24 @@ def cmd_claim_template(args: argparse.Namespace) -> int:
         return EXIT_DENIED
     policy = policies.by_name.get(args.policy)
     if policy is None:
-        print(f"error: no policy {args.policy!r} in {folder} (there: {', '.join(sorted(policies.by_name))})", file=sys.stderr)
+        print(
+            f"error: no policy {args.policy!r} in {folder} (there: {', '.join(sorted(policies.by_name))})",
+            file=sys.stderr,
+        )
         return EXIT_DENIED
     claim = policy.claim
     if claim is None or not claim.aligned:
-        print(f"error: policy {policy.name} has no aligned claim (claim: {{name, template, aligned: true}})", file=sys.stderr)
+        print(
+            f"error: policy {policy.name} has no aligned claim (claim: {{name, template, aligned: true}})",
+            file=sys.stderr,
+        )
         return EXIT_DENIED
     nic_class = args.nic_class or (min(policy.dra.classes) if policy.dra is not None and policy.dra.classes else None)
     if nic_class is None:
-        print(f"error: policy {policy.name} names no NIC DeviceClass (dra.deviceClasses): give --nic-class", file=sys.stderr)
+        print(
+            f"error: policy {policy.name} names no NIC DeviceClass (dra.deviceClasses): give --nic-class",
+            file=sys.stderr,
+        )
         return EXIT_DENIED
     doc = aligned_template(claim.template_for(args.gpus), args.gpus, args.gpu_class, nic_class, args.namespace)
     sys.stdout.write(yaml.safe_dump(doc, sort_keys=False, width=100))
@@ -125,42 +134,60 @@ def register(commands: Any) -> None:
     """Add `policy` and its subcommands to the command line's subcommands."""
     raw = argparse.RawDescriptionHelpFormatter
     pol = commands.add_parser("policy", help="policy tools", description="Policy tools.")
-    polsub = pol.add_subparsers(dest="policy_command", required=True, metavar="{lint,migrate,admission-policy,claim-template}")
-    lint = polsub.add_parser("lint", help="validate the policy files of a folder", formatter_class=raw,
-                             description="Validate every policy file of a folder, reporting every problem of every file.",
-                             epilog="exit status: 0 all policies valid (warnings allowed), 1 any problem")
+    polsub = pol.add_subparsers(
+        dest="policy_command", required=True, metavar="{lint,migrate,admission-policy,claim-template}"
+    )
+    lint = polsub.add_parser(
+        "lint",
+        help="validate the policy files of a folder",
+        formatter_class=raw,
+        description="Validate every policy file of a folder, reporting every problem of every file.",
+        epilog="exit status: 0 all policies valid (warnings allowed), 1 any problem",
+    )
     lint.add_argument("dir", metavar="DIR", help="the policies folder")
     lint.set_defaults(func=cmd_lint)
     mig = polsub.add_parser("migrate", help="print v1alpha1 policy files as v1alpha2 (comments are not kept)")
     mig.add_argument("files", nargs="+", metavar="FILE")
     mig.set_defaults(func=cmd_migrate)
     vap = polsub.add_parser(
-        "admission-policy", formatter_class=raw,
+        "admission-policy",
+        formatter_class=raw,
         help="print the pods' final-state check as ValidatingAdmissionPolicies (CEL) and their bindings",
         description="Print, as YAML, one ValidatingAdmissionPolicy and one ValidatingAdmissionPolicyBinding per policy "
-                    "of the folder: the final-state check of labelled pods that `/validate` makes, run by the API server "
-                    "itself (Kubernetes >= 1.30), keyed on the rdma-webhook.io/applied-policy annotation the mutating "
-                    "webhook writes. Apply the output with the webhook configurations of the policy mode (README, "
-                    "\"Final-state check as a ValidatingAdmissionPolicy\"); regenerate it whenever a policy changes.",
-        epilog="exit status: 0 printed, 1 a policy file is invalid (nothing printed), 2 on a bad flag")
-    vap.add_argument("--policies", metavar="DIR", help="the policies folder in force (default: the repository's policies/)")
-    vap.add_argument("--dry-run", action="store_true",
-                     help="bind with validationActions [Warn, Audit]: a pod that fails the check is admitted, the client "
-                          "gets a warning and the audit log an annotation (default: off: [Deny])")
+        "of the folder: the final-state check of labelled pods that `/validate` makes, run by the API server "
+        "itself (Kubernetes >= 1.30), keyed on the rdma-webhook.io/applied-policy annotation the mutating "
+        "webhook writes. Apply the output with the webhook configurations of the policy mode (README, "
+        "\"Final-state check as a ValidatingAdmissionPolicy\"); regenerate it whenever a policy changes.",
+        epilog="exit status: 0 printed, 1 a policy file is invalid (nothing printed), 2 on a bad flag",
+    )
+    vap.add_argument(
+        "--policies", metavar="DIR", help="the policies folder in force (default: the repository's policies/)"
+    )
+    vap.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="bind with validationActions [Warn, Audit]: a pod that fails the check is admitted, the client "
+        "gets a warning and the audit log an annotation (default: off: [Deny])",
+    )
     vap.add_argument("--out", metavar="FILE", help="write to FILE instead of stdout")
     vap.set_defaults(func=cmd_admission_policy)
     ct = polsub.add_parser(
-        "claim-template", formatter_class=raw,
+        "claim-template",
+        formatter_class=raw,
         help="print the ResourceClaimTemplate of a policy's aligned claim (GPU and NIC pairs on one PCIe root)",
         description="Print, as YAML, the ResourceClaimTemplate that a policy with `claim: {aligned: true}` injects for "
-                    "a GPU count: one request per GPU and per NIC, each pair constrained to one "
-                    "resource.kubernetes.io/pcieRoot (Kubernetes >= 1.34; GPUs from a DRA driver, not a device plugin).",
-        epilog="exit status: 0 printed, 1 no such policy, its claim is not aligned, or no NIC class known, 2 on a bad flag")
+        "a GPU count: one request per GPU and per NIC, each pair constrained to one "
+        "resource.kubernetes.io/pcieRoot (Kubernetes >= 1.34; GPUs from a DRA driver, not a device plugin).",
+        epilog="exit status: 0 printed, 1 no such policy, its claim is not aligned, or no NIC class known, 2 on a bad flag",
+    )
     ct.add_argument("policy", metavar="POLICY", help="the policy's name")
     ct.add_argument("--policies", metavar="DIR", help="the policies folder (default: the repository's policies/)")
     ct.add_argument("--gpus", type=int, choices=range(1, 65), metavar="N", required=True, help="GPUs per pod (1-64)")
-    ct.add_argument("--gpu-class", default="gpu.nvidia.com",
-                    help="the GPUs' DeviceClass (default: %(default)s, NVIDIA's GPU DRA driver)")
+    ct.add_argument(
+        "--gpu-class",
+        default="gpu.nvidia.com",
+        help="the GPUs' DeviceClass (default: %(default)s, NVIDIA's GPU DRA driver)",
+    )
     ct.add_argument("--nic-class", help="the NICs' DeviceClass (default: the policy's first dra.deviceClasses)")
     ct.add_argument("--namespace", help="set metadata.namespace (default: none, for kubectl -n)")
     ct.set_defaults(func=cmd_claim_template)

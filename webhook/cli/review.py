@@ -26,11 +26,13 @@ EXIT_CODES = """exit status:
      ${X}) where the decision reads; a raw kustomize tree that would be checked, or any with
      --strict; an unknown kind with --strict"""
 
-NO_STATE_NOTE = ("note: no --cluster-state: every namespace the input does not describe with a Namespace document is "
-                 "taken as opted in ({injection}=enabled) with no other labels, NetworkAttachmentDefinitions as "
-                 "unknown and Trainer runtimes as those in the input; policies chosen by namespace labels may differ "
-                 "from the cluster's. Pass --cluster-state (kubectl get ns,net-attach-def,trainingruntimes,"
-                 "clustertrainingruntimes -A -o yaml) to decide as the cluster does")
+NO_STATE_NOTE = (
+    "note: no --cluster-state: every namespace the input does not describe with a Namespace document is "
+    "taken as opted in ({injection}=enabled) with no other labels, NetworkAttachmentDefinitions as "
+    "unknown and Trainer runtimes as those in the input; policies chosen by namespace labels may differ "
+    "from the cluster's. Pass --cluster-state (kubectl get ns,net-attach-def,trainingruntimes,"
+    "clustertrainingruntimes -A -o yaml) to decide as the cluster does"
+)
 
 # In --policy's help, the policies of the shipped catalogue: read from the policies folder only
 # when the help is printed (reading it takes longer than a review of a few manifests).
@@ -52,41 +54,74 @@ def register(commands: Any) -> None:
     from webhook.kinds import trainer
 
     r = commands.add_parser(
-        "review", help="run the admission decision offline on manifests (a CI gate)",
-        formatter_class=_HelpFormatter, epilog=EXIT_CODES,
+        "review",
+        help="run the admission decision offline on manifests (a CI gate)",
+        formatter_class=_HelpFormatter,
+        epilog=EXIT_CODES,
         description="Run the decision the server runs on every Pod, workload and AdmissionReview of the given files, "
-                    "directories (read recursively: *.yaml, *.yml, *.json) or stdin (-). Kinds that hold no pods "
-                    "(Services, ConfigMaps, RBAC, CRDs, Kueue and DRA objects...) are listed as not checked. Only the "
-                    "policies chosen with --policy, --policies or RdmaPolicy documents in the input are in force. "
-                    "Namespace documents in the input are used as cluster state; without --cluster-state any other "
-                    "namespace is taken as opted in with no other labels (said on stderr).")
+        "directories (read recursively: *.yaml, *.yml, *.json) or stdin (-). Kinds that hold no pods "
+        "(Services, ConfigMaps, RBAC, CRDs, Kueue and DRA objects...) are listed as not checked. Only the "
+        "policies chosen with --policy, --policies or RdmaPolicy documents in the input are in force. "
+        "Namespace documents in the input are used as cluster state; without --cluster-state any other "
+        "namespace is taken as opted in with no other labels (said on stderr).",
+    )
     r.add_argument("files", nargs="+", metavar="PATH", help="manifest files or directories (YAML or JSON); - for stdin")
-    r.add_argument("--policy", action="append", metavar="NAME",
-                   help=f"judge against this policy of the shipped catalogue (policies/: {CATALOGUE}); repeatable, or "
-                        "names separated by commas (default: none)")
-    r.add_argument("--policies", metavar="DIR",
-                   help="judge against every policy of this folder, e.g. the one your cluster's webhook mounts "
-                        "(default: none; RdmaPolicy documents in the input are in force too, and with no policy in "
-                        "force a pod that would be checked is bad input)")
-    r.add_argument("--cluster-state", metavar="FILE",
-                   help="namespaces, NetworkAttachmentDefinitions, Trainer runtimes and DRA DeviceClasses, "
-                        "ResourceClaimTemplates and ResourceClaims (kubectl get ns,net-attach-def,trainingruntimes,"
-                        "clustertrainingruntimes,deviceclasses,resourceclaimtemplates,resourceclaims -A -o yaml); "
-                        "a namespace missing from it is bad input (default: none, see above)")
-    r.add_argument("--namespace", metavar="NS",
-                   help="namespace for objects that name none; an object's own namespace is kept (default: 'default')")
-    r.add_argument("--explain", action="store_true", help="print the decision, reasons and a diff for people (default: off)")
-    r.add_argument("--output", choices=("review", "json"), default="review",
-                   help="review: the AdmissionReview answer of each checked document; json: one JSON record per "
-                        "line and document (file, document, kind, name, outcome, rules, messages, templates), "
-                        "schema in webhook/cli/review-output.schema.json (default: %(default)s; --explain prints text)")
-    r.add_argument("--strict", action="store_true",
-                   help="exit 2 on a kind that is neither checked nor known to hold no pods (default: listed as not checked)")
-    r.add_argument("--color", choices=("auto", "always", "never"), default="auto",
-                   help="colour --explain output (default: %(default)s: when stdout is a terminal and NO_COLOR is unset)")
-    r.add_argument("--trainer-release", choices=trainer.TRAINER_RELEASES, default=trainer.trainer_release(),
-                   help="the Kubeflow Trainer release whose rules make a TrainJob's pods from its runtime "
-                        f"(default: ${trainer.TRAINER_RELEASE_ENV}, else %(default)s)")
+    r.add_argument(
+        "--policy",
+        action="append",
+        metavar="NAME",
+        help=f"judge against this policy of the shipped catalogue (policies/: {CATALOGUE}); repeatable, or "
+        "names separated by commas (default: none)",
+    )
+    r.add_argument(
+        "--policies",
+        metavar="DIR",
+        help="judge against every policy of this folder, e.g. the one your cluster's webhook mounts "
+        "(default: none; RdmaPolicy documents in the input are in force too, and with no policy in "
+        "force a pod that would be checked is bad input)",
+    )
+    r.add_argument(
+        "--cluster-state",
+        metavar="FILE",
+        help="namespaces, NetworkAttachmentDefinitions, Trainer runtimes and DRA DeviceClasses, "
+        "ResourceClaimTemplates and ResourceClaims (kubectl get ns,net-attach-def,trainingruntimes,"
+        "clustertrainingruntimes,deviceclasses,resourceclaimtemplates,resourceclaims -A -o yaml); "
+        "a namespace missing from it is bad input (default: none, see above)",
+    )
+    r.add_argument(
+        "--namespace",
+        metavar="NS",
+        help="namespace for objects that name none; an object's own namespace is kept (default: 'default')",
+    )
+    r.add_argument(
+        "--explain", action="store_true", help="print the decision, reasons and a diff for people (default: off)"
+    )
+    r.add_argument(
+        "--output",
+        choices=("review", "json"),
+        default="review",
+        help="review: the AdmissionReview answer of each checked document; json: one JSON record per "
+        "line and document (file, document, kind, name, outcome, rules, messages, templates), "
+        "schema in webhook/cli/review-output.schema.json (default: %(default)s; --explain prints text)",
+    )
+    r.add_argument(
+        "--strict",
+        action="store_true",
+        help="exit 2 on a kind that is neither checked nor known to hold no pods (default: listed as not checked)",
+    )
+    r.add_argument(
+        "--color",
+        choices=("auto", "always", "never"),
+        default="auto",
+        help="colour --explain output (default: %(default)s: when stdout is a terminal and NO_COLOR is unset)",
+    )
+    r.add_argument(
+        "--trainer-release",
+        choices=trainer.TRAINER_RELEASES,
+        default=trainer.trainer_release(),
+        help="the Kubeflow Trainer release whose rules make a TrainJob's pods from its runtime "
+        f"(default: ${trainer.TRAINER_RELEASE_ENV}, else %(default)s)",
+    )
     r.set_defaults(func=cmd_review)
 
 

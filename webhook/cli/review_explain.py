@@ -53,8 +53,10 @@ def explain(out: TextIO, where: str, record: dict[str, Any], decision: Any, befo
     kind = record.get("objectKind") or record.get("kind") or "(no kind)"
     ns = f"{record['namespace']}/" if record.get("namespace") else ""
     policy = f" by policy {record['policy']}" if record.get("policy") else ""
-    out.write(f"{color(on, '1', where)}: {kind} {ns}{record.get('name') or '(unnamed)'}: "
-              f"{_outcome(on, record['outcome'])}{policy}\n")
+    out.write(
+        f"{color(on, '1', where)}: {kind} {ns}{record.get('name') or '(unnamed)'}: "
+        f"{_outcome(on, record['outcome'])}{policy}\n"
+    )
     label = {"denied": color(on, "31", "deny"), "error": color(on, "31", "error")}.get(record["outcome"], "why:")
     for message in record["messages"]:
         out.write(f"  {label} {message}\n")

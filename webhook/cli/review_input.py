@@ -65,8 +65,9 @@ def input_files(paths: list[str]) -> tuple[list[str], dict[str, str]]:
                     read.add(real)
                     found.append(full)
                     if tree is not None:
-                        kfile = next(os.path.join(tree, m) for m in KUSTOMIZATION_FILES
-                                     if os.path.exists(os.path.join(tree, m)))
+                        kfile = next(
+                            os.path.join(tree, m) for m in KUSTOMIZATION_FILES if os.path.exists(os.path.join(tree, m))
+                        )
                         trees[full] = kfile
             out.extend(sorted(found))
         else:
@@ -90,13 +91,19 @@ def documents(path: str) -> list[Any]:
     except yaml.YAMLError as exc:
         hint = ""
         if PLACEHOLDER.search(text):
-            hint = (" (it holds a template placeholder such as {{ ... }}: render the template first, "
-                    "e.g. helm template, or quote the value)")
+            hint = (
+                " (it holds a template placeholder such as {{ ... }}: render the template first, "
+                "e.g. helm template, or quote the value)"
+            )
         raise InputError(f"{path}: not valid YAML or JSON: {exc}{hint}") from None
     out: list[Any] = []
     for doc in docs:
-        if isinstance(doc, dict) and isinstance(doc.get("kind"), str) and doc["kind"].endswith("List") \
-                and isinstance(doc.get("items"), list):
+        if (
+            isinstance(doc, dict)
+            and isinstance(doc.get("kind"), str)
+            and doc["kind"].endswith("List")
+            and isinstance(doc.get("items"), list)
+        ):
             out.extend(doc["items"])
         else:
             out.append(doc)
@@ -108,13 +115,17 @@ def is_kustomization(doc: Any) -> bool:
     if not isinstance(doc, dict):
         return False
     api = doc.get("apiVersion")
-    return doc.get("kind") in ("Kustomization", "Component") and isinstance(api, str) and api.startswith(KUSTOMIZE_GROUP)
+    return (
+        doc.get("kind") in ("Kustomization", "Component") and isinstance(api, str) and api.startswith(KUSTOMIZE_GROUP)
+    )
 
 
 def kustomize_message(kfile: str) -> str:
     tree = os.path.dirname(kfile) or "."
-    return (f"part of a kustomize tree ({kfile}): its files are bases and patches, not the objects the cluster "
-            f"gets; render it first: kubectl kustomize {tree} | rdma-webhook review -")
+    return (
+        f"part of a kustomize tree ({kfile}): its files are bases and patches, not the objects the cluster "
+        f"gets; render it first: kubectl kustomize {tree} | rdma-webhook review -"
+    )
 
 
 # -- values that are not what they look like ----------------------------------------------------
@@ -158,8 +169,15 @@ def _quantity_problem(value: Any) -> str | None:
 
 
 def _describe(value: Any) -> str:
-    kind = ("a boolean" if isinstance(value, bool) else "a number" if isinstance(value, (int, float))
-            else "null" if value is None else f"a {type(value).__name__}")
+    kind = (
+        "a boolean"
+        if isinstance(value, bool)
+        else "a number"
+        if isinstance(value, (int, float))
+        else "null"
+        if value is None
+        else f"a {type(value).__name__}"
+    )
     return f"{value!r}, {kind}"
 
 
@@ -172,13 +190,17 @@ def _container_problems(c: dict[str, Any], where: str) -> list[str]:
         for i, item in enumerate(items):
             if not isinstance(item, str):
                 quoted = "'true'" if item is True else "'false'" if item is False else f"'{item}'"
-                out.append(f"{where}: {key}[{i}] is {_describe(item)}, not a string; the API server refuses such a "
-                           f"pod and no setting after it would be read: quote it ({quoted})")
+                out.append(
+                    f"{where}: {key}[{i}] is {_describe(item)}, not a string; the API server refuses such a "
+                    f"pod and no setting after it would be read: quote it ({quoted})"
+                )
             else:
                 m = _COMMAND_PLACEHOLDER.search(item)
                 if m:
-                    out.append(f"{where}: {key}[{i}] sets {m.group(0)}, a template placeholder not filled in yet: "
-                               f"render the manifest first")
+                    out.append(
+                        f"{where}: {key}[{i}] sets {m.group(0)}, a template placeholder not filled in yet: "
+                        f"render the manifest first"
+                    )
     env = c.get("env")
     for i, e in enumerate(env if isinstance(env, list) else ()):
         if not isinstance(e, dict):
@@ -187,15 +209,19 @@ def _container_problems(c: dict[str, Any], where: str) -> list[str]:
         label = f"env[{i}] ({name})" if isinstance(name, str) else f"env[{i}]"
         if "value" in e and value is not None and not isinstance(value, str):
             quoted = "'true'" if value is True else "'false'" if value is False else f"'{value}'"
-            out.append(f"{where}: {label} value is {_describe(value)}, not a string; the API server refuses such a "
-                       f"pod: quote it ({quoted})")
+            out.append(
+                f"{where}: {label} value is {_describe(value)}, not a string; the API server refuses such a "
+                f"pod: quote it ({quoted})"
+            )
         elif isinstance(name, str) and name.startswith(READ_ENV_PREFIXES) and _placeholder(value):
-            out.append(f"{where}: {label} value {value!r} is a template placeholder not filled in yet; the decision "
-                       f"reads this variable: render the manifest first")
+            out.append(
+                f"{where}: {label} value {value!r} is a template placeholder not filled in yet; the decision "
+                f"reads this variable: render the manifest first"
+            )
     resources = c.get("resources")
     for section in ("limits", "requests"):
         values = resources.get(section) if isinstance(resources, dict) else None
-        for res, value in (values.items() if isinstance(values, dict) else ()):
+        for res, value in values.items() if isinstance(values, dict) else ():
             problem = _quantity_problem(value)
             if problem:
                 out.append(f"{where}: resources.{section}[{res}] {problem}")
@@ -215,8 +241,10 @@ def template_problems(path: str, template: Any) -> list[str]:
         for key in READ_META:
             value = values.get(key) if isinstance(values, dict) else None
             if _placeholder(value):
-                out.append(f"{prefix}metadata.{section}[{key}] is {value!r}, a template placeholder not filled in "
-                           f"yet: render the manifest first")
+                out.append(
+                    f"{prefix}metadata.{section}[{key}] is {value!r}, a template placeholder not filled in "
+                    f"yet: render the manifest first"
+                )
     spec = template.get("spec")
     for kind in ("containers", "initContainers"):
         items = spec.get(kind) if isinstance(spec, dict) else None
@@ -230,8 +258,8 @@ def template_problems(path: str, template: Any) -> list[str]:
     return out
 
 
-
 # -- reading every input first ------------------------------------------------------------------
+
 
 class Inputs:
     """What the input holds: the documents of each file (in order), the kustomize tree of each file
@@ -243,8 +271,15 @@ class Inputs:
         self.policy_docs: list[tuple[str, Any]] = []
 
 
-def read(paths: list[str], namespace: str | None, cluster_state: str | None, state: Any, runtimes: Any,
-         config_maps: Any, report: Any) -> Inputs:
+def read(
+    paths: list[str],
+    namespace: str | None,
+    cluster_state: str | None,
+    state: Any,
+    runtimes: Any,
+    config_maps: Any,
+    report: Any,
+) -> Inputs:
     """Every input, read before any document is judged (a TrainJob's runtime, a Namespace or a
     policy may come later in the same file, or in another one). The cluster state the input
     carries goes where the decision looks it up: ConfigMaps (the scripts containers run from

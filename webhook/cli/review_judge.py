@@ -67,12 +67,20 @@ def not_checked_reason(doc: dict[str, Any], where: str, input_namespaces: Any) -
     # Neither apiVersion nor kind: another tool's YAML (a GitHub Actions workflow, a Compose file,
     # Helm values), which no cluster would take; --strict lets it be.
     foreign = "kind" not in doc and "apiVersion" not in doc
-    why = ("holds no pods" if known else
-           "unknown kind: pods it may create are not checked" if kind else
-           "not a Kubernetes object (no apiVersion, no kind)" if foreign else "not a Kubernetes object (no kind)")
+    why = (
+        "holds no pods"
+        if known
+        else "unknown kind: pods it may create are not checked"
+        if kind
+        else "not a Kubernetes object (no apiVersion, no kind)"
+        if foreign
+        else "not a Kubernetes object (no kind)"
+    )
     if not known and kind and keys.POD_INJECT in json.dumps(doc, default=str):
-        why = (f"unknown kind that carries pod templates labelled {keys.POD_INJECT}: the pods it makes "
-               f"are not checked here (review them as they are made, or use --strict to fail)")
+        why = (
+            f"unknown kind that carries pod templates labelled {keys.POD_INJECT}: the pods it makes "
+            f"are not checked here (review them as they are made, or use --strict to fail)"
+        )
     if review_input.is_kustomization(doc):
         why = review_input.kustomize_message(where)
     elif review_scope.is_namespace(doc) and doc["metadata"]["name"] in input_namespaces:
@@ -88,11 +96,15 @@ def _catalogue_hint(obj: Any, namespace: Any, policies: Any, names: list[str]) -
     from webhook.core import keys
 
     meta = obj.get("metadata") if isinstance(obj, dict) and isinstance(obj.get("metadata"), dict) else {}
-    asked = [(meta.get("annotations") or {}).get(keys.POD_POLICY) if isinstance(meta.get("annotations"), dict) else None,
-             namespace.labels.get(keys.NS_POLICY) if namespace is not None else None]
-    return [f"policy {name!r} is in the shipped catalogue but not in force for this review: add --policy {name}"
-            for name in dict.fromkeys(a for a in asked if isinstance(a, str))
-            if name in names and policies.get(name) is None]
+    asked = [
+        (meta.get("annotations") or {}).get(keys.POD_POLICY) if isinstance(meta.get("annotations"), dict) else None,
+        namespace.labels.get(keys.NS_POLICY) if namespace is not None else None,
+    ]
+    return [
+        f"policy {name!r} is in the shipped catalogue but not in force for this review: add --policy {name}"
+        for name in dict.fromkeys(a for a in asked if isinstance(a, str))
+        if name in names and policies.get(name) is None
+    ]
 
 
 class Judging:
@@ -100,8 +112,9 @@ class Judging:
     the catalogue's names, for hints), the namespaces, Trainer runtimes, ConfigMaps and DRA objects
     of the input and the cluster state."""
 
-    def __init__(self, args: Any, report: Report, state: Any, runtimes: Any, config_maps: Any, policies: Any,
-                 names: list[str]):
+    def __init__(
+        self, args: Any, report: Report, state: Any, runtimes: Any, config_maps: Any, policies: Any, names: list[str]
+    ):
         self.args, self.report, self.state, self.runtimes = args, report, state, runtimes
         self.config_maps, self.policies, self.names = config_maps, policies, names
 
@@ -136,11 +149,15 @@ class Judging:
         why, refused = not_checked_reason(doc, where, self.state.input)
         record.update(outcome="not-checked", allowed=True, messages=[why])
         if self.args.strict and refused:
-            self.report.bad(f"{where}: {why} ({kind!r}, {doc.get('apiVersion')!r}); --strict refuses what it cannot "
-                            f"check", record, where)
+            self.report.bad(
+                f"{where}: {why} ({kind!r}, {doc.get('apiVersion')!r}); --strict refuses what it cannot check",
+                record,
+                where,
+            )
             return
-        self.report.not_checked(where, record, f"{where}: {kind}: not checked ({why})" if kind
-                                else f"{where}: not checked ({why})")
+        self.report.not_checked(
+            where, record, f"{where}: {kind}: not checked ({why})" if kind else f"{where}: not checked ({why})"
+        )
 
     def _expand(self, doc: Document) -> tuple[Any, list[tuple[str, Any]]]:
         """(the workload's expansion or None, the templates or the pod that carry the opt-in label)."""
@@ -165,20 +182,25 @@ class Judging:
             return None
         ns = doc.namespace
         if args.cluster_state and ns and not state.known(ns):
-            return (f"{where}: namespace {ns!r} is not in {args.cluster_state}: add it to the cluster-state file "
-                    f"(kubectl get namespace {ns} -o yaml >> {args.cluster_state}) or to the input, or name another "
-                    f"with --namespace for objects that name none")
+            return (
+                f"{where}: namespace {ns!r} is not in {args.cluster_state}: add it to the cluster-state file "
+                f"(kubectl get namespace {ns} -o yaml >> {args.cluster_state}) or to the input, or name another "
+                f"with --namespace for objects that name none"
+            )
         if ns and not state.opted_in(ns):
             return None
         if found is not None and found.unresolved:
-            return (f"{where}: " + "; ".join(found.unresolved)
-                    + " (give the runtime in the input, or in --cluster-state)")
+            return (
+                f"{where}: " + "; ".join(found.unresolved) + " (give the runtime in the input, or in --cluster-state)"
+            )
         problems = [p for path, t in labelled for p in review_input.template_problems(path, t)]
         if problems:
             return f"{where}: " + "; ".join(problems)
         if self.policies is None and labelled:
-            return (f"{where}: no policy is in force, so its pods cannot be judged: "
-                    f"{review_scope.how_to_choose(self.names)}")
+            return (
+                f"{where}: no policy is in force, so its pods cannot be judged: "
+                f"{review_scope.how_to_choose(self.names)}"
+            )
         return None
 
     def _judge(self, doc: Document, where: str, record: dict[str, Any]) -> None:
@@ -196,29 +218,48 @@ class Judging:
         message: str | None = None
         if doc.request is not None:  # the review's own request, as /mutate or /validate reads it
             try:
-                req = review.request_of({"apiVersion": review.API_VERSION, "kind": "AdmissionReview",
-                                         "request": doc.request})
+                req = review.request_of(
+                    {"apiVersion": review.API_VERSION, "kind": "AdmissionReview", "request": doc.request}
+                )
             except review.BadReview as bad:
                 self.report.bad(f"{where}: {bad}", record, where)
                 return
             decision, answered, message = review.judge_request(
-                req, not doc.is_pod, policies, state.namespace, state.attachments(), self.runtimes, self.config_maps,
-                state.claims(), expanded)
+                req,
+                not doc.is_pod,
+                policies,
+                state.namespace,
+                state.attachments(),
+                self.runtimes,
+                self.config_maps,
+                state.claims(),
+                expanded,
+            )
             uid = req.uid
         else:
             namespace = review.object_namespace(doc.namespace, doc.obj, state.namespace)
             if doc.is_pod:
-                decision = judge_pod(doc.obj, namespace, policies, state.attachments(), "CREATE", self.config_maps,
-                                     state.claims())
+                decision = judge_pod(
+                    doc.obj, namespace, policies, state.attachments(), "CREATE", self.config_maps, state.claims()
+                )
             else:
-                decision, message = judge_workload(doc.obj, doc.group, doc.kind, namespace, policies,
-                                                   state.attachments(), self.runtimes, self.config_maps,
-                                                   state.claims(), expanded)
+                decision, message = judge_workload(
+                    doc.obj,
+                    doc.group,
+                    doc.kind,
+                    namespace,
+                    policies,
+                    state.attachments(),
+                    self.runtimes,
+                    self.config_maps,
+                    state.claims(),
+                    expanded,
+                )
             answered, uid = decision, f"review-{where}"
         fill(record, answered.outcome != DENIED, decision, message or "")
         if policies is not None and "no-policy" in record["rules"]:
             ns = doc.namespace
-            record["messages"].extend(_catalogue_hint(doc.obj, state.namespace(ns) if ns else None, policies,
-                                                      self.names))
-        self.report.judged(where, record, decision, doc.obj,
-                           lambda: review.response(uid, answered, doc.obj, message))
+            record["messages"].extend(
+                _catalogue_hint(doc.obj, state.namespace(ns) if ns else None, policies, self.names)
+            )
+        self.report.judged(where, record, decision, doc.obj, lambda: review.response(uid, answered, doc.obj, message))

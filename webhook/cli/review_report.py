@@ -19,15 +19,38 @@ def record_of(path: str, index: int, doc: Any) -> dict[str, Any]:
         obj = req.get("object") if isinstance(req.get("object"), dict) else {}
         meta = obj.get("metadata") if isinstance(obj.get("metadata"), dict) else {}
         kind = (req.get("kind") or {}).get("kind") if isinstance(req.get("kind"), dict) else None
-        return {"file": path, "document": index, "kind": "AdmissionReview", "apiVersion": doc.get("apiVersion"),
-                "objectKind": kind, "namespace": req.get("namespace") or meta.get("namespace"),
-                "name": meta.get("name") or meta.get("generateName"), "outcome": "error", "allowed": False,
-                "policy": None, "rules": [], "messages": [], "warnings": [], "templates": []}
-    return {"file": path, "document": index,
-            "kind": doc.get("kind") if isinstance(doc, dict) else None,
-            "apiVersion": doc.get("apiVersion") if isinstance(doc, dict) else None,
-            "objectKind": None, "namespace": meta.get("namespace"), "name": meta.get("name") or meta.get("generateName"),
-            "outcome": "error", "allowed": False, "policy": None, "rules": [], "messages": [], "warnings": [], "templates": []}
+        return {
+            "file": path,
+            "document": index,
+            "kind": "AdmissionReview",
+            "apiVersion": doc.get("apiVersion"),
+            "objectKind": kind,
+            "namespace": req.get("namespace") or meta.get("namespace"),
+            "name": meta.get("name") or meta.get("generateName"),
+            "outcome": "error",
+            "allowed": False,
+            "policy": None,
+            "rules": [],
+            "messages": [],
+            "warnings": [],
+            "templates": [],
+        }
+    return {
+        "file": path,
+        "document": index,
+        "kind": doc.get("kind") if isinstance(doc, dict) else None,
+        "apiVersion": doc.get("apiVersion") if isinstance(doc, dict) else None,
+        "objectKind": None,
+        "namespace": meta.get("namespace"),
+        "name": meta.get("name") or meta.get("generateName"),
+        "outcome": "error",
+        "allowed": False,
+        "policy": None,
+        "rules": [],
+        "messages": [],
+        "warnings": [],
+        "templates": [],
+    }
 
 
 def fill(record: dict[str, Any], allowed: bool, decision: Any, message: str) -> None:
@@ -36,16 +59,29 @@ def fill(record: dict[str, Any], allowed: bool, decision: Any, message: str) -> 
     not judged (the answer's `message` when it denies)."""
     record.update(allowed=allowed, warnings=list(decision.warnings) if decision is not None else [])
     if decision is None:
-        record.update(outcome="denied" if not allowed else "skipped",
-                      messages=[message] if not allowed else ["not a pod or workload"])
+        record.update(
+            outcome="denied" if not allowed else "skipped",
+            messages=[message] if not allowed else ["not a pod or workload"],
+        )
         return
     templates = decision.templates
-    record.update(outcome=decision.outcome, policy=decision.policy, rules=sorted({f.rule for f in decision.denials}),
-                  messages=[f.text() for f in decision.denials])
-    record["templates"] = [{"path": t.path, "outcome": t.decision.outcome, "policy": t.decision.policy,
-                            "deniesWorkload": t.deny, "rules": sorted({f.rule for f in t.decision.denials}),
-                            "messages": [f.text() for f in t.decision.denials] or
-                            ([t.decision.reason] if t.decision.reason else [])} for t in templates]
+    record.update(
+        outcome=decision.outcome,
+        policy=decision.policy,
+        rules=sorted({f.rule for f in decision.denials}),
+        messages=[f.text() for f in decision.denials],
+    )
+    record["templates"] = [
+        {
+            "path": t.path,
+            "outcome": t.decision.outcome,
+            "policy": t.decision.policy,
+            "deniesWorkload": t.deny,
+            "rules": sorted({f.rule for f in t.decision.denials}),
+            "messages": [f.text() for f in t.decision.denials] or ([t.decision.reason] if t.decision.reason else []),
+        }
+        for t in templates
+    ]
     if not allowed:
         record["outcome"] = "denied"
     elif templates and any(t.decision.outcome == "mutated" for t in templates):
@@ -81,8 +117,11 @@ class Report:
         self.status = EXIT_BAD_INPUT
         if record is not None:
             prefix = f"{where}: "
-            record.update(outcome="error", allowed=False,
-                          messages=[message[len(prefix):] if where and message.startswith(prefix) else message])
+            record.update(
+                outcome="error",
+                allowed=False,
+                messages=[message[len(prefix) :] if where and message.startswith(prefix) else message],
+            )
             self.records.append(record)
             if self.explain:
                 self._told(where or record["file"], record)
@@ -95,8 +134,9 @@ class Report:
         elif self.output == "review" and line is not None:
             print(line, file=sys.stderr)
 
-    def judged(self, where: str, record: dict[str, Any], decision: Any, before: Any,
-               answer: Callable[[], dict[str, Any]]) -> None:
+    def judged(
+        self, where: str, record: dict[str, Any], decision: Any, before: Any, answer: Callable[[], dict[str, Any]]
+    ) -> None:
         """A judged document; `answer` makes its AdmissionReview answer, for `--output review` only."""
         self.records.append(record)
         if self.explain:

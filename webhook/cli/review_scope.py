@@ -25,18 +25,29 @@ POLICY_KIND = "RdmaPolicy"
 
 
 def is_policy_document(doc: Any) -> bool:
-    return (isinstance(doc, dict) and doc.get("kind") == POLICY_KIND and isinstance(doc.get("apiVersion"), str)
-            and doc["apiVersion"].startswith("rdma-webhook.io/"))
+    return (
+        isinstance(doc, dict)
+        and doc.get("kind") == POLICY_KIND
+        and isinstance(doc.get("apiVersion"), str)
+        and doc["apiVersion"].startswith("rdma-webhook.io/")
+    )
 
 
 def is_namespace(doc: Any) -> bool:
     """A v1 Namespace document review uses as cluster state: metadata a mapping with a non-empty
     string name and labels a mapping (or none), as the API server takes it; any other is listed
     as holding no pods, and not used."""
-    meta = doc.get("metadata") if isinstance(doc, dict) and doc.get("kind") == "Namespace" \
-        and doc.get("apiVersion") == "v1" else None
-    return (isinstance(meta, dict) and isinstance(meta.get("name"), str) and meta["name"] != ""
-            and isinstance(meta.get("labels") or {}, dict))
+    meta = (
+        doc.get("metadata")
+        if isinstance(doc, dict) and doc.get("kind") == "Namespace" and doc.get("apiVersion") == "v1"
+        else None
+    )
+    return (
+        isinstance(meta, dict)
+        and isinstance(meta.get("name"), str)
+        and meta["name"] != ""
+        and isinstance(meta.get("labels") or {}, dict)
+    )
 
 
 def catalogue() -> tuple[dict[str, Policy], list[str]]:
@@ -51,13 +62,16 @@ def catalogue() -> tuple[dict[str, Policy], list[str]]:
 
 def how_to_choose(names: list[str]) -> str:
     listed = ", ".join(names) if names else "none found"
-    return ("choose the policies to review against: --policy NAME for a fabric from the catalogue "
-            f"({listed}; repeat it or separate names with commas), --policies DIR for your own folder "
-            "(the one your cluster's webhook mounts), or RdmaPolicy documents in the input")
+    return (
+        "choose the policies to review against: --policy NAME for a fabric from the catalogue "
+        f"({listed}; repeat it or separate names with commas), --policies DIR for your own folder "
+        "(the one your cluster's webhook mounts), or RdmaPolicy documents in the input"
+    )
 
 
-def choose(policy_names: list[str], policies_dir: str | None,
-           input_docs: list[tuple[str, Any]]) -> tuple[PolicySet | None, list[str], list[str]]:
+def choose(
+    policy_names: list[str], policies_dir: str | None, input_docs: list[tuple[str, Any]]
+) -> tuple[PolicySet | None, list[str], list[str]]:
     """(the policies in force or None when none is, errors, catalogue names). `input_docs` are
     (where, RdmaPolicy document) pairs from the input."""
     from webhook.policy.compiler import compile_policy
@@ -75,7 +89,7 @@ def choose(policy_names: list[str], policies_dir: str | None,
     if policies_dir:
         loaded, errs = load_dir(policies_dir)
         errors.extend(str(e) for e in errs)
-        for p in (loaded.by_name.values() if loaded is not None else ()):
+        for p in loaded.by_name.values() if loaded is not None else ():
             add(p, f"--policies {policies_dir}")
     names = [n.strip() for arg in policy_names for n in arg.split(",") if n.strip()]
     shipped, cat_errors = catalogue() if names else ({}, [])
@@ -84,8 +98,10 @@ def choose(policy_names: list[str], policies_dir: str | None,
         if name in shipped:
             add(shipped[name], "--policy")
         elif not cat_errors:
-            errors.append(f"--policy {name}: no such policy in the catalogue ({', '.join(sorted(shipped))}); "
-                          f"use --policies DIR for a policy of your own")
+            errors.append(
+                f"--policy {name}: no such policy in the catalogue ({', '.join(sorted(shipped))}); "
+                f"use --policies DIR for a policy of your own"
+            )
     for where, doc in input_docs:
         policy, errs = compile_policy(doc, where)
         errors.extend(str(e) for e in errs)
@@ -125,8 +141,10 @@ class ReviewState:
 
         ns = namespace_from(obj)
         if not self.assumed and self.base.namespace(ns.name) is not None:
-            self.notes.append(f"note: {where}: Namespace {ns.name!r} in the input is used instead of the one in "
-                              f"{state_file} (its labels decide opt-in and policy)")
+            self.notes.append(
+                f"note: {where}: Namespace {ns.name!r} in the input is used instead of the one in "
+                f"{state_file} (its labels decide opt-in and policy)"
+            )
         self.input[ns.name] = ns
 
     def namespace(self, name: str) -> Namespace | None:

@@ -45,25 +45,44 @@ def _key(obj: Mapping[str, Any]) -> str:
 def _value(obj: Mapping[str, Any]) -> dict[str, Any]:
     """What the comparison reads: name, annotations and spec (no status, no managed fields)."""
     meta = obj.get("metadata") or {}
-    return {"metadata": {"name": meta.get("name"), "annotations": meta.get("annotations") or {}},
-            "spec": obj.get("spec") or {}}
+    return {
+        "metadata": {"name": meta.get("name"), "annotations": meta.get("annotations") or {}},
+        "spec": obj.get("spec") or {},
+    }
 
 
 class AdmissionPolicyCheck:
     """Two informers (policies, bindings) of `owner`'s kind and a thread that compares."""
 
-    def __init__(self, owner: Owner, api_client: client.ApiClient,
-                 policies: Callable[[], PolicySet | None], interval: float = 5.0):
+    def __init__(
+        self,
+        owner: Owner,
+        api_client: client.ApiClient,
+        policies: Callable[[], PolicySet | None],
+        interval: float = 5.0,
+    ):
         api = client.AdmissionregistrationV1Api(api_client)
         self.policies = policies
         self.interval = interval
         self.owner = owner
         self.informers: tuple[Informer, Informer] = (
-            Informer(owner, "validatingadmissionpolicies",
-                      functools.partial(api.list_validating_admission_policy, label_selector=SELECTOR), (), _key, _value),
-            Informer(owner, "validatingadmissionpolicybindings",
-                      functools.partial(api.list_validating_admission_policy_binding, label_selector=SELECTOR), (),
-                      _key, _value))
+            Informer(
+                owner,
+                "validatingadmissionpolicies",
+                functools.partial(api.list_validating_admission_policy, label_selector=SELECTOR),
+                (),
+                _key,
+                _value,
+            ),
+            Informer(
+                owner,
+                "validatingadmissionpolicybindings",
+                functools.partial(api.list_validating_admission_policy_binding, label_selector=SELECTOR),
+                (),
+                _key,
+                _value,
+            ),
+        )
         self.problems: list[str] | None = None  # None until both kinds are listed and policies loaded
         self.thread: threading.Thread | None = None
 
@@ -92,8 +111,9 @@ class AdmissionPolicyCheck:
         found = mismatches(policies, ours, list(bindings.items.values()))
         if found != self.problems:
             if found:
-                log.warning("the generated ValidatingAdmissionPolicies do not match the policies in force: %s",
-                            "; ".join(found))
+                log.warning(
+                    "the generated ValidatingAdmissionPolicies do not match the policies in force: %s", "; ".join(found)
+                )
             elif self.problems:
                 log.info("the generated ValidatingAdmissionPolicies match the policies in force again")
             else:

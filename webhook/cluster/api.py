@@ -58,6 +58,8 @@ log = logging.getLogger("rdma_webhook.cluster")
 NAD_GROUP, NAD_VERSION, NAD_PLURAL = "k8s.cni.cncf.io", "v1", "network-attachment-definitions"
 TRAINER_GROUP, TRAINER_VERSION = "trainer.kubeflow.org", "v1alpha1"
 TR_PLURAL, CTR_PLURAL = "trainingruntimes", "clustertrainingruntimes"
+
+
 def _tr_key(obj: Mapping[str, Any]) -> tuple[str, str]:
     meta = obj["metadata"]
     return str(meta.get("namespace") or ""), str(meta["name"])
@@ -66,8 +68,12 @@ def _tr_key(obj: Mapping[str, Any]) -> tuple[str, str]:
 def _runtime_value(obj: Mapping[str, Any]) -> dict[str, Any]:
     """What a TrainJob's check reads of a runtime: kind, name and spec (no status, no managed fields)."""
     meta = obj.get("metadata") or {}
-    return {"apiVersion": obj.get("apiVersion"), "kind": obj.get("kind"),
-            "metadata": {"name": meta.get("name"), "namespace": meta.get("namespace")}, "spec": obj.get("spec")}
+    return {
+        "apiVersion": obj.get("apiVersion"),
+        "kind": obj.get("kind"),
+        "metadata": {"name": meta.get("name"), "namespace": meta.get("namespace")},
+        "spec": obj.get("spec"),
+    }
 
 
 def _without_retries(api_client: client.ApiClient) -> None:
@@ -82,18 +88,35 @@ def _without_retries(api_client: client.ApiClient) -> None:
 class ApiClusterState(DraLookups):
     """`ClusterState` backed by list+watch against the API server (see the module docstring)."""
 
-    def __init__(self, api_client: client.ApiClient, uses_networks: Callable[[], bool] = lambda: False, *,
-                 watch_timeout: int = 300, backoff_min: float = 0.5, backoff_max: float = 30.0,
-                 networks_check_interval: float = 5.0, fetch_timeout: float = 2.0, miss_ttl: float = 5.0,
-                 connect_timeout: float = 5.0, watch_runtimes: bool = True, page_size: int = 500,
-                 stale_after: float = 60.0, clock: Callable[[], float] = time.monotonic,
-                 admission_policies: Callable[[], Any] | None = None, uses_dra: Callable[[], bool] = lambda: False,
-                 list_from_cache: bool = True):
+    def __init__(
+        self,
+        api_client: client.ApiClient,
+        uses_networks: Callable[[], bool] = lambda: False,
+        *,
+        watch_timeout: int = 300,
+        backoff_min: float = 0.5,
+        backoff_max: float = 30.0,
+        networks_check_interval: float = 5.0,
+        fetch_timeout: float = 2.0,
+        miss_ttl: float = 5.0,
+        connect_timeout: float = 5.0,
+        watch_runtimes: bool = True,
+        page_size: int = 500,
+        stale_after: float = 60.0,
+        clock: Callable[[], float] = time.monotonic,
+        admission_policies: Callable[[], Any] | None = None,
+        uses_dra: Callable[[], bool] = lambda: False,
+        list_from_cache: bool = True,
+    ):
         self.uses_networks = uses_networks
         self.uses_dra = uses_dra
         self.watch_runtimes = watch_runtimes
         self.watch_timeout, self.backoff_min, self.backoff_max = int(watch_timeout), backoff_min, backoff_max
-        self.networks_check_interval, self.fetch_timeout, self.miss_ttl = networks_check_interval, fetch_timeout, miss_ttl
+        self.networks_check_interval, self.fetch_timeout, self.miss_ttl = (
+            networks_check_interval,
+            fetch_timeout,
+            miss_ttl,
+        )
         self.connect_timeout = connect_timeout
         self.page_size = page_size  # objects per list request (client-go's reflector: 500)
         self.list_from_cache = list_from_cache  # resourceVersion=0 on a list's first request (see relist)
@@ -122,15 +145,38 @@ class ApiClusterState(DraLookups):
         Trainer runtimes and the DRA kinds (optional CRDs)."""
         self._core = client.CoreV1Api(api_client)
         custom = client.CustomObjectsApi(api_client)
-        self._ns = Informer(self, "namespaces", self._core.list_namespace, (), ns_key, namespace_from,
-                             metadata_only=True)
-        self._nads = Informer(self, NAD_PLURAL, custom.list_cluster_custom_object,
-                               (NAD_GROUP, NAD_VERSION, NAD_PLURAL), nad_key, nad_value, metadata_only=True)
+        self._ns = Informer(
+            self, "namespaces", self._core.list_namespace, (), ns_key, namespace_from, metadata_only=True
+        )
+        self._nads = Informer(
+            self,
+            NAD_PLURAL,
+            custom.list_cluster_custom_object,
+            (NAD_GROUP, NAD_VERSION, NAD_PLURAL),
+            nad_key,
+            nad_value,
+            metadata_only=True,
+        )
         self._runtime_informers = (
-            Informer(self, TR_PLURAL, custom.list_cluster_custom_object, (TRAINER_GROUP, TRAINER_VERSION, TR_PLURAL),
-                      _tr_key, _runtime_value, optional=True),
-            Informer(self, CTR_PLURAL, custom.list_cluster_custom_object, (TRAINER_GROUP, TRAINER_VERSION, CTR_PLURAL),
-                      lambda obj: str(obj["metadata"]["name"]), _runtime_value, optional=True))
+            Informer(
+                self,
+                TR_PLURAL,
+                custom.list_cluster_custom_object,
+                (TRAINER_GROUP, TRAINER_VERSION, TR_PLURAL),
+                _tr_key,
+                _runtime_value,
+                optional=True,
+            ),
+            Informer(
+                self,
+                CTR_PLURAL,
+                custom.list_cluster_custom_object,
+                (TRAINER_GROUP, TRAINER_VERSION, CTR_PLURAL),
+                lambda obj: str(obj["metadata"]["name"]),
+                _runtime_value,
+                optional=True,
+            ),
+        )
         self._dra_informers = dra_informers(self, custom, Informer)
 
     @classmethod
@@ -193,11 +239,17 @@ class ApiClusterState(DraLookups):
             log.error("listing before the fork outlived its budget; forking anyway")
             return False
         if errors:
-            log.warning("listing before the fork failed (%s); each worker lists what is missing",
-                        "; ".join(errors))
-        log.info("listed before the fork in %.3fs: %s", time.monotonic() - began, ", ".join(  # where a slow start went
-            f"{i.kind} {len(i.items)} in {i.list_seconds:.3f}s ({i.pages} pages)" if i.synced else f"{i.kind} not listed"
-            for i in informers))
+            log.warning("listing before the fork failed (%s); each worker lists what is missing", "; ".join(errors))
+        log.info(
+            "listed before the fork in %.3fs: %s",
+            time.monotonic() - began,
+            ", ".join(  # where a slow start went
+                f"{i.kind} {len(i.items)} in {i.list_seconds:.3f}s ({i.pages} pages)"
+                if i.synced
+                else f"{i.kind} not listed"
+                for i in informers
+            ),
+        )
         return not errors
 
     def start(self) -> None:
@@ -287,8 +339,10 @@ class ApiClusterState(DraLookups):
                 return f"cluster state not synced yet ({informer.kind})"
             stale = informer.stale_for(now)
             if stale > self.stale_after:
-                return (f"cluster state stale: {informer.kind} list/watch failing for {stale:.0f}s "
-                        f"({informer.failures} attempts, last: {informer.last_error})")
+                return (
+                    f"cluster state stale: {informer.kind} list/watch failing for {stale:.0f}s "
+                    f"({informer.failures} attempts, last: {informer.last_error})"
+                )
         return None
 
     def namespace(self, name: str) -> Namespace | None:

@@ -46,12 +46,34 @@ def _ns_name_key(obj: Mapping[str, Any]) -> tuple[str, str]:
 def dra_informers(owner: Any, custom: Any, informer: Callable[..., Any]) -> tuple[Any, Any, Any]:
     """The three informers (`webhook.cluster.informer.Informer`), not started."""
     return (
-        informer(owner, DC_PLURAL, custom.list_cluster_custom_object, (DRA_GROUP, DRA_VERSION, DC_PLURAL),
-                 _dc_key, dra.device_class_value, optional=True),
-        informer(owner, RCT_PLURAL, custom.list_cluster_custom_object, (DRA_GROUP, DRA_VERSION, RCT_PLURAL),
-                 _ns_name_key, dra.template_value, optional=True),
-        informer(owner, RC_PLURAL, custom.list_cluster_custom_object, (DRA_GROUP, DRA_VERSION, RC_PLURAL),
-                 _ns_name_key, _claim_value, optional=True))
+        informer(
+            owner,
+            DC_PLURAL,
+            custom.list_cluster_custom_object,
+            (DRA_GROUP, DRA_VERSION, DC_PLURAL),
+            _dc_key,
+            dra.device_class_value,
+            optional=True,
+        ),
+        informer(
+            owner,
+            RCT_PLURAL,
+            custom.list_cluster_custom_object,
+            (DRA_GROUP, DRA_VERSION, RCT_PLURAL),
+            _ns_name_key,
+            dra.template_value,
+            optional=True,
+        ),
+        informer(
+            owner,
+            RC_PLURAL,
+            custom.list_cluster_custom_object,
+            (DRA_GROUP, DRA_VERSION, RC_PLURAL),
+            _ns_name_key,
+            _claim_value,
+            optional=True,
+        ),
+    )
 
 
 class DraLookups:
@@ -102,4 +124,3 @@ class DraLookups:
 
     def resource_claim(self, namespace: str, name: str) -> tuple[dra.ClaimRequest, ...] | None:
         return self._dra_informers[2].items.get((namespace, name))
-

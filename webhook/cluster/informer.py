@@ -70,13 +70,30 @@ class _ShortWatch(Exception):
 class Informer:
     """One resource kind: list, then watch, into `items` (read lock-free by request threads)."""
 
-    def __init__(self, owner: Owner, kind: str, list_call: Callable[..., Any], args: tuple[Any, ...],
-                 key: Callable[[Mapping[str, Any]], Hashable], value: Callable[[Mapping[str, Any]], Any],
-                 optional: bool = False, metadata_only: bool = False):
-        self.owner, self.kind, self.list_call, self.args, self.key, self.value = owner, kind, list_call, args, key, value
+    def __init__(
+        self,
+        owner: Owner,
+        kind: str,
+        list_call: Callable[..., Any],
+        args: tuple[Any, ...],
+        key: Callable[[Mapping[str, Any]], Hashable],
+        value: Callable[[Mapping[str, Any]], Any],
+        optional: bool = False,
+        metadata_only: bool = False,
+    ):
+        self.owner, self.kind, self.list_call, self.args, self.key, self.value = (
+            owner,
+            kind,
+            list_call,
+            args,
+            key,
+            value,
+        )
         self.metadata_only = metadata_only  # lists ask for PartialObjectMetadataList (METADATA_LIST)
         # the kinds with many objects keep a few fields of each, decoded as such (webhook.cluster.listing)
-        self.decode: Callable[[bytes], Any] = METADATA_DECODERS.get(kind, orjson.loads) if metadata_only else orjson.loads
+        self.decode: Callable[[bytes], Any] = (
+            METADATA_DECODERS.get(kind, orjson.loads) if metadata_only else orjson.loads
+        )
         self.list_kind: str | None = None  # the `kind` of the last list page the server sent
         self.optional = optional  # a CRD that may not be installed: a 404 is expected, not an error
         self.absent_logged = False
@@ -134,8 +151,11 @@ class Informer:
                     self.owner._record_ready()
                     if not self.absent_logged:
                         self.absent_logged = True
-                        log.info("%s: not served by this cluster (CRD not installed); looking again every %.0fs",
-                                 self.kind, owner.backoff_max)
+                        log.info(
+                            "%s: not served by this cluster (CRD not installed); looking again every %.0fs",
+                            self.kind,
+                            owner.backoff_max,
+                        )
                     owner._stopping.wait(owner.backoff_max)
                     continue
                 else:
@@ -146,8 +166,12 @@ class Informer:
                 break
             self.failed(error)
             pause = random.uniform(delay / 2, delay)
-            log.warning("%s: list/watch failed (%s); retrying in %.2fs, answering from the cache",
-                        self.kind, describe(error), pause)
+            log.warning(
+                "%s: list/watch failed (%s); retrying in %.2fs, answering from the cache",
+                self.kind,
+                describe(error),
+                pause,
+            )
             owner._stopping.wait(pause)
             delay = min(delay * 2, owner.backoff_max)
 
@@ -190,8 +214,11 @@ class Informer:
                 read_timeout = min(read_timeout, deadline - time.monotonic())
                 if read_timeout <= 0:
                     raise TimeoutError(f"{self.kind}: list not done by its deadline ({self.pages} pages)")
-            kwargs: dict[str, Any] = {"limit": self.owner.page_size, "_preload_content": False,
-                                      "_request_timeout": (self.owner.connect_timeout, read_timeout)}
+            kwargs: dict[str, Any] = {
+                "limit": self.owner.page_size,
+                "_preload_content": False,
+                "_request_timeout": (self.owner.connect_timeout, read_timeout),
+            }
             if token:
                 kwargs["_continue"] = token
             elif self.owner.list_from_cache and self.relist_version:
@@ -233,9 +260,14 @@ class Informer:
         owner = self.owner
         started, seen, w = time.monotonic(), False, self.watch
         assert w is not None
-        stream = w.stream(self.list_call, *self.args, resource_version=self.resource_version,
-                          allow_watch_bookmarks=True, timeout_seconds=owner.watch_timeout,
-                          _request_timeout=(owner.connect_timeout, owner.watch_timeout + 30))
+        stream = w.stream(
+            self.list_call,
+            *self.args,
+            resource_version=self.resource_version,
+            allow_watch_bookmarks=True,
+            timeout_seconds=owner.watch_timeout,
+            _request_timeout=(owner.connect_timeout, owner.watch_timeout + 30),
+        )
         self.watching_since = owner.clock()
         try:
             for event in stream:

@@ -85,6 +85,7 @@ METADATA_DECODERS = {
 # kubernetes.io/metadata.name label and the first half of its NADs' keys, and NADs across
 # namespaces share a few names ("rdma-network"); one string object each instead of one per use.
 
+
 def ns_key(obj: Mapping[str, Any]) -> str:
     return sys.intern(str(obj["metadata"]["name"]))
 

@@ -27,8 +27,12 @@ RUNTIME_KINDS = ("TrainingRuntime", "ClusterTrainingRuntime")
 
 def is_runtime(obj: Any) -> bool:
     """A Kubeflow Trainer TrainingRuntime or ClusterTrainingRuntime."""
-    return (isinstance(obj, dict) and obj.get("kind") in RUNTIME_KINDS and isinstance(obj.get("apiVersion"), str)
-            and obj["apiVersion"].startswith(TRAINER_GROUP + "/"))
+    return (
+        isinstance(obj, dict)
+        and obj.get("kind") in RUNTIME_KINDS
+        and isinstance(obj.get("apiVersion"), str)
+        and obj["apiVersion"].startswith(TRAINER_GROUP + "/")
+    )
 
 
 class RuntimeStore:
@@ -68,8 +72,12 @@ DRA_KINDS = ("DeviceClass", "ResourceClaimTemplate", "ResourceClaim")
 
 def is_dra(obj: Any) -> bool:
     """A resource.k8s.io DeviceClass, ResourceClaimTemplate or ResourceClaim."""
-    return (isinstance(obj, dict) and obj.get("kind") in DRA_KINDS and isinstance(obj.get("apiVersion"), str)
-            and obj["apiVersion"].startswith(DRA_GROUP + "/"))
+    return (
+        isinstance(obj, dict)
+        and obj.get("kind") in DRA_KINDS
+        and isinstance(obj.get("apiVersion"), str)
+        and obj["apiVersion"].startswith(DRA_GROUP + "/")
+    )
 
 
 class ClaimStore:
@@ -142,7 +150,9 @@ def _objects(doc: Any) -> Iterable[Mapping[str, Any]]:
         return
     if not isinstance(doc, dict):
         raise ClusterStateError(f"expected Kubernetes objects, found a {type(doc).__name__}")
-    if doc.get("kind") == "List" or (isinstance(doc.get("kind"), str) and doc["kind"].endswith("List") and "items" in doc):
+    if doc.get("kind") == "List" or (
+        isinstance(doc.get("kind"), str) and doc["kind"].endswith("List") and "items" in doc
+    ):
         for item in doc.get("items") or ():
             yield from _objects(item)
         return
@@ -163,8 +173,13 @@ def namespace_from(obj: Mapping[str, Any]) -> Namespace:
 class FileClusterState:
     """Namespaces, NetworkAttachmentDefinitions and Trainer runtimes read once from a YAML file."""
 
-    def __init__(self, namespaces: Iterable[Namespace], attachments: Iterable[Mapping[str, Any]],
-                 runtimes: Iterable[Mapping[str, Any]] = (), dra_objects: Iterable[Mapping[str, Any]] = ()):
+    def __init__(
+        self,
+        namespaces: Iterable[Namespace],
+        attachments: Iterable[Mapping[str, Any]],
+        runtimes: Iterable[Mapping[str, Any]] = (),
+        dra_objects: Iterable[Mapping[str, Any]] = (),
+    ):
         self._runtimes = RuntimeStore(runtimes)
         self._claims = ClaimStore(dra_objects)
         self._namespaces = {ns.name: ns for ns in namespaces}

@@ -5,7 +5,7 @@ what a reading found (`Reading`), and the rest of what it takes (the env `Lookup
 from __future__ import annotations
 
 import posixpath
-from typing import Any, Protocol
+from typing import Protocol
 
 
 class Lookup(Protocol):
@@ -90,7 +90,7 @@ class Files:
                 if (wd + "/").startswith(prefix):
                     return True
             for path in self.files:
-                if path.startswith(wd + "/") and path[len(wd) + 1:] in text:
+                if path.startswith(wd + "/") and path[len(wd) + 1 :] in text:
                     return True
         for path in self.files:
             if path in text:
@@ -105,8 +105,9 @@ class Reading:
     """What `read` found: the settings in order, the script file each was made in (when it was
     one of `Files`), and the scripts that were run but could not be read (path, ConfigMap)."""
 
-    def __init__(self, found: list[tuple[str, str]], origins: dict[tuple[str, str], str],
-                 unread: list[tuple[str, str]]):
+    def __init__(
+        self, found: list[tuple[str, str]], origins: dict[tuple[str, str], str], unread: list[tuple[str, str]]
+    ):
         self.found = found
         self.origins = origins
         self.unread = unread

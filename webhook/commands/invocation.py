@@ -30,9 +30,9 @@ from __future__ import annotations
 from typing import Final
 
 COMMAND: Final = "command"  # a command string
-FILE: Final = "file"        # a script file
-STDIN: Final = "stdin"      # the standard input
-MODULE: Final = "module"    # Python's -m
+FILE: Final = "file"  # a script file
+STDIN: Final = "stdin"  # the standard input
+MODULE: Final = "module"  # Python's -m
 UNKNOWN: Final = "unknown"  # a word we cannot know where an option may stand, or a missing argument
 
 _SHELL_LONG_WITH_ARGUMENT: Final = ("--rcfile", "--init-file")

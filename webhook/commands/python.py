@@ -55,8 +55,16 @@ def python_settings(code: str, names: frozenset[str]) -> list[tuple[str, str]]:
 
 # Nodes whose inner code may run never, once or many times: a function or lambda body (it runs
 # when called, which the reading does not follow), a comprehension's element and conditions.
-_MAY_RUN = (ast.Lambda, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.ListComp, ast.SetComp,
-            ast.DictComp, ast.GeneratorExp)
+_MAY_RUN = (
+    ast.Lambda,
+    ast.FunctionDef,
+    ast.AsyncFunctionDef,
+    ast.ClassDef,
+    ast.ListComp,
+    ast.SetComp,
+    ast.DictComp,
+    ast.GeneratorExp,
+)
 
 
 def _python_ops(code: str) -> list[_Op]:
@@ -87,7 +95,9 @@ def _python_ops(code: str) -> list[_Op]:
 
 
 def _is_environ(node: Any) -> bool:
-    return (isinstance(node, ast.Attribute) and node.attr == "environ") or (isinstance(node, ast.Name) and node.id == "environ")
+    return (isinstance(node, ast.Attribute) and node.attr == "environ") or (
+        isinstance(node, ast.Name) and node.id == "environ"
+    )
 
 
 def _const(node: Any) -> str | None:

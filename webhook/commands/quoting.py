@@ -42,8 +42,21 @@ def in_double_quotes(text: str) -> str:
 
 # -- ANSI-C strings and words -----------------------------------------------------------------
 
-_ANSI_SIMPLE: Final = {"a": 7, "b": 8, "e": 27, "E": 27, "f": 12, "n": 10, "r": 13, "t": 9, "v": 11,
-                       "\\": 92, "'": 39, '"': 34, "?": 63}
+_ANSI_SIMPLE: Final = {
+    "a": 7,
+    "b": 8,
+    "e": 27,
+    "E": 27,
+    "f": 12,
+    "n": 10,
+    "r": 13,
+    "t": 9,
+    "v": 11,
+    "\\": 92,
+    "'": 39,
+    '"': 34,
+    "?": 63,
+}
 _HEX: Final = "0123456789abcdefABCDEF"
 
 
@@ -96,7 +109,7 @@ def ansi_c(body: str) -> str | None:
             while k < most and i + k < n and body[i + k] in _HEX:
                 k += 1
             if k:
-                value = int(body[i:i + k], 16)
+                value = int(body[i : i + k], 16)
                 i += k
                 if c != "x" and value > 0x7F:
                     return None  # the locale's encoding of that character
@@ -147,7 +160,7 @@ def word_at(text: str, i: int) -> tuple[str | None, int]:
             close = text.find("'", i + 1)
             if close < 0:
                 return None, -1
-            out.append(text[i + 1:close])
+            out.append(text[i + 1 : close])
             i = close + 1
         elif ch == '"' or (ch == "$" and text.startswith('$"', i)):
             start = i + (1 if ch == '"' else 2)
@@ -167,12 +180,16 @@ def word_at(text: str, i: int) -> tuple[str | None, int]:
             end = ansi_c_end(text, i + 2)
             if end < 0:
                 return None, -1
-            value = ansi_c(text[i + 2:end - 1])
+            value = ansi_c(text[i + 2 : end - 1])
             if value is None:
                 return None, end
             out.append(value)
             i = end
-        elif ch == "`" or ch == "~" or (ch == "$" and i + 1 < n and (text[i + 1] in "{(_@*#?$!-\\" or text[i + 1].isalnum())):
+        elif (
+            ch == "`"
+            or ch == "~"
+            or (ch == "$" and i + 1 < n and (text[i + 1] in "{(_@*#?$!-\\" or text[i + 1].isalnum()))
+        ):
             return None, i  # an expansion (`$\\<newline>X` is `$X`), a tilde bash may expand
         else:
             out.append(ch)
@@ -181,6 +198,7 @@ def word_at(text: str, i: int) -> tuple[str | None, int]:
 
 
 # -- brace expansion ----------------------------------------------------------------------------
+
 
 class NotReadHere(ValueError):
     """A brace expansion this module does not read (the script then gets the textual reading)."""
@@ -206,7 +224,7 @@ def brace_words(text: str) -> list[str] | None:
     while i < n:
         ch = text[i]
         if ch == "\\":
-            marked.append(text[i:i + 2])
+            marked.append(text[i : i + 2])
             i += 2
         elif ch == "'" or (ch == "$" and text.startswith("$'", i)):
             end = ansi_c_end(text, i + 2) if ch == "$" else text.find("'", i + 1) + 1
@@ -218,7 +236,7 @@ def brace_words(text: str) -> list[str] | None:
             while j < n and text[j] != '"':
                 j += 2 if text[j] == "\\" else 1
             expansion = expansion or "$" in text[i:j] or "`" in text[i:j]
-            marked.append(text[i:j + 1])
+            marked.append(text[i : j + 1])
             i = j + 1
         elif ch == "$" and (text.startswith("${", i) or text.startswith("$(", i)):
             # a parameter expansion or a command substitution: bash expands no brace inside it here
@@ -272,10 +290,10 @@ def _expand(text: str) -> list[str] | None:
         if j >= len(text):  # this brace is not closed: bash tries the next one
             start = text.find(_OPEN, start + 1)
             continue
-        pre, body, post = text[:start], text[start + 1:j], text[j + 1:]
+        pre, body, post = text[:start], text[start + 1 : j], text[j + 1 :]
         if commas:
             cuts = [start, *commas, j]
-            choices = [text[a + 1:b] for a, b in zip(cuts, cuts[1:])]
+            choices = [text[a + 1 : b] for a, b in zip(cuts, cuts[1:])]
         else:
             choices = _sequence(body)
         if choices is not None:
@@ -308,7 +326,9 @@ def _sequence(body: str) -> list[str] | None:
     step = abs(int(m.group(6) or 1)) or 1
     values = range(first_c, last_c + (1 if last_c >= first_c else -1), step if last_c >= first_c else -step)
     chars = [chr(v) for v in values]
-    if any(c in "\\`" for c in chars):  # `{Z..a}` passes [ \ ] ^ _ `: bash takes them literally, quote removal would not
+    if any(
+        c in "\\`" for c in chars
+    ):  # `{Z..a}` passes [ \ ] ^ _ `: bash takes them literally, quote removal would not
         raise NotReadHere()
     return chars
 

@@ -18,7 +18,8 @@ quoted text, `echo`/`printf` arguments and heredoc bodies are not settings, and 
 the last assignment made before it on the straight-line path. What the reading cannot follow
 is read conservatively: a branch, a loop body or a function body may or may not run, so the
 values it assigns are added to the possible ones; sourced files and scripts are read only when
-they come from a ConfigMap volume handed in (`Files`), those in the image are not; a script the parser cannot read (a syntax error, deeper nesting than `MAX_DEPTH`,
+they come from a ConfigMap volume handed in (`Files`), those in the image are not;
+a script the parser cannot read (a syntax error, deeper nesting than `MAX_DEPTH`,
 more than `MAX_PARSED` bytes) falls back to `scan_text`, the textual reading, which reports
 every `NAME=value` it finds. Nothing here raises on any input.
 
@@ -41,12 +42,25 @@ from webhook.commands.python import python_settings
 from webhook.commands.record import Record
 from webhook.commands.state import State, Var
 from webhook.commands.shell_builtins import DECLARE, NAME, NO_PROCESS, declare
-from webhook.commands.shell import (CACHE_MAX, MAX_DEPTH, MAX_PARSED, PARSED, PYTHON_NAME, SEQ, SHELLS, SUB, Block, Cmd,
-                                    Unreadable, parse_script)
+from webhook.commands.shell import (
+    CACHE_MAX,
+    MAX_DEPTH,
+    MAX_PARSED,
+    PARSED,
+    PYTHON_NAME,
+    SEQ,
+    SHELLS,
+    SUB,
+    Block,
+    Cmd,
+    Unreadable,
+    parse_script,
+)
 from webhook.commands.text import mentions, scan_text
 
 
 # -- the reading ------------------------------------------------------------------------------
+
 
 class _Reader(Record):
     """The walk of a command: the processes it starts and the shell scripts they run, in order."""
@@ -70,7 +84,7 @@ class _Reader(Record):
         try:
             first = text.split("\n", 1)[0]
             if python or (first.startswith("#!") and "python" in first):
-                for name, value in (python_settings(text, self.names) if mentions(text, self.names) else []):
+                for name, value in python_settings(text, self.names) if mentions(text, self.names) else []:
                     self.report(name, value)
                 return False
             return self.script(text, state, depth + 1)
@@ -115,8 +129,13 @@ class _Reader(Record):
                 w = argv[i]
                 if w is not None and not w.startswith("-"):
                     b = w.rsplit("/", 1)[-1]
-                    if (b in SHELLS or b == "env" or b in LAUNCHERS or PYTHON_NAME.match(b)
-                            or ("/" in w and self.lookup(w) is not None)):
+                    if (
+                        b in SHELLS
+                        or b == "env"
+                        or b in LAUNCHERS
+                        or PYTHON_NAME.match(b)
+                        or ("/" in w and self.lookup(w) is not None)
+                    ):
                         self.process(argv[i:], state, depth + 1)
                         return
 
@@ -170,13 +189,19 @@ class _Reader(Record):
                 state.vars[w.split("=", 1)[1] if w.startswith("--") else w[2:]] = Var([], False)
             elif w in ("-C", "--chdir"):
                 i += 1
-            elif w in ("-S", "--split-string") or w.startswith("--split-string=") or (w.startswith("-S") and len(w) > 2):
-                text = argv[i + 1] if w in ("-S", "--split-string") and i + 1 < n else (w.split("=", 1)[1] if w.startswith("--") else w[2:])
+            elif (
+                w in ("-S", "--split-string") or w.startswith("--split-string=") or (w.startswith("-S") and len(w) > 2)
+            ):
+                text = (
+                    argv[i + 1]
+                    if w in ("-S", "--split-string") and i + 1 < n
+                    else (w.split("=", 1)[1] if w.startswith("--") else w[2:])
+                )
                 try:
                     split: list[str | None] = list(shlex.split(text or ""))
                 except ValueError:
                     return
-                rest = argv[i + 2:] if w in ("-S", "--split-string") else argv[i + 1:]
+                rest = argv[i + 2 :] if w in ("-S", "--split-string") else argv[i + 1 :]
                 self.env_command(["env"] + split + rest, state, depth + 1)
                 return
             elif w == "--":
@@ -346,15 +371,22 @@ class _Reader(Record):
 
 # -- the entry point --------------------------------------------------------------------------
 
-def settings(command: list[str] | str, names: frozenset[str], env: Lookup | None = None,
-             budget: Budget | None = None) -> list[tuple[str, str]]:
+
+def settings(
+    command: list[str] | str, names: frozenset[str], env: Lookup | None = None, budget: Budget | None = None
+) -> list[tuple[str, str]]:
     """The values of `names` that the command makes and some process it starts will see, in the
     order first seen, each (name, value) once: `read(...).found`."""
     return read(command, names, env, budget).found
 
 
-def read(command: list[str] | str, names: frozenset[str], env: Lookup | None = None,
-         budget: Budget | None = None, files: FileSource | None = None) -> Reading:
+def read(
+    command: list[str] | str,
+    names: frozenset[str],
+    env: Lookup | None = None,
+    budget: Budget | None = None,
+    files: FileSource | None = None,
+) -> Reading:
     """What the command makes that processes it starts will see (`Reading`). `command`: argv (a
     container's command + args, `$(VAR)` already expanded) or a shell script. `env`: the
     container's env, for what the command forwards from it (`mpirun -x NAME`, `export
@@ -397,10 +429,15 @@ def read(command: list[str] | str, names: frozenset[str], env: Lookup | None = N
     if reader.complete and len(text) <= MAX_PARSED:
         if len(_READ) >= CACHE_MAX:
             _READ.clear()
-        _READ[key] = (tuple(reader.deps), tuple(reader.file_deps),
-                      Reading(list(reader.found), dict(reader.origins), list(reader.unread)))
+        _READ[key] = (
+            tuple(reader.deps),
+            tuple(reader.file_deps),
+            Reading(list(reader.found), dict(reader.origins), list(reader.unread)),
+        )
     return Reading(reader.found, reader.origins, reader.unread)
 
 
-_READ: dict[tuple[bool, str, frozenset[str], bool],
-            tuple[tuple[tuple[str, str | None], ...], tuple[tuple[bool, str, Any], ...], Reading]] = {}
+_READ: dict[
+    tuple[bool, str, frozenset[str], bool],
+    tuple[tuple[tuple[str, str | None], ...], tuple[tuple[bool, str, Any], ...], Reading],
+] = {}

@@ -123,7 +123,10 @@ class Record:
         if not name:
             return
         v = state.vars.get(name)
-        exported = (export or state.allexport or name in self.names
-                    or (v.exported if v is not None else self.inherited(state, name) is not None))
+        exported = (
+            export
+            or state.allexport
+            or name in self.names
+            or (v.exported if v is not None else self.inherited(state, name) is not None)
+        )
         state.vars[name] = Var([value], exported, True, self.file)
-

@@ -27,6 +27,7 @@ CACHE_MAX: Final = 256  # parsed scripts remembered (per process); cleared when 
 # (below) then runs on them for each decision. A word is a list of parts: literal text, a
 # variable reference (`Ref`), or None for what cannot be known here ($(...), $((...)), ${X:-y}).
 
+
 class Ref:
     __slots__ = ("name",)
 
@@ -150,8 +151,18 @@ class _Converter:
         elif t == "negated_command":
             for child in node.named_children:
                 self.statement(child, items, depth + 1)
-        elif t in ("if_statement", "while_statement", "until_statement", "for_statement", "c_style_for_statement",
-                   "case_statement", "function_definition", "elif_clause", "else_clause", "case_item"):
+        elif t in (
+            "if_statement",
+            "while_statement",
+            "until_statement",
+            "for_statement",
+            "c_style_for_statement",
+            "case_statement",
+            "function_definition",
+            "elif_clause",
+            "else_clause",
+            "case_item",
+        ):
             # conditions run here; bodies may run or not (a function body is read where it is defined)
             maybe: list[Any] = []
             for i, child in enumerate(node.children):
@@ -159,8 +170,16 @@ class _Converter:
                     continue
                 field = node.field_name_for_child(i)
                 if field in ("condition", "value", "initializer"):
-                    if child.type in ("word", "string", "raw_string", "concatenation", "simple_expansion",
-                                      "expansion", "number", "command_substitution"):
+                    if child.type in (
+                        "word",
+                        "string",
+                        "raw_string",
+                        "concatenation",
+                        "simple_expansion",
+                        "expansion",
+                        "number",
+                        "command_substitution",
+                    ):
                         subs: list[Block] = []
                         self.word(child, subs, depth + 1)
                         items.extend(subs)
@@ -246,7 +265,7 @@ class _Converter:
         subs: list[Block] = []
         pieces: list[Any] = []  # the nodes that make up words, in order (see `words`)
         if t in ("variable_assignment", "variable_assignments"):
-            for a in ([node] if t == "variable_assignment" else node.named_children):
+            for a in [node] if t == "variable_assignment" else node.named_children:
                 if a.type == "variable_assignment":
                     pieces.append(a)
             for name, parts in self.words(pieces, True, subs, depth):
@@ -265,7 +284,7 @@ class _Converter:
             field = node.field_name_for_child(i)
             if child.type == "variable_assignment" or field == "name" or field == "argument":
                 pieces.append(child)
-                if field == "name" and self.src[child.start_byte:child.end_byte] in (b"{", b"}"):
+                if field == "name" and self.src[child.start_byte : child.end_byte] in (b"{", b"}"):
                     # a group's brace as a command's name: tree-sitter-bash parses `! { ...; }` so,
                     # without an error; to bash it is a group that runs in this shell
                     raise Unreadable()
@@ -276,7 +295,9 @@ class _Converter:
                 words.append(parts)
         return Cmd(assigns, words, subs)
 
-    def words(self, pieces: list[Any], assigning: bool, subs: list[Block], depth: int) -> list[tuple[str | None, list[Any]]]:
+    def words(
+        self, pieces: list[Any], assigning: bool, subs: list[Block], depth: int
+    ) -> list[tuple[str | None, list[Any]]]:
         """The shell words that `pieces` (a command's nodes: assignments, its name, arguments) make,
         each with its assignment's name when it is one of the command's prefix assignments
         (`assigning`; else `NAME=` stays part of the word). tree-sitter skips escaped blanks and
@@ -316,10 +337,10 @@ class _Converter:
                     # something else (after \f or \v, a `#` starts a comment to it and hides the
                     # commands after it), so the script is read as text
                     raise Unreadable()
-                if b"~" in src[piece.start_byte:p] and tilde_expanded(src, piece.start_byte, p):
+                if b"~" in src[piece.start_byte : p] and tilde_expanded(src, piece.start_byte, p):
                     parts = [None]  # NAME=~/x, NAME=a:~/x, also as an argument (env NAME=~/x): bash expands the tilde
                 break
-            if name is None and b"{" in src[piece.start_byte:p]:
+            if name is None and b"{" in src[piece.start_byte : p]:
                 # brace expansion, in every word but a prefix assignment: `export A={0,1}` is
                 # `export A=0 A=1`. One not read here (with `$` in it, or a long sequence) makes
                 # the script unreadable (the textual reading) where the word may assign (has an
@@ -434,7 +455,11 @@ class _Converter:
             return parts if known else [None]
         if t == "simple_expansion" or t == "expansion":
             inner = node.named_children
-            if len(inner) == 1 and inner[0].type == "variable_name" and node.child_count == (2 if t == "simple_expansion" else 3):
+            if (
+                len(inner) == 1
+                and inner[0].type == "variable_name"
+                and node.child_count == (2 if t == "simple_expansion" else 3)
+            ):
                 return [Ref(inner[0].text.decode("utf-8", "replace"))]
             return [None]
         if t == "ansi_c_string":
@@ -451,6 +476,7 @@ class _Converter:
 
 
 # -- which program a command runs, and whether it reads a heredoc fed to it as its script -----
+
 
 def _program(cmd: Cmd) -> str:
     """A command's program by its base name when its name is plain text, else ""."""

@@ -28,11 +28,19 @@ class State:
         self.cleared = cleared  # `env -i`: the container env is not inherited
 
     def copy(self) -> State:
-        return State({k: Var(list(v.values), v.exported, v.own, v.origin) for k, v in self.vars.items()}, self.allexport, self.cleared)
+        return State(
+            {k: Var(list(v.values), v.exported, v.own, v.origin) for k, v in self.vars.items()},
+            self.allexport,
+            self.cleared,
+        )
 
     def child(self) -> State:
         """What a started process inherits: the exported variables."""
-        return State({k: Var(list(v.values), True, v.own, v.origin) for k, v in self.vars.items() if v.exported}, False, self.cleared)
+        return State(
+            {k: Var(list(v.values), True, v.own, v.origin) for k, v in self.vars.items() if v.exported},
+            False,
+            self.cleared,
+        )
 
     def merge(self, other: State) -> None:
         """Either this state or `other` holds afterwards (a branch that may have run)."""

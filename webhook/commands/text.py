@@ -24,7 +24,7 @@ def prefixes(names: frozenset[str]) -> tuple[str, ...]:
         seen: list[str] = []
         for n in sorted(names):
             cut = n.find("_", 1)
-            p = n[:cut + 1] if cut > 0 else n
+            p = n[: cut + 1] if cut > 0 else n
             if p not in seen:
                 seen.append(p)
         found = tuple(seen)
@@ -80,12 +80,16 @@ def _scanners(names: frozenset[str]) -> tuple[re.Pattern[str], re.Pattern[str]]:
     if found is None:
         alternatives = []
         for p in prefixes(names):
-            rests = sorted((n[len(p):] for n in names if n.startswith(p)), key=len, reverse=True)
-            alternatives.append(re.escape(p) + "(?<![A-Za-z0-9_]" + re.escape(p) + ")(?:"
-                                + "|".join(re.escape(r) for r in rests) + ")")
+            rests = sorted((n[len(p) :] for n in names if n.startswith(p)), key=len, reverse=True)
+            alternatives.append(
+                re.escape(p) + "(?<![A-Za-z0-9_]" + re.escape(p) + ")(?:" + "|".join(re.escape(r) for r in rests) + ")"
+            )
         shell = "(" + "|".join(alternatives) + r")="
-        python = (r"environ\[\s*[\"'](" + "|".join(re.escape(n) for n in sorted(names, key=len, reverse=True))
-                  + r")[\"']\s*\]\s*=\s*(\"[^\"]*\"|'[^']*')")
+        python = (
+            r"environ\[\s*[\"']("
+            + "|".join(re.escape(n) for n in sorted(names, key=len, reverse=True))
+            + r")[\"']\s*\]\s*=\s*(\"[^\"]*\"|'[^']*')"
+        )
         found = (re.compile(shell), re.compile(shell + "|" + python))
         if len(_SCANNERS) < 64:
             _SCANNERS[names] = found
@@ -138,7 +142,9 @@ _WORD = re.compile(r"[^\s;&|()'\"`\x00]+")
 _USES: dict[str, tuple[tuple[str, ...], bool, bool, bool]] = {}
 # The launcher names no other one contains (mpirun.openmpi holds mpirun): a text that holds none
 # of them runs no launcher, whatever else it says (`torchrun` holds "run" but none of these).
-LAUNCHER_NEEDLES: Final[tuple[str, ...]] = tuple(n for n in launchers.FAMILIES if not any(m != n and m in n for m in launchers.FAMILIES))
+LAUNCHER_NEEDLES: Final[tuple[str, ...]] = tuple(
+    n for n in launchers.FAMILIES if not any(m != n and m in n for m in launchers.FAMILIES)
+)
 
 
 def mentions_launcher(text: str) -> bool:

@@ -47,9 +47,17 @@ class Decision:
     keeps the `__init__` the dataclasses module generates at import, which runs as interpreted
     bytecode on every construction (4-5K instructions each, 5% of a decision)."""
 
-    def __init__(self, outcome: str, pod: Any, policy: str | None = None, denials: list[Finding] | None = None,
-                 warnings: list[str] | None = None, notes: list[str] | None = None, reason: str = "",
-                 templates: list[Any] | None = None):
+    def __init__(
+        self,
+        outcome: str,
+        pod: Any,
+        policy: str | None = None,
+        denials: list[Finding] | None = None,
+        warnings: list[str] | None = None,
+        notes: list[str] | None = None,
+        reason: str = "",
+        templates: list[Any] | None = None,
+    ):
         self.outcome = outcome
         self.pod = pod  # the mutated copy when outcome is MUTATED, else the pod as sent
         self.policy = policy
@@ -149,16 +157,21 @@ def _annotations(pod: dict[str, Any]) -> dict[str, str]:
 
 
 # The shipped policies are a catalogue: an install enforces none until the platform team chooses.
-NO_POLICY_CHOSEN: Final = ("no RDMA policy is in force on this cluster: the platform team chooses one from the catalogue "
-                    "(Helm: --set policies.enabled={NAME}; kustomize: the component deploy/catalogue/NAME) or mounts "
-                    "its own; until then pods that ask for RDMA are refused")
+NO_POLICY_CHOSEN: Final = (
+    "no RDMA policy is in force on this cluster: the platform team chooses one from the catalogue "
+    "(Helm: --set policies.enabled={NAME}; kustomize: the component deploy/catalogue/NAME) or mounts "
+    "its own; until then pods that ask for RDMA are refused"
+)
 
 
 def select_policy(pod: dict[str, Any], ns: Namespace, policies: PolicySet | None) -> tuple[Policy | None, str | None]:
     """(policy, None) or (None, why no policy applies): pod annotation, else namespace label,
     else the highest-precedence policy whose namespace selector matches."""
     if policies is None:
-        return None, "the webhook has no valid policies loaded; ask the platform team to check `rdma-webhook policy lint`"
+        return (
+            None,
+            "the webhook has no valid policies loaded; ask the platform team to check `rdma-webhook policy lint`",
+        )
     if not policies:
         return None, NO_POLICY_CHOSEN
     asked = _annotations(pod).get(keys.POD_POLICY)
@@ -168,24 +181,38 @@ def select_policy(pod: dict[str, Any], ns: Namespace, policies: PolicySet | None
             known = ", ".join(sorted(policies.by_name))
             return None, f"annotation {keys.POD_POLICY}={asked!r} names no policy (known: {known}); fix the annotation"
         if not policy.allows_namespace(ns.labels):
-            return None, f"policy {asked!r} (annotation {keys.POD_POLICY}) may not be used in namespace {ns.name!r}; remove the annotation or ask the platform team"
+            return (
+                None,
+                f"policy {asked!r} (annotation {keys.POD_POLICY}) may not be used in namespace {ns.name!r}; "
+                f"remove the annotation or ask the platform team",
+            )
         return policy, None
     ns_default = ns.labels.get(keys.NS_POLICY)
     if ns_default is not None:
         policy = policies.get(ns_default)
         if policy is None:
-            return None, f"namespace {ns.name!r} label {keys.NS_POLICY}={ns_default!r} names no policy; ask the platform team to fix the label"
+            return (
+                None,
+                f"namespace {ns.name!r} label {keys.NS_POLICY}={ns_default!r} names no policy; ask the platform team to fix the label",
+            )
         if not policy.allows_namespace(ns.labels):
-            return None, f"namespace {ns.name!r} label {keys.NS_POLICY} names policy {ns_default!r}, whose namespaceSelector does not allow this namespace"
+            return (
+                None,
+                f"namespace {ns.name!r} label {keys.NS_POLICY} names policy {ns_default!r}, whose namespaceSelector does not allow this namespace",
+            )
         return policy, None
     policy = policies.for_namespace(ns.labels)
     if policy is None:
-        return None, (f"pod asked for RDMA ({keys.POD_INJECT}=true) but no policy applies to namespace {ns.name!r}; "
-                      f"set the pod annotation {keys.POD_POLICY}=<policy> or the namespace label {keys.NS_POLICY}=<policy>")
+        return None, (
+            f"pod asked for RDMA ({keys.POD_INJECT}=true) but no policy applies to namespace {ns.name!r}; "
+            f"set the pod annotation {keys.POD_POLICY}=<policy> or the namespace label {keys.NS_POLICY}=<policy>"
+        )
     return policy, None
 
 
-def _network_devices(policy: Policy, pod_ns: str, attachments: Attachments | None, problems: list[Finding]) -> list[Device]:
+def _network_devices(
+    policy: Policy, pod_ns: str, attachments: Attachments | None, problems: list[Finding]
+) -> list[Device]:
     """The device resource behind each of the policy's networks: the NetworkAttachmentDefinition's
     resourceName annotation when the cluster state has it, else the network's `resource`."""
     out: list[Device] = []
@@ -194,32 +221,56 @@ def _network_devices(policy: Policy, pod_ns: str, attachments: Attachments | Non
         resource: str | None  # set on every path that reaches network_device
         if attachments is None:  # cluster state not known (offline review without a state file)
             if n.resource is None:
-                problems.append(Finding("network-attachment", None,
-                                        f"the {policy.name} policy takes its device resource from NetworkAttachmentDefinition "
-                                        f"{net_ns}/{n.name}, which cannot be looked up here"))
+                problems.append(
+                    Finding(
+                        "network-attachment",
+                        None,
+                        f"the {policy.name} policy takes its device resource from NetworkAttachmentDefinition "
+                        f"{net_ns}/{n.name}, which cannot be looked up here",
+                    )
+                )
                 continue
             resource = n.resource
         else:
             nad = attachments.attachment(net_ns, n.name)
             if nad is None:
-                problems.append(Finding("network-attachment", None,
-                                        f"NetworkAttachmentDefinition {net_ns}/{n.name} does not exist, so Multus cannot attach "
-                                        f"the RDMA network and NCCL would use TCP; ask the platform team to create it in {net_ns!r}"))
+                problems.append(
+                    Finding(
+                        "network-attachment",
+                        None,
+                        f"NetworkAttachmentDefinition {net_ns}/{n.name} does not exist, so Multus cannot attach "
+                        f"the RDMA network and NCCL would use TCP; ask the platform team to create it in {net_ns!r}",
+                    )
+                )
                 continue
             resource = ((nad.get("metadata") or {}).get("annotations") or {}).get(keys.NAD_RESOURCE_NAME) or n.resource
             if not resource:
-                problems.append(Finding("network-attachment", None,
-                                        f"NetworkAttachmentDefinition {net_ns}/{n.name} names no device resource "
-                                        f"({keys.NAD_RESOURCE_NAME}) and the {policy.name} policy gives none: the pod would get an "
-                                        f"interface without an RDMA device"))
+                problems.append(
+                    Finding(
+                        "network-attachment",
+                        None,
+                        f"NetworkAttachmentDefinition {net_ns}/{n.name} names no device resource "
+                        f"({keys.NAD_RESOURCE_NAME}) and the {policy.name} policy gives none: the pod would get an "
+                        f"interface without an RDMA device",
+                    )
+                )
                 continue
         out.append(policy.network_device(n, resource))
     return out
 
 
-def _subject(pod: Any, policy: Policy, namespace: Namespace, targets: list[Target], config_maps: ConfigMaps | None,
-             policies: PolicySet | None, devices: list[Device] | None = None, problems: list[Finding] | None = None,
-             networks: multus.Plan | None = None, claim_entry: str | None = None) -> Subject:
+def _subject(
+    pod: Any,
+    policy: Policy,
+    namespace: Namespace,
+    targets: list[Target],
+    config_maps: ConfigMaps | None,
+    policies: PolicySet | None,
+    devices: list[Device] | None = None,
+    problems: list[Finding] | None = None,
+    networks: multus.Plan | None = None,
+    claim_entry: str | None = None,
+) -> Subject:
     subject = Subject(pod, policy, namespace.labels, targets, devices, problems, networks, claim_entry)
     subject.policies = policies
     subject.config_maps = config_maps
@@ -227,8 +278,16 @@ def _subject(pod: Any, policy: Policy, namespace: Namespace, targets: list[Targe
     return subject
 
 
-def _assess(pod: Any, namespace: Namespace | None, policies: PolicySet | None, attachments: Attachments | None,
-            operation: str, final: bool, config_maps: ConfigMaps | None, claims: Claims | None) -> Decision | tuple[Subject, list[str]]:
+def _assess(
+    pod: Any,
+    namespace: Namespace | None,
+    policies: PolicySet | None,
+    attachments: Attachments | None,
+    operation: str,
+    final: bool,
+    config_maps: ConfigMaps | None,
+    claims: Claims | None,
+) -> Decision | tuple[Subject, list[str]]:
     """The steps `decide` and `check_final` share: who is considered, the policy, the targets and
     the rules. Returns a finished Decision, or the subject and warnings of a pod that passed."""
     problem = shape_problem(pod)
@@ -260,8 +319,9 @@ def _assess(pod: Any, namespace: Namespace | None, policies: PolicySet | None, a
     if not targets:
         return _assess_launcher(checked, meta, policy, namespace, policies, others, launchers, config_maps)
     assert policies is not None  # select_policy found one
-    return _assess_targets(checked, meta, policy, namespace, policies, targets, others, launchers, attachments, final,
-                           config_maps, claims)
+    return _assess_targets(
+        checked, meta, policy, namespace, policies, targets, others, launchers, attachments, final, config_maps, claims
+    )
 
 
 def _not_considered(pod: Any, labels: dict[str, str], namespace: Namespace | None, operation: str) -> Decision | None:
@@ -272,16 +332,26 @@ def _not_considered(pod: Any, labels: dict[str, str], namespace: Namespace | Non
     if labels.get(keys.POD_INJECT) != keys.POD_INJECT_TRUE:
         return Decision(SKIPPED, pod, reason=f"pod does not carry {keys.POD_INJECT}=true")
     if namespace is None:
-        return _deny(pod, "namespace-unknown",
-                     "the pod's namespace is unknown to the webhook, so its opt-in cannot be checked; retry in a moment")
+        return _deny(
+            pod,
+            "namespace-unknown",
+            "the pod's namespace is unknown to the webhook, so its opt-in cannot be checked; retry in a moment",
+        )
     if namespace.labels.get(keys.NS_INJECTION) != keys.NS_INJECTION_ENABLED:
         return Decision(SKIPPED, pod, reason=f"namespace {namespace.name!r} does not carry {keys.NS_INJECTION}=enabled")
     return None
 
 
-def _assess_untargeted(pod: dict[str, Any], policy: Policy, namespace: Namespace, policies: PolicySet | None,
-                       others: list[Target], attachments: Attachments | None, config_maps: ConfigMaps | None,
-                       claims: Claims | None) -> Decision:
+def _assess_untargeted(
+    pod: dict[str, Any],
+    policy: Policy,
+    namespace: Namespace,
+    policies: PolicySet | None,
+    others: list[Target],
+    attachments: Attachments | None,
+    config_maps: ConfigMaps | None,
+    claims: Claims | None,
+) -> Decision:
     """No container gets RDMA: the command rules apply to every labelled pod, and the env rule to
     containers that see GPUs without requesting one. Never mutated: unchanged or denied."""
     subject = _subject(pod, policy, namespace, [], config_maps, policies)
@@ -298,9 +368,16 @@ def _assess_untargeted(pod: dict[str, Any], policy: Policy, namespace: Namespace
     return Decision(UNCHANGED, pod, policy.name, warnings=warnings, reason=why)
 
 
-def _assess_launcher(pod: dict[str, Any], meta: dict[str, Any], policy: Policy, namespace: Namespace,
-                     policies: PolicySet | None, others: list[Target], launchers: list[Target],
-                     config_maps: ConfigMaps | None) -> Decision | tuple[Subject, list[str]]:
+def _assess_launcher(
+    pod: dict[str, Any],
+    meta: dict[str, Any],
+    policy: Policy,
+    namespace: Namespace,
+    policies: PolicySet | None,
+    others: list[Target],
+    launchers: list[Target],
+    config_maps: ConfigMaps | None,
+) -> Decision | tuple[Subject, list[str]]:
     """An MPI launcher without a GPU (webhook.core.ranks): it gets the block its ranks need, no
     device, network or /dev/shm, and meets the rules of what the ranks will see."""
     annotations: dict[str, str] = meta.get("annotations") or {}
@@ -317,16 +394,28 @@ def _assess_launcher(pod: dict[str, Any], meta: dict[str, Any], policy: Policy, 
     subject.others = others
     subject.launchers = launchers
     warnings = warnings_for(pod, subject)
-    denials = [f for r in ("env-fallback", "command-fallback", "launcher-enforced") for f in fallback.rule(r).check(subject)]
+    denials = [
+        f for r in ("env-fallback", "command-fallback", "launcher-enforced") for f in fallback.rule(r).check(subject)
+    ]
     if denials:
         return Decision(DENIED, pod, policy.name, denials, warnings)
     return subject, warnings
 
 
-def _assess_targets(pod: dict[str, Any], meta: dict[str, Any], policy: Policy, namespace: Namespace,
-                    policies: PolicySet, targets: list[Target], others: list[Target], launchers: list[Target],
-                    attachments: Attachments | None, final: bool, config_maps: ConfigMaps | None,
-                    claims: Claims | None) -> Decision | tuple[Subject, list[str]]:
+def _assess_targets(
+    pod: dict[str, Any],
+    meta: dict[str, Any],
+    policy: Policy,
+    namespace: Namespace,
+    policies: PolicySet,
+    targets: list[Target],
+    others: list[Target],
+    launchers: list[Target],
+    attachments: Attachments | None,
+    final: bool,
+    config_maps: ConfigMaps | None,
+    claims: Claims | None,
+) -> Decision | tuple[Subject, list[str]]:
     """A pod with targets: resolve the fabric (the policy's devices and networks, what the pod
     brings itself, the Multus or GKE annotation as it will be), then every rule."""
     problems: list[Finding] = []
@@ -334,8 +423,9 @@ def _assess_targets(pod: dict[str, Any], meta: dict[str, Any], policy: Policy, n
     unresolved: list[Finding] = []  # a policy network's missing NAD: moot when the pod brings its own
     if policy.networks:
         devices.extend(_network_devices(policy, namespace.name, attachments, unresolved))
-    brought = families.check(pod, policy, policies, namespace.name, namespace.labels, targets, devices, problems,
-                             attachments, claims)
+    brought = families.check(
+        pod, policy, policies, namespace.name, namespace.labels, targets, devices, problems, attachments, claims
+    )
     networks = policy.networks
     if brought.own_network:  # the pod attaches its fabric's network or claims its NIC itself
         networks = ()
@@ -368,9 +458,15 @@ def _assess_targets(pod: dict[str, Any], meta: dict[str, Any], policy: Policy, n
     return subject, warnings
 
 
-def decide(pod: Any, namespace: Namespace | None, policies: PolicySet | None,
-           attachments: Attachments | None = None, operation: str = "CREATE",
-           config_maps: ConfigMaps | None = None, claims: Claims | None = None) -> Decision:
+def decide(
+    pod: Any,
+    namespace: Namespace | None,
+    policies: PolicySet | None,
+    attachments: Attachments | None = None,
+    operation: str = "CREATE",
+    config_maps: ConfigMaps | None = None,
+    claims: Claims | None = None,
+) -> Decision:
     """Decide what happens to `pod` (the raw object as sent; never modified here). `config_maps`:
     the ConfigMaps at hand, for scripts the containers run from ConfigMap volumes
     (`webhook.core.scripts`; None: none, and such a script is named in a warning). `claims`: the
@@ -386,9 +482,15 @@ def decide(pod: Any, namespace: Namespace | None, policies: PolicySet | None,
     return Decision(MUTATED, mutated, subject.policy.name, warnings=warnings, notes=notes)
 
 
-def check_final(pod: Any, namespace: Namespace | None, policies: PolicySet | None,
-                attachments: Attachments | None = None, operation: str = "CREATE",
-                config_maps: ConfigMaps | None = None, claims: Claims | None = None) -> Decision:
+def check_final(
+    pod: Any,
+    namespace: Namespace | None,
+    policies: PolicySet | None,
+    attachments: Attachments | None = None,
+    operation: str = "CREATE",
+    config_maps: ConfigMaps | None = None,
+    claims: Claims | None = None,
+) -> Decision:
     """The final-state guard for a pod as it will be stored, after every mutating webhook ran:
     the TCP-fallback rules plus the rules that the RDMA pieces are really there. No mutation."""
     assessed = _assess(pod, namespace, policies, attachments, operation, True, config_maps, claims)

@@ -59,8 +59,10 @@ def _fitting_net(s: Subject, name: str, value: str) -> str:
         return ""
     for p in s.policies.ranked():
         if p is not s.policy and p.allows_namespace(s.namespace_labels) and judge_setting(name, value, p) is None:
-            return (f"; NCCL_NET={value!r} is the network of the {p.name} policy's {p.fabric.kind} fabric: select that policy "
-                    f"with the annotation {keys.POD_POLICY}: {p.name}")
+            return (
+                f"; NCCL_NET={value!r} is the network of the {p.name} policy's {p.fabric.kind} fabric: select that policy "
+                f"with the annotation {keys.POD_POLICY}: {p.name}"
+            )
     return ""
 
 
@@ -79,10 +81,18 @@ def _rule_env(s: Subject) -> list[Finding]:
     for t in s.launchers:  # what Open MPI's env list forwards to every rank
         listed = t.env.get(launchers.OMPI_ENV_LIST)
         if listed is not None and "=" in listed:
-            for name, value in reader.settings(["mpirun", "--mca", launchers.MCA_ENV_LIST, listed], s.policy.scanned, t.env):
+            for name, value in reader.settings(
+                ["mpirun", "--mca", launchers.MCA_ENV_LIST, listed], s.policy.scanned, t.env
+            ):
                 why = judge_setting(name, value, s.policy)
                 if why is not None and why[0] == DENY:
-                    out.append(Finding("env-fallback", t.name, why[1] + f" in env {launchers.OMPI_ENV_LIST} (Open MPI forwards it to every rank)"))
+                    out.append(
+                        Finding(
+                            "env-fallback",
+                            t.name,
+                            why[1] + f" in env {launchers.OMPI_ENV_LIST} (Open MPI forwards it to every rank)",
+                        )
+                    )
     return out
 
 
@@ -99,13 +109,23 @@ def _rule_launcher_enforced(s: Subject) -> list[Finding]:
             continue
         for name, value in settings:
             for e in s.policy.env:
-                if e.enforce and e.name == name and not e.templated and value != e.value and not (
-                        name == "NCCL_NET" and value.casefold() == e.value.casefold()):
+                if (
+                    e.enforce
+                    and e.name == name
+                    and not e.templated
+                    and value != e.value
+                    and not (name == "NCCL_NET" and value.casefold() == e.value.casefold())
+                ):
                     why = judge_setting(name, value, s.policy)
                     if why is None or why[0] != DENY:  # a fallback value is command-fallback's
-                        out.append(Finding("launcher-enforced", c.get("name"),
-                                           f"the launcher's command gives every rank {name}={repr(value)}, but policy {s.policy.name} "
-                                           f"enforces {name}={repr(e.value)} and forwards it from the launcher's env; remove it from the command"))
+                        out.append(
+                            Finding(
+                                "launcher-enforced",
+                                c.get("name"),
+                                f"the launcher's command gives every rank {name}={repr(value)}, but policy {s.policy.name} "
+                                f"enforces {name}={repr(e.value)} and forwards it from the launcher's env; remove it from the command",
+                            )
+                        )
     return out
 
 
@@ -127,8 +147,11 @@ def _rule_command(s: Subject) -> list[Finding]:
             why = judge_setting(name, value, s.policy)
             if why is not None and why[0] == DENY:
                 origin = s.origins.get(id(c), {}).get((name, value))
-                where = (f" in the script {origin[0]} (ConfigMap {repr(origin[1])}) that the command runs"
-                         if origin is not None else f" in the command{_launcher_note(line)}")
+                where = (
+                    f" in the script {origin[0]} (ConfigMap {repr(origin[1])}) that the command runs"
+                    if origin is not None
+                    else f" in the command{_launcher_note(line)}"
+                )
                 out.append(Finding("command-fallback", c.get("name"), why[1] + where + _fitting_net(s, name, value)))
     return out
 
@@ -143,10 +166,15 @@ def _rule_ipc_lock_dropped(s: Subject) -> list[Finding]:
     out: list[Finding] = []
     for t in s.targets:
         if _drops_ipc_lock(s.container(t)):
-            out.append(Finding("ipc-lock-dropped", t.name,
-                               "securityContext.capabilities.drop lists IPC_LOCK, which RDMA needs to pin memory "
-                               "(ibv_reg_mr fails and NCCL falls back to TCP); remove IPC_LOCK from drop "
-                               "(dropping ALL is fine)"))
+            out.append(
+                Finding(
+                    "ipc-lock-dropped",
+                    t.name,
+                    "securityContext.capabilities.drop lists IPC_LOCK, which RDMA needs to pin memory "
+                    "(ibv_reg_mr fails and NCCL falls back to TCP); remove IPC_LOCK from drop "
+                    "(dropping ALL is fine)",
+                )
+            )
     return out
 
 
@@ -162,12 +190,21 @@ def _rule_host_network(s: Subject) -> list[Finding]:
             why = f"attaches the Multus network(s) {names} and Multus does not attach networks to host-network pods"
         else:
             why = "does not reach its fabric through the host's interfaces"
-        return [Finding("host-network", None, f"hostNetwork: true, but the {s.policy.name} policy {why}; remove hostNetwork")]
+        return [
+            Finding(
+                "host-network", None, f"hostNetwork: true, but the {s.policy.name} policy {why}; remove hostNetwork"
+            )
+        ]
     if mode == "Required" and not on_host:
-        return [Finding("host-network", None,
-                        f"the {s.policy.name} policy's {s.policy.fabric.kind} fabric is reached through the host's "
-                        f"interfaces, and without hostNetwork: true the pod sees only its own eth0, so NCCL finds no "
-                        f"RDMA device and uses TCP; set hostNetwork: true (and dnsPolicy: ClusterFirstWithHostNet)")]
+        return [
+            Finding(
+                "host-network",
+                None,
+                f"the {s.policy.name} policy's {s.policy.fabric.kind} fabric is reached through the host's "
+                f"interfaces, and without hostNetwork: true the pod sees only its own eth0, so NCCL finds no "
+                f"RDMA device and uses TCP; set hostNetwork: true (and dnsPolicy: ClusterFirstWithHostNet)",
+            )
+        ]
     return []
 
 
@@ -191,10 +228,15 @@ def _rule_host_devices(s: Subject) -> list[Finding]:
     out: list[Finding] = []
     for t in s.targets:
         if not _host_devices_visible(s.container(t)):
-            out.append(Finding("host-rdma-devices", t.name,
-                               f"the {s.policy.name} policy's RDMA devices come from the host without a device plugin, "
-                               f"and this container neither mounts /dev/infiniband nor runs privileged, so NCCL finds no "
-                               f"RDMA device and uses TCP; mount the host's /dev/infiniband (hostPath) into it"))
+            out.append(
+                Finding(
+                    "host-rdma-devices",
+                    t.name,
+                    f"the {s.policy.name} policy's RDMA devices come from the host without a device plugin, "
+                    f"and this container neither mounts /dev/infiniband nor runs privileged, so NCCL finds no "
+                    f"RDMA device and uses TCP; mount the host's /dev/infiniband (hostPath) into it",
+                )
+            )
     return out
 
 
@@ -209,23 +251,37 @@ def _rule_sidecar(s: Subject) -> list[Finding]:
         containers: list[dict[str, Any]] = spec.get(kind) or []
         for c in containers:
             image = c.get("image")
-            if isinstance(image, str) and need.image in image and (kind == "containers" or c.get("restartPolicy") == "Always"):
+            if (
+                isinstance(image, str)
+                and need.image in image
+                and (kind == "containers" or c.get("restartPolicy") == "Always")
+            ):
                 return []
-    return [Finding("sidecar-missing", None,
-                    f"the {s.policy.name} policy's {s.policy.fabric.kind} fabric needs the {need.name} sidecar (an image of "
-                    f"{need.image}) beside the GPU containers, and no container of the pod runs it, so the "
-                    f"{'/'.join(s.policy.nccl_nets)} plugin cannot move data and NCCL does not run on the fabric; add the "
-                    f"{need.name} container")]
+    return [
+        Finding(
+            "sidecar-missing",
+            None,
+            f"the {s.policy.name} policy's {s.policy.fabric.kind} fabric needs the {need.name} sidecar (an image of "
+            f"{need.image}) beside the GPU containers, and no container of the pod runs it, so the "
+            f"{'/'.join(s.policy.nccl_nets)} plugin cannot move data and NCCL does not run on the fabric; add the "
+            f"{need.name} container",
+        )
+    ]
 
 
 def _rule_pod_security(s: Subject) -> list[Finding]:
     level = s.namespace_labels.get(keys.PSA_ENFORCE)
     if level not in ("baseline", "restricted"):
         return []
-    return [Finding("pod-security", None,
-                    f"the namespace enforces the {level!r} Pod Security Standard, which rejects the IPC_LOCK "
-                    f"capability RDMA needs; ask the platform team for a namespace at the 'privileged' level "
-                    f"(label {keys.PSA_ENFORCE}) or run the job elsewhere")]
+    return [
+        Finding(
+            "pod-security",
+            None,
+            f"the namespace enforces the {level!r} Pod Security Standard, which rejects the IPC_LOCK "
+            f"capability RDMA needs; ask the platform team for a namespace at the 'privileged' level "
+            f"(label {keys.PSA_ENFORCE}) or run the job elsewhere",
+        )
+    ]
 
 
 _ZERO = ("0", "0.0", "0m", "-0")
@@ -245,9 +301,14 @@ def _rule_device_zero(s: Subject) -> list[Finding]:
                 values: dict[str, Any] = resources.get(section) or {}
                 value = values.get(res)
                 if value is not None and str(value).strip() in _ZERO:
-                    out.append(Finding("device-zero", t.name,
-                                       f"resources.{section} sets {res}: {value!r}, an explicit zero, so the container gets no "
-                                       f"RDMA device and NCCL uses TCP; remove it and the policy adds the right count"))
+                    out.append(
+                        Finding(
+                            "device-zero",
+                            t.name,
+                            f"resources.{section} sets {res}: {value!r}, an explicit zero, so the container gets no "
+                            f"RDMA device and NCCL uses TCP; remove it and the policy adds the right count",
+                        )
+                    )
                     break
     return out
 
@@ -264,24 +325,55 @@ class Rule:
 
 
 RULES: tuple[Rule, ...] = (
-    Rule("env-fallback", "the env of a container that can run NCCL (a GPU by resource, by DRA claim or through NVIDIA_VISIBLE_DEVICES) makes a fallback setting of the policy's transport", _rule_env),
-    Rule("command-fallback", "the same settings made in the command or args of any container, read as the shell and the MPI launchers read them (webhook/commands/reader.py)", _rule_command),
-    Rule("launcher-enforced", "an MPI launcher's command gives the ranks another value of a variable the policy enforces", _rule_launcher_enforced),
+    Rule(
+        "env-fallback",
+        "the env of a container that can run NCCL (a GPU by resource, by DRA claim or through NVIDIA_VISIBLE_DEVICES) "
+        "makes a fallback setting of the policy's transport",
+        _rule_env,
+    ),
+    Rule(
+        "command-fallback",
+        "the same settings made in the command or args of any container, read as the shell and the MPI launchers read them "
+        "(webhook/commands/reader.py)",
+        _rule_command,
+    ),
+    Rule(
+        "launcher-enforced",
+        "an MPI launcher's command gives the ranks another value of a variable the policy enforces",
+        _rule_launcher_enforced,
+    ),
     Rule("ipc-lock-dropped", "a GPU container drops IPC_LOCK explicitly", _rule_ipc_lock_dropped),
-    Rule("host-network", "hostNetwork on a policy whose fabric is not the host's (Multus networks), or none on one that requires it", _rule_host_network),
-    Rule("host-rdma-devices", "a host-network fabric's GPU container that cannot see the host's /dev/infiniband", _rule_host_devices),
-    Rule("sidecar-missing", "a pod with a GPU container lacks the sidecar its fabric needs (GPUDirect-TCPXO's tcpxo-daemon)", _rule_sidecar),
+    Rule(
+        "host-network",
+        "hostNetwork on a policy whose fabric is not the host's (Multus networks), or none on one that requires it",
+        _rule_host_network,
+    ),
+    Rule(
+        "host-rdma-devices",
+        "a host-network fabric's GPU container that cannot see the host's /dev/infiniband",
+        _rule_host_devices,
+    ),
+    Rule(
+        "sidecar-missing",
+        "a pod with a GPU container lacks the sidecar its fabric needs (GPUDirect-TCPXO's tcpxo-daemon)",
+        _rule_sidecar,
+    ),
     Rule("pod-security", "the namespace enforces the baseline or restricted Pod Security Standard", _rule_pod_security),
     Rule("device-zero", "a GPU container sets an RDMA device resource to zero", _rule_device_zero),
-    Rule("resolved", "found while resolving the fabric for this pod: a missing NetworkAttachmentDefinition or one "
-                     "without a device resource (network-attachment), an unreadable or conflicting Multus annotation "
-                     "(multus-annotation) or GKE interfaces annotation (gke-annotation), another fabric's device, claim or GKE "
-                     "network (fabric-mismatch)", _rule_problems),
+    Rule(
+        "resolved",
+        "found while resolving the fabric for this pod: a missing NetworkAttachmentDefinition or one "
+        "without a device resource (network-attachment), an unreadable or conflicting Multus annotation "
+        "(multus-annotation) or GKE interfaces annotation (gke-annotation), another fabric's device, claim or GKE "
+        "network (fabric-mismatch)",
+        _rule_problems,
+    ),
 )
 
 
 # The final-state guard (`/validate` on pods, after every mutating webhook ran) also checks that
 # what the mutation adds is really there: another webhook may have run after ours.
+
 
 def _rule_device_missing(s: Subject) -> list[Finding]:
     out: list[Finding] = []
@@ -291,16 +383,26 @@ def _rule_device_missing(s: Subject) -> list[Finding]:
         limits = (s.container(t).get("resources") or {}).get("limits") or {}
         for d in s.devices:
             if limits.get(d.resource) is None:
-                out.append(Finding("device-missing", t.name,
-                                   f"resources.limits has no {d.resource}, so the container gets no RDMA device and NCCL uses "
-                                   f"TCP; a webhook that ran after rdma-webhook may have removed it"))
+                out.append(
+                    Finding(
+                        "device-missing",
+                        t.name,
+                        f"resources.limits has no {d.resource}, so the container gets no RDMA device and NCCL uses "
+                        f"TCP; a webhook that ran after rdma-webhook may have removed it",
+                    )
+                )
         entry = s.claim_entry
         if entry is not None and not t.has_fabric:
             claims = (s.container(t).get("resources") or {}).get("claims") or []
             if not any(isinstance(c, dict) and c.get("name") == entry for c in claims):
-                out.append(Finding("device-missing", t.name,
-                                   f"resources.claims does not reference the pod's {entry!r} claim, so the container "
-                                   f"gets no RDMA NIC and NCCL uses TCP"))
+                out.append(
+                    Finding(
+                        "device-missing",
+                        t.name,
+                        f"resources.claims does not reference the pod's {entry!r} claim, so the container "
+                        f"gets no RDMA NIC and NCCL uses TCP",
+                    )
+                )
     return out
 
 
@@ -310,8 +412,13 @@ def _rule_ipc_lock_missing(s: Subject) -> list[Finding]:
         sc = s.container(t).get("securityContext") or {}
         adds = (sc.get("capabilities") or {}).get("add")
         if sc.get("privileged") is not True and not k8s.has_capability(adds, keys.IPC_LOCK):
-            out.append(Finding("ipc-lock-missing", t.name,
-                               "securityContext.capabilities.add lacks IPC_LOCK, which RDMA needs to pin memory"))
+            out.append(
+                Finding(
+                    "ipc-lock-missing",
+                    t.name,
+                    "securityContext.capabilities.add lacks IPC_LOCK, which RDMA needs to pin memory",
+                )
+            )
     return out
 
 
@@ -323,17 +430,28 @@ def _rule_enforced_env(s: Subject) -> list[Finding]:
                 continue
             value = t.env.get(setting.name)
             want = setting.render(s.networks.interfaces) if s.networks is not None else setting.value
-            same = value is not None and (nccl.net_selected(value, (want,)) if setting.name == "NCCL_NET" else value == want)
+            same = value is not None and (
+                nccl.net_selected(value, (want,)) if setting.name == "NCCL_NET" else value == want
+            )
             if not same:
                 now = "unset" if value is None else repr(value)
-                out.append(Finding("enforced-env", t.name,
-                                   f"{setting.name} is {now}, but policy {s.policy.name} pins it to {want!r} so that a "
-                                   f"missing RDMA device fails at start instead of running on TCP"))
+                out.append(
+                    Finding(
+                        "enforced-env",
+                        t.name,
+                        f"{setting.name} is {now}, but policy {s.policy.name} pins it to {want!r} so that a "
+                        f"missing RDMA device fails at start instead of running on TCP",
+                    )
+                )
     return out
 
 
 FINAL_RULES: tuple[Rule, ...] = (
-    Rule("device-missing", "a GPU container lacks one of the policy's RDMA device resources in its limits, or its DRA claim", _rule_device_missing),
+    Rule(
+        "device-missing",
+        "a GPU container lacks one of the policy's RDMA device resources in its limits, or its DRA claim",
+        _rule_device_missing,
+    ),
     Rule("ipc-lock-missing", "a GPU container lacks IPC_LOCK", _rule_ipc_lock_missing),
     Rule("enforced-env", "an enforced NCCL variable (NCCL_NET above all) is missing or changed", _rule_enforced_env),
 )

@@ -21,8 +21,7 @@ from webhook.core import claims as dra
 from webhook.core import keys
 from webhook.core.subject import Finding
 from webhook.core.targets import Target
-from webhook.core.model import (RESOURCE_CANDIDATE, RESOURCE_EQUIVALENT, RESOURCE_FOREIGN, Device, Policy,
-                                PolicySet)
+from webhook.core.model import RESOURCE_CANDIDATE, RESOURCE_EQUIVALENT, RESOURCE_FOREIGN, Device, Policy, PolicySet
 from webhook.fabrics import gke, multus
 from webhook.fabrics.transports import NETWORK_DEVICE, NETWORK_DEVICE_PREFIXES, RDMA_SHARED, SHARED_DEVICE_PREFIX
 
@@ -95,15 +94,25 @@ def _network_resources(pod: dict[str, Any], namespace: str, attachments: Any) ->
     return out
 
 
-def check(pod: dict[str, Any], policy: Policy, policies: PolicySet, namespace: str, namespace_labels: dict[str, str],
-          targets: list[Target], devices: list[Device], problems: list[Finding], attachments: Any,
-          claims: dra.Claims | None) -> Brought:
+def check(
+    pod: dict[str, Any],
+    policy: Policy,
+    policies: PolicySet,
+    namespace: str,
+    namespace_labels: dict[str, str],
+    targets: list[Target],
+    devices: list[Device],
+    problems: list[Finding],
+    attachments: Any,
+    claims: dra.Claims | None,
+) -> Brought:
     """Mark targets that already have this fabric's device, deny another fabric's device or NIC
     claim, and say what the pod brings (`Brought`)."""
     spec: dict[str, Any] = pod.get("spec") or {}
     brought = Brought(policy.claim.name if policy.claim is not None else None)
-    _check_resources(pod, policy, policies, namespace, namespace_labels, targets, devices, problems, attachments,
-                     brought)
+    _check_resources(
+        pod, policy, policies, namespace, namespace_labels, targets, devices, problems, attachments, brought
+    )
     if policies.by_gke_network:
         meta: dict[str, Any] = pod.get("metadata") or {}
         annotations: dict[str, str] = meta.get("annotations") or {}
@@ -117,9 +126,18 @@ def check(pod: dict[str, Any], policy: Policy, policies: PolicySet, namespace: s
     return brought
 
 
-def _check_resources(pod: dict[str, Any], policy: Policy, policies: PolicySet, namespace: str,
-                     namespace_labels: dict[str, str], targets: list[Target], devices: list[Device],
-                     problems: list[Finding], attachments: Any, brought: Brought) -> None:
+def _check_resources(
+    pod: dict[str, Any],
+    policy: Policy,
+    policies: PolicySet,
+    namespace: str,
+    namespace_labels: dict[str, str],
+    targets: list[Target],
+    devices: list[Device],
+    problems: list[Finding],
+    attachments: Any,
+    brought: Brought,
+) -> None:
     """The targets' container resources by family: the policy's fabric by another name marks the
     target (`has_fabric`), a network device of the pod's own network of this fabric is brought,
     another fabric's device is a `fabric-mismatch`."""
@@ -169,40 +187,77 @@ def _check_resources(pod: dict[str, Any], policy: Policy, policies: PolicySet, n
                     if p not in candidates:
                         candidates.append(p)
                 what = "network device (its Multus network names it)" if family == NETWORK_DEVICE else "RDMA device"
-                problems.append(Finding("fabric-mismatch", t.name,
-                                        f"this pod requests {res}, another fabric's {what}; policy {policy.name} provides "
-                                        f"{_mine(policy)}; {fitting(candidates, policy, namespace_labels)}"))
+                problems.append(
+                    Finding(
+                        "fabric-mismatch",
+                        t.name,
+                        f"this pod requests {res}, another fabric's {what}; policy {policy.name} provides "
+                        f"{_mine(policy)}; {fitting(candidates, policy, namespace_labels)}",
+                    )
+                )
 
 
-def _check_policy_claim(policy: Policy, namespace: str, targets: list[Target], problems: list[Finding],
-                        claims: dra.Claims | None, brought: Brought) -> None:
+def _check_policy_claim(
+    policy: Policy,
+    namespace: str,
+    targets: list[Target],
+    problems: list[Finding],
+    claims: dra.Claims | None,
+    brought: Brought,
+) -> None:
     """The policy's own DRA claim, when the targets take it: one container only for an aligned
     claim, its ResourceClaimTemplate present; and a DRA-only fabric's pod must claim a NIC."""
     own = policy.claim
     if own is not None and own.aligned and brought.entry == own.name and len(targets) > 1:
-        problems.append(Finding("claim-aligned", None,
-                                f"policy {policy.name} claims each GPU together with a NIC on its PCIe root, for one container; "
-                                f"this pod has {len(targets)} GPU containers ({', '.join(t.name for t in targets)}): "
-                                f"put the GPUs in one container, or run the pod under a policy without aligned claims"))
+        problems.append(
+            Finding(
+                "claim-aligned",
+                None,
+                f"policy {policy.name} claims each GPU together with a NIC on its PCIe root, for one container; "
+                f"this pod has {len(targets)} GPU containers ({', '.join(t.name for t in targets)}): "
+                f"put the GPUs in one container, or run the pod under a policy without aligned claims",
+            )
+        )
     elif own is not None and brought.entry == own.name and claims is not None and targets:
         template = own.template_for(targets[0].gpus)
         if claims.claim_template(namespace, template) is None:
-            problems.append(Finding("claim-template", None,
-                                    f"policy {policy.name} adds the DRA claim {own.name!r} from ResourceClaimTemplate "
-                                    f"{namespace}/{template}, which does not exist, so the pod would stay Pending; "
-                                    f"ask the platform team to create it in {namespace!r}"
-                                    + (f" (`rdma-webhook policy claim-template {policy.name} --gpus {targets[0].gpus}` writes it)"
-                                       if own.aligned else "")))
-    if (policy.dra is not None and not brought.own_claim and not brought.unknown and policy.claim is None
-            and not policy.devices and not policy.networks and targets):
-        problems.append(Finding("device-missing", None,
-                                f"the pod claims no NIC of the {policy.fabric.kind} fabric, and policy {policy.name} gets its "
-                                f"NICs only through DRA ({dra.label(policy)}): NCCL would find no RDMA device and use TCP; "
-                                f"add a spec.resourceClaims entry whose ResourceClaimTemplate requests that DeviceClass"))
+            problems.append(
+                Finding(
+                    "claim-template",
+                    None,
+                    f"policy {policy.name} adds the DRA claim {own.name!r} from ResourceClaimTemplate "
+                    f"{namespace}/{template}, which does not exist, so the pod would stay Pending; "
+                    f"ask the platform team to create it in {namespace!r}"
+                    + (
+                        f" (`rdma-webhook policy claim-template {policy.name} --gpus {targets[0].gpus}` writes it)"
+                        if own.aligned
+                        else ""
+                    ),
+                )
+            )
+    if (
+        policy.dra is not None
+        and not brought.own_claim
+        and not brought.unknown
+        and policy.claim is None
+        and not policy.devices
+        and not policy.networks
+        and targets
+    ):
+        problems.append(
+            Finding(
+                "device-missing",
+                None,
+                f"the pod claims no NIC of the {policy.fabric.kind} fabric, and policy {policy.name} gets its "
+                f"NICs only through DRA ({dra.label(policy)}): NCCL would find no RDMA device and use TCP; "
+                f"add a spec.resourceClaims entry whose ResourceClaimTemplate requests that DeviceClass",
+            )
+        )
 
 
-def _check_gke(listed: str, policy: Policy, policies: PolicySet, namespace_labels: dict[str, str],
-               problems: list[Finding]) -> None:
+def _check_gke(
+    listed: str, policy: Policy, policies: PolicySet, namespace_labels: dict[str, str], problems: list[Finding]
+) -> None:
     """The GKE networks the pod's networking.gke.io/interfaces lists that another policy attaches
     and this one does not: another fabric's NICs (one finding for them all)."""
     mine = [g.name for g in policy.gke_networks]
@@ -219,14 +274,27 @@ def _check_gke(listed: str, policy: Policy, policies: PolicySet, namespace_label
                     candidates.append(p)
     if foreign:
         names = ", ".join(repr(n) for n in foreign)
-        problems.append(Finding("fabric-mismatch", None,
-                                f"this pod attaches the GKE network(s) {names} ({gke.INTERFACES}), another fabric's NICs; "
-                                f"policy {policy.name} provides {_mine(policy)}; {fitting(candidates, policy, namespace_labels)}"))
+        problems.append(
+            Finding(
+                "fabric-mismatch",
+                None,
+                f"this pod attaches the GKE network(s) {names} ({gke.INTERFACES}), another fabric's NICs; "
+                f"policy {policy.name} provides {_mine(policy)}; {fitting(candidates, policy, namespace_labels)}",
+            )
+        )
 
 
-def _check_claims(entries: list[dict[str, Any]], policy: Policy, policies: PolicySet, namespace: str,
-                  namespace_labels: dict[str, str], targets: list[Target], problems: list[Finding],
-                  claims: dra.Claims | None, brought: Brought) -> None:
+def _check_claims(
+    entries: list[dict[str, Any]],
+    policy: Policy,
+    policies: PolicySet,
+    namespace: str,
+    namespace_labels: dict[str, str],
+    targets: list[Target],
+    problems: list[Finding],
+    claims: dra.Claims | None,
+    brought: Brought,
+) -> None:
     own = policy.claim
     for c in entries:
         template = c.get("resourceClaimTemplateName") or c.get("resourceClaimName")
@@ -241,9 +309,14 @@ def _check_claims(entries: list[dict[str, Any]], policy: Policy, policies: Polic
             brought.unknown = True
             others = policies.by_claim_template.get(template)
             if others:
-                problems.append(Finding("fabric-mismatch", None,
-                                        f"this pod claims {template}, another fabric's RDMA NIC; policy {policy.name} provides "
-                                        f"{_mine(policy)}; {fitting(others, policy, namespace_labels)}"))
+                problems.append(
+                    Finding(
+                        "fabric-mismatch",
+                        None,
+                        f"this pod claims {template}, another fabric's RDMA NIC; policy {policy.name} provides "
+                        f"{_mine(policy)}; {fitting(others, policy, namespace_labels)}",
+                    )
+                )
             continue
         for req in requests:
             fits = dra.nic_policies(req, policies, claims)
@@ -252,9 +325,14 @@ def _check_claims(entries: list[dict[str, Any]], policy: Policy, policies: Polic
             if policy in fits:
                 _own(brought, name, targets)
                 break
-            problems.append(Finding("fabric-mismatch", None,
-                                    f"this pod claims {name!r} (DeviceClass {req.device_class}), another fabric's RDMA NIC; "
-                                    f"policy {policy.name} provides {_mine(policy)}; {fitting(fits, policy, namespace_labels)}"))
+            problems.append(
+                Finding(
+                    "fabric-mismatch",
+                    None,
+                    f"this pod claims {name!r} (DeviceClass {req.device_class}), another fabric's RDMA NIC; "
+                    f"policy {policy.name} provides {_mine(policy)}; {fitting(fits, policy, namespace_labels)}",
+                )
+            )
             break
 
 

@@ -17,9 +17,15 @@ from typing import Any, Final, Iterable, Mapping
 
 from webhook.fabrics.gke import GkeNetwork
 from webhook.fabrics.multus import Network
-from webhook.fabrics.transports import (NETWORK_DEVICE, RDMA_SHARED, SHARED_DEVICE_PREFIX, WELL_KNOWN_RDMA, NETWORK_DEVICE_PREFIXES,
-                                        Fabric,
-                                        Signature)
+from webhook.fabrics.transports import (
+    NETWORK_DEVICE,
+    RDMA_SHARED,
+    SHARED_DEVICE_PREFIX,
+    WELL_KNOWN_RDMA,
+    NETWORK_DEVICE_PREFIXES,
+    Fabric,
+    Signature,
+)
 
 
 @dataclass(frozen=True)
@@ -74,7 +80,7 @@ class Claim:
         if not self.aligned or GPUS_FIELD not in self.template:
             return False
         head, _, tail = self.template.partition(GPUS_FIELD)
-        count = template[len(head):len(template) - len(tail)] if len(template) > len(head) + len(tail) else ""
+        count = template[len(head) : len(template) - len(tail)] if len(template) > len(head) + len(tail) else ""
         return template.startswith(head) and template.endswith(tail) and count.isdigit()
 
 
@@ -204,8 +210,9 @@ class Policy:
 
     def host_fabric(self) -> bool:
         """No device plugin, network, claim or DRA class: the RDMA devices come from the host."""
-        return (not self.devices and not self.networks and self.claim is None and self.dra is None
-                and not self.gke_networks)
+        return (
+            not self.devices and not self.networks and self.claim is None and self.dra is None and not self.gke_networks
+        )
 
     def shm_bytes_for(self, gpus: int) -> int:
         if self.shm_fixed is not None:
@@ -298,8 +305,11 @@ class PolicySet:
             kind = RESOURCE_EQUIVALENT if RDMA_SHARED in policy.families else RESOURCE_FOREIGN
         elif self.is_rdma_resource(resource):
             kind = RESOURCE_FOREIGN
-        elif "/" in resource and (self.by_family.get(NETWORK_DEVICE) or NETWORK_DEVICE in policy.families
-                                  or resource.startswith(NETWORK_DEVICE_PREFIXES)):
+        elif "/" in resource and (
+            self.by_family.get(NETWORK_DEVICE)
+            or NETWORK_DEVICE in policy.families
+            or resource.startswith(NETWORK_DEVICE_PREFIXES)
+        ):
             kind = RESOURCE_CANDIDATE
         else:
             kind = RESOURCE_PLAIN

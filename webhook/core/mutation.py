@@ -103,7 +103,9 @@ def add_device(container: dict[str, Any], resource: str, count: int) -> str | No
     return f"{resource}: {limits[resource]}" if changed else None
 
 
-def add_env(container: dict[str, Any], target: Target, policy: Policy, interfaces: list[str], warnings: list[str]) -> int:
+def add_env(
+    container: dict[str, Any], target: Target, policy: Policy, interfaces: list[str], warnings: list[str]
+) -> int:
     """The policy's NCCL block: added where the container does not set a variable; enforced
     variables replace a different user value (with a warning). A value naming the pod's Multus
     interfaces gets the names the pod will really have (`interfaces`, see webhook.fabrics.multus).
@@ -123,13 +125,20 @@ def add_env(container: dict[str, Any], target: Target, policy: Policy, interface
             continue  # the user's value stands
         item = env[i]
         same = item.get("valueFrom") is None and (  # NCCL compares NCCL_NET case-insensitively: ib is IB
-            item.get("value") == value or (setting.name == "NCCL_NET" and isinstance(item.get("value"), str)
-                                           and item["value"].casefold() == value.casefold()))
+            item.get("value") == value
+            or (
+                setting.name == "NCCL_NET"
+                and isinstance(item.get("value"), str)
+                and item["value"].casefold() == value.casefold()
+            )
+        )
         if not same:
             before = "a valueFrom source" if item.get("valueFrom") is not None else repr(item.get("value"))
             env[i] = {"name": setting.name, "value": value}
             added += 1
-            warnings.append(f"{target.name}: {setting.name} is enforced by policy {policy.name}: {before} replaced by {repr(value)}")
+            warnings.append(
+                f"{target.name}: {setting.name} is enforced by policy {policy.name}: {before} replaced by {repr(value)}"
+            )
     return added
 
 
@@ -194,7 +203,9 @@ def add_shm(pod: dict[str, Any], targets: list[Target], policy: Policy, warnings
         if vol is not None and _is_host_shm(vol):
             continue
         if vol is None or not _is_memory_empty_dir(vol):
-            warnings.append(f"{t.name}: /dev/shm is not a memory-backed emptyDir; NCCL and DataLoader need shared memory in RAM")
+            warnings.append(
+                f"{t.name}: /dev/shm is not a memory-backed emptyDir; NCCL and DataLoader need shared memory in RAM"
+            )
             continue
         limit = vol["emptyDir"].get("sizeLimit")
         if limit is not None:
@@ -203,7 +214,9 @@ def add_shm(pod: dict[str, Any], targets: list[Target], policy: Policy, warnings
             except ValueError:
                 have = None
             if have is not None and have < size:
-                warnings.append(f"{t.name}: /dev/shm sizeLimit {limit} is smaller than the {k8s.format_bytes(size)} policy {policy.name} asks for")
+                warnings.append(
+                    f"{t.name}: /dev/shm sizeLimit {limit} is smaller than the {k8s.format_bytes(size)} policy {policy.name} asks for"
+                )
     if not need_mount:
         return None
     name = SHM_VOLUME
@@ -313,7 +326,11 @@ def apply(pod: dict[str, Any], subject: Subject, warnings: list[str]) -> list[st
         notes.extend(plan.added)
     meta = _dict_at(pod, "metadata")
     annotations = _dict_at(meta, "annotations")
-    if notes or annotations.get(keys.STATUS) != keys.STATUS_INJECTED or annotations.get(keys.APPLIED_POLICY) != policy.name:
+    if (
+        notes
+        or annotations.get(keys.STATUS) != keys.STATUS_INJECTED
+        or annotations.get(keys.APPLIED_POLICY) != policy.name
+    ):
         annotations[keys.STATUS] = keys.STATUS_INJECTED
         annotations[keys.APPLIED_POLICY] = policy.name
     labels = meta.get("labels")

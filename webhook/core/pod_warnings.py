@@ -16,7 +16,9 @@ from webhook.fabrics.transports import WARN
 from webhook.grammar import nccl
 
 
-_ENV_FROM: Final = "envFrom values cannot be checked for NCCL settings; the policy's env entries take precedence over them"
+_ENV_FROM: Final = (
+    "envFrom values cannot be checked for NCCL settings; the policy's env entries take precedence over them"
+)
 _IFNAME_SEEN: Final[dict[tuple[str, tuple[str, ...]], bool]] = {}
 
 
@@ -69,7 +71,9 @@ def _sees_plugin(spec: dict[str, Any], container: dict[str, Any], m: PluginMount
             sub = vm.get("subPath")
             if isinstance(sub, str) and sub:
                 host = host.rstrip("/") + "/" + sub.strip("/")
-            if (host.rstrip("/") + m.mount_path[len(path):] if path != "/" else host.rstrip("/") + m.mount_path) == m.host_dir:
+            if (
+                host.rstrip("/") + m.mount_path[len(path) :] if path != "/" else host.rstrip("/") + m.mount_path
+            ) == m.host_dir:
                 return True
     return False
 
@@ -86,15 +90,23 @@ def warnings_for(pod: dict[str, Any], subject: Subject) -> list[str]:
     for c, _, settings in subject.commands():
         for name, value in settings:
             if name == "NCCL_DEBUG" and nccl.debug_verbose(value):
-                out.append(f"{c.get('name')}: the command sets NCCL_DEBUG={value}, which logs heavily; use WARN outside debugging")
+                out.append(
+                    f"{c.get('name')}: the command sets NCCL_DEBUG={value}, which logs heavily; use WARN outside debugging"
+                )
                 break
     for container, path, cm in subject.unread:
-        out.append(f"{container}: the script {path} comes from ConfigMap {repr(cm)}, which is not at hand here, so its NCCL "
-                   f"settings were not read; check it with `rdma-webhook review` given the ConfigMap and the workload")
+        out.append(
+            f"{container}: the script {path} comes from ConfigMap {repr(cm)}, which is not at hand here, so its NCCL "
+            f"settings were not read; check it with `rdma-webhook review` given the ConfigMap and the workload"
+        )
     if subject.own_claim and subject.targets and subject.policy.claim is not None and subject.policy.claim.aligned:
-        out.append(f"policy {subject.policy.name} claims each GPU with a NIC on its PCIe root, but this pod brings its own NIC claim "
-                   f"{subject.claim_entry!r} and device-plugin GPUs: not aligned; leave out the claim to get the policy's")
-    out.extend(f"{t.name}: {_ENV_FROM}" for t in subject.launchers if t.has_env_from and not t.is_target)  # env of every rank
+        out.append(
+            f"policy {subject.policy.name} claims each GPU with a NIC on its PCIe root, but this pod brings its own NIC claim "
+            f"{subject.claim_entry!r} and device-plugin GPUs: not aligned; leave out the claim to get the policy's"
+        )
+    out.extend(
+        f"{t.name}: {_ENV_FROM}" for t in subject.launchers if t.has_env_from and not t.is_target
+    )  # env of every rank
     for t in subject.targets:
         debug = t.env.get("NCCL_DEBUG")
         if nccl.debug_verbose(debug):
@@ -113,18 +125,24 @@ def warnings_for(pod: dict[str, Any], subject: Subject) -> list[str]:
         ifname = t.env.get("NCCL_SOCKET_IFNAME")
         if ifname is not None and not on_host and not _ifname_matches(ifname, secondary):
             have = ", ".join(["eth0", *secondary])
-            out.append(f"{t.name}: NCCL_SOCKET_IFNAME={repr(ifname)} names no interface the pod will have ({have}), so NCCL's "
-                       f"bootstrap cannot start; remove it or name one of those")
+            out.append(
+                f"{t.name}: NCCL_SOCKET_IFNAME={repr(ifname)} names no interface the pod will have ({have}), so NCCL's "
+                f"bootstrap cannot start; remove it or name one of those"
+            )
         for m in subject.policy.plugin_mounts:
             if not _sees_plugin(spec, subject.container(t), m):
-                out.append(f"{t.name}: does not mount the host's {m.host_dir} at {m.mount_path}, where the nodes of policy "
-                           f"{subject.policy.name} install its NCCL plugin ({'/'.join(subject.policy.nccl_nets)}); unless the "
-                           f"image brings the plugin there, NCCL cannot open it: add a hostPath volume of {m.host_dir} "
-                           f"mounted at {m.mount_path}")
+                out.append(
+                    f"{t.name}: does not mount the host's {m.host_dir} at {m.mount_path}, where the nodes of policy "
+                    f"{subject.policy.name} install its NCCL plugin ({'/'.join(subject.policy.nccl_nets)}); unless the "
+                    f"image brings the plugin there, NCCL cannot open it: add a hostPath volume of {m.host_dir} "
+                    f"mounted at {m.mount_path}"
+                )
         sc: dict[str, Any] = subject.container(t).get("securityContext") or {}
         non_root = sc.get("runAsNonRoot", pod_sc.get("runAsNonRoot")) is True
         user = sc.get("runAsUser", pod_sc.get("runAsUser"))
         if non_root or (isinstance(user, int) and user != 0):
-            out.append(f"{t.name}: runs as non-root, so the added IPC_LOCK stays out of its effective capabilities; "
-                       f"raise the memlock limit or grant the capability in the image")
+            out.append(
+                f"{t.name}: runs as non-root, so the added IPC_LOCK stays out of its effective capabilities; "
+                f"raise the memlock limit or grant the capability in the image"
+            )
     return out

@@ -28,8 +28,11 @@ from webhook.grammar import k8s
 
 def labelled_launcher(labels: dict[str, str]) -> bool:
     """The MPI Operator's launcher pod, or the launcher job of a Trainer MPI runtime."""
-    return (labels.get(keys.MPI_JOB_ROLE) == keys.MPI_LAUNCHER or labels.get(keys.MPI_REPLICA_TYPE) == keys.MPI_LAUNCHER
-            or labels.get(keys.JOBSET_REPLICATED_JOB) == keys.MPI_LAUNCHER)
+    return (
+        labels.get(keys.MPI_JOB_ROLE) == keys.MPI_LAUNCHER
+        or labels.get(keys.MPI_REPLICA_TYPE) == keys.MPI_LAUNCHER
+        or labels.get(keys.JOBSET_REPLICATED_JOB) == keys.MPI_LAUNCHER
+    )
 
 
 def find_launchers(pod: dict[str, Any], labels: dict[str, str], targets: list[Target]) -> list[Target]:
@@ -92,8 +95,10 @@ def forward(container: dict[str, Any], t: Target, policy: Policy, warnings: list
     openmpi = "openmpi" in t.families or "either" in t.families
     hydra = "hydra" in t.families or "either" in t.families
     if openmpi and t.cmd_env_list:
-        warnings.append(f"{t.name}: the command's --mca {launchers.MCA_ENV_LIST} replaces {launchers.OMPI_ENV_LIST}, so Open MPI "
-                        f"forwards the policy's {', '.join(names)} only where the command names them: add -x NAME for each")
+        warnings.append(
+            f"{t.name}: the command's --mca {launchers.MCA_ENV_LIST} replaces {launchers.OMPI_ENV_LIST}, so Open MPI "
+            f"forwards the policy's {', '.join(names)} only where the command names them: add -x NAME for each"
+        )
     elif openmpi and t.exports and t.env.index(launchers.OMPI_ENV_LIST) is None:
         # (a user who sets the env list and -x runs Open MPI 5, which takes both: the list is extended)
         note = _export_flags(container, t, names, warnings)
@@ -104,8 +109,10 @@ def forward(container: dict[str, Any], t: Target, policy: Policy, warnings: list
         if i is not None:
             item: dict[str, Any] = env[i]
             if item.get("valueFrom") is not None:
-                warnings.append(f"{t.name}: {launchers.OMPI_ENV_LIST} comes from valueFrom, so the policy's {', '.join(names)} "
-                                f"cannot be added to it; Open MPI forwards them only if it names them")
+                warnings.append(
+                    f"{t.name}: {launchers.OMPI_ENV_LIST} comes from valueFrom, so the policy's {', '.join(names)} "
+                    f"cannot be added to it; Open MPI forwards them only if it names them"
+                )
                 return None
             value = item.get("value")
             current = value if isinstance(value, str) else ""
@@ -135,8 +142,10 @@ def forward(container: dict[str, Any], t: Target, policy: Policy, warnings: list
                 env[i] = {"name": launchers.OMPI_ENV_LIST, "value": joined}
             note = launchers.OMPI_ENV_LIST
     if hydra and t.restricts:
-        warnings.append(f"{t.name}: the command's -genvnone/-genvlist keeps the launcher's environment from the ranks of MPICH and "
-                        f"Intel MPI, so the policy's {', '.join(names)} reach them only if listed: add them to -genvlist")
+        warnings.append(
+            f"{t.name}: the command's -genvnone/-genvlist keeps the launcher's environment from the ranks of MPICH and "
+            f"Intel MPI, so the policy's {', '.join(names)} reach them only if listed: add them to -genvlist"
+        )
     return note
 
 
@@ -173,9 +182,11 @@ def _export_flags(container: dict[str, Any], t: Target, names: list[str], warnin
             # (the length screens out most words before their first hash)
             exporting = len(w) <= _EXPORT_FLAG_LEN and w in launchers.OMPI_EXPORT_FLAGS
     if where_i < 0:
-        warnings.append(f"{t.name}: the command's script runs an Open MPI launcher with -x, which Open MPI 4 refuses together with "
-                        f"{launchers.OMPI_ENV_LIST}, so the policy's {', '.join(names)} reach the ranks only where the "
-                        f"script names them: add -x NAME for each")
+        warnings.append(
+            f"{t.name}: the command's script runs an Open MPI launcher with -x, which Open MPI 4 refuses together with "
+            f"{launchers.OMPI_ENV_LIST}, so the policy's {', '.join(names)} reach the ranks only where the "
+            f"script names them: add -x NAME for each"
+        )
         return None
     missing = [name for name in names if name not in listed]
     if not missing:
@@ -185,5 +196,5 @@ def _export_flags(container: dict[str, Any], t: Target, names: list[str], warnin
     for name in missing:
         flags.append("-x")
         flags.append(name)
-    edited[where_i + 1:where_i + 1] = flags
+    edited[where_i + 1 : where_i + 1] = flags
     return "-x " + " -x ".join(missing)

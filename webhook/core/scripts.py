@@ -22,8 +22,13 @@ class ConfigMaps(Protocol):
 
 
 def is_config_map(doc: Any) -> bool:
-    return (isinstance(doc, dict) and doc.get("kind") == "ConfigMap" and doc.get("apiVersion") == "v1"
-            and isinstance(doc.get("metadata"), dict) and isinstance(doc["metadata"].get("name"), str))
+    return (
+        isinstance(doc, dict)
+        and doc.get("kind") == "ConfigMap"
+        and doc.get("apiVersion") == "v1"
+        and isinstance(doc.get("metadata"), dict)
+        and isinstance(doc["metadata"].get("name"), str)
+    )
 
 
 class ConfigMapStore:
@@ -125,13 +130,14 @@ def may_name_a_mount(container: dict[str, Any], line: str) -> bool:
         if has_wd:
             if (wd + "/").startswith(path + "/"):
                 return True
-            if path.startswith(wd + "/") and path[len(wd) + 1:] in line:
+            if path.startswith(wd + "/") and path[len(wd) + 1 :] in line:
                 return True
     return False
 
 
-def files_of(container: dict[str, Any], volumes: dict[str, list[dict[str, Any]]], namespace: str,
-             config_maps: ConfigMaps | None) -> Files | None:
+def files_of(
+    container: dict[str, Any], volumes: dict[str, list[dict[str, Any]]], namespace: str, config_maps: ConfigMaps | None
+) -> Files | None:
     """The ConfigMap files `container` sees through its volumeMounts, None when it mounts none."""
     mounts = container.get("volumeMounts")
     if not isinstance(mounts, list):
@@ -166,7 +172,7 @@ def files_of(container: dict[str, Any], volumes: dict[str, list[dict[str, Any]]]
                 elif rel == sub_path:
                     files.add_file(path, text, cm)
                 elif rel.startswith(sub_path + "/"):
-                    files.add_file(path.rstrip("/") + "/" + rel[len(sub_path) + 1:], text, cm)
+                    files.add_file(path.rstrip("/") + "/" + rel[len(sub_path) + 1 :], text, cm)
     return files if files else None
 
 

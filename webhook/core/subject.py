@@ -36,9 +36,17 @@ class Subject:
     """What the rules look at: the pod (of the shape `decision.shape_problem` checked), the
     policy, the namespace's labels, the targets and what the decision resolved."""
 
-    def __init__(self, pod: dict[str, Any], policy: Policy, namespace_labels: dict[str, str], targets: list[Target],
-                 devices: list[Device] | None = None, problems: list[Finding] | None = None,
-                 networks: multus.Plan | None = None, claim_entry: str | None = None):
+    def __init__(
+        self,
+        pod: dict[str, Any],
+        policy: Policy,
+        namespace_labels: dict[str, str],
+        targets: list[Target],
+        devices: list[Device] | None = None,
+        problems: list[Finding] | None = None,
+        networks: multus.Plan | None = None,
+        claim_entry: str | None = None,
+    ):
         self.pod = pod
         self.policy = policy
         self.namespace_labels = namespace_labels
@@ -143,7 +151,9 @@ _SCANNED = tuple(sorted({sig.variable for table in TRANSPORTS.values() for sig i
 SCANNED_NAMES: frozenset[str] = frozenset(_SCANNED)
 
 
-def command_settings(text: str, names: frozenset[str] = SCANNED_NAMES, env: k8s.Lookup | None = None) -> list[tuple[str, str]]:
+def command_settings(
+    text: str, names: frozenset[str] = SCANNED_NAMES, env: k8s.Lookup | None = None
+) -> list[tuple[str, str]]:
     """The settings of `names` a shell script makes for the processes it starts, in order."""
     return reader.settings(text, names, env)
 
@@ -159,4 +169,3 @@ def command_words(container: dict[str, Any], env: k8s.Lookup | None = None) -> l
             env = k8s.Env(container.get("env"))
         words = [k8s.expand(w, env) if "$" in w else w for w in words]
     return words
-

@@ -127,18 +127,21 @@ def why_no_target(pod: dict[str, Any], policy: Policy, others: list[Target]) -> 
         c = containers[t.index]
         resources: dict[str, Any] = c.get("resources") or {}
         how = "a DRA claim (resources.claims)" if resources.get("claims") else "NVIDIA_VISIBLE_DEVICES"
-        return (f"container {t.name!r} sees GPUs through {how}, not by requesting {gpu}, so policy {policy.name} "
-                f"adds nothing to it (its NCCL settings are still checked)")
+        return (
+            f"container {t.name!r} sees GPUs through {how}, not by requesting {gpu}, so policy {policy.name} "
+            f"adds nothing to it (its NCCL settings are still checked)"
+        )
     for c in containers:
         resources = c.get("resources") or {}
         for section in ("limits", "requests"):
             values: dict[str, Any] = resources.get(section) or {}
             for res in values:
                 if res.endswith("/gpu") or ".gpu" in res or res.endswith("/gpus"):
-                    return (f"container {str(c.get('name'))!r} requests {res}, not a GPU of policy {policy.name} "
-                            f"({gpu}), so it gets no RDMA device")
-    return (f"no container requests a GPU ({gpu}) or runs an MPI launcher, so none gets RDMA (a pod "
-            f"without GPUs)")
+                    return (
+                        f"container {str(c.get('name'))!r} requests {res}, not a GPU of policy {policy.name} "
+                        f"({gpu}), so it gets no RDMA device"
+                    )
+    return f"no container requests a GPU ({gpu}) or runs an MPI launcher, so none gets RDMA (a pod without GPUs)"
 
 
 def find_checked(pod: dict[str, Any], targets: list[Target]) -> list[Target]:

@@ -57,7 +57,11 @@ def parse(value: str) -> list[dict[str, Any]] | None:
     if not isinstance(entries, list):
         return None
     for e in entries:
-        if not isinstance(e, dict) or not isinstance(e.get("interfaceName"), str) or not isinstance(e.get("network"), str):
+        if (
+            not isinstance(e, dict)
+            or not isinstance(e.get("interfaceName"), str)
+            or not isinstance(e.get("network"), str)
+        ):
             return None
     return entries
 
@@ -75,8 +79,10 @@ def networks_of(value: str | None) -> list[str]:
     return out
 
 
-_UNREADABLE: Final = ("is not a JSON list of objects with a string interfaceName and network; GKE would not attach "
-                      "the pod's networks. Fix the annotation")
+_UNREADABLE: Final = (
+    "is not a JSON list of objects with a string interfaceName and network; GKE would not attach "
+    "the pod's networks. Fix the annotation"
+)
 
 
 def plan(current: str | None, networks: tuple[GkeNetwork, ...]) -> Plan:
@@ -95,11 +101,24 @@ def plan(current: str | None, networks: tuple[GkeNetwork, ...]) -> Plan:
         iface: str = e["interfaceName"]
         network: str = e["network"]
         if iface in taken:
-            return Plan(None, [], names, [], f"gives two entries the interface name {iface!r}; GKE would not start the pod "
-                                             f"as asked. Give each network its own interface", INTERFACES)
+            return Plan(
+                None,
+                [],
+                names,
+                [],
+                f"gives two entries the interface name {iface!r}; GKE would not start the pod "
+                f"as asked. Give each network its own interface",
+                INTERFACES,
+            )
         if network in by_network:
-            return Plan(None, [], names, [], f"attaches the network {network!r} twice ({by_network[network]} and {iface}); "
-                                             f"list each network once", INTERFACES)
+            return Plan(
+                None,
+                [],
+                names,
+                [],
+                f"attaches the network {network!r} twice ({by_network[network]} and {iface}); list each network once",
+                INTERFACES,
+            )
         taken.add(iface)
         by_network[network] = iface
         if iface != POD_INTERFACE:

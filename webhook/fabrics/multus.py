@@ -42,8 +42,16 @@ class Plan:
     written (Multus's, or GKE multi-networking's: webhook.fabrics.gke), `also` annotations set
     with it when the pod has none of that name."""
 
-    def __init__(self, value: str | None, interfaces: list[str], pod_interfaces: list[str], added: list[str],
-                 problem: str | None, key: str = ANNOTATION, also: dict[str, str] | None = None):
+    def __init__(
+        self,
+        value: str | None,
+        interfaces: list[str],
+        pod_interfaces: list[str],
+        added: list[str],
+        problem: str | None,
+        key: str = ANNOTATION,
+        also: dict[str, str] | None = None,
+    ):
         self.value = value
         self.interfaces = interfaces
         self.pod_interfaces = pod_interfaces
@@ -122,17 +130,29 @@ def plan(current: str | None, networks: tuple[Network, ...], pod_ns: str) -> Pla
     if current is not None:
         parsed = parse(current)
         if parsed is None:
-            return Plan(None, [], [], [], "annotation is neither a comma-separated list of networks nor a JSON list of "
-                                          "network objects with a name; Multus would reject the pod. Fix the annotation")
+            return Plan(
+                None,
+                [],
+                [],
+                [],
+                "annotation is neither a comma-separated list of networks nor a JSON list of "
+                "network objects with a name; Multus would reject the pod. Fix the annotation",
+            )
         form, entries = parsed
     names: list[str] = []
     taken: set[str] = set()  # the same names, for membership: a pod may list thousands (linear, not quadratic)
     for i, e in enumerate(entries):
         name = interface_of(e, i + 1)
         if name in taken or name in CLUSTER_INTERFACES:
-            return Plan(None, [], names, [], f"annotation gives two attachments the interface name {name!r} (an "
-                                             f"attachment without a name is net<position>); Multus would not start the pod. "
-                                             f"Name the interfaces explicitly")
+            return Plan(
+                None,
+                [],
+                names,
+                [],
+                f"annotation gives two attachments the interface name {name!r} (an "
+                f"attachment without a name is net<position>); Multus would not start the pod. "
+                f"Name the interfaces explicitly",
+            )
         names.append(name)
         taken.add(name)
     keys = [entry_key(e, pod_ns) for e in entries]

@@ -45,7 +45,8 @@ RDMA device; `WARN`: RDMA stays but loses a feature) and the source that says so
   (Google Cloud, "Maximize GPU network bandwidth in Standard mode clusters",
   https://cloud.google.com/kubernetes-engine/docs/how-to/gpu-bandwidth-gpudirect-tcpx). Its
   fallback is NCCL's own Socket transport over eth0: an NCCL_NET that is not FasTrak, or an
-  NCCL_NET_PLUGIN that does not open the installer's libnccl-net.so (`none`, another name). NCCL_FASTRAK_IFNAME naming only the pod network (eth0) keeps the plugin
+  NCCL_NET_PLUGIN that does not open the installer's libnccl-net.so (`none`, another name).
+NCCL_FASTRAK_IFNAME naming only the pod network (eth0) keeps the plugin
   but not the GPU NICs: a warning (the policy sets it from the pod's GKE interfaces).
 """
 
@@ -74,8 +75,16 @@ class Signature:
 class Fabric:
     """What the signatures need to know of a policy's fabric (built once at policy load)."""
 
-    def __init__(self, policy: str, kind: str, transport: str, nccl_nets: tuple[str, ...], hca_devices: tuple[str, ...],
-                 providers: tuple[str, ...], net_plugins: tuple[str, ...]):
+    def __init__(
+        self,
+        policy: str,
+        kind: str,
+        transport: str,
+        nccl_nets: tuple[str, ...],
+        hca_devices: tuple[str, ...],
+        providers: tuple[str, ...],
+        net_plugins: tuple[str, ...],
+    ):
         self.policy = policy
         self.kind = kind
         self.transport = transport
@@ -90,11 +99,14 @@ class Fabric:
 
 # -- ib-verbs ----------------------------------------------------------------------------------
 
+
 def _ib_disable(value: str, f: Fabric) -> str | None:
     if not nccl.ib_disabled(value):
         return None
-    return (f"NCCL_IB_DISABLE={value!r} turns NCCL's IB/RoCE transport off, so NCCL runs on TCP sockets "
-            f"(NET/Socket); remove it or set it to 0")
+    return (
+        f"NCCL_IB_DISABLE={value!r} turns NCCL's IB/RoCE transport off, so NCCL runs on TCP sockets "
+        f"(NET/Socket); remove it or set it to 0"
+    )
 
 
 def _nccl_net(value: str, f: Fabric) -> str | None:
@@ -111,18 +123,23 @@ def _ib_hca(value: str, f: Fabric) -> str | None:
     if nccl.hca_selected_devices(value, f.hca_devices):
         return None
     sample = ", ".join(f.hca_devices[:2])
-    return (f"NCCL_IB_HCA={value!r} selects none of {f.label()}'s devices ({sample}, ...), so NCCL "
-            f"finds no RDMA device and uses TCP; remove it or name those devices")
+    return (
+        f"NCCL_IB_HCA={value!r} selects none of {f.label()}'s devices ({sample}, ...), so NCCL "
+        f"finds no RDMA device and uses TCP; remove it or name those devices"
+    )
 
 
 IB_VERBS: tuple[Signature, ...] = (
-    Signature("NCCL_IB_DISABLE", DENY, _ib_disable, "NCCL src/misc/param.cc ncclLoadParam; src/transport/net_ib.cc ncclIbInit"),
+    Signature(
+        "NCCL_IB_DISABLE", DENY, _ib_disable, "NCCL src/misc/param.cc ncclLoadParam; src/transport/net_ib.cc ncclIbInit"
+    ),
     Signature("NCCL_NET", DENY, _nccl_net, "NCCL src/plugin/net.cc ncclNetInit (strcasecmp of plugin names)"),
     Signature("NCCL_IB_HCA", DENY, _ib_hca, "NCCL src/misc/utils.cc parseStringList/matchIfList"),
 )
 
 
 # -- libfabric (aws-ofi-nccl) ------------------------------------------------------------------
+
 
 def fi_provider_selects(value: str, providers: tuple[str, ...]) -> bool:
     """Whether FI_PROVIDER=value leaves one of `providers` usable (libfabric's filter: a comma
@@ -151,17 +168,21 @@ def _fi_provider(value: str, f: Fabric) -> str | None:
     text = value.strip()
     # `^efa` excludes efa: the plugin runs over whatever else is there, not over efa
     runs = "another provider" if text.startswith("^") else text
-    return (f"FI_PROVIDER={value!r} keeps none of {f.label()}'s libfabric providers ({'/'.join(f.providers)}), "
-            f"so the plugin runs over {runs} and NCCL's bytes go over TCP "
-            f"although it logs the Libfabric network; remove it or set FI_PROVIDER={f.providers[0]}")
+    return (
+        f"FI_PROVIDER={value!r} keeps none of {f.label()}'s libfabric providers ({'/'.join(f.providers)}), "
+        f"so the plugin runs over {runs} and NCCL's bytes go over TCP "
+        f"although it logs the Libfabric network; remove it or set FI_PROVIDER={f.providers[0]}"
+    )
 
 
 def _net_plugin(value: str, f: Fabric) -> str | None:
     if not f.net_plugins or value in f.net_plugins or value.rsplit("/", 1)[-1] in f.net_plugins:
         return None  # a listed name, or a path to a listed library (NCCL also opens the value as given)
     what = "loads no net plugin" if value == "none" else f"loads libnccl-net-{value}.so instead of the fabric's plugin"
-    return (f"NCCL_NET_PLUGIN={value!r} {what}, leaving NCCL its built-in transports, which on "
-            f"{f.label()} means TCP sockets (NET/Socket); remove it or set NCCL_NET_PLUGIN={f.net_plugins[0]}")
+    return (
+        f"NCCL_NET_PLUGIN={value!r} {what}, leaving NCCL its built-in transports, which on "
+        f"{f.label()} means TCP sockets (NET/Socket); remove it or set NCCL_NET_PLUGIN={f.net_plugins[0]}"
+    )
 
 
 _FALSE = ("0", "false", "no", "off", "n", "f")
@@ -170,22 +191,28 @@ _FALSE = ("0", "false", "no", "off", "n", "f")
 def _fastrak_ifname(value: str, f: Fabric) -> str | None:
     names = [n.strip() for n in value.split(",") if n.strip()]
     if names and all(n in ("eth0", "lo") for n in names):
-        return (f"NCCL_FASTRAK_IFNAME={value!r} names only the pod network, so GPUDirect-TCPXO has none of "
-                f"{f.label()}'s GPU NICs; remove it and let the policy name the pod's GKE interfaces")
+        return (
+            f"NCCL_FASTRAK_IFNAME={value!r} names only the pod network, so GPUDirect-TCPXO has none of "
+            f"{f.label()}'s GPU NICs; remove it and let the policy name the pod's GKE interfaces"
+        )
     return None
 
 
 def _efa_device_rdma(value: str, f: Fabric) -> str | None:
     if value.strip().lower() not in _FALSE:
         return None
-    return (f"FI_EFA_USE_DEVICE_RDMA={value!r} turns off EFA's RDMA reads from GPU memory: NCCL stays on EFA but "
-            f"copies through host memory; remove it unless the instance type lacks device RDMA")
+    return (
+        f"FI_EFA_USE_DEVICE_RDMA={value!r} turns off EFA's RDMA reads from GPU memory: NCCL stays on EFA but "
+        f"copies through host memory; remove it unless the instance type lacks device RDMA"
+    )
 
 
 LIBFABRIC: tuple[Signature, ...] = (
     Signature("FI_PROVIDER", DENY, _fi_provider, "libfabric fi_fabric(7) FI_PROVIDER, src/fabric.c ofi_create_filter"),
     Signature("NCCL_NET_PLUGIN", DENY, _net_plugin, "NCCL src/plugin/plugin_open.cc (libnccl-net-<name>.so, 'none')"),
-    Signature("NCCL_NET", DENY, _nccl_net, "aws-ofi-nccl src/nccl_ofi_interface_nvidia.cpp (Libfabric, AWS Libfabric, OFI)"),
+    Signature(
+        "NCCL_NET", DENY, _nccl_net, "aws-ofi-nccl src/nccl_ofi_interface_nvidia.cpp (Libfabric, AWS Libfabric, OFI)"
+    ),
     Signature("FI_EFA_USE_DEVICE_RDMA", WARN, _efa_device_rdma, "libfabric fi_efa(7) FI_EFA_USE_DEVICE_RDMA"),
 )
 
@@ -193,9 +220,21 @@ LIBFABRIC: tuple[Signature, ...] = (
 # -- gib (Google's gIB plugin, GKE A3 Ultra / A4) ----------------------------------------------
 
 GIB: tuple[Signature, ...] = (
-    Signature("NCCL_NET", DENY, _nccl_net, "NCCL src/plugin/net.cc ncclNetInit; Google's set_nccl_env.sh (NCCL_NET=gIB)"),
-    Signature("NCCL_NET_PLUGIN", DENY, _net_plugin, "NCCL src/plugin/plugin_open.cc; gIB is /usr/local/gib/lib64/libnccl-net_internal.so"),
-    Signature("NCCL_IB_DISABLE", DENY, _ib_disable, "gIB reads NCCL's NCCL_IB_* settings (NCCL src/transport/net_ib.cc ncclIbInit)"),
+    Signature(
+        "NCCL_NET", DENY, _nccl_net, "NCCL src/plugin/net.cc ncclNetInit; Google's set_nccl_env.sh (NCCL_NET=gIB)"
+    ),
+    Signature(
+        "NCCL_NET_PLUGIN",
+        DENY,
+        _net_plugin,
+        "NCCL src/plugin/plugin_open.cc; gIB is /usr/local/gib/lib64/libnccl-net_internal.so",
+    ),
+    Signature(
+        "NCCL_IB_DISABLE",
+        DENY,
+        _ib_disable,
+        "gIB reads NCCL's NCCL_IB_* settings (NCCL src/transport/net_ib.cc ncclIbInit)",
+    ),
     Signature("NCCL_IB_HCA", DENY, _ib_hca, "NCCL src/misc/utils.cc parseStringList/matchIfList"),
 )
 
@@ -204,8 +243,12 @@ GIB: tuple[Signature, ...] = (
 
 FASTRAK: tuple[Signature, ...] = (
     Signature("NCCL_NET", DENY, _nccl_net, "NCCL src/plugin/net.cc ncclNetInit; the FasTrak plugin (GPUDirect-TCPXO)"),
-    Signature("NCCL_NET_PLUGIN", DENY, _net_plugin, "NCCL src/plugin/plugin_open.cc; the TCPXO installer's libnccl-net.so"),
-    Signature("NCCL_FASTRAK_IFNAME", WARN, _fastrak_ifname, "GKE, Maximize GPU network bandwidth in Standard mode clusters"),
+    Signature(
+        "NCCL_NET_PLUGIN", DENY, _net_plugin, "NCCL src/plugin/plugin_open.cc; the TCPXO installer's libnccl-net.so"
+    ),
+    Signature(
+        "NCCL_FASTRAK_IFNAME", WARN, _fastrak_ifname, "GKE, Maximize GPU network bandwidth in Standard mode clusters"
+    ),
 )
 
 
@@ -232,7 +275,12 @@ NETWORK_DEVICE_PREFIXES: tuple[str, ...] = ("openshift.io/", "intel.com/", "nvid
 WELL_KNOWN_RDMA: tuple[str, ...] = ("vpc.amazonaws.com/efa", "aliyun/erdma")
 
 
-TRANSPORTS: dict[str, tuple[Signature, ...]] = {"ib-verbs": IB_VERBS, "libfabric": LIBFABRIC, "gib": GIB, "fastrak": FASTRAK}
+TRANSPORTS: dict[str, tuple[Signature, ...]] = {
+    "ib-verbs": IB_VERBS,
+    "libfabric": LIBFABRIC,
+    "gib": GIB,
+    "fastrak": FASTRAK,
+}
 
 
 def signatures(transport: str) -> tuple[Signature, ...]:

@@ -181,6 +181,7 @@ def all_dict(values: Iterable[Any]) -> bool:
 
 # -- environment ------------------------------------------------------------------------------
 
+
 class Lookup(Protocol):
     """What `$(VAR)` expansion reads: a variable's value, None when it has none that is known."""
 
@@ -213,7 +214,7 @@ def expand(value: str, defined: Lookup | Mapping[str, str]) -> str:
             if close < i + 2:  # each `)` is looked for once: linear even for "$($($(..."
                 close = value.find(")", i + 2)
             if close >= 0:
-                name = value[i + 2:close]
+                name = value[i + 2 : close]
                 if isinstance(defined, Env):  # the command scan's case: compiled, a direct call
                     known = defined.get(name)
                 else:  # through the protocol: a generic method call

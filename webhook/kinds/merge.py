@@ -11,9 +11,20 @@ from typing import Any
 
 # The merge keys of the lists the Kubernetes API merges by key (patchMergeKey in k8s.io/api);
 # every other list is replaced whole, as a strategic merge patch does.
-MERGE_KEYS = {"containers": "name", "initContainers": "name", "ephemeralContainers": "name", "env": "name",
-              "volumes": "name", "volumeMounts": "mountPath", "ports": "containerPort", "imagePullSecrets": "name",
-              "schedulingGates": "name", "resourceClaims": "name", "claims": "name", "hostAliases": "ip"}
+MERGE_KEYS = {
+    "containers": "name",
+    "initContainers": "name",
+    "ephemeralContainers": "name",
+    "env": "name",
+    "volumes": "name",
+    "volumeMounts": "mountPath",
+    "ports": "containerPort",
+    "imagePullSecrets": "name",
+    "schedulingGates": "name",
+    "resourceClaims": "name",
+    "claims": "name",
+    "hostAliases": "ip",
+}
 
 
 def strategic_merge(base: Any, patch: Any, key: str = "") -> Any:
@@ -39,7 +50,9 @@ def strategic_merge(base: Any, patch: Any, key: str = "") -> Any:
             if not isinstance(item, dict) or merge_key not in item:
                 out_list.append(copy.deepcopy(item))
                 continue
-            at = next((i for i, b in enumerate(out_list) if isinstance(b, dict) and b.get(merge_key) == item[merge_key]), None)
+            at = next(
+                (i for i, b in enumerate(out_list) if isinstance(b, dict) and b.get(merge_key) == item[merge_key]), None
+            )
             if item.get("$patch") == "delete":
                 if at is not None:
                     del out_list[at]

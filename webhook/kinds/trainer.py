@@ -11,6 +11,7 @@ from webhook.kinds.merge import strategic_merge
 
 TRAINER_GROUP = "trainer.kubeflow.org"
 
+
 class Runtimes(Protocol):
     """TrainingRuntimes (namespaced) and ClusterTrainingRuntimes, as the cluster state knows them."""
 
@@ -32,7 +33,12 @@ class Runtimes(Protocol):
 TRAINER_RELEASES = ("v2.0", "v2.1", "v2.2", "v2.3")
 DEFAULT_TRAINER_RELEASE = "v2.3"
 TRAINER_RELEASE_ENV = "RDMA_WEBHOOK_TRAINER_RELEASE"
-OVERRIDES = {"v2.0": "podSpecOverrides", "v2.1": "podTemplateOverrides", "v2.2": "runtimePatches", "v2.3": "runtimePatches"}
+OVERRIDES = {
+    "v2.0": "podSpecOverrides",
+    "v2.1": "podTemplateOverrides",
+    "v2.2": "runtimePatches",
+    "v2.3": "runtimePatches",
+}
 ANCESTOR_LABEL = "trainer.kubeflow.org/trainjob-ancestor-step"
 NODE = "node"  # the trainer's job and container name in every runtime
 
@@ -95,7 +101,9 @@ def trainjob_pods(trainjob: dict[str, Any], runtime: dict[str, Any], release: st
                     job_spec = job.setdefault("template", {}).setdefault("spec", {})
                     job_spec["template"] = strategic_merge(job_spec.get("template"), patch)
         else:
-            rt_patch = override.get("trainingRuntimeSpec") if isinstance(override.get("trainingRuntimeSpec"), dict) else {}
+            rt_patch = (
+                override.get("trainingRuntimeSpec") if isinstance(override.get("trainingRuntimeSpec"), dict) else {}
+            )
             js_patch = rt_patch.get("template") if isinstance(rt_patch.get("template"), dict) else {}
             js_spec = js_patch.get("spec") if isinstance(js_patch.get("spec"), dict) else {}
             for rj in js_spec.get("replicatedJobs") or ():
@@ -109,7 +117,11 @@ def trainjob_pods(trainjob: dict[str, Any], runtime: dict[str, Any], release: st
     mpi = ml.get("mpi") if isinstance(ml.get("mpi"), dict) else {}
     for job in jobs:
         job_template = job.get("template") if isinstance(job.get("template"), dict) else {}
-        job_labels = (job_template.get("metadata") or {}).get("labels") if isinstance(job_template.get("metadata"), dict) else None
+        job_labels = (
+            (job_template.get("metadata") or {}).get("labels")
+            if isinstance(job_template.get("metadata"), dict)
+            else None
+        )
         is_trainer = isinstance(job_labels, dict) and job_labels.get(ANCESTOR_LABEL) == "trainer"
         pod = (job_template.get("spec") or {}).get("template") if isinstance(job_template.get("spec"), dict) else None
         node = _container(pod.get("spec") if isinstance(pod, dict) else None, NODE)
@@ -122,10 +134,14 @@ def trainjob_pods(trainjob: dict[str, Any], runtime: dict[str, Any], release: st
                     if trainer.get(key) is not None:
                         node[key] = copy.deepcopy(trainer[key])
             resources = trainer.get("resourcesPerNode")
-            if isinstance(resources, dict) and (resources.get("limits") is not None or resources.get("requests") is not None):
+            if isinstance(resources, dict) and (
+                resources.get("limits") is not None or resources.get("requests") is not None
+            ):
                 if release == "v2.3":
                     node["resources"] = strategic_merge(node.get("resources"), resources)
                 else:
-                    node["resources"] = {k: copy.deepcopy(resources[k]) for k in ("limits", "requests") if resources.get(k) is not None}
+                    node["resources"] = {
+                        k: copy.deepcopy(resources[k]) for k in ("limits", "requests") if resources.get(k) is not None
+                    }
             _upsert_env(node, trainer.get("env"))
         yield str(job.get("name") or ""), pod

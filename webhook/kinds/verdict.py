@@ -53,9 +53,16 @@ class WorkloadVerdict:
         return ",".join(names) or None
 
     def denials(self) -> list[Finding]:
-        return [Finding(f.rule, None, f"{r.path}, container {f.container!r}: {f.message}" if f.container
-                        else f"{r.path}: {f.message}")
-                for r in self.results if r.deny for f in r.decision.denials]
+        return [
+            Finding(
+                f.rule,
+                None,
+                f"{r.path}, container {f.container!r}: {f.message}" if f.container else f"{r.path}: {f.message}",
+            )
+            for r in self.results
+            if r.deny
+            for f in r.decision.denials
+        ]
 
     def message(self) -> str:
         parts = []
@@ -64,15 +71,17 @@ class WorkloadVerdict:
                 for f in r.decision.denials:
                     where = f"{r.path}, container {f.container!r}" if f.container else r.path
                     parts.append(f"{where}: {f.message} [{f.rule}]")
-        return (f"rdma-webhook: pods of {self.kind} {self.name} would be denied or fall back to TCP: "
-                + "; ".join(parts))
+        return f"rdma-webhook: pods of {self.kind} {self.name} would be denied or fall back to TCP: " + "; ".join(parts)
 
     def warnings(self) -> list[str]:
         """One short warning summing up what the pods will get, then the workload's own, then
         each template's."""
         out = []
-        injected = [f"{r.path} ({r.decision.policy}): " + ", ".join(r.decision.notes)
-                    for r in self.results if r.decision.outcome == MUTATED]
+        injected = [
+            f"{r.path} ({r.decision.policy}): " + ", ".join(r.decision.notes)
+            for r in self.results
+            if r.decision.outcome == MUTATED
+        ]
         if injected:
             out.append("rdma-webhook will inject " + "; ".join(injected))
         out.extend(self.unresolved)
@@ -80,8 +89,12 @@ class WorkloadVerdict:
         for r in self.results:
             d = r.decision
             if d.outcome == DENIED and not r.deny:
-                out.extend(f"{r.path}, container {f.container!r}: {f.message} [{f.rule}]" if f.container
-                           else f"{r.path}: {f.message} [{f.rule}]" for f in d.denials)
+                out.extend(
+                    f"{r.path}, container {f.container!r}: {f.message} [{f.rule}]"
+                    if f.container
+                    else f"{r.path}: {f.message} [{f.rule}]"
+                    for f in d.denials
+                )
             out.extend(f"{r.path}: {w}" for w in d.warnings)
         return out
 
@@ -122,7 +135,9 @@ def example_namespace(policy: Policy) -> Namespace | None:
     return ns if policy.allows_namespace(labels) else None
 
 
-def _per_policy(templates: list[tuple[str, Any]], policies: PolicySet) -> list[tuple[str, dict[str, tuple[Any, Decision]]]]:
+def _per_policy(
+    templates: list[tuple[str, Any]], policies: PolicySet
+) -> list[tuple[str, dict[str, tuple[Any, Decision]]]]:
     """A cluster-scoped workload's labelled templates, (path, pod maker), judged together under
     each policy that could apply to an opted-in namespace: (policy name, {path: (pod,
     decision)}), skipped templates and policies under which all are skipped left out. The
@@ -148,8 +163,9 @@ def _denied(judged: dict[str, tuple[Any, Decision]]) -> bool:
     return any(d.outcome == DENIED for _, d in judged.values())
 
 
-def _cluster_scoped_results(judged: list[tuple[str, dict[str, tuple[Any, Decision]]]], policies: PolicySet,
-                            verdict: WorkloadVerdict) -> dict[str, tuple[Any, Decision, bool, str]]:
+def _cluster_scoped_results(
+    judged: list[tuple[str, dict[str, tuple[Any, Decision]]]], policies: PolicySet, verdict: WorkloadVerdict
+) -> dict[str, tuple[Any, Decision, bool, str]]:
     """{path: (pod, decision, deny, why not)} of a cluster-scoped workload from its per-policy
     decisions. All its pods run in one namespace, so under one policy: the workload is allowed
     when some policy admits every template's pods (a warning names each policy under which some
@@ -164,7 +180,9 @@ def _cluster_scoped_results(judged: list[tuple[str, dict[str, tuple[Any, Decisio
             for path, (_, d) in results.items():
                 if d.outcome == DENIED:
                     reasons = "; ".join(f.text() for f in d.denials)
-                    verdict.notes.append(f"{path}: its pods would be denied in namespaces that use policy {name}: {reasons}")
+                    verdict.notes.append(
+                        f"{path}: its pods would be denied in namespaces that use policy {name}: {reasons}"
+                    )
         return {path: (pod, d, False, "") for path, (pod, d) in ok[0][1].items()}
     # the reasons shown are those of a policy the pods' devices fit, when there is one
     denied.sort(key=lambda j: any(f.rule == "fabric-mismatch" for _, d in j[1].values() for f in d.denials))
@@ -175,12 +193,16 @@ def _cluster_scoped_results(judged: list[tuple[str, dict[str, tuple[Any, Decisio
             out[path] = (pod, decision, False, "")
             continue
         if len(denied) > 1 and all(path in r and r[path][1].outcome == DENIED for _, r in denied):
-            verdict.notes.append(f"{path}: its pods would be denied under every policy that could apply "
-                                 f"({', '.join(j[0] for j in denied)}); the reasons under policy {name} follow")
+            verdict.notes.append(
+                f"{path}: its pods would be denied under every policy that could apply "
+                f"({', '.join(j[0] for j in denied)}); the reasons under policy {name} follow"
+            )
         elif len(denied) > 1:  # another template's pods are what each other policy denies
-            verdict.notes.append(f"{path}: its pods would be denied under policy {name}, and under every other policy "
-                                 f"that could apply ({', '.join(j[0] for j in denied[1:])}) those of another template "
-                                 f"would be: no one policy admits all the pods; the reasons under policy {name} follow")
+            verdict.notes.append(
+                f"{path}: its pods would be denied under policy {name}, and under every other policy "
+                f"that could apply ({', '.join(j[0] for j in denied[1:])}) those of another template "
+                f"would be: no one policy admits all the pods; the reasons under policy {name} follow"
+            )
         policy = policies.get(decision.policy) if decision.policy else None
         deny = policy is None or policy.workload_validation == "Deny"
         out[path] = (pod, decision, deny, "" if deny else "workloadValidation Warn")
@@ -193,7 +215,10 @@ def _pod(template: Any, namespace: str, owner: str, launcher: bool) -> Any:
     pod = pod_from_template(template, namespace, owner)
     if launcher and isinstance(pod, dict) and isinstance(pod.get("metadata"), dict):
         labels = pod["metadata"].get("labels")
-        pod["metadata"]["labels"] = {**(labels if isinstance(labels, dict) else {}), keys.MPI_JOB_ROLE: keys.MPI_LAUNCHER}
+        pod["metadata"]["labels"] = {
+            **(labels if isinstance(labels, dict) else {}),
+            keys.MPI_JOB_ROLE: keys.MPI_LAUNCHER,
+        }
     return pod
 
 
@@ -219,10 +244,32 @@ def _labelled(templates: list[tuple[str, Any]]) -> tuple[list[tuple[str, Any, bo
     return labelled, unlabelled_launchers
 
 
-def check_workload(obj: Any, group: str, kind: str, namespace: Namespace | None, policies: PolicySet | None,
-                   attachments: Attachments | None, runtimes: Runtimes | None = None,
-                   release: str | None = None, config_maps: ConfigMaps | None = None, claims: Any = None,
-                   expanded: tuple[str, Expansion] | None = None) -> WorkloadVerdict:
+def _enforced(decision: Decision, policies: PolicySet | None, template: Any) -> tuple[bool, str]:
+    """Whether a template's decision refuses the workload, and why not where it does not: the
+    policy's `workloadValidation: Warn`, or a template placeholder the controller fills in."""
+    policy_of = policies.get(decision.policy) if policies and decision.policy else None
+    deny = decision.outcome == DENIED and (policy_of is None or policy_of.workload_validation == "Deny")
+    why_not = "workloadValidation Warn" if decision.outcome == DENIED and not deny else ""
+    if deny and all(f.rule == "malformed-pod" for f in decision.denials) and _PLACEHOLDER.search(str(template)):
+        # `nvidia.com/gpu: "{{inputs.parameters.gpus}}"`: the controller fills it in
+        # when it makes the pod, which then meets the pod webhooks
+        deny, why_not = False, "a template placeholder is filled in only when the pod is made"
+    return deny, why_not
+
+
+def check_workload(
+    obj: Any,
+    group: str,
+    kind: str,
+    namespace: Namespace | None,
+    policies: PolicySet | None,
+    attachments: Attachments | None,
+    runtimes: Runtimes | None = None,
+    release: str | None = None,
+    config_maps: ConfigMaps | None = None,
+    claims: Any = None,
+    expanded: tuple[str, Expansion] | None = None,
+) -> WorkloadVerdict:
     """What the labelled pod templates of a workload would meet, template by template.
 
     A template without a target container (an MPI launcher) is judged only when the workload
@@ -246,8 +293,11 @@ def check_workload(obj: Any, group: str, kind: str, namespace: Namespace | None,
     if cluster_scoped and not per_policy:
         namespace = ANY_NAMESPACE
     ns_name = namespace.name if namespace else str(meta.get("namespace") or "")
-    found = expanded[1] if expanded is not None and expanded[0] == ns_name else expand(obj, group, kind, runtimes,
-                                                                                           ns_name, release)
+    found = (
+        expanded[1]
+        if expanded is not None and expanded[0] == ns_name
+        else expand(obj, group, kind, runtimes, ns_name, release)
+    )
     verdict.notes.extend(found.notes)
     verdict.unresolved.extend(found.unresolved)
     targeted: list[bool] = []
@@ -255,7 +305,10 @@ def check_workload(obj: Any, group: str, kind: str, namespace: Namespace | None,
     chosen: dict[str, tuple[Any, Decision, bool, str]] = {}
     if per_policy:
         assert policies is not None
-        makers = [(path, lambda ns, t=template, mpi=launcher: _pod(t, ns, str(name), mpi)) for path, template, launcher in labelled]
+        makers = [
+            (path, lambda ns, t=template, mpi=launcher: _pod(t, ns, str(name), mpi))
+            for path, template, launcher in labelled
+        ]
         judged = _per_policy(makers, policies)
         chosen = _cluster_scoped_results(judged, policies, verdict) if judged else {}
     for path, template, launcher in labelled:
@@ -268,24 +321,27 @@ def check_workload(obj: Any, group: str, kind: str, namespace: Namespace | None,
             decision = decide(pod, namespace, policies, attachments, "CREATE", config_maps, claims)
             if decision.outcome == "skipped":
                 continue
-            if cluster_scoped and decision.outcome == DENIED and all(f.rule in _NAMESPACE_RULES for f in decision.denials):
+            if (
+                cluster_scoped
+                and decision.outcome == DENIED
+                and all(f.rule in _NAMESPACE_RULES for f in decision.denials)
+            ):
                 verdict.notes.extend(f"{path}: checked without a namespace: {f.message}" for f in decision.denials)
                 continue
-            policy_of = policies.get(decision.policy) if policies and decision.policy else None
-            deny = decision.outcome == DENIED and (policy_of is None or policy_of.workload_validation == "Deny")
-            why_not = "workloadValidation Warn" if decision.outcome == DENIED and not deny else ""
-            if deny and all(f.rule == "malformed-pod" for f in decision.denials) and _PLACEHOLDER.search(str(template)):
-                # `nvidia.com/gpu: "{{inputs.parameters.gpus}}"`: the controller fills it in
-                # when it makes the pod, which then meets the pod webhooks
-                deny, why_not = False, "a template placeholder is filled in only when the pod is made"
+            deny, why_not = _enforced(decision, policies, template)
         policy = policies.get(decision.policy) if policies and decision.policy else None
-        targeted.append(policy is not None and shape_problem(pod) is None
-                        and bool(find_targets(pod, policy) or find_checked(pod, [])))  # GPUs by resource, claim or runtime
+        targeted.append(
+            policy is not None
+            and shape_problem(pod) is None
+            and bool(find_targets(pod, policy) or find_checked(pod, []))
+        )  # GPUs by resource, claim or runtime
         verdict.results.append(TemplateResult(path, pod, decision, deny, why_not))
     if verdict.results:
-        verdict.notes.extend(f"{path}: the MPI launcher template does not carry {keys.POD_INJECT}=true, so the ranks it starts "
-                             f"(through ssh, from a fresh environment) get none of the policy's NCCL block; label it"
-                             for path in unlabelled_launchers)
+        verdict.notes.extend(
+            f"{path}: the MPI launcher template does not carry {keys.POD_INJECT}=true, so the ranks it starts "
+            f"(through ssh, from a fresh environment) get none of the policy's NCCL block; label it"
+            for path in unlabelled_launchers
+        )
     if not any(targeted):
         for r, has_target in zip(verdict.results, targeted):
             if r.deny and not has_target and r.decision.policy is not None:

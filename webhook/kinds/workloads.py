@@ -42,6 +42,7 @@ from webhook.kinds.trainer import OVERRIDES, TRAINER_GROUP, Runtimes, runtime_re
 @dataclass(frozen=True)
 class Nested:
     """The value at `path` is an object of (group, kind), or that object's spec when `spec`."""
+
     path: str
     group: str
     kind: str
@@ -53,6 +54,7 @@ class Embedded:
     """The value at `path` is a whole Kubernetes object (a mapping or its YAML text). With
     `pod_sets`, for an object of a kind this table does not know, the sibling field of that name
     lists where its pod templates are (AppWrapper's podSets[].path, relative to the component)."""
+
     path: str
     pod_sets: str = ""
 
@@ -61,6 +63,7 @@ class Embedded:
 class Converted:
     """The value at `path` becomes pod templates through `build(value, whole object)`, which
     yields (path suffix, PodTemplateSpec)."""
+
     path: str
     build: Callable[[Any, dict[str, Any]], Iterator[tuple[str, Any]]]
 
@@ -73,13 +76,14 @@ class TrainJobPods:
 Source = str | Nested | Embedded | Converted | TrainJobPods
 
 
-
 # -- walking the table ----------------------------------------------------------------------------
+
 
 @dataclass
 class Expansion:
     """What `expand` found in one object: its pod templates, the references it could not
     resolve (a TrainJob's runtime) and notes for people."""
+
     templates: list[tuple[str, Any]] = field(default_factory=list)
     unresolved: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
@@ -107,7 +111,9 @@ def _argo_template(step: Any, workflow: dict[str, Any], wf_spec: Any) -> Iterato
             if interpreter in ("sh", "bash", "dash", "zsh", "ash") or interpreter.startswith("python"):
                 script["args"] = ["-c", source]
             else:
-                script["args"] = [*(script.get("args") or []), source] if isinstance(script.get("args"), list) else [source]
+                script["args"] = (
+                    [*(script.get("args") or []), source] if isinstance(script.get("args"), list) else [source]
+                )
         main = [{**script, "name": "main"}]
     elif isinstance(step.get("containerSet"), dict) and isinstance(step["containerSet"].get("containers"), list):
         main = list(step["containerSet"]["containers"])
@@ -135,6 +141,7 @@ def _argo(path: str) -> Converted:
             name = step.get("name") if isinstance(step, dict) else None
             for suffix, pod in _argo_template(step, obj, wf_spec):
                 yield f"[{name}]{suffix}", pod
+
     return Converted(path, build)
 
 
@@ -173,20 +180,30 @@ TEMPLATES: dict[tuple[str, str], tuple[Source, ...]] = {
     (TRAINER_GROUP, "TrainJob"): (TrainJobPods(),),
     (TRAINER_GROUP, "TrainingRuntime"): ("spec.template.spec.replicatedJobs[].template.spec.template",),
     (TRAINER_GROUP, "ClusterTrainingRuntime"): ("spec.template.spec.replicatedJobs[].template.spec.template",),
-    ("leaderworkerset.x-k8s.io", "LeaderWorkerSet"): ("spec.leaderWorkerTemplate.leaderTemplate",
-                                                       "spec.leaderWorkerTemplate.workerTemplate"),
+    ("leaderworkerset.x-k8s.io", "LeaderWorkerSet"): (
+        "spec.leaderWorkerTemplate.leaderTemplate",
+        "spec.leaderWorkerTemplate.workerTemplate",
+    ),
     ("batch.volcano.sh", "Job"): ("spec.tasks[].template",),
     ("batch.volcano.sh", "CronJob"): (Nested("spec.jobTemplate", "batch.volcano.sh", "Job"),),
     ("ray.io", "RayCluster"): ("spec.headGroupSpec.template", "spec.workerGroupSpecs[].template"),
-    ("ray.io", "RayJob"): (Nested("spec.rayClusterSpec", "ray.io", "RayCluster", spec=True), "spec.submitterPodTemplate"),
+    ("ray.io", "RayJob"): (
+        Nested("spec.rayClusterSpec", "ray.io", "RayCluster", spec=True),
+        "spec.submitterPodTemplate",
+    ),
     ("ray.io", "RayService"): (Nested("spec.rayClusterConfig", "ray.io", "RayCluster", spec=True),),
     ("workload.codeflare.dev", "AppWrapper"): (Embedded("spec.components[].template", pod_sets="podSets"),),
     ("workloads.x-k8s.io", "RoleBasedGroup"): (Converted("spec.roles[]", _rbg_role),),
     ("argoproj.io", "Workflow"): (_argo("spec.templates"), Embedded("spec.templates[].resource.manifest")),
     ("argoproj.io", "WorkflowTemplate"): (_argo("spec.templates"), Embedded("spec.templates[].resource.manifest")),
-    ("argoproj.io", "ClusterWorkflowTemplate"): (_argo("spec.templates"), Embedded("spec.templates[].resource.manifest")),
-    ("argoproj.io", "CronWorkflow"): (_argo("spec.workflowSpec.templates"),
-                                      Embedded("spec.workflowSpec.templates[].resource.manifest")),
+    ("argoproj.io", "ClusterWorkflowTemplate"): (
+        _argo("spec.templates"),
+        Embedded("spec.templates[].resource.manifest"),
+    ),
+    ("argoproj.io", "CronWorkflow"): (
+        _argo("spec.workflowSpec.templates"),
+        Embedded("spec.workflowSpec.templates[].resource.manifest"),
+    ),
 }
 
 # Kinds without a namespace: their templates are checked against any opted-in namespace.
@@ -195,6 +212,8 @@ CLUSTER_SCOPED = {(TRAINER_GROUP, "ClusterTrainingRuntime"), ("argoproj.io", "Cl
 # Kinds that hold no pod template, the other half of the table: `rdma-webhook review` lists them as
 # "not checked" and they never change its exit status (kustomize and Helm output always carries
 # them next to the training job); a kind in neither is unknown (refused by `review --strict`).
+# (a table: one line a group of kinds, not one line a kind, hence fmt: off)
+# fmt: off
 COMPANION_KINDS = frozenset({
     # core and built-in APIs
     "Namespace", "Service", "Endpoints", "EndpointSlice", "ConfigMap", "Secret", "ServiceAccount",
@@ -216,6 +235,7 @@ COMPANION_KINDS = frozenset({
     # rdma-webhook's own policy
     "RdmaPolicy",
 })
+# fmt: on
 
 
 def group_of(api_version: Any) -> str:
@@ -234,8 +254,15 @@ def _get(node: Any, parts: list[str]) -> Any:
     return node
 
 
-def expand(obj: Any, group: str, kind: str, runtimes: Runtimes | None = None, namespace: str = "",
-           release: str | None = None, _depth: int = 0) -> Expansion:
+def expand(
+    obj: Any,
+    group: str,
+    kind: str,
+    runtimes: Runtimes | None = None,
+    namespace: str = "",
+    release: str | None = None,
+    _depth: int = 0,
+) -> Expansion:
     """Every pod template of a workload object, through nested and embedded objects."""
     out = Expansion()
     if not isinstance(obj, dict) or _depth > 8:
@@ -245,8 +272,15 @@ def expand(obj: Any, group: str, kind: str, runtimes: Runtimes | None = None, na
             out.templates.extend(_walk(obj, source.split("."), ""))
         elif isinstance(source, Nested):
             for path, value in _walk(obj, source.path.split("."), ""):
-                inner = expand({"spec": value} if source.spec else value, source.group, source.kind, runtimes,
-                               namespace, release, _depth + 1)
+                inner = expand(
+                    {"spec": value} if source.spec else value,
+                    source.group,
+                    source.kind,
+                    runtimes,
+                    namespace,
+                    release,
+                    _depth + 1,
+                )
                 _merge(out, inner, path, drop_spec=source.spec)
         elif isinstance(source, Embedded):
             parent, _, field_name = source.path.rpartition(".")
@@ -263,8 +297,11 @@ def expand(obj: Any, group: str, kind: str, runtimes: Runtimes | None = None, na
                             if template is not None:
                                 out.templates.append((f"{item_path}.{where}", template))
         elif isinstance(source, Converted):
-            for path, value in (_walk(obj, source.path.split("."), "") if source.path.endswith("[]")
-                                else [(source.path, _get(obj, source.path.split(".")))]):
+            for path, value in (
+                _walk(obj, source.path.split("."), "")
+                if source.path.endswith("[]")
+                else [(source.path, _get(obj, source.path.split(".")))]
+            ):
                 for suffix, template in source.build(value, obj):
                     out.templates.append((f"{path}{suffix}", template))
         elif isinstance(source, TrainJobPods):
@@ -275,7 +312,7 @@ def expand(obj: Any, group: str, kind: str, runtimes: Runtimes | None = None, na
 def _merge(out: Expansion, inner: Expansion, prefix: str, drop_spec: bool) -> None:
     for path, template in inner.templates:
         if drop_spec and path.startswith("spec."):
-            path = path[len("spec."):]
+            path = path[len("spec.") :]
         out.templates.append((f"{prefix}.{path}", template))
     out.unresolved.extend(inner.unresolved)
     out.notes.extend(inner.notes)
@@ -288,8 +325,9 @@ _YAML_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 _PLACEHOLDER = re.compile(r"(?<!['\"])\{\{[^{}\n]*\}\}")
 
 
-def _embedded(out: Expansion, path: str, value: Any, runtimes: Runtimes | None, namespace: str,
-              release: str | None, depth: int) -> bool:
+def _embedded(
+    out: Expansion, path: str, value: Any, runtimes: Runtimes | None, namespace: str, release: str | None, depth: int
+) -> bool:
     """Expand an embedded object; False when its kind is not one this table knows."""
     if isinstance(value, str):
         if len(value) > MAX_EMBEDDED_YAML:
@@ -336,7 +374,9 @@ def _at(node: Any, path: str) -> Any:
     return node
 
 
-def _trainjob(out: Expansion, obj: dict[str, Any], runtimes: Runtimes | None, namespace: str, release: str | None) -> None:
+def _trainjob(
+    out: Expansion, obj: dict[str, Any], runtimes: Runtimes | None, namespace: str, release: str | None
+) -> None:
     rt_kind, rt_name = runtime_ref(obj)
     where = f"runtime {rt_kind} {rt_name!r}"
     if rt_kind not in ("TrainingRuntime", "ClusterTrainingRuntime") or not rt_name:
@@ -344,8 +384,11 @@ def _trainjob(out: Expansion, obj: dict[str, Any], runtimes: Runtimes | None, na
         return
     runtime = None
     if runtimes is not None:
-        runtime = (runtimes.training_runtime(namespace, rt_name) if rt_kind == "TrainingRuntime"
-                   else runtimes.cluster_training_runtime(rt_name))
+        runtime = (
+            runtimes.training_runtime(namespace, rt_name)
+            if rt_kind == "TrainingRuntime"
+            else runtimes.cluster_training_runtime(rt_name)
+        )
     if runtime is None:
         scope = f" in namespace {namespace!r}" if rt_kind == "TrainingRuntime" else ""
         known = "is not known" if runtimes is not None else "cannot be looked up here"
@@ -354,7 +397,9 @@ def _trainjob(out: Expansion, obj: dict[str, Any], runtimes: Runtimes | None, na
     release = release or trainer_release()
     for other, since in (("podSpecOverrides", "v2.0"), ("podTemplateOverrides", "v2.1"), ("runtimePatches", "v2.2")):
         if other != OVERRIDES[release] and obj.get("spec", {}).get(other):
-            out.notes.append(f"spec.{other} is not read by Trainer {release} (the release this check models), so it is ignored")
+            out.notes.append(
+                f"spec.{other} is not read by Trainer {release} (the release this check models), so it is ignored"
+            )
     for job, pod in trainjob_pods(obj, runtime, release):
         out.templates.append((f"{rt_kind}/{rt_name} replicatedJobs[{job}]", pod))
 
@@ -391,7 +436,9 @@ def pod_from_template(template: Any, namespace: str, owner: str) -> Any:
     """The pod a controller would create from a template (as far as the decision cares)."""
     if not isinstance(template, dict):
         return template
-    meta = dict(template.get("metadata") or {}) if isinstance(template.get("metadata"), dict) else template.get("metadata")
+    meta = (
+        dict(template.get("metadata") or {}) if isinstance(template.get("metadata"), dict) else template.get("metadata")
+    )
     if isinstance(meta, dict):
         meta.setdefault("namespace", namespace)
         if not meta.get("name"):

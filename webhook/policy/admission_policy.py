@@ -70,8 +70,10 @@ def _names(over: str = "variables.targets") -> str:
     of a matched policy whether its rule held or not, so this one must cost little: naming only
     the failing containers would repeat the rule's whole check for every admitted pod
     (benchmarks/README.md, "The final-state check in the API server")."""
-    return (f"(size({over}) == 1 ? \"container '\" + {over}[0].name + \"'\" : "
-            f"'one of the containers ' + {over}.map(c, \"'\" + c.name + \"'\").join(', '))")
+    return (
+        f"(size({over}) == 1 ? \"container '\" + {over}[0].name + \"'\" : "
+        f"'one of the containers ' + {over}.map(c, \"'\" + c.name + \"'\").join(', '))"
+    )
 
 
 def _groups(policy: Policy) -> dict[str, str]:
@@ -87,8 +89,11 @@ def _validation(rule: Rule) -> dict[str, Any]:
     message names the container (`_names`), then says why and what to do, as the webhook's
     denial does. Over the pod: it must hold when the pod has a target."""
     if rule.over == POD:
-        return {"expression": f"size(variables.targets) == 0 || ({rule.condition})",
-                "message": f"rdma-webhook: {rule.message} [{rule.name}]", "reason": "Forbidden"}
+        return {
+            "expression": f"size(variables.targets) == 0 || ({rule.condition})",
+            "message": f"rdma-webhook: {rule.message} [{rule.name}]",
+            "reason": "Forbidden",
+        }
     group = f"variables.{rule.over}"
     return {
         "expression": f"{group}.all(c, {with_names(rule.condition) if rule.names else rule.condition})",
@@ -139,7 +144,9 @@ def policy_spec(policy: Policy) -> dict[str, Any]:
     return {
         "failurePolicy": "Fail",
         "matchConstraints": {
-            "resourceRules": [{"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"], "resources": ["pods"]}],
+            "resourceRules": [
+                {"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"], "resources": ["pods"]}
+            ],
             # The pods this policy was applied to, by the label the mutation writes, and nothing
             # else: `/mutate` writes it only on labelled pods of opted-in namespaces outside
             # kube-system and rdma-webhook, so a namespace selector would repeat what the label
@@ -150,8 +157,10 @@ def policy_spec(policy: Policy) -> dict[str, Any]:
             "objectSelector": {"matchLabels": {keys.APPLIED_POLICY_LABEL: policy.name}},
         },
         "matchConditions": [{"name": "final-state-broken", "expression": broken(policy, found)}],
-        "variables": [{"name": over, "expression": f"object.spec.containers.filter(c, {groups[over]})"}
-                      for over in (TARGETS, CHECKED)],
+        "variables": [
+            {"name": over, "expression": f"object.spec.containers.filter(c, {groups[over]})"}
+            for over in (TARGETS, CHECKED)
+        ],
         "validations": [_validation(rule) for rule in found],
     }
 
@@ -170,15 +179,22 @@ def objects(policies: PolicySet, actions: Sequence[str] = ("Deny",)) -> list[dic
     out: list[dict[str, Any]] = []
     for policy in sorted(policies.by_name.values(), key=lambda p: p.name):
         spec = policy_spec(policy)
-        for kind, body in ((POLICY_KIND, spec),
-                           (BINDING_KIND, {"policyName": object_name(policy.name), "validationActions": list(actions)})):
-            meta = {"name": object_name(policy.name), "labels": {**PART_OF, POLICY_LABEL: policy.name},
-                    "annotations": {DIGEST_ANNOTATION: digest(spec)}}  # each object its own dicts
+        for kind, body in (
+            (POLICY_KIND, spec),
+            (BINDING_KIND, {"policyName": object_name(policy.name), "validationActions": list(actions)}),
+        ):
+            meta = {
+                "name": object_name(policy.name),
+                "labels": {**PART_OF, POLICY_LABEL: policy.name},
+                "annotations": {DIGEST_ANNOTATION: digest(spec)},
+            }  # each object its own dicts
             out.append({"apiVersion": API_VERSION, "kind": kind, "metadata": meta, "spec": body})
     return out
 
 
-def mismatches(policies: PolicySet, installed: Iterable[dict[str, Any]], bindings: Iterable[dict[str, Any]]) -> list[str]:
+def mismatches(
+    policies: PolicySet, installed: Iterable[dict[str, Any]], bindings: Iterable[dict[str, Any]]
+) -> list[str]:
     """How the generated objects the cluster holds (`installed`: ValidatingAdmissionPolicies,
     `bindings`: their bindings, both as the API returns them, our label on each) differ from
     those the policies in force make: one line per difference, [] when they agree. The
@@ -196,8 +212,10 @@ def mismatches(policies: PolicySet, installed: Iterable[dict[str, Any]], binding
         else:
             have = ((found.get("metadata") or {}).get("annotations") or {}).get(DIGEST_ANNOTATION)
             if have != digest(spec):
-                out.append(f"{POLICY_KIND} {name} was generated from another version of policy {policy.name} "
-                           f"(digest {have}, the policy in force makes {digest(spec)}); regenerate and apply it")
+                out.append(
+                    f"{POLICY_KIND} {name} was generated from another version of policy {policy.name} "
+                    f"(digest {have}, the policy in force makes {digest(spec)}); regenerate and apply it"
+                )
             elif not _same_rules(found.get("spec") or {}, spec):
                 out.append(f"{POLICY_KIND} {name}: its rules were edited after generation; regenerate and apply it")
         if name not in bound:

@@ -42,13 +42,16 @@ def has_section(section: str) -> str:
 def above_zero(section: str, resource: str) -> str:
     """c has `resource` in `section` (a map known to be there) with a quantity above zero."""
     name = cel_str(resource)
-    return (f"({name} in c.resources.{section} && "
-            f"quantity(string(c.resources.{section}[{name}])).isGreaterThan(quantity('0')))")
+    return (
+        f"({name} in c.resources.{section} && "
+        f"quantity(string(c.resources.{section}[{name}])).isGreaterThan(quantity('0')))"
+    )
 
 
 # Each resource is written out (`||`, `&&`) rather than iterated over a list literal: the API
 # server's CEL runs a comprehension's body through its interpreter per element, at about a
 # microsecond a step (benchmarks/README.md, "The twentieth session: what the check costs").
+
 
 def positive(section: str, resources: Sequence[str]) -> str:
     """A resource of `resources` with a quantity above zero in `section` of c."""
@@ -63,9 +66,11 @@ def is_target(policy: Policy) -> str:
 def sees_gpus_otherwise() -> str:
     """A container that sees GPUs without requesting one (`targets._sees_gpus_otherwise`): its
     env is judged like a target's."""
-    return ("(has(c.resources) && has(c.resources.claims) && size(c.resources.claims) > 0) || "
-            "(has(c.env) && c.env.exists(e, e.name == 'NVIDIA_VISIBLE_DEVICES' && has(e.value) && "
-            "!(e.value.trim().lowerAscii() in ['', 'void', 'none'])))")
+    return (
+        "(has(c.resources) && has(c.resources.claims) && size(c.resources.claims) > 0) || "
+        "(has(c.env) && c.env.exists(e, e.name == 'NVIDIA_VISIBLE_DEVICES' && has(e.value) && "
+        "!(e.value.trim().lowerAscii() in ['', 'void', 'none'])))"
+    )
 
 
 # The names of c's env entries, bound once per container as `n` (`with_names`): the API
@@ -102,5 +107,7 @@ def capability(field: str) -> str:
     """c's capabilities `field` (add or drop) names IPC_LOCK, in any case, with or without CAP_;
     the exact name first, one native lookup."""
     listed = f"c.securityContext.capabilities.{field}"
-    return (f"(has(c.securityContext) && has(c.securityContext.capabilities) && has({listed}) "
-            f"&& ('IPC_LOCK' in {listed} || {listed}.exists(x, x.upperAscii() in ['IPC_LOCK', 'CAP_IPC_LOCK'])))")
+    return (
+        f"(has(c.securityContext) && has(c.securityContext.capabilities) && has({listed}) "
+        f"&& ('IPC_LOCK' in {listed} || {listed}.exists(x, x.upperAscii() in ['IPC_LOCK', 'CAP_IPC_LOCK'])))"
+    )

@@ -25,17 +25,27 @@ PCIE_ROOT = "resource.kubernetes.io/pcieRoot"
 MIN_KUBERNETES = "1.34"  # resource.k8s.io/v1 and the standard pcieRoot attribute
 
 
-def aligned_template(name: str, gpus: int, gpu_class: str, nic_class: str, namespace: str | None = None) -> dict[str, Any]:
+def aligned_template(
+    name: str, gpus: int, gpu_class: str, nic_class: str, namespace: str | None = None
+) -> dict[str, Any]:
     """A ResourceClaimTemplate claiming `gpus` GPUs of `gpu_class`, each with one NIC of
     `nic_class` under the same PCIe root."""
     requests: list[dict[str, Any]] = []
     constraints: list[dict[str, Any]] = []
     for i in range(gpus):
-        requests.append({"name": f"gpu-{i}", "exactly": {"deviceClassName": gpu_class, "allocationMode": "ExactCount", "count": 1}})
-        requests.append({"name": f"nic-{i}", "exactly": {"deviceClassName": nic_class, "allocationMode": "ExactCount", "count": 1}})
+        requests.append(
+            {"name": f"gpu-{i}", "exactly": {"deviceClassName": gpu_class, "allocationMode": "ExactCount", "count": 1}}
+        )
+        requests.append(
+            {"name": f"nic-{i}", "exactly": {"deviceClassName": nic_class, "allocationMode": "ExactCount", "count": 1}}
+        )
         constraints.append({"requests": [f"gpu-{i}", f"nic-{i}"], "matchAttribute": PCIE_ROOT})
     meta: dict[str, Any] = {"name": name}
     if namespace:
         meta["namespace"] = namespace
-    return {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaimTemplate", "metadata": meta,
-            "spec": {"spec": {"devices": {"requests": requests, "constraints": constraints}}}}
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaimTemplate",
+        "metadata": meta,
+        "spec": {"spec": {"devices": {"requests": requests, "constraints": constraints}}},
+    }

@@ -60,8 +60,14 @@ def _schema_errors(doc: Any, file: str, name: str | None) -> list[PolicyError]:
     version = doc.get("apiVersion") if isinstance(doc, dict) else None
     validator = VALIDATORS.get(version) if isinstance(version, str) else None
     if validator is None:
-        return [PolicyError(file, name, "apiVersion", f"{version!r} is not a policy version this webhook reads "
-                                                      f"({API_VERSION} or {API_VERSION_V1ALPHA1})")]
+        return [
+            PolicyError(
+                file,
+                name,
+                "apiVersion",
+                f"{version!r} is not a policy version this webhook reads ({API_VERSION} or {API_VERSION_V1ALPHA1})",
+            )
+        ]
     for err in sorted(validator.iter_errors(doc), key=lambda e: list(e.absolute_path)):
         if err.validator == "additionalProperties" and isinstance(err.instance, dict):
             known = sorted(err.schema.get("properties", {}))
@@ -69,13 +75,22 @@ def _schema_errors(doc: Any, file: str, name: str | None) -> list[PolicyError]:
             for key in extra:  # forbidden keys were reported above, more clearly
                 guess = _did_you_mean(key, known, err.instance)
                 hint = f"did you mean {guess!r}?" if guess else f"the fields here are {', '.join(known)}"
-                errors.append(PolicyError(file, name, _field_path(list(err.absolute_path) + [key]),
-                                          f"unknown field {key!r}: {hint}"))
+                errors.append(
+                    PolicyError(
+                        file, name, _field_path(list(err.absolute_path) + [key]), f"unknown field {key!r}: {hint}"
+                    )
+                )
         elif err.validator == "required" and isinstance(err.validator_value, list) and isinstance(err.instance, dict):
             for key in err.validator_value:
                 if key not in err.instance and not any(_did_you_mean(k, [key], {}) for k in err.instance):
-                    errors.append(PolicyError(file, name, _field_path(list(err.absolute_path) + [key]),
-                                              "missing: this field is required; add it"))
+                    errors.append(
+                        PolicyError(
+                            file,
+                            name,
+                            _field_path(list(err.absolute_path) + [key]),
+                            "missing: this field is required; add it",
+                        )
+                    )
         else:
             errors.append(PolicyError(file, name, _field_path(err.absolute_path), err.message))
     unique: dict[str, PolicyError] = {}
@@ -147,7 +162,14 @@ def compile_policy(doc: Any, file: str) -> tuple[Policy | None, list[PolicyError
     name = doc.get("name") if isinstance(doc, dict) and isinstance(doc.get("name"), str) else None
     errors: list[PolicyError] = []
     for bad in _find_forbidden(doc):
-        errors.append(PolicyError(file, name, bad, "policies may not ask for privileged mode, host namespaces, hostPath or capabilities (the webhook only ever adds IPC_LOCK)"))
+        errors.append(
+            PolicyError(
+                file,
+                name,
+                bad,
+                "policies may not ask for privileged mode, host namespaces, hostPath or capabilities (the webhook only ever adds IPC_LOCK)",
+            )
+        )
     errors.extend(_schema_errors(doc, file, name))
     if errors:
         # One lint run reports every problem of a file: the checks below also run on what is
@@ -161,7 +183,14 @@ def compile_policy(doc: Any, file: str) -> tuple[Policy | None, list[PolicyError
     if doc["apiVersion"] == API_VERSION_V1ALPHA1:
         v1_device = doc["device"]
         if v1_device.get("resource") is None and doc.get("network") is None:
-            return None, [PolicyError(file, name, "device.resource", "required when the policy has no Multus network to take the resource from")]
+            return None, [
+                PolicyError(
+                    file,
+                    name,
+                    "device.resource",
+                    "required when the policy has no Multus network to take the resource from",
+                )
+            ]
         policy, errors = compile_policy(migrate_v1alpha1(doc), file)
         for err in errors:  # name the fields as the v1alpha1 file has them
             err.field = v1alpha1_field(err.field)

@@ -12,8 +12,18 @@ from typing import NamedTuple
 from webhook.core import keys
 from webhook.core.model import GPUS_FIELD, Policy
 from webhook.fabrics import gke
-from webhook.policy.cel import (above_zero, capability, cel_list, cel_str, env_set_and, env_unset_or, has_section,
-                                last_value, positive, re_escape)
+from webhook.policy.cel import (
+    above_zero,
+    capability,
+    cel_list,
+    cel_str,
+    env_set_and,
+    env_unset_or,
+    has_section,
+    last_value,
+    positive,
+    re_escape,
+)
 
 # NCCL_IB_DISABLE as NCCL reads it (strtoll base 0, `webhook.grammar.nccl.int_param`): non-zero
 # when the number's first non-zero digit comes before it ends. (A number past int64 is 0 to
@@ -29,6 +39,7 @@ class Rule(NamedTuple):
     """One final-state rule: its id, the CEL condition that must hold, why and what to do, what
     the condition is over (TARGETS, CHECKED or POD), and whether it reads the container's env
     names `n` (`with_names`)."""
+
     name: str
     condition: str
     message: str
@@ -44,18 +55,35 @@ def _fallback_checks(policy: Policy) -> list[tuple[str, str, str]]:
         if name in policy.warned:
             continue
         if name == "NCCL_IB_DISABLE":
-            out.append((name, f"!{last_value(name)}.matches({cel_str(IB_DISABLED_RE)})",
-                        "NCCL_IB_DISABLE is non-zero, which turns NCCL's IB/RoCE transport off, so NCCL runs on TCP sockets; "
-                        "a webhook that ran after rdma-webhook may have set it"))
+            out.append(
+                (
+                    name,
+                    f"!{last_value(name)}.matches({cel_str(IB_DISABLED_RE)})",
+                    "NCCL_IB_DISABLE is non-zero, which turns NCCL's IB/RoCE transport off, so NCCL runs on TCP sockets; "
+                    "a webhook that ran after rdma-webhook may have set it",
+                )
+            )
         elif name == "NCCL_NET":
-            out.append((name, f"{last_value(name)}.lowerAscii() in {cel_list(n.casefold() for n in policy.nccl_nets)}",
-                        f"NCCL_NET names a transport that policy {policy.name} does not provide ({'/'.join(policy.nccl_nets)}), "
-                        f"so NCCL uses TCP; a webhook that ran after rdma-webhook may have set it"))
+            out.append(
+                (
+                    name,
+                    f"{last_value(name)}.lowerAscii() in {cel_list(n.casefold() for n in policy.nccl_nets)}",
+                    f"NCCL_NET names a transport that policy {policy.name} does not provide ({'/'.join(policy.nccl_nets)}), "
+                    f"so NCCL uses TCP; a webhook that ran after rdma-webhook may have set it",
+                )
+            )
         elif name == "NCCL_NET_PLUGIN" and policy.fabric.net_plugins:
-            paths = cel_str("^.*/(" + "|".join(re_escape(n) for n in policy.fabric.net_plugins) + ")$")  # a path to a listed library
-            out.append((name, f"({last_value(name)} in {cel_list(policy.fabric.net_plugins)} || {last_value(name)}.matches({paths}))",
-                        f"NCCL_NET_PLUGIN does not load the fabric's plugin ({'/'.join(policy.fabric.net_plugins)}), which "
-                        f"leaves NCCL its built-in transports (TCP sockets here)"))
+            paths = cel_str(
+                "^.*/(" + "|".join(re_escape(n) for n in policy.fabric.net_plugins) + ")$"
+            )  # a path to a listed library
+            out.append(
+                (
+                    name,
+                    f"({last_value(name)} in {cel_list(policy.fabric.net_plugins)} || {last_value(name)}.matches({paths}))",
+                    f"NCCL_NET_PLUGIN does not load the fabric's plugin ({'/'.join(policy.fabric.net_plugins)}), which "
+                    f"leaves NCCL its built-in transports (TCP sockets here)",
+                )
+            )
     return out
 
 
@@ -78,9 +106,11 @@ def _device_condition(policy: Policy) -> tuple[str, str] | None:
             # A template name is a DNS subdomain: `.` is its only character special to RE2.
             pattern = "^" + head.replace(".", "\\.") + "[0-9]+" + tail.replace(".", "\\.") + "$"
             made_from = f"({made_from} || rc.resourceClaimTemplateName.matches({cel_str(pattern)}))"
-        parts.append("(has(object.spec.resourceClaims) && has(c.resources) && has(c.resources.claims) && "
-                     "c.resources.claims.exists(cl, object.spec.resourceClaims.exists(rc, rc.name == cl.name && "
-                     f"has(rc.resourceClaimTemplateName) && {made_from})))")
+        parts.append(
+            "(has(object.spec.resourceClaims) && has(c.resources) && has(c.resources.claims) && "
+            "c.resources.claims.exists(cl, object.spec.resourceClaims.exists(rc, rc.name == cl.name && "
+            f"has(rc.resourceClaimTemplateName) && {made_from})))"
+        )
         wants.append(f"a resources.claims entry for the pod's {policy.claim.template} claim")
     if not parts:
         return None
@@ -92,9 +122,17 @@ def _device_condition(policy: Policy) -> tuple[str, str] | None:
 
 def rules(policy: Policy) -> list[Rule]:
     """The final-state rules of one policy, in the order of the webhook's final-state rules."""
-    return [*_device_rules(policy), *_ipc_lock_rules(policy), *_enforced_env_rules(policy), *_fallback_rules(policy),
-            *_shm_rules(policy), *_host_network_rules(policy), *_multus_rules(policy), *_gke_rules(policy),
-            *_sidecar_rules(policy)]
+    return [
+        *_device_rules(policy),
+        *_ipc_lock_rules(policy),
+        *_enforced_env_rules(policy),
+        *_fallback_rules(policy),
+        *_shm_rules(policy),
+        *_host_network_rules(policy),
+        *_multus_rules(policy),
+        *_gke_rules(policy),
+        *_sidecar_rules(policy),
+    ]
 
 
 def _device_rules(policy: Policy) -> list[Rule]:
@@ -103,9 +141,14 @@ def _device_rules(policy: Policy) -> list[Rule]:
     device = _device_condition(policy)
     if device is not None:
         condition, wants = device
-        out.append(Rule("device-missing", condition,
-                         f"lacks {wants}, so it gets no RDMA device and NCCL uses TCP; a webhook that ran after "
-                         f"rdma-webhook may have removed it"))
+        out.append(
+            Rule(
+                "device-missing",
+                condition,
+                f"lacks {wants}, so it gets no RDMA device and NCCL uses TCP; a webhook that ran after "
+                f"rdma-webhook may have removed it",
+            )
+        )
     return out
 
 
@@ -113,11 +156,21 @@ def _ipc_lock_rules(policy: Policy) -> list[Rule]:
     """ipc-lock-missing, ipc-lock-dropped: IPC_LOCK still added to each target (or it privileged), and not dropped."""
     out: list[Rule] = []
     privileged = "(has(c.securityContext) && has(c.securityContext.privileged) && c.securityContext.privileged)"
-    out.append(Rule("ipc-lock-missing", f"{privileged} || {capability('add')}",
-                     "securityContext.capabilities.add lacks IPC_LOCK, which RDMA needs to pin memory"))
-    out.append(Rule("ipc-lock-dropped", f"!{capability('drop')}",
-                     "securityContext.capabilities.drop lists IPC_LOCK, which RDMA needs to pin memory (ibv_reg_mr fails "
-                     "and NCCL falls back to TCP)"))
+    out.append(
+        Rule(
+            "ipc-lock-missing",
+            f"{privileged} || {capability('add')}",
+            "securityContext.capabilities.add lacks IPC_LOCK, which RDMA needs to pin memory",
+        )
+    )
+    out.append(
+        Rule(
+            "ipc-lock-dropped",
+            f"!{capability('drop')}",
+            "securityContext.capabilities.drop lists IPC_LOCK, which RDMA needs to pin memory (ibv_reg_mr fails "
+            "and NCCL falls back to TCP)",
+        )
+    )
     return out
 
 
@@ -131,14 +184,22 @@ def _enforced_env_rules(policy: Policy) -> list[Rule]:
             same = env_set_and(setting.name, f"{last_value(setting.name)} != ''")
             want = f"set (to {setting.value!r} with the pod's interface names)"
         elif setting.name == "NCCL_NET":
-            same = env_set_and(setting.name, f"{last_value(setting.name)}.lowerAscii() == {cel_str(setting.value.casefold())}")
+            same = env_set_and(
+                setting.name, f"{last_value(setting.name)}.lowerAscii() == {cel_str(setting.value.casefold())}"
+            )
             want = f"{setting.value!r}"
         else:
             same = env_set_and(setting.name, f"{last_value(setting.name)} == {cel_str(setting.value)}")
             want = f"{setting.value!r}"
-        out.append(Rule("enforced-env", same,
-                         f"{setting.name} is missing or changed, but policy {policy.name} pins it to {want} so that a "
-                         f"missing RDMA device fails at start instead of running on TCP", names=True))
+        out.append(
+            Rule(
+                "enforced-env",
+                same,
+                f"{setting.name} is missing or changed, but policy {policy.name} pins it to {want} so that a "
+                f"missing RDMA device fails at start instead of running on TCP",
+                names=True,
+            )
+        )
     return out
 
 
@@ -155,13 +216,20 @@ def _shm_rules(policy: Policy) -> list[Rule]:
     out: list[Rule] = []
     # The first mount at /dev/shm (`ms[0]`), bound once: each of our volumes of its name (none when
     # a later webhook swapped in a volume of its own) is still a memory-backed emptyDir.
-    shm = ("has(c.volumeMounts) && [c.volumeMounts.filter(m, m.mountPath == '/dev/shm' || m.mountPath == '/dev/shm/')]"
-           ".all(ms, size(ms) > 0 && (!has(object.spec.volumes) || object.spec.volumes.all(v, "
-           "!v.name.startsWith('rdma-webhook-dshm') || v.name != ms[0].name || (has(v.emptyDir) && has(v.emptyDir.medium) && "
-           "v.emptyDir.medium == 'Memory'))))")
-    out.append(Rule("shm", shm,
-                     "/dev/shm is no longer the memory-backed emptyDir rdma-webhook mounted there; NCCL and "
-                     "DataLoader workers need shared memory in RAM"))
+    shm = (
+        "has(c.volumeMounts) && [c.volumeMounts.filter(m, m.mountPath == '/dev/shm' || m.mountPath == '/dev/shm/')]"
+        ".all(ms, size(ms) > 0 && (!has(object.spec.volumes) || object.spec.volumes.all(v, "
+        "!v.name.startsWith('rdma-webhook-dshm') || v.name != ms[0].name || (has(v.emptyDir) && has(v.emptyDir.medium) && "
+        "v.emptyDir.medium == 'Memory'))))"
+    )
+    out.append(
+        Rule(
+            "shm",
+            shm,
+            "/dev/shm is no longer the memory-backed emptyDir rdma-webhook mounted there; NCCL and "
+            "DataLoader workers need shared memory in RAM",
+        )
+    )
     return out
 
 
@@ -171,13 +239,25 @@ def _host_network_rules(policy: Policy) -> list[Rule]:
     host = "(has(object.spec.hostNetwork) && object.spec.hostNetwork)"
     if policy.host_network == "Forbidden":
         mechanism = "GKE attaches" if policy.gke_networks else "Multus does"
-        out.append(Rule("host-network", f"!{host}",
-                         f"hostNetwork: true, but policy {policy.name} attaches its fabric through the pod's own "
-                         f"interfaces ({mechanism} not attach networks to host-network pods); remove hostNetwork", over=POD))
+        out.append(
+            Rule(
+                "host-network",
+                f"!{host}",
+                f"hostNetwork: true, but policy {policy.name} attaches its fabric through the pod's own "
+                f"interfaces ({mechanism} not attach networks to host-network pods); remove hostNetwork",
+                over=POD,
+            )
+        )
     elif policy.host_network == "Required":
-        out.append(Rule("host-network", host,
-                         f"policy {policy.name} reaches its fabric through the host's interfaces and the pod no "
-                         f"longer has hostNetwork: true, so NCCL finds no RDMA device and uses TCP", over=POD))
+        out.append(
+            Rule(
+                "host-network",
+                host,
+                f"policy {policy.name} reaches its fabric through the host's interfaces and the pod no "
+                f"longer has hostNetwork: true, so NCCL finds no RDMA device and uses TCP",
+                over=POD,
+            )
+        )
     return out
 
 
@@ -189,11 +269,19 @@ def _multus_rules(policy: Policy) -> list[Rule]:
         csv = rf"(^|,)\s*([^,/@]*/)?{re_escape(name)}(@[^,]*)?\s*(,|$)"
         js = rf"\"name\"\s*:\s*\"{re_escape(name)}\""
         ann = f"object.metadata.annotations[{cel_str(keys.MULTUS_NETWORKS)}]"
-        present = (f"has(object.metadata.annotations) && {cel_str(keys.MULTUS_NETWORKS)} in object.metadata.annotations && "
-                   f"({ann}.matches({cel_str(csv)}) || {ann}.matches({cel_str(js)}))")
-        out.append(Rule("multus-networks", present,
-                         f"the pod's {keys.MULTUS_NETWORKS} annotation no longer lists the {name} network of policy "
-                         f"{policy.name}; a webhook that ran after rdma-webhook may have removed it", over=POD))
+        present = (
+            f"has(object.metadata.annotations) && {cel_str(keys.MULTUS_NETWORKS)} in object.metadata.annotations && "
+            f"({ann}.matches({cel_str(csv)}) || {ann}.matches({cel_str(js)}))"
+        )
+        out.append(
+            Rule(
+                "multus-networks",
+                present,
+                f"the pod's {keys.MULTUS_NETWORKS} annotation no longer lists the {name} network of policy "
+                f"{policy.name}; a webhook that ran after rdma-webhook may have removed it",
+                over=POD,
+            )
+        )
     return out
 
 
@@ -203,11 +291,19 @@ def _gke_rules(policy: Policy) -> list[Rule]:
     for g in policy.gke_networks:  # GKE multi-networking's JSON list (webhook.fabrics.gke)
         ann = f"object.metadata.annotations[{cel_str(gke.INTERFACES)}]"
         listed = rf"\"network\"\s*:\s*\"{re_escape(g.name)}\""
-        present = (f"has(object.metadata.annotations) && {cel_str(gke.INTERFACES)} in object.metadata.annotations && "
-                   f"{ann}.matches({cel_str(listed)})")
-        out.append(Rule("gke-networks", present,
-                         f"the pod's {gke.INTERFACES} annotation no longer lists the {g.name} network of policy "
-                         f"{policy.name}; a webhook that ran after rdma-webhook may have removed it", over=POD))
+        present = (
+            f"has(object.metadata.annotations) && {cel_str(gke.INTERFACES)} in object.metadata.annotations && "
+            f"{ann}.matches({cel_str(listed)})"
+        )
+        out.append(
+            Rule(
+                "gke-networks",
+                present,
+                f"the pod's {gke.INTERFACES} annotation no longer lists the {g.name} network of policy "
+                f"{policy.name}; a webhook that ran after rdma-webhook may have removed it",
+                over=POD,
+            )
+        )
     return out
 
 
@@ -216,10 +312,18 @@ def _sidecar_rules(policy: Policy) -> list[Rule]:
     out: list[Rule] = []
     if policy.sidecar is not None:
         image = cel_str(policy.sidecar.image)
-        runs = (f"object.spec.containers.exists(c, has(c.image) && c.image.contains({image})) || "
-                f"(has(object.spec.initContainers) && object.spec.initContainers.exists(c, has(c.image) && "
-                f"c.image.contains({image}) && has(c.restartPolicy) && c.restartPolicy == 'Always'))")
-        out.append(Rule("sidecar-missing", runs,
-                         f"no container of the pod runs the {policy.sidecar.name} sidecar (an image of "
-                         f"{policy.sidecar.image}) that policy {policy.name}'s fabric needs beside the GPU containers", over=POD))
+        runs = (
+            f"object.spec.containers.exists(c, has(c.image) && c.image.contains({image})) || "
+            f"(has(object.spec.initContainers) && object.spec.initContainers.exists(c, has(c.image) && "
+            f"c.image.contains({image}) && has(c.restartPolicy) && c.restartPolicy == 'Always'))"
+        )
+        out.append(
+            Rule(
+                "sidecar-missing",
+                runs,
+                f"no container of the pod runs the {policy.sidecar.name} sidecar (an image of "
+                f"{policy.sidecar.image}) that policy {policy.name}'s fabric needs beside the GPU containers",
+                over=POD,
+            )
+        )
     return out

@@ -38,8 +38,10 @@ def lint_warnings(directory: str) -> list[str]:
         read = ("NCCL_", "FI_") if transport == "libfabric" else ("NCCL_",)
         for key in block if isinstance(block, dict) else ():
             if isinstance(key, str) and not key.startswith(read):
-                out.append(f"{path}: policy {name!r}: field nccl.{key}: not a variable of the fabric's transport "
-                           f"(NCCL reads NCCL_*, libfabric FI_*); set it in the pod spec, or check the spelling")
+                out.append(
+                    f"{path}: policy {name!r}: field nccl.{key}: not a variable of the fabric's transport "
+                    f"(NCCL reads NCCL_*, libfabric FI_*); set it in the pod spec, or check the spelling"
+                )
     return out
 
 
@@ -50,9 +52,11 @@ def lint_notes(directory: str) -> list[str]:
     for path, doc in _documents(directory):
         claim, name = doc.get("claim"), doc.get("name")
         if isinstance(claim, dict) and claim.get("aligned") is True:
-            out.append(f"{path}: policy {name!r}: claim.aligned needs Kubernetes >= {MIN_KUBERNETES} "
-                       f"(resource.k8s.io/v1, the {PCIE_ROOT} attribute) and GPUs from a DRA driver (NVIDIA's "
-                       f"GPU DRA driver, DeviceClass gpu.nvidia.com), not the device plugin: a pod's nvidia.com/gpu "
-                       f"request is taken out and its GPUs claimed with their NICs; create the templates with "
-                       f"`rdma-webhook policy claim-template {name} --gpus N` in each namespace")
+            out.append(
+                f"{path}: policy {name!r}: claim.aligned needs Kubernetes >= {MIN_KUBERNETES} "
+                f"(resource.k8s.io/v1, the {PCIE_ROOT} attribute) and GPUs from a DRA driver (NVIDIA's "
+                f"GPU DRA driver, DeviceClass gpu.nvidia.com), not the device plugin: a pod's nvidia.com/gpu "
+                f"request is taken out and its GPUs claimed with their NICs; create the templates with "
+                f"`rdma-webhook policy claim-template {name} --gpus N` in each namespace"
+            )
     return out

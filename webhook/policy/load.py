@@ -12,6 +12,7 @@ import yaml
 from webhook.core.model import Policy, PolicySet
 from webhook.policy.compiler import PolicyError, compile_policy
 
+
 class _StrictLoader(yaml.SafeLoader):
     """yaml.SafeLoader that refuses a key given twice in one mapping (SafeLoader keeps the last
     silently, so a second `nccl:` block would drop the first without a word)."""
@@ -25,7 +26,11 @@ class _StrictLoader(yaml.SafeLoader):
                 key = self.construct_object(key_node, deep=deep)
                 if isinstance(key, (str, int, float, bool)) and key in keys_seen:
                     raise yaml.constructor.ConstructorError(
-                        "while constructing a mapping", node.start_mark, f"found duplicate key {key!r}", key_node.start_mark)
+                        "while constructing a mapping",
+                        node.start_mark,
+                        f"found duplicate key {key!r}",
+                        key_node.start_mark,
+                    )
                 keys_seen.add(key)
         return super().construct_mapping(node, deep=deep)
 
@@ -34,7 +39,9 @@ def policy_files(directory: str | os.PathLike[str]) -> list[Path]:
     """The policy files of a folder: *.yaml and *.yml, not hidden (a mounted ConfigMap keeps its
     real files in hidden `..data` folders and exposes them through symlinks)."""
     root = Path(directory)
-    return sorted(p for p in root.iterdir() if p.suffix in (".yaml", ".yml") and not p.name.startswith(".") and p.is_file())
+    return sorted(
+        p for p in root.iterdir() if p.suffix in (".yaml", ".yml") and not p.name.startswith(".") and p.is_file()
+    )
 
 
 def read_documents(path: str) -> tuple[list[Any], list[PolicyError]]:
@@ -51,7 +58,9 @@ def read_documents(path: str) -> tuple[list[Any], list[PolicyError]]:
         return [], [PolicyError(path, None, where, f"not valid YAML: {getattr(exc, 'problem', None) or exc}")]
 
 
-def load_texts(texts: Iterable[tuple[str, str]], allow_empty: bool = False) -> tuple[PolicySet | None, list[PolicyError]]:
+def load_texts(
+    texts: Iterable[tuple[str, str]], allow_empty: bool = False
+) -> tuple[PolicySet | None, list[PolicyError]]:
     """Compile (file name, YAML text) pairs into a PolicySet, or return every error found. No
     policy at all is an error unless `allow_empty` (the server: an install with none chosen)."""
     errors: list[PolicyError] = []
@@ -63,18 +72,28 @@ def load_texts(texts: Iterable[tuple[str, str]], allow_empty: bool = False) -> t
         except yaml.YAMLError as exc:
             mark = getattr(exc, "problem_mark", None)
             where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
-            errors.append(PolicyError(file, None, None, f"{where}not valid YAML: {getattr(exc, 'problem', None) or exc}"))
+            errors.append(
+                PolicyError(file, None, None, f"{where}not valid YAML: {getattr(exc, 'problem', None) or exc}")
+            )
             continue
         for doc in docs:
             if not isinstance(doc, dict):
-                errors.append(PolicyError(file, None, None, f"each YAML document must be a policy mapping, not {type(doc).__name__}"))
+                errors.append(
+                    PolicyError(
+                        file, None, None, f"each YAML document must be a policy mapping, not {type(doc).__name__}"
+                    )
+                )
                 continue
             policy, errs = compile_policy(doc, file)
             errors.extend(errs)
             if policy is None:
                 continue
             if policy.name in seen:
-                errors.append(PolicyError(file, policy.name, "name", f"duplicate policy name, also defined in {seen[policy.name]}"))
+                errors.append(
+                    PolicyError(
+                        file, policy.name, "name", f"duplicate policy name, also defined in {seen[policy.name]}"
+                    )
+                )
                 continue
             seen[policy.name] = file
             policies.append(policy)
@@ -85,14 +104,18 @@ def load_texts(texts: Iterable[tuple[str, str]], allow_empty: bool = False) -> t
     return PolicySet(policies), []
 
 
-def load_dir(directory: str | os.PathLike[str], allow_empty: bool = False) -> tuple[PolicySet | None, list[PolicyError]]:
+def load_dir(
+    directory: str | os.PathLike[str], allow_empty: bool = False
+) -> tuple[PolicySet | None, list[PolicyError]]:
     """Load every policy file of a folder, all or nothing. An empty folder is an error unless
     `allow_empty`: the server's folder is empty until the platform team chooses a policy (the
     shipped ones are a catalogue), and that is a configuration, not a broken one."""
     try:
         files = policy_files(directory)
     except OSError as exc:
-        return None, [PolicyError(str(directory), None, None, f"cannot read the policies folder: {exc.strerror or exc}")]
+        return None, [
+            PolicyError(str(directory), None, None, f"cannot read the policies folder: {exc.strerror or exc}")
+        ]
     texts = []
     errors = []
     for path in files:

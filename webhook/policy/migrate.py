@@ -7,6 +7,7 @@ from typing import Any
 
 from webhook.policy.schema import API_VERSION
 
+
 def migrate_v1alpha1(doc: dict[str, Any]) -> dict[str, Any]:
     """A valid v1alpha1 policy as the v1alpha2 document that means the same (`policy migrate`
     prints it; the loader compiles v1alpha1 files through it). The one device and the one
@@ -20,8 +21,12 @@ def migrate_v1alpha1(doc: dict[str, Any]) -> dict[str, Any]:
         out[key] = value
     out["apiVersion"] = API_VERSION
     fabric = doc["fabric"]
-    out["fabric"] = {"kind": fabric["kind"], "transport": "ib-verbs", "ncclNet": list(fabric["ncclNet"]),
-                     "hcaDevices": list(fabric["hcaDevices"])}
+    out["fabric"] = {
+        "kind": fabric["kind"],
+        "transport": "ib-verbs",
+        "ncclNet": list(fabric["ncclNet"]),
+        "hcaDevices": list(fabric["hcaDevices"]),
+    }
     device = doc.get("device") or {}
     network = doc.get("network")
     amount = {k: device[k] for k in ("count", "perGpu") if k in device}
@@ -46,8 +51,13 @@ def v1alpha1_field(field: str | None) -> str | None:
     """A v1alpha2 field path of a migrated v1alpha1 policy, as the v1alpha1 file names it."""
     if field is None:
         return None
-    for v2, v1 in (("devices[0].", "device."), ("networks[0].resource", "device.resource"),
-                   ("networks[0].count", "device.count"), ("networks[0].perGpu", "device.perGpu"), ("networks[0].", "network.")):
+    for v2, v1 in (
+        ("devices[0].", "device."),
+        ("networks[0].resource", "device.resource"),
+        ("networks[0].count", "device.count"),
+        ("networks[0].perGpu", "device.perGpu"),
+        ("networks[0].", "network."),
+    ):
         if field.startswith(v2):
-            return v1 + field[len(v2):]
+            return v1 + field[len(v2) :]
     return field

@@ -114,8 +114,10 @@ SCHEMA: dict[str, Any] = {
     "properties": {
         "apiVersion": {"const": API_VERSION},
         # what both versions share
-        **{key: SCHEMA_V1ALPHA1["properties"][key] for key in ("kind", "name", "description", "priority",
-                                                                "namespaceSelector", "gpuResources")},
+        **{
+            key: SCHEMA_V1ALPHA1["properties"][key]
+            for key in ("kind", "name", "description", "priority", "namespaceSelector", "gpuResources")
+        },
         "fabric": {
             "type": "object",
             "additionalProperties": False,
@@ -175,7 +177,10 @@ SCHEMA: dict[str, Any] = {
                 "type": "object",
                 "additionalProperties": False,
                 "required": ["hostDir", "mountPath"],
-                "properties": {"hostDir": {"type": "string", "pattern": "^/"}, "mountPath": {"type": "string", "pattern": "^/"}},
+                "properties": {
+                    "hostDir": {"type": "string", "pattern": "^/"},
+                    "mountPath": {"type": "string", "pattern": "^/"},
+                },
             },
         },
         # A container the fabric needs in every pod with a GPU container, known by its image.
@@ -216,8 +221,18 @@ SCHEMA: dict[str, Any] = {
         "workloadValidation": {"enum": ["Deny", "Warn"]},
     },
 }
-VALIDATORS = {API_VERSION: jsonschema.Draft202012Validator(SCHEMA),
-               API_VERSION_V1ALPHA1: jsonschema.Draft202012Validator(SCHEMA_V1ALPHA1)}
+VALIDATORS = {
+    API_VERSION: jsonschema.Draft202012Validator(SCHEMA),
+    API_VERSION_V1ALPHA1: jsonschema.Draft202012Validator(SCHEMA_V1ALPHA1),
+}
 
 # Fields a policy may never carry: the webhook only ever grants IPC_LOCK, never these.
-FORBIDDEN_KEYS = {"privileged", "hostNetwork", "hostPID", "hostIPC", "hostPath", "capabilities", "allowPrivilegeEscalation"}
+FORBIDDEN_KEYS = {
+    "privileged",
+    "hostNetwork",
+    "hostPID",
+    "hostIPC",
+    "hostPath",
+    "capabilities",
+    "allowPrivilegeEscalation",
+}

@@ -67,6 +67,7 @@ def _check_resource(res: str, fld: str, file: str, name: str | None, errors: lis
 # `errors` and returns the section compiled; `compile_sections` runs them in the file's order,
 # so that the problems of a file are reported in that order, and builds the Policy.
 
+
 def compile_sections(doc: dict[str, Any], file: str, name: str | None) -> tuple[Policy | None, list[PolicyError]]:
     """The Policy of a document the schema accepts (v1alpha2), or (None, every problem of its sections)."""
     errors: list[PolicyError] = []
@@ -77,8 +78,10 @@ def compile_sections(doc: dict[str, Any], file: str, name: str | None) -> tuple[
     equivalent = _equivalent_resources(doc, file, name, errors)
     networks = _networks(doc, file, name, errors)
     gke_networks = _gke_networks(doc, networks, file, name, errors)
-    plugin_mounts = tuple(PluginMount(m["hostDir"].rstrip("/") or "/", m["mountPath"].rstrip("/") or "/")
-                          for m in doc.get("pluginMounts") or ())
+    plugin_mounts = tuple(
+        PluginMount(m["hostDir"].rstrip("/") or "/", m["mountPath"].rstrip("/") or "/")
+        for m in doc.get("pluginMounts") or ()
+    )
     sidecar = Sidecar(doc["sidecar"]["name"], doc["sidecar"]["image"]) if doc.get("sidecar") is not None else None
     claim = _claim(doc, file, name, errors)
     dra = _dra(doc, file, name, errors)
@@ -114,7 +117,9 @@ def compile_sections(doc: dict[str, Any], file: str, name: str | None) -> tuple[
         host_network=host_network,
         own_resources=own,
         expected_resources=frozenset((*own, *gpu_resources)),
-        network_resources=frozenset(n.resource for n in networks if n.resource and transports.NETWORK_DEVICE in families),
+        network_resources=frozenset(
+            n.resource for n in networks if n.resource and transports.NETWORK_DEVICE in families
+        ),
         shm_fixed=shm_fixed,
         shm_per_gpu=shm_per_gpu,
         shm_max=shm_max,
@@ -144,8 +149,9 @@ def _devices(doc: dict[str, Any], file: str, name: str | None, errors: list[Poli
     return devices
 
 
-def _equivalent_resources(doc: dict[str, Any], file: str, name: str | None,
-                          errors: list[PolicyError]) -> tuple[str, ...]:
+def _equivalent_resources(
+    doc: dict[str, Any], file: str, name: str | None, errors: list[PolicyError]
+) -> tuple[str, ...]:
     equivalent = tuple(doc.get("equivalentResources") or ())
     for i, res in enumerate(equivalent):
         _check_resource(res, f"equivalentResources[{i}]", file, name, errors)
@@ -158,42 +164,85 @@ def _networks(doc: dict[str, Any], file: str, name: str | None, errors: list[Pol
     interfaces: set[str] = set()
     for i, n in enumerate(doc.get("networks") or ()):
         if not k8s.is_dns1123_label(n["name"]):
-            errors.append(PolicyError(file, name, f"networks[{i}].name", f"{n['name']!r} is not a valid NetworkAttachmentDefinition name"))
+            errors.append(
+                PolicyError(
+                    file, name, f"networks[{i}].name", f"{n['name']!r} is not a valid NetworkAttachmentDefinition name"
+                )
+            )
         if "namespace" in n and not k8s.is_dns1123_label(n["namespace"]):
-            errors.append(PolicyError(file, name, f"networks[{i}].namespace", f"{n['namespace']!r} is not a valid namespace name"))
+            errors.append(
+                PolicyError(file, name, f"networks[{i}].namespace", f"{n['namespace']!r} is not a valid namespace name")
+            )
         if n.get("resource") is not None:
             _check_resource(n["resource"], f"networks[{i}].resource", file, name, errors)
         iface = n.get("interface")
         if iface is not None:
             if iface in interfaces or iface in ("eth0", "lo"):
-                errors.append(PolicyError(file, name, f"networks[{i}].interface", f"{iface!r} is taken (by another network, or eth0/lo of the pod network)"))
+                errors.append(
+                    PolicyError(
+                        file,
+                        name,
+                        f"networks[{i}].interface",
+                        f"{iface!r} is taken (by another network, or eth0/lo of the pod network)",
+                    )
+                )
             interfaces.add(iface)
-        networks.append(Network(n["name"], n.get("namespace"), iface, n.get("resource"), int(n.get("count", 1)), bool(n.get("perGpu", False))))
+        networks.append(
+            Network(
+                n["name"],
+                n.get("namespace"),
+                iface,
+                n.get("resource"),
+                int(n.get("count", 1)),
+                bool(n.get("perGpu", False)),
+            )
+        )
     if len({(n.namespace, n.name) for n in networks}) != len(networks):
         errors.append(PolicyError(file, name, "networks", "a network is listed twice"))
     return networks
 
 
-def _gke_networks(doc: dict[str, Any], networks: list[Network], file: str, name: str | None,
-                  errors: list[PolicyError]) -> list[GkeNetwork]:
+def _gke_networks(
+    doc: dict[str, Any], networks: list[Network], file: str, name: str | None, errors: list[PolicyError]
+) -> list[GkeNetwork]:
     """GKE multi-networking's networks: as the Multus ones, and never together with them."""
     gke_networks = []
     gke_interfaces: set[str] = set()
     for i, g in enumerate(doc.get("gkeNetworks") or ()):
         if not k8s.is_dns1123_label(g["name"]) or g["name"] == "default":
-            errors.append(PolicyError(file, name, f"gkeNetworks[{i}].name", f"{g['name']!r} is not the name of a GKE Network "
-                                                                            f"besides the pod network 'default'"))
+            errors.append(
+                PolicyError(
+                    file,
+                    name,
+                    f"gkeNetworks[{i}].name",
+                    f"{g['name']!r} is not the name of a GKE Network besides the pod network 'default'",
+                )
+            )
         iface = g.get("interface")
         if iface is not None:
             if iface in gke_interfaces or iface in ("eth0", "lo"):
-                errors.append(PolicyError(file, name, f"gkeNetworks[{i}].interface", f"{iface!r} is taken (by another network, or eth0/lo of the pod network)"))
+                errors.append(
+                    PolicyError(
+                        file,
+                        name,
+                        f"gkeNetworks[{i}].interface",
+                        f"{iface!r} is taken (by another network, or eth0/lo of the pod network)",
+                    )
+                )
             gke_interfaces.add(iface)
         gke_networks.append(GkeNetwork(g["name"], iface))
     if len({g.name for g in gke_networks}) != len(gke_networks):
         errors.append(PolicyError(file, name, "gkeNetworks", "a network is listed twice"))
     if gke_networks and networks:
-        errors.append(PolicyError(file, name, "gkeNetworks", "a pod is attached by Multus (networks) or by GKE multi-networking "
-                                                             "(gkeNetworks), not both: give one of them"))
+        errors.append(
+            PolicyError(
+                file,
+                name,
+                "gkeNetworks",
+                "a pod is attached by Multus (networks) or by GKE multi-networking "
+                "(gkeNetworks), not both: give one of them",
+            )
+        )
     return gke_networks
 
 
@@ -203,11 +252,25 @@ def _claim(doc: dict[str, Any], file: str, name: str | None, errors: list[Policy
         return None
     c = doc["claim"]
     if not k8s.is_dns1123_label(c["name"]):
-        errors.append(PolicyError(file, name, "claim.name", f"{c['name']!r} must be a DNS-1123 label (the pod's resourceClaims entry)"))
+        errors.append(
+            PolicyError(
+                file, name, "claim.name", f"{c['name']!r} must be a DNS-1123 label (the pod's resourceClaims entry)"
+            )
+        )
     aligned = bool(c.get("aligned", False))
-    for fld, template in [("claim.template", c["template"]), *((f"claim.equivalentTemplates[{i}]", t) for i, t in enumerate(c.get("equivalentTemplates") or ()))]:
+    for fld, template in [
+        ("claim.template", c["template"]),
+        *((f"claim.equivalentTemplates[{i}]", t) for i, t in enumerate(c.get("equivalentTemplates") or ())),
+    ]:
         if GPUS_FIELD in template and not (aligned and fld == "claim.template"):
-            errors.append(PolicyError(file, name, fld, f"{template!r}: {GPUS_FIELD} (the GPU count) is for the template of an aligned claim"))
+            errors.append(
+                PolicyError(
+                    file,
+                    name,
+                    fld,
+                    f"{template!r}: {GPUS_FIELD} (the GPU count) is for the template of an aligned claim",
+                )
+            )
         elif not k8s.is_dns1123_subdomain(template.replace(GPUS_FIELD, "8")):
             errors.append(PolicyError(file, name, fld, f"{template!r} is not a valid ResourceClaimTemplate name"))
     return Claim(c["name"], c["template"], tuple(c.get("equivalentTemplates") or ()), aligned)
@@ -220,15 +283,31 @@ def _dra(doc: dict[str, Any], file: str, name: str | None, errors: list[PolicyEr
     d = doc["dra"]
     for i, cls in enumerate(d.get("deviceClasses") or ()):
         if not k8s.is_dns1123_subdomain(cls):
-            errors.append(PolicyError(file, name, f"dra.deviceClasses[{i}]", f"{cls!r} is not a valid DeviceClass name"))
+            errors.append(
+                PolicyError(file, name, f"dra.deviceClasses[{i}]", f"{cls!r} is not a valid DeviceClass name")
+            )
     for i, driver in enumerate(d.get("drivers") or ()):
         if not k8s.is_dns1123_subdomain(driver):
-            errors.append(PolicyError(file, name, f"dra.drivers[{i}]", f"{driver!r} is not a valid DRA driver name (a DNS subdomain)"))
+            errors.append(
+                PolicyError(
+                    file, name, f"dra.drivers[{i}]", f"{driver!r} is not a valid DRA driver name (a DNS subdomain)"
+                )
+            )
     if d.get("selectors") and not d.get("drivers"):
-        errors.append(PolicyError(file, name, "dra.selectors", "narrows the classes of dra.drivers, and there are none: add drivers"))
+        errors.append(
+            PolicyError(
+                file, name, "dra.selectors", "narrows the classes of dra.drivers, and there are none: add drivers"
+            )
+        )
     if not d.get("deviceClasses") and not d.get("drivers"):
-        errors.append(PolicyError(file, name, "dra", "give deviceClasses or drivers: the DeviceClasses that are this fabric's NICs"))
-    return Dra(frozenset(d.get("deviceClasses") or ()), frozenset(d.get("drivers") or ()), tuple(d.get("selectors") or ()))
+        errors.append(
+            PolicyError(
+                file, name, "dra", "give deviceClasses or drivers: the DeviceClasses that are this fabric's NICs"
+            )
+        )
+    return Dra(
+        frozenset(d.get("deviceClasses") or ()), frozenset(d.get("drivers") or ()), tuple(d.get("selectors") or ())
+    )
 
 
 def _families(doc: dict[str, Any], devices: list[Device], networks: list[Network]) -> frozenset[str]:
@@ -243,27 +322,67 @@ def _families(doc: dict[str, Any], devices: list[Device], networks: list[Network
     return frozenset(derived)
 
 
-def _host_network(doc: dict[str, Any], devices: list[Device], networks: list[Network], gke_networks: list[GkeNetwork],
-                  claim: Claim | None, dra: Dra | None, file: str, name: str | None, errors: list[PolicyError]) -> str:
+def _host_network(
+    doc: dict[str, Any],
+    devices: list[Device],
+    networks: list[Network],
+    gke_networks: list[GkeNetwork],
+    claim: Claim | None,
+    dra: Dra | None,
+    file: str,
+    name: str | None,
+    errors: list[PolicyError],
+) -> str:
     """What pods must do about hostNetwork; and a policy gives some way to its fabric."""
     host_network: str = doc.get("hostNetwork") or ("Forbidden" if networks or gke_networks else "Allowed")
     if host_network == "Required" and networks:
-        errors.append(PolicyError(file, name, "hostNetwork", "Required with Multus networks: Multus attaches no networks to host-network pods"))
+        errors.append(
+            PolicyError(
+                file,
+                name,
+                "hostNetwork",
+                "Required with Multus networks: Multus attaches no networks to host-network pods",
+            )
+        )
     if host_network == "Required" and gke_networks:
-        errors.append(PolicyError(file, name, "hostNetwork", "Required with gkeNetworks: GKE attaches no additional networks to host-network pods"))
-    if not devices and not networks and not gke_networks and claim is None and dra is None and host_network != "Required":
-        errors.append(PolicyError(file, name, "devices", "the policy gives no device resource, Multus network or DRA claim "
-                                                         "and names no DRA DeviceClass: give one, or set hostNetwork: Required "
-                                                         "for a fabric reached through the host's interfaces"))
+        errors.append(
+            PolicyError(
+                file,
+                name,
+                "hostNetwork",
+                "Required with gkeNetworks: GKE attaches no additional networks to host-network pods",
+            )
+        )
+    if (
+        not devices
+        and not networks
+        and not gke_networks
+        and claim is None
+        and dra is None
+        and host_network != "Required"
+    ):
+        errors.append(
+            PolicyError(
+                file,
+                name,
+                "devices",
+                "the policy gives no device resource, Multus network or DRA claim "
+                "and names no DRA DeviceClass: give one, or set hostNetwork: Required "
+                "for a fabric reached through the host's interfaces",
+            )
+        )
     return host_network
 
 
-def _shm(doc: dict[str, Any], file: str, name: str | None,
-         errors: list[PolicyError]) -> tuple[int | None, int | None, int | None]:
+def _shm(
+    doc: dict[str, Any], file: str, name: str | None, errors: list[PolicyError]
+) -> tuple[int | None, int | None, int | None]:
     """/dev/shm: (fixed size, size per GPU, its maximum) in bytes."""
     shm = _obj(doc.get("shm"))
     if "shm" in doc and ("sizeLimit" in shm) == ("perGpu" in shm):
-        errors.append(PolicyError(file, name, "shm", "give exactly one of sizeLimit (fixed) or perGpu (with an optional max)"))
+        errors.append(
+            PolicyError(file, name, "shm", "give exactly one of sizeLimit (fixed) or perGpu (with an optional max)")
+        )
     if "max" in shm and "perGpu" not in shm:
         errors.append(PolicyError(file, name, "shm.max", "only meaningful with shm.perGpu"))
     shm_fixed = _quantity_bytes(shm.get("sizeLimit"), file, name, "shm.sizeLimit", errors)
@@ -272,8 +391,9 @@ def _shm(doc: dict[str, Any], file: str, name: str | None,
     return shm_fixed, shm_per_gpu, shm_max
 
 
-def _fabric(doc: dict[str, Any], file: str, name: str | None,
-            errors: list[PolicyError]) -> tuple[transports.Fabric, tuple[transports.Signature, ...]]:
+def _fabric(
+    doc: dict[str, Any], file: str, name: str | None, errors: list[PolicyError]
+) -> tuple[transports.Fabric, tuple[transports.Signature, ...]]:
     """The fabric and its transport's signature table: the fields that transport reads."""
     fab = doc["fabric"]
     transport = fab.get("transport", "ib-verbs")
@@ -282,19 +402,47 @@ def _fabric(doc: dict[str, Any], file: str, name: str | None,
         errors.append(PolicyError(file, name, "fabric.ncclNet", "'Socket' is NCCL's TCP transport, not an RDMA fabric"))
     judged = {sig.variable for sig in transports.signatures(transport)}
     if "NCCL_IB_HCA" in judged and not fab.get("hcaDevices"):
-        errors.append(PolicyError(file, name, "fabric.hcaDevices", f"required for the {transport} transport (the device names NCCL_IB_HCA must keep)"))
+        errors.append(
+            PolicyError(
+                file,
+                name,
+                "fabric.hcaDevices",
+                f"required for the {transport} transport (the device names NCCL_IB_HCA must keep)",
+            )
+        )
     if "FI_PROVIDER" in judged and not fab.get("providers"):
-        errors.append(PolicyError(file, name, "fabric.providers", f"required for the {transport} transport (the FI_PROVIDER values that are RDMA, e.g. efa)"))
+        errors.append(
+            PolicyError(
+                file,
+                name,
+                "fabric.providers",
+                f"required for the {transport} transport (the FI_PROVIDER values that are RDMA, e.g. efa)",
+            )
+        )
     for fld in ("hcaDevices", "providers"):
         if fld in fab and ("NCCL_IB_HCA" if fld == "hcaDevices" else "FI_PROVIDER") not in judged:
             errors.append(PolicyError(file, name, f"fabric.{fld}", f"not read by the {transport} transport"))
-    fabric = transports.Fabric(str(name), fab["kind"], transport, nets, _expand_devices(fab.get("hcaDevices") or ()),
-                               tuple(fab.get("providers") or ()), tuple(fab.get("netPlugins") or ()))
+    fabric = transports.Fabric(
+        str(name),
+        fab["kind"],
+        transport,
+        nets,
+        _expand_devices(fab.get("hcaDevices") or ()),
+        tuple(fab.get("providers") or ()),
+        tuple(fab.get("netPlugins") or ()),
+    )
     return fabric, transports.signatures(transport)
 
 
-def _nccl(doc: dict[str, Any], fabric: transports.Fabric, table: tuple[transports.Signature, ...], has_networks: bool,
-          file: str, name: str | None, errors: list[PolicyError]) -> list[EnvSetting]:
+def _nccl(
+    doc: dict[str, Any],
+    fabric: transports.Fabric,
+    table: tuple[transports.Signature, ...],
+    has_networks: bool,
+    file: str,
+    name: str | None,
+    errors: list[PolicyError],
+) -> list[EnvSetting]:
     """The NCCL block: valid names, `{interface}` only with networks, and no value that would
     itself send NCCL to TCP."""
     env: list[EnvSetting] = []
@@ -307,7 +455,14 @@ def _nccl(doc: dict[str, Any], fabric: transports.Fabric, table: tuple[transport
             continue
         templated = "{interface" in value
         if templated and not has_networks:
-            errors.append(PolicyError(file, name, f"nccl.{var}", "{interface}/{interfaces} name the policy's Multus or GKE interfaces, and it has no networks"))
+            errors.append(
+                PolicyError(
+                    file,
+                    name,
+                    f"nccl.{var}",
+                    "{interface}/{interfaces} name the policy's Multus or GKE interfaces, and it has no networks",
+                )
+            )
         env.append(EnvSetting(var, value, enforce, templated))
         # The policy's own block must not be what sends NCCL to TCP.
         for sig in table:
@@ -315,8 +470,14 @@ def _nccl(doc: dict[str, Any], fabric: transports.Fabric, table: tuple[transport
                 why = sig.judge(value, fabric)
                 if why:
                     effect = why.rsplit("; ", 1)[0] if "; " in why else why
-                    errors.append(PolicyError(file, name, f"nccl.{var}",
-                                              f"{effect}: this policy would put it into every pod it injects; give "
-                                              f"{var} a value that keeps the {fabric.kind} fabric on RDMA, or leave "
-                                              f"it out of the nccl block"))
+                    errors.append(
+                        PolicyError(
+                            file,
+                            name,
+                            f"nccl.{var}",
+                            f"{effect}: this policy would put it into every pod it injects; give "
+                            f"{var} a value that keeps the {fabric.kind} fabric on RDMA, or leave "
+                            f"it out of the nccl block",
+                        )
+                    )
     return env

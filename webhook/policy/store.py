@@ -58,8 +58,11 @@ class PolicyStore:
             metrics.RELOADS.labels("failure").inc()
             metrics.RELOAD_OK.set(0)
             for err in errors:
-                log.error("policy reload rejected; keeping the last good policies: %s", err,
-                          extra={"file": err.file, "policy": err.policy, "field": err.field})
+                log.error(
+                    "policy reload rejected; keeping the last good policies: %s",
+                    err,
+                    extra={"file": err.file, "policy": err.policy, "field": err.field},
+                )
             return False
         self.current = policies
         self.last_errors = []
@@ -69,8 +72,10 @@ class PolicyStore:
         if len(policies):
             log.info("policies loaded: %s", ", ".join(sorted(policies.by_name)))
         else:
-            log.warning("no policy in force (the folder holds none): labelled pods in opted-in namespaces are "
-                        "denied until the platform team chooses one")
+            log.warning(
+                "no policy in force (the folder holds none): labelled pods in opted-in namespaces are "
+                "denied until the platform team chooses one"
+            )
         return True
 
     def start(self) -> None:

@@ -90,9 +90,16 @@ class WebhookFlask(Flask):
         path = env.get("PATH_INFO") or "/"
         if not path.isascii():  # PEP 3333 strings carry bytes as latin-1; the rules are UTF-8
             path = path.encode("latin-1", "replace").decode("utf-8", "replace")
-        return MapAdapter(self.url_map, env.get("HTTP_HOST") or env.get("SERVER_NAME", ""), env.get("SCRIPT_NAME") or "/",
-                          self.url_map.default_subdomain or "", env.get("wsgi.url_scheme", "https"), path,
-                          env.get("REQUEST_METHOD", "GET"), env.get("QUERY_STRING", ""))
+        return MapAdapter(
+            self.url_map,
+            env.get("HTTP_HOST") or env.get("SERVER_NAME", ""),
+            env.get("SCRIPT_NAME") or "/",
+            self.url_map.default_subdomain or "",
+            env.get("wsgi.url_scheme", "https"),
+            path,
+            env.get("REQUEST_METHOD", "GET"),
+            env.get("QUERY_STRING", ""),
+        )
 
 
 def claims_of(cluster: Any) -> Any:
@@ -125,23 +132,44 @@ class Admissions:
         cluster = self.cluster
         try:
             if endpoint == "mutate":
-                status, doc, decision, req = review.handle(body, self.store.current, self.namespace_of, cluster.attachments(),
-                                                           claims=claims_of(cluster))
+                status, doc, decision, req = review.handle(
+                    body, self.store.current, self.namespace_of, cluster.attachments(), claims=claims_of(cluster)
+                )
             else:
-                status, doc, decision, req = review.handle_validate(body, self.store.current, self.namespace_of,
-                                                                    cluster.attachments(), cluster.runtimes(),
-                                                                    claims=claims_of(cluster))
+                status, doc, decision, req = review.handle_validate(
+                    body,
+                    self.store.current,
+                    self.namespace_of,
+                    cluster.attachments(),
+                    cluster.runtimes(),
+                    claims=claims_of(cluster),
+                )
         except Exception as exc:  # a bug must not become a 500: deny (fail closed) and say so
             log.exception("internal error while deciding")
             uid = _uid_of(body)
             if uid is None:
                 status, doc, decision, req = 400, {"error": "request could not be processed"}, None, None
             else:
-                status, doc, decision, req = 200, review.response(uid, None, message=f"internal error while deciding ({type(exc).__name__}); the pod was not admitted"), None, None
+                status, doc, decision, req = (
+                    200,
+                    review.response(
+                        uid,
+                        None,
+                        message=f"internal error while deciding ({type(exc).__name__}); the pod was not admitted",
+                    ),
+                    None,
+                    None,
+                )
         elapsed = time.perf_counter() - start
-        outcome = decision.outcome if decision else ("error" if status != 200 or not doc.get("response", {}).get("allowed") else "skipped")
+        outcome = (
+            decision.outcome
+            if decision
+            else ("error" if status != 200 or not doc.get("response", {}).get("allowed") else "skipped")
+        )
         policy = (decision.policy or "") if decision else ""
-        self.batch.record(endpoint, outcome, policy, status, elapsed, _log_fields(endpoint, req, decision, doc, outcome, elapsed))
+        self.batch.record(
+            endpoint, outcome, policy, status, elapsed, _log_fields(endpoint, req, decision, doc, outcome, elapsed)
+        )
         return status, orjson.dumps(doc)
 
 

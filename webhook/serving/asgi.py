@@ -64,7 +64,10 @@ class Front:
         admissions = getattr(wsgi_app, "admissions", None)  # webhook.serving.app.Admissions
         # path -> (endpoint, the function answering it): the admissions taken without Flask
         self.direct: dict[str, tuple[str, Callable[[str, bytes], tuple[int, bytes]]]] = (
-            {path: (endpoint, admissions.answer) for path, endpoint in admissions.PATHS.items()} if admissions is not None else {})
+            {path: (endpoint, admissions.answer) for path, endpoint in admissions.PATHS.items()}
+            if admissions is not None
+            else {}
+        )
 
     async def __call__(self, scope: dict, receive: Callable, send: Callable) -> None:
         if scope["type"] != "http":  # lifespan is off; websockets are refused by uvicorn itself
@@ -121,12 +124,21 @@ class Front:
         server = scope.get("server") or ("", 0)
         client = scope.get("client") or ("", 0)
         environ: dict[str, Any] = {
-            "REQUEST_METHOD": scope["method"], "SCRIPT_NAME": "", "PATH_INFO": scope["path"],
-            "QUERY_STRING": scope["query_string"].decode("latin-1"), "SERVER_NAME": server[0],
-            "SERVER_PORT": str(server[1]), "SERVER_PROTOCOL": "HTTP/" + scope["http_version"],
-            "REMOTE_ADDR": client[0], "wsgi.version": (1, 0), "wsgi.url_scheme": scope["scheme"],
-            "wsgi.input": io.BytesIO(body), "wsgi.errors": sys.stderr, "wsgi.multithread": False,
-            "wsgi.multiprocess": True, "wsgi.run_once": False,
+            "REQUEST_METHOD": scope["method"],
+            "SCRIPT_NAME": "",
+            "PATH_INFO": scope["path"],
+            "QUERY_STRING": scope["query_string"].decode("latin-1"),
+            "SERVER_NAME": server[0],
+            "SERVER_PORT": str(server[1]),
+            "SERVER_PROTOCOL": "HTTP/" + scope["http_version"],
+            "REMOTE_ADDR": client[0],
+            "wsgi.version": (1, 0),
+            "wsgi.url_scheme": scope["scheme"],
+            "wsgi.input": io.BytesIO(body),
+            "wsgi.errors": sys.stderr,
+            "wsgi.multithread": False,
+            "wsgi.multiprocess": True,
+            "wsgi.run_once": False,
         }
         for name, value in scope["headers"]:
             key = _SPECIAL.get(name) or "HTTP_" + name.decode("latin-1").upper().replace("-", "_")

@@ -37,8 +37,9 @@ class Batch:
     def __init__(self) -> None:
         self._pending: list[Record] = []
 
-    def record(self, endpoint: str, outcome: str, policy: str, status: int, elapsed: float,
-               fields: dict[str, Any]) -> None:
+    def record(
+        self, endpoint: str, outcome: str, policy: str, status: int, elapsed: float, fields: dict[str, Any]
+    ) -> None:
         try:
             loop = asyncio.get_running_loop()
         except RuntimeError:  # no loop in this thread: nothing would flush, so write now

@@ -30,7 +30,9 @@ def _key() -> ec.EllipticCurvePrivateKey:
 
 
 def _pem_key(key: ec.EllipticCurvePrivateKey) -> bytes:
-    return key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
+    return key.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+    )
 
 
 def make_ca(common_name: str, days: int = 3650) -> tuple[x509.Certificate, ec.EllipticCurvePrivateKey]:
@@ -39,21 +41,40 @@ def make_ca(common_name: str, days: int = 3650) -> tuple[x509.Certificate, ec.El
     name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name)])
     cert = (
         x509.CertificateBuilder()
-        .subject_name(name).issuer_name(name).public_key(key.public_key())
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(key.public_key())
         .serial_number(x509.random_serial_number())
-        .not_valid_before(now - dt.timedelta(minutes=5)).not_valid_after(now + dt.timedelta(days=days))
+        .not_valid_before(now - dt.timedelta(minutes=5))
+        .not_valid_after(now + dt.timedelta(days=days))
         .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
-        .add_extension(x509.KeyUsage(digital_signature=True, key_cert_sign=True, crl_sign=True, content_commitment=False,
-                                     key_encipherment=False, data_encipherment=False, key_agreement=False,
-                                     encipher_only=False, decipher_only=False), critical=True)
+        .add_extension(
+            x509.KeyUsage(
+                digital_signature=True,
+                key_cert_sign=True,
+                crl_sign=True,
+                content_commitment=False,
+                key_encipherment=False,
+                data_encipherment=False,
+                key_agreement=False,
+                encipher_only=False,
+                decipher_only=False,
+            ),
+            critical=True,
+        )
         .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False)
         .sign(key, hashes.SHA256())
     )
     return cert, key
 
 
-def make_serving(ca: x509.Certificate, ca_key: ec.EllipticCurvePrivateKey, dns_names: Iterable[str],
-                 ips: Iterable[str] = (), days: int = 365) -> tuple[x509.Certificate, ec.EllipticCurvePrivateKey]:
+def make_serving(
+    ca: x509.Certificate,
+    ca_key: ec.EllipticCurvePrivateKey,
+    dns_names: Iterable[str],
+    ips: Iterable[str] = (),
+    days: int = 365,
+) -> tuple[x509.Certificate, ec.EllipticCurvePrivateKey]:
     dns_names = list(dict.fromkeys(dns_names))
     key = _key()
     now = dt.datetime.now(dt.timezone.utc)
@@ -61,15 +82,30 @@ def make_serving(ca: x509.Certificate, ca_key: ec.EllipticCurvePrivateKey, dns_n
     sans += [x509.IPAddress(ipaddress.ip_address(ip)) for ip in ips]
     cert = (
         x509.CertificateBuilder()
-        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, dns_names[0] if dns_names else "rdma-webhook")]))
-        .issuer_name(ca.subject).public_key(key.public_key())
+        .subject_name(
+            x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, dns_names[0] if dns_names else "rdma-webhook")])
+        )
+        .issuer_name(ca.subject)
+        .public_key(key.public_key())
         .serial_number(x509.random_serial_number())
-        .not_valid_before(now - dt.timedelta(minutes=5)).not_valid_after(now + dt.timedelta(days=days))
+        .not_valid_before(now - dt.timedelta(minutes=5))
+        .not_valid_after(now + dt.timedelta(days=days))
         .add_extension(x509.SubjectAlternativeName(sans), critical=False)
         .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
-        .add_extension(x509.KeyUsage(digital_signature=True, key_encipherment=False, key_cert_sign=False, crl_sign=False,
-                                     content_commitment=False, data_encipherment=False, key_agreement=False,
-                                     encipher_only=False, decipher_only=False), critical=True)
+        .add_extension(
+            x509.KeyUsage(
+                digital_signature=True,
+                key_encipherment=False,
+                key_cert_sign=False,
+                crl_sign=False,
+                content_commitment=False,
+                data_encipherment=False,
+                key_agreement=False,
+                encipher_only=False,
+                decipher_only=False,
+            ),
+            critical=True,
+        )
         .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
         .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()), critical=False)
         .sign(ca_key, hashes.SHA256())
@@ -99,8 +135,16 @@ class CertsError(Exception):
     """A refusal with a message that says what to do."""
 
 
-def write_certs(out: str | os.PathLike[str], service: str, namespace: str, dns: Iterable[str] = (),
-                ips: Iterable[str] = (), days: int = 365, reuse_ca: bool = False, force: bool = False) -> str:
+def write_certs(
+    out: str | os.PathLike[str],
+    service: str,
+    namespace: str,
+    dns: Iterable[str] = (),
+    ips: Iterable[str] = (),
+    days: int = 365,
+    reuse_ca: bool = False,
+    force: bool = False,
+) -> str:
     """Write ca.crt, ca.key, tls.crt, tls.key into `out`; return the base64 caBundle. With
     `reuse_ca`, renew only the serving certificate under the CA already in `out`, so the
     webhook configurations' caBundle stays valid through the renewal. A CA already in `out` is
@@ -110,8 +154,10 @@ def write_certs(out: str | os.PathLike[str], service: str, namespace: str, dns: 
     if reuse_ca and not has_ca:
         raise CertsError(f"{outdir}: no ca.crt/ca.key to reuse; drop --reuse-ca to create a new CA")
     if not reuse_ca and has_ca and not force:
-        raise CertsError(f"{outdir} already holds a CA: a new one invalidates every caBundle deployed with it. "
-                         f"Renew the serving certificate with --reuse-ca, or replace the CA with --force")
+        raise CertsError(
+            f"{outdir} already holds a CA: a new one invalidates every caBundle deployed with it. "
+            f"Renew the serving certificate with --reuse-ca, or replace the CA with --force"
+        )
     outdir.mkdir(parents=True, exist_ok=True)
     if reuse_ca:
         try:

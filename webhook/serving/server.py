@@ -57,13 +57,30 @@ class _Server(BaseApplication):
         return self._app
 
 
-def run(*, policies_dir: str, tls_cert: str, tls_key: str, host: str, port: int, workers: int,
-        cluster_state: str | None, client_ca: str | None, log_level: str = "INFO",
-        check_admission_policy: bool = False) -> int:
+def run(
+    *,
+    policies_dir: str,
+    tls_cert: str,
+    tls_key: str,
+    host: str,
+    port: int,
+    workers: int,
+    cluster_state: str | None,
+    client_ca: str | None,
+    log_level: str = "INFO",
+    check_admission_policy: bool = False,
+) -> int:
     """`rdma-webhook serve`: what `prepare` builds, served by gunicorn's master and the uvicorn
     workers until SIGTERM (2: the Kubernetes API could not be reached)."""
-    served = prepare(policies_dir=policies_dir, tls_cert=tls_cert, tls_key=tls_key, cluster_state=cluster_state,
-                     client_ca=client_ca, log_level=log_level, check_admission_policy=check_admission_policy)
+    served = prepare(
+        policies_dir=policies_dir,
+        tls_cert=tls_cert,
+        tls_key=tls_key,
+        cluster_state=cluster_state,
+        client_ca=client_ca,
+        log_level=log_level,
+        check_admission_policy=check_admission_policy,
+    )
     if served is None:
         return 2
     options = gunicorn_options(host=host, port=port, workers=workers, tls=served.tls)
@@ -118,8 +135,16 @@ def child_exit(server: Any, worker: Any) -> None:
     multiprocess.mark_process_dead(worker.pid)
 
 
-def prepare(*, policies_dir: str, tls_cert: str, tls_key: str, cluster_state: str | None, client_ca: str | None,
-            log_level: str = "INFO", check_admission_policy: bool = False) -> Served | None:
+def prepare(
+    *,
+    policies_dir: str,
+    tls_cert: str,
+    tls_key: str,
+    cluster_state: str | None,
+    client_ca: str | None,
+    log_level: str = "INFO",
+    check_admission_policy: bool = False,
+) -> Served | None:
     """Everything `serve` does before gunicorn forks its workers, ready to serve (None: the
     Kubernetes API cannot be reached, logged)."""
     setup_logging(log_level)
@@ -133,8 +158,12 @@ def prepare(*, policies_dir: str, tls_cert: str, tls_key: str, cluster_state: st
     from webhook.admission import review  # noqa: F401  (the decision core, imported to report how it runs)
 
     compiled = webhook.compiled()
-    log.info("decision core: %s", f"compiled with mypyc ({', '.join(compiled)})" if compiled else
-             "interpreted (built with RDMA_WEBHOOK_PURE_PYTHON=1 or from source without `make compile`)")
+    log.info(
+        "decision core: %s",
+        f"compiled with mypyc ({', '.join(compiled)})"
+        if compiled
+        else "interpreted (built with RDMA_WEBHOOK_PURE_PYTHON=1 or from source without `make compile`)",
+    )
     tls = ServingTLS(tls_cert, tls_key, client_ca)
     store = PolicyStore(policies_dir)
     store.reload(force=True)
@@ -158,10 +187,14 @@ def _cluster(store: Any, cluster_state: str | None, check_admission_policy: bool
 
     try:
         return ApiClusterState.from_environment(
-            uses_networks=lambda: _uses_networks(store), uses_dra=lambda: _uses_dra(store),
-            admission_policies=(lambda: store.current) if check_admission_policy else None)
+            uses_networks=lambda: _uses_networks(store),
+            uses_dra=lambda: _uses_dra(store),
+            admission_policies=(lambda: store.current) if check_admission_policy else None,
+        )
     except Exception as exc:  # no in-cluster config and no kubeconfig
-        log.error("cannot reach the Kubernetes API (%s); run in a cluster, set KUBECONFIG, or pass --cluster-state FILE", exc)
+        log.error(
+            "cannot reach the Kubernetes API (%s); run in a cluster, set KUBECONFIG, or pass --cluster-state FILE", exc
+        )
         return None
 
 

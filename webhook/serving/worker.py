@@ -51,8 +51,10 @@ DRAIN_IDLE = 1.0
 # itself has no limit, so a client could otherwise grow them without end.
 MAX_HEAD = 64 * 1024
 _TOO_LARGE_BODY = b'{"error":"request line and headers over %d bytes"}' % MAX_HEAD
-_TOO_LARGE = (b"HTTP/1.1 431 Request Header Fields Too Large\r\ncontent-type: application/json\r\n"
-              b"content-length: %d\r\nconnection: close\r\n\r\n%s" % (len(_TOO_LARGE_BODY), _TOO_LARGE_BODY))
+_TOO_LARGE = (
+    b"HTTP/1.1 431 Request Header Fields Too Large\r\ncontent-type: application/json\r\n"
+    b"content-length: %d\r\nconnection: close\r\n\r\n%s" % (len(_TOO_LARGE_BODY), _TOO_LARGE_BODY)
+)
 
 
 class Connection(HttpToolsProtocol):
@@ -194,7 +196,9 @@ class Connection(HttpToolsProtocol):
             self.transport.close()
         elif not self.transport.is_closing():
             self._unset_keepalive_if_required()
-            self.timeout_keep_alive_task = self.loop.call_later(self.timeout_keep_alive, self.timeout_keep_alive_handler)
+            self.timeout_keep_alive_task = self.loop.call_later(
+                self.timeout_keep_alive, self.timeout_keep_alive_handler
+            )
 
     def _end_admission(self) -> None:
         """No direct admission is being read any more: its body deadline goes."""
@@ -253,8 +257,9 @@ def connection_class(tls, front: Front | None = None) -> type[Connection]:
     Flask, which the connection then answers without the ASGI cycle."""
     attrs = {"tls": tls}
     if front is not None:
-        attrs.update(direct={path.encode("latin-1"): route for path, route in front.direct.items()},
-                     max_body=front.max_body)
+        attrs.update(
+            direct={path.encode("latin-1"): route for path, route in front.direct.items()}, max_body=front.max_body
+        )
     return type("TLSConnection", (Connection,), attrs)
 
 
@@ -266,8 +271,14 @@ class _Server(Server):
 
 class Worker(UvicornWorker):
     # proxy_headers off: the API server connects directly, and X-Forwarded-* must not be believed
-    CONFIG_KWARGS = {"loop": "uvloop", "http": "httptools", "lifespan": "off", "access_log": False,
-                     "server_header": False, "proxy_headers": False}
+    CONFIG_KWARGS = {
+        "loop": "uvloop",
+        "http": "httptools",
+        "lifespan": "off",
+        "access_log": False,
+        "server_header": False,
+        "proxy_headers": False,
+    }
 
     async def _serve(self) -> None:
         # gunicorn's `ssl_context` setting is how `serve` hands over its ServingTLS; the context

@@ -30,8 +30,12 @@ class JsonFormatter(logging.Formatter):
     """One JSON object per line: time, level, logger, message, and structured extras."""
 
     def format(self, record: logging.LogRecord) -> str:
-        doc: dict[str, Any] = {"time": self.formatTime(record, _TIME_FORMAT), "level": record.levelname.lower(),
-                               "logger": record.name, "msg": record.getMessage()}
+        doc: dict[str, Any] = {
+            "time": self.formatTime(record, _TIME_FORMAT),
+            "level": record.levelname.lower(),
+            "logger": record.name,
+            "msg": record.getMessage(),
+        }
         admission = getattr(record, "admission", None)
         if admission:
             doc.update(admission)
@@ -40,7 +44,9 @@ class JsonFormatter(logging.Formatter):
                 doc[key] = getattr(record, key)
         if record.exc_info:
             doc["exception"] = self.formatException(record.exc_info)
-        return orjson.dumps(doc, default=str, option=orjson.OPT_NON_STR_KEYS).decode()  # UTF-8 as is, like ensure_ascii=False
+        return orjson.dumps(
+            doc, default=str, option=orjson.OPT_NON_STR_KEYS
+        ).decode()  # UTF-8 as is, like ensure_ascii=False
 
 
 class _AdmissionWriter:
@@ -58,7 +64,7 @@ class _AdmissionWriter:
         lines = [orjson.dumps({**head, **fields}, default=str, option=orjson.OPT_APPEND_NEWLINE) for fields in many]
         data = memoryview(lines[0] if len(lines) == 1 else b"".join(lines))
         while data:
-            data = data[os.write(self.fd, data):]
+            data = data[os.write(self.fd, data) :]
 
 
 _writer: _AdmissionWriter | None = None
