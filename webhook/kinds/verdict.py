@@ -336,6 +336,13 @@ def check_workload(
             and bool(find_targets(pod, policy) or find_checked(pod, []))
         )  # GPUs by resource, claim or runtime
         verdict.results.append(TemplateResult(path, pod, decision, deny, why_not))
+    _finish(verdict, targeted, unlabelled_launchers)
+    return verdict
+
+
+def _finish(verdict: WorkloadVerdict, targeted: list[bool], unlabelled_launchers: list[str]) -> None:
+    """What the templates say together: an unlabelled MPI launcher beside judged templates is
+    noted, and where no template gets RDMA a launcher's fallback settings only warn."""
     if verdict.results:
         verdict.notes.extend(
             f"{path}: the MPI launcher template does not carry {keys.POD_INJECT}=true, so the ranks it starts "
@@ -347,4 +354,3 @@ def check_workload(
             if r.deny and not has_target and r.decision.policy is not None:
                 # no template of this workload gets RDMA: the launcher's settings only warn
                 r.deny, r.why_not = False, "no template of this workload gets RDMA"
-    return verdict
