@@ -280,9 +280,8 @@ def check_workload(
     A cluster-scoped object (a ClusterTrainingRuntime) has no namespace: its templates are
     judged under every loaded policy that an opted-in namespace could use.
 
-    `expanded`: (namespace, templates) the caller has already expanded (`rdma-webhook review`
-    reads them before judging); used when that is the namespace they are judged in, since a
-    TrainJob's runtime is looked up there."""
+    `expanded`: (namespace, templates) the caller (`review`) already expanded; used when that is the
+    namespace they are judged in, since a TrainJob's runtime is looked up there."""
     meta = obj.get("metadata") if isinstance(obj, dict) and isinstance(obj.get("metadata"), dict) else {}
     name = meta.get("name") or (f"{meta['generateName']}*" if meta.get("generateName") else "(unnamed)")
     verdict = WorkloadVerdict(kind, str(name))
