@@ -11,7 +11,7 @@ BIN := $(VENV)/bin
 PURE_TESTS := tests/core/test_decision.py tests/core/test_ranks.py tests/core/test_patch.py tests/grammar/test_k8s.py \
               tests/grammar/test_nccl.py tests/admission/test_review_bad_input.py \
               tests/admission/test_review_properties.py tests/kinds/test_workloads_validate.py \
-              tests/project/test_build.py tests/commands/test_reader_admission.py tests/fabrics/test_fabrics.py \
+              tests/project/test_build.py tests/commands/test_reader_admission.py tests/fabrics/test_transports.py \
               tests/core/test_decision_final_state.py tests/core/test_decision_boundaries.py \
               tests/core/test_scripts.py tests/commands/test_invocation.py tests/admission/test_judge.py
 

@@ -11,7 +11,7 @@ import pytest
 
 import kube_objects as k
 from conftest import ROOT
-from fabrics.test_fabrics import DRA_POLICY, IB, ML, dra_policies, respond  # DRA_POLICY: the suite's one DRA policy
+from fabrics.test_transports import DRA_POLICY, IB, ML, dra_policies, respond  # DRA_POLICY: the suite's one DRA policy
 from webhook.core import decision, fallback, keys
 from webhook.grammar import k8s
 from webhook.cluster.state import FileClusterState

@@ -17,7 +17,7 @@ import pytest
 import yaml
 
 import kube_objects as k
-from fabrics.test_fabrics import EKS, STATE, efa_worker, env_of, mutated, respond
+from fabrics.test_transports import EKS, STATE, efa_worker, env_of, mutated, respond
 from webhook.cluster.state import FileClusterState
 from webhook.core import keys
 from webhook.policy.load import load_dir, load_texts
