@@ -1,6 +1,7 @@
 """Kubernetes semantics the decision relies on, reproduced exactly where no library offers them.
 
-Quantities come from the official client (`kubernetes.utils.parse_quantity`). Label selectors,
+Quantities come from the official client (`kubernetes.utils.parse_quantity`, loaded on its own:
+see `_client_quantity_parser`). Label selectors,
 `$(VAR)` expansion and the name grammars are small enough that the rules are written out here,
 each following the Kubernetes source it cites, so the webhook judges a pod the way the API server
 and kubelet will.
@@ -8,12 +9,34 @@ and kubelet will.
 
 from __future__ import annotations
 
+import importlib.util
 import re
 from decimal import Decimal
 from functools import lru_cache, partial
+from pathlib import Path
 from typing import Any, Callable, Final, Iterable, Mapping, Protocol
 
-from kubernetes.utils.quantity import parse_quantity as _parse_quantity
+
+def _client_quantity_parser() -> Callable[[Any], Decimal]:
+    """The Kubernetes client's own `parse_quantity`, executed from its file without the `kubernetes`
+    package around it. `import kubernetes.utils.quantity` runs the package's `__init__`, which
+    imports the whole API client: most of a `review` process's time, and a deep import whose frame
+    stack, at some depths, maps and unmaps a 16 KiB stack chunk thousands of times
+    (benchmarks/results/review-speed-diagnosis-session22.txt). The module needs only `decimal`."""
+    spec = importlib.util.find_spec("kubernetes")  # finds the package, runs none of it
+    if spec is None or not spec.submodule_search_locations:
+        raise ImportError("the kubernetes client package is not installed")
+    path = Path(list(spec.submodule_search_locations)[0]) / "utils" / "quantity.py"
+    loaded = importlib.util.spec_from_file_location("webhook.grammar._client_quantity", path)
+    if loaded is None or loaded.loader is None:
+        raise ImportError(f"cannot load {path}")
+    module = importlib.util.module_from_spec(loaded)
+    loaded.loader.exec_module(module)
+    parse: Callable[[Any], Decimal] = module.parse_quantity
+    return parse
+
+
+_parse_quantity = _client_quantity_parser()
 
 
 def parse_quantity(value: Any) -> Decimal:
