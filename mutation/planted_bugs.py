@@ -47,7 +47,7 @@ PLANTS = [
         "webhook/core/decision.py",
         '    """The pod\'s name, or its generateName with a `*` (controller-made pods have no name yet)."""\n',
         '    """The pod\'s name, or its generateName with a `*` (controller-made pods have no name yet)."""\n'
-        "    from webhook.serving.app import MAX_BODY  # noqa: F401\n",
+        "    from webhook.serving.admissions import MAX_BODY  # noqa: F401\n",
         [
             "tests/project/test_layers.py::test_no_module_imports_upward_or_sideways",
             "tests/project/test_layers.py::test_the_core_imports_nothing_from_the_adapters",

@@ -9,7 +9,7 @@ says `allowed`, and, to deny, a `status` with `code` and `message` (shown to the
 `warnings` (each shown by kubectl; the API server truncates one over 256 characters) and, only from
 a mutating webhook, a base64 JSON Patch with `patchType: JSONPatch`. A validating webhook never
 patches. The tests read what `review.handle` / `review.handle_validate` return (HTTP status, the
-document, the decision and the parsed request, which `webhook.serving.app.Admissions.answer` turns
+document, the decision and the parsed request, which `webhook.serving.admissions.Admissions.answer` turns
 into the HTTP answer and the log line) and, for /mutate, apply the patch to the object as sent with
 `jsonpatch` and check the pod that results.
 
@@ -1318,26 +1318,6 @@ def test_a_list_of_another_group_is_no_list():
     assert decision is None
 
 
-# -- through the served app ---------------------------------------------------------------------------
-
-
-def test_the_app_answers_what_review_answers():
-    """`Admissions.answer` returns the document of `handle` as JSON bytes: the uid echoed, a 400
-    as a JSON error; the API server reads that body."""
-    from webhook.policy.store import PolicyStore
-    from webhook.serving.app import Admissions
-
-    store = PolicyStore(str(POLICIES))
-    store.reload(force=True)
-    admissions = Admissions(store, STATE)
-    rv = k.admission_review(ib_disabled_pod(), uid="the-uid")
-    status, data = admissions.answer("mutate", k.body(rv))
-    resp = json.loads(data)["response"]
-    assert status == 200 and resp["uid"] == "the-uid" and resp["allowed"] is False and resp["status"]["code"] == 403
-    status, data = admissions.answer("validate", b'{"request": {}}')
-    assert (status, json.loads(data)) == (400, {"error": NO_UID})
-
-
 # -- what a workload's check reads: runtimes, NetworkAttachmentDefinitions, DRA claims, ConfigMaps ---------
 
 TRAINER = "trainer.kubeflow.org"
@@ -1466,29 +1446,6 @@ def test_a_workload_reads_the_configmaps_given_to_validate():
     assert envelope(doc)["allowed"] is False and "[command-fallback]" in envelope(doc)["status"]["message"]
     _, doc, _, _ = validate(rv)
     assert envelope(doc)["allowed"] is True
-
-
-def test_a_huge_body_is_refused_with_413_and_a_large_pod_is_answered():
-    """The app reads at most MAX_BODY (3 MiB: etcd keeps objects up to 1.5 MiB, a review carries
-    one) and refuses a larger body with a JSON 413 before parsing it; a pod near etcd's limit
-    (a 1 MiB annotation) is answered as any other."""
-    from webhook.policy.store import PolicyStore
-    from webhook.serving.app import MAX_BODY, Admissions
-
-    store = PolicyStore(str(POLICIES))
-    store.reload(force=True)
-    admissions = Admissions(store, STATE)
-    status, data = admissions.answer("mutate", b" " * (MAX_BODY + 1))
-    assert (status, json.loads(data)) == (413, {"error": f"request body over {MAX_BODY} bytes"})
-    pod = trainer_pod(annotations={"example.com/notes": "x" * (1 << 20)})
-    rv = k.admission_review(pod)
-    status, data = admissions.answer("mutate", k.body(rv))
-    resp = envelope(json.loads(data))
-    assert status == 200 and resp["allowed"] is True and resp["uid"] == rv["request"]["uid"]
-    out = applied(pod, resp)
-    assert out["metadata"]["annotations"]["example.com/notes"] == "x" * (1 << 20)
-    assert out["metadata"]["annotations"]["rdma-webhook.io/status"] == "injected"
-    assert len(resp["patch"]) < 8192  # the patch carries the changes, not the pod
 
 
 # -- fixed after the part's run (mutation/MUTATION.md, admission.review, "found on the way") ---------------------

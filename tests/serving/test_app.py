@@ -1,5 +1,6 @@
 """webhook/serving/app.py in process, through Flask's test client (werkzeug builds the WSGI environ): the
-routing and sessions of `WebhookFlask`, which replace two of Flask's defaults. Over TLS the same
+probes, /metrics and errors, the routing and sessions of `WebhookFlask`, which replace two of
+Flask's defaults. The admissions never reach Flask (tests/serving/test_asgi.py); over TLS the same
 app serves every test in test_server.py and test_server_hostile.py."""
 
 from __future__ import annotations
@@ -9,6 +10,7 @@ import json
 import flask
 import pytest
 
+import kube_objects as k
 from kube_objects import admission_review, pytorchjob_worker
 from webhook.serving.app import WebhookFlask, create_app
 from webhook.policy.store import PolicyStore
@@ -29,13 +31,8 @@ def client(cluster):
 def test_routes_match_whatever_the_host_header_says(client, host):
     r = client.get("/healthz", headers={"Host": host})
     assert r.status_code == 200 and r.get_json() == {"status": "ok"}
-    r = client.post(
-        "/mutate",
-        data=json.dumps(admission_review(pytorchjob_worker())),
-        headers={"Host": host},
-        content_type="application/json",
-    )
-    assert r.status_code == 200 and r.get_json()["response"]["allowed"] is True
+    r = client.get("/readyz", headers={"Host": host})
+    assert r.status_code == 200 and r.get_json()["status"] == "ready"
 
 
 def test_no_host_header_at_all(client):
@@ -60,8 +57,14 @@ def test_unknown_paths_are_json_404s(client, path, code):
 
 
 def test_wrong_method_is_a_json_405(client):
-    r = client.get("/mutate")
+    r = client.post("/healthz")
     assert r.status_code == 405 and "error" in r.get_json()
+
+
+def test_flask_has_no_admission_route(client):
+    """The admissions have one door (webhook.serving.admissions through the front): Flask has none."""
+    for path in ("/mutate", "/validate"):
+        assert client.post(path, data=b"{}", content_type="application/json").status_code == 404
 
 
 def test_every_request_gets_the_same_read_only_null_session(cluster):
@@ -105,12 +108,14 @@ def test_an_install_with_no_policy_chosen_is_ready_and_refuses_labelled_pods_say
     empty.mkdir()
     store = PolicyStore(str(empty))
     assert store.reload(force=True) and store.current is not None and len(store.current) == 0
-    client = create_app(store, cluster).test_client()
-    r = client.get("/readyz")
+    app = create_app(store, cluster)
+    r = app.test_client().get("/readyz")
     assert r.status_code == 200 and r.get_json() == {"status": "ready", "policies": []}
-    r = client.post("/mutate", data=json.dumps(admission_review(pytorchjob_worker())), content_type="application/json")
-    resp = r.get_json()["response"]
-    assert r.status_code == 200 and resp["allowed"] is False
+    status, data = app.extensions["rdma_webhook.admissions"].answer(
+        "mutate", k.body(admission_review(pytorchjob_worker()))
+    )
+    resp = json.loads(data)["response"]
+    assert status == 200 and resp["allowed"] is False
     assert resp["status"]["message"].endswith(f"{NO_POLICY_CHOSEN} [no-policy]"), resp["status"]["message"]
     assert "policies.enabled" in NO_POLICY_CHOSEN and "deploy/catalogue/" in NO_POLICY_CHOSEN
     policies, errors = load_dir(empty)

@@ -7,6 +7,8 @@ from __future__ import annotations
 import asyncio
 import json
 
+import pytest
+
 from webhook.serving import asgi
 from webhook.serving.asgi import BODY_COMPLETE, Front
 
@@ -193,13 +195,17 @@ def _bodies():
     }
 
 
-def test_admissions_skip_flask_and_answer_exactly_as_its_routes_do(cluster):
+def test_admissions_skip_flask_and_answer_exactly_what_admissions_answer(cluster):
     """A POST to /mutate or /validate goes straight to Admissions.answer (the WSGI app is never
-    called), and the answer is the one Flask's route gives for the same body, bad bodies included."""
+    called): the answer is the one `Admissions.answer` gives for the same body, bad bodies included."""
+    from webhook.serving.admissions import Admissions
+
     front, app = _front_and_flask(cluster)
+    direct = app.admissions
+    assert isinstance(direct, Admissions)
     calls = []
     front.app = lambda environ, start_response: calls.append(environ) or app(environ, start_response)
-    for path in ("/mutate", "/validate"):
+    for path, endpoint in (("/mutate", "mutate"), ("/validate", "validate")):
         for what, body in _bodies().items():
             status, headers, data = answer(
                 drive(
@@ -208,40 +214,35 @@ def test_admissions_skip_flask_and_answer_exactly_as_its_routes_do(cluster):
                     [{"type": "http.request", "body": body, "more_body": False}],
                 )
             )
-            via_flask = []
-            flask_data = b"".join(
-                app(
-                    {
-                        "REQUEST_METHOD": "POST",
-                        "PATH_INFO": path,
-                        "SCRIPT_NAME": "",
-                        "QUERY_STRING": "",
-                        "SERVER_NAME": "x",
-                        "SERVER_PORT": "443",
-                        "SERVER_PROTOCOL": "HTTP/1.1",
-                        "CONTENT_LENGTH": str(len(body)),
-                        "CONTENT_TYPE": "application/json",
-                        "wsgi.input": __import__("io").BytesIO(body),
-                        "wsgi.url_scheme": "https",
-                        "wsgi.errors": __import__("sys").stderr,
-                    },
-                    lambda s, h, e=None: via_flask.append((int(s[:3]), dict(h))),
-                )
-            )
-            assert status == via_flask[0][0], (path, what, status, via_flask)
+            own_status, own_data = direct.answer(endpoint, body)
+            assert status == own_status, (path, what, status, own_status)
             if what == "good":  # the same decision; the uid and the patch are the same, the timing is not in the body
-                assert json.loads(data) == json.loads(flask_data), (path, what)
+                assert json.loads(data) == json.loads(own_data), (path, what)
             else:
-                assert data == flask_data, (path, what, data, flask_data)
+                assert data == own_data, (path, what, data, own_data)
             assert headers[b"content-type"] == b"application/json" and int(headers[b"content-length"]) == len(data)
     assert calls == []  # Flask never saw them
-    # Everything else still goes through Flask: a wrong method, the probes.
-    status, _, data = answer(drive(front, scope(method="GET", path="/mutate"), [{"type": "http.request", "body": b""}]))
-    assert status == 405 and len(calls) == 1
+    # The probes still go through Flask.
     status, _, data = answer(
         drive(front, scope(method="GET", path="/healthz"), [{"type": "http.request", "body": b""}])
     )
-    assert status == 200 and json.loads(data) == {"status": "ok"} and len(calls) == 2
+    assert status == 200 and json.loads(data) == {"status": "ok"} and len(calls) == 1
+
+
+@pytest.mark.parametrize("method", ["GET", "HEAD", "PUT", "PATCH", "DELETE", "OPTIONS"])
+@pytest.mark.parametrize("path", ["/mutate", "/validate"])
+def test_another_method_on_an_admission_path_is_a_json_405_that_says_post_without_flask(cluster, method, path):
+    """The admission paths are one door: the front answers a wrong method itself, with the
+    `Allow` header HTTP asks of a 405; Flask has no route for them at all."""
+    front, app = _front_and_flask(cluster)
+    calls = []
+    front.app = lambda environ, start_response: calls.append(environ) or app(environ, start_response)
+    status, headers, data = answer(
+        drive(front, scope(method=method, path=path), [{"type": "http.request", "body": b""}])
+    )
+    assert (status, headers[b"allow"], headers[b"content-type"]) == (405, b"POST", b"application/json")
+    assert json.loads(data) == {"error": "an AdmissionReview is sent with POST"} and calls == []
+    assert {rule.rule for rule in app.flask.url_map.iter_rules()} == {"/healthz", "/readyz", "/metrics"}
 
 
 def test_an_error_outside_the_decision_on_the_direct_path_is_a_503_not_a_crash(cluster):

@@ -35,13 +35,13 @@ import conftest
 import kube_objects as k
 import strategies as S
 from conftest import start_server, stop_server
-from webhook.serving.app import MAX_BODY
+from webhook.serving.admissions import MAX_BODY
 from webhook.serving.certs import make_ca
 from webhook.policy.load import load_texts
 
 # -- helpers ------------------------------------------------------------------------------------
 
-CRASH_WITHOUT_UID = "request could not be processed"  # webhook/serving/app.py, `admit`
+CRASH_WITHOUT_UID = "request could not be processed"  # webhook/serving/admissions.py, `Admissions.answer`
 
 
 def check_answer(status: int, data: bytes, uid: str | None = None) -> dict[str, Any]:
@@ -51,7 +51,7 @@ def check_answer(status: int, data: bytes, uid: str | None = None) -> dict[str, 
     doc = json.loads(data)
     if status != 200:
         assert 400 <= status < 500 and isinstance(doc.get("error"), str) and doc["error"], (status, doc)
-        # webhook/serving/app.py's answer to an exception in the decision core for a body without a uid:
+        # webhook/serving/admissions.py's answer to an exception in the decision core for a body without a uid:
         # a 400 that hides a crash, not an answer to bad input
         assert doc["error"] != CRASH_WITHOUT_UID, (status, doc)
         return doc
