@@ -12,7 +12,7 @@ from typing import Any, Callable
 
 import orjson
 
-from webhook.admission.judge import Expanded, judge_list, judge_pod, judge_workload
+from webhook.admission.judge import Expanded, judge, judge_list, judge_pod
 from webhook.core import patch
 from webhook.core.decision import DENIED, MUTATED, Attachments, Decision, Namespace, pod_name
 from webhook.core.claims import Claims
@@ -257,27 +257,19 @@ def validate_request(
     workload's templates, when the caller has expanded them (webhook.admission.judge)."""
     from webhook.kinds import workloads
 
-    if _is_pod(req):
-        return judge_pod(
-            req.obj,
-            _namespace(req, namespace_of),
-            policies,
-            attachments,
-            req.operation,
-            config_maps,
-            claims,
-            final=True,
-        ), None
     obj = req.obj if isinstance(req.obj, dict) else {}
-    group = req.group if req.kind else workloads.group_of(obj.get("apiVersion"))
-    kind = req.kind or str(obj.get("kind") or "")
-    if group == "" and kind == "List" and isinstance(obj.get("items"), list) and not req.sub_resource:
-        return judge_list(
-            req.obj, obj["items"], req.namespace, namespace_of, policies, attachments, runtimes, config_maps, claims
-        )
-    if not workloads.is_workload(group, kind) or req.sub_resource:
+    if _is_pod(req):
+        group, kind = "", "Pod"
+    elif req.sub_resource:
         return None, None
-    return judge_workload(
+    else:
+        group = req.group if req.kind else workloads.group_of(obj.get("apiVersion"))
+        kind = req.kind or str(obj.get("kind") or "")
+        if group == "" and kind == "List" and isinstance(obj.get("items"), list):
+            return judge_list(
+                req.obj, obj["items"], req.namespace, namespace_of, policies, attachments, runtimes, config_maps, claims
+            )
+    judged = judge(
         req.obj,
         group,
         kind,
@@ -287,8 +279,10 @@ def validate_request(
         runtimes,
         config_maps,
         claims,
-        expanded,
+        final=True,
+        expanded=expanded,
     )
+    return judged if judged is not None else (None, None)
 
 
 def judge_request(
