@@ -12,36 +12,25 @@ from webhook.cli.common import EXIT_BAD_INPUT, EXIT_DENIED, EXIT_OK
 
 
 def record_of(path: str, index: int, doc: Any) -> dict[str, Any]:
-    """The `--output json` record of one document, before its outcome is known."""
+    """The `--output json` record of one document, before its outcome is known: what it names
+    (an AdmissionReview by its request's object), then an error until `fill` says otherwise."""
     meta = doc.get("metadata") if isinstance(doc, dict) and isinstance(doc.get("metadata"), dict) else {}
-    if isinstance(doc, dict) and doc.get("kind") == "AdmissionReview" and isinstance(doc.get("request"), dict):
+    kind = doc.get("kind") if isinstance(doc, dict) else None
+    object_kind = None
+    namespace = meta.get("namespace")
+    if kind == "AdmissionReview" and isinstance(doc.get("request"), dict):
         req = doc["request"]
         obj = req.get("object") if isinstance(req.get("object"), dict) else {}
         meta = obj.get("metadata") if isinstance(obj.get("metadata"), dict) else {}
-        kind = (req.get("kind") or {}).get("kind") if isinstance(req.get("kind"), dict) else None
-        return {
-            "file": path,
-            "document": index,
-            "kind": "AdmissionReview",
-            "apiVersion": doc.get("apiVersion"),
-            "objectKind": kind,
-            "namespace": req.get("namespace") or meta.get("namespace"),
-            "name": meta.get("name") or meta.get("generateName"),
-            "outcome": "error",
-            "allowed": False,
-            "policy": None,
-            "rules": [],
-            "messages": [],
-            "warnings": [],
-            "templates": [],
-        }
+        object_kind = (req.get("kind") or {}).get("kind") if isinstance(req.get("kind"), dict) else None
+        namespace = req.get("namespace") or meta.get("namespace")
     return {
         "file": path,
         "document": index,
-        "kind": doc.get("kind") if isinstance(doc, dict) else None,
+        "kind": kind,
         "apiVersion": doc.get("apiVersion") if isinstance(doc, dict) else None,
-        "objectKind": None,
-        "namespace": meta.get("namespace"),
+        "objectKind": object_kind,
+        "namespace": namespace,
         "name": meta.get("name") or meta.get("generateName"),
         "outcome": "error",
         "allowed": False,
