@@ -171,8 +171,8 @@ PLANTS = [
         "hydra-flag-missing",
         "issue 28: a flag missing from one launcher's flag table (its argument taken for the program, its -genv lost)",
         "webhook/commands/launchers.py",
-        '    "-ppn": "arg", "-perhost": "arg",',
-        '    "-perhost": "arg",',
+        '    "-ppn": "arg",\n    "-perhost": "arg",\n',
+        '    "-perhost": "arg",\n',
         [
             "tests/core/test_decision_tables.py::test_each_documented_flag_with_an_argument_is_in_the_table_and_read[hydra-mpiexec.hydra-ppn]"
         ],
@@ -235,8 +235,10 @@ PLANTS = [
         "gib-socket-allowed",
         "issue 27: NCCL_NET=gIB was read as a fallback; the opposite slip, Socket as gIB",
         "webhook/fabrics/transports.py",
-        '    Signature("NCCL_NET", DENY, _nccl_net, "NCCL src/plugin/net.cc ncclNetInit; Google\'s set_nccl_env.sh (NCCL_NET=gIB)"),\n',
-        "",
+        "GIB: tuple[Signature, ...] = (\n    Signature(\n"
+        '        "NCCL_NET", DENY, _nccl_net, "NCCL src/plugin/net.cc ncclNetInit; Google\'s set_nccl_env.sh (NCCL_NET=gIB)"\n'
+        "    ),\n",
+        "GIB: tuple[Signature, ...] = (\n",
         [
             "tests/fabrics/test_gke.py::test_gib_signatures[NCCL_NET-Socket-True]",
             "tests/core/test_decision_tables.py::test_each_documented_signature_is_in_its_transports_table[gib]",
@@ -280,8 +282,10 @@ PLANTS = [
         "escape-after-quote-dropped",
         "issue 28: `export NCCL_IB_DISABLE='0'\\1` (bash: 01, IB off) was read as 0 and the pod admitted",
         "webhook/commands/shell.py",
-        "                if i < n and following == p:",
-        "                if i < n and following == p and p > end:",
+        "                if i < n and following == p:\n                    parts.extend(self.piece(pieces[i], subs, depth))\n",
+        "                if i < n and following == p:\n"
+        "                    if pieces[i].text[:1] != b\"\\\\\":  # the escaped piece glued after a quote, dropped\n"
+        "                        parts.extend(self.piece(pieces[i], subs, depth))\n",
         [
             "tests/commands/test_reader_syntax_properties.py::test_an_escape_after_a_quoted_string_is_kept",
             "tests/commands/test_reader_syntax_properties.py::test_an_escape_after_a_quoted_string_is_judged",
