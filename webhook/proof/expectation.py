@@ -13,6 +13,7 @@ however many the node has. A policy's `proof` section overrides any of these (co
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from webhook.core.model import Policy
@@ -22,9 +23,6 @@ from webhook.core.model import Policy
 NETWORKS: dict[str, str] = {
     "ib": "ib-verbs",
     "ibext": "ib-verbs",
-    "ibext_v8": "ib-verbs",
-    "ibext_v9": "ib-verbs",
-    "ibext_v10": "ib-verbs",
     "ibp": "ib-verbs",
     "libfabric": "libfabric",
     "aws libfabric": "libfabric",
@@ -40,9 +38,14 @@ PLUGIN_TRANSPORTS = ("libfabric", "gib", "fastrak", "tcpx")
 _GDR_OFF = ("0", "loc")
 
 
+_VERSIONED = re.compile(r"_v\d+$")
+
+
 def transport_of(network: str) -> str:
-    """The transport an NCCL network name belongs to (its own name, lowercased, when unknown)."""
-    return NETWORKS.get(network.strip().lower(), network.strip().lower())
+    """The transport an NCCL network name belongs to (its own name, lowercased, when unknown); a
+    plugin's interface version (`GPUDirectTCPX_v7`, `IBext_v8`) is not part of its name."""
+    name = _VERSIONED.sub("", network.strip().lower())
+    return NETWORKS.get(name, name)
 
 
 @dataclass(frozen=True)

@@ -47,7 +47,11 @@ _TORCH_RANK = re.compile(r"\[rank(\d+)\]:?")
 _MPI_RANK = re.compile(r"\[\d+,(\d+)\]<std(?:out|err)>:")
 _LEAD_RANK = re.compile(r"^\[(\d+)\]")
 _DEV_ONLY = re.compile(r"\[(\d+)\]\s*$")
+_TIMESTAMP = re.compile(r"^\d{4}-\d\d-\d\d[T ][\d:.,]+(?:Z|[+-]\d\d:?\d\d)?\s*")
 _VERSION = re.compile(r"NCCL version (\d+\.\d+\.\d+)")
+# The CRI log format the kubelet writes (and `kubectl logs` reads): a line longer than the
+# runtime's buffer is split into records tagged P (partial) and a last one tagged F.
+_CRI = re.compile(r"^\d{4}-\d\d-\d\dT[\d:.]+(?:Z|[+-]\d\d:\d\d) (stdout|stderr) ([PF]) ")
 
 # -- what a message says -------------------------------------------------------------------------
 
@@ -60,8 +64,10 @@ _OFI_PROVIDER = re.compile(r"NET/OFI Selected [Pp]rovider is ([\w;-]+)(?:.*?foun
 _CHANNEL = re.compile(r"\bvia NET/([A-Za-z][\w. -]*?)/(\d+)(/GDRDMA)?")
 _GDR = re.compile(r"GPU Direct RDMA (Enabled|Disabled) for HCA (\d+) '([^']*)'")
 _COMM_RANK = re.compile(r"\bcomm 0x[0-9a-fA-F]+ rank (\d+) nranks (\d+)")
-_LOADED_PLUGIN = re.compile(r"NET/Plugin ?: ?Loaded (?:net|coll) plugin (.+?) \(v\d+\)")
+_LOADED_PLUGIN = re.compile(r"NET/Plugin ?: ?Loaded net plugin (.+?) \(v\d+\)|^Initialized NET plugin (\S+)")
+_GDR_NET = re.compile(r"^NET/([A-Za-z][\w.-]*) ?: ")
 _P2P_PLUGIN = re.compile(r"^P2P plugin (\S+)")
+_PLUGIN_INIT = re.compile(r"^NET/(\w+)(?: ?: | )(?:Initializing|ver\.)")
 
 _NO_DEVICE = ("NET/IB : No device found", "NET/IB: No device found", "returned 0 devices", "No IB device found")
 _VERBS_MISSING = ("Failed to open libibverbs",)
@@ -93,6 +99,7 @@ class Rank:
     channel_nets: list[str] = field(default_factory=list)
     devices: list[str] = field(default_factory=list)  # RDMA NICs NCCL's net transport listed
     listed_by: list[str] = field(default_factory=list)  # the NET/<name> transports that listed them
+    listing_whole: bool = False  # a `NET/IB : Using [0]... ; OOB` line, so `devices` are all of them
     links: list[str] = field(default_factory=list)  # IB | RoCE, one per device
     sockets: list[str] = field(default_factory=list)  # interfaces NET/Socket listed
     provider: str | None = None  # libfabric provider (aws-ofi-nccl)
@@ -125,6 +132,7 @@ class Reading:
     nccl_lines: int = 0
     binary_lines: int = 0  # lines with NUL bytes or mostly undecodable
     truncated: bool = False  # the input went on past max_bytes or max_lines
+    partial_lines: int = 0  # cut lines (the input ended inside one, or longer than max_line): skipped
     ranks_dropped: int = 0  # processes past max_ranks, not kept
 
     def info_lines(self) -> int:
@@ -147,7 +155,7 @@ def _process_key(prefix: str) -> tuple[str, str | None]:
         m = pattern.search(prefix)
         if m:
             return f"rank{m.group(1)}", None
-    m = _LEAD_RANK.match(prefix.strip()) or _DEV_ONLY.search(prefix)
+    m = _LEAD_RANK.match(_TIMESTAMP.sub("", prefix.strip())) or _DEV_ONLY.search(prefix)
     if m:
         return f"[{m.group(1)}]", None
     return "-", None
@@ -171,6 +179,19 @@ class Reader:
     def __init__(self, max_ranks: int = MAX_RANKS):
         self.reading = Reading()
         self.max_ranks = max_ranks
+        self.partial: dict[str, str] = {}  # a CRI stream's P records, joined with its next F
+
+    def _join_cri(self, text: str) -> str | None:
+        """A CRI record's line, its P records joined to it; None while the line is still partial."""
+        m = _CRI.match(text)
+        if m is None:
+            return text
+        stream, tag, content = m.group(1), m.group(2), text[m.end() :]
+        if tag == "P":
+            joined = self.partial.get(stream, "") + content
+            self.partial[stream] = joined[:MAX_LINE]  # a longer line is not NCCL's: kept cut
+            return None
+        return self.partial.pop(stream, "") + content
 
     def _rank(self, key: str, text: str) -> Rank | None:
         rank = self.reading.ranks.get(key)
@@ -187,6 +208,10 @@ class Reader:
         """Read one line (no newline; any prefix)."""
         reading = self.reading
         reading.lines += 1
+        joined = self._join_cri(text)
+        if joined is None:
+            return
+        text = joined
         if "\x00" in text or text.count("\ufffd") * 4 > len(text) > 0:
             reading.binary_lines += 1
             text = text.replace("\x00", "")
@@ -233,7 +258,11 @@ def _read_message(rank: Rank, message: str) -> None:
         return
     m = _GDR.search(message)
     if m:
-        if not message.startswith("NET/Socket"):
+        net = _GDR_NET.match(message)
+        if net is not None and net.group(1) not in ("Socket", "FastSocket"):
+            # NCCL checks GDR for the devices of the network it uses: `NET/gIB : GPU Direct RDMA
+            # Enabled for HCA 0 'mlx5_0'` names both (2.12 on)
+            _add(rank.listed_by, net.group(1))
             _add(rank.gdr_enabled if m.group(1) == "Enabled" else rank.gdr_disabled, m.group(3))
         return
     m = _OFI_PROVIDER.search(message)
@@ -260,8 +289,13 @@ def _read_net_using(rank: Rank, net: str, rest: str) -> None:
     if net in ("Socket", "FastSocket"):
         for s in _SOCKET_DEVICE.finditer(rest):
             _add(rank.sockets, s.group(2))
+        if net == "FastSocket":
+            _add(rank.listed_by, net)  # a plugin: listed only when NCCL loaded it (NET/Socket is also bootstrap's)
         return
-    for d in _NET_DEVICE.finditer(rest.split("; OOB", 1)[0]):
+    listing, oob, _ = rest.partition("; OOB")
+    if oob and _NET_DEVICE.search(listing):
+        rank.listing_whole = True
+    for d in _NET_DEVICE.finditer(listing):
         _add(rank.listed_by, net)
         _add(rank.devices, d.group(2))
         _add(rank.links, d.group(4))
@@ -269,7 +303,11 @@ def _read_net_using(rank: Rank, net: str, rest: str) -> None:
 
 def _read_plugin(rank: Rank, message: str) -> None:
     m = _LOADED_PLUGIN.search(message)
-    if m and "coll plugin" not in message:
+    if m:
+        rank.plugin = m.group(1) or m.group(2)
+        return
+    m = _PLUGIN_INIT.match(message)
+    if m:
         rank.plugin = m.group(1)
         return
     m = _P2P_PLUGIN.match(message)
@@ -298,18 +336,22 @@ def _read_errors(rank: Rank, message: str) -> None:
 
 def lines_of(
     stream: BinaryIO, max_bytes: int = MAX_BYTES, max_lines: int = MAX_LINES, max_line: int = MAX_LINE
-) -> Iterator[tuple[str, bool]]:
-    """The first lines of a binary stream as text, with whether the input went on past the limits
-    (True on the last one yielded when it did). Never more than `max_bytes` read (plus one chunk
-    of `max_line` to find a long line's end), never more than `max_line` bytes held at once."""
+) -> Iterator[tuple[str, bool, int]]:
+    """The first lines of a binary stream as text, each with whether it is whole and the bytes
+    read for it. A line is not
+    whole when the stream (or `max_bytes`) ends inside it, or when it is longer than `max_line`
+    (its rest is skipped): such a line proves nothing and the reader skips it. Never more than
+    `max_bytes` read, never more than `max_line` bytes held at once."""
     read = 0
     count = 0
     while count < max_lines and read < max_bytes:
         raw = stream.readline(min(max_line, max_bytes - read))
         if not raw:
             return
+        start = read
         read += len(raw)
-        if not raw.endswith(b"\n"):
+        whole = raw.endswith(b"\n")
+        if not whole and len(raw) >= max_line:
             # cut: skip to the end of this line (bounded by max_bytes like the rest)
             while read < max_bytes:
                 rest = stream.readline(min(max_line, max_bytes - read))
@@ -317,9 +359,7 @@ def lines_of(
                 if not rest or rest.endswith(b"\n"):
                     break
         count += 1
-        yield raw.rstrip(b"\r\n").decode("utf-8", errors="replace"), False
-    if stream.read(1):
-        yield "", True
+        yield raw.rstrip(b"\r\n").decode("utf-8", errors="replace"), whole, read - start
 
 
 def read_stream(
@@ -331,22 +371,30 @@ def read_stream(
 ) -> Reading:
     """Read the first `max_bytes` / `max_lines` of a binary stream (a file, a pod's log)."""
     reader = Reader(max_ranks)
-    for text, more in lines_of(stream, max_bytes, max_lines, max_line):
-        if more:
-            reader.reading.truncated = True
-            break
-        reader.reading.bytes += len(text) + 1
-        reader.feed(text)
-    return reader.reading
+    reading = reader.reading
+    for text, whole, size in lines_of(stream, max_bytes, max_lines, max_line):
+        reading.bytes += size
+        if whole:
+            reader.feed(text)
+        else:
+            reading.lines += 1
+            reading.partial_lines += 1
+    if reading.lines >= max_lines or reading.bytes >= max_bytes:
+        reading.truncated = bool(stream.read(1))
+    return reading
 
 
 def read_lines(lines: Iterable[str], max_lines: int = MAX_LINES, max_ranks: int = MAX_RANKS) -> Reading:
-    """Read lines already decoded (a test's, a controller's), at most `max_lines` of them."""
+    """Read whole lines already decoded (a test's, a controller's), at most `max_lines` of them."""
     reader = Reader(max_ranks)
     for i, text in enumerate(lines):
         if i >= max_lines:
             reader.reading.truncated = True
             break
         reader.reading.bytes += len(text) + 1
-        reader.feed(text.rstrip("\r\n")[:MAX_LINE])
+        if len(text) > MAX_LINE:
+            reader.reading.lines += 1
+            reader.reading.partial_lines += 1
+            continue
+        reader.feed(text.rstrip("\r\n"))
     return reader.reading

@@ -18,7 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from webhook.proof.expectation import PLUGIN_TRANSPORTS, TCP, Expectation, transport_of
+from webhook.proof.expectation import NETWORKS, PLUGIN_TRANSPORTS, TCP, Expectation, transport_of
 from webhook.proof.nccl_log import Rank, Reading
 
 VERIFIED, UNVERIFIABLE, DEGRADED, FALLBACK, FAILED = "verified", "unverifiable", "degraded", "fallback", "failed"
@@ -29,6 +29,9 @@ SEVERITY = {VERIFIED: 0, UNVERIFIABLE: 1, DEGRADED: 2, FALLBACK: 3, FAILED: 4}
 CONDITION = "rdma-webhook.io/TransportVerified"
 CONDITION_STATUS = {VERIFIED: "True", UNVERIFIABLE: "Unknown", DEGRADED: "False", FALLBACK: "False", FAILED: "False"}
 _TCP_PROVIDERS = ("tcp", "sockets", "udp")
+# A network name that is none of these (a line cut short, a plugin this reader does not know)
+# proves nothing: the rank is unverifiable, never judged as another transport.
+KNOWN = frozenset(NETWORKS.values())
 
 
 @dataclass
@@ -130,12 +133,14 @@ def _judge_rank(rank: Rank, exp: Expectation) -> RankVerdict:
     network = network_of(rank)
     transport = transport_of(network) if network is not None else None
     gdr = gdr_of(rank) if transport not in (None, TCP) else None
-    out = RankVerdict(rank.label(), rank.host, transport, network, list(rank.devices), gdr, VERIFIED, [])
+    out = RankVerdict(rank.label(), rank.host, transport, network, _devices(rank), gdr, VERIFIED, [])
     causes = _causes(rank)
     if rank.completion_errors:
         return _set(out, FAILED, ["CompletionError", *causes], f"{rank.completion_errors[0]}")
     if transport is None:
         return _set(out, UNVERIFIABLE, ["Unverifiable", *causes], "printed no line naming its network")
+    if transport not in KNOWN:
+        return _set(out, UNVERIFIABLE, ["Unverifiable", *causes], f"network {network!r} is none NCCL is known to name")
     if transport == TCP:
         return _set(out, FALLBACK, ["NetSocket", *causes], f"uses NET/{network}")
     if transport == "libfabric" and rank.provider and rank.provider.split(";")[0].lower() in _TCP_PROVIDERS:
@@ -148,11 +153,13 @@ def _judge_rank(rank: Rank, exp: Expectation) -> RankVerdict:
     if exp.providers and rank.provider and rank.provider.split(";")[0].lower() not in exp.providers:
         reasons.append("WrongDevice")
         notes.append(f"libfabric provider {rank.provider}, expected {'/'.join(exp.providers)}")
-    wrong = [d for d in rank.devices if not exp.device_ok(d)]
+    wrong = [d for d in _devices(rank) if not exp.device_ok(d)]
     if wrong:
         reasons.append("WrongDevice")
         notes.append(f"devices {', '.join(wrong)} are not the policy's")
-    rails = len(rank.devices) if rank.devices else rank.nics
+    # only a full listing counts rails (`NET/IB : Using [0].. [n]`, the OFI plugin's NIC count),
+    # not the HCAs GDR lines happen to name
+    rails = len(rank.devices) if rank.listing_whole else rank.nics
     if exp.rails is not None and rails is not None and rails < exp.rails:
         reasons.append("FewerRails")
         notes.append(f"{rails} NIC(s), expected {exp.rails}")
@@ -162,6 +169,11 @@ def _judge_rank(rank: Rank, exp: Expectation) -> RankVerdict:
     if reasons:
         return _set(out, DEGRADED, reasons, "; ".join(notes))
     return _set(out, VERIFIED, [], f"uses {network}" + (f" on {', '.join(rank.devices[:8])}" if rank.devices else ""))
+
+
+def _devices(rank: Rank) -> list[str]:
+    """The NICs a rank's lines name: listed by its net transport, or in its GDR lines."""
+    return list(dict.fromkeys([*rank.devices, *rank.gdr_enabled, *rank.gdr_disabled]))
 
 
 def _causes(rank: Rank) -> list[str]:
