@@ -51,7 +51,7 @@ LAYERS = (
     ("grammar",),  # Kubernetes quantities and names, NCCL's env grammar
     ("commands", "fabrics"),  # how commands are read; what differs per transport and network mechanism
     ("core",),  # the pure decision: policy model, fallback rules, mutation, patch
-    ("kinds",),  # workload kinds and their pod templates
+    ("kinds", "proof"),  # workload kinds and their pod templates; NCCL's log read as proof of its transport
     ("admission", "policy"),  # the AdmissionReview envelope; policy files to a PolicySet
     ("cluster",),  # cluster state: file, list+watch
     ("serving",),  # HTTP, TLS, workers, the server

@@ -119,6 +119,19 @@ class Sidecar:
 
 
 @dataclass(frozen=True)
+class Proof:
+    """What a policy's optional `proof` section says NCCL's own log must show (webhook.proof): each
+    field None where the section leaves it to be derived from the fabric. Read only by the log
+    reader and the verifier, never by the admission path."""
+
+    transport: str | None = None  # ib-verbs | libfabric | gib | fastrak | tcpx
+    devices: tuple[str, ...] | None = None  # NIC names NCCL may use (ranges expanded)
+    gdr: bool | None = None  # GPUDirect RDMA expected on every rank
+    rails: int | None = None  # NICs each rank must use, at least
+    on_fallback: str = "report"  # report | fail: what the verifier does on a fallback
+
+
+@dataclass(frozen=True)
 class Policy:
     """A validated policy with everything the admission path needs precomputed."""
 
@@ -163,6 +176,8 @@ class Policy:
     gke_networks: tuple[GkeNetwork, ...] = ()
     plugin_mounts: tuple[PluginMount, ...] = ()
     sidecar: Sidecar | None = None
+    # The `proof` section (webhook.proof.expectation derives what it leaves out from the fabric).
+    proof: Proof | None = None
 
     @property
     def fabric_kind(self) -> str:

@@ -219,6 +219,19 @@ SCHEMA: dict[str, Any] = {
         "shm": SCHEMA_V1ALPHA1["properties"]["shm"],
         "nccl": _NCCL_BLOCK,
         "workloadValidation": {"enum": ["Deny", "Warn"]},
+        # What NCCL's own log must show for a job under this policy (webhook.proof, docs/proof.md):
+        # each field overrides what is derived from the fabric.
+        "proof": {
+            "type": "object",
+            "additionalProperties": False,
+            "properties": {
+                "transport": {"enum": [*sorted(transports.TRANSPORTS), "tcpx"]},
+                "devices": {"type": "array", "minItems": 1, "items": {"type": "string", "minLength": 1}},
+                "gdr": {"type": "boolean"},
+                "rails": {"type": "integer", "minimum": 1, "maximum": 64},
+                "onFallback": {"enum": ["report", "fail"]},
+            },
+        },
     },
 }
 VALIDATORS = {

@@ -14,7 +14,7 @@ from typing import Any, Iterable
 
 from webhook.grammar import k8s
 from webhook.fabrics import transports
-from webhook.core.model import GPUS_FIELD, Claim, Device, Dra, EnvSetting, PluginMount, Policy, Sidecar
+from webhook.core.model import GPUS_FIELD, Claim, Device, Dra, EnvSetting, PluginMount, Policy, Proof, Sidecar
 from webhook.fabrics.gke import GkeNetwork
 from webhook.fabrics.multus import Network
 from webhook.policy.errors import PolicyError
@@ -129,6 +129,7 @@ def compile_sections(doc: dict[str, Any], file: str, name: str | None) -> tuple[
         gke_networks=tuple(gke_networks),
         plugin_mounts=plugin_mounts,
         sidecar=sidecar,
+        proof=_proof(doc),
     ), []
 
 
@@ -481,3 +482,18 @@ def _nccl(
                         )
                     )
     return env
+
+
+def _proof(doc: dict[str, Any]) -> Proof | None:
+    """The `proof` section (valid by the schema), its device ranges expanded as hcaDevices' are."""
+    spec = doc.get("proof")
+    if not isinstance(spec, dict):
+        return None
+    devices = spec.get("devices")
+    return Proof(
+        transport=spec.get("transport"),
+        devices=_expand_devices(devices) if devices else None,
+        gdr=spec.get("gdr"),
+        rails=spec.get("rails"),
+        on_fallback=spec.get("onFallback", "report"),
+    )
