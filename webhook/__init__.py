@@ -54,7 +54,7 @@ LAYERS = (
     ("kinds", "proof"),  # workload kinds and their pod templates; NCCL's log read as proof of its transport
     ("admission", "policy"),  # the AdmissionReview envelope; policy files to a PolicySet
     ("cluster",),  # cluster state: file, list+watch
-    ("serving",),  # HTTP, TLS, workers, the server
+    ("serving", "verify"),  # HTTP, TLS, workers, the server; the verifier of NCCL's logs
     ("cli",),  # the commands
 )
 
