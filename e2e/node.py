@@ -20,9 +20,9 @@ Started here, each a child process recorded and stopped by its PID like the cont
   the Node authorizer), serves TLS with a certificate of the cluster CA, and the API server
   reaches it (exec, logs) with a client certificate of that CA.
 - kube-scheduler (same release), with the admin kubeconfig like the controller-manager.
-- a fake device plugin (e2e/controlplane/cmd/fake-device-plugin): nvidia.com/gpu x8 as
+- a fake device plugin (e2e/controlplane/cmd/fake-device-plugin): nvidia.com/gpu x16 as
   /dev/nvidiaN with NVIDIA_VISIBLE_DEVICES, and each RDMA resource the shipped policies name
-  (aliyun/erdma, rdma/shared_ib, ...) x4 as /dev/infiniband/fake-<resource>-N with
+  (aliyun/erdma, rdma/shared_ib, ...) x16 as /dev/infiniband/fake-<resource>-N with
   FAKE_DEVICES_<RESOURCE>; every device node is the host's /dev/null (char 1:3).
 
 The node registers with a taint (e2e.rdma-webhook.io/node=tests:NoSchedule): only the node tests'
@@ -263,8 +263,8 @@ def shell_image(out: Path) -> Path:
 
 # --- the fake devices ------------------------------------------------------------------------------
 
-GPUS = 8  # nvidia.com/gpu devices the node advertises
-RDMA_DEVICES = 4  # devices of each RDMA resource of the shipped policies
+GPUS = 16  # nvidia.com/gpu devices the node advertises (the verifier's test runs eight pods at once)
+RDMA_DEVICES = 16  # devices of each RDMA resource of the shipped policies
 
 
 def policy_resources(folder: Path = c.ROOT / "policies") -> list[str]:

@@ -51,7 +51,10 @@ def test_events_go_to_the_pod_and_its_controller_and_fit_the_api_limit():
     for event in (pod_event, job_event):
         assert event["type"] == "Warning" and event["reason"] == "TransportNetSocket"
         assert event["reportingController"] == "rdma-webhook.io/verifier" and len(event["note"]) <= 1024
-        assert event["metadata"]["namespace"] == "ml" and event["metadata"]["generateName"].endswith(".")
+        assert (
+            event["metadata"]["namespace"] == "ml"
+            and event["metadata"]["generateName"] == event["regarding"]["name"] + "-"
+        )
     no_owner = Start("ml", "p", "u", "c", "id", "ib-shared", "n", None)
     assert len(report.events(no_owner, verdict, "t")) == 1
 

@@ -129,7 +129,7 @@ class Verifier:
             raise
         except Exception as exc:  # an API error, a pod gone: this start only, never the loop
             metrics.child(metrics.LOG_READS, "error").inc()
-            log.warning("reading %s/%s container %s: %s", start.namespace, start.pod, start.container, exc)
+            log.warning("verifying %s/%s container %s: %s", start.namespace, start.pod, start.container, exc)
             return None
         finally:
             self.tasks.pop(start.key, None)

@@ -62,7 +62,8 @@ def _event(regarding: dict[str, Any], start: Start, verdict: Verdict, now: str) 
     return {
         "apiVersion": "events.k8s.io/v1",
         "kind": "Event",
-        "metadata": {"generateName": f"{regarding['name']}.", "namespace": start.namespace},
+        # a prefix the API server validates as a name: no trailing dot (the name is at most 253)
+        "metadata": {"generateName": f"{regarding['name'][:240]}-", "namespace": start.namespace},
         "eventTime": now,
         "reportingController": REPORTER,
         "reportingInstance": REPORTER,
