@@ -13,6 +13,8 @@ ranks; a Job's pod puts its Event on the Job too. Runs after e2e/test_node.py (L
 
 from __future__ import annotations
 
+import json
+import subprocess
 import sys
 import time
 import urllib.request
@@ -191,6 +193,20 @@ def test_each_pods_transport_is_read_from_its_own_log_and_shown_where_people_loo
     assert (
         sum(v for (name, _), v in samples.items() if name == "rdma_webhook_transport_verdicts_total") == len(CASES) + 1
     )
+    # `rdma-webhook status`, from the live cluster: the Job and each bare pod, with its verdict
+    exe = Path(sys.executable).with_name("rdma-webhook")
+    argv = [str(exe)] if exe.exists() else [sys.executable, "-m", "webhook"]
+    listed = subprocess.run(
+        [*argv, "status", "--kubeconfig", str(cp.admin_kubeconfig), "--namespace", namespace, "--output", "json"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert listed.returncode == 1, listed.stderr  # a job is False
+    by_name = {(j["kind"], j["name"]): j for j in json.loads(listed.stdout)}
+    assert by_name[("Job", "trainer")]["verdict"] == "False" and by_name[("Job", "trainer")]["reasons"] == ["NetSocket"]
+    assert by_name[("Pod", "ib-gdr")]["verdict"] == "True" and by_name[("Pod", "silent")]["verdict"] == "Unknown"
+    assert all(j["policies"] == [POLICY] for j in by_name.values()) and len(by_name) == len(CASES) + 1
     print(f"verifier: {len(CASES) + 1} pods verified within {took:.1f}s of their creation")
     assert proc.alive(), proc.tail()
     cp.kubectl("delete", "namespace", namespace, "--wait=false")  # frees the node's devices

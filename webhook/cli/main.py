@@ -1,4 +1,4 @@
-"""The command line's parser: `rdma-webhook serve | review | policy lint | policy migrate | nccl-log | verify | certs`,
+"""The command line's parser: `rdma-webhook serve | review | policy lint | policy migrate | nccl-log | verify | status | certs`,
 each command in a module of its own beside this one."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 from typing import Iterable
 
-from webhook.cli import certs, nccl_log, policy, review, serve, verify
+from webhook.cli import certs, nccl_log, policy, review, serve, status, verify
 
 
 def _version() -> str:
@@ -20,7 +20,7 @@ def _version() -> str:
 
 # The commands, each a module with `register(commands)`, which adds its subcommand, in the order
 # `--help` lists them.
-COMMANDS = (serve, review, policy, nccl_log, verify, certs)
+COMMANDS = (serve, review, policy, nccl_log, verify, status, certs)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -31,7 +31,9 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
-    commands = p.add_subparsers(dest="command", required=True, metavar="{serve,review,policy,nccl-log,verify,certs}")
+    commands = p.add_subparsers(
+        dest="command", required=True, metavar="{serve,review,policy,nccl-log,verify,status,certs}"
+    )
     for command in COMMANDS:
         command.register(commands)
     return p
