@@ -90,6 +90,7 @@ def chart(cp, node, workdir, webhook_image):
         "--set",
         "policies.enabled={erdma}",
         *[a for k, v in TOLERATION.items() for a in ("--set", f"tolerations[0].{k}={v}")],
+        *[a for k, v in TOLERATION.items() for a in ("--set", f"verifier.tolerations[0].{k}={v}")],
         "--wait",
         "--timeout",
         "240s",
@@ -122,6 +123,27 @@ def chart_admissions(cp, namespace: str) -> list[dict]:
         if doc.get("msg") == "admission" and doc.get("namespace") == namespace:
             found.append({**doc, "from": prefix.strip()})
     return found
+
+
+def test_the_chart_s_verifier_runs_from_the_image_with_its_own_identity(cp, node, chart, webhook_image):
+    """The default install's verifier (verifier.enabled): one pod of the image, on the node, as its
+    own ServiceAccount, following the mutated pods (its start line in its log)."""
+    selector = f"app.kubernetes.io/instance={RELEASE},app.kubernetes.io/component=verifier"
+    pods = stored(cp, f"/api/v1/namespaces/{NAMESPACE}/pods?labelSelector={selector.replace(',', '%2C')}")["items"]
+    assert len(pods) == 1, [p["metadata"]["name"] for p in pods]
+    [pod] = pods
+    assert (
+        pod["spec"]["nodeName"] == node.name and pod["spec"]["serviceAccountName"] == f"{RELEASE}-rdma-webhook-verifier"
+    )
+    assert pod["spec"]["containers"][0]["image"] == webhook_image and pod["status"]["phase"] == "Running"
+    logs = c.wait_for(
+        "the verifier's start line",
+        lambda: (lambda out: out if "verifying the NCCL transport" in out else None)(
+            cp.kubectl("logs", "-n", NAMESPACE, pod["metadata"]["name"]).stdout
+        ),
+        60,
+    )
+    assert "Traceback" not in logs, logs
 
 
 def test_chart_pods_run_from_the_image_and_are_ready(cp, node, chart, webhook_image):

@@ -306,11 +306,13 @@ def test_an_own_policy_beside_a_catalogue_one(tmp_path):
     docs = _overlay(tmp_path, ["ib-shared"], extra)
     assert sorted(_policies(docs)) == ["ib-shared.yaml", "my-fabric.yaml"]
     assert _policies(docs)["my-fabric.yaml"] == own.encode()
-    # the Deployment mounts the merged (re-hashed) ConfigMap
-    [dep] = [d for d in docs if d["kind"] == "Deployment"]
+    # both Deployments (the webhook and the verifier) mount the merged (re-hashed) ConfigMap
+    deployments = [d for d in docs if d["kind"] == "Deployment"]
+    assert sorted(d["metadata"]["name"] for d in deployments) == ["rdma-webhook", "rdma-webhook-verifier"]
     [cm] = [d for d in docs if d["kind"] == "ConfigMap" and d["metadata"]["name"].startswith("rdma-webhook-policies")]
-    vols = {v["name"]: v for v in dep["spec"]["template"]["spec"]["volumes"]}
-    assert vols["policies"]["configMap"]["name"] == cm["metadata"]["name"]
+    for dep in deployments:
+        vols = {v["name"]: v for v in dep["spec"]["template"]["spec"]["volumes"]}
+        assert vols["policies"]["configMap"]["name"] == cm["metadata"]["name"]
 
 
 def test_readme_documents_choosing_and_adding():

@@ -85,7 +85,14 @@ def refused(*sets: str) -> str:
 
 
 def find(docs, kind, name=None):
-    return [d for d in docs if d["kind"] == kind and (name is None or d["metadata"]["name"] == name)]
+    """The objects of `kind` (named `name`; None: the webhook's own, not the verifier's, which
+    test_the_verifier_* below read by name)."""
+    return [
+        d
+        for d in docs
+        if d["kind"] == kind
+        and (d["metadata"]["name"] == name if name is not None else not d["metadata"]["name"].endswith("-verifier"))
+    ]
 
 
 def one(docs, kind, name=None) -> dict:
@@ -579,3 +586,46 @@ def test_policy_mode_objects_are_the_generators(tmp_path):
         h["name"] for h in one(default, "ValidatingWebhookConfiguration")["webhooks"]
     ]
     assert all("admissionregistration.k8s.io" not in r["apiGroups"] for r in one(default, "ClusterRole")["rules"])
+
+
+# --- the verifier (rdma-webhook verify) ---------------------------------------------------------------
+
+
+def test_the_verifier_is_in_the_default_install_with_exactly_what_it_uses():
+    docs = template()
+    name = "rdma-webhook-verifier"
+    dep = one(docs, "Deployment", name)
+    [ctr] = dep["spec"]["template"]["spec"]["containers"]
+    assert ctr["args"] == ["verify", "--policies", "/etc/rdma-webhook/policies", "--metrics-port", "9090"]
+    assert dep["spec"]["replicas"] == 1 and dep["spec"]["template"]["spec"]["serviceAccountName"] == name
+    assert ctr["securityContext"]["readOnlyRootFilesystem"] and ctr["securityContext"]["capabilities"] == {
+        "drop": ["ALL"]
+    }
+    webhook_selector = one(docs, "Service")["spec"]["selector"]
+    pod_labels = dep["spec"]["template"]["metadata"]["labels"]
+    assert not all(pod_labels.get(k) == v for k, v in webhook_selector.items())  # not behind the webhook's Service
+    policies_volume = {v["name"]: v for v in dep["spec"]["template"]["spec"]["volumes"]}["policies"]
+    webhook_volume = {v["name"]: v for v in one(docs, "Deployment")["spec"]["template"]["spec"]["volumes"]}["policies"]
+    assert policies_volume == webhook_volume  # the same policies as the webhook's
+    rules = one(docs, "ClusterRole", name)["rules"]
+    assert sorted((r["apiGroups"][0], r["resources"][0], tuple(r["verbs"])) for r in rules) == [
+        ("", "pods", ("list", "watch")),
+        ("", "pods/log", ("get",)),
+        ("", "pods/status", ("patch",)),
+        ("events.k8s.io", "events", ("create",)),
+    ]
+    deploy_rules = [d for d in yaml.safe_load_all((REPO / "deploy" / "verifier" / "rbac.yaml").read_text()) if d]
+    assert one(deploy_rules, "ClusterRole", name)["rules"] == rules  # kustomize's and the chart's agree
+    binding = one(docs, "ClusterRoleBinding", name)
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": name, "namespace": "rdma-webhook"}]
+
+
+def test_the_verifier_can_be_switched_off_or_narrowed_to_one_namespace():
+    assert [d for d in template("verifier.enabled=false") if "verifier" in d["metadata"]["name"]] == []
+    docs = template("verifier.namespace=ml-training")
+    name = "rdma-webhook-verifier"
+    assert find(docs, "ClusterRoleBinding", name) == []
+    binding = one(docs, "RoleBinding", name)
+    assert binding["metadata"]["namespace"] == "ml-training" and binding["roleRef"]["kind"] == "ClusterRole"
+    args = one(docs, "Deployment", name)["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert args[-2:] == ["--namespace", "ml-training"]

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import base64
 import functools
+import os
 import json
 import re
 import shutil
@@ -866,3 +867,25 @@ def test_containerignore():
     assert {".venv", "tests", "mutation", ".git", "certs"} <= entries
     for needed in ("pyproject.toml", "README.md", "webhook", "policies"):
         assert needed not in entries
+
+
+def test_the_verifier_is_installed_by_default_and_its_component_off_removes_it(tmp_path):
+    """deploy/ includes deploy/verifier/ (its ServiceAccount, exactly the RBAC it uses, its
+    Deployment on the same policies ConfigMap); `components: [.../verifier/off]` removes all four."""
+    docs = rendered(".")
+    names = sorted((d["kind"], d["metadata"]["name"]) for d in docs if "verifier" in d["metadata"]["name"])
+    assert names == [
+        ("ClusterRole", "rdma-webhook-verifier"),
+        ("ClusterRoleBinding", "rdma-webhook-verifier"),
+        ("Deployment", "rdma-webhook-verifier"),
+        ("ServiceAccount", "rdma-webhook-verifier"),
+    ]
+    rel = os.path.relpath(DEPLOY, tmp_path)
+    (tmp_path / "kustomization.yaml").write_text(f"resources: [{rel}]\ncomponents: [{rel}/verifier/off]\n")
+    proc = subprocess.run(["kubectl", "kustomize", str(tmp_path)], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    off = [d for d in yaml.safe_load_all(proc.stdout) if d]
+    assert [d for d in off if "verifier" in d["metadata"]["name"]] == []
+    assert sorted((d["kind"], d["metadata"]["name"]) for d in off) == sorted(
+        (d["kind"], d["metadata"]["name"]) for d in docs if "verifier" not in d["metadata"]["name"]
+    )

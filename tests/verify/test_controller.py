@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from webhook.telemetry import metrics
+from webhook.telemetry.metrics import child
+from webhook.verify.controller import LOG_READS
 from webhook.verify.controller import Verifier
 from webhook.verify.starts import Start
 
@@ -183,10 +184,10 @@ def test_a_deleted_pod_mid_read_and_an_api_error_report_nothing_and_stop_nothing
         await settle(verifier, cluster, [("ADDED", running(pod_named("fine"), "trainer"))])
         return verifier, cluster
 
-    errors = metrics.child(metrics.LOG_READS, "error")._value.get()
+    errors = child(LOG_READS, "error")._value.get()
     verifier, cluster = run(go())
     assert conditions(cluster) == {"fine": ("False", "NetSocket")}
-    assert metrics.child(metrics.LOG_READS, "error")._value.get() == errors + 1
+    assert child(LOG_READS, "error")._value.get() == errors + 1
     assert "uid-gone" not in verifier.seen and cluster.open == 0
 
 

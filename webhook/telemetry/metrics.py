@@ -57,18 +57,6 @@ ADMISSION_POLICY_MISMATCHES = Gauge(
     "Differences between the generated ValidatingAdmissionPolicies and the policies in force.",
     multiprocess_mode="livemostrecent",
 )
-# The verifier (webhook.verify): one count per container start read, by the policy it was admitted
-# under, the verdict and the condition's reason; and the reads under way.
-TRANSPORT_VERDICTS = Counter(
-    "rdma_webhook_transport_verdicts",
-    "NCCL transport verdicts of container starts, by policy, verdict and reason.",
-    ["policy", "verdict", "reason"],
-)
-LOG_READS = Counter("rdma_webhook_log_reads", "Container logs read by the verifier, by result.", ["result"])
-READS_OPEN = Gauge(
-    "rdma_webhook_log_reads_open", "Container logs being read by the verifier.", multiprocess_mode="livesum"
-)
-
 EXPORTED_METRIC_NAMES = frozenset(
     {
         "rdma_webhook_admissions_total",
@@ -83,9 +71,6 @@ EXPORTED_METRIC_NAMES = frozenset(
         "rdma_webhook_cluster_cache_ready",
         "rdma_webhook_admission_policy_in_sync",
         "rdma_webhook_admission_policy_mismatches",
-        "rdma_webhook_transport_verdicts_total",
-        "rdma_webhook_log_reads_total",
-        "rdma_webhook_log_reads_open",
     }
 )
 

@@ -25,12 +25,29 @@ from typing import Any, AsyncIterator, Callable, Protocol
 from webhook.core.model import PolicySet
 from webhook.proof.expectation import expectation
 from webhook.proof.verdict import Verdict
-from webhook.telemetry import metrics
+from prometheus_client import Counter, Gauge
+
+from webhook.telemetry.metrics import child
 from webhook.verify import report
 from webhook.verify.session import CONCURRENCY, MAX_BYTES, QUIET, WINDOW, Session
 from webhook.verify.starts import Start, starts
 
 log = logging.getLogger("rdma_webhook.verify")
+
+# The verifier's metrics, on its own /metrics (`verify --metrics-port`): defined here, not in
+# webhook.telemetry.metrics, so that the webhook's processes never export them. One count per
+# container start read, by the policy it was admitted under, the verdict and the condition's
+# reason; the reads by result; the reads under way.
+TRANSPORT_VERDICTS = Counter(
+    "rdma_webhook_transport_verdicts",
+    "NCCL transport verdicts of container starts, by policy, verdict and reason.",
+    ["policy", "verdict", "reason"],
+)
+LOG_READS = Counter("rdma_webhook_log_reads", "Container logs read by the verifier, by result.", ["result"])
+READS_OPEN = Gauge("rdma_webhook_log_reads_open", "Container logs being read by the verifier.")
+METRIC_NAMES = frozenset(
+    {"rdma_webhook_transport_verdicts_total", "rdma_webhook_log_reads_total", "rdma_webhook_log_reads_open"}
+)
 
 
 class Cluster(Protocol):
@@ -125,10 +142,10 @@ class Verifier:
                 await self._report(start, verdict)
             return verdict
         except asyncio.CancelledError:
-            metrics.child(metrics.LOG_READS, "cancelled").inc()
+            child(LOG_READS, "cancelled").inc()
             raise
         except Exception as exc:  # an API error, a pod gone: this start only, never the loop
-            metrics.child(metrics.LOG_READS, "error").inc()
+            child(LOG_READS, "error").inc()
             log.warning("verifying %s/%s container %s: %s", start.namespace, start.pod, start.container, exc)
             return None
         finally:
@@ -139,7 +156,7 @@ class Verifier:
         session = Session(expectation(policy), self.quiet, self.max_bytes)
         chunks: asyncio.Queue[bytes | BaseException | None] = asyncio.Queue(maxsize=64)
         pump = asyncio.get_running_loop().create_task(_pump(self.cluster.log(start, self.max_bytes), chunks))
-        metrics.READS_OPEN.inc()
+        READS_OPEN.inc()
         began = self.clock()
         try:
             while not session.full:
@@ -158,16 +175,16 @@ class Verifier:
                 session.feed(chunk, self.clock())
                 if session.due(self.clock()):
                     break
-            metrics.child(metrics.LOG_READS, "read").inc()
+            child(LOG_READS, "read").inc()
             return session.verdict()
         finally:
-            metrics.READS_OPEN.dec()
+            READS_OPEN.dec()
             pump.cancel()  # and the stream closed before the slot is given to the next read
             await asyncio.gather(pump, return_exceptions=True)
 
     async def _report(self, start: Start, verdict: Verdict) -> None:
         now = _now()
-        metrics.child(metrics.TRANSPORT_VERDICTS, *report.metric_labels(start, verdict)).inc()
+        child(TRANSPORT_VERDICTS, *report.metric_labels(start, verdict)).inc()
         self.reported.append((start, verdict))
         del self.reported[: -self.max_reported]
         await self.cluster.set_condition(start, report.condition_patch(start, verdict, now))
