@@ -136,13 +136,22 @@ def test_the_chart_s_verifier_runs_from_the_image_with_its_own_identity(cp, node
         pod["spec"]["nodeName"] == node.name and pod["spec"]["serviceAccountName"] == f"{RELEASE}-rdma-webhook-verifier"
     )
     assert pod["spec"]["containers"][0]["image"] == webhook_image and pod["status"]["phase"] == "Running"
-    logs = c.wait_for(
-        "the verifier's start line",
-        lambda: (lambda out: out if "verifying the NCCL transport" in out else None)(
-            cp.kubectl("logs", "-n", NAMESPACE, pod["metadata"]["name"]).stdout
-        ),
-        60,
-    )
+    name = pod["metadata"]["name"]
+    try:
+        logs = c.wait_for(
+            "the verifier's start line",
+            lambda: (lambda out: out if "verifying the NCCL transport" in out else None)(
+                cp.kubectl("logs", "-n", NAMESPACE, name).stdout
+            ),
+            60,
+        )
+    except TimeoutError:
+        now = stored(cp, f"/api/v1/namespaces/{NAMESPACE}/pods/{name}")
+        previous = cp.kubectl("logs", "-n", NAMESPACE, name, "--previous").stdout
+        current = cp.kubectl("logs", "-n", NAMESPACE, name).stdout
+        pytest.fail(
+            f"status: {json.dumps(now['status'])[:3000]}\nlogs: {current[-3000:]}\nprevious: {previous[-3000:]}"
+        )
     assert "Traceback" not in logs, logs
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import sys
 from typing import Any
 
@@ -20,7 +21,7 @@ def register(commands: Any) -> None:
         description="Follow the pods the webhook mutated (label rdma-webhook.io/applied-policy); read each "
         "container start's log once, as NCCL initialises, and set the pod condition "
         "rdma-webhook.io/TransportVerified, Events on the pod and its job, and rdma_webhook_transport_verdicts_total.",
-        epilog="exit status: 0 after SIGTERM, 2 on a bad flag or policies that do not load",
+        epilog="exit status: 0 after SIGTERM, 2 on a bad flag, policies that do not load or no cluster to read",
     )
     s.add_argument("--policies", metavar="DIR", help="policies folder, reloaded on change (default: policies/)")
     s.add_argument("--namespace", help="only this namespace (default: every namespace)")
@@ -44,6 +45,10 @@ def register(commands: Any) -> None:
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
+    # One process, its metrics in memory: the image's PROMETHEUS_MULTIPROC_DIR is the webhook's
+    # (gunicorn's workers), a folder the verifier's pod does not have. Dropped before the metrics
+    # module is first imported, which reads it.
+    os.environ.pop("PROMETHEUS_MULTIPROC_DIR", None)
     from webhook.policy.store import PolicyStore
     from webhook.telemetry.logs import setup_logging
     from webhook.verify import service
@@ -59,14 +64,18 @@ def cmd_verify(args: argparse.Namespace) -> int:
         from prometheus_client import start_http_server
 
         start_http_server(args.metrics_port)
-    asyncio.run(
-        service.serve(
-            store,
-            args.namespace,
-            args.kubeconfig,
-            quiet=args.quiet,
-            window=args.window,
-            concurrency=args.concurrency,
+    try:
+        asyncio.run(
+            service.serve(
+                store,
+                args.namespace,
+                args.kubeconfig,
+                quiet=args.quiet,
+                window=args.window,
+                concurrency=args.concurrency,
+            )
         )
-    )
+    except service.NoCluster as exc:
+        print(f"rdma-webhook verify: cannot reach the Kubernetes API: {exc}", file=sys.stderr)
+        return 2
     return 0

@@ -17,6 +17,10 @@ from webhook.verify.controller import Verifier
 log = logging.getLogger("rdma_webhook.verify")
 
 
+class NoCluster(Exception):
+    """Neither an in-cluster identity nor a kubeconfig: nothing to verify against."""
+
+
 async def _api_client(kubeconfig: str | None):
     from kubernetes.aio import client, config
 
@@ -24,7 +28,10 @@ async def _api_client(kubeconfig: str | None):
     try:
         config.load_incluster_config(client_configuration=configuration)
     except Exception:
-        await config.load_kube_config(config_file=kubeconfig, client_configuration=configuration)
+        try:
+            await config.load_kube_config(config_file=kubeconfig, client_configuration=configuration)
+        except Exception as exc:
+            raise NoCluster(f"no in-cluster service account and no usable kubeconfig ({exc})") from None
     return client.ApiClient(configuration)
 
 
