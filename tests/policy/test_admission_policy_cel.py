@@ -63,15 +63,16 @@ POLICY_ONLY = {"shm", "multus-networks", "gke-networks"}
 @functools.lru_cache(maxsize=1)
 def celcheck() -> str:
     """The harness binary: RDMA_WEBHOOK_CELCHECK (what `make test` sets from
-    scripts/build-celcheck.sh); outside make, built here by the same script. Under make an unset
-    variable is a failure, never a skip."""
+    scripts/build-celcheck.sh); outside `make test`, built here by the same script. Under `make
+    test` (which sets RDMA_WEBHOOK_EXPECT in the same command) an unset or empty variable (the
+    script failed) is a failure, never a skip."""
     given = os.environ.get("RDMA_WEBHOOK_CELCHECK")
     if given:
         assert os.access(given, os.X_OK), f"RDMA_WEBHOOK_CELCHECK={given} is not an executable"
         return given
-    if os.environ.get("MAKELEVEL"):
+    if os.environ.get("RDMA_WEBHOOK_EXPECT"):
         pytest.fail(
-            "run by make without RDMA_WEBHOOK_CELCHECK: the Makefile's test target sets it from "
+            "run by `make test` (RDMA_WEBHOOK_EXPECT is set) without RDMA_WEBHOOK_CELCHECK: the Makefile's test target sets it from "
             "scripts/build-celcheck.sh",
             pytrace=False,
         )
