@@ -311,6 +311,17 @@ PLANTS = [
         ],
     ),
     Plant(
+        "cel-match-condition-without-pod-rules",
+        "issue 43: the match condition (which lets the API server skip the validations) leaving out the pod's "
+        "rules (hostNetwork, networks, sidecar): a later webhook's change there admitted without a word",
+        "webhook/policy/admission_policy.py",
+        "    if by_over[POD]:  # the pod's rules first",
+        "    if False:  # the pod's rules first",
+        [
+            "tests/policy/test_admission_policy_cel.py::test_the_generated_policy_refuses_what_the_webhook_refuses[sriov-roce]",
+        ],
+    ),
+    Plant(
         "env-list-substring-membership",
         "issue 43: a user's OMPI_MCA_mca_base_env_list naming NCCL_NET_GDR_LEVEL counted as naming NCCL_NET "
         "(a membership test turned into a substring test), so NCCL_NET reached no rank",

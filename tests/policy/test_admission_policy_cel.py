@@ -325,7 +325,7 @@ def variants(policy: Policy) -> list[tuple[str, Change]]:
         if bad is None or (name == "NCCL_NET_PLUGIN" and not policy.fabric.net_plugins):
             continue
         out.append((f"{name}={bad} last", _last(name, bad)))
-        out.append((f"{name}={bad} first, then the pod's own", _first(name, bad)))
+        out.append((f"{name}={bad} first (the pod's own entry, if any, last)", _first(name, bad)))
         out.append((f"{name}={bad} in a container that sees the GPUs", _visible_gpus(name, bad)))
         out.append((f"{name}={bad} in a CPU container", _cpu_container(name, bad)))
     if "NCCL_IB_DISABLE" in policy.watched and "NCCL_IB_DISABLE" not in policy.warned:
