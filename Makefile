@@ -50,9 +50,12 @@ run: $(VENV)/.compiled
 	PATH="$(CURDIR)/$(BIN):$$PATH" ./scripts/run-local.sh
 
 # Helm for tests/deploy/test_chart.py: built once from the Go module proxy into ~/.cache (scripts/build-helm.sh);
+# the CEL harness of tests/policy/test_admission_policy_cel.py (k8s.io/apiserver's evaluation of the
+# generated ValidatingAdmissionPolicies), likewise (scripts/build-celcheck.sh);
 # the MPI launchers of tests/core/test_ranks_real_launchers.py in their own prefixes under .venv/mpi.
 test: $(VENV)/.compiled $(VENV)/mpi/.installed lint
-	RDMA_WEBHOOK_HELM="$$(bash scripts/build-helm.sh)" RDMA_WEBHOOK_EXPECT=compiled $(BIN)/pytest
+	RDMA_WEBHOOK_HELM="$$(bash scripts/build-helm.sh)" RDMA_WEBHOOK_CELCHECK="$$(bash scripts/build-celcheck.sh)" \
+	  RDMA_WEBHOOK_EXPECT=compiled $(BIN)/pytest
 	$(MAKE) --no-print-directory test-pure
 
 # The formatter and the linter (ruff, configured in pyproject.toml): the tree as `ruff format`

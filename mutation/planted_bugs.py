@@ -291,6 +291,67 @@ PLANTS = [
             "tests/commands/test_reader_syntax_properties.py::test_an_escape_after_a_quoted_string_is_judged",
         ],
     ),
+    # issue 43, the classes `make test` did not catch
+    Plant(
+        "cel-cap-prefix-ignored",
+        "issue 43: the generated policy read IPC_LOCK only without CAP_ (the runtime reads both): it denied a "
+        "pod adding CAP_IPC_LOCK and admitted one dropping it; only make e2e evaluated the CEL",
+        "webhook/policy/cel.py",
+        "x.upperAscii() in ['IPC_LOCK', 'CAP_IPC_LOCK']",
+        "x.upperAscii() in ['IPC_LOCK']",
+        [
+            "tests/policy/test_admission_policy_cel.py::test_the_generated_policy_refuses_what_the_webhook_refuses[sriov-roce]",
+            "tests/policy/test_admission_policy_cel.py::test_the_generated_policy_refuses_what_the_webhook_refuses[efa]",
+        ],
+    ),
+    Plant(
+        "cel-first-env-entry-read",
+        "issue 43: the generated policy reading the first env entry of a name, where the kubelet uses the last",
+        "webhook/policy/cel.py",
+        'i = f"n.lastIndexOf({cel_str(name)})"',
+        'i = f"n.indexOf({cel_str(name)})"',
+        [
+            "tests/policy/test_admission_policy_cel.py::test_the_generated_policy_refuses_what_the_webhook_refuses[ib-shared]",
+        ],
+    ),
+    Plant(
+        "cel-match-condition-without-pod-rules",
+        "issue 43: the match condition (which lets the API server skip the validations) leaving out the pod's "
+        "rules (hostNetwork, networks, sidecar): a later webhook's change there admitted without a word",
+        "webhook/policy/admission_policy.py",
+        "    if by_over[POD]:  # the pod's rules first",
+        "    if False:  # the pod's rules first",
+        [
+            "tests/policy/test_admission_policy_cel.py::test_the_generated_policy_refuses_what_the_webhook_refuses[sriov-roce]",
+        ],
+    ),
+    Plant(
+        "env-list-substring-membership",
+        "issue 43: a user's OMPI_MCA_mca_base_env_list naming NCCL_NET_GDR_LEVEL counted as naming NCCL_NET "
+        "(a membership test turned into a substring test), so NCCL_NET reached no rank",
+        "webhook/core/ranks.py",
+        "            if name not in listed:\n",
+        '            if name not in ";".join(listed):\n',
+        [
+            "tests/core/test_ranks_forwarding.py::test_a_user_variable_whose_name_begins_with_a_block_name_does_not_stand_for_it",
+        ],
+    ),
+    Plant(
+        "chart-lookup-result-ignored",
+        "issue 43: the chart's certificate test held whenever lookup found nothing, which under helm template is always",
+        "charts/rdma-webhook/templates/webhookconfigurations.yaml",
+        '{{- $old := (get (default (dict) $existing) "data") | default (dict) -}}',
+        "{{- $old := dict -}}",
+        ["tests/deploy/test_chart.py::test_chart_certificates_are_kept_from_the_existing_secret"],
+    ),
+    Plant(
+        "chart-lookup-removed",
+        "issue 43: the same, with the lookup itself gone",
+        "charts/rdma-webhook/templates/webhookconfigurations.yaml",
+        '{{- $existing := lookup "v1" "Secret" .Release.Namespace $secretName -}}',
+        "{{- $existing := dict -}}",
+        ["tests/deploy/test_chart.py::test_chart_certificates_are_kept_from_the_existing_secret"],
+    ),
 ]
 
 

@@ -136,3 +136,32 @@ def test_a_launcher_with_env_from_says_its_values_are_not_checked(policies):
     pod["spec"]["containers"][0]["envFrom"] = [{"configMapRef": {"name": "nccl-settings"}}]
     _, _, d = mutate_twice(pod, ML, policies)
     assert any(w.startswith("launcher: envFrom values cannot be checked") for w in d.warnings), d.warnings
+
+
+def _forwarded(pod) -> list[str]:
+    """The names Open MPI forwards to the ranks from a mutated launcher: its env list's items
+    (named by the part before `=`) and its `-x` flags' names, as `mpirun` reads them."""
+    env = env_of(pod)
+    out = [item.split("=", 1)[0] for item in (env.get(ENV_LIST) or "").split(";") if item]
+    words = words_of(pod)
+    out += [w.split("=", 1)[0] for flag, w in zip(words, words[1:]) if flag in ("-x", "--x")]
+    return out
+
+
+def test_a_user_variable_whose_name_begins_with_a_block_name_does_not_stand_for_it(policies):
+    """A user's env list or `-x` already names NCCL_NET_GDR_LEVEL and NCCL_DEBUG_SUBSYS (real
+    NCCL variables whose names begin with the block's NCCL_NET and NCCL_DEBUG): each block name
+    is still forwarded, once, and the user's items are kept. A membership test turned into a
+    substring or prefix test would take NCCL_NET for listed and lose it for every rank."""
+    users = ["NCCL_NET_GDR_LEVEL=2", "NCCL_DEBUG_SUBSYS=INIT,NET"]
+    _, out, _ = mutate_twice(launcher(PLAIN, env=[{"name": ENV_LIST, "value": ";".join(users)}]), ML, policies)
+    assert env_of(out)[ENV_LIST].split(";") == [*users, *BLOCK]
+    assert sorted(_forwarded(out)) == sorted(["NCCL_NET_GDR_LEVEL", "NCCL_DEBUG_SUBSYS", *BLOCK])
+    # the same names given with -x (Open MPI 4 refuses -x beside the env list: the block goes out as -x)
+    args = ["-x", users[0], "-x", "NCCL_DEBUG_SUBSYS", *PLAIN]
+    _, out, _ = mutate_twice(launcher(args), ML, policies)
+    assert words_of(out) == ["mpirun", *X_BLOCK, *args]
+    assert ENV_LIST not in env_of(out)
+    # a name that merely contains a block name (no prefix) is no stand-in either
+    _, out, _ = mutate_twice(launcher(PLAIN, env=[{"name": ENV_LIST, "value": "MY_NCCL_IB_HCA"}]), ML, policies)
+    assert env_of(out)[ENV_LIST].split(";") == ["MY_NCCL_IB_HCA", *BLOCK]

@@ -392,3 +392,18 @@ def test_a_user_x_nccl_ib_disable_reaches_every_rank_and_is_denied(hosts, polici
     )
     for env in run_ranks(hosts, package, container_env(pod), ["-x", "NCCL_IB_DISABLE=1"]):
         assert env.get("NCCL_IB_DISABLE") == "1"
+
+
+@pytest.mark.parametrize("package", OPEN_MPI)
+def test_a_user_env_list_naming_longer_nccl_names_still_forwards_the_block(hosts, policies, package):
+    """The user's OMPI_MCA_mca_base_env_list names NCCL_NET_GDR_LEVEL and NCCL_DEBUG_SUBSYS, real
+    NCCL variables whose names begin with the block's NCCL_NET and NCCL_DEBUG: mutated, every rank
+    of the real mpirun has the whole block and the user's two (a membership test turned into a
+    substring test would leave NCCL_NET out of the list, and no rank would have it)."""
+    users = {"NCCL_NET_GDR_LEVEL": "2", "NCCL_DEBUG_SUBSYS": "INIT,NET"}
+    pod = trainer_launcher(["mpirun", "--allow-run-as-root", "python", "/home/mpiuser/pi.py"])
+    value = ";".join(f"{n}={v}" for n, v in users.items())
+    pod["spec"]["containers"][0]["env"].append({"name": "OMPI_MCA_mca_base_env_list", "value": value})
+    after = mutated(pod, policies)
+    for env in run_ranks(hosts, package, container_env(after), []):
+        assert {n: env.get(n) for n in (*BLOCK, *users)} == {**BLOCK, **users}

@@ -16,6 +16,8 @@ import json
 import os
 import shutil
 import subprocess
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
@@ -293,13 +295,109 @@ def test_chart_made_certificates():
     assert vols["tls"]["secret"]["secretName"] == f"{RELEASE}-tls"
 
 
-def test_chart_certificates_are_looked_up_before_being_made():
-    """`helm template` has no cluster, so lookup finds nothing there and every run makes a new CA;
-    e2e/test_helm.py checks `helm upgrade` keeps it. Here: the template asks for the Secret."""
-    text = (CHART / "templates" / "webhookconfigurations.yaml").read_text()
-    assert 'lookup "v1" "Secret" .Release.Namespace $secretName' in text
-    a, b = (one(template(), "Secret")["data"]["ca.crt"] for _ in range(2))
-    assert a != b
+class _SecretServer(ThreadingHTTPServer):
+    """The two calls `lookup "v1" "Secret"` makes of an API server under `helm template
+    --dry-run=server`: the discovery of the core group (/api/v1) and the GET of the Secret
+    (`secret`, or 404 when None). Every path asked for is recorded in `asked`."""
+
+    def __init__(self, secret: dict | None):
+        self.secret, self.asked = secret, []
+        super().__init__(("127.0.0.1", 0), _SecretHandler)
+
+
+class _SecretHandler(BaseHTTPRequestHandler):
+    server: _SecretServer
+
+    def log_message(self, format, *args):  # quiet
+        pass
+
+    def do_GET(self):
+        path = self.path.split("?", 1)[0]
+        self.server.asked.append(path)
+        doc, code = {"kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": "NotFound", "code": 404}, 404
+        if path == "/api/v1":
+            resource = {"name": "secrets", "singularName": "secret", "namespaced": True, "kind": "Secret"}
+            doc, code = (
+                {"kind": "APIResourceList", "groupVersion": "v1", "resources": [{**resource, "verbs": ["get"]}]},
+                200,
+            )
+        elif path == f"/api/v1/namespaces/{NAMESPACE}/secrets/{RELEASE}-tls" and self.server.secret is not None:
+            doc, code = self.server.secret, 200
+        body = json.dumps(doc).encode()
+        self.send_response(code)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+
+def _template_against(secret: dict | None, tmp: Path) -> tuple[list[dict], list[str]]:
+    """`helm template --dry-run=server` against a stand-in API server holding `secret` (the
+    release's TLS Secret, None: none): where `lookup` reads a cluster. (The rendered docs, the
+    paths the server was asked for.)"""
+    server = _SecretServer(secret)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        kubeconfig = tmp / "kubeconfig"
+        kubeconfig.write_text(
+            yaml.safe_dump(
+                {
+                    "apiVersion": "v1",
+                    "kind": "Config",
+                    "clusters": [{"name": "c", "cluster": {"server": f"http://127.0.0.1:{server.server_port}"}}],
+                    "users": [{"name": "u", "user": {"token": "t"}}],
+                    "contexts": [{"name": "c", "context": {"cluster": "c", "user": "u"}}],
+                    "current-context": "c",
+                }
+            )
+        )
+        args = [
+            "template",
+            RELEASE,
+            str(CHART),
+            "--namespace",
+            NAMESPACE,
+            "--dry-run=server",
+            "--kubeconfig",
+            str(kubeconfig),
+        ]
+        proc = run_helm(*args)
+        assert proc.returncode == 0, f"helm {' '.join(args)} failed:\n{proc.stderr}"
+        return [d for d in yaml.safe_load_all(proc.stdout) if d], server.asked
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_chart_certificates_are_kept_from_the_existing_secret(tmp_path):
+    """`lookup` of the release's TLS Secret, read from a stand-in API server (`helm template`
+    alone has no cluster, so there lookup finds nothing and every run makes a new CA; e2e/test_helm.py
+    checks a real `helm upgrade` keeps it): a Secret with a certificate, key and CA is rendered
+    again as it is, and its CA is both webhooks' caBundle; a Secret that lacks one of them, or
+    none, gets a new CA, a new one each time."""
+    kept = {"tls.crt": base64.b64encode(b"CERT").decode(), "tls.key": base64.b64encode(b"KEY").decode()}
+    kept["ca.crt"] = base64.b64encode(b"CA").decode()
+    existing = {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": {"name": f"{RELEASE}-tls", "namespace": NAMESPACE},
+        "type": "kubernetes.io/tls",
+        "data": kept,
+    }
+    docs, asked = _template_against(existing, tmp_path)
+    assert f"/api/v1/namespaces/{NAMESPACE}/secrets/{RELEASE}-tls" in asked
+    assert one(docs, "Secret", f"{RELEASE}-tls")["data"] == kept
+    assert _ca_bundles(docs) == {kept["ca.crt"]}
+    partial = {**existing, "data": {k: v for k, v in kept.items() if k != "tls.key"}}
+    made = []
+    for secret in (partial, None, None):
+        docs, asked = _template_against(secret, tmp_path)
+        data = one(docs, "Secret", f"{RELEASE}-tls")["data"]
+        assert data["ca.crt"] != kept["ca.crt"] and data["tls.crt"] != kept["tls.crt"]
+        assert _ca_bundles(docs) == {data["ca.crt"]}
+        made.append(data["ca.crt"])
+    assert len(set(made)) == len(made)  # generated afresh each time (as under `helm template`, which finds nothing)
 
 
 def test_cert_manager():

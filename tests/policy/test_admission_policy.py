@@ -2,8 +2,8 @@
 objects' structure for every shipped policy, each policy feature reaching a rule, the CEL
 regular expression for NCCL_IB_DISABLE against NCCL's own reading, the comparison the webhook
 makes at run time, the CLI, the committed copies (kustomize, chart) and the kustomize policy
-mode. Whether the CEL compiles and denies what /validate denies is e2e/test_admission_policy.py's
-part, against kube-apiserver 1.37."""
+mode. Whether the CEL compiles and denies what /validate denies: test_admission_policy_cel.py
+(k8s.io/apiserver 1.37's own code, in process) and e2e/test_admission_policy.py (kube-apiserver 1.37)."""
 
 from __future__ import annotations
 

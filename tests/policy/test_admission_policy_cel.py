@@ -1,0 +1,568 @@
+"""The generated ValidatingAdmissionPolicies (webhook/policy/admission_policy.py) evaluated as the
+API server evaluates them, in `make test`: k8s.io/apiserver 1.37's own matching, match
+conditions, validations and messageExpressions, in process (tests/policy/celcheck, a Go harness
+built once by scripts/build-celcheck.sh; `make test` names it in RDMA_WEBHOOK_CELCHECK).
+
+For every shipped policy: a realistic GPU pod, shaped as the API server sends it (defaulted, the
+service-account token volume), goes through the webhook's own /mutate (webhook.admission.review)
+and its patch is applied; that pod, as the API server holds it when it runs the policies, is
+admitted. Then each way a later webhook or the user can break the final state (the device gone,
+IPC_LOCK not added or dropped, CAP_-prefixed and lower-case capabilities, NCCL_IB_DISABLE /
+NCCL_NET / NCCL_NET_PLUGIN turning the transport off, repeated env names where the last one wins,
+/dev/shm moved off RAM, the networks annotation, hostNetwork, the sidecar) is judged by the
+generated policy AND by the webhook's own final-state check (`judge(..., final=True)`, what
+`/validate` answers and what the policies are generated from): both admit or both refuse, and the
+policy's message is the webhook's finding (same rule, same container, same words). The three rules
+`/validate` does not make (shm, multus-networks, gke-networks) are checked against /mutate
+instead: the webhook, sent the broken pod, puts the piece back, and the repaired pod is admitted.
+
+The expectations come from the webhook's decision on each pod, never from the generated CEL
+text: a generator bug (a rule left out of the match condition, `CAP_IPC_LOCK` not read as
+IPC_LOCK, the first env entry read instead of the last) makes the two disagree here.
+"""
+
+from __future__ import annotations
+
+import base64
+import copy
+import functools
+import json
+import os
+import re
+import subprocess
+import tempfile
+from pathlib import Path
+from typing import Any, Callable
+
+import jsonpatch
+import pytest
+import yaml
+
+import kube_objects as k
+import strategies as S
+from conftest import POLICIES, ROOT
+from webhook.admission import review
+from webhook.admission.judge import judge
+from webhook.cluster.state import FileClusterState
+from webhook.core import keys
+from webhook.core.model import Policy
+from webhook.fabrics import gke
+from webhook.policy import admission_policy as ap
+from webhook.policy.claim_template import aligned_template
+from webhook.policy.load import load_dir
+
+PS, _ERRORS = load_dir(POLICIES)
+assert PS is not None, _ERRORS
+NAMES = sorted(PS.by_name)
+STATE = S.cluster_state()
+HOST_RDMA = "host-infiniband"
+# Rules the generated policy makes and /validate does not (docs/admission-policy.md).
+POLICY_ONLY = {"shm", "multus-networks", "gke-networks"}
+
+
+@functools.lru_cache(maxsize=1)
+def celcheck() -> str:
+    """The harness binary: RDMA_WEBHOOK_CELCHECK (what `make test` sets from
+    scripts/build-celcheck.sh); outside `make test`, built here by the same script. Under `make
+    test` (which sets RDMA_WEBHOOK_EXPECT in the same command) an unset or empty variable (the
+    script failed) is a failure, never a skip."""
+    given = os.environ.get("RDMA_WEBHOOK_CELCHECK")
+    if given:
+        assert os.access(given, os.X_OK), f"RDMA_WEBHOOK_CELCHECK={given} is not an executable"
+        return given
+    if os.environ.get("RDMA_WEBHOOK_EXPECT"):
+        pytest.fail(
+            "run by `make test` (RDMA_WEBHOOK_EXPECT is set) without RDMA_WEBHOOK_CELCHECK: the Makefile's test target sets it from "
+            "scripts/build-celcheck.sh",
+            pytrace=False,
+        )
+    proc = subprocess.run(
+        ["bash", str(ROOT / "scripts" / "build-celcheck.sh")], capture_output=True, text=True, timeout=1800
+    )
+    assert proc.returncode == 0, f"scripts/build-celcheck.sh failed:\n{proc.stderr[-3000:]}"
+    return proc.stdout.strip().splitlines()[-1]
+
+
+def evaluate(objects: list[dict[str, Any]], pods: list[dict[str, Any]], tmp: Path) -> list[dict[str, Any]]:
+    """The harness's verdicts on each pod (one row per policy and pod, in pod order)."""
+    path = tmp / "objects.yaml"
+    path.write_text(ap.to_yaml(objects))
+    proc = subprocess.run(
+        [celcheck(), "-policies", str(path), "-pods", "-"],
+        input=json.dumps(pods),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout)
+
+
+# -- the pods: realistic, through the webhook's own /mutate ---------------------------------------
+
+
+def _nic_objects(policy: Policy) -> list[dict[str, Any]]:
+    """A DRA policy's NICs as its cluster holds them: a DeviceClass (its first named class) and,
+    in every namespace, a ResourceClaimTemplate of it (and the aligned GPU+NIC templates)."""
+    dra = policy.dra
+    assert dra is not None
+    driver = sorted(dra.drivers)[0] if dra.drivers else "nic.example.com"
+    cel = f'device.driver == "{driver}"' + "".join(
+        f' && device.attributes["{driver}"].note == "{t}"' for t in dra.selectors[:1]
+    )
+    cls = sorted(dra.classes)[0] if dra.classes else f"{policy.name}-nic"
+    out: list[dict[str, Any]] = [
+        {
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "DeviceClass",
+            "metadata": {"name": cls},
+            "spec": {"selectors": [{"cel": {"expression": cel}}]},
+        }
+    ]
+    for ns in sorted(STATE._namespaces):
+        out.append(
+            {
+                "apiVersion": "resource.k8s.io/v1",
+                "kind": "ResourceClaimTemplate",
+                "metadata": {"name": f"{policy.name}-nic", "namespace": ns},
+                "spec": {"spec": {"devices": {"requests": [{"name": "nic", "exactly": {"deviceClassName": cls}}]}}},
+            }
+        )
+        if policy.claim is not None and policy.claim.aligned:
+            out.extend(
+                aligned_template(policy.claim.template_for(n), n, "gpu.nvidia.com", cls, ns) for n in range(1, 9)
+            )
+    return out
+
+
+CLAIMS = FileClusterState([], [], [], [o for p in PS.by_name.values() if p.dra for o in _nic_objects(p)]).claims()
+
+
+def _sent(policy: Policy, namespace: str) -> dict[str, Any]:
+    """A labelled 8-GPU training pod asking for `policy` (its annotation), as the API server sends
+    it to /mutate, with what the policy leaves to the job: a DRA policy's NIC claim, a host
+    fabric's hostNetwork and /dev/infiniband (hostPath, as oracle-quickstart/oci-hpc-oke
+    manifests/nccl-tests/host-network/ mounts it), a fabric's sidecar; and a CPU log shipper."""
+    mounts: list[dict[str, Any]] = []
+    volumes: list[dict[str, Any]] = []
+    spec: dict[str, Any] = {}
+    if policy.host_network == "Required":
+        spec["hostNetwork"] = True
+        volumes.append({"name": HOST_RDMA, "hostPath": {"path": "/dev/infiniband", "type": ""}})
+        mounts.append({"name": HOST_RDMA, "mountPath": "/dev/infiniband"})
+    trainer = k.container(
+        "trainer",
+        command=["torchrun", "--nproc-per-node=8", "train.py"],
+        env=[{"name": "NCCL_DEBUG", "value": "INFO"}],
+        **({"volumeMounts": mounts} if mounts else {}),
+    )
+    containers = [trainer, k.container("log-shipper", "fluent/fluent-bit:3.2", gpus=None)]
+    if policy.sidecar is not None:
+        containers.append(k.container(policy.sidecar.name, f"{policy.sidecar.image}:1", gpus=None))
+    if policy.dra is not None and not (policy.devices or policy.networks or policy.claim is not None):
+        spec["resourceClaims"] = [{"name": "nic", "resourceClaimTemplateName": f"{policy.name}-nic"}]
+        trainer["resources"]["claims"] = [{"name": "nic"}]
+    return k.pod(
+        containers,
+        namespace=namespace,
+        annotations={keys.POD_POLICY: policy.name},
+        volumes=volumes,
+        **spec,
+    )
+
+
+def _mutate(pod: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
+    """(the /mutate decision, the pod with its patch applied) for a CREATE of `pod`."""
+    code, doc, decision, _ = review.handle(
+        k.body(k.admission_review(pod)), PS, STATE.namespace, STATE.attachments(), claims=CLAIMS
+    )
+    assert code == 200, doc
+    patch = doc["response"].get("patch")
+    return decision, jsonpatch.apply_patch(pod, json.loads(base64.b64decode(patch))) if patch else pod
+
+
+@functools.lru_cache(maxsize=None)
+def mutated(name: str) -> tuple[str, dict[str, Any]]:
+    """(namespace, the pod as the API server holds it after /mutate) for policy `name`: sent
+    into the first namespace of the example cluster where the webhook mutates it under `name`."""
+    policy = PS.by_name[name]
+    why = []
+    for ns in sorted(STATE._namespaces):
+        decision, out = _mutate(_sent(policy, ns))
+        if decision is not None and decision.outcome == "mutated" and decision.policy == name:
+            assert out["metadata"]["labels"][keys.APPLIED_POLICY_LABEL] == name
+            return ns, out
+        why.append(f"{ns}: {decision.outcome if decision else None}")
+    raise AssertionError(f"no namespace of the example cluster mutates a pod under {name}: {why}")
+
+
+def webhook_findings(pod: dict[str, Any], namespace: str) -> dict[str, list[str]]:
+    """The webhook's final-state check (what /validate answers): rule -> the findings' texts."""
+    decision, _ = judge(pod, "", "Pod", STATE.namespace(namespace), PS, STATE.attachments(), claims=CLAIMS, final=True)
+    out: dict[str, list[str]] = {}
+    for f in decision.denials:
+        out.setdefault(f.rule, []).append(f.text())
+    assert (decision.outcome == "denied") == bool(out), decision
+    return out
+
+
+# -- the ways to break a mutated pod --------------------------------------------------------------
+
+
+def _trainer(pod: dict[str, Any]) -> dict[str, Any]:
+    return pod["spec"]["containers"][0]
+
+
+def _caps(pod: dict[str, Any]) -> dict[str, Any]:
+    return _trainer(pod).setdefault("securityContext", {}).setdefault("capabilities", {})
+
+
+def _env(pod: dict[str, Any]) -> list[dict[str, Any]]:
+    return _trainer(pod).setdefault("env", [])
+
+
+def _last(name: str, value: str) -> Callable[[dict[str, Any]], None]:
+    """`name=value` appended as the last entry of that name (the one the kubelet uses)."""
+
+    def change(pod: dict[str, Any]) -> None:
+        _env(pod).append({"name": name, "value": value})
+
+    return change
+
+
+def _first(name: str, value: str) -> Callable[[dict[str, Any]], None]:
+    """`name=value` inserted as the first entry: a later entry of the name still wins."""
+
+    def change(pod: dict[str, Any]) -> None:
+        _env(pod).insert(0, {"name": name, "value": value})
+
+    return change
+
+
+def _shm_mount(pod: dict[str, Any]) -> dict[str, Any]:
+    return next(m for m in _trainer(pod)["volumeMounts"] if m["mountPath"].rstrip("/") == "/dev/shm")
+
+
+def _shm_volume(pod: dict[str, Any]) -> dict[str, Any]:
+    name = _shm_mount(pod)["name"]
+    return next(v for v in pod["spec"]["volumes"] if v["name"] == name)
+
+
+def _drop_shm_mount(pod: dict[str, Any]) -> None:
+    _trainer(pod)["volumeMounts"].remove(_shm_mount(pod))
+
+
+def _no_device(policy: Policy) -> Callable[[dict[str, Any]], None]:
+    def change(pod: dict[str, Any]) -> None:
+        res = _trainer(pod)["resources"]
+        for d in policy.devices:
+            for section in ("limits", "requests"):
+                res.get(section, {}).pop(d.resource, None)
+        res.pop("claims", None)
+
+    return change
+
+
+def _visible_gpus(name: str, value: str) -> Callable[[dict[str, Any]], None]:
+    """A container that requests no GPU but sees them (NVIDIA_VISIBLE_DEVICES=all) and sets name=value."""
+
+    def change(pod: dict[str, Any]) -> None:
+        pod["spec"]["containers"].append(
+            k._default_container(
+                k.container(
+                    "profiler",
+                    "nvcr.io/nvidia/cuda:12.8.0-base-ubuntu24.04",
+                    gpus=None,
+                    env=[{"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"}, {"name": name, "value": value}],
+                ),
+                None,
+            )
+        )
+
+    return change
+
+
+def _cpu_container(name: str, value: str) -> Callable[[dict[str, Any]], None]:
+    def change(pod: dict[str, Any]) -> None:
+        pod["spec"]["containers"][1].setdefault("env", []).append({"name": name, "value": value})
+
+    return change
+
+
+Change = Callable[[dict[str, Any]], None]
+
+
+def variants(policy: Policy) -> list[tuple[str, Change]]:
+    """(what, the change) for each way of breaking, or keeping, the mutated pod of `policy`: what
+    the webhook and the generated policy must then agree on (`test_...agree`)."""
+    out: list[tuple[str, Change]] = []
+    if policy.devices or policy.claim is not None or (policy.dra is not None and not policy.networks):
+        out.append(("device removed", _no_device(policy)))
+    out += [
+        ("IPC_LOCK not added", lambda pod: _caps(pod).pop("add")),
+        ("IPC_LOCK replaced by another capability", lambda pod: _caps(pod).update(add=["NET_RAW"])),
+        ("CAP_IPC_LOCK added instead of IPC_LOCK", lambda pod: _caps(pod).update(add=["CAP_IPC_LOCK"])),
+        ("cap_ipc_lock beside another, in lower case", lambda pod: _caps(pod).update(add=["NET_RAW", "cap_ipc_lock"])),
+        ("ipc_lock in lower case", lambda pod: _caps(pod).update(add=["ipc_lock"])),
+        ("IPC_LOCK dropped", lambda pod: _caps(pod).update(drop=["IPC_LOCK"])),
+        ("CAP_IPC_LOCK dropped", lambda pod: _caps(pod).update(drop=["CAP_IPC_LOCK"])),
+        ("ALL and cap_ipc_lock dropped", lambda pod: _caps(pod).update(drop=["ALL", "cap_ipc_lock"])),
+        ("another capability dropped", lambda pod: _caps(pod).update(drop=["NET_RAW"])),
+        ("/dev/shm not mounted", _drop_shm_mount),
+        ("/dev/shm on disk", lambda pod: _shm_volume(pod).update(emptyDir={})),
+        ("/dev/shm/ with its slash", lambda pod: _shm_mount(pod).update(mountPath="/dev/shm/")),
+    ]
+    for s in policy.env:
+        if s.enforce:
+            value = "" if s.templated else "changed"
+            out.append((f"{s.name}={value!r} last", _last(s.name, value)))
+            if not s.templated:
+                out.append((f"{s.name}='changed' first, its value last", _first(s.name, "changed")))
+    for name in policy.watched:
+        if name in policy.warned:
+            continue
+        bad = {"NCCL_IB_DISABLE": "1", "NCCL_NET": "Socket", "NCCL_NET_PLUGIN": "none"}.get(name)
+        if bad is None or (name == "NCCL_NET_PLUGIN" and not policy.fabric.net_plugins):
+            continue
+        out.append((f"{name}={bad} last", _last(name, bad)))
+        out.append((f"{name}={bad} first (the pod's own entry, if any, last)", _first(name, bad)))
+        out.append((f"{name}={bad} in a container that sees the GPUs", _visible_gpus(name, bad)))
+        out.append((f"{name}={bad} in a CPU container", _cpu_container(name, bad)))
+    if "NCCL_IB_DISABLE" in policy.watched and "NCCL_IB_DISABLE" not in policy.warned:
+        for value in ("0x1", " +07", "0", "00", "0x0"):
+            out.append((f"NCCL_IB_DISABLE={value!r} last", _last("NCCL_IB_DISABLE", value)))
+        out.append(
+            (
+                "NCCL_IB_DISABLE=1, then =0 last",
+                lambda pod: (_first("NCCL_IB_DISABLE", "1")(pod), _last("NCCL_IB_DISABLE", "0")(pod)),
+            )
+        )
+    if policy.nccl_nets:
+        out.append(
+            (f"NCCL_NET={policy.nccl_nets[0].lower()} (another case)", _last("NCCL_NET", policy.nccl_nets[0].lower()))
+        )
+    if policy.host_network == "Required":
+        out.append(("hostNetwork removed", lambda pod: pod["spec"].pop("hostNetwork")))
+    elif policy.host_network == "Forbidden":
+        out.append(("hostNetwork set", lambda pod: pod["spec"].update(hostNetwork=True)))
+    if policy.networks:
+        out.append(
+            ("networks annotation removed", lambda pod: pod["metadata"]["annotations"].pop(keys.MULTUS_NETWORKS))
+        )
+    if policy.gke_networks:
+        out.append(
+            ("GKE interfaces annotation removed", lambda pod: pod["metadata"]["annotations"].pop(gke.INTERFACES))
+        )
+    if policy.sidecar is not None:
+        out.append(("sidecar removed", lambda pod: pod["spec"]["containers"].pop()))
+    return out
+
+
+# -- the verdicts -----------------------------------------------------------------------------------
+
+
+def _objects(name: str) -> list[dict[str, Any]]:
+    """The generated policy and binding of `name`, made now from the shipped policies."""
+    return [d for d in ap.objects(PS) if d["metadata"]["labels"][ap.POLICY_LABEL] == name]
+
+
+def _rule(message: str) -> str:
+    assert message.startswith("rdma-webhook: ") and message.endswith("]"), message
+    return message[message.rindex("[") + 1 : -1]
+
+
+def _named(text: str) -> set[str]:
+    """The containers a message names: "container 'a': ..." or "one of the containers 'a', 'b': ..."."""
+    text = text.removeprefix("rdma-webhook: ")
+    if not text.startswith(("container '", "one of the containers '")):
+        return set()
+    return set(text.split(": ", 1)[0].split("'")[1::2])
+
+
+def _body(text: str) -> str:
+    """A message without its container part (and the policy's `rdma-webhook: `) and rule id."""
+    text = text.removeprefix("rdma-webhook: ")
+    text = text.split(": ", 1)[1] if text.startswith(("container ", "one of the containers ")) else text
+    return text[: text.rindex(" [")]
+
+
+def _subject(text: str) -> str:
+    """What a message is about: its first name of a resource, field or variable
+    (`vpc.amazonaws.com/efa`, `securityContext.capabilities.add`, `NCCL_NET`, `/dev/shm`)."""
+    found = re.search(r"[\w./-]*[A-Z_./][\w./-]*|\w+-[\w-]+", text)
+    assert found, text
+    return found.group(0).rstrip(".")
+
+
+def _quantity_above_zero(value: Any) -> bool:
+    return str(value).strip() not in ("", "0")
+
+
+def _targets(policy: Policy, pod: dict[str, Any]) -> list[dict[str, Any]]:
+    """The containers that request one of the policy's GPUs (what the decision calls targets)."""
+    out = []
+    for c in pod["spec"]["containers"]:
+        res = c.get("resources") or {}
+        if any(
+            _quantity_above_zero((res.get(s) or {}).get(g, "0"))
+            for s in ("limits", "requests")
+            for g in policy.gpu_resources
+        ):
+            out.append(c)
+    return out
+
+
+def policy_only(policy: Policy, pod: dict[str, Any]) -> set[str]:
+    """The rules of POLICY_ONLY a pod breaks, read from the pod here (the webhook's final-state
+    check does not make them): a target whose /dev/shm is gone, or is the webhook's volume off
+    RAM; a Multus network or GKE network of the policy no longer in its annotation."""
+    out: set[str] = set()
+    volumes = {v["name"]: v for v in pod["spec"].get("volumes", [])}
+    for c in _targets(policy, pod):
+        at = [m for m in c.get("volumeMounts", []) if m["mountPath"].rstrip("/") == "/dev/shm"]
+        if not at:
+            out.add("shm")
+        elif at[0]["name"].startswith("rdma-webhook-dshm"):
+            if (volumes.get(at[0]["name"], {}).get("emptyDir") or {}).get("medium") != "Memory":
+                out.add("shm")
+    annotations = pod["metadata"].get("annotations") or {}
+    listed = annotations.get(keys.MULTUS_NETWORKS, "")
+    names = (
+        {item.strip().split("@")[0].split("/")[-1] for item in listed.split(",")}
+        if not listed.startswith("[")
+        else {n["name"] for n in json.loads(listed)}
+    )
+    if any(n.name not in names for n in policy.networks):
+        out.add("multus-networks")
+    interfaces = json.loads(annotations.get(gke.INTERFACES, "[]"))
+    if any(g.name not in {i.get("network") for i in interfaces} for g in policy.gke_networks):
+        out.add("gke-networks")
+    return out
+
+
+def cases(name: str) -> tuple[str, list[tuple[str, dict[str, Any]]]]:
+    ns, good = mutated(name)
+    out = [("the pod as /mutate left it", good)]
+    for what, change in variants(PS.by_name[name]):
+        pod = copy.deepcopy(good)
+        change(pod)
+        out.append((what, pod))
+    return ns, out
+
+
+@functools.lru_cache(maxsize=None)
+def verdicts(name: str) -> tuple[str, list[tuple[str, dict[str, Any]]], list[dict[str, Any]]]:
+    """(namespace, the cases of `name`, the harness's row for each), evaluated once."""
+    ns, pods = cases(name)
+    rows = evaluate(_objects(name), [p for _, p in pods], Path(tempfile.mkdtemp(prefix="rdma-webhook-celcheck-")))
+    assert [r["pod"] for r in rows] == list(range(len(pods)))
+    return ns, pods, rows
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_the_generated_policy_refuses_what_the_webhook_refuses(name, tmp_path):
+    """Each final state of the mutated pod, judged by the generated policy in the API server's
+    code and by the webhook's final-state check: the same verdict, the same rules, the webhook's
+    words; for a pod whose final state is fine, the match condition is false (the validations
+    never run); for one that is not, it is true."""
+    ns, pods, rows = verdicts(name)
+    repairs: list[tuple[str, dict[str, Any]]] = []
+    refused = 0
+    for (what, pod), row in zip(pods, rows):
+        where = f"{name}, {what}"
+        findings = webhook_findings(pod, ns)
+        assert row["selected"], f"{where}: the policy does not select the pod (its applied-policy label)"
+        assert row["match_error"] == "" and all(v["error"] == "" for v in row["validations"]), (where, row)
+        failed = [v["message"] for v in row["validations"] if not v["passed"]]
+        assert row["matched"] == bool(failed), (
+            f"{where}: the match condition says {row['matched']}, the validations {failed}"
+        )
+        assert row["denied"] == bool(failed), (where, row)
+        rules = {_rule(m) for m in failed}
+        # the webhook refuses: so does the policy, with one of its rules (the webhook may find
+        # more: it reads what CEL cannot, docs/admission-policy.md); the policy refuses with a
+        # rule /validate makes: the webhook refuses with that rule
+        assert not findings or rules & set(findings), (
+            f"{where}: the webhook refuses with {findings}, the policy with {failed}"
+        )
+        assert rules - POLICY_ONLY <= set(findings), (
+            f"{where}: the policy refuses with {failed}, the webhook with {findings}"
+        )
+        for message in failed:
+            rule = _rule(message)
+            if rule in POLICY_ONLY:
+                continue
+            # the webhook's finding of that rule, about a container the message names, and about
+            # the same resource, field or variable (the two word the rest differently)
+            same = [f for f in findings[rule] if _named(f) <= _named(message) and _subject(_body(message)) in _body(f)]
+            assert same, f"{where}: the policy says {message!r}, the webhook {findings[rule]}"
+        if failed:
+            refused += 1
+            assert row["status"].startswith(
+                f"ValidatingAdmissionPolicy '{ap.object_name(name)}' with binding '{ap.object_name(name)}' denied request: "
+            ) and row["status"].endswith(failed[0]), row["status"]
+        assert rules & POLICY_ONLY == policy_only(PS.by_name[name], pod), f"{where}: the policy refuses with {failed}"
+        if rules & POLICY_ONLY and not findings:
+            decision, repaired = _mutate(pod)  # what /mutate does with the same pod
+            if decision is not None and decision.outcome == "mutated":  # it puts the piece back
+                repairs.append((what, repaired))
+    assert refused >= 8, f"{name}: only {refused} of the {len(pods)} final states refused"
+    for (what, _), row in zip(repairs, evaluate(_objects(name), [p for _, p in repairs], tmp_path)):
+        assert not row["matched"] and not row["denied"], f"{name}, {what}, after /mutate again: {row}"
+
+
+# roce-dranet-aligned's mutation turns the pod's nvidia.com/gpu request into a reference to the
+# aligned GPU+NIC claim, so its mutated trainer is no target any more: the webhook's final-state
+# check (webhook/core: a container that "sees GPUs through a DRA claim ... adds nothing to it")
+# and therefore the generated policy check only its env, and a later webhook may drop its IPC_LOCK,
+# /dev/shm, enforced NCCL_NET or set hostNetwork unseen. The two agree (the test above), so this is
+# the webhook's gap, not the generator's; it is left to webhook/core (issue 43's report).
+ALIGNED_GAP = pytest.mark.xfail(
+    strict=True, reason="the aligned claim's trainer is no target after mutation: only env-fallback is checked"
+)
+
+
+@pytest.mark.parametrize(
+    "name", [pytest.param(n, marks=ALIGNED_GAP) if n == "roce-dranet-aligned" else n for n in NAMES]
+)
+def test_every_rule_of_the_generated_policy_refuses_some_final_state(name):
+    """Each kind of rule the generated policy holds (device, IPC_LOCK, env, /dev/shm, hostNetwork,
+    networks, sidecar) refuses at least one of the broken final states of its mutated pod: none
+    is a rule that checks nothing."""
+    _, _, rows = verdicts(name)
+    seen = {_rule(v["message"]) for row in rows for v in row["validations"] if not v["passed"]}
+    kinds = {
+        re.search(r"\[([a-z-]+)\]'?$", v.get("messageExpression") or v["message"]).group(1)
+        for v in _objects(name)[0]["spec"]["validations"]
+    }
+    assert kinds == seen, f"{name}: rules never seen refusing: {sorted(kinds - seen)}"
+
+
+def test_the_harness_reads_the_binding_and_the_selector(tmp_path):
+    """The harness applies the policy's objectSelector and its binding's validationActions as
+    the API server does: a pod without the applied-policy label is not looked at; under a dry-run
+    binding (Warn, Audit) a failing pod is admitted with its failures listed."""
+    name = "sriov-roce"
+    _, good = mutated(name)
+    unlabelled = copy.deepcopy(good)
+    del unlabelled["metadata"]["labels"][keys.APPLIED_POLICY_LABEL]
+    broken = copy.deepcopy(good)
+    _caps(broken).pop("add")
+    rows = evaluate(_objects(name), [unlabelled, broken], tmp_path)
+    assert not rows[0]["selected"] and not rows[0]["denied"]
+    assert rows[1]["selected"] and rows[1]["denied"]
+    dry = [d for d in ap.objects(PS, ap.DRY_RUN) if d["metadata"]["labels"][ap.POLICY_LABEL] == name]
+    (row,) = evaluate(dry, [broken], tmp_path)
+    assert row["matched"] and not row["denied"] and any(not v["passed"] for v in row["validations"])
+
+
+def test_a_policy_that_does_not_compile_is_an_error_not_an_admission(tmp_path):
+    objects = _objects("erdma")
+    objects[0] = copy.deepcopy(objects[0])
+    objects[0]["spec"]["validations"][0]["expression"] = "object.spec.containers.all(c, c.nosuchfield"
+    path = tmp_path / "bad.yaml"
+    path.write_text(yaml.safe_dump_all(objects))
+    proc = subprocess.run(
+        [celcheck(), "-policies", str(path), "-pods", "-"], input="[]", capture_output=True, text=True
+    )
+    assert proc.returncode == 2 and "does not compile" in proc.stderr, proc.stderr
