@@ -60,16 +60,20 @@ def peak_of(read) -> tuple[int, object]:
 
 
 _CHILD = """
-import io, json, resource, sys
+import io, json, sys
 from tests.proof.test_nccl_log_bounds import GB, GeneratedLog, real_lines
 from webhook.proof import expectation, nccl_log, verdict
 name, max_bytes, whole = sys.argv[1], int(sys.argv[2]), sys.argv[3] == "whole"
-before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+def peak_kib():  # this process's own resident high-water mark (getrusage's ru_maxrss survives exec)
+    for line in open("/proc/self/status"):
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1])
+before = peak_kib()
 raw = GeneratedLog(real_lines(name), GB)
 held = io.BufferedReader(GeneratedLog(real_lines(name), GB)).read(max_bytes) if whole else b""  # the control
 reading = nccl_log.read_stream(io.BufferedReader(raw, buffer_size=64 * 1024), max_bytes=max_bytes, max_lines=10**9)
 got = verdict.judge(reading, expectation.ANY_RDMA)
-after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+after = peak_kib()
 print(json.dumps({"grew_kib": after - before, "served": raw.served, "bytes": reading.bytes,
                   "truncated": reading.truncated, "verdict": got.verdict, "reasons": got.reasons,
                   "ranks": len(got.ranks)}))
@@ -78,8 +82,9 @@ print(json.dumps({"grew_kib": after - before, "served": raw.served, "bytes": rea
 
 def read_in_child(name: str, max_bytes: int, whole: bool = False) -> dict:
     """Read a lazily generated 1 GB log in a fresh interpreter and report how much its peak
-    resident memory (getrusage ru_maxrss, KiB on Linux) grew during the read: tracemalloc would
-    slow a read of millions of lines tenfold, and a fresh process has no earlier peak to hide it."""
+    resident memory (the kernel's VmHWM, KiB) grew during the read: tracemalloc would slow a read
+    of millions of lines tenfold, and a fresh process has no earlier peak to hide it (getrusage's
+    ru_maxrss would: Linux keeps it across exec, so a child of a large pytest starts high)."""
     import json
     import os
     import subprocess
