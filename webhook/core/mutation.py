@@ -110,12 +110,14 @@ def add_env(
     interfaces: list[str],
     warnings: list[str],
     commanded: list[str] | None = None,
+    skipped: list[str] | None = None,
 ) -> int:
     """The policy's NCCL block: added where the container does not set a variable; enforced
     variables replace a different user value (with a warning). A value naming the pod's Multus
     interfaces gets the names the pod will really have (`interfaces`, see webhook.fabrics.multus).
     Logging settings yield to the user's (EnvSetting.yields_to_env_from, only_with; `commanded`:
-    the names the container's command sets). Returns how many variables were added or replaced."""
+    the names the container's command sets), and are listed in `skipped` then (a launcher does not
+    forward them). Returns how many variables were added or replaced."""
     env = _list_at(container, "env")
     added = 0
     for setting in policy.env:
@@ -125,6 +127,8 @@ def add_env(
         i = target.env.index(setting.name)  # into the same list (the copy shares its items)
         if i is None:
             if setting.yields_to_env_from and (target.has_env_from or _user_sets(setting.only_with, target, commanded)):
+                if skipped is not None:
+                    skipped.append(setting.name)
                 continue  # the user's own logging wins (an envFrom value would be overridden by ours)
             env.append({"name": setting.name, "value": value})
             added += 1
@@ -302,6 +306,7 @@ def apply(pod: dict[str, Any], subject: Subject, warnings: list[str]) -> list[st
     containers: list[dict[str, Any]] = spec["containers"]
     plan = subject.networks
     interfaces: list[str] = plan.interfaces if plan is not None else []
+    skipped: dict[int, list[str]] = {}  # per container: the logging settings left to the user's own
     for t in subject.targets:
         c = containers[t.index]
         what = []
@@ -313,7 +318,9 @@ def apply(pod: dict[str, Any], subject: Subject, warnings: list[str]) -> list[st
         entry = subject.claim_entry
         if entry is not None and (not t.has_fabric or subject.own_claim) and add_claim(pod, c, policy, entry, t.gpus):
             what.append(f"DRA claim {entry}")
-        variables = add_env(c, t, policy, interfaces, warnings, _commanded(subject, t.name))
+        variables = add_env(
+            c, t, policy, interfaces, warnings, _commanded(subject, t.name), skipped.setdefault(t.index, [])
+        )
         if variables:
             what.append(f"{variables} NCCL variables")
         if add_ipc_lock(c):
@@ -325,10 +332,10 @@ def apply(pod: dict[str, Any], subject: Subject, warnings: list[str]) -> list[st
         what = []
         if not t.is_target:
             own = [*(_commanded(subject, t.name) or ()), *ranks.user_values(c, t)]
-            variables = add_env(c, t, policy, interfaces, warnings, own)
+            variables = add_env(c, t, policy, interfaces, warnings, own, skipped.setdefault(t.index, []))
             if variables:
                 what.append(f"{variables} NCCL variables")
-        forwarded = ranks.forward(c, t, policy, warnings)
+        forwarded = ranks.forward(c, t, policy, warnings, skipped.get(t.index))
         if forwarded:
             what.append(forwarded)
         if what:

@@ -104,15 +104,13 @@ def user_values(container: dict[str, Any], t: Target) -> list[str]:
     return out
 
 
-def forward(container: dict[str, Any], t: Target, policy: Policy, warnings: list[str]) -> str | None:
+def forward(
+    container: dict[str, Any], t: Target, policy: Policy, warnings: list[str], skipped: list[str] | None = None
+) -> str | None:
     """Make the launcher forward the policy's block (already in `container`'s env) to every
     rank. Returns a note when the env list was written."""
-    names = [s.name for s in policy.env if not s.yields_to_env_from]
-    logging = [s.name for s in policy.env if s.yields_to_env_from]
-    if logging:  # a logging setting the launcher's env lacks (the user's own won) is not forwarded
-        env_now: list[Any] = container.get("env") or []
-        present = [e.get("name") for e in env_now if isinstance(e, dict)]
-        names = [s.name for s in policy.env if s.name in names or (s.name in logging and s.name in present)]
+    # a logging setting add_env left out (the user's own won: `skipped`) is not forwarded
+    names = [s.name for s in policy.env if s.name not in skipped] if skipped else [s.name for s in policy.env]
     if not names:
         return None
     note: str | None = None
