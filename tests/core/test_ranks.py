@@ -20,7 +20,7 @@ from webhook.core import decision
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 IB_SHARED = {"rdma-webhook.io/policy": "ib-shared"}
-BLOCK = ["NCCL_NET", "NCCL_IB_HCA", "NCCL_DEBUG"]  # policies/ib-shared.yaml, in its order
+BLOCK = ["NCCL_NET", "NCCL_IB_HCA", "NCCL_DEBUG", "NCCL_DEBUG_SUBSYS"]  # policies/ib-shared.yaml, in its order
 ENV_LIST = "OMPI_MCA_mca_base_env_list"
 
 
@@ -54,7 +54,7 @@ ARGS = [
 
 
 ARGS_NO_X = ["--allow-run-as-root", "-np", "16", "-bind-to", "none", "python", "train.py"]
-X_BLOCK = ["-x", "NCCL_NET", "-x", "NCCL_IB_HCA", "-x", "NCCL_DEBUG"]
+X_BLOCK = ["-x", "NCCL_NET", "-x", "NCCL_IB_HCA", "-x", "NCCL_DEBUG", "-x", "NCCL_DEBUG_SUBSYS"]
 
 
 def test_an_mpijob_launcher_gets_the_block_and_forwards_it(policies):
@@ -62,13 +62,13 @@ def test_an_mpijob_launcher_gets_the_block_and_forwards_it(policies):
     whole env anyway)."""
     resp, out, d = mutate_twice(launcher(ARGS_NO_X), ML, policies)
     env = env_of(out)
-    assert [env[n] for n in BLOCK] == ["IB", "mlx5", "WARN"] and env[ENV_LIST] == ";".join(BLOCK)
+    assert [env[n] for n in BLOCK] == ["IB", "mlx5", "INFO", "INIT,NET"] and env[ENV_LIST] == ";".join(BLOCK)
     c = out["spec"]["containers"][0]  # the block only: no device, IPC_LOCK, /dev/shm or network
     assert "rdma/rdma_shared_device_a" not in json.dumps(c) and "securityContext" not in c
     assert c["command"] == ["mpirun"] and c["args"] == ARGS_NO_X
     assert all(v.get("name") != "rdma-webhook-dshm" for v in out["spec"].get("volumes", []))
     assert out["metadata"]["annotations"]["rdma-webhook.io/applied-policy"] == "ib-shared"
-    assert d.notes == [f"launcher: 3 NCCL variables + {ENV_LIST}"]
+    assert d.notes == [f"launcher: 4 NCCL variables + {ENV_LIST}"]
 
 
 def test_a_launcher_command_with_x_gets_x_flags_not_the_env_list(policies):
@@ -86,8 +86,8 @@ def test_a_launcher_command_with_x_gets_x_flags_not_the_env_list(policies):
         c = out["spec"]["containers"][0]
         words = [*c.get("command", []), *c.get("args", [])]
         assert words == [(command or args)[0], *X_BLOCK, *[*command, *args][1:]], words
-        assert ENV_LIST not in env_of(out) and [env_of(out)[n] for n in BLOCK] == ["IB", "mlx5", "WARN"]
-        assert d.notes == ["launcher: 3 NCCL variables + -x NCCL_NET -x NCCL_IB_HCA -x NCCL_DEBUG"]
+        assert ENV_LIST not in env_of(out) and [env_of(out)[n] for n in BLOCK] == ["IB", "mlx5", "INFO", "INIT,NET"]
+        assert d.notes == ["launcher: 4 NCCL variables + -x NCCL_NET -x NCCL_IB_HCA -x NCCL_DEBUG -x NCCL_DEBUG_SUBSYS"]
 
 
 def test_the_users_x_flags_are_kept_and_not_repeated(policies):
@@ -124,7 +124,7 @@ def test_the_users_env_list_is_kept_and_an_enforced_item_takes_the_policys_value
     pod = launcher(ARGS, env=[{"name": ENV_LIST, "value": "OMP_NUM_THREADS=4;NCCL_NET=ib;NCCL_IB_HCA=mlx5_0"}])
     _, out, d = mutate_twice(pod, ML, policies)
     # NCCL_NET is enforced: its item forwards the launcher's (enforced) value; NCCL_IB_HCA is not: the user's stays
-    assert env_of(out)[ENV_LIST] == "OMP_NUM_THREADS=4;NCCL_NET;NCCL_IB_HCA=mlx5_0;NCCL_DEBUG"
+    assert env_of(out)[ENV_LIST] == "OMP_NUM_THREADS=4;NCCL_NET;NCCL_IB_HCA=mlx5_0;NCCL_DEBUG;NCCL_DEBUG_SUBSYS"
 
 
 def test_a_fallback_setting_in_the_env_list_is_denied(policies):
@@ -199,7 +199,9 @@ def test_a_launcher_is_recognised_by_labels_or_by_its_command(policies):
     for labels in (mpi_operator, trainer):
         pod = launcher([], command=("/opt/launch.sh",), labels=labels)
         _, out, d = mutate_twice(pod, ML, policies)
-        assert env_of(out)["NCCL_NET"] == "IB" and env_of(out)[ENV_LIST] == ";".join(BLOCK)
+        # its args give the ranks `-x NCCL_DEBUG=INFO`, the user's own: the policy's NCCL_DEBUG_SUBSYS
+        # is not added beside it (policies/*.yaml: it goes only with the policy's NCCL_DEBUG)
+        assert env_of(out)["NCCL_NET"] == "IB" and env_of(out)[ENV_LIST] == ";".join(BLOCK[:3])
     # no operator label: the command makes it a launcher (a bash -c script too)
     pod = launcher(
         ["-c", "cd /workspace && mpirun -np 16 python train.py"],
@@ -255,7 +257,7 @@ def test_an_unlabelled_launcher_template_is_warned_about_at_apply_time(policies)
     obj = next(yaml.safe_load_all((ROOT / "tests" / "manifests" / "allowed" / "mpijob-nccl-tests-ib.yaml").read_text()))
     resp = _validate(obj, policies)
     assert resp["allowed"] and any(
-        "Launcher.template (ib-shared): launcher: 3 NCCL variables" in w for w in resp["warnings"]
+        "Launcher.template (ib-shared): launcher: 4 NCCL variables" in w for w in resp["warnings"]
     )
     del obj["spec"]["mpiReplicaSpecs"]["Launcher"]["template"]["metadata"]["labels"]["rdma-webhook.io/inject"]
     resp = _validate(obj, policies)

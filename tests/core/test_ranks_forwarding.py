@@ -82,7 +82,11 @@ def test_the_double_dash_x_and_x_inside_command_count_as_exported(policies):
     pod = launcher([], command=("mpirun", "-x", "NCCL_IB_HCA", *PLAIN))
     del pod["spec"]["containers"][0]["args"]
     _, out, _ = mutate_twice(pod, ML, policies)
-    assert words_of(out) == ["mpirun", "-x", "NCCL_NET", "-x", "NCCL_DEBUG", "-x", "NCCL_IB_HCA", *PLAIN]
+    assert words_of(out) == [
+        "mpirun",
+        *("-x", "NCCL_NET", "-x", "NCCL_DEBUG", "-x", "NCCL_DEBUG_SUBSYS"),
+        *("-x", "NCCL_IB_HCA", *PLAIN),
+    ]
 
 
 def test_x_in_a_script_warning_names_every_variable(policies):

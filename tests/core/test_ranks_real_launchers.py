@@ -213,7 +213,12 @@ def run_ranks(hosts, package: str, launcher_env: dict[str, str], launcher_flags:
 
 
 IB_SHARED = {"rdma-webhook.io/policy": "ib-shared"}
-BLOCK = {"NCCL_NET": "IB", "NCCL_IB_HCA": "mlx5", "NCCL_DEBUG": "WARN"}  # policies/ib-shared.yaml
+BLOCK = {
+    "NCCL_NET": "IB",
+    "NCCL_IB_HCA": "mlx5",
+    "NCCL_DEBUG": "INFO",
+    "NCCL_DEBUG_SUBSYS": "INIT,NET",
+}  # policies/ib-shared.yaml
 
 
 def mpijob_launcher(args: list[str]) -> dict:
@@ -309,7 +314,7 @@ def test_open_mpi_ranks_of_an_mpijob_get_the_block_only_when_mutated(hosts, poli
     assert "OMPI_MCA_mca_base_env_list" not in launcher_env
     c = after["spec"]["containers"][0]
     assert (
-        c["command"] == ["mpirun", "-x", "NCCL_NET", "-x", "NCCL_IB_HCA", "-x", "NCCL_DEBUG"]
+        c["command"] == ["mpirun", "-x", "NCCL_NET", "-x", "NCCL_IB_HCA", "-x", "NCCL_DEBUG", "-x", "NCCL_DEBUG_SUBSYS"]
         and c["args"] == OPEN_MPI_ARGS
     )
     for env in run_ranks(hosts, package, launcher_env, flags(after)):

@@ -70,3 +70,12 @@ def test_net_is_case_insensitive(value, ok):
 def test_debug_levels():
     assert nccl.debug_verbose("info") and nccl.debug_verbose("TRACE")
     assert not nccl.debug_verbose("WARN") and not nccl.debug_verbose(None)
+
+
+def test_debug_subsys_light():
+    """INFO narrowed to init subsystems is a few lines per rank (policies/*.yaml set INIT,NET)."""
+    from webhook.grammar.nccl import debug_subsys_light
+
+    assert debug_subsys_light("INIT,NET") and debug_subsys_light("init, net,ENV") and debug_subsys_light("BOOTSTRAP")
+    assert not debug_subsys_light(None) and not debug_subsys_light("") and not debug_subsys_light(" , ")
+    assert not debug_subsys_light("INIT,COLL") and not debug_subsys_light("ALL") and not debug_subsys_light("^COLL")

@@ -454,8 +454,8 @@ def test_the_summary_warning_lists_each_injected_template_with_all_its_notes_in_
     v = check_workload(mpijob(), "kubeflow.org", "MPIJob", opted_in("ml-training"), catalogue(), None)
     assert v.outcome == "mutated" and v.policy == "ib-shared"
     assert v.warnings()[0] == (
-        f"rdma-webhook will inject {LAUNCHER_T} (ib-shared): launcher: 3 NCCL variables + -x NCCL_NET -x NCCL_IB_HCA "
-        f"-x NCCL_DEBUG; {WORKER_T} (ib-shared): worker: rdma/rdma_shared_device_a: 1, 3 NCCL variables, IPC_LOCK, "
+        f"rdma-webhook will inject {LAUNCHER_T} (ib-shared): launcher: 4 NCCL variables + -x NCCL_NET -x NCCL_IB_HCA "
+        f"-x NCCL_DEBUG -x NCCL_DEBUG_SUBSYS; {WORKER_T} (ib-shared): worker: rdma/rdma_shared_device_a: 1, 4 NCCL variables, IPC_LOCK, "
         f"/dev/shm: memory-backed emptyDir 64Gi"
     )
 
@@ -482,7 +482,7 @@ def test_a_launcher_whose_command_is_not_read_is_known_by_the_operators_label():
     v = check_workload(doc, "kubeflow.org", "MPIJob", opted_in("ml-training"), catalogue(), None)
     launcher = v.results[0]
     assert launcher.path == LAUNCHER_T and launcher.decision.outcome == "mutated"
-    assert launcher.decision.notes == ["launcher: 3 NCCL variables + OMPI_MCA_mca_base_env_list"]
+    assert launcher.decision.notes == ["launcher: 4 NCCL variables + OMPI_MCA_mca_base_env_list"]
     assert launcher.pod["metadata"] == {
         "labels": {**INJECT, keys.MPI_JOB_ROLE: keys.MPI_LAUNCHER},
         "annotations": {keys.POD_POLICY: "ib-shared"},
@@ -770,7 +770,7 @@ def test_a_runtimes_launcher_template_makes_pods_with_the_launcher_label():
     assert (
         launcher.path == LAUNCHER and launcher.decision.outcome == "mutated" and launcher.decision.policy == "ib-shared"
     )
-    assert launcher.decision.notes == ["launcher: 3 NCCL variables + OMPI_MCA_mca_base_env_list"]
+    assert launcher.decision.notes == ["launcher: 4 NCCL variables + OMPI_MCA_mca_base_env_list"]
     assert launcher.pod["metadata"] == {
         "labels": {**INJECT, keys.MPI_JOB_ROLE: keys.MPI_LAUNCHER},
         "namespace": under("ib-shared"),

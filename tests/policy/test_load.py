@@ -65,7 +65,9 @@ def test_shipped_policies_load(policies):
     assert env["NCCL_IB_HCA"].value == "erdma" and env["NCCL_IB_GID_INDEX"].value == "1"
     assert env["NCCL_IB_QPS_PER_CONNECTION"].value == "8" and env["NCCL_MIN_NCHANNELS"].value == "16"
     assert env["NCCL_NET_PLUGIN"].value == "none" and env["NCCL_SOCKET_IFNAME"].value == "eth0"
-    assert env["NCCL_DEBUG"].value == "WARN"
+    assert env["NCCL_DEBUG"].value == "INFO" and not env["NCCL_DEBUG"].enforce
+    assert env["NCCL_DEBUG"].yields_to_env_from and env["NCCL_DEBUG"].only_with is None
+    assert (env["NCCL_DEBUG_SUBSYS"].value, env["NCCL_DEBUG_SUBSYS"].only_with) == ("INIT,NET", "NCCL_DEBUG")
     sriov = policies.get("sriov-roce")
     senv = {e.name: e.value for e in sriov.env}
     assert [(n.name, n.interface, n.resource) for n in sriov.networks] == [

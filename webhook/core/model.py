@@ -34,6 +34,12 @@ class EnvSetting:
     value: str
     enforce: bool
     templated: bool = False  # the value names the pod's Multus interfaces: {interface}, {interfaces}
+    # Logging only (NCCL_DEBUG, NCCL_DEBUG_SUBSYS, not enforced): a user's own wins wherever it is
+    # set, so the setting is not added to a container with envFrom (its value would override
+    # theirs) and, with `only_with`, not where the user sets that variable (env or command): the
+    # policy's NCCL_DEBUG_SUBSYS goes with the policy's NCCL_DEBUG, never with the user's.
+    yields_to_env_from: bool = False
+    only_with: str | None = None
 
     def render(self, interfaces: list[str]) -> str:
         """The value as this pod gets it: `{interfaces}` is every policy network's interface

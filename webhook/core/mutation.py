@@ -104,12 +104,20 @@ def add_device(container: dict[str, Any], resource: str, count: int) -> str | No
 
 
 def add_env(
-    container: dict[str, Any], target: Target, policy: Policy, interfaces: list[str], warnings: list[str]
+    container: dict[str, Any],
+    target: Target,
+    policy: Policy,
+    interfaces: list[str],
+    warnings: list[str],
+    commanded: list[str] | None = None,
+    skipped: list[str] | None = None,
 ) -> int:
     """The policy's NCCL block: added where the container does not set a variable; enforced
     variables replace a different user value (with a warning). A value naming the pod's Multus
     interfaces gets the names the pod will really have (`interfaces`, see webhook.fabrics.multus).
-    Returns how many variables were added or replaced."""
+    Logging settings yield to the user's (EnvSetting.yields_to_env_from, only_with; `commanded`:
+    the names the container's command sets), and are listed in `skipped` then (a launcher does not
+    forward them). Returns how many variables were added or replaced."""
     env = _list_at(container, "env")
     added = 0
     for setting in policy.env:
@@ -118,6 +126,10 @@ def add_env(
         value = setting.render(interfaces) if setting.templated else setting.value
         i = target.env.index(setting.name)  # into the same list (the copy shares its items)
         if i is None:
+            if setting.yields_to_env_from and (target.has_env_from or _user_sets(setting.only_with, target, commanded)):
+                if skipped is not None:
+                    skipped.append(setting.name)
+                continue  # the user's own logging wins (an envFrom value would be overridden by ours)
             env.append({"name": setting.name, "value": value})
             added += 1
             continue
@@ -140,6 +152,18 @@ def add_env(
                 f"{target.name}: {setting.name} is enforced by policy {policy.name}: {before} replaced by {repr(value)}"
             )
     return added
+
+
+def _user_sets(name: str | None, target: Target, commanded: list[str] | None) -> bool:
+    return name is not None and (target.env.index(name) is not None or (commanded is not None and name in commanded))
+
+
+def _commanded(subject: Subject, name: str) -> list[str] | None:
+    """The NCCL names the command of container `name` sets (read once per decision)."""
+    for c, _, settings in subject.commands():
+        if c.get("name") == name:
+            return [n for n, _ in settings]
+    return None
 
 
 def _is_memory_empty_dir(volume: dict[str, Any]) -> bool:
@@ -282,6 +306,7 @@ def apply(pod: dict[str, Any], subject: Subject, warnings: list[str]) -> list[st
     containers: list[dict[str, Any]] = spec["containers"]
     plan = subject.networks
     interfaces: list[str] = plan.interfaces if plan is not None else []
+    skipped: dict[int, list[str]] = {}  # per container: the logging settings left to the user's own
     for t in subject.targets:
         c = containers[t.index]
         what = []
@@ -293,7 +318,9 @@ def apply(pod: dict[str, Any], subject: Subject, warnings: list[str]) -> list[st
         entry = subject.claim_entry
         if entry is not None and (not t.has_fabric or subject.own_claim) and add_claim(pod, c, policy, entry, t.gpus):
             what.append(f"DRA claim {entry}")
-        variables = add_env(c, t, policy, interfaces, warnings)
+        variables = add_env(
+            c, t, policy, interfaces, warnings, _commanded(subject, t.name), skipped.setdefault(t.index, [])
+        )
         if variables:
             what.append(f"{variables} NCCL variables")
         if add_ipc_lock(c):
@@ -304,10 +331,11 @@ def apply(pod: dict[str, Any], subject: Subject, warnings: list[str]) -> list[st
         c = containers[t.index]
         what = []
         if not t.is_target:
-            variables = add_env(c, t, policy, interfaces, warnings)
+            own = [*(_commanded(subject, t.name) or ()), *ranks.user_values(c, t)]
+            variables = add_env(c, t, policy, interfaces, warnings, own, skipped.setdefault(t.index, []))
             if variables:
                 what.append(f"{variables} NCCL variables")
-        forwarded = ranks.forward(c, t, policy, warnings)
+        forwarded = ranks.forward(c, t, policy, warnings, skipped.get(t.index))
         if forwarded:
             what.append(forwarded)
         if what:

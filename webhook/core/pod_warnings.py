@@ -109,7 +109,7 @@ def warnings_for(pod: dict[str, Any], subject: Subject) -> list[str]:
     )  # env of every rank
     for t in subject.targets:
         debug = t.env.get("NCCL_DEBUG")
-        if nccl.debug_verbose(debug):
+        if nccl.debug_verbose(debug) and not nccl.debug_subsys_light(t.env.get("NCCL_DEBUG_SUBSYS")):
             out.append(f"{t.name}: NCCL_DEBUG={debug} logs heavily; use WARN outside debugging")
         if t.has_env_from:
             out.append(f"{t.name}: {_ENV_FROM}")

@@ -85,10 +85,32 @@ def find_launchers(pod: dict[str, Any], labels: dict[str, str], targets: list[Ta
     return out
 
 
-def forward(container: dict[str, Any], t: Target, policy: Policy, warnings: list[str]) -> str | None:
+def user_values(container: dict[str, Any], t: Target) -> list[str]:
+    """The names a launcher gives the ranks a value of its own for: `-x NAME=VALUE` in its words,
+    `NAME=VALUE` items of its Open MPI env list (so that the policy's logging settings yield to
+    them: core.model.EnvSetting.yields_to_env_from)."""
+    out: list[str] = []
+    exporting = False
+    for key in ("command", "args"):
+        part = container.get(key)
+        for w in part if isinstance(part, list) else ():
+            if isinstance(w, str):
+                if exporting and "=" in w:
+                    out.append(w.split("=", 1)[0])
+                exporting = len(w) <= _EXPORT_FLAG_LEN and w in launchers.OMPI_EXPORT_FLAGS
+    listed = t.env.get(launchers.OMPI_ENV_LIST)
+    if isinstance(listed, str):
+        out.extend(item.split("=", 1)[0].strip() for item in listed.split(";") if "=" in item)
+    return out
+
+
+def forward(
+    container: dict[str, Any], t: Target, policy: Policy, warnings: list[str], skipped: list[str] | None = None
+) -> str | None:
     """Make the launcher forward the policy's block (already in `container`'s env) to every
     rank. Returns a note when the env list was written."""
-    names = [s.name for s in policy.env]
+    # a logging setting add_env left out (the user's own won: `skipped`) is not forwarded
+    names = [s.name for s in policy.env if s.name not in skipped] if skipped else [s.name for s in policy.env]
     if not names:
         return None
     note: str | None = None

@@ -114,3 +114,17 @@ def hca_selected_devices(value: str, devices: Iterable[str]) -> list[str]:
 def debug_verbose(value: str | None) -> bool:
     """NCCL_DEBUG at INFO or TRACE (NCCL compares case-insensitively): heavy logging."""
     return value is not None and value.strip().upper() in ("INFO", "TRACE")
+
+
+# NCCL_DEBUG_SUBSYS subsystems that print a few lines per rank at init, not per operation: INIT
+# (the network chosen, the channels), NET (the devices, GDR), ENV and BOOTSTRAP (NCCL's own
+# default set). NCCL reads the list case-insensitively; a leading ^ excludes instead.
+_LIGHT_SUBSYS = frozenset(("INIT", "NET", "ENV", "BOOTSTRAP"))
+
+
+def debug_subsys_light(value: str | None) -> bool:
+    """NCCL_DEBUG_SUBSYS=value keeps INFO logging to init lines (see _LIGHT_SUBSYS)."""
+    if value is None or value.strip().startswith("^"):
+        return False
+    names = [n.strip().upper() for n in value.split(",") if n.strip()]
+    return bool(names) and all(n in _LIGHT_SUBSYS for n in names)

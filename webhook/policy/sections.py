@@ -20,6 +20,7 @@ from webhook.fabrics.multus import Network
 from webhook.policy.errors import PolicyError
 
 _RANGE = re.compile(r"^(.*)\[(\d+)-(\d+)\]$")
+_LOGGING = ("NCCL_DEBUG", "NCCL_DEBUG_SUBSYS")  # NCCL's logging: a user's own value wins (core.model.EnvSetting)
 
 
 def _expand_devices(patterns: Iterable[str]) -> tuple[str, ...]:
@@ -464,7 +465,10 @@ def _nccl(
                     "{interface}/{interfaces} name the policy's Multus or GKE interfaces, and it has no networks",
                 )
             )
-        env.append(EnvSetting(var, value, enforce, templated))
+        logs = var in _LOGGING and not enforce  # a user's own wins (EnvSetting.yields_to_env_from, only_with)
+        env.append(
+            EnvSetting(var, value, enforce, templated, logs, "NCCL_DEBUG" if logs and var != "NCCL_DEBUG" else None)
+        )
         # The policy's own block must not be what sends NCCL to TCP.
         for sig in table:
             if sig.variable == var and sig.severity == transports.DENY and not templated:
@@ -489,11 +493,5 @@ def _proof(doc: dict[str, Any]) -> Proof | None:
     spec = doc.get("proof")
     if not isinstance(spec, dict):
         return None
-    devices = spec.get("devices")
-    return Proof(
-        transport=spec.get("transport"),
-        devices=_expand_devices(devices) if devices else None,
-        gdr=spec.get("gdr"),
-        rails=spec.get("rails"),
-        on_fallback=spec.get("onFallback", "report"),
-    )
+    devices = _expand_devices(spec["devices"]) if spec.get("devices") else None
+    return Proof(spec.get("transport"), devices, spec.get("gdr"), spec.get("rails"), spec.get("onFallback", "report"))
