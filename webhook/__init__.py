@@ -38,6 +38,7 @@ COMPILED_MODULES = (
     "core.targets",
     "core.subject",
     "core.pod_warnings",
+    "core.machines",
     "admission.judge",
     "admission.review",
 )

@@ -144,6 +144,25 @@ def _prune(obj: Any) -> Any:
     return obj
 
 
+def _check_pinned(sent: Any, now: Any, policy: Any) -> None:
+    """The affinity changes only by the required node affinity of a policy that pins a pod naming
+    no machine type (webhook.core.machines), added to every term and nothing else."""
+    if sent == now:
+        return
+    assert policy is not None and policy.machines is not None and policy.machines.unselected.pin is not None
+    key, values = policy.machines.unselected.pin
+    expr = {"key": key, "operator": "In", "values": list(values)}
+    terms = now["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
+    assert terms and all(expr in t["matchExpressions"] for t in terms), terms
+    stripped = copy.deepcopy(now)
+    required = stripped["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+    for t in required["nodeSelectorTerms"]:
+        t["matchExpressions"] = [e for e in t["matchExpressions"] if e != expr]
+    # the term the webhook made for a pod that had none is gone with its expression
+    required["nodeSelectorTerms"] = [_prune(t) for t in required["nodeSelectorTerms"] if _prune(t)]
+    assert _prune(_prune(stripped)) == _prune(sent or {}), (sent, now)
+
+
 def check_mutation(pod: dict[str, Any], out: dict[str, Any], decision: Any) -> None:
     """What may change between the pod sent and the pod admitted, and how."""
     policy = POLICIES.get(decision.policy) if decision is not None and decision.policy else None
@@ -154,8 +173,9 @@ def check_mutation(pod: dict[str, Any], out: dict[str, Any], decision: Any) -> N
     # host namespaces, pod security context, everything else in the spec except volumes
     for key in HOST_FIELDS + ("securityContext",):
         assert spec.get(key) == ospec.get(key), key
-    rest = {k: v for k, v in spec.items() if k not in ("containers", "volumes", "resourceClaims")}
-    assert rest == {k: v for k, v in ospec.items() if k not in ("containers", "volumes", "resourceClaims")}
+    rest = {k: v for k, v in spec.items() if k not in ("containers", "volumes", "resourceClaims", "affinity")}
+    assert rest == {k: v for k, v in ospec.items() if k not in ("containers", "volumes", "resourceClaims", "affinity")}
+    _check_pinned(spec.get("affinity"), ospec.get("affinity"), policy)
     # DRA claims: the ones sent stay, in place; the addition is the policy's claim, once
     claims_sent, claims_now = spec.get("resourceClaims") or [], ospec.get("resourceClaims") or []
     assert claims_now[: len(claims_sent)] == claims_sent
@@ -397,7 +417,12 @@ def test_opted_in_pods_without_fallback_settings_are_mutated(pod):
                 (c["resources"].get(section) or {}).pop(r, None)
     pod["spec"].pop("hostNetwork", None)
     ann = pod["metadata"].get("annotations") or {}
-    if ann.get(keys.POD_POLICY) in ("no-such-policy", "gke-gib", "gke-tcpxo"):  # GKE's pods: tests/fabrics/test_gke.py
+    if ann.get(keys.POD_POLICY) in (
+        "no-such-policy",
+        "gke",
+        "gke-gib",
+        "gke-tcpxo",
+    ):  # GKE's: tests/fabrics/test_gke.py
         del ann[keys.POD_POLICY]
     ann.pop(gke.INTERFACES, None)  # another fabric's GKE networks are a fabric-mismatch here
     if ann.get(keys.MULTUS_NETWORKS, "").strip().startswith("[") and not isinstance(

@@ -169,14 +169,14 @@ def pod_of(containers, resource_claims=None, annotations=None, **kw) -> dict:
 
 
 # Each example: the pod, the policy that fits, the policies that take it as theirs too (the same
-# family; roce-dranet-aligned claims the same DRANET NICs as roce-dranet), and whether the fitting
+# family; roce-dranet-aligned and gb200-roce claim the same DRANET NICs as roce-dranet), and whether the fitting
 # policy mutates it (a pod whose GPUs come by claim is checked, not mutated).
 EXAMPLES = {
     # kubernetes-sigs/dranet: an RDMA claim from the plain dra.net class narrowed by the request
     "dranet-rdma-request": (
         lambda: pod_of([worker(claims=["rdma"])], [claim_ref("rdma", "rdma-nics")], generate_name="llama-worker-"),
         "roce-dranet",
-        {"roce-dranet-aligned"},
+        {"roce-dranet-aligned", "gb200-roce"},
         True,
     ),
     # the dranet rdma-perftest StatefulSet: a class that selects RDMA devices; its container does
@@ -189,7 +189,7 @@ EXAMPLES = {
             generate_name=None,
         ),
         "roce-dranet",
-        {"roce-dranet-aligned"},
+        {"roce-dranet-aligned", "gb200-roce"},
         True,
     ),
     # GKE managed DRANET: eight RDMA NICs of mrdma.google.com
@@ -207,7 +207,7 @@ EXAMPLES = {
             generate_name="nccl-test-worker-",
         ),
         "roce-dranet",
-        {"roce-dranet-aligned"},
+        {"roce-dranet-aligned", "gb200-roce"},
         False,
     ),
     # EKS through the EFA DRA driver: GPU and EFA aligned in one claim (dranet's gpu-efa example)
@@ -252,7 +252,7 @@ EXAMPLES = {
     "aks-nd-shared-ib": (
         lambda: pod_of([worker(limits={"rdma/shared_ib": "1"})], generate_name="pytorch-worker-"),
         "nd-infiniband",
-        {"ib-shared"},
+        {"ib-shared", "coreweave-ib"},  # every rdma/<name> is the RDMA shared device plugin's family
         True,
     ),
     # OpenShift SR-IOV: a legacy VF and the network whose NAD names it
@@ -418,7 +418,11 @@ def test_a_class_a_policy_names_wins_over_a_driver_match():
     req = dra.ClaimRequest("efa.networking.k8s.aws", (), 'device.attributes["dra.net"].rdma == true')
     assert [p.name for p in dra.nic_policies(req, PS, STATE.claims())] == ["efa-dra"]
     req = dra.ClaimRequest("rdma", (), "")
-    assert [p.name for p in dra.nic_policies(req, PS, STATE.claims())] == ["roce-dranet", "roce-dranet-aligned"]
+    assert [p.name for p in dra.nic_policies(req, PS, STATE.claims())] == [
+        "roce-dranet",
+        "roce-dranet-aligned",
+        "gb200-roce",
+    ]
     assert dra.nic_policies(dra.ClaimRequest("dranet", (), ""), PS, STATE.claims()) == []  # dra.net without rdma
     assert dra.nic_policies(dra.ClaimRequest("gpu.nvidia.com", (), ""), PS, STATE.claims()) == []
 

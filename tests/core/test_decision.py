@@ -338,7 +338,7 @@ def test_unknown_or_forbidden_policy_denied(policies):
     resp, _, _ = respond(pod, ML, policies)
     assert (
         not resp["allowed"]
-        and "names no policy (known: efa, efa-dra, erdma, gke-gib, gke-tcpxo, "
+        and "names no policy (known: coreweave-ib, efa, efa-dra, erdma, gb200-roce, gke, gke-gib, gke-tcpxo, "
         "ib-shared, nd-infiniband, oke-roce-host, roce-dranet, roce-dranet-aligned, sriov-roce, sriov-roce-8rail)"
         in resp["status"]["message"]
     )

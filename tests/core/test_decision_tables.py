@@ -435,11 +435,22 @@ def test_a_network_device_without_a_network_naming_it_is_nothing_to_the_fabric(r
     assert "rdma/rdma_shared_device_a" in d.pod["spec"]["containers"][0]["resources"]["limits"]
 
 
+class NO_TYPES:  # noqa: N801 (stands for a policy's absent Machines)
+    types = ()
+
+
 # -- transports' signatures --------------------------------------------------------------------------
 
 
 def _first_device(fabric) -> str:
-    return fabric.hca_devices[0]
+    """The fabric's first device; of a name family (`ibp*`), its first member."""
+    first = fabric.hca_devices[0]
+    return first[:-1] + "0" if first.endswith("*") else first
+
+
+def _all_stems(fabric) -> str:
+    """A prefix list that covers every device of the fabric (every name family too)."""
+    return ",".join(sorted({d.rstrip("*").rstrip("0123456789") for d in fabric.hca_devices}))
 
 
 # For each variable a signature judges: values that fall back and values that keep RDMA, as
@@ -448,7 +459,7 @@ SAMPLES = {
     "NCCL_IB_DISABLE": (lambda f: ["1", "0x1", "-1"], lambda f: ["0", "00"]),
     "NCCL_NET": (lambda f: ["Socket", "socket"], lambda f: list(f.nccl_nets) + [n.lower() for n in f.nccl_nets]),
     "NCCL_IB_HCA": (
-        lambda f: ["eth0", "^" + _first_device(f).rstrip("0123456789")],
+        lambda f: ["eth0", "^" + _all_stems(f)],
         lambda f: [_first_device(f), "=" + _first_device(f), _first_device(f) + ":1"],
     ),
     "FI_PROVIDER": (lambda f: ["tcp", "sockets", "^" + ",".join(f.providers)], lambda f: [*f.providers, "^tcp"]),
@@ -458,6 +469,7 @@ SAMPLES = {
         lambda f: ["eth0", "eth0,lo"],
         lambda f: ["eth1,eth2,eth3,eth4,eth5,eth6,eth7,eth8", "eth1"],
     ),
+    "NCCL_GPUDIRECTTCPX_SOCKET_IFNAME": (lambda f: ["eth0", "eth0,lo"], lambda f: ["eth1,eth2,eth3,eth4", "eth1"]),
 }
 
 SIGNATURE_CASES = [
@@ -476,6 +488,7 @@ DOCUMENTED_SIGNATURES = {
     "libfabric": {"FI_PROVIDER": DENY, "NCCL_NET_PLUGIN": DENY, "NCCL_NET": DENY, "FI_EFA_USE_DEVICE_RDMA": WARN},
     "gib": {"NCCL_NET": DENY, "NCCL_NET_PLUGIN": DENY, "NCCL_IB_DISABLE": DENY, "NCCL_IB_HCA": DENY},
     "fastrak": {"NCCL_NET": DENY, "NCCL_NET_PLUGIN": DENY, "NCCL_FASTRAK_IFNAME": WARN},
+    "tcpx": {"NCCL_NET": DENY, "NCCL_NET_PLUGIN": DENY, "NCCL_GPUDIRECTTCPX_SOCKET_IFNAME": WARN},
 }
 
 
@@ -487,7 +500,10 @@ def test_each_documented_signature_is_in_its_transports_table(transport):
 
 
 def test_each_transport_is_used_by_a_shipped_policy():
+    """By a shipped policy or one of its machine types (GPUDirect-TCPX: `gke`'s A3 High, whose
+    signatures tests/fabrics/test_gke_machines.py judges through the decision)."""
     used = {PS.get(p).fabric.transport for p in SHIPPED}
+    used |= {t.policy.fabric.transport for p in SHIPPED for t in (PS.get(p).machines or NO_TYPES).types}
     assert set(TRANSPORTS) <= used, f"transports no shipped policy tests: {set(TRANSPORTS) - used}"
 
 

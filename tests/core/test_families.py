@@ -148,8 +148,9 @@ def test_gke_networks_of_another_policy_are_one_mismatch_naming_them_and_the_pol
 
 
 def test_gke_networks_of_a_policy_this_namespace_may_not_use_say_so():
-    """gke-tcpxo restricted to another team's namespaces: the mismatch cannot name it."""
-    ps = catalogue(selectors={"gke-tcpxo": "{matchLabels: {team: vision}}"})
+    """gke-tcpxo (and gke, which has A3 Mega too) restricted to another team's namespaces: the
+    mismatch cannot name them."""
+    ps = catalogue(selectors={"gke-tcpxo": "{matchLabels: {team: vision}}", "gke": "{matchLabels: {team: vision}}"})
     d = decide(gke_pod("gke-gib", [("eth1", "vpc1")]), NAMESPACE, ps)
     assert mismatches(d) == [
         (

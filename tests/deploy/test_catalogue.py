@@ -13,7 +13,7 @@ kustomization's own folder and Helm only from inside the chart, so `make catalog
 - the chart's values schema enum and docs/catalogue.md (the hand-written pages point to it and
   list no policy).
 
-Here: nothing generated is stale, a thirteenth policy is one file plus the generator, and the
+Here: nothing generated is stale, a sixteenth policy is one file plus the generator, and the
 overlays of deploy/README.md rendered with the real `kubectl kustomize`, from a temporary folder
 (nothing is written into the checkout).
 """
@@ -82,11 +82,14 @@ def _component_copy(name: str) -> bytes:
     return (COMPONENTS / name / f"{name}.yaml").read_bytes()
 
 
-def test_the_catalogue_is_the_twelve_shipped_fabrics():
+def test_the_catalogue_is_the_fifteen_shipped_fabrics():
     assert NAMES == [
+        "coreweave-ib",
         "efa",
         "efa-dra",
         "erdma",
+        "gb200-roce",
+        "gke",
         "gke-gib",
         "gke-tcpxo",
         "ib-shared",
@@ -183,7 +186,7 @@ def test_the_generator_refuses_what_it_cannot_generate_from(tmp_path):
     (root / "policies" / "other.yml").unlink()
 
 
-# --- a thirteenth policy: one file and `make catalogue` ------------------------------------------------
+# --- a sixteenth policy: one file and `make catalogue` ------------------------------------------------
 
 
 def _copy_inputs(tmp: Path) -> Path:
@@ -204,7 +207,7 @@ def _new_policy() -> str:
     return text.replace("# SR-IOV RoCE (NVIDIA", "# A test fabric: SR-IOV RoCE (NVIDIA", 1)
 
 
-def test_a_thirteenth_policy_is_one_file_and_make_catalogue(tmp_path):
+def test_a_sixteenth_policy_is_one_file_and_make_catalogue(tmp_path):
     from webhook.policy import admission_policy as ap
     from webhook.policy.load import load_texts
 
@@ -241,7 +244,7 @@ def test_a_thirteenth_policy_is_one_file_and_make_catalogue(tmp_path):
     assert schema["properties"]["policies"]["properties"]["enabled"]["items"]["enum"] == names
     # the documentation: docs/catalogue.md, which the hand-written pages point to
     doc = (root / "docs" / "catalogue.md").read_text()
-    assert f"| [`{NEW}`](../policies/{NEW}.yaml) | A test fabric: SR-IOV RoCE" in doc and "ships 13 policies" in doc
+    assert f"| [`{NEW}`](../policies/{NEW}.yaml) | A test fabric: SR-IOV RoCE" in doc and "ships 16 policies" in doc
     assert [line.split("`")[1] for line in doc.splitlines() if line.startswith("| [`")] == names
 
     # and taking it out again leaves the checkout as it was

@@ -511,7 +511,7 @@ def test_network_policy():
     [
         (
             "policies.enabled={infiniband}",
-            "value must be one of 'efa', 'efa-dra', 'erdma', 'gke-gib', 'gke-tcpxo', 'ib-shared'",
+            "value must be one of 'coreweave-ib', 'efa', 'efa-dra', 'erdma', 'gb200-roce', 'gke', 'gke-gib'",
         ),
         ("certificates.source=vault", "value must be one of 'chart', 'certManager', 'provided'"),
         ("replicaCount=0", "/replicaCount"),

@@ -674,7 +674,7 @@ def test_fabric_mismatch_says_what_the_policy_provides():
     # without a policy of the RDMA shared device plugin's family, nothing fits
     from webhook.core.model import PolicySet
 
-    alone = PolicySet([p for p in ps.by_name.values() if not p.name.endswith(("ib-shared", "infiniband"))])
+    alone = PolicySet([p for p in ps.by_name.values() if not p.name.endswith(("ib-shared", "infiniband", "-ib"))])
     _, _, d = respond(pod, ML, alone)
     assert [f.message for f in d.denials] == [
         f"this pod requests rdma/hca, another fabric's RDMA device; policy dranet provides a DRA claim (rdma-nic-template); {other}"

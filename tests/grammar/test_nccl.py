@@ -79,3 +79,27 @@ def test_debug_subsys_light():
     assert debug_subsys_light("INIT,NET") and debug_subsys_light("init, net,ENV") and debug_subsys_light("BOOTSTRAP")
     assert not debug_subsys_light(None) and not debug_subsys_light("") and not debug_subsys_light(" , ")
     assert not debug_subsys_light("INIT,COLL") and not debug_subsys_light("ALL") and not debug_subsys_light("^COLL")
+
+
+@pytest.mark.parametrize(
+    "value, selected",
+    [
+        ("ibp", True),  # CoreWeave's documented value
+        ("ibp0,ibp1", True),  # members of the family
+        ("ib", True),  # a prefix that covers the family
+        ("=ibp3", True),
+        ("ibp2:1", True),
+        ("", True),
+        ("mlx5", False),  # the family has no mlx5 device
+        ("=ibp", False),  # exact: no device is named just `ibp`
+        ("ibp2:2", False),  # port 2: the family's devices are port 1
+        ("^ibp", False),  # excludes every ibp device
+        ("^ib", False),
+        ("^mlx5", True),
+        ("^ibp0", True),  # excludes one member; the others stay
+    ],
+)
+def test_a_device_family_is_selected_by_a_member_or_a_covering_prefix(value, selected):
+    """`ibp*` in a policy's hcaDevices: the node names its devices (ibp0.., rocep..._dma), the
+    policy knows their stem; NCCL_IB_HCA keeps the fabric when it keeps some device of it."""
+    assert (nccl.hca_selected_devices(value, ["ibp*"]) == ["ibp*"]) == selected

@@ -650,7 +650,7 @@ def under(policy: str) -> str:
 def test_a_cluster_runtime_right_for_ib_is_shown_under_the_first_policy_that_injects_with_the_others_named():
     policies = catalogue()
     v = check_workload(runtime(ib_node()), TRAINER, CTR, None, policies, None)
-    assert (v.outcome, v.policy, v.allowed) == ("mutated", "ib-shared", True)
+    assert (v.outcome, v.policy, v.allowed) == ("mutated", "coreweave-ib", True)
     [r] = v.results
     assert (r.path, r.deny, r.decision.outcome, r.why_not) == (
         NODE,
@@ -658,13 +658,15 @@ def test_a_cluster_runtime_right_for_ib_is_shown_under_the_first_policy_that_inj
         "mutated",
         "",
     )  # why_not: only for a denial that warns
-    assert r.pod["metadata"] == {"labels": INJECT, "namespace": under("ib-shared"), "generateName": "torch-ib-"}
+    assert r.pod["metadata"] == {"labels": INJECT, "namespace": under("coreweave-ib"), "generateName": "torch-ib-"}
     # one note per policy under which its pods would be denied, by name, with all its reasons
     said = [n.split(": its pods would be denied in namespaces that use policy ")[1].split(":")[0] for n in v.notes]
     assert said == [
         "efa",
         "efa-dra",
         "erdma",
+        "gb200-roce",
+        "gke",
         "gke-gib",
         "gke-tcpxo",
         "oke-roce-host",
@@ -688,8 +690,8 @@ def test_a_cluster_runtime_right_for_ib_is_shown_under_the_first_policy_that_inj
 
 
 def test_a_cluster_runtime_is_shown_under_a_policy_that_still_changes_its_pods():
-    """Its template is the pod ib-shared made (kubectl get pod -o yaml): nothing left to add under
-    ib-shared; nd-infiniband, later by name, still changes the pods, so it is the one shown."""
+    """Its template is the pod coreweave-ib made (kubectl get pod -o yaml): nothing left to add under
+    coreweave-ib; ib-shared, later by name, still changes the pods, so it is the one shown."""
     policies = catalogue()
     template = runtime(ib_node())["spec"]["template"]["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]
     made = check_workload(runtime(ib_node()), TRAINER, CTR, None, policies, None).results[0].decision.pod
@@ -698,21 +700,21 @@ def test_a_cluster_runtime_is_shown_under_a_policy_that_still_changes_its_pods()
     rt = runtime(ib_node())
     rt["spec"]["template"]["spec"]["replicatedJobs"][0]["template"]["spec"]["template"] = template
     v = check_workload(rt, TRAINER, CTR, None, policies, None)
-    assert (v.outcome, v.policy) == ("mutated", "nd-infiniband")
-    assert v.results[0].pod["metadata"]["namespace"] == under("nd-infiniband")
+    assert (v.outcome, v.policy) == ("mutated", "ib-shared")
+    assert v.results[0].pod["metadata"]["namespace"] == under("ib-shared")
 
 
 def test_a_cluster_runtime_denied_under_every_policy_shows_the_reasons_of_one_its_devices_fit():
     v = check_workload(runtime(ib_node(IB_DISABLE)), TRAINER, CTR, None, catalogue(), None)
-    assert (v.outcome, v.policy) == ("denied", "ib-shared")
+    assert (v.outcome, v.policy) == ("denied", "coreweave-ib")
     assert v.notes == [
-        f"{NODE}: its pods would be denied under every policy that could apply (ib-shared, nd-infiniband, "
-        f"efa, efa-dra, erdma, gke-gib, gke-tcpxo, oke-roce-host, roce-dranet, roce-dranet-aligned, "
-        f"sriov-roce, sriov-roce-8rail); the reasons under policy ib-shared follow"
+        f"{NODE}: its pods would be denied under every policy that could apply (coreweave-ib, ib-shared, "
+        f"nd-infiniband, efa, efa-dra, erdma, gb200-roce, gke, gke-gib, gke-tcpxo, oke-roce-host, roce-dranet, "
+        f"roce-dranet-aligned, sriov-roce, sriov-roce-8rail); the reasons under policy coreweave-ib follow"
     ]
     assert [f.rule for f in v.denials()] == ["env-fallback"]
     [r] = v.results
-    assert r.deny and r.why_not == "" and r.pod["metadata"]["namespace"] == under("ib-shared")
+    assert r.deny and r.why_not == "" and r.pod["metadata"]["namespace"] == under("coreweave-ib")
 
 
 def test_denied_under_the_only_policy_or_under_both_of_two():

@@ -57,6 +57,9 @@ def test_shipped_policies_load(policies):
         "nd-infiniband",
         "gke-gib",
         "gke-tcpxo",
+        "gke",
+        "coreweave-ib",
+        "gb200-roce",
     }
     erdma = policies.get("erdma")
     assert [(d.resource, d.count, d.per_gpu) for d in erdma.devices] == [("aliyun/erdma", 1, False)]

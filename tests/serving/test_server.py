@@ -125,9 +125,12 @@ def test_health_ready_metrics(server):
     assert server.request("GET", "/healthz")[0] == 200
     code, data, _ = server.request("GET", "/readyz")
     assert code == 200 and json.loads(data)["policies"] == [
+        "coreweave-ib",
         "efa",
         "efa-dra",
         "erdma",
+        "gb200-roce",
+        "gke",
         "gke-gib",
         "gke-tcpxo",
         "ib-shared",
@@ -145,7 +148,7 @@ def test_health_ready_metrics(server):
     assert 'rdma_webhook_admissions_total{endpoint="mutate",outcome="mutated",policy="erdma"}' in text
     assert "rdma_webhook_admission_duration_seconds_bucket" in text
     assert "rdma_webhook_certificate_expiry_timestamp_seconds" in text
-    assert "rdma_webhook_policies_loaded 12.0" in text
+    assert "rdma_webhook_policies_loaded 15.0" in text
     # a ready replica says so: the gunicorn master holds an entry of every gauge too (multi-process
     # mode), and it must not pull the livemin gauge down to 0 (the cache-not-ready alert would fire)
     assert "rdma_webhook_cluster_cache_ready 1.0" in text, [line for line in text.splitlines() if "cache_ready" in line]

@@ -27,7 +27,29 @@ def cmd_lint(args: argparse.Namespace) -> int:
         return 1
     for p in sorted(policies.by_name.values(), key=lambda p: p.name):
         print(f"ok  {p.name}  ({p.summary()})  {p.source}")
+        for t in p.machines.types if p.machines is not None else ():
+            print(f"      machine type {t.name}: {t.policy.summary()}")
+    if args.cluster_state:
+        return _lint_alignment(policies, args.cluster_state)
     return 0
+
+
+def _lint_alignment(policies: Any, path: str) -> int:
+    """Whether the cluster-state file's ResourceSlices can satisfy each aligned claim."""
+    from webhook.policy.alignment import check, objects_of
+
+    try:
+        with open(path, encoding="utf-8") as fh:
+            docs = list(yaml.safe_load_all(fh))
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
+        print(f"error: {path}: cannot read the cluster state: {exc}", file=sys.stderr)
+        return 1
+    errors, warnings = check(policies, objects_of(docs))
+    for warning in warnings:
+        print(f"warning: {path}: {warning}", file=sys.stderr)
+    for err in errors:
+        print(f"error: {path}: {err}", file=sys.stderr)
+    return 1 if errors else 0
 
 
 def cmd_migrate(args: argparse.Namespace) -> int:
@@ -125,7 +147,9 @@ def cmd_claim_template(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return EXIT_DENIED
-    doc = aligned_template(claim.template_for(args.gpus), args.gpus, args.gpu_class, nic_class, args.namespace)
+    doc = aligned_template(
+        claim.template_for(args.gpus), args.gpus, args.gpu_class, nic_class, args.namespace, claim.attribute
+    )
     sys.stdout.write(yaml.safe_dump(doc, sort_keys=False, width=100))
     return EXIT_OK
 
@@ -145,6 +169,12 @@ def register(commands: Any) -> None:
         epilog="exit status: 0 all policies valid (warnings allowed), 1 any problem",
     )
     lint.add_argument("dir", metavar="DIR", help="the policies folder")
+    lint.add_argument(
+        "--cluster-state",
+        metavar="FILE",
+        help="also check, against the DeviceClasses and ResourceSlices of FILE (kubectl get -o yaml), "
+        "that each aligned claim's GPUs and NICs share its alignment attribute on the nodes (default: not checked)",
+    )
     lint.set_defaults(func=cmd_lint)
     mig = polsub.add_parser("migrate", help="print v1alpha1 policy files as v1alpha2 (comments are not kept)")
     mig.add_argument("files", nargs="+", metavar="FILE")

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any, Final, Mapping, Protocol
 
 
-from webhook.core import families, fallback, keys, mutation, ranks
+from webhook.core import families, fallback, keys, machines, mutation, ranks
 from webhook.core.claims import Claims
 from webhook.core.pod_warnings import warnings_for
 from webhook.core.scripts import ConfigMaps
@@ -150,12 +150,6 @@ def pod_name(pod: Any) -> str:
     return "(unnamed)"
 
 
-def _annotations(pod: dict[str, Any]) -> dict[str, str]:
-    meta: dict[str, Any] = pod.get("metadata") or {}
-    found: dict[str, str] = meta.get("annotations") or {}
-    return found
-
-
 # The shipped policies are a catalogue: an install enforces none until the platform team chooses.
 NO_POLICY_CHOSEN: Final = (
     "no RDMA policy is in force on this cluster: the platform team chooses one from the catalogue "
@@ -174,7 +168,7 @@ def select_policy(pod: dict[str, Any], ns: Namespace, policies: PolicySet | None
         )
     if not policies:
         return None, NO_POLICY_CHOSEN
-    asked = _annotations(pod).get(keys.POD_POLICY)
+    asked = ((pod.get("metadata") or {}).get("annotations") or {}).get(keys.POD_POLICY)
     if asked is not None:
         policy = policies.get(asked)
         if policy is None:
@@ -307,6 +301,11 @@ def _assess(
     if policy is None:
         assert why is not None  # select_policy says why no policy applies
         return _deny(pod, "no-policy", why)
+    if policy.machines is not None:  # the fabric of the pod's machine type (webhook.core.machines)
+        typed, why = machines.choose(checked, policy, policies)
+        if typed is None:
+            return Decision(DENIED, pod, policy.name, [Finding("machine-type", None, why)])
+        policy = typed
 
     malformed: list[str] = []
     targets = find_targets(pod, policy, malformed)

@@ -74,6 +74,9 @@ class Claim:
     # The template claims the GPUs too, each with a NIC under the same PCIe root (`aligned`): the
     # target's device-plugin GPU request is taken out, and `{gpus}` in `template` is its count.
     aligned: bool = False
+    # What "under the same ..." means for an aligned claim: the DRA device attribute GPU and NIC
+    # share (`claim.alignment`: pcieRoot, or numaNode where NICs sit on no GPU's PCIe root).
+    attribute: str = "resource.kubernetes.io/pcieRoot"
 
     def template_for(self, gpus: int) -> str:
         """The template a target of `gpus` GPUs gets."""
@@ -184,6 +187,13 @@ class Policy:
     sidecar: Sidecar | None = None
     # The `proof` section (webhook.proof.expectation derives what it leaves out from the fabric).
     proof: Proof | None = None
+    # Machine types (webhook.core.machines): the fabric as it is on each kind of node, chosen from
+    # the pod's node selection. `machines` is on the policy as loaded; each type's own Policy has
+    # `machine` (its name) and, when it is what a pod naming no type gets with a node affinity
+    # added, `pin` (the node label expression that affinity requires).
+    machines: Machines | None = None
+    machine: str = ""
+    pin: tuple[str, tuple[str, ...]] | None = None
 
     @property
     def fabric_kind(self) -> str:
@@ -242,6 +252,39 @@ class Policy:
         return min(size, self.shm_max) if self.shm_max else size
 
 
+@dataclass(frozen=True)
+class MachineType:
+    """One machine type of a policy: the node labels that are it (key, values) and the policy as
+    it is on those nodes (its own NICs, networks, HCAs, plugin, NCCL block and sidecar)."""
+
+    name: str
+    labels: tuple[tuple[str, tuple[str, ...]], ...]
+    policy: Policy
+
+
+@dataclass(frozen=True)
+class Machines:
+    """A policy's machine types, compiled at load: `by_label` maps a node label key and value to
+    the names of the types that have it; `unselected` is what a pod naming no type gets: its
+    `default` type's policy (`pinned` when the webhook also adds a required node affinity on that
+    type's label, `add_affinity`), or a denial when there is no default."""
+
+    types: tuple[MachineType, ...]
+    by_name: Mapping[str, MachineType] = field(compare=False)
+    by_label: Mapping[str, Mapping[str, frozenset[str]]] = field(compare=False)
+    default: MachineType | None
+    add_affinity: bool
+    unselected: Policy | None  # the default's policy, pinned when add_affinity
+
+    def names(self) -> str:
+        """The types and their labels, for messages."""
+        parts = []
+        for t in self.types:
+            labels = ", ".join(k + "=" + "|".join(v) for k, v in t.labels)
+            parts.append(f"{t.name} ({labels})")
+        return "; ".join(parts)
+
+
 # What a container's resource is to a policy (`PolicySet.resource_kind`): nothing to its fabric
 # (cpu, its GPUs, its own devices), this fabric's device by another name (equivalentResources),
 # or another fabric's RDMA device.
@@ -251,6 +294,16 @@ RESOURCE_FOREIGN: Final = 2
 # An extended resource none of the above: a network device (SR-IOV VF, host device) when a Multus
 # network of the pod names it (webhook.core.families), else nothing to the fabric.
 RESOURCE_CANDIDATE: Final = 3
+
+
+def _index(index: dict[str, list[Policy]], key: str, policy: Policy) -> None:
+    found = index.setdefault(key, [])
+    if not any(f is policy for f in found):
+        found.append(policy)
+
+
+def _kinds_key(policy: Policy) -> str:
+    return policy.name if not policy.machine else f"{policy.name}/{policy.machine}"
 
 
 class PolicySet:
@@ -275,23 +328,29 @@ class PolicySet:
         # Which policies attach a GKE network (webhook.fabrics.gke): a pod that lists one of another
         # policy's is denied with the name of the policy that fits it.
         self.by_gke_network: dict[str, list[Policy]] = {}
-        for p in self._ranked:
-            for g in p.gke_networks:
-                self.by_gke_network.setdefault(g.name, []).append(p)
-            if p.dra is not None:
-                for cls in sorted(p.dra.classes):
-                    self.by_device_class.setdefault(cls, []).append(p)
-                for driver in sorted(p.dra.drivers):
-                    self.by_driver.setdefault(driver, []).append(p)
-            for family in sorted(p.families):
-                self.by_family.setdefault(family, []).append(p)
-            for res in (*p.own_resources, *p.equivalent_resources):
-                self.by_resource.setdefault(res, []).append(p)
-            if p.claim is not None:
-                for template in (p.claim.template, *p.claim.equivalent):
-                    self.by_claim_template.setdefault(template, []).append(p)
+        for base in self._ranked:
+            # a policy with machine types is indexed by what any of its types has
+            for p in (base, *(t.policy for t in base.machines.types)) if base.machines is not None else (base,):
+                for g in p.gke_networks:
+                    _index(self.by_gke_network, g.name, base)
+                if p.dra is not None:
+                    for cls in sorted(p.dra.classes):
+                        _index(self.by_device_class, cls, base)
+                    for driver in sorted(p.dra.drivers):
+                        _index(self.by_driver, driver, base)
+                for family in sorted(p.families):
+                    _index(self.by_family, family, base)
+                for res in (*p.own_resources, *p.equivalent_resources):
+                    _index(self.by_resource, res, base)
+                if p.claim is not None:
+                    for template in (p.claim.template, *p.claim.equivalent):
+                        _index(self.by_claim_template, template, base)
 
-        self._kinds: dict[str, dict[str, int]] = {p.name: {} for p in self._ranked}
+        # resource_kind's answers, per policy and machine type (their resources differ)
+        self._kinds: dict[str, dict[str, int]] = {_kinds_key(p): {} for p in self._ranked}
+        for base in self._ranked:
+            for t in base.machines.types if base.machines is not None else ():
+                self._kinds[_kinds_key(t.policy)] = {}
 
     def ranked(self) -> list[Policy]:
         """The policies in precedence order (priority, selector size, name)."""
@@ -309,7 +368,7 @@ class PolicySet:
         (RESOURCE_PLAIN, RESOURCE_EQUIVALENT, RESOURCE_FOREIGN), filled by `resource_kind`:
         every pod asks about the same few (cpu, memory, its GPU and device), so a decision reads
         one dict entry per resource."""
-        kinds = self._kinds.get(policy.name)
+        kinds = self._kinds.get(_kinds_key(policy))
         if kinds is None:  # a policy of another set: judged, not kept
             return {}
         return kinds

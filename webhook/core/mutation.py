@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from webhook.grammar import k8s
-from webhook.core import keys, ranks
+from webhook.core import keys, machines, ranks
 from webhook.core.subject import Subject
 from webhook.core.targets import Target
 from webhook.core.model import Policy
@@ -345,6 +345,10 @@ def apply(pod: dict[str, Any], subject: Subject, warnings: list[str]) -> list[st
     shm = add_shm(pod, subject.targets, policy, warnings) if subject.targets else None
     if shm:
         notes.append(shm)
+    if policy.pin is not None and subject.targets:  # the default machine type's nodes (webhook.core.machines)
+        pinned = machines.pin_affinity(pod, policy.pin)
+        if pinned:
+            notes.append(pinned)
     if plan is not None and plan.value is not None:  # Multus's annotation, or GKE multi-networking's
         written = _dict_at(_dict_at(pod, "metadata"), "annotations")
         written[plan.key] = plan.value

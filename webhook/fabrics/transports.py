@@ -48,6 +48,14 @@ RDMA device; `WARN`: RDMA stays but loses a feature) and the source that says so
   NCCL_NET_PLUGIN that does not open the installer's libnccl-net.so (`none`, another name).
 NCCL_FASTRAK_IFNAME naming only the pod network (eth0) keeps the plugin
   but not the GPU NICs: a warning (the policy sets it from the pod's GKE interfaces).
+- `tcpx`: GPUDirect-TCPX (GKE A3 High), TCPXO's predecessor: Google's GPUDirectTCPX NCCL net
+  plugin (registered as `GPUDirectTCPX_v7`, google/nccl-plugin-gpudirecttcpx src/net_tcpx.cc;
+  loaded as libnccl-net.so from the host's /home/kubernetes/bin/nvidia/lib64 by the
+  nccl-tcpx-installer) over the four GPU gVNICs named by NCCL_GPUDIRECTTCPX_SOCKET_IFNAME, with
+  the `tcpgpudmarxd` receive-datapath manager as a sidecar (GoogleCloudPlatform/container-engine-
+  accelerators gpudirect-tcpx/nccl-test-latest.yaml and nccl-config-latest.yaml). It falls back
+  as FasTrak does: an NCCL_NET that is not the plugin, an NCCL_NET_PLUGIN that does not open it;
+  NCCL_GPUDIRECTTCPX_SOCKET_IFNAME naming only eth0 is a warning.
 """
 
 from __future__ import annotations
@@ -252,6 +260,38 @@ FASTRAK: tuple[Signature, ...] = (
 )
 
 
+# -- tcpx (GPUDirect-TCPX, GKE A3 High) ----------------------------------------------------------
+
+
+def _tcpx_ifname(value: str, f: Fabric) -> str | None:
+    names = [n.strip() for n in value.split(",") if n.strip()]
+    if names and all(n in ("eth0", "lo") for n in names):
+        return (
+            f"NCCL_GPUDIRECTTCPX_SOCKET_IFNAME={value!r} names only the pod network, so GPUDirect-TCPX has "
+            f"none of {f.label()}'s GPU NICs; remove it and let the policy name the pod's GKE interfaces"
+        )
+    return None
+
+
+TCPX: tuple[Signature, ...] = (
+    Signature(
+        "NCCL_NET",
+        DENY,
+        _nccl_net,
+        "NCCL src/plugin/net.cc ncclNetInit; google/nccl-plugin-gpudirecttcpx (GPUDirectTCPX_v7)",
+    ),
+    Signature(
+        "NCCL_NET_PLUGIN", DENY, _net_plugin, "NCCL src/plugin/plugin_open.cc; the TCPX installer's libnccl-net.so"
+    ),
+    Signature(
+        "NCCL_GPUDIRECTTCPX_SOCKET_IFNAME",
+        WARN,
+        _tcpx_ifname,
+        "GoogleCloudPlatform/container-engine-accelerators gpudirect-tcpx/nccl-config-latest.yaml",
+    ),
+)
+
+
 # RDMA device families, by rule rather than by list (README "Device families"):
 # - RDMA_SHARED: every `rdma/<name>` is the RDMA shared device plugin's (Mellanox/k8s-rdma-shared-dev-plugin
 #   advertises each configured resource as rdma/<resourceName>; NVIDIA network-operator, AKS's
@@ -280,6 +320,7 @@ TRANSPORTS: dict[str, tuple[Signature, ...]] = {
     "libfabric": LIBFABRIC,
     "gib": GIB,
     "fastrak": FASTRAK,
+    "tcpx": TCPX,
 }
 
 

@@ -95,6 +95,8 @@ def hca_selects(flt: HcaFilter, device: str, port: int = 1) -> bool:
     """Whether the filter keeps `device`:`port` (an empty list keeps everything)."""
     if not flt.entries:
         return True
+    if device.endswith("*"):
+        return _family_selected(flt, device[:-1], port)
     matched = False
     for name, want_port in flt.entries:
         name_ok = device == name if flt.exact else device.startswith(name)
@@ -103,6 +105,22 @@ def hca_selects(flt: HcaFilter, device: str, port: int = 1) -> bool:
             matched = True
             break
     return matched != flt.exclude
+
+
+def _family_selected(flt: HcaFilter, stem: str, port: int) -> bool:
+    """Whether the filter keeps some device of the family `stem*` (devices named by the node, as
+    CoreWeave's ibpN or ConnectX-8's rocep..._dma): a listed name of the family, or a prefix that
+    covers the family, keeps one; excluded, the family is gone only when a prefix covers it all."""
+    for name, want_port in flt.entries:
+        if want_port is not None and want_port != port:
+            continue
+        member = name.startswith(stem) and len(name) > len(stem)  # a name of the family: the stem and more
+        covers = not flt.exact and stem.startswith(name)
+        if flt.exclude and covers:
+            return False
+        if not flt.exclude and (member or covers):
+            return True
+    return flt.exclude
 
 
 def hca_selected_devices(value: str, devices: Iterable[str]) -> list[str]:

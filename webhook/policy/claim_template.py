@@ -26,10 +26,10 @@ MIN_KUBERNETES = "1.34"  # resource.k8s.io/v1 and the standard pcieRoot attribut
 
 
 def aligned_template(
-    name: str, gpus: int, gpu_class: str, nic_class: str, namespace: str | None = None
+    name: str, gpus: int, gpu_class: str, nic_class: str, namespace: str | None = None, attribute: str = PCIE_ROOT
 ) -> dict[str, Any]:
     """A ResourceClaimTemplate claiming `gpus` GPUs of `gpu_class`, each with one NIC of
-    `nic_class` under the same PCIe root."""
+    `nic_class` with the same `attribute` (the PCIe root, or the NUMA node)."""
     requests: list[dict[str, Any]] = []
     constraints: list[dict[str, Any]] = []
     for i in range(gpus):
@@ -39,7 +39,7 @@ def aligned_template(
         requests.append(
             {"name": f"nic-{i}", "exactly": {"deviceClassName": nic_class, "allocationMode": "ExactCount", "count": 1}}
         )
-        constraints.append({"requests": [f"gpu-{i}", f"nic-{i}"], "matchAttribute": PCIE_ROOT})
+        constraints.append({"requests": [f"gpu-{i}", f"nic-{i}"], "matchAttribute": attribute})
     meta: dict[str, Any] = {"name": name}
     if namespace:
         meta["namespace"] = namespace

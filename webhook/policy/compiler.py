@@ -20,7 +20,7 @@ from webhook.core.model import Policy
 from webhook.policy.errors import PolicyError
 from webhook.policy.migrate import migrate_v1alpha1, v1alpha1_field
 from webhook.policy.schema import API_VERSION, API_VERSION_V1ALPHA1, FORBIDDEN_KEYS, VALIDATORS
-from webhook.policy.sections import compile_sections
+from webhook.policy.machines import compile_document
 
 __all__ = ["PolicyError", "compile_policy"]
 
@@ -196,4 +196,4 @@ def compile_policy(doc: Any, file: str) -> tuple[Policy | None, list[PolicyError
             err.field = v1alpha1_field(err.field)
             err.args = (str(err),)
         return policy, errors
-    return compile_sections(doc, file, name)
+    return compile_document(doc, file, name)

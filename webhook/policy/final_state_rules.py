@@ -121,7 +121,17 @@ def _device_condition(policy: Policy) -> tuple[str, str] | None:
 
 
 def rules(policy: Policy) -> list[Rule]:
-    """The final-state rules of one policy, in the order of the webhook's final-state rules."""
+    """The final-state rules of one policy, in the order of the webhook's final-state rules. A
+    policy with machine types (webhook.core.machines): the rules every type has alike, since CEL
+    here does not know which type a pod chose (the webhook's own final-state guard checks the
+    pod's type in full)."""
+    if policy.machines is not None:
+        each = [_rules(t.policy) for t in policy.machines.types]
+        return [r for r in each[0] if all(r in other for other in each[1:])]
+    return _rules(policy)
+
+
+def _rules(policy: Policy) -> list[Rule]:
     return [
         *_device_rules(policy),
         *_ipc_lock_rules(policy),

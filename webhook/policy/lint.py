@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import yaml
 
-from webhook.policy.claim_template import MIN_KUBERNETES, PCIE_ROOT
+from webhook.policy.claim_template import MIN_KUBERNETES
+from webhook.policy.sections import ALIGNMENT_ATTRIBUTES
 from webhook.policy.load import policy_files
 
 
@@ -52,9 +53,10 @@ def lint_notes(directory: str) -> list[str]:
     for path, doc in _documents(directory):
         claim, name = doc.get("claim"), doc.get("name")
         if isinstance(claim, dict) and claim.get("aligned") is True:
+            attribute = ALIGNMENT_ATTRIBUTES.get(str(claim.get("alignment", "pcieRoot")), "its alignment")
             out.append(
                 f"{path}: policy {name!r}: claim.aligned needs Kubernetes >= {MIN_KUBERNETES} "
-                f"(resource.k8s.io/v1, the {PCIE_ROOT} attribute) and GPUs from a DRA driver (NVIDIA's "
+                f"(resource.k8s.io/v1, the {attribute} attribute) and GPUs from a DRA driver (NVIDIA's "
                 f"GPU DRA driver, DeviceClass gpu.nvidia.com), not the device plugin: a pod's nvidia.com/gpu "
                 f"request is taken out and its GPUs claimed with their NICs; create the templates with "
                 f"`rdma-webhook policy claim-template {name} --gpus N` in each namespace"

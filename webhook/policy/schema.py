@@ -200,6 +200,8 @@ SCHEMA: dict[str, Any] = {
                 "equivalentTemplates": {"type": "array", "items": {"type": "string"}},
                 # The template claims GPU and NIC pairs on one PCIe root (webhook.core.model.Claim).
                 "aligned": {"type": "boolean"},
+                # The attribute each GPU and its NIC share (webhook.policy.alignment).
+                "alignment": {"enum": ["pcieRoot", "numaNode"]},
             },
         },
         # The DRA DeviceClasses of this fabric's NICs: a pod that claims one keeps its claim and gets
@@ -230,6 +232,63 @@ SCHEMA: dict[str, Any] = {
                 "gdr": {"type": "boolean"},
                 "rails": {"type": "integer", "minimum": 1, "maximum": 64},
                 "onFallback": {"enum": ["report", "fail"]},
+            },
+        },
+    },
+}
+# Machine types (webhook.core.machines): the fabric as it differs per kind of node. Each type names
+# the node labels that are it and the sections it gives its own way: `fabric` and `nccl` are
+# merged key by key into the policy's (a null NCCL variable or sidecar removes it), the lists are
+# replaced whole.
+_OVERRIDDEN = ("devices", "networks", "gkeNetworks", "pluginMounts", "claim", "dra", "equivalentResources")
+_FABRIC = SCHEMA["properties"]["fabric"]
+_FABRIC_OVERRIDE = {  # a null optional field is taken out (another transport does not read it)
+    **_FABRIC,
+    "required": [],
+    "properties": {
+        key: {"oneOf": [value, {"type": "null"}]}
+        if key in ("transport", "hcaDevices", "providers", "netPlugins")
+        else value
+        for key, value in _FABRIC["properties"].items()
+    },
+}
+_NCCL_OVERRIDE = {
+    "type": "object",
+    "additionalProperties": {"oneOf": [*_NCCL_BLOCK["additionalProperties"]["oneOf"], {"type": "null"}]},
+}
+SCHEMA["properties"]["machineTypes"] = {
+    "type": "object",
+    "additionalProperties": False,
+    "required": ["types"],
+    "properties": {
+        "default": {"type": "string", "minLength": 1},
+        # a pod naming no type: the default's fabric (Default), the default's fabric and a required
+        # node affinity on its first label (RequireNodeAffinity), or a denial (Deny, no default)
+        "whenUnselected": {"enum": ["Default", "RequireNodeAffinity", "Deny"]},
+        "types": {
+            "type": "array",
+            "minItems": 1,
+            "items": {
+                "type": "object",
+                "additionalProperties": False,
+                "required": ["name", "nodeLabels"],
+                "properties": {
+                    "name": {"type": "string", "minLength": 1, "maxLength": 63},
+                    "nodeLabels": {
+                        "type": "object",
+                        "minProperties": 1,
+                        "additionalProperties": {
+                            "oneOf": [
+                                {"type": "string"},
+                                {"type": "array", "minItems": 1, "items": {"type": "string"}},
+                            ]
+                        },
+                    },
+                    "fabric": _FABRIC_OVERRIDE,
+                    "nccl": _NCCL_OVERRIDE,
+                    "sidecar": {"oneOf": [SCHEMA["properties"]["sidecar"], {"type": "null"}]},
+                    **{key: SCHEMA["properties"][key] for key in _OVERRIDDEN},
+                },
             },
         },
     },

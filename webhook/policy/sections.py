@@ -19,6 +19,9 @@ from webhook.fabrics.gke import GkeNetwork
 from webhook.fabrics.multus import Network
 from webhook.policy.errors import PolicyError
 
+# claim.alignment: the standard DRA device attributes GPU and NIC drivers publish alike
+# (Kubernetes, "Standard Device Attributes for Dynamic Resource Allocation").
+ALIGNMENT_ATTRIBUTES = {"pcieRoot": "resource.kubernetes.io/pcieRoot", "numaNode": "resource.kubernetes.io/numaNode"}
 _RANGE = re.compile(r"^(.*)\[(\d+)-(\d+)\]$")
 _LOGGING = ("NCCL_DEBUG", "NCCL_DEBUG_SUBSYS")  # NCCL's logging: a user's own value wins (core.model.EnvSetting)
 
@@ -275,7 +278,10 @@ def _claim(doc: dict[str, Any], file: str, name: str | None, errors: list[Policy
             )
         elif not k8s.is_dns1123_subdomain(template.replace(GPUS_FIELD, "8")):
             errors.append(PolicyError(file, name, fld, f"{template!r} is not a valid ResourceClaimTemplate name"))
-    return Claim(c["name"], c["template"], tuple(c.get("equivalentTemplates") or ()), aligned)
+    if "alignment" in c and not aligned:
+        errors.append(PolicyError(file, name, "claim.alignment", "only meaningful with claim.aligned: true"))
+    attribute = ALIGNMENT_ATTRIBUTES[c.get("alignment", "pcieRoot")]
+    return Claim(c["name"], c["template"], tuple(c.get("equivalentTemplates") or ()), aligned, attribute)
 
 
 def _dra(doc: dict[str, Any], file: str, name: str | None, errors: list[PolicyError]) -> Dra | None:

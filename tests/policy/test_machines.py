@@ -1,0 +1,88 @@
+"""A policy's `machineTypes` compiled (webhook/policy/machines.py): each type a whole policy, checked
+as one and named under machineTypes.types[i]; the default, the mode and the labels checked; every
+problem of a file reported in one lint run, never a traceback."""
+
+from __future__ import annotations
+
+import pytest
+
+from core.test_machines import policy_text
+from webhook.policy.load import load_texts
+
+
+def errors_of(text: str) -> list[str]:
+    ps, errors = load_texts([("t.yaml", text)])
+    assert ps is None, "expected the policy to be refused"
+    return [str(e) for e in errors]
+
+
+@pytest.mark.parametrize(
+    "change, error",
+    [
+        (("  default: eight\n", ""), "field machineTypes.default: required with whenUnselected: Default"),
+        (
+            ("  default: eight\n", "  default: nine\n"),
+            "field machineTypes.default: 'nine' is not a type (the types: eight, four)",
+        ),
+        (
+            ("whenUnselected: Default", "whenUnselected: Deny"),
+            "field machineTypes.default: whenUnselected: Deny takes no default",
+        ),
+        (("- name: four", "- name: eight"), "field machineTypes.types[1].name: 'eight': two types have this name"),
+        (("- name: four", "- name: Four_"), "field machineTypes.types[1].name: 'Four_' must be a DNS-1123 label"),
+        (
+            ("cloud.google.com/gke-accelerator: nvidia-gb200", "cloud.google.com/gke-accelerator: 'bad value!'"),
+            "field machineTypes.types[1].nodeLabels.cloud.google.com/gke-accelerator: "
+            "cloud.google.com/gke-accelerator=bad value! is not a valid node label",
+        ),
+        (
+            ("fabric: {hcaDevices: [\"mlx5_[0-3]\"]}", "fabric: {transport: tcpx}"),
+            "field machineTypes.types[1].fabric.hcaDevices: not read by the tcpx transport",
+        ),
+        (
+            ("fabric: {hcaDevices: [\"mlx5_[0-3]\"]}", "nccl: {NCCL_NET: {value: Socket, enforce: true}}"),
+            "field machineTypes.types[1].nccl.NCCL_NET:",
+        ),
+        (
+            ("fabric: {hcaDevices: [\"mlx5_[0-3]\"]}", "fabric: {kind: null}"),
+            "field machineTypes.types[1].fabric.kind",
+        ),
+        (("      nodeLabels: {cloud", "      nodLabels: {cloud"), "did you mean 'nodeLabels'?"),
+    ],
+)
+def test_problems_are_named_where_they_are(change, error):
+    old, new = change
+    text = policy_text()
+    assert old in text
+    found = errors_of(text.replace(old, new, 1))
+    assert any(error in e for e in found), found
+
+
+def test_two_types_with_the_same_labels_cannot_be_chosen_between():
+    text = policy_text().replace(
+        "{cloud.google.com/gke-accelerator: nvidia-gb200, node.kubernetes.io/instance-type: a4x-highgpu-4g}",
+        "{node.kubernetes.io/instance-type: a4-highgpu-8g, cloud.google.com/gke-accelerator: [nvidia-b200, nvidia-h200-141gb]}",
+    )
+    found = errors_of(text)
+    assert any("machineTypes.types[1].nodeLabels: the same labels as type 'eight'" in e for e in found), found
+
+
+def test_a_null_sidecar_or_variable_takes_the_policys_own_out():
+    text = policy_text().replace(
+        "nccl:\n  NCCL_NET: {value: gIB, enforce: true}\n",
+        "nccl:\n  NCCL_NET: {value: gIB, enforce: true}\n  NCCL_IB_TC: '52'\nsidecar: {name: d, image: x}\n",
+    )
+    text = text.replace(
+        '      fabric: {hcaDevices: ["mlx5_[0-3]"]}\n', "      nccl: {NCCL_IB_TC: null}\n      sidecar: null\n"
+    )
+    ps, errors = load_texts([("t.yaml", text)])
+    assert ps is not None, [str(e) for e in errors]
+    eight, four = (t.policy for t in ps.get("two-types").machines.types)
+    assert [e.name for e in eight.env] == ["NCCL_NET", "NCCL_IB_TC"] and eight.sidecar is not None
+    assert [e.name for e in four.env] == ["NCCL_NET"] and four.sidecar is None
+
+
+def test_the_policy_without_its_machine_types_is_the_policy_as_before():
+    ps, _ = load_texts([("t.yaml", policy_text())])
+    base = ps.get("two-types")
+    assert len(base.gke_networks) == 8 and base.machines is not None and base.machine == ""
