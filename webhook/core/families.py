@@ -352,6 +352,7 @@ def _check_policy_claim(
         or policy.devices
         or policy.networks
         or policy.gke_networks
+        or brought.foreign_nic  # it claims a NIC, another fabric's: said as that, not as none
         or not targets
     ):
         return
