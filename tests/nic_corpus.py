@@ -70,12 +70,15 @@ def group_of(obj: dict[str, Any]) -> str:
     return api.split("/")[0] if "/" in api else ""
 
 
-def controller_pods(obj: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
+def controller_pods(obj: dict[str, Any], ns: str = NS, runtimes: Any = None) -> list[tuple[str, dict[str, Any]]]:
     """(template path, pod) for each pod template of a workload, the pod as the API server hands
     it to the webhook when the workload's controller creates it."""
-    name = obj["metadata"]["name"]
+    name = obj["metadata"].get("name") or obj["metadata"].get("generateName", "x-").rstrip("-")
     out = []
-    for path, template in expand(obj, group_of(obj), obj["kind"], RuntimeStore(), NS).templates:
+    store = runtimes if runtimes is not None else RuntimeStore()
+    for path, template in expand(obj, group_of(obj), obj["kind"], store, ns).templates:
+        if not isinstance(template, dict) or not isinstance(template.get("spec"), dict):
+            continue
         meta = template.get("metadata") or {}
         spec = copy.deepcopy(template.get("spec") or {})
         labels = dict(meta.get("labels") or {})
@@ -83,9 +86,11 @@ def controller_pods(obj: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
             labels[keys.MPI_JOB_ROLE] = keys.MPI_LAUNCHER
         inject = labels.pop(keys.POD_INJECT, None) == keys.POD_INJECT_TRUE
         extra = {key: v for key, v in spec.items() if key not in _POD_FIELDS}
+        if not isinstance(spec.get("containers"), list):
+            continue
         pod = k.pod(
             spec["containers"],
-            namespace=NS,
+            namespace=ns,
             generate_name=f"{name}-",
             labels=labels,
             annotations=meta.get("annotations"),
@@ -98,10 +103,12 @@ def controller_pods(obj: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
     return out
 
 
-def mutate(pod: dict[str, Any], policies: PolicySet, state: FileClusterState, claims: Any):
+def mutate(pod: dict[str, Any], policies: PolicySet, state: FileClusterState, claims: Any, config_maps: Any = None):
     """/mutate: (response, the pod with the patch applied, decision)."""
-    body = k.body(k.admission_review(pod, namespace=NS))
-    status, doc, decision, _ = admission.handle(body, policies, state.namespace, state.attachments(), claims=claims)
+    body = k.body(k.admission_review(pod, namespace=pod["metadata"]["namespace"]))
+    status, doc, decision, _ = admission.handle(
+        body, policies, state.namespace, state.attachments(), config_maps, claims=claims
+    )
     assert status == 200
     resp = doc["response"]
     out = copy.deepcopy(pod)
@@ -110,7 +117,7 @@ def mutate(pod: dict[str, Any], policies: PolicySet, state: FileClusterState, cl
     return resp, out, decision
 
 
-def validate(obj: dict[str, Any], policies: PolicySet, state: FileClusterState, claims: Any):
+def validate(obj: dict[str, Any], policies: PolicySet, state: FileClusterState, claims: Any, config_maps: Any = None):
     """/validate of a workload: (response, decision)."""
     group = group_of(obj)
     version = str(obj["apiVersion"]).split("/")[-1]
@@ -119,7 +126,7 @@ def validate(obj: dict[str, Any], policies: PolicySet, state: FileClusterState, 
     for key in ("kind", "requestKind"):
         rv["request"][key].update(group=group, version=version)
     status, doc, decision, _ = admission.handle_validate(
-        k.body(rv), policies, state.namespace, state.attachments(), state.runtimes(), claims=claims
+        k.body(rv), policies, state.namespace, state.attachments(), state.runtimes(), config_maps, claims=claims
     )
     assert status == 200
     return doc["response"], decision

@@ -291,3 +291,70 @@ def test_a_labelled_template_in_a_namespace_not_opted_in_says_so(tmp_path):
         "spec.template carries rdma-webhook.io/inject=true, but namespace 'batch' does not carry "
         f"{keys.NS_INJECTION}=enabled: their pods get no RDMA"
     )
+
+
+# -- the catalogue: no admitted pod gets a NIC beside one it already has ---------------------------
+
+
+def _route_pods() -> dict[str, tuple[dict, list[dict]]]:
+    """A GPU pod bringing its NICs by each route the issue names, and the objects it needs:
+    DRA claims (GKE managed DRANET, DRANET's rdma devices, EFA's class, the SR-IOV DRA driver),
+    host networking with the host's devices, its own VFs with and without their NADs, a device
+    plugin's RDMA resource, and GKE networks listed by the pod."""
+    import kube_objects as k
+
+    def claim_pod(template: str) -> dict:
+        c = k.container("trainer", gpus=8)
+        c["resources"]["claims"] = [{"name": "nic"}]
+        return k.pod([c], resourceClaims=[{"name": "nic", "resourceClaimTemplateName": template}])
+
+    def rct(name: str, cls: str, cel: str | None = None) -> dict:
+        exactly: dict = {"deviceClassName": cls}
+        if cel:
+            exactly["selectors"] = [{"cel": {"expression": cel}}]
+        spec = {"spec": {"devices": {"requests": [{"name": "nic", "exactly": exactly}]}}}
+        return {
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "ResourceClaimTemplate",
+            "metadata": {"name": name, "namespace": "ml-training"},
+            "spec": spec,
+        }
+
+    mrdma = documents(NICS / "mrdma-gib-pod.yaml")[0]
+    dranet = documents(NICS / "dranet-kuberay-gib.yaml")[0]
+    host = controller_pods(workload("sglang-roce-decode-lws.yaml")[0])[1][1]
+    vfs = controller_pods(workload("sriov-own-vfs.yaml")[0])[0][1]
+    gke_listed = k.pod(
+        [k.container("trainer", gpus=8)],
+        annotations={
+            GKE_INTERFACES: json.dumps(
+                [{"interfaceName": "eth0", "network": "default"}]
+                + [{"interfaceName": f"eth{i + 2}", "network": f"rdma-{i}"} for i in range(8)]
+            )
+        },
+    )
+    return {
+        "gke-managed-dranet": (claim_pod("all-mrdma"), [mrdma]),
+        "dranet-rdma": (claim_pod("all-nic"), [dranet]),
+        "efa-dra-class": (claim_pod("efa-32"), [rct("efa-32", "efa.networking.k8s.aws")]),
+        "sriov-dra": (claim_pod("vf"), [rct("vf", "sriovnetwork.k8snetworkplumbingwg.io")]),
+        "host-network-dev-infiniband": (host, []),
+        "own-vfs-without-nads": (vfs, []),
+        "rdma-shared-device": (k.pod([k.container("trainer", gpus=8, limits={"rdma/shared_ib": "1"})]), []),
+        "efa-device": (k.pod([k.container("trainer", gpus=8, limits={"vpc.amazonaws.com/efa": "4"})]), []),
+        "erdma-device": (k.pod([k.container("trainer", gpus=8, limits={"aliyun/erdma": "1"})]), []),
+        "gke-rdma-networks": (gke_listed, []),
+    }
+
+
+ROUTES = _route_pods()
+
+
+@pytest.mark.parametrize("route", sorted(ROUTES))
+@pytest.mark.parametrize("policy", sorted(PS.by_name))
+def test_no_shipped_policy_admits_a_pod_with_a_nic_beside_the_one_it_has(route, policy):
+    pod, objects = ROUTES[route]
+    state, claims = cluster(policy, objects)
+    resp, out, d = mutate(pod, PS, state, claims)
+    if resp["allowed"]:
+        assert nics(out) == nics(pod), (route, policy, d.notes)
