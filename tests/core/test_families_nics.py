@@ -358,3 +358,40 @@ def test_no_shipped_policy_admits_a_pod_with_a_nic_beside_the_one_it_has(route, 
     resp, out, d = mutate(pod, PS, state, claims)
     if resp["allowed"]:
         assert nics(out) == nics(pod), (route, policy, d.notes)
+
+
+def test_a_class_the_cluster_lists_with_an_rdma_nic_driver_is_a_nic_by_its_own_cel():
+    """A DeviceClass of any name whose CEL selects DRANET's RDMA devices (as the cluster state
+    lists it; kubernetes-sigs/dranet examples/: class `rdma`) makes its claims NICs, with only
+    ib-shared installed too; without the class in the state the claim's request says nothing,
+    and ib-shared's device is added as to any pod."""
+    import kube_objects as k
+
+    cls = {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "DeviceClass",
+        "metadata": {"name": "site-rdma"},
+        "spec": {
+            "selectors": [
+                {"cel": {"expression": 'device.driver == "dra.net"'}},
+                {"cel": {"expression": 'device.attributes["dra.net"].rdma'}},
+            ]
+        },
+    }
+    rct = {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaimTemplate",
+        "metadata": {"name": "nics", "namespace": "ml-training"},
+        "spec": {"spec": {"devices": {"requests": [{"name": "nic", "exactly": {"deviceClassName": "site-rdma"}}]}}},
+    }
+    c = k.container("trainer", gpus=8)
+    c["resources"]["claims"] = [{"name": "nic"}]
+    pod = k.pod([c], resourceClaims=[{"name": "nic", "resourceClaimTemplateName": "nics"}])
+    for installed in (PS, only("ib-shared")):
+        state, claims = cluster("ib-shared", [cls, rct])
+        resp, _, d = mutate(pod, installed, state, claims)
+        assert not resp["allowed"] and [f.rule for f in d.denials] == ["fabric-mismatch"], d.denials
+        assert "(DeviceClass site-rdma), another fabric's RDMA NIC" in d.denials[0].message
+    state, claims = cluster("ib-shared", [rct])
+    resp, out, d = mutate(pod, PS, state, claims)
+    assert resp["allowed"] and out["spec"]["containers"][0]["resources"]["limits"]["rdma/rdma_shared_device_a"] == "1"
