@@ -3,6 +3,12 @@ by DeviceClass (webhook.core.claims). What the pod brings of the policy's own fa
 second device, network or claim); what it brings of another fabric is a `fabric-mismatch`
 denial naming the policy that fits; anything else changes nothing.
 
+What counts as the pod's NIC never depends on which other policies are loaded: a DRA claim of an
+RDMA NIC class (a fixed table in webhook.core.claims, the cluster's DeviceClasses read against it,
+the policy's own `dra`), the host's /dev/infiniband mounted into a host-network pod, a device
+resource of the pod's own Multus network (with or without its NetworkAttachmentDefinition; a
+missing one is a warning: Multus would fail the pod).
+
 Families (webhook.fabrics.transports): every `rdma/<name>` is the RDMA shared device plugin's; a
 resource a NetworkAttachmentDefinition of the pod's Multus networks names in its resourceName
 annotation is a network device (an SR-IOV VF or a host device); a policy belongs to the families
@@ -10,7 +16,9 @@ of its own devices. Equivalence and mismatch follow from the family, not from a 
 
 Cost: a pod whose resources are all known kinds (its GPU, cpu, memory, the policy's devices)
 reads one dict entry per resource (`PolicySet.resource_kinds`); the pod's networks are read only
-when one of its resources could be a network device, its claims only when it has any.
+when one of its resources could be a network device (and its Multus list, when NADs are tracked,
+for the missing ones), its claims only when it has any, its volumes only when it is on the host
+network.
 """
 
 from __future__ import annotations
@@ -357,7 +365,8 @@ def _check_policy_claim(
     ):
         return
     if brought.unknown:  # its only claims are not known: not taken for a NIC, not taken for none
-        where = "no cluster state lists the DRA objects" if claims is None else "the cluster state does not list it"
+        complete = claims is not None and claims.lists_all()
+        where = "the cluster does not have it" if complete else "the cluster's DRA objects are not given here"
         problems.append(
             Finding(
                 "claim-unknown",
