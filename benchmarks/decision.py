@@ -10,6 +10,8 @@ variants of policies/erdma.yaml with distinct names and namespace selectors).
     .venv/bin/python -m benchmarks.decision --instructions --store decision-instructions
     .venv/bin/python -m benchmarks.decision --against ../base --repeats 15 --seconds 0.3 --store decision-against
 
+`--against CHECKOUT --interpreted`: the same with neither checkout compiled (worktrees where `make
+compile` is not run): this checkout's interpreted copy against the base's interpreted core.
 `--against CHECKOUT` (with `--cores` or `--instructions`): this checkout's compiled core against
 another commit's (a worktree with `make compile` run in it), the same bodies for both, each with
 its own shipped policies: the before/after figure a change to the decision core must report.
@@ -187,8 +189,13 @@ def _child(core: str, pure_dir: Path, args: list[str], against: Path | None = No
     return json.loads(out.stdout)
 
 
+INTERPRETED_BASE = False  # --interpreted: the --against checkout is not compiled either
+
+
 def _expected_core(core: str, against: Path | None) -> list[str] | None:
     """What `webhook.compiled()` must say in a child of `core` (None: the base's own list)."""
+    if core == "base" and INTERPRETED_BASE:
+        return []
     return [] if core == "interpreted" else None if core == "base" else list(_check_core_names())
 
 
@@ -211,7 +218,7 @@ def cores_side_by_side(
                 got = _child(core, pure, ["--child-run", str(seconds)], against)
                 expected = _expected_core(core, against)
                 assert expected is None or got["compiled"] == expected, (core, got["compiled"])
-                assert core != "base" or got["compiled"], (
+                assert core != "base" or INTERPRETED_BASE or got["compiled"], (
                     "the --against checkout has no compiled core (make compile there)"
                 )
                 rounds.append(
@@ -354,6 +361,11 @@ def main() -> int:
         "same bodies, each with its own shipped policies",
     )
     ap.add_argument("--store", metavar="NAME", help="write benchmarks/results/NAME.json with provenance")
+    ap.add_argument(
+        "--interpreted",
+        action="store_true",
+        help="with --against: both interpreted (worktrees without `make compile`): this checkout's copy against the base",
+    )
     ap.add_argument("--child-run", type=float, help=argparse.SUPPRESS)
     ap.add_argument("--child-core", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--child-calls", type=int, help=argparse.SUPPRESS)
@@ -385,6 +397,11 @@ def main() -> int:
             )
             prov["against"] = {"checkout": str(against), "commit": base_commit}
         cores = ("base", "compiled") if against is not None else CORES
+        if against is not None and args.interpreted:
+            global INTERPRETED_BASE
+            INTERPRETED_BASE = True
+            cores = ("base", "interpreted")
+            prov["interpreted"] = True
         res = (
             instructions(args.calls, cores, against)
             if args.instructions

@@ -579,7 +579,8 @@ def test_review_state_lookups():
     )
     assert st.namespace("llm-serving").labels["rdma-webhook.io/injection"] == "enabled"
     assert st.attachments() is base.attachments()
-    assert st.claims() is None
+    # the state file's DRA objects are all the cluster's, whatever else the input holds
+    assert st.claims().lists_all() and len(st.claims()) == len(base.claims())
     assumed = review_scope.ReviewState(AssumedClusterState(), assumed=True)
     assert not assumed.known("anything") and assumed.opted_in("anything")
     assumed.add(namespace("ml-training"), "x", None)
@@ -1675,7 +1676,12 @@ def test_explain_of_a_skipped_an_unchanged_and_a_workload_one_of_whose_templates
     )
     nope = "annotation rdma-webhook.io/policy='nope' names no policy (known: tiny-ib); fix the annotation [no-policy]"
     blocks = out.split("\n\n")
-    assert blocks[2] == f"{f}#3: PyTorchJob batch/off: SKIPPED\n  why: no template carries the pod opt-in label"
+    # labelled templates in a namespace not opted in: said so, not "no template carries the label" (issue 42)
+    assert blocks[2] == (
+        f"{f}#3: PyTorchJob batch/off: SKIPPED\n  why: spec.pytorchReplicaSpecs.Master.template, "
+        f"spec.pytorchReplicaSpecs.Worker.template carry rdma-webhook.io/inject=true, but namespace 'batch' does "
+        f"not carry rdma-webhook.io/injection=enabled: their pods get no RDMA"
+    )
     assert blocks[3] == "\n".join(
         [
             f"{f}#4: PyTorchJob ml-training/cpu: UNCHANGED by policy tiny-ib",

@@ -534,7 +534,9 @@ def test_a_cluster_runtime_right_for_ib_namespaces_is_allowed_with_the_other_pol
     assert r["allowed"] is True, r
     assert any("would be denied in namespaces that use policy erdma" in w for w in r["warnings"])
     code, out, _ = review("--policies", POLICIES, "--output", "json", write(tmp_path, "rt.yaml", ib_runtime()))
-    assert code == 0 and records(out)[0]["policy"] == "coreweave-ib"
+    # its headline names no policy: the namespace of the TrainJob that uses it decides (issue 42)
+    assert code == 0 and records(out)[0]["policy"] is None and records(out)[0]["outcome"] == "mutated"
+    assert [t["policy"] for t in records(out)[0]["templates"]] == ["ib-shared"]  # the policy it was shown under
 
 
 def test_a_cluster_runtime_denied_under_every_policy_is_denied(tmp_path, policies):

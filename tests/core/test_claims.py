@@ -169,14 +169,15 @@ def pod_of(containers, resource_claims=None, annotations=None, **kw) -> dict:
 
 
 # Each example: the pod, the policy that fits, the policies that take it as theirs too (the same
-# family; roce-dranet-aligned and gb200-roce claim the same DRANET NICs as roce-dranet), and whether the fitting
+# family; roce-dranet-aligned and gb200-roce claim the same DRANET NICs as roce-dranet, gke-gib takes DRANET's
+# and GKE managed DRANET's RDMA NICs instead of its GKE networks), and whether the fitting
 # policy mutates it (a pod whose GPUs come by claim is checked, not mutated).
 EXAMPLES = {
     # kubernetes-sigs/dranet: an RDMA claim from the plain dra.net class narrowed by the request
     "dranet-rdma-request": (
         lambda: pod_of([worker(claims=["rdma"])], [claim_ref("rdma", "rdma-nics")], generate_name="llama-worker-"),
         "roce-dranet",
-        {"roce-dranet-aligned", "gb200-roce"},
+        {"roce-dranet-aligned", "gb200-roce", "gke-gib"},
         True,
     ),
     # the dranet rdma-perftest StatefulSet: a class that selects RDMA devices; its container does
@@ -189,14 +190,14 @@ EXAMPLES = {
             generate_name=None,
         ),
         "roce-dranet",
-        {"roce-dranet-aligned", "gb200-roce"},
+        {"roce-dranet-aligned", "gb200-roce", "gke-gib"},
         True,
     ),
     # GKE managed DRANET: eight RDMA NICs of mrdma.google.com
     "gke-mrdma": (
         lambda: pod_of([worker(claims=["rdma"])], [claim_ref("rdma", "all-mrdma")], generate_name="jobset-worker-0-"),
         "gke-mrdma",
-        set(),
+        {"gke-gib"},
         True,
     ),
     # dranet's AKS GB300 example: GPU and NIC in one claim, no nvidia.com/gpu resource
@@ -207,7 +208,7 @@ EXAMPLES = {
             generate_name="nccl-test-worker-",
         ),
         "roce-dranet",
-        {"roce-dranet-aligned", "gb200-roce"},
+        {"roce-dranet-aligned", "gb200-roce", "gke-gib"},
         False,
     ),
     # EKS through the EFA DRA driver: GPU and EFA aligned in one claim (dranet's gpu-efa example)
@@ -402,13 +403,16 @@ def test_a_dranet_claim_without_rdma_is_no_nic_and_a_dra_policy_wants_one():
     assert resp["allowed"] and d.outcome == "mutated"
 
 
-def test_a_claim_unknown_here_is_not_taken_for_a_missing_nic():
-    """Without the template (review with no DRA objects) the claim may be the NIC: no denial for
-    a missing one, and nothing added."""
+def test_a_claim_unknown_here_is_not_taken_for_a_nic_nor_for_none():
+    """Without the template (review with no DRA objects) the claim may or may not be the NIC:
+    under the DRA-only policy the pod is not admitted as if it had one (its NCCL block pinned to a
+    NIC it may lack), nor told it claims none: the denial names what is not known. Under a policy
+    that adds its own device, that device is added (issue 42, "checks that depend on the input")."""
     make, fitting, _, _ = EXAMPLES["dranet-rdma-request"]
     pod = make()
-    resp, out, d = respond(pod, fitting, claims=ClaimStore())
-    assert resp["allowed"] and nics(out) == nics(pod), d.denials
+    resp, out, d = respond(pod, fitting, claims=ClaimStore(complete=False))
+    assert not resp["allowed"] and [f.rule for f in d.denials] == ["claim-unknown"], d.denials
+    assert "'rdma' (ResourceClaimTemplate ml-training/rdma-nics), not known here" in d.denials[0].message
     resp, out, d = respond(pod, "ib-shared", claims=None)  # not known: the device-plugin policy adds its own
     assert resp["allowed"] and ("trainer", "limits", "rdma/rdma_shared_device_a", "1") in nics(out)
 
@@ -418,10 +422,12 @@ def test_a_class_a_policy_names_wins_over_a_driver_match():
     req = dra.ClaimRequest("efa.networking.k8s.aws", (), 'device.attributes["dra.net"].rdma == true')
     assert [p.name for p in dra.nic_policies(req, PS, STATE.claims())] == ["efa-dra"]
     req = dra.ClaimRequest("rdma", (), "")
+    # the DRA-only policies first, then gke-gib, which takes the claim instead of its networks
     assert [p.name for p in dra.nic_policies(req, PS, STATE.claims())] == [
         "roce-dranet",
         "roce-dranet-aligned",
         "gb200-roce",
+        "gke-gib",
     ]
     assert dra.nic_policies(dra.ClaimRequest("dranet", (), ""), PS, STATE.claims()) == []  # dra.net without rdma
     assert dra.nic_policies(dra.ClaimRequest("gpu.nvidia.com", (), ""), PS, STATE.claims()) == []

@@ -603,15 +603,25 @@ def test_fi_provider_in_an_ib_verbs_command_is_not_a_fallback(policies):
 
 
 def test_served_dra_claim(tmp_path):
-    """A DRA policy next to the shipped ones, served: the claim lands in the pod as stored."""
-    from conftest import POLICIES, start_server, stop_server
+    """A DRA policy next to the shipped ones, served: the claim lands in the pod as stored. The
+    cluster state lists its ResourceClaimTemplate (a state file lists all the cluster's DRA
+    objects: without it the pod would stay Pending, and is denied with `claim-template`)."""
+    from conftest import CLUSTER_STATE, POLICIES, start_server, stop_server
 
     pol = tmp_path / "policies"
     pol.mkdir()
     for p in POLICIES.glob("*.yaml"):
         (pol / p.name).write_text(p.read_text())
     (pol / "dranet.yaml").write_text(DRA_POLICY)
-    srv = start_server(tmp_path)
+    template = {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaimTemplate",
+        "metadata": {"name": "rdma-nic-template", "namespace": "ml-training"},
+        "spec": {"spec": {"devices": {"requests": [{"name": "nic", "exactly": {"deviceClassName": "rdma"}}]}}},
+    }
+    state = tmp_path / "state.yaml"
+    state.write_text(CLUSTER_STATE.read_text() + "\n---\n" + json.dumps(template) + "\n")
+    srv = start_server(tmp_path, extra_args=["--cluster-state", str(state)])
     try:
         pod = k.pod([k.container("trainer")], annotations={keys.POD_POLICY: "dranet"})
         r = srv.review(k.admission_review(pod, namespace="ml-training"))["response"]

@@ -492,21 +492,31 @@ def test_a_launcher_whose_command_is_not_read_is_known_by_the_operators_label():
     assert keys.MPI_JOB_ROLE not in v.results[1].pod["metadata"]["labels"]  # the workers' pods: no launcher label
 
 
-def test_a_launcher_denial_only_warns_when_no_template_of_the_workload_gets_rdma():
-    """allowed/mpijob-amd.yaml: AMD workers under a policy for nvidia.com/gpu; the launcher's
-    NCCL_IB_HCA concerns no pod of this policy."""
+def test_a_launcher_denial_denies_the_workload_even_when_no_template_gets_rdma():
+    """denied/mpijob-amd.yaml: AMD workers under a policy for nvidia.com/gpu. The launcher's pod
+    is labelled and refused at creation (the webhook sees no worker then), so /validate refuses
+    the workload too instead of warning (issue 42: one answer at apply and create time), and
+    says why and how to run such a job."""
     v = check_workload(
-        mpijob("allowed/mpijob-amd.yaml"), "kubeflow.org", "MPIJob", opted_in("ml-training"), catalogue(), None
+        mpijob("denied/mpijob-amd.yaml"), "kubeflow.org", "MPIJob", opted_in("ml-training"), catalogue(), None
     )
     launcher = v.results[0]
-    assert (launcher.path, launcher.decision.outcome, launcher.deny) == (LAUNCHER_T, "denied", False)
-    assert launcher.why_not == "no template of this workload gets RDMA"
-    assert v.allowed and v.outcome == "unchanged" and v.denials() == []
+    assert (launcher.path, launcher.decision.outcome, launcher.deny, launcher.why_not) == (
+        LAUNCHER_T,
+        "denied",
+        True,
+        "",
+    )
+    assert not v.allowed and v.outcome == "denied" and [f.rule for f in v.denials()] == ["command-fallback"]
+    assert "NCCL_IB_HCA='eth0' selects none" in v.denials()[0].message
     said = [w for w in v.warnings() if w.startswith(LAUNCHER_T)]
-    assert len(said) == 1 and said[0].startswith(f"{LAUNCHER_T}, container 'launcher': NCCL_IB_HCA='eth0' selects none")
-    assert said[0].endswith(" [command-fallback]")
+    assert said == [
+        f"{LAUNCHER_T}: no template of this workload gets RDMA, but its pods carry {keys.POD_INJECT}=true and are "
+        f"judged when they are made, without sight of the others: they would be refused as said; for a job without "
+        f"RDMA remove the label"
+    ]
     # with a GPU of the policy on the workers, the same launcher denies the workload
-    doc = mpijob("allowed/mpijob-amd.yaml")
+    doc = mpijob("denied/mpijob-amd.yaml")
     doc["spec"]["mpiReplicaSpecs"]["Worker"]["template"]["spec"]["containers"][0]["resources"] = {
         "limits": {"nvidia.com/gpu": 8}
     }
@@ -631,13 +641,10 @@ def test_explain_says_why_a_denied_template_only_warns(tmp_path):
     assert (
         "  spec.template: its pods would be DENIED by policy ib-warn (a warning only: workloadValidation Warn)" in out
     ), out
-    amd = ROOT / "tests" / "manifests" / "allowed" / "mpijob-amd.yaml"
+    amd = ROOT / "tests" / "manifests" / "denied" / "mpijob-amd.yaml"
     code, out, err = review("--policies", str(POLICIES), "--cluster-state", STATE, "--explain", str(amd))
-    assert code == 0, err
-    assert (
-        f"  {LAUNCHER_T}: its pods would be DENIED by policy erdma (a warning only: no template of this workload "
-        f"gets RDMA)"
-    ) in out, out
+    assert code == 1, err  # its launcher pods are refused at creation: the workload is refused too
+    assert "a warning only" not in out and "no template of this workload gets RDMA, but its pods carry" in out, out
 
 
 # -- cluster-scoped runtimes: judged under every policy an opted-in namespace could use -------------
@@ -901,7 +908,13 @@ def test_each_template_is_judged_on_its_own_whatever_the_one_before_gave():
         return v.outcome, [(r.path, r.decision.outcome, r.deny) for r in v.results], v.notes, v.warnings()
 
     both = check_workload(workflow(prep, run), "argoproj.io", "Workflow", ns, catalogue(), None)
-    assert seen(both) == seen(check_workload(workflow(run), "argoproj.io", "Workflow", ns, catalogue(), None))
+    alone = seen(check_workload(workflow(run), "argoproj.io", "Workflow", ns, catalogue(), None))
+    # the labelled template left alone is said (issue 42), and nothing else differs
+    skipped = (
+        "spec.templates[prep] carries rdma-webhook.io/inject=true, but namespace 'default' does not carry "
+        "rdma-webhook.io/injection=enabled: their pods get no RDMA"
+    )
+    assert seen(both) == (*alone[:3], [skipped, *alone[3]])
     # the same for a cluster-scoped runtime, under a policy whose example namespace is not opted in
     off = policy_set(policy_doc("ib-shared", "a-off", namespaceSelector=sel(**{keys.NS_INJECTION: "disabled"})))
     bad = ib_node()

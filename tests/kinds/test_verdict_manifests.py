@@ -31,6 +31,7 @@ DENIED = sorted((MANIFESTS / "denied").glob("*.yaml"))
 DENIED_RULES = {
     "appwrapper-mpijob.yaml": ("AppWrapper", ["command-fallback"]),
     "mpijob-launcher-ib-disable.yaml": ("MPIJob", ["command-fallback"]),
+    "mpijob-amd.yaml": ("MPIJob", ["command-fallback"]),
     "argo-resource-step.yaml": ("WorkflowTemplate", ["env-fallback"]),
     "rayjob-socket.yaml": ("RayJob", ["env-fallback"]),
     "rbg-worker-hca.yaml": ("RoleBasedGroup", ["env-fallback"]),
@@ -102,7 +103,7 @@ def test_the_whole_directory_recursively_and_from_stdin():
     assert out.returncode == 1
     recs = records(out.stdout)
     assert {r["file"] for r in recs} == {str(p) for p in ALLOWED + DENIED}
-    assert sum(r["outcome"] == "denied" for r in recs) == 10  # the TrainingRuntime and its TrainJob both
+    assert sum(r["outcome"] == "denied" for r in recs) == 11  # the TrainingRuntime and its TrainJob both
     allowed_only = run("--cluster-state", STATE, str(MANIFESTS / "allowed"))
     assert allowed_only.returncode == 0, allowed_only.stderr
     # kustomize build | rdma-webhook review -

@@ -73,12 +73,24 @@ def judge_workload(
         verdict.outcome,
         ""
         if verdict.results
-        else (verdict.unresolved[0] if verdict.unresolved else "no template carries the pod opt-in label"),
+        else (
+            verdict.unresolved[0]
+            if verdict.unresolved
+            else verdict.skipped_reason()
+            if verdict.skipped
+            else "no template carries the pod opt-in label"
+        ),
     )
     if outcome == MUTATED:
         outcome, reason = "unchanged", "pods will be mutated"
     decision = Decision(
-        outcome, obj, verdict.policy, verdict.denials(), verdict.warnings(), reason=reason, templates=verdict.results
+        outcome,
+        obj,
+        verdict.headline_policy,
+        verdict.denials(),
+        verdict.warnings(),
+        reason=reason,
+        templates=verdict.results,
     )
     return decision, (verdict.message() if not verdict.allowed else None)
 

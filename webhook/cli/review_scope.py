@@ -130,9 +130,11 @@ class ReviewState:
         self.notes: list[str] = []
         from webhook.cluster.state import ClaimStore
 
-        # DRA objects: the cluster-state file's, then the input's (DeviceClasses, claim templates)
-        self.dra = ClaimStore()
+        # DRA objects: the cluster-state file's, then the input's (DeviceClasses, claim templates).
+        # With a cluster-state file they are all the cluster's (one not listed does not exist);
+        # without one, the input's are some, and one not given is only not known.
         base_claims = base.claims() if hasattr(base, "claims") else None
+        self.dra = ClaimStore(complete=isinstance(base_claims, ClaimStore))
         if isinstance(base_claims, ClaimStore):
             self.dra.update(base_claims)
 
@@ -162,4 +164,4 @@ class ReviewState:
         return self.base.attachments()
 
     def claims(self) -> Any:
-        return self.dra if len(self.dra) else None  # none given: not known, not judged
+        return self.dra  # the same lookups whatever else the input holds (lists_all: a state file)

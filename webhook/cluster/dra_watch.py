@@ -1,6 +1,6 @@
 """The Dynamic Resource Allocation part of `webhook.cluster.api.ApiClusterState`: DeviceClasses,
 ResourceClaimTemplates and ResourceClaims listed and watched (resource.k8s.io/v1, served from
-Kubernetes 1.34 on) once a loaded policy names DRA classes (`uses_dra`), and looked up by the
+Kubernetes 1.34 on) once a policy is loaded (`uses_dra`), and looked up by the
 decision as `webhook.core.claims.Claims`. Each object is kept as the few fields the decision reads
 (`webhook.core.claims.device_class_value`, `template_value`, `claim_value`). A kind the server
 does not serve (404) is looked for again every `backoff_max` seconds and holds up nothing.
@@ -18,7 +18,7 @@ log = logging.getLogger("rdma_webhook.cluster")
 
 # Dynamic Resource Allocation (resource.k8s.io/v1, served from Kubernetes 1.34): which DeviceClass
 # each claim template and claim requests, and which drivers each class selects
-# (webhook.core.claims). Listed and watched once a loaded policy names DRA classes (`uses_dra`).
+# (webhook.core.claims). Listed and watched once a policy is loaded (`uses_dra`).
 DRA_GROUP, DRA_VERSION = "resource.k8s.io", "v1"
 DC_PLURAL, RCT_PLURAL, RC_PLURAL = "deviceclasses", "resourceclaimtemplates", "resourceclaims"
 _NO_REQUESTS: tuple[dra.ClaimRequest, ...] = ()
@@ -99,7 +99,7 @@ class DraLookups:
             return True
         if self._stopping.is_set() or not self._uses_dra():
             return False
-        log.info("a policy names DRA DeviceClasses: watching %s, %s and %s", DC_PLURAL, RCT_PLURAL, RC_PLURAL)
+        log.info("policies loaded: watching %s, %s and %s", DC_PLURAL, RCT_PLURAL, RC_PLURAL)
         self._tracking_dra = True
         self._record_ready()
         for informer in self._dra_informers:
@@ -124,3 +124,6 @@ class DraLookups:
 
     def resource_claim(self, namespace: str, name: str) -> tuple[dra.ClaimRequest, ...] | None:
         return self._dra_informers[2].items.get((namespace, name))
+
+    def lists_all(self) -> bool:
+        return True  # listed and watched

@@ -84,7 +84,10 @@ class ClaimStore:
     """DeviceClasses by name, ResourceClaimTemplates and ResourceClaims by (namespace, name), as
     the decision reads them (`webhook.core.claims.Claims`): from a file or `review`'s input."""
 
-    def __init__(self, objects: Iterable[Mapping[str, Any]] = (), default_namespace: str = "default"):
+    def __init__(
+        self, objects: Iterable[Mapping[str, Any]] = (), default_namespace: str = "default", complete: bool = True
+    ):
+        self.complete = complete  # all the cluster's (a file, a cluster): one not here does not exist
         self.classes: dict[str, dra.DeviceClassInfo] = {}
         self.templates: dict[tuple[str, str], tuple[dra.ClaimRequest, ...]] = {}
         self.claims: dict[tuple[str, str], tuple[dra.ClaimRequest, ...]] = {}
@@ -119,6 +122,9 @@ class ClaimStore:
 
     def resource_claim(self, namespace: str, name: str) -> tuple[dra.ClaimRequest, ...] | None:
         return self.claims.get((namespace, name))
+
+    def lists_all(self) -> bool:
+        return self.complete
 
 
 class ClusterStateError(Exception):
@@ -239,9 +245,10 @@ class FileClusterState:
     def runtimes(self) -> RuntimeStore:
         return self._runtimes
 
-    def claims(self) -> ClaimStore | None:
-        """The DRA objects of the file; None when it has none (a file without them does not track them)."""
-        return self._claims if len(self._claims) else None
+    def claims(self) -> ClaimStore:
+        """The DRA objects of the file, all the cluster has: a template the file does not list
+        does not exist, whether or not it lists others."""
+        return self._claims
 
 
 class AssumedClusterState:

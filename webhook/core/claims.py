@@ -65,6 +65,11 @@ class Claims(Protocol):
 
     def resource_claim(self, namespace: str, name: str) -> tuple[ClaimRequest, ...] | None: ...
 
+    def lists_all(self) -> bool:
+        """Whether these are all the cluster's objects (a template not here does not exist), or
+        only some given (`review` without a cluster state: one not here is only not known)."""
+        ...
+
 
 def _cel(selectors: Any) -> str:
     parts: list[str] = []
@@ -139,8 +144,68 @@ def _selected(p: Policy, req: ClaimRequest, info: DeviceClassInfo | None) -> boo
     return False
 
 
+# RDMA NICs by DRA, whatever policies are loaded: what counts as a pod's NIC is this fixed table,
+# the cluster state's DeviceClasses (their drivers, read against the table) and the policy's own
+# `dra` (`is_nic`). Never the other loaded policies: a claim is a NIC, or not, under any of them.
+# - DeviceClasses that select only RDMA NICs, by name: GKE managed DRANET's `mrdma.google.com`
+#   (Google Cloud, "Allocate network resources using GKE managed DRANET": a template of that class
+#   claims the node's RDMA NICs; GoogleCloudPlatform/cluster-toolkit and container-engine-accelerators
+#   examples), the aws-dranet chart's EFA class `efa.networking.k8s.aws` (Amazon EKS User Guide,
+#   "Manage EFA devices on Amazon EKS").
+# - Drivers whose RDMA devices a CEL text names (driver, text the class's or request's CEL contains):
+#   DRANET publishes every interface of a node under `dra.net`, its RDMA ones with the `rdma` and
+#   `rdmaDevice` attributes and EFA's by its PCI device name (kubernetes-sigs/dranet, README and
+#   examples/); every device of the SR-IOV network DRA driver is a VF, the pod's NIC
+#   (k8snetworkplumbingwg/dra-driver-sriov, its DeviceClass sriovnetwork.k8snetworkplumbingwg.io).
+NIC_CLASSES: frozenset[str] = frozenset(
+    {"mrdma.google.com", "efa.networking.k8s.aws", "sriovnetwork.k8snetworkplumbingwg.io"}
+)
+NIC_DRIVERS: dict[str, tuple[str, ...]] = {
+    "dra.net": ("rdma", "Elastic Fabric Adapter"),
+    "sriovnetwork.k8snetworkplumbingwg.io": (),  # every device a VF: no text needed
+}
+
+
+def _table_nic(req: ClaimRequest, info: DeviceClassInfo | None) -> bool:
+    if req.device_class in NIC_CLASSES:
+        return True
+    for driver in (*req.drivers, *(info.drivers if info is not None else ())):
+        texts = NIC_DRIVERS.get(driver)
+        if texts is None:
+            continue
+        if not texts:
+            return True
+        for text in texts:
+            if text in req.cel or (info is not None and text in info.cel):
+                return True
+    return False
+
+
+def policy_nic(policy: Policy, req: ClaimRequest, info: DeviceClassInfo | None) -> bool:
+    """`req` claims a NIC of `policy`'s own fabric: a class its `dra` names, or one of a driver it
+    names (narrowed by its selectors)."""
+    d = policy.dra
+    if d is None:
+        return False
+    if req.device_class in d.classes:
+        return True
+    if not d.drivers:
+        return False
+    for driver in (*req.drivers, *(info.drivers if info is not None else ())):
+        if driver in d.drivers and _selected(policy, req, info):
+            return True
+    return False
+
+
+def is_nic(req: ClaimRequest, policy: Policy, info: DeviceClassInfo | None) -> bool:
+    """`req` claims an RDMA NIC: by the fixed table (`NIC_CLASSES`, `NIC_DRIVERS`, read on the
+    request's CEL and its DeviceClass as the cluster state lists it) or by the policy's `dra`."""
+    return _table_nic(req, info) or policy_nic(policy, req, info)
+
+
 def nic_policies(req: ClaimRequest, policies: PolicySet, claims: Claims | None) -> list[Policy]:
-    """The policies whose fabric's NIC `req` claims (none: not a NIC of any loaded policy)."""
+    """The loaded policies whose fabric's NIC `req` claims: the advice of a `fabric-mismatch`,
+    never whether it is a NIC (`is_nic`)."""
     by_name = policies.by_device_class.get(req.device_class)
     if by_name:  # a class a policy names is that policy's, whatever its driver
         return by_name
@@ -151,6 +216,9 @@ def nic_policies(req: ClaimRequest, policies: PolicySet, claims: Claims | None) 
             for p in policies.by_driver.get(driver) or ():
                 if p not in found and _selected(p, req, info):
                     found.append(p)
+    # first the policies whose NICs come only by DRA: one that takes a claim instead of its GKE
+    # networks (gke-gib) fits a generic DRANET claim less than the DRANET policy does
+    found.sort(key=lambda p: bool(p.gke_networks or p.devices or p.networks))
     return found
 
 

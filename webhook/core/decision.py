@@ -204,55 +204,6 @@ def select_policy(pod: dict[str, Any], ns: Namespace, policies: PolicySet | None
     return policy, None
 
 
-def _network_devices(
-    policy: Policy, pod_ns: str, attachments: Attachments | None, problems: list[Finding]
-) -> list[Device]:
-    """The device resource behind each of the policy's networks: the NetworkAttachmentDefinition's
-    resourceName annotation when the cluster state has it, else the network's `resource`."""
-    out: list[Device] = []
-    for n in policy.networks:
-        net_ns = n.namespace or pod_ns
-        resource: str | None  # set on every path that reaches network_device
-        if attachments is None:  # cluster state not known (offline review without a state file)
-            if n.resource is None:
-                problems.append(
-                    Finding(
-                        "network-attachment",
-                        None,
-                        f"the {policy.name} policy takes its device resource from NetworkAttachmentDefinition "
-                        f"{net_ns}/{n.name}, which cannot be looked up here",
-                    )
-                )
-                continue
-            resource = n.resource
-        else:
-            nad = attachments.attachment(net_ns, n.name)
-            if nad is None:
-                problems.append(
-                    Finding(
-                        "network-attachment",
-                        None,
-                        f"NetworkAttachmentDefinition {net_ns}/{n.name} does not exist, so Multus cannot attach "
-                        f"the RDMA network and NCCL would use TCP; ask the platform team to create it in {net_ns!r}",
-                    )
-                )
-                continue
-            resource = ((nad.get("metadata") or {}).get("annotations") or {}).get(keys.NAD_RESOURCE_NAME) or n.resource
-            if not resource:
-                problems.append(
-                    Finding(
-                        "network-attachment",
-                        None,
-                        f"NetworkAttachmentDefinition {net_ns}/{n.name} names no device resource "
-                        f"({keys.NAD_RESOURCE_NAME}) and the {policy.name} policy gives none: the pod would get an "
-                        f"interface without an RDMA device",
-                    )
-                )
-                continue
-        out.append(policy.network_device(n, resource))
-    return out
-
-
 def _subject(
     pod: Any,
     policy: Policy,
@@ -421,7 +372,7 @@ def _assess_targets(
     devices = list(policy.devices)
     unresolved: list[Finding] = []  # a policy network's missing NAD: moot when the pod brings its own
     if policy.networks:
-        devices.extend(_network_devices(policy, namespace.name, attachments, unresolved))
+        devices.extend(families.network_devices(policy, namespace.name, attachments, unresolved))
     brought = families.check(
         pod, policy, policies, namespace.name, namespace.labels, targets, devices, problems, attachments, claims
     )
@@ -433,7 +384,7 @@ def _assess_targets(
         problems.extend(unresolved)
     annotations: dict[str, str] = meta.get("annotations") or {}
     plan: multus.Plan | None = None
-    if policy.gke_networks:  # GKE multi-networking instead of Multus (webhook.fabrics.gke)
+    if policy.gke_networks and not brought.own_network:  # GKE multi-networking instead of Multus (webhook.fabrics.gke)
         plan = gke.plan(annotations.get(gke.INTERFACES), policy.gke_networks)
         if plan.problem is not None:
             problems.append(Finding("gke-annotation", None, f"{gke.INTERFACES}: {plan.problem}"))
@@ -451,7 +402,7 @@ def _assess_targets(
     subject.others = others
     subject.launchers = launchers
     denials = fallback.findings(subject, final=final)
-    warnings = warnings_for(pod, subject)
+    warnings = warnings_for(pod, subject) + brought.warnings
     if denials:
         return Decision(DENIED, pod, policy.name, denials, warnings)
     return subject, warnings

@@ -3,6 +3,12 @@ by DeviceClass (webhook.core.claims). What the pod brings of the policy's own fa
 second device, network or claim); what it brings of another fabric is a `fabric-mismatch`
 denial naming the policy that fits; anything else changes nothing.
 
+What counts as the pod's NIC never depends on which other policies are loaded: a DRA claim of an
+RDMA NIC class (a fixed table in webhook.core.claims, the cluster's DeviceClasses read against it,
+the policy's own `dra`), the host's /dev/infiniband mounted into a host-network pod, a device
+resource of the pod's own Multus network (with or without its NetworkAttachmentDefinition; a
+missing one is a warning: Multus would fail the pod).
+
 Families (webhook.fabrics.transports): every `rdma/<name>` is the RDMA shared device plugin's; a
 resource a NetworkAttachmentDefinition of the pod's Multus networks names in its resourceName
 annotation is a network device (an SR-IOV VF or a host device); a policy belongs to the families
@@ -10,7 +16,9 @@ of its own devices. Equivalence and mismatch follow from the family, not from a 
 
 Cost: a pod whose resources are all known kinds (its GPU, cpu, memory, the policy's devices)
 reads one dict entry per resource (`PolicySet.resource_kinds`); the pod's networks are read only
-when one of its resources could be a network device, its claims only when it has any.
+when one of its resources could be a network device (and its Multus list, when NADs are tracked,
+for the missing ones), its claims only when it has any, its volumes only when it is on the host
+network.
 """
 
 from __future__ import annotations
@@ -37,7 +45,9 @@ class Brought:
         self.own_claim = False
         self.own_network = False
         self.interfaces: list[str] = []
-        self.unknown = False  # a claim whose requests are not known here (no template or claim of that name)
+        self.unknown: list[str] = []  # the claims whose requests are not known here (no template or claim of that name)
+        self.warnings: list[str] = []  # what the pod brings that will fail it (a missing NAD)
+        self.foreign_nic = False  # a claim of an RDMA NIC the policy does not take as its own (denied)
 
 
 def fitting(candidates: list[Policy], policy: Policy, namespace_labels: dict[str, str]) -> str:
@@ -86,11 +96,59 @@ def _network_resources(pod: dict[str, Any], namespace: str, attachments: Any) ->
             continue
         ns, name = multus.entry_key(e, namespace)
         nad = attachments.attachment(ns, name)
-        if nad is None:
+        if nad is None:  # said by `_missing_attachments`; its device is read as without attachments
+            out.setdefault("", iface)
             continue
         resource = ((nad.get("metadata") or {}).get("annotations") or {}).get(keys.NAD_RESOURCE_NAME)
         if isinstance(resource, str) and resource:
             out.setdefault(resource, iface)
+    return out
+
+
+def network_devices(policy: Policy, pod_ns: str, attachments: Any, problems: list[Finding]) -> list[Device]:
+    """The device resource behind each of the policy's networks: the NetworkAttachmentDefinition's
+    resourceName annotation when the cluster state has it, else the network's `resource`."""
+    out: list[Device] = []
+    for n in policy.networks:
+        net_ns = n.namespace or pod_ns
+        resource: str | None  # set on every path that reaches network_device
+        if attachments is None:  # cluster state not known (offline review without a state file)
+            if n.resource is None:
+                problems.append(
+                    Finding(
+                        "network-attachment",
+                        None,
+                        f"the {policy.name} policy takes its device resource from NetworkAttachmentDefinition "
+                        f"{net_ns}/{n.name}, which cannot be looked up here",
+                    )
+                )
+                continue
+            resource = n.resource
+        else:
+            nad = attachments.attachment(net_ns, n.name)
+            if nad is None:
+                problems.append(
+                    Finding(
+                        "network-attachment",
+                        None,
+                        f"NetworkAttachmentDefinition {net_ns}/{n.name} does not exist, so Multus cannot attach "
+                        f"the RDMA network and NCCL would use TCP; ask the platform team to create it in {net_ns!r}",
+                    )
+                )
+                continue
+            resource = ((nad.get("metadata") or {}).get("annotations") or {}).get(keys.NAD_RESOURCE_NAME) or n.resource
+            if not resource:
+                problems.append(
+                    Finding(
+                        "network-attachment",
+                        None,
+                        f"NetworkAttachmentDefinition {net_ns}/{n.name} names no device resource "
+                        f"({keys.NAD_RESOURCE_NAME}) and the {policy.name} policy gives none: the pod would get an "
+                        f"interface without an RDMA device",
+                    )
+                )
+                continue
+        out.append(policy.network_device(n, resource))
     return out
 
 
@@ -123,7 +181,62 @@ def check(
     if entries:
         _check_claims(entries, policy, policies, namespace, namespace_labels, targets, problems, claims, brought)
     _check_policy_claim(policy, namespace, targets, problems, claims, brought)
+    if spec.get("hostNetwork") is True:
+        _host_devices(spec, targets)
+    if attachments is not None:
+        _missing_attachments(pod, policy, namespace, attachments, brought)
     return brought
+
+
+def _host_devices(spec: dict[str, Any], targets: list[Target]) -> None:
+    """A host-network pod whose containers mount the host's /dev/infiniband (hostPath) has the
+    node's RDMA devices, whichever fabric the node has (SGLang's RoCE LeaderWorkerSets): a
+    target that mounts them gets no device of the policy on top."""
+    found: list[str] = []
+    volumes: list[dict[str, Any]] = spec.get("volumes") or []
+    for v in volumes:
+        host = v.get("hostPath")
+        path = host.get("path") if isinstance(host, dict) else None
+        if isinstance(path, str) and path.rstrip("/") in HOST_RDMA_PATHS:
+            found.append(str(v.get("name")))
+    if not found:
+        return
+    containers: list[dict[str, Any]] = spec.get("containers") or []
+    for t in targets:
+        mounts: list[Any] = containers[t.index].get("volumeMounts") or []
+        for m in mounts:
+            if isinstance(m, dict) and m.get("name") in found:
+                t.has_fabric = True
+                break
+
+
+# The host's RDMA device files (the uverbs and rdma_cm nodes of every HCA): mounted from the host,
+# they are the node's NICs (Linux rdma-core, Documentation/infiniband/user_verbs.rst).
+HOST_RDMA_PATHS: tuple[str, ...] = ("/dev/infiniband", "/dev")
+
+
+def _missing_attachments(
+    pod: dict[str, Any], policy: Policy, namespace: str, attachments: Any, brought: Brought
+) -> None:
+    """Each Multus network the pod lists itself whose NetworkAttachmentDefinition the cluster
+    does not have: Multus fails such a pod's sandbox, so it never starts (said, not hidden; a
+    policy network's is said by `network_devices` unless the pod brings its own)."""
+    meta: dict[str, Any] = pod.get("metadata") or {}
+    annotations: dict[str, str] = meta.get("annotations") or {}
+    value = annotations.get(keys.MULTUS_NETWORKS)
+    parsed = multus.parse(value) if value else None
+    if parsed is None:
+        return
+    mine = [] if brought.own_network else [(n.namespace or namespace, n.name) for n in policy.networks]
+    for e in parsed[1]:
+        ns, name = multus.entry_key(e, namespace)
+        if (ns, name) in mine or attachments.attachment(ns, name) is not None:
+            continue
+        brought.warnings.append(
+            f"the pod lists the Multus network {ns}/{name} ({keys.MULTUS_NETWORKS}), which has no "
+            f"NetworkAttachmentDefinition: Multus would fail the pod's sandbox and it would not start; "
+            f"create it in {ns!r} or remove the network"
+        )
 
 
 def _check_resources(
@@ -163,7 +276,12 @@ def _check_resources(
                     if networks is None:
                         networks = _network_resources(pod, namespace, attachments)
                     iface = networks.get(res)
-                    if iface is None and "" in networks and res.startswith(NETWORK_DEVICE_PREFIXES):
+                    if (
+                        iface is None
+                        and "" in networks
+                        and res.startswith(NETWORK_DEVICE_PREFIXES)
+                        and (attachments is None or res not in policy.network_resources)
+                    ):  # a network not looked up, or without its NAD: the pod's VF by its name
                         iface = networks[""]
                     if iface is None:
                         if kind == RESOURCE_CANDIDATE:
@@ -218,7 +336,7 @@ def _check_policy_claim(
                 f"put the GPUs in one container, or run the pod under a policy without aligned claims",
             )
         )
-    elif own is not None and brought.entry == own.name and claims is not None and targets:
+    elif own is not None and brought.entry == own.name and claims is not None and claims.lists_all() and targets:
         template = own.template_for(targets[0].gpus)
         if claims.claim_template(namespace, template) is None:
             problems.append(
@@ -236,23 +354,39 @@ def _check_policy_claim(
                 )
             )
     if (
-        policy.dra is not None
-        and not brought.own_claim
-        and not brought.unknown
-        and policy.claim is None
-        and not policy.devices
-        and not policy.networks
-        and targets
+        policy.dra is None
+        or brought.own_claim
+        or policy.claim is not None
+        or policy.devices
+        or policy.networks
+        or policy.gke_networks
+        or brought.foreign_nic  # it claims a NIC, another fabric's: said as that, not as none
+        or not targets
     ):
+        return
+    if brought.unknown:  # its only claims are not known: not taken for a NIC, not taken for none
+        complete = claims is not None and claims.lists_all()
+        where = "the cluster does not have it" if complete else "the cluster's DRA objects are not given here"
         problems.append(
             Finding(
-                "device-missing",
+                "claim-unknown",
                 None,
-                f"the pod claims no NIC of the {policy.fabric.kind} fabric, and policy {policy.name} gets its "
-                f"NICs only through DRA ({dra.label(policy)}): NCCL would find no RDMA device and use TCP; "
-                f"add a spec.resourceClaims entry whose ResourceClaimTemplate requests that DeviceClass",
+                f"the pod claims {', '.join(brought.unknown)}, not known here ({where}), and policy {policy.name} "
+                f"gets its NICs only through DRA ({dra.label(policy)}): whether the pod has an RDMA NIC cannot be "
+                f"told, and without one NCCL would find no RDMA device; create the template or claim (a pod whose "
+                f"claim does not exist stays Pending), or give it to the check",
             )
         )
+        return
+    problems.append(
+        Finding(
+            "device-missing",
+            None,
+            f"the pod claims no NIC of the {policy.fabric.kind} fabric, and policy {policy.name} gets its "
+            f"NICs only through DRA ({dra.label(policy)}): NCCL would find no RDMA device and use TCP; "
+            f"add a spec.resourceClaims entry whose ResourceClaimTemplate requests that DeviceClass",
+        )
+    )
 
 
 def _check_gke(
@@ -306,7 +440,8 @@ def _check_claims(
             continue
         requests = dra.requests_of(c, namespace, claims)
         if requests is None:  # not known here: the policies' template names are all there is
-            brought.unknown = True
+            kind = "ResourceClaimTemplate" if c.get("resourceClaimTemplateName") else "ResourceClaim"
+            brought.unknown.append(f"{name!r} ({kind} {namespace}/{template})")
             others = policies.by_claim_template.get(template)
             if others:
                 problems.append(
@@ -318,13 +453,16 @@ def _check_claims(
                     )
                 )
             continue
+        info_of = claims.device_class if claims is not None else None
         for req in requests:
-            fits = dra.nic_policies(req, policies, claims)
-            if not fits:
-                continue  # a GPU, an IMEX channel: not a NIC
-            if policy in fits:
+            info = info_of(req.device_class) if info_of is not None else None
+            if dra.policy_nic(policy, req, info):
                 _own(brought, name, targets)
                 break
+            if not dra.is_nic(req, policy, info):
+                continue  # a GPU, an IMEX channel: not a NIC
+            brought.foreign_nic = True
+            fits = dra.nic_policies(req, policies, claims)
             problems.append(
                 Finding(
                     "fabric-mismatch",

@@ -131,16 +131,23 @@ def why_no_target(pod: dict[str, Any], policy: Policy, others: list[Target]) -> 
             f"container {t.name!r} sees GPUs through {how}, not by requesting {gpu}, so policy {policy.name} "
             f"adds nothing to it (its NCCL settings are still checked)"
         )
+    zero = ""
     for c in containers:
         resources = c.get("resources") or {}
         for section in ("limits", "requests"):
             values: dict[str, Any] = resources.get(section) or {}
             for res in values:
-                if res.endswith("/gpu") or ".gpu" in res or res.endswith("/gpus"):
-                    return (
-                        f"container {str(c.get('name'))!r} requests {res}, not a GPU of policy {policy.name} "
-                        f"({gpu}), so it gets no RDMA device"
-                    )
+                if not (res.endswith("/gpu") or ".gpu" in res or res.endswith("/gpus")):
+                    continue
+                if _gpu_amount(values[res]) == 0:  # `nvidia.com/gpu: 0` is no GPU, of any policy
+                    zero = zero or f"container {str(c.get('name'))!r} requests {res}: {values[res]!r}, which is no GPU"
+                    continue
+                return (
+                    f"container {str(c.get('name'))!r} requests {res}, not a GPU of policy {policy.name} "
+                    f"({gpu}), so it gets no RDMA device"
+                )
+    if zero:
+        return f"{zero}, and no container runs an MPI launcher, so none gets RDMA (a pod without GPUs)"
     return f"no container requests a GPU ({gpu}) or runs an MPI launcher, so none gets RDMA (a pod without GPUs)"
 
 

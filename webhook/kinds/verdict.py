@@ -34,6 +34,11 @@ class WorkloadVerdict:
     results: list[TemplateResult] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)  # warnings about the workload as a whole
     unresolved: list[str] = field(default_factory=list)  # references that could not be followed
+    skipped: list[str] = field(default_factory=list)  # labelled templates whose pods are left alone
+    skipped_why: str = ""  # why: their namespace has not opted in
+    # a cluster-scoped object judged under each policy an opted-in namespace could use: no one
+    # policy is its policy (the headline names none)
+    per_policy: bool = False
 
     @property
     def allowed(self) -> bool:
@@ -49,8 +54,15 @@ class WorkloadVerdict:
 
     @property
     def policy(self) -> str | None:
+        """The policy of the results shown (of a cluster-scoped object: the one they were judged under)."""
         names = sorted({r.decision.policy for r in self.results if r.decision.policy})
         return ",".join(names) or None
+
+    @property
+    def headline_policy(self) -> str | None:
+        """The policy the workload is under, as its headline names it: none for a cluster-scoped
+        object, whose policy the namespace of the workload that uses it decides."""
+        return None if self.per_policy else self.policy
 
     def denials(self) -> list[Finding]:
         return [
@@ -73,6 +85,18 @@ class WorkloadVerdict:
                     parts.append(f"{where}: {f.message} [{f.rule}]")
         return f"rdma-webhook: pods of {self.kind} {self.name} would be denied or fall back to TCP: " + "; ".join(parts)
 
+    def skip(self, path: str, reason: str) -> None:
+        """A labelled template whose pods are skipped: kept when its namespace has not opted in."""
+        if keys.NS_INJECTION in reason:
+            self.skipped.append(path)
+            self.skipped_why = reason
+
+    def skipped_reason(self) -> str:
+        """Why labelled templates' pods are left alone (their namespace has not opted in)."""
+        paths = ", ".join(self.skipped)
+        verb = "carries" if len(self.skipped) == 1 else "carry"
+        return f"{paths} {verb} {keys.POD_INJECT}=true, but {self.skipped_why}: their pods get no RDMA"
+
     def warnings(self) -> list[str]:
         """One short warning summing up what the pods will get, then the workload's own, then
         each template's."""
@@ -85,6 +109,8 @@ class WorkloadVerdict:
         if injected:
             out.append("rdma-webhook will inject " + "; ".join(injected))
         out.extend(self.unresolved)
+        if self.results and self.skipped:
+            out.append(self.skipped_reason())
         out.extend(self.notes)
         for r in self.results:
             d = r.decision
@@ -172,6 +198,7 @@ def _cluster_scoped_results(
     would be denied), denied only when every policy denies one of them. Judged template by
     template, a launcher fit for one fabric (`-x NCCL_IB_HCA=mlx5`) and nodes fit for another
     (`aliyun/erdma`) would each find a policy, and the job would be allowed to fall back."""
+    verdict.per_policy = True  # the namespace of the workload that uses it decides the policy
     ok = [j for j in judged if not _denied(j[1])]
     denied = [j for j in judged if _denied(j[1])]
     if ok:
@@ -272,10 +299,8 @@ def check_workload(
 ) -> WorkloadVerdict:
     """What the labelled pod templates of a workload would meet, template by template.
 
-    A template without a target container (an MPI launcher) is judged only when the workload
-    has a template with one: a launcher's `mpirun -x NCCL_IB_DISABLE=1` sends the workers to
-    TCP, but when no template of the workload gets RDMA (workers that request `amd.com/gpu`
-    under a policy for `nvidia.com/gpu`) it concerns no pod of this policy, so it is a warning.
+    Each template's answer is the one its pods get when they are made (`decide`): a labelled MPI
+    launcher that the pod webhook refuses refuses the workload, even when no template gets RDMA.
 
     A cluster-scoped object (a ClusterTrainingRuntime) has no namespace: its templates are
     judged under every loaded policy that an opted-in namespace could use.
@@ -319,6 +344,7 @@ def check_workload(
             pod = _pod(template, ns_name, str(name), launcher)
             decision = decide(pod, namespace, policies, attachments, "CREATE", config_maps, claims)
             if decision.outcome == "skipped":
+                verdict.skip(path, decision.reason)
                 continue
             if (
                 cluster_scoped
@@ -341,7 +367,10 @@ def check_workload(
 
 def _finish(verdict: WorkloadVerdict, targeted: list[bool], unlabelled_launchers: list[str]) -> None:
     """What the templates say together: an unlabelled MPI launcher beside judged templates is
-    noted, and where no template gets RDMA a launcher's fallback settings only warn."""
+    noted. A launcher that no template of the workload gives RDMA to (a CPU job, workers with
+    another vendor's GPUs) still denies the workload: its pod is judged at creation without
+    sight of the workers, and refused there, so allowing the workload here would leave the job
+    in FailedCreate (one answer at apply time and at create time)."""
     if verdict.results:
         verdict.notes.extend(
             f"{path}: the MPI launcher template does not carry {keys.POD_INJECT}=true, so the ranks it starts "
@@ -350,6 +379,9 @@ def _finish(verdict: WorkloadVerdict, targeted: list[bool], unlabelled_launchers
         )
     if not any(targeted):
         for r, has_target in zip(verdict.results, targeted):
-            if r.deny and not has_target and r.decision.policy is not None:
-                # no template of this workload gets RDMA: the launcher's settings only warn
-                r.deny, r.why_not = False, "no template of this workload gets RDMA"
+            if r.decision.outcome == DENIED and not has_target and r.decision.policy is not None:
+                verdict.notes.append(
+                    f"{r.path}: no template of this workload gets RDMA, but its pods carry {keys.POD_INJECT}=true "
+                    f"and are judged when they are made, without sight of the others: they would be refused as "
+                    f"said; for a job without RDMA remove the label"
+                )

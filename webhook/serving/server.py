@@ -238,8 +238,9 @@ class JsonGunicornLogger(glogging.Logger):
 
 
 def _uses_dra(store) -> bool:
-    policies = store.current
-    return bool(policies) and any(p.dra is not None or p.claim is not None for p in policies.by_name.values())
+    """Any policy loaded: whether a pod's claim is an RDMA NIC is read from its template under
+    every policy (webhook.core.claims.is_nic), not only under those that name DRA classes."""
+    return bool(store.current)
 
 
 def _uses_networks(store) -> bool:
