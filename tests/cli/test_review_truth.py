@@ -536,7 +536,9 @@ def test_a_cluster_runtime_right_for_ib_namespaces_is_allowed_with_the_other_pol
     code, out, _ = review("--policies", POLICIES, "--output", "json", write(tmp_path, "rt.yaml", ib_runtime()))
     # its headline names no policy: the namespace of the TrainJob that uses it decides (issue 42)
     assert code == 0 and records(out)[0]["policy"] is None and records(out)[0]["outcome"] == "mutated"
-    assert [t["policy"] for t in records(out)[0]["templates"]] == ["ib-shared"]  # the policy it was shown under
+    # the policy it was shown under (the same choice of the catalogue's IB policies as /mutate makes
+    # for a pod of that runtime in a namespace that names none)
+    assert [t["policy"] for t in records(out)[0]["templates"]] == ["coreweave-ib"]
 
 
 def test_a_cluster_runtime_denied_under_every_policy_is_denied(tmp_path, policies):

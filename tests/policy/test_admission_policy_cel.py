@@ -159,7 +159,11 @@ def _sent(policy: Policy, namespace: str) -> dict[str, Any]:
     containers = [trainer, k.container("log-shipper", "fluent/fluent-bit:3.2", gpus=None)]
     if policy.sidecar is not None:
         containers.append(k.container(policy.sidecar.name, f"{policy.sidecar.image}:1", gpus=None))
-    if policy.dra is not None and not (policy.devices or policy.networks or policy.claim is not None):
+    # (a policy whose NICs are networks, Multus or GKE, and that also takes a DRA NIC claim, gke-gib,
+    # is given its networks: the claim is the other way to the same NICs)
+    if policy.dra is not None and not (
+        policy.devices or policy.networks or policy.gke_networks or policy.claim is not None
+    ):
         spec["resourceClaims"] = [{"name": "nic", "resourceClaimTemplateName": f"{policy.name}-nic"}]
         trainer["resources"]["claims"] = [{"name": "nic"}]
     return k.pod(
@@ -296,7 +300,11 @@ def variants(policy: Policy) -> list[tuple[str, Change]]:
     """(what, the change) for each way of breaking, or keeping, the mutated pod of `policy`: what
     the webhook and the generated policy must then agree on (`test_...agree`)."""
     out: list[tuple[str, Change]] = []
-    if policy.devices or policy.claim is not None or (policy.dra is not None and not policy.networks):
+    if (
+        policy.devices
+        or policy.claim is not None
+        or (policy.dra is not None and not (policy.networks or policy.gke_networks))
+    ):
         out.append(("device removed", _no_device(policy)))
     out += [
         ("IPC_LOCK not added", lambda pod: _caps(pod).pop("add")),
@@ -459,7 +467,17 @@ def verdicts(name: str) -> tuple[str, list[tuple[str, dict[str, Any]]], list[dic
     return ns, pods, rows
 
 
-@pytest.mark.parametrize("name", NAMES)
+# A policy whose machine types differ in their rules (gke: each type its own NCCL_NET and networks;
+# gke-gib's and gke-tcpxo's types share theirs): its generated policy checks only the rules every type shares,
+# since CEL does not see which type the webhook chose for the pod (webhook/policy/admission_policy.py);
+# the type's own NCCL_NET and networks are checked by the webhook's /validate alone. Strict: it
+# reports once the generated policy checks each type's rules (issue 42, left).
+TYPED = pytest.mark.xfail(
+    strict=True, reason="the generated policy of a policy with machine types checks only the rules all types share"
+)
+
+
+@pytest.mark.parametrize("name", [pytest.param(n, marks=TYPED) if n == "gke" else n for n in NAMES])
 def test_the_generated_policy_refuses_what_the_webhook_refuses(name, tmp_path):
     """Each final state of the mutated pod, judged by the generated policy in the API server's
     code and by the webhook's final-state check: the same verdict, the same rules, the webhook's

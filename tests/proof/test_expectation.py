@@ -28,7 +28,7 @@ def doc(name: str) -> dict:
 
 
 def test_derived_from_every_shipped_policy(catalogue):
-    rails = {"gke-gib": 8, "gke-tcpxo": 8, "sriov-roce-8rail": 8, "sriov-roce": 1}
+    rails = {"gke": 8, "gke-gib": 8, "gke-tcpxo": 8, "sriov-roce-8rail": 8, "sriov-roce": 1}
     for policy in catalogue.ranked():
         exp = expectation(policy)
         transport = policy.fabric.transport

@@ -21,6 +21,10 @@ from __future__ import annotations
 
 from typing import Any
 
+# claim.alignment: the standard DRA device attributes GPU and NIC drivers publish alike
+# (Kubernetes, "Standard Device Attributes for Dynamic Resource Allocation").
+ALIGNMENT_ATTRIBUTES = {"pcieRoot": "resource.kubernetes.io/pcieRoot", "numaNode": "resource.kubernetes.io/numaNode"}
+
 PCIE_ROOT = "resource.kubernetes.io/pcieRoot"
 MIN_KUBERNETES = "1.34"  # resource.k8s.io/v1 and the standard pcieRoot attribute
 

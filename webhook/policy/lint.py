@@ -6,7 +6,7 @@ from __future__ import annotations
 import yaml
 
 from webhook.policy.claim_template import MIN_KUBERNETES
-from webhook.policy.sections import ALIGNMENT_ATTRIBUTES
+from webhook.policy.claim_template import ALIGNMENT_ATTRIBUTES
 from webhook.policy.load import policy_files
 
 

@@ -1,10 +1,10 @@
 """The sections of a policy document compiled, one small compiler per section, into a `Policy`.
 
-`webhook.policy.compiler` checks a document against its schema (and migrates v1alpha1) first;
-what reaches these compilers is valid by the schema, and they check what a schema cannot: names
-Kubernetes accepts, resources listed once, an interface each network has to itself, a fabric's
-fields its transport reads, an NCCL block that keeps NCCL on RDMA. Each reports into one list of
-`PolicyError`s so that one lint run names every problem of a file, in the file's order.
+`webhook.policy.compiler` checks a document against its schema (and migrates v1alpha1) first; what
+reaches these compilers is valid by the schema, and they check what a schema cannot: names Kubernetes
+accepts, resources listed once, an interface each network has to itself, a fabric's fields its
+transport reads, an NCCL block that keeps NCCL on RDMA. Each reports into one list of `PolicyError`s
+so that one lint run names every problem of a file, in the file's order.
 """
 
 from __future__ import annotations
@@ -17,11 +17,9 @@ from webhook.fabrics import transports
 from webhook.core.model import GPUS_FIELD, Claim, Device, Dra, EnvSetting, PluginMount, Policy, Proof, Sidecar
 from webhook.fabrics.gke import GkeNetwork
 from webhook.fabrics.multus import Network
+from webhook.policy.claim_template import ALIGNMENT_ATTRIBUTES
 from webhook.policy.errors import PolicyError
 
-# claim.alignment: the standard DRA device attributes GPU and NIC drivers publish alike
-# (Kubernetes, "Standard Device Attributes for Dynamic Resource Allocation").
-ALIGNMENT_ATTRIBUTES = {"pcieRoot": "resource.kubernetes.io/pcieRoot", "numaNode": "resource.kubernetes.io/numaNode"}
 _RANGE = re.compile(r"^(.*)\[(\d+)-(\d+)\]$")
 _LOGGING = ("NCCL_DEBUG", "NCCL_DEBUG_SUBSYS")  # NCCL's logging: a user's own value wins (core.model.EnvSetting)
 
@@ -67,9 +65,8 @@ def _check_resource(res: str, fld: str, file: str, name: str | None, errors: lis
 
 
 # -- one compiler per section of a policy document ------------------------------------------
-# Each takes the document (valid by the schema), appends what is wrong with its section to
-# `errors` and returns the section compiled; `compile_sections` runs them in the file's order,
-# so that the problems of a file are reported in that order, and builds the Policy.
+# Each takes the document (valid by the schema), appends what is wrong with its section to `errors`
+# and returns it compiled; `compile_sections` runs them in the file's order and builds the Policy.
 
 
 def compile_sections(doc: dict[str, Any], file: str, name: str | None) -> tuple[Policy | None, list[PolicyError]]:
