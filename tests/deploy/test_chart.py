@@ -708,6 +708,7 @@ def test_the_verifier_is_in_the_default_install_with_exactly_what_it_uses():
     rules = one(docs, "ClusterRole", name)["rules"]
     assert sorted((r["apiGroups"][0], r["resources"][0], tuple(r["verbs"])) for r in rules) == [
         ("", "pods", ("list", "watch")),
+        ("", "pods/eviction", ("create",)),
         ("", "pods/log", ("get",)),
         ("", "pods/status", ("patch",)),
         ("events.k8s.io", "events", ("create",)),

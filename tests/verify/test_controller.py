@@ -31,6 +31,7 @@ class Cluster:
         self.reads: list[Start] = []
         self.conditions: list[tuple[Start, dict]] = []
         self.created: list[dict] = []
+        self.evicted: list[str] = []
         self.open = 0
         self.most_open = 0
 
@@ -58,6 +59,9 @@ class Cluster:
 
     async def create_event(self, event):
         self.created.append(event)
+
+    async def evict(self, start):
+        self.evicted.append(start.pod)
 
 
 def real(name: str) -> bytes:
@@ -218,3 +222,37 @@ def test_reads_wait_for_a_slot_and_the_memory_of_a_read_is_bounded(concurrency):
     cluster = run(go())
     assert cluster.most_open <= concurrency and len(conditions(cluster)) == 8
     assert set(conditions(cluster).values()) == {("False", "NetSocket")}
+
+
+def test_a_policy_that_fails_on_fallback_evicts_only_what_the_lines_prove():
+    """proof.onFallback: fail: a pod on TCP or with a failed transport is evicted (its Events say
+    so first); degraded, unverifiable and verified pods are not; the default policy evicts none."""
+    from webhook.policy.load import load_texts
+
+    text = (Path(__file__).parents[2] / "policies" / "ib-shared.yaml").read_text() + "proof: {onFallback: fail}\n"
+    failing, errors = load_texts([("ib-shared.yaml", text)])
+    assert failing is not None, errors
+    cases = {
+        "socket": "nccl-1410-k8s-verbs-missing.log",
+        "completion": "nccl-1737-completion-err5.log",
+        "gdr-off": "nccl-392-gdr-off-2.5.7.log",
+        "warn-only": "nccl-1652-tcpx-warn-only.log",
+        "ib": "nccl-302-ib-2.5.6.log",
+    }
+
+    async def go(policies):
+        cluster = Cluster()
+        verifier = Verifier(cluster, lambda: policies, quiet=0.05, window=2.0)
+        events = []
+        for name, log in cases.items():
+            cluster.logs[(name, "trainer")] = [real(log)]
+            events.append(("ADDED", running(pod_named(name), "trainer")))
+        await settle(verifier, cluster, events)
+        return cluster
+
+    cluster = run(go(failing))
+    assert sorted(cluster.evicted) == ["completion", "socket"]
+    notes = {e["regarding"]["name"]: e for e in cluster.created if e["regarding"]["kind"] == "Pod"}
+    assert notes["socket"]["note"].startswith("evicting the pod (policy ib-shared: proof.onFallback fail): ")
+    assert notes["socket"]["action"] == "Evict" and notes["gdr-off"]["action"] == "VerifyTransport"
+    assert run(go(PS)).evicted == []

@@ -24,7 +24,7 @@ from typing import Any, AsyncIterator, Callable, Protocol
 
 from webhook.core.model import PolicySet
 from webhook.proof.expectation import expectation
-from webhook.proof.verdict import Verdict
+from webhook.proof.verdict import FAILED, FALLBACK, Verdict
 from prometheus_client import Counter, Gauge
 
 from webhook.telemetry.metrics import child
@@ -61,6 +61,8 @@ class Cluster(Protocol):
     async def set_condition(self, start: Start, patch: dict[str, Any]) -> None: ...
 
     async def create_event(self, event: dict[str, Any]) -> None: ...
+
+    async def evict(self, start: Start) -> None: ...
 
 
 async def _pump(stream: AsyncIterator[bytes], into: asyncio.Queue) -> None:
@@ -188,6 +190,13 @@ class Verifier:
         self.reported.append((start, verdict))
         del self.reported[: -self.max_reported]
         await self.cluster.set_condition(start, report.condition_patch(start, verdict, now))
-        for event in report.events(start, verdict, now):
+        failing = verdict.verdict in (FALLBACK, FAILED) and verdict.expected.on_fallback == "fail"
+        for event in report.events(start, verdict, now, evicting=failing):
             await self.cluster.create_event(event)
         log.info(report.summary(start, verdict))
+        if failing:
+            # The policy's `proof.onFallback: fail`: the pod is evicted (the Eviction API, so a
+            # PodDisruptionBudget is respected), only on a verdict the log's own lines prove (a
+            # rank on TCP, a failed transport), never on `degraded` or `unverifiable`.
+            await self.cluster.evict(start)
+            child(LOG_READS, "evicted").inc()

@@ -9,7 +9,8 @@ built for every pod event and every answer, and nothing here reads more than a f
   pods are there, `SYNC`, so that a pod deleted while the watch was down is forgotten); any
   other error waits with a backoff (0.5 s doubling to 30 s) and watches again;
 - a container's log: one `follow` read with `limitBytes`, its chunks as they come;
-- the condition: a strategic-merge patch of pods/status; Events: events.k8s.io/v1.
+- the condition: a strategic-merge patch of pods/status; Events: events.k8s.io/v1; an eviction
+  (policy/v1) for a policy whose `proof.onFallback` is `fail`.
 """
 
 from __future__ import annotations
@@ -127,5 +128,16 @@ class KubeCluster:
     async def create_event(self, event: dict[str, Any]) -> None:
         resp = await _checked(
             await self.events.create_namespaced_event_without_preload_content(event["metadata"]["namespace"], event)
+        )
+        resp.release()
+
+    async def evict(self, start: Start) -> None:
+        body = {
+            "apiVersion": "policy/v1",
+            "kind": "Eviction",
+            "metadata": {"name": start.pod, "namespace": start.namespace},
+        }
+        resp = await _checked(
+            await self.core.create_namespaced_pod_eviction_without_preload_content(start.pod, start.namespace, body)
         )
         resp.release()

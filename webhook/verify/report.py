@@ -57,8 +57,11 @@ def condition_patch(start: Start, verdict: Verdict, now: str) -> dict[str, Any]:
     }
 
 
-def _event(regarding: dict[str, Any], start: Start, verdict: Verdict, now: str) -> dict[str, Any]:
+def _event(regarding: dict[str, Any], start: Start, verdict: Verdict, now: str, evicting: bool) -> dict[str, Any]:
     _, reason, _ = verdict.condition()
+    note = summary(start, verdict)
+    if evicting:
+        note = f"evicting the pod (policy {start.policy}: proof.onFallback fail): " + note
     return {
         "apiVersion": "events.k8s.io/v1",
         "kind": "Event",
@@ -67,22 +70,23 @@ def _event(regarding: dict[str, Any], start: Start, verdict: Verdict, now: str) 
         "eventTime": now,
         "reportingController": REPORTER,
         "reportingInstance": REPORTER,
-        "action": "VerifyTransport",
+        "action": "Evict" if evicting else "VerifyTransport",
         "reason": "TransportVerified" if verdict.verdict == VERIFIED else f"Transport{reason}",
         "type": "Normal" if verdict.verdict == VERIFIED else "Warning",
         "regarding": regarding,
-        "note": summary(start, verdict)[:MAX_NOTE],
+        "note": note[:MAX_NOTE],
     }
 
 
-def events(start: Start, verdict: Verdict, now: str) -> list[dict[str, Any]]:
-    """The Events of one verdict: on the pod, and on its controller when it has one."""
+def events(start: Start, verdict: Verdict, now: str, evicting: bool = False) -> list[dict[str, Any]]:
+    """The Events of one verdict: on the pod, and on its controller when it has one; `evicting`:
+    the policy has the pod evicted for it, which the note says first."""
     pod = {"apiVersion": "v1", "kind": "Pod", "name": start.pod, "namespace": start.namespace, "uid": start.uid}
-    out = [_event(pod, start, verdict, now)]
+    out = [_event(pod, start, verdict, now, evicting)]
     if start.owner is not None:
         api_version, kind, name = start.owner
         owner = {"apiVersion": api_version, "kind": kind, "name": name, "namespace": start.namespace}
-        event = _event(owner, start, verdict, now)
+        event = _event(owner, start, verdict, now, evicting)
         event["related"] = pod
         out.append(event)
     return out
