@@ -163,6 +163,25 @@ def _check_pinned(sent: Any, now: Any, policy: Any) -> None:
     assert _prune(_prune(stripped)) == _prune(sent or {}), (sent, now)
 
 
+def _required_block(policy, c: dict) -> set[str]:
+    """The names of the policy's block a container (as sent) must end up with (or, a launcher,
+    forward): all but the logging settings that yield to the user's own (policies set
+    NCCL_DEBUG=INFO with NCCL_DEBUG_SUBSYS): none of those beside an envFrom (whose value ours
+    would override), and NCCL_DEBUG_SUBSYS not beside the user's own NCCL_DEBUG, in env or
+    anywhere in the command (webhook/core/mutation.py, `add_env`)."""
+    names = {e.get("name") for e in c.get("env") or [] if isinstance(e, dict)}
+    command = json.dumps([c.get("command"), c.get("args")])
+    out = set()
+    for e in policy.env:
+        if e.yields_to_env_from:
+            if c.get("envFrom"):
+                continue
+            if e.only_with is not None and (e.only_with in names or e.only_with in command):
+                continue
+        out.add(e.name)
+    return out
+
+
 def check_mutation(pod: dict[str, Any], out: dict[str, Any], decision: Any) -> None:
     """What may change between the pod sent and the pod admitted, and how."""
     policy = POLICIES.get(decision.policy) if decision is not None and decision.policy else None
@@ -238,7 +257,7 @@ def check_mutation(pod: dict[str, Any], out: dict[str, Any], decision: Any) -> N
         launchers = {t.index for t in ranks.find_launchers(pod, meta.get("labels") or {}, [])}
     for i, (c, oc) in enumerate(zip(spec["containers"], ospec["containers"])):
         target = any(_gpu(c, r) for r in gpu_resources)
-        block = {e.name for e in policy.env} if policy else set()
+        block = _required_block(policy, c) if policy else set()
         if i in launchers:  # its command may gain Open MPI's `-x NAME` for the block, nothing else
             assert _inserted_exports(c, oc, block), (c.get("command"), c.get("args"), oc.get("command"), oc.get("args"))
         if not target and i in launchers:  # only its env changes (the block, Open MPI's list) and -x flags
@@ -290,14 +309,20 @@ def check_mutation(pod: dict[str, Any], out: dict[str, Any], decision: Any) -> N
         templated = {e.name for e in policy.env if e.templated}
         for before, after in zip(env, oenv):
             if before != after and before["name"] == ENV_LIST:  # an MPI launcher's list: the block's names added
-                assert after["name"] == ENV_LIST and set(policy_env) <= _listed(after["value"]), (before, after)
+                assert after["name"] == ENV_LIST and _required_block(policy, c) <= _listed(after["value"]), (
+                    before,
+                    after,
+                )
             elif before != after:
                 assert before["name"] in enforced and after["name"] == before["name"], (before, after)
                 if before["name"] not in templated:
                     assert after == {"name": before["name"], "value": enforced[before["name"]]}, (before, after)
         for extra in oenv[len(env) :]:
             if extra["name"] == ENV_LIST:  # an MPI launcher forwards the block (webhook/core/ranks.py)
-                assert set(extra) == {"name", "value"} and _listed(extra["value"]) == set(policy_env), extra
+                listed = _listed(extra["value"])
+                assert set(extra) == {"name", "value"} and _required_block(policy, c) <= listed <= set(policy_env), (
+                    extra
+                )
             elif extra["name"] in templated:  # names an interface the pod really has
                 assert set(extra) == {"name", "value"} and extra["value"] in interfaces, (extra, interfaces)
             else:
