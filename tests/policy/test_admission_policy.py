@@ -19,7 +19,7 @@ import yaml
 
 from conftest import CLI, POLICIES, ROOT
 from webhook.grammar import nccl
-from webhook.policy import admission_policy as ap, cel, final_state_rules
+from webhook.policy import admission_policy as ap, cel, final_state_rules, machine_cel
 from webhook.policy.load import load_dir, load_texts
 
 NAMES = sorted(p.stem for p in POLICIES.glob("*.yaml"))
@@ -105,37 +105,45 @@ def test_every_policy_feature_has_its_rule(shipped):
             for v in vap["spec"]["validations"]
         )
         rules = _rules(vap)
-        # A policy with machine types: what all of its types have alike (final_state_rules.rules).
+        # A policy with machine types: each type's own rules (a rule several types have alike once)
         types = [t.policy for t in policy.machines.types] if policy.machines is not None else [policy]
 
-        def shared(features, types=types):
-            return [f for f in features(types[0]) if all(f in features(t) for t in types[1:])]
+        def each(features, types=types):
+            out = []
+            for t in types:
+                out += [f for f in features(t) if f not in out]
+            return out
 
         assert rules.count("ipc-lock-missing") == rules.count("ipc-lock-dropped") == rules.count("shm") == 1
+        assert rules.count("machine-type") == (policy.machines is not None)
         assert ("device-missing" in rules) == bool(policy.devices or policy.claim)
         for d in policy.devices:
             assert f"'{d.resource}'" in text
         for resource in policy.equivalent_resources:
             assert f"'{resource}'" in text
-        enforced = shared(lambda p: [e for e in p.env if e.enforce])
-        assert rules.count("enforced-env") == len(enforced) >= (1 if len(types) == 1 else 0)
-        for e in enforced:
-            want = e.value.casefold() if e.name == "NCCL_NET" else e.value
-            assert f"'{e.name}' in n && " in text and f"n.lastIndexOf('{e.name}')" in text
-            assert (f"'{want}'" in text) != e.templated  # a templated value: its presence only (the pod's names vary)
+        enforced = each(lambda p: [(e.name, e.value, e.templated) for e in p.env if e.enforce])
+        assert rules.count("enforced-env") == len(enforced) >= 1
+        for name, value, templated in enforced:
+            want = value.casefold() if name == "NCCL_NET" else value
+            assert f"'{name}' in n && " in text and f"n.lastIndexOf('{name}')" in text
+            assert (f"'{want}'" in text) != templated  # a templated value: its presence only (the pod's names vary)
         assert rules.count("multus-networks") == len(policy.networks)
         for n in policy.networks:
             assert n.name in text
-        gke_networks = shared(lambda p: list(p.gke_networks))
+        gke_networks = each(lambda p: [g.name for g in p.gke_networks])
         assert rules.count("gke-networks") == len(gke_networks)
         for g in gke_networks:
-            assert g.name in text
-        assert rules.count("sidecar-missing") == (len(shared(lambda p: [p.sidecar] if p.sidecar else [])) == 1)
+            assert g in text
+        # a type lacking some of the other types' GKE networks: refused when it lists one of them
+        lacking = [t for t in types if {g.name for g in t.gke_networks} != set(gke_networks)]
+        assert rules.count("fabric-mismatch") == len(each(lambda p: [p] if p in lacking else []))
+        assert rules.count("sidecar-missing") == len(each(lambda p: [p.sidecar] if p.sidecar else []))
         assert rules.count("host-network") == (policy.host_network != "Allowed")
+        gpus = vap["spec"]["variables"][1 if policy.machines is not None else 0]["expression"]
         for gpu in policy.gpu_resources:
-            assert f"'{gpu}'" in vap["spec"]["variables"][0]["expression"]
-        # NCCL_NET at least, on every transport (types of different plugins share no NCCL_NET rule)
-        assert ("env-fallback" in rules) == (len({t.nccl_nets for t in types}) == 1)
+            assert f"'{gpu}'" in gpus
+        # NCCL_NET at least, on every transport: one per set of the types' networks
+        assert rules.count("env-fallback") >= len({t.nccl_nets for t in types}) >= 1
 
 
 def test_the_match_condition_holds_each_rule_of_the_validations(shipped):
@@ -148,30 +156,41 @@ def test_the_match_condition_holds_each_rule_of_the_validations(shipped):
         spec = ap.policy_spec(policy)
         expression = spec["matchConditions"][0]["expression"]
         assert expression.startswith("!(") and expression.endswith(")")
-        target = cel.is_target(policy)
-        rules = ap.rules(policy)
-        assert [v["expression"] for v in spec["validations"]] == [ap._validation(r)["expression"] for r in rules]
-        by_over = {
-            over: " && ".join(f"({r.condition})" for r in rules if r.over == over)
-            for over in (ap.TARGETS, ap.CHECKED, ap.POD)
-        }
-        assert by_over[ap.TARGETS]  # IPC_LOCK and shm
-        # NCCL_NET's fallback on every transport; machine types of different plugins share none
-        types = policy.machines.types if policy.machines is not None else ()
-        assert bool(by_over[ap.CHECKED]) == (len({t.policy.nccl_nets for t in types}) <= 1), policy.name
-        # a target: its rules and the checked rules; another container that sees GPUs: the checked rules
-        each = f"({target}) ? ({by_over[ap.TARGETS]} && {by_over[ap.CHECKED]}) : (!({cel.sees_gpus_otherwise()}) || ({by_over[ap.CHECKED]}))"
-        if not by_over[ap.CHECKED]:
-            each = f"!({target}) || ({by_over[ap.TARGETS]})"
-        names = any(r.names for r in rules if r.over != ap.POD)
-        containers = f"object.spec.containers.all(c, {cel.with_names(each) if names else each})"
-        assert expression.count("object.spec.containers.all(") == 1, policy.name  # one pass
-        if by_over[ap.POD]:
-            assert (
-                expression == f"!({containers} && (({by_over[ap.POD]}) || !object.spec.containers.exists(c, {target})))"
-            ), policy.name
-        else:
-            assert expression == f"!({containers})", policy.name
+        if policy.machines is None:
+            rules = ap.rules(policy)
+            assert [v["expression"] for v in spec["validations"]] == [ap._validation(r)["expression"] for r in rules]
+            assert expression == f"!({_holds(policy, rules)})", policy.name
+            continue
+        # machine types: the type computed once (m), then the rules of the pod's type; a pod whose
+        # selection names no type the webhook takes ('') breaks the final state
+        typed = final_state_rules.by_type(policy)
+        assert sorted(n for names, _, _ in typed for n in names) == sorted(t.name for t in policy.machines.types)
+        chain = ""
+        for names, p, rules in typed:
+            guard = f"m == '{names[0]}'" if len(names) == 1 else "m in [" + ", ".join(f"'{n}'" for n in names) + "]"
+            chain += f"{guard} ? ({_holds(p, rules)}) : "
+        assert expression == f"!([{machine_cel.machine(policy.machines)}].all(m, {chain}false))", policy.name
+        assert spec["variables"][0] == {"name": "machine", "expression": machine_cel.machine(policy.machines)}
+        assert spec["validations"][0]["expression"] == "variables.machine != ''"
+        for v in spec["validations"][1:]:  # each rule only for the types that have it
+            assert v["expression"].startswith(("!(variables.machine ", "variables.machine == '' || ")), v["expression"]
+
+
+def _holds(policy, rules) -> str:
+    """The rules of one policy (or machine type) in one pass over the containers, then the pod's."""
+    target = cel.is_target(policy)
+    by_over = {
+        over: " && ".join(f"({r.condition})" for r in rules if r.over == over)
+        for over in (ap.TARGETS, ap.CHECKED, ap.POD)
+    }
+    assert by_over[ap.TARGETS] and by_over[ap.CHECKED]  # IPC_LOCK and shm; NCCL_NET's fallback on every transport
+    # a target: its rules and the checked rules; another container that sees GPUs: the checked rules
+    each = f"({target}) ? ({by_over[ap.TARGETS]} && {by_over[ap.CHECKED]}) : (!({cel.sees_gpus_otherwise()}) || ({by_over[ap.CHECKED]}))"
+    names = any(r.names for r in rules if r.over != ap.POD)
+    containers = f"object.spec.containers.all(c, {cel.with_names(each) if names else each})"
+    if by_over[ap.POD]:
+        return f"{containers} && (({by_over[ap.POD]}) || !object.spec.containers.exists(c, {target}))"
+    return containers
 
 
 def test_env_rules_read_the_last_entry_of_a_name():

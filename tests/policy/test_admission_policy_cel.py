@@ -44,8 +44,8 @@ from conftest import POLICIES, ROOT
 from webhook.admission import review
 from webhook.admission.judge import judge
 from webhook.cluster.state import FileClusterState
-from webhook.core import keys
-from webhook.core.model import Policy
+from webhook.core import keys, machines
+from webhook.core.model import MachineType, Policy
 from webhook.fabrics import gke
 from webhook.policy import admission_policy as ap
 from webhook.policy.claim_template import aligned_template
@@ -138,14 +138,19 @@ def _nic_objects(policy: Policy) -> list[dict[str, Any]]:
 CLAIMS = FileClusterState([], [], [], [o for p in PS.by_name.values() if p.dra for o in _nic_objects(p)]).claims()
 
 
-def _sent(policy: Policy, namespace: str) -> dict[str, Any]:
-    """A labelled 8-GPU training pod asking for `policy` (its annotation), as the API server sends
-    it to /mutate, with what the policy leaves to the job: a DRA policy's NIC claim, a host
-    fabric's hostNetwork and /dev/infiniband (hostPath, as oracle-quickstart/oci-hpc-oke
-    manifests/nccl-tests/host-network/ mounts it), a fabric's sidecar; and a CPU log shipper."""
+def _sent(policy: Policy, namespace: str, name: str, selector: dict[str, str] | None = None) -> dict[str, Any]:
+    """A labelled 8-GPU training pod asking for policy `name` (its annotation), as the API server
+    sends it to /mutate, with what the policy (`policy`: as it is on the pod's machine type) leaves
+    to the job: a DRA policy's NIC claim, a host fabric's hostNetwork and /dev/infiniband
+    (hostPath, as oracle-quickstart/oci-hpc-oke manifests/nccl-tests/host-network/ mounts it), a
+    fabric's sidecar; and a CPU log shipper. `selector`: its nodeSelector (a machine type's node,
+    as GoogleCloudPlatform/cluster-toolkit examples/gke-a4x/nccl-jobset-example.yaml selects
+    cloud.google.com/gke-accelerator)."""
     mounts: list[dict[str, Any]] = []
     volumes: list[dict[str, Any]] = []
     spec: dict[str, Any] = {}
+    if selector:
+        spec["nodeSelector"] = selector
     if policy.host_network == "Required":
         spec["hostNetwork"] = True
         volumes.append({"name": HOST_RDMA, "hostPath": {"path": "/dev/infiniband", "type": ""}})
@@ -169,7 +174,7 @@ def _sent(policy: Policy, namespace: str) -> dict[str, Any]:
     return k.pod(
         containers,
         namespace=namespace,
-        annotations={keys.POD_POLICY: policy.name},
+        annotations={keys.POD_POLICY: name},
         volumes=volumes,
         **spec,
     )
@@ -185,19 +190,49 @@ def _mutate(pod: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
     return decision, jsonpatch.apply_patch(pod, json.loads(base64.b64decode(patch))) if patch else pod
 
 
-@functools.lru_cache(maxsize=None)
-def mutated(name: str) -> tuple[str, dict[str, Any]]:
-    """(namespace, the pod as the API server holds it after /mutate) for policy `name`: sent
-    into the first namespace of the example cluster where the webhook mutates it under `name`."""
+# The cases: each shipped policy by name (a policy with machine types: a pod that selects none),
+# and each machine type of a policy as "NAME/TYPE" (a pod that selects the type by nodeSelector).
+TYPED_CASES = [f"{p.name}/{t.name}" for p in PS.ranked() if p.machines is not None for t in p.machines.types]
+CASES = sorted(NAMES + TYPED_CASES)
+
+
+def _selector(t: MachineType) -> dict[str, str]:
+    key, values = t.labels[0]
+    return {key: values[0]}
+
+
+def shape(case: str) -> tuple[str, Policy, dict[str, str] | None]:
+    """(the policy's name, the policy as it is on the case's machine type, its nodeSelector)."""
+    name, _, machine = case.partition("/")
     policy = PS.by_name[name]
+    if policy.machines is None:
+        return name, policy, None
+    if not machine:
+        assert policy.machines.unselected is not None, f"{name}: a pod naming no type is denied"
+        return name, policy.machines.unselected, None
+    t = policy.machines.by_name[machine]
+    return name, t.policy, _selector(t)
+
+
+def on_type(name: str, pod: dict[str, Any]) -> Policy | None:
+    """Policy `name` as it is on the machine type `pod` selects (the webhook's choice), None when
+    the webhook denies its selection."""
+    return machines.choose(pod, PS.by_name[name], PS)[0]
+
+
+@functools.lru_cache(maxsize=None)
+def mutated(case: str) -> tuple[str, dict[str, Any]]:
+    """(namespace, the pod as the API server holds it after /mutate) for `case`: sent into the
+    first namespace of the example cluster where the webhook mutates it under its policy."""
+    name, policy, selector = shape(case)
     why = []
     for ns in sorted(STATE._namespaces):
-        decision, out = _mutate(_sent(policy, ns))
+        decision, out = _mutate(_sent(policy, ns, name, selector))
         if decision is not None and decision.outcome == "mutated" and decision.policy == name:
             assert out["metadata"]["labels"][keys.APPLIED_POLICY_LABEL] == name
             return ns, out
         why.append(f"{ns}: {decision.outcome if decision else None}")
-    raise AssertionError(f"no namespace of the example cluster mutates a pod under {name}: {why}")
+    raise AssertionError(f"no namespace of the example cluster mutates a pod under {case}: {why}")
 
 
 def webhook_findings(pod: dict[str, Any], namespace: str) -> dict[str, list[str]]:
@@ -448,10 +483,62 @@ def policy_only(policy: Policy, pod: dict[str, Any]) -> set[str]:
     return out
 
 
-def cases(name: str) -> tuple[str, list[tuple[str, dict[str, Any]]]]:
-    ns, good = mutated(name)
+def _term(key: str, values: tuple[str, ...] | list[str]) -> dict[str, Any]:
+    return {"matchExpressions": [{"key": key, "operator": "In", "values": list(values)}]}
+
+
+def _add_term(term: dict[str, Any]) -> Change:
+    """A required nodeSelectorTerm added to the pod's (ORed with its others)."""
+
+    def change(pod: dict[str, Any]) -> None:
+        node = pod["spec"].setdefault("affinity", {}).setdefault("nodeAffinity", {})
+        node.setdefault(machines.AFFINITY_KEY, {}).setdefault("nodeSelectorTerms", []).append(term)
+
+    return change
+
+
+def _select(selector: dict[str, str] | None) -> Change:
+    """The pod's nodeSelector replaced by `selector` (None: removed), its required affinity removed."""
+
+    def change(pod: dict[str, Any]) -> None:
+        pod["spec"].pop("affinity", None)
+        pod["spec"].pop("nodeSelector", None)
+        if selector is not None:
+            pod["spec"]["nodeSelector"] = dict(selector)
+
+    return change
+
+
+def machine_variants(case: str) -> list[tuple[str, Change]]:
+    """The ways a later webhook can change the node selection of a pod of a policy with machine
+    types (none for one without): onto another type's nodes (whose rules the pod then breaks), a
+    label value of no type, several types, a term that names no type beside one that does, or no
+    selection at all (the policy's default type); and selections that keep the type."""
+    name, policy, selector = shape(case)
+    typed = PS.by_name[name].machines
+    if typed is None:
+        return []
+    mine = typed.by_name[case.partition("/")[2]] if selector is not None else typed.default
+    assert mine is not None
+    key = typed.types[0].labels[0][0]
+    own_zone = {"matchExpressions": [{"key": "topology.kubernetes.io/zone", "operator": "In", "values": ["z-a"]}]}
+    out: list[tuple[str, Change]] = [
+        (f"nodeSelector {key}=nvidia-l4 (no type's)", _select({key: "nvidia-l4"})),
+        ("no node selection (the default type)", _select(None)),
+        (f"another term naming {mine.name} by its {mine.labels[-1][0]}", _add_term(_term(*mine.labels[-1]))),
+        ("a term of the pod's own (zone) beside", _add_term(own_zone)),
+    ]
+    for t in typed.types:
+        if t is not mine:
+            out.append((f"nodeSelector of {t.name}", _select(_selector(t))))
+            out.append((f"a term naming {t.name} beside", _add_term(_term(*t.labels[0]))))
+    return out
+
+
+def cases(case: str) -> tuple[str, list[tuple[str, dict[str, Any]]]]:
+    ns, good = mutated(case)
     out = [("the pod as /mutate left it", good)]
-    for what, change in variants(PS.by_name[name]):
+    for what, change in variants(shape(case)[1]) + machine_variants(case):
         pod = copy.deepcopy(good)
         change(pod)
         out.append((what, pod))
@@ -459,35 +546,29 @@ def cases(name: str) -> tuple[str, list[tuple[str, dict[str, Any]]]]:
 
 
 @functools.lru_cache(maxsize=None)
-def verdicts(name: str) -> tuple[str, list[tuple[str, dict[str, Any]]], list[dict[str, Any]]]:
-    """(namespace, the cases of `name`, the harness's row for each), evaluated once."""
-    ns, pods = cases(name)
+def verdicts(case: str) -> tuple[str, list[tuple[str, dict[str, Any]]], list[dict[str, Any]]]:
+    """(namespace, the cases of `case`, the harness's row for each), evaluated once."""
+    ns, pods = cases(case)
+    name = shape(case)[0]
     rows = evaluate(_objects(name), [p for _, p in pods], Path(tempfile.mkdtemp(prefix="rdma-webhook-celcheck-")))
     assert [r["pod"] for r in rows] == list(range(len(pods)))
     return ns, pods, rows
 
 
-# A policy whose machine types differ in their rules (gke: each type its own NCCL_NET and networks;
-# gke-gib's and gke-tcpxo's types share theirs): its generated policy checks only the rules every type shares,
-# since CEL does not see which type the webhook chose for the pod (webhook/policy/admission_policy.py);
-# the type's own NCCL_NET and networks are checked by the webhook's /validate alone. Strict: it
-# reports once the generated policy checks each type's rules (issue 42, left).
-TYPED = pytest.mark.xfail(
-    strict=True, reason="the generated policy of a policy with machine types checks only the rules all types share"
-)
-
-
-@pytest.mark.parametrize("name", [pytest.param(n, marks=TYPED) if n == "gke" else n for n in NAMES])
-def test_the_generated_policy_refuses_what_the_webhook_refuses(name, tmp_path):
+@pytest.mark.parametrize("case", CASES)
+def test_the_generated_policy_refuses_what_the_webhook_refuses(case, tmp_path):
     """Each final state of the mutated pod, judged by the generated policy in the API server's
     code and by the webhook's final-state check: the same verdict, the same rules, the webhook's
     words; for a pod whose final state is fine, the match condition is false (the validations
-    never run); for one that is not, it is true."""
-    ns, pods, rows = verdicts(name)
+    never run); for one that is not, it is true. A policy with machine types: a pod of each type
+    and one that names none, each also moved by its node selection (`machine_variants`), judged
+    by the rules of the type the webhook reads from that selection."""
+    name = shape(case)[0]
+    ns, pods, rows = verdicts(case)
     repairs: list[tuple[str, dict[str, Any]]] = []
     refused = 0
     for (what, pod), row in zip(pods, rows):
-        where = f"{name}, {what}"
+        where = f"{case}, {what}"
         findings = webhook_findings(pod, ns)
         assert row["selected"], f"{where}: the policy does not select the pod (its applied-policy label)"
         assert row["match_error"] == "" and all(v["error"] == "" for v in row["validations"]), (where, row)
@@ -519,14 +600,16 @@ def test_the_generated_policy_refuses_what_the_webhook_refuses(name, tmp_path):
             assert row["status"].startswith(
                 f"ValidatingAdmissionPolicy '{ap.object_name(name)}' with binding '{ap.object_name(name)}' denied request: "
             ) and row["status"].endswith(failed[0]), row["status"]
-        assert rules & POLICY_ONLY == policy_only(PS.by_name[name], pod), f"{where}: the policy refuses with {failed}"
+        typed = on_type(name, pod)  # the webhook's machine type of the pod (None: it denies the selection)
+        want = policy_only(typed, pod) if typed is not None else set()
+        assert rules & POLICY_ONLY == want, f"{where}: the policy refuses with {failed}"
         if rules & POLICY_ONLY and not findings:
             decision, repaired = _mutate(pod)  # what /mutate does with the same pod
             if decision is not None and decision.outcome == "mutated":  # it puts the piece back
                 repairs.append((what, repaired))
-    assert refused >= 8, f"{name}: only {refused} of the {len(pods)} final states refused"
+    assert refused >= 8, f"{case}: only {refused} of the {len(pods)} final states refused"
     for (what, _), row in zip(repairs, evaluate(_objects(name), [p for _, p in repairs], tmp_path)):
-        assert not row["matched"] and not row["denied"], f"{name}, {what}, after /mutate again: {row}"
+        assert not row["matched"] and not row["denied"], f"{case}, {what}, after /mutate again: {row}"
 
 
 # roce-dranet-aligned's mutation turns the pod's nvidia.com/gpu request into a reference to the
@@ -546,14 +629,16 @@ ALIGNED_GAP = pytest.mark.xfail(
 def test_every_rule_of_the_generated_policy_refuses_some_final_state(name):
     """Each kind of rule the generated policy holds (device, IPC_LOCK, env, /dev/shm, hostNetwork,
     networks, sidecar) refuses at least one of the broken final states of its mutated pod: none
-    is a rule that checks nothing."""
-    _, _, rows = verdicts(name)
+    is a rule that checks nothing. A policy with machine types: over the pods of all its types,
+    each of its validations (each type's own rules, and `machine-type`) refuses one."""
+    rows = [row for case in CASES if shape(case)[0] == name for row in verdicts(case)[2]]
     seen = {_rule(v["message"]) for row in rows for v in row["validations"] if not v["passed"]}
-    kinds = {
-        re.search(r"\[([a-z-]+)\]'?$", v.get("messageExpression") or v["message"]).group(1)
-        for v in _objects(name)[0]["spec"]["validations"]
-    }
+    validations = _objects(name)[0]["spec"]["validations"]
+    kinds = {re.search(r"\[([a-z-]+)\]'?$", v.get("messageExpression") or v["message"]).group(1) for v in validations}
     assert kinds == seen, f"{name}: rules never seen refusing: {sorted(kinds - seen)}"
+    if PS.by_name[name].machines is not None:
+        never = [i for i in range(len(validations)) if all(row["validations"][i]["passed"] for row in rows)]
+        assert not never, f"{name}: validations never refusing: {[validations[i]['expression'][:200] for i in never]}"
 
 
 def test_the_harness_reads_the_binding_and_the_selector(tmp_path):

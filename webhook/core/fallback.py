@@ -58,7 +58,7 @@ def _fitting_net(s: Subject, name: str, value: str) -> str:
     if name != "NCCL_NET" or s.policies is None:
         return ""
     for p in s.policies.ranked():
-        if p is not s.policy and p.allows_namespace(s.namespace_labels) and judge_setting(name, value, p) is None:
+        if p.name != s.policy.name and p.allows_namespace(s.namespace_labels) and judge_setting(name, value, p) is None:
             return (
                 f"; NCCL_NET={value!r} is the network of the {p.name} policy's {p.fabric.kind} fabric: select that policy "
                 f"with the annotation {keys.POD_POLICY}: {p.name}"

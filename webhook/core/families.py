@@ -51,10 +51,18 @@ class Brought:
 
 
 def fitting(candidates: list[Policy], policy: Policy, namespace_labels: dict[str, str]) -> str:
-    """How to fix a pod that brings another fabric's device or claim: the policy that provides it
-    in this namespace."""
+    """How to fix a pod that brings another fabric's device or claim: another machine type of its
+    own policy that provides it, else another policy that provides it in this namespace; never
+    the policy the pod is already under (a type's Policy is not the policy as loaded, which the
+    indexes hold: compared by name)."""
     for other in candidates:
-        if other is not policy and other.allows_namespace(namespace_labels):
+        if other.name == policy.name and other.machines is not None:
+            return (
+                f"another machine type of policy {policy.name} has it: select that type with spec.nodeSelector or "
+                f"a required node affinity ({other.machines.names()}), or remove it"
+            )
+    for other in candidates:
+        if other.name != policy.name and other.allows_namespace(namespace_labels):
             return f"select policy {other.name} with the annotation {keys.POD_POLICY}: {other.name}"
     return "no policy of this namespace provides it; remove it, or ask the platform team for a policy of that fabric"
 

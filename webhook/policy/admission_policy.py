@@ -42,8 +42,9 @@ from typing import Any, Iterable, Sequence
 
 from webhook.core import keys
 from webhook.core.model import Policy, PolicySet
-from webhook.policy.cel import cel_str, is_target, sees_gpus_otherwise, with_names
-from webhook.policy.final_state_rules import CHECKED, POD, TARGETS, Rule, rules
+from webhook.policy.cel import cel_list, cel_str, is_target, sees_gpus_otherwise, with_names
+from webhook.policy.final_state_rules import CHECKED, KINDS, POD, TARGETS, Rule, by_type, rules
+from webhook.policy.machine_cel import machine
 
 API_VERSION = "admissionregistration.k8s.io/v1"
 POLICY_KIND = "ValidatingAdmissionPolicy"
@@ -58,6 +59,8 @@ POLICY_LABEL = keys.PREFIX + "rdma-policy"
 DIGEST_ANNOTATION = keys.PREFIX + "final-state-digest"
 ACTIONS = ("Deny", "Warn", "Audit")
 DRY_RUN = ("Warn", "Audit")
+# The variable of a policy with machine types: the pod's type (webhook.policy.machine_cel).
+MACHINE = "machine"
 
 
 def object_name(policy_name: str) -> str:
@@ -104,7 +107,7 @@ def _validation(rule: Rule) -> dict[str, Any]:
 
 def validations(policy: Policy) -> list[dict[str, Any]]:
     """The CEL rules of one policy as the ValidatingAdmissionPolicy's validations."""
-    return [_validation(rule) for rule in rules(policy)]
+    return list(policy_spec(policy)["validations"])
 
 
 def broken(policy: Policy, found: list[Rule] | None = None) -> str:
@@ -119,10 +122,17 @@ def broken(policy: Policy, found: list[Rule] | None = None) -> str:
     everything the mutation gave it (nearly every pod) it is false, and the API server skips
     the validations. For a pod it holds for, the validations run as before and name the rule
     and the container. It cannot use `variables` (match conditions are evaluated before them),
-    so the groups' filters are written out."""
+    so the groups' filters are written out. A policy with machine types: `_typed`."""
+    if policy.machines is not None and found is None:
+        return _typed(policy)[0]
+    return "!(" + _holds(policy, rules(policy) if found is None else found) + ")"
+
+
+def _holds(policy: Policy, found: list[Rule]) -> str:
+    """CEL that is true when every rule of `found` holds (`broken` negates it)."""
     by_over: dict[str, list[str]] = {TARGETS: [], CHECKED: [], POD: []}
     names = False
-    for rule in rules(policy) if found is None else found:
+    for rule in found:
         by_over[rule.over].append(f"({rule.condition})")
         names = names or (rule.over != POD and rule.names)
     target, checked = " && ".join(by_over[TARGETS]) or "true", " && ".join(by_over[CHECKED])
@@ -135,12 +145,67 @@ def broken(policy: Policy, found: list[Rule] | None = None) -> str:
     holds = [f"object.spec.containers.all(c, {with_names(each) if names else each})"]
     if by_over[POD]:  # the pod's rules first: they hold for nearly every pod, and then the scan for a target is skipped
         holds.append(f"(({' && '.join(by_over[POD])}) || !object.spec.containers.exists(c, {is_target(policy)}))")
-    return "!(" + " && ".join(holds) + ")"
+    return " && ".join(holds)
+
+
+def _is(variable: str, names: Sequence[str]) -> str:
+    return f"{variable} == {cel_str(names[0])}" if len(names) == 1 else f"{variable} in {cel_list(names)}"
+
+
+def _typed(policy: Policy) -> tuple[str, list[dict[str, Any]], list[dict[str, Any]]]:
+    """(match condition, variables, validations) of a policy with machine types: each type's own
+    rules, for the pods its node selection puts on that type (`webhook.policy.machine_cel`).
+
+    The match condition computes the type once (bound as `m`) and holds the rules of that type;
+    the validations read it from the variable `machine`, the first one refusing a pod whose
+    selection the webhook would deny (`machine-type`), each rule then guarded by the types that
+    have it (a rule every type has alike is one validation)."""
+    assert policy.machines is not None
+    typed = by_type(policy)
+    which = machine(policy.machines)
+    chain = "".join(f"{_is('m', names)} ? ({_holds(p, found)}) : " for names, p, found in typed)
+    variables: list[dict[str, Any]] = [{"name": MACHINE, "expression": which}]
+    for over in (TARGETS, CHECKED):
+        each = [(names, f"object.spec.containers.filter(c, {_groups(p)[over]})") for names, p, _ in typed]
+        expression = each[-1][1]
+        if len({e for _, e in each}) > 1:  # the types' GPUs differ
+            expression = "".join(f"{_is('variables.' + MACHINE, n)} ? {e} : " for n, e in each[:-1]) + expression
+        variables.append({"name": over, "expression": expression})
+    every = [t.name for t in policy.machines.types]
+    unselected = "several of them" if policy.machines.default is not None else "none of them, or several"
+    checks: list[dict[str, Any]] = [
+        {
+            "expression": f"variables.{MACHINE} != ''",
+            "message": f"rdma-webhook: policy {policy.name} gives a different fabric to each machine type, and the "
+            f"pod's spec.nodeSelector and required node affinity select {unselected}, or labels no type has (a "
+            f"webhook that ran after rdma-webhook may have changed them); select one of its types: "
+            f"{policy.machines.names()} [machine-type]",
+            "reason": "Forbidden",
+        }
+    ]
+    have: dict[Rule, list[str]] = {}
+    for names, _, found in typed:
+        for rule in found:
+            have.setdefault(rule, []).extend(names)
+    for rule in sorted(have, key=lambda r: KINDS.index(r.name)):
+        check = _validation(rule)
+        guard = f"variables.{MACHINE} == ''" if have[rule] == every else f"!({_is('variables.' + MACHINE, have[rule])})"
+        checks.append({**check, "expression": f"{guard} || {check['expression']}"})
+    return f"!([{which}].all(m, {chain}false))", variables, checks
 
 
 def policy_spec(policy: Policy) -> dict[str, Any]:
     """The ValidatingAdmissionPolicy's spec for one RDMA policy."""
-    found, groups = rules(policy), _groups(policy)
+    if policy.machines is not None:
+        condition, variables, checks = _typed(policy)
+    else:
+        found, groups = rules(policy), _groups(policy)
+        condition = broken(policy, found)
+        variables = [
+            {"name": over, "expression": f"object.spec.containers.filter(c, {groups[over]})"}
+            for over in (TARGETS, CHECKED)
+        ]
+        checks = [_validation(rule) for rule in found]
     return {
         "failurePolicy": "Fail",
         "matchConstraints": {
@@ -156,12 +221,9 @@ def policy_spec(policy: Policy) -> dict[str, Any]:
             "namespaceSelector": {},
             "objectSelector": {"matchLabels": {keys.APPLIED_POLICY_LABEL: policy.name}},
         },
-        "matchConditions": [{"name": "final-state-broken", "expression": broken(policy, found)}],
-        "variables": [
-            {"name": over, "expression": f"object.spec.containers.filter(c, {groups[over]})"}
-            for over in (TARGETS, CHECKED)
-        ],
-        "validations": [_validation(rule) for rule in found],
+        "matchConditions": [{"name": "final-state-broken", "expression": condition}],
+        "variables": variables,
+        "validations": checks,
     }
 
 

@@ -33,6 +33,20 @@ IB_DISABLED_RE = r"^[ \t\n\v\f\r]*[+-]?(0[xX][0-9a-fA-F]*[1-9a-fA-F]|0[0-7]*[1-7
 # What a rule's condition is about: every container of the targets, every container the
 # transport's env checks judge, or the pod.
 TARGETS, CHECKED, POD = "targets", "checked", "pod"
+# The rules' ids in the order `_rules` makes them (the order of the webhook's final-state rules).
+KINDS = (
+    "device-missing",
+    "ipc-lock-missing",
+    "ipc-lock-dropped",
+    "enforced-env",
+    "env-fallback",
+    "shm",
+    "host-network",
+    "multus-networks",
+    "gke-networks",
+    "fabric-mismatch",
+    "sidecar-missing",
+)
 
 
 class Rule(NamedTuple):
@@ -121,14 +135,30 @@ def _device_condition(policy: Policy) -> tuple[str, str] | None:
 
 
 def rules(policy: Policy) -> list[Rule]:
-    """The final-state rules of one policy, in the order of the webhook's final-state rules. A
-    policy with machine types (webhook.core.machines): the rules every type has alike, since CEL
-    here does not know which type a pod chose (the webhook's own final-state guard checks the
-    pod's type in full)."""
-    if policy.machines is not None:
-        each = [_rules(t.policy) for t in policy.machines.types]
-        return [r for r in each[0] if all(r in other for other in each[1:])]
+    """The final-state rules of one policy, in the order of the webhook's final-state rules (of a
+    policy with machine types, those of its own sections: `by_type` gives each type's)."""
     return _rules(policy)
+
+
+def by_type(policy: Policy) -> list[tuple[tuple[str, ...], Policy, list[Rule]]]:
+    """A policy with machine types (webhook.core.machines): (the types, one type's Policy, their
+    rules) for each set of types whose rules and GPUs are the same, in the order of the types."""
+    assert policy.machines is not None
+    out: list[tuple[tuple[str, ...], Policy, list[Rule]]] = []
+    every = sorted({g.name for t in policy.machines.types for g in t.policy.gke_networks})
+    for t in policy.machines.types:
+        found = _rules(t.policy)
+        theirs = [n for n in every if n not in {g.name for g in t.policy.gke_networks}]
+        if theirs:  # before the sidecar, as KINDS orders them
+            at = len(found) - (found[-1].name == "sidecar-missing")
+            found.insert(at, _other_types_networks(t.policy, t.name, theirs))
+        for i, (names, p, same) in enumerate(out):
+            if same == found and p.gpu_resources == t.policy.gpu_resources:
+                out[i] = ((*names, t.name), p, same)
+                break
+        else:
+            out.append(((t.name,), t.policy, found))
+    return out
 
 
 def _rules(policy: Policy) -> list[Rule]:
@@ -315,6 +345,26 @@ def _gke_rules(policy: Policy) -> list[Rule]:
             )
         )
     return out
+
+
+def _other_types_networks(policy: Policy, machine: str, theirs: list[str]) -> Rule:
+    """fabric-mismatch: a pod on machine type `machine` lists none of the GKE networks only the
+    policy's other types have (`theirs`): those NICs do not exist on its nodes (the webhook's
+    fabric-mismatch on another fabric's GKE networks)."""
+    ann = f"object.metadata.annotations[{cel_str(gke.INTERFACES)}]"
+    listed = r"\"network\"\s*:\s*\"(" + "|".join(re_escape(n) for n in theirs) + r')\"'
+    absent = (
+        f"!has(object.metadata.annotations) || !({cel_str(gke.INTERFACES)} in object.metadata.annotations) || "
+        f"!{ann}.matches({cel_str(listed)})"
+    )
+    return Rule(
+        "fabric-mismatch",
+        absent,
+        f"the pod's {gke.INTERFACES} annotation lists a GKE network of another machine type of policy "
+        f"{policy.name} ({', '.join(theirs)}), which the nodes of its type {machine} do not have; select that "
+        f"type with spec.nodeSelector, or remove the network",
+        over=POD,
+    )
 
 
 def _sidecar_rules(policy: Policy) -> list[Rule]:
