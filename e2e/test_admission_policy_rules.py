@@ -146,21 +146,37 @@ def test_the_shipped_policies_load():
     assert not _ERRORS and len(POLICIES.by_name) >= 12
 
 
-# `gke`'s machine types differ in their NCCL_NET and networks, which the generated policy cannot
-# tell apart (CEL does not see the type the webhook chose): it checks only the rules every type
-# shares, so these cases are admitted by the API server and refused by the webhook's /validate
-# alone (tests/policy/test_admission_policy_cel.py marks the same; issue 42, left). Strict: it
-# reports once the generated policy checks each type's rules.
-TYPED = pytest.mark.xfail(
-    strict=True, reason="the generated policy of gke checks only the rules its machine types share"
-)
-NAMES = [pytest.param(n, marks=TYPED) if n == "gke" else n for n in sorted(POLICIES.by_name)]
+# Each shipped policy by name (a policy with machine types: a pod that selects none, judged by its
+# default type's rules), and each machine type as "NAME/TYPE": its own fabric's pod, selecting the
+# type by nodeSelector (webhook/policy/machine_cel.py reads the type from the pod's node selection).
+NAMES = sorted(POLICIES.by_name) + [
+    f"{p.name}/{t.name}" for p in POLICIES.ranked() if p.machines is not None for t in p.machines.types
+]
+
+
+def on_type(case: str) -> tuple[Policy, dict | None]:
+    """(the policy as it is on the case's machine type, the nodeSelector that selects it)."""
+    name, _, machine = case.partition("/")
+    policy = POLICIES.by_name[name]
+    if policy.machines is None or not machine:
+        return policy, None
+    t = policy.machines.by_name[machine]
+    key, values = t.labels[0]
+    return t.policy, {key: values[0]}
+
+
+def complete(case: str, namespace: str) -> dict:
+    policy, selector = on_type(case)
+    pod = complete_pod(policy, unique("vap"), namespace)
+    if selector is not None:
+        pod["spec"]["nodeSelector"] = selector
+    return pod
 
 
 @pytest.mark.parametrize("name", NAMES)
 def test_each_piece_a_policy_adds_is_checked_by_its_generated_policy(cp, policies_in_force, name):
-    policy = POLICIES.by_name[name]
-    good = complete_pod(policy, unique("vap"), policies_in_force)
+    policy = on_type(name)[0]
+    good = complete(name, policies_in_force)
     status, message = dry_run(cp, good)
     assert status == 201, f"{name}: the complete pod was refused: {message}"
     undone = undoings(policy)
@@ -170,7 +186,7 @@ def test_each_piece_a_policy_adds_is_checked_by_its_generated_policy(cp, policie
         change(pod)
         status, message = dry_run(cp, pod)
         assert status == 403, f"{name}: admitted with {what} undone ({status} {message[:300]})"
-        assert f"ValidatingAdmissionPolicy '{NAME_PREFIX}{name}'" in message, message
+        assert f"ValidatingAdmissionPolicy '{NAME_PREFIX}{policy.name}'" in message, message
         named = {rule for rule in rules if f"[{rule}]" in message}
         assert named, f"{name}: {what} undone was denied, but not by {sorted(rules)}: {message[:400]}"
 
@@ -273,10 +289,27 @@ def _variants(policy: Policy) -> list[tuple[str, bool, Callable[[dict], None]]]:
 def test_the_final_state_is_read_as_the_kubelet_reads_it(cp, policies_in_force, name):
     """The match condition's reading of env, capabilities and /dev/shm, judged by the API
     server: what the webhook admits is admitted, what it refuses is refused."""
-    policy = POLICIES.by_name[name]
-    good = complete_pod(policy, unique("vap"), policies_in_force)
+    policy = on_type(name)[0]
+    good = complete(name, policies_in_force)
     for what, admitted, change in _variants(policy):
         pod = copy.deepcopy(good)
         change(pod)
         status, message = dry_run(cp, pod)
         assert status == (201 if admitted else 403), f"{name}: {what}: {status} {message[:400]}"
+
+
+def test_a_pod_moved_to_another_machine_types_nodes_is_refused_for_what_that_type_needs(cp, policies_in_force):
+    """gke's A3 High pod (TCPX: vpc1..vpc4, GPUDirectTCPX_v7, the tcpx-daemon sidecar) whose
+    nodeSelector a later webhook changed to A3 Mega's accelerator: the API server reads the type
+    from the selection and refuses the pod for A3 Mega's rules; a value of no type: machine-type."""
+    good = complete("gke/a3-high", policies_in_force)
+    mega = POLICIES.by_name["gke"].machines.by_name["a3-mega"]
+    key, values = mega.labels[0]
+    moved = copy.deepcopy(good)
+    moved["spec"]["nodeSelector"] = {key: values[0]}
+    status, message = dry_run(cp, moved)
+    assert status == 403 and "[enforced-env]" in message and "FasTrak" in message, message[:400]
+    unknown = copy.deepcopy(good)
+    unknown["spec"]["nodeSelector"] = {key: "nvidia-l4"}
+    status, message = dry_run(cp, unknown)
+    assert status == 403 and "[machine-type]" in message, message[:400]

@@ -302,6 +302,15 @@ def _no_device(policy: Policy) -> Callable[[dict[str, Any]], None]:
     return change
 
 
+def _gpu_request_back(policy: Policy) -> Callable[[dict[str, Any]], None]:
+    def change(pod: dict[str, Any]) -> None:
+        res = _trainer(pod)["resources"]
+        res.pop("claims", None)
+        res.setdefault("limits", {})[policy.gpu_resources[0]] = "8"
+
+    return change
+
+
 def _visible_gpus(name: str, value: str) -> Callable[[dict[str, Any]], None]:
     """A container that requests no GPU but sees them (NVIDIA_VISIBLE_DEVICES=all) and sets name=value."""
 
@@ -341,6 +350,8 @@ def variants(policy: Policy) -> list[tuple[str, Change]]:
         or (policy.dra is not None and not (policy.networks or policy.gke_networks))
     ):
         out.append(("device removed", _no_device(policy)))
+    if policy.claim is not None and policy.claim.aligned:  # a later webhook undoes the GPU request's conversion
+        out.append(("the aligned claim's reference back to a GPU request", _gpu_request_back(policy)))
     out += [
         ("IPC_LOCK not added", lambda pod: _caps(pod).pop("add")),
         ("IPC_LOCK replaced by another capability", lambda pod: _caps(pod).update(add=["NET_RAW"])),
@@ -442,7 +453,13 @@ def _quantity_above_zero(value: Any) -> bool:
 
 
 def _targets(policy: Policy, pod: dict[str, Any]) -> list[dict[str, Any]]:
-    """The containers that request one of the policy's GPUs (what the decision calls targets)."""
+    """The containers that request one of the policy's GPUs, or reference an aligned GPU+NIC
+    claim of the policy (what the decision calls targets)."""
+    aligned = set()
+    if policy.claim is not None and policy.claim.aligned:
+        for e in pod["spec"].get("resourceClaims", []):
+            if policy.claim.made_from(e.get("resourceClaimTemplateName") or e.get("resourceClaimName", "")):
+                aligned.add(e["name"])
     out = []
     for c in pod["spec"]["containers"]:
         res = c.get("resources") or {}
@@ -450,7 +467,7 @@ def _targets(policy: Policy, pod: dict[str, Any]) -> list[dict[str, Any]]:
             _quantity_above_zero((res.get(s) or {}).get(g, "0"))
             for s in ("limits", "requests")
             for g in policy.gpu_resources
-        ):
+        ) or any(r["name"] in aligned for r in res.get("claims", [])):
             out.append(c)
     return out
 
@@ -613,19 +630,10 @@ def test_the_generated_policy_refuses_what_the_webhook_refuses(case, tmp_path):
 
 
 # roce-dranet-aligned's mutation turns the pod's nvidia.com/gpu request into a reference to the
-# aligned GPU+NIC claim, so its mutated trainer is no target any more: the webhook's final-state
-# check (webhook/core: a container that "sees GPUs through a DRA claim ... adds nothing to it")
-# and therefore the generated policy check only its env, and a later webhook may drop its IPC_LOCK,
-# /dev/shm, enforced NCCL_NET or set hostNetwork unseen. The two agree (the test above), so this is
-# the webhook's gap, not the generator's; it is left to webhook/core (issue 43's report).
-ALIGNED_GAP = pytest.mark.xfail(
-    strict=True, reason="the aligned claim's trainer is no target after mutation: only env-fallback is checked"
-)
-
-
-@pytest.mark.parametrize(
-    "name", [pytest.param(n, marks=ALIGNED_GAP) if n == "roce-dranet-aligned" else n for n in NAMES]
-)
+# aligned GPU+NIC claim: the container that references it is a target (webhook.core.targets,
+# `cel.is_target`), so IPC_LOCK, /dev/shm, the enforced NCCL_NET and hostNetwork are checked on it
+# after mutation, as on a container that requests its GPUs.
+@pytest.mark.parametrize("name", NAMES)
 def test_every_rule_of_the_generated_policy_refuses_some_final_state(name):
     """Each kind of rule the generated policy holds (device, IPC_LOCK, env, /dev/shm, hostNetwork,
     networks, sidecar) refuses at least one of the broken final states of its mutated pod: none

@@ -1,5 +1,6 @@
 """The targets of a decision: who gets RDMA, who is checked without getting it, and why none
-does. A target is a container that requests one of the policy's GPUs (`find_targets`); a
+does. A target is a container that requests one of the policy's GPUs, or references the
+policy's aligned GPU+NIC claim, which brings its GPUs (`find_targets`); a
 container that sees GPUs another way (a DRA claim, NVIDIA_VISIBLE_DEVICES) is checked, not
 mutated (`find_checked`); a pod with neither is told why in words (`why_no_target`). MPI
 launchers are Targets too, found by `webhook.core.ranks`. The rules (`webhook.core.fallback`),
@@ -11,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from webhook.core.model import Policy
+from webhook.core.model import GPUS_FIELD, Claim, Policy
 from webhook.grammar import k8s
 
 
@@ -82,19 +83,52 @@ def _gpu_value_problem(container: dict[str, Any], gpu_resources: tuple[str, ...]
 
 
 def find_targets(pod: dict[str, Any], policy: Policy, malformed: list[str] | None = None) -> list[Target]:
-    """The containers that request one of the policy's GPUs. A GPU value that is no quantity
+    """The containers that request one of the policy's GPUs, or reference its aligned claim. A GPU value that is no quantity
     makes none a target; with `malformed` given, it is also reported there (the API server
     never sends one: it refuses such a pod before admission; `review` reads unrendered files)."""
     targets = []
     spec: dict[str, Any] = pod.get("spec") or {}
     containers: list[dict[str, Any]] = spec.get("containers") or []
+    claim = policy.claim
+    aligned = _aligned_entries(spec, claim) if claim is not None and claim.aligned else None
     for i, c in enumerate(containers):
         gpus = _gpu_count(c, policy.gpu_resources)
+        if gpus == 0 and aligned:
+            gpus = _aligned_gpus(c, aligned)
         if gpus > 0:
             targets.append(Target(i, str(c.get("name")), gpus, k8s.Env(c.get("env")), bool(c.get("envFrom"))))
         elif gpus < 0 and malformed is not None:
             malformed.append(f"spec.containers[{i}].{_gpu_value_problem(c, policy.gpu_resources)}")
     return targets
+
+
+def _aligned_entries(spec: dict[str, Any], claim: Claim) -> dict[str, int]:
+    """The pod's spec.resourceClaims entries made from the policy's aligned GPU+NIC claim (its
+    template for some GPU count, or an equivalent), by name, with the GPUs each brings (1 when
+    the name does not say). A container that references one gets its GPUs from it: a target,
+    as the container whose nvidia.com/gpu request the mutation turned into that reference (the
+    final state, a reinvocation) or one the user wrote so. Only for an aligned claim: other
+    policies pay one attribute test."""
+    entries: list[Any] = spec.get("resourceClaims") or []
+    out: dict[str, int] = {}
+    head, _, tail = claim.template.partition(GPUS_FIELD)
+    for e in entries:
+        template = (e.get("resourceClaimTemplateName") or e.get("resourceClaimName")) if isinstance(e, dict) else None
+        if isinstance(template, str) and claim.made_from(template):
+            count = template[len(head) : len(template) - len(tail)] if GPUS_FIELD in claim.template else ""
+            out[str(e.get("name"))] = int(count) if count.isdigit() and count.isascii() and len(count) < 7 else 1
+    return out
+
+
+def _aligned_gpus(c: dict[str, Any], aligned: dict[str, int]) -> int:
+    """The GPUs a container gets from the aligned claims it references (`_aligned_entries`)."""
+    resources: dict[str, Any] = c.get("resources") or {}
+    refs: list[Any] = resources.get("claims") or []
+    gpus = 0
+    for r in refs:
+        if isinstance(r, dict):
+            gpus += aligned.get(str(r.get("name")), 0)
+    return gpus
 
 
 _NO_GPUS = ("", "void", "none")

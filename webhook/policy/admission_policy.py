@@ -24,6 +24,10 @@ name (an objectSelector, no CEL) and checks, in CEL:
 - gke-networks: the policy's GKE networks are still in the pod's networking.gke.io/interfaces
   annotation; sidecar-missing: a pod with a GPU container still runs the fabric's sidecar.
 
+A policy with machine types: the rules of the pod's own type, the type read in CEL from the
+pod's node selection as the webhook reads it (`webhook.policy.machine_cel`), `machine-type` for a
+selection the webhook denies, and `fabric-mismatch` for a GKE network only other types have.
+
 What CEL cannot check (commands read as the shell reads them, NCCL_IB_HCA's filter grammar,
 `$(VAR)` expansion, a network's device named by its NetworkAttachmentDefinition) is listed in
 the README with what covers it. Nothing here runs on the admission path: the objects are made

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Iterable, Sequence
 
-from webhook.core.model import Policy
+from webhook.core.model import GPUS_FIELD, Claim, Policy
 
 
 def cel_str(text: str) -> str:
@@ -59,8 +59,33 @@ def positive(section: str, resources: Sequence[str]) -> str:
 
 
 def is_target(policy: Policy) -> str:
-    """A container the decision makes a target: it requests one of the policy's GPUs (`find_targets`)."""
-    return f"{positive('limits', policy.gpu_resources)} || {positive('requests', policy.gpu_resources)}"
+    """A container the decision makes a target: it requests one of the policy's GPUs, or (an
+    aligned GPU+NIC claim's policy) references a claim made from that claim (`find_targets`)."""
+    gpus = f"{positive('limits', policy.gpu_resources)} || {positive('requests', policy.gpu_resources)}"
+    claim = policy.claim
+    if claim is None or not claim.aligned:
+        return gpus
+    made = " || ".join(
+        f"(has(rc.{field}) && {made_from(claim, 'rc.' + field)})"
+        for field in ("resourceClaimTemplateName", "resourceClaimName")
+    )
+    return (
+        f"{gpus} || (has(c.resources) && has(c.resources.claims) && has(object.spec.resourceClaims) && "
+        f"c.resources.claims.exists(cl, object.spec.resourceClaims.exists(rc, rc.name == cl.name && ({made}))))"
+    )
+
+
+def made_from(claim: Claim, name: str) -> str:
+    """CEL: the template or claim name `name` is made from `claim` (`Claim.made_from`): its
+    template, an equivalent, or an aligned template of any GPU count."""
+    templates = [claim.template, *claim.equivalent]
+    out = f"{name} in {cel_list(templates)}"
+    if claim.aligned and GPUS_FIELD in claim.template:
+        head, _, tail = claim.template.partition(GPUS_FIELD)
+        # A template name is a DNS subdomain: `.` is its only character special to RE2.
+        pattern = "^" + head.replace(".", "\\.") + "[0-9]+" + tail.replace(".", "\\.") + "$"
+        out = f"({out} || {name}.matches({cel_str(pattern)}))"
+    return out
 
 
 def sees_gpus_otherwise() -> str:

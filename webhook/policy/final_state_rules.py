@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import NamedTuple
 
 from webhook.core import keys
-from webhook.core.model import GPUS_FIELD, Policy
+from webhook.core.model import Policy
 from webhook.fabrics import gke
 from webhook.policy.cel import (
     above_zero,
@@ -21,6 +21,7 @@ from webhook.policy.cel import (
     env_unset_or,
     has_section,
     last_value,
+    made_from,
     positive,
     re_escape,
 )
@@ -112,18 +113,11 @@ def _device_condition(policy: Policy) -> tuple[str, str] | None:
         parts.append(f"({has_section('limits')} && {' && '.join(above_zero('limits', r) for r in resources)})")
         wants.append(" and ".join(resources) + " in resources.limits")
     if policy.claim is not None:
-        claim = policy.claim
-        templates = [claim.template, *claim.equivalent]
-        made_from = f"rc.resourceClaimTemplateName in {cel_list(templates)}"
-        if claim.aligned and GPUS_FIELD in claim.template:  # the template of any GPU count (Claim.made_from)
-            head, _, tail = claim.template.partition(GPUS_FIELD)
-            # A template name is a DNS subdomain: `.` is its only character special to RE2.
-            pattern = "^" + head.replace(".", "\\.") + "[0-9]+" + tail.replace(".", "\\.") + "$"
-            made_from = f"({made_from} || rc.resourceClaimTemplateName.matches({cel_str(pattern)}))"
+        made = made_from(policy.claim, "rc.resourceClaimTemplateName")  # of any GPU count, when aligned
         parts.append(
             "(has(object.spec.resourceClaims) && has(c.resources) && has(c.resources.claims) && "
             "c.resources.claims.exists(cl, object.spec.resourceClaims.exists(rc, rc.name == cl.name && "
-            f"has(rc.resourceClaimTemplateName) && {made_from})))"
+            f"has(rc.resourceClaimTemplateName) && {made})))"
         )
         wants.append(f"a resources.claims entry for the pod's {policy.claim.template} claim")
     if not parts:
