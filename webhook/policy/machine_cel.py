@@ -14,10 +14,12 @@ from a label or annotation a user or a later webhook could set):
   or `RequireNodeAffinity`), or none (`Deny`); otherwise none.
 
 `machine(machines)` is CEL that evaluates to the type's name, or '' when the webhook would deny
-the pod with `machine-type`. It costs a few map lookups for a pod with a nodeSelector, and one
-pass over the terms' expressions per type for a pod with a required node affinity (a handful of
-entries): tests/policy/test_machine_cel.py checks it against `webhook.core.machines.choose` in
-the API server's own CEL, and the cost is in benchmarks/README.md.
+the pod with `machine-type`. It reads a few map entries per type for a pod with a nodeSelector,
+and each term's expressions once per type for a pod with a required node affinity (a handful of
+entries): tens of microseconds in the API server's CEL (benchmarks/celcost), evaluated once in
+the match condition and once more, as a variable, only for a pod that is refused.
+tests/policy/test_machine_cel.py checks it against `webhook.core.machines.choose` in the API
+server's own CEL.
 """
 
 from __future__ import annotations
@@ -86,18 +88,22 @@ def _selector_allows(mt: MachineType, machines: Machines) -> str:
 
 def machine(machines: Machines) -> str:
     """CEL: the name of the pod's machine type, '' when its selection names none the webhook
-    accepts (`webhook.core.machines.choose`). `ts`: the terms; `an`: some term names a type."""
-    named = _named(machines)
-    any_named = f"ts.exists(t, {named})"
-    problem = (
-        f"an && (ts.exists(t, !{named}) || "
-        f"ts.exists(t, !({' || '.join(_allows(mt, machines) for mt in machines.types)})))"
-    )
+    accepts (`webhook.core.machines.choose`).
+
+    Bound once each (`[x].map(name, ...)`, the API server's CEL has no `cel.bind`): `ts`, the
+    terms; `per`, for each term the types it allows (a bool per type, in the policy's order; []
+    for a term that names none), so that each term's expressions are read once; `an`, some term
+    names a type; `b`, whether each type is allowed by the nodeSelector and the terms."""
+    types = machines.types
+    allows = ", ".join(_allows(mt, machines) for mt in types)
+    per = f"ts.map(t, {_named(machines)} ? [{allows}] : [])"
+    problem = f"an && per.exists(l, size(l) == 0 || !({' || '.join(f'l[{i}]' for i in range(len(types)))}))"
     default = cel_str(machines.default.name) if machines.default is not None else "''"
-    each = ", ".join(
-        f"({_selector_allows(mt, machines)} && (!an || ts.exists(t, {_allows(mt, machines)}))) ? {cel_str(mt.name)} : ''"
-        for mt in machines.types
+    allowed = ", ".join(
+        f"{_selector_allows(mt, machines)} && (!an || per.exists(l, l[{i}]))" for i, mt in enumerate(types)
     )
-    one = f"[[{each}].filter(x, x != '')].map(l, size(l) == 1 ? l[0] : '')[0]"
+    count = " + ".join(f"(b[{i}] ? 1 : 0)" for i in range(len(types)))
+    pick = "".join(f"b[{i}] ? {cel_str(mt.name)} : " for i, mt in enumerate(types))
+    one = f"[[{allowed}]].map(b, {count} == 1 ? ({pick}'') : '')[0]"
     body = f"({problem}) ? '' : !(an || {_selector_named(machines)}) ? {default} : {one}"
-    return f"[{_terms()}].map(ts, [{any_named}].map(an, {body})[0])[0]"
+    return f"[{_terms()}].map(ts, [{per}].map(per, [per.exists(l, size(l) > 0)].map(an, {body})[0])[0])[0]"
