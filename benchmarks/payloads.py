@@ -89,7 +89,22 @@ def shapes() -> dict[str, dict[str, Any]]:
         "mpijob-launcher": _pad(k.mpijob_launcher(), n_env=20, n_vols=4),
         # the 4.5 KB review of the issue's reference figures (no padding)
         "pytorchjob-worker-plain": k.pytorchjob_worker(),
+        # a JobSet worker on GKE A4X (cluster-toolkit's examples/gke-a4x/nccl-jobset-example.yaml selects
+        # nvidia-gb200 by nodeSelector) under the policy with machine types, `gke`, and the same pod under
+        # gke-gib, which has none: what choosing the machine type costs (issue 42); not part of MIX
+        "gke-a4x-typed": _a4x_worker("gke"),
+        "gke-a4x-untyped": _a4x_worker("gke-gib"),
     }
+
+
+def _a4x_worker(policy: str) -> dict[str, Any]:
+    pod = k.jobset_worker(nodeSelector={"cloud.google.com/gke-accelerator": "nvidia-gb200"})
+    pod["metadata"]["annotations"]["rdma-webhook.io/policy"] = policy
+    trainer = pod["spec"]["containers"][0]
+    trainer["resources"] = {"limits": {"nvidia.com/gpu": "4"}, "requests": {"nvidia.com/gpu": "4"}}
+    trainer["volumeMounts"].append({"name": "gib", "mountPath": "/usr/local/gib"})  # the example's gIB mount
+    pod["spec"]["volumes"].append({"name": "gib", "hostPath": {"path": "/home/kubernetes/bin/gib", "type": ""}})
+    return _pad(pod, n_env=30, n_vols=4)
 
 
 MIX = [("pytorchjob-worker", 8), ("mpijob-worker", 4), ("denied", 3), ("untouched", 3), ("lws-sriov", 2)]

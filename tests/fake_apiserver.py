@@ -342,20 +342,24 @@ class _QuietServer(ThreadingHTTPServer):
             super().handle_error(request, client_address)
 
 
+class JsonHandler(BaseHTTPRequestHandler):
+    """A quiet handler that answers with one JSON document (also the chart test's stand-in's)."""
+
+    def log_message(self, format: str, *args: Any) -> None:  # quiet
+        pass
+
+    def send_json(self, code: int, doc: dict[str, Any]) -> None:
+        body = json.dumps(doc).encode()
+        self.send_response(code)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+
 def _handler_for(server: FakeApiServer) -> type[BaseHTTPRequestHandler]:
-    class Handler(BaseHTTPRequestHandler):
+    class Handler(JsonHandler):
         protocol_version = "HTTP/1.1"
-
-        def log_message(self, format: str, *args: Any) -> None:  # quiet
-            pass
-
-        def send_json(self, code: int, doc: dict[str, Any]) -> None:
-            body = json.dumps(doc).encode()
-            self.send_response(code)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
 
         def send_chunk(self, doc: dict[str, Any]) -> None:
             data = json.dumps(doc).encode() + b"\n"

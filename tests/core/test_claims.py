@@ -39,8 +39,8 @@ NAMESPACE = Namespace(NS, LABELS)
 DEVICE_CLASS, TEMPLATE, CLAIM = "DeviceClass", "ResourceClaimTemplate", "ResourceClaim"
 NETWORKS = "k8s.v1.cni.cncf.io/networks"
 
-# GKE's managed DRANET installs its RDMA class itself; no shipped policy names it (GKE's NCCL
-# runs its own gIB plugin), so the cluster that uses it writes a policy like this one.
+# GKE's managed DRANET installs its RDMA class itself; the shipped gke and gke-gib name it with
+# NCCL pinned to gIB; a cluster that runs plain NCCL over those NICs writes a policy like this one.
 GKE_POLICY = """\
 apiVersion: rdma-webhook.io/v1alpha2
 kind: RdmaPolicy
@@ -169,15 +169,15 @@ def pod_of(containers, resource_claims=None, annotations=None, **kw) -> dict:
 
 
 # Each example: the pod, the policy that fits, the policies that take it as theirs too (the same
-# family; roce-dranet-aligned and gb200-roce claim the same DRANET NICs as roce-dranet, gke-gib takes DRANET's
-# and GKE managed DRANET's RDMA NICs instead of its GKE networks), and whether the fitting
+# family; roce-dranet-aligned and gb200-roce claim the same DRANET NICs as roce-dranet, gke-gib and
+# gke's gIB machine types take DRANET's and GKE managed DRANET's RDMA NICs instead of their GKE networks), and whether the fitting
 # policy mutates it (a pod whose GPUs come by claim is checked, not mutated).
 EXAMPLES = {
     # kubernetes-sigs/dranet: an RDMA claim from the plain dra.net class narrowed by the request
     "dranet-rdma-request": (
         lambda: pod_of([worker(claims=["rdma"])], [claim_ref("rdma", "rdma-nics")], generate_name="llama-worker-"),
         "roce-dranet",
-        {"roce-dranet-aligned", "gb200-roce", "gke-gib"},
+        {"roce-dranet-aligned", "gb200-roce", "gke-gib", "gke"},
         True,
     ),
     # the dranet rdma-perftest StatefulSet: a class that selects RDMA devices; its container does
@@ -190,14 +190,14 @@ EXAMPLES = {
             generate_name=None,
         ),
         "roce-dranet",
-        {"roce-dranet-aligned", "gb200-roce", "gke-gib"},
+        {"roce-dranet-aligned", "gb200-roce", "gke-gib", "gke"},
         True,
     ),
     # GKE managed DRANET: eight RDMA NICs of mrdma.google.com
     "gke-mrdma": (
         lambda: pod_of([worker(claims=["rdma"])], [claim_ref("rdma", "all-mrdma")], generate_name="jobset-worker-0-"),
         "gke-mrdma",
-        {"gke-gib"},
+        {"gke-gib", "gke"},
         True,
     ),
     # dranet's AKS GB300 example: GPU and NIC in one claim, no nvidia.com/gpu resource
@@ -208,7 +208,7 @@ EXAMPLES = {
             generate_name="nccl-test-worker-",
         ),
         "roce-dranet",
-        {"roce-dranet-aligned", "gb200-roce", "gke-gib"},
+        {"roce-dranet-aligned", "gb200-roce", "gke-gib", "gke"},
         False,
     ),
     # EKS through the EFA DRA driver: GPU and EFA aligned in one claim (dranet's gpu-efa example)
@@ -422,11 +422,12 @@ def test_a_class_a_policy_names_wins_over_a_driver_match():
     req = dra.ClaimRequest("efa.networking.k8s.aws", (), 'device.attributes["dra.net"].rdma == true')
     assert [p.name for p in dra.nic_policies(req, PS, STATE.claims())] == ["efa-dra"]
     req = dra.ClaimRequest("rdma", (), "")
-    # the DRA-only policies first, then gke-gib, which takes the claim instead of its networks
+    # the DRA-only policies first, then gke and gke-gib, which take the claim instead of their networks
     assert [p.name for p in dra.nic_policies(req, PS, STATE.claims())] == [
         "roce-dranet",
         "roce-dranet-aligned",
         "gb200-roce",
+        "gke",
         "gke-gib",
     ]
     assert dra.nic_policies(dra.ClaimRequest("dranet", (), ""), PS, STATE.claims()) == []  # dra.net without rdma

@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import re
 
 import pytest
 
@@ -120,14 +121,57 @@ def test_gke_gib_takes_the_managed_dranet_claim_as_its_nics_instead_of_its_netwo
     assert not any("rdma-0" in w or "GKE network" in w for w in rec["warnings"]), rec["warnings"]
 
 
+# The pod's node selection for each machine type of `gke` (policies/gke.yaml's nodeLabels).
+GKE_SELECTIONS = {
+    "none": None,
+    "a3-ultra-a4": "nvidia-b200",
+    "a4x": "nvidia-gb200",
+    "a3-high": "nvidia-h100-80gb",
+    "a3-mega": "nvidia-h100-mega-80gb",
+}
+
+
+def selecting(file: str, accelerator: str | None) -> tuple[list, tuple]:
+    """judged(file, "gke") with the workload's pod template selecting `accelerator` (or nothing)."""
+    obj, docs = workload(file)
+    if accelerator is not None:
+        obj["spec"]["template"]["spec"]["nodeSelector"] = {"cloud.google.com/gke-accelerator": accelerator}
+    state, claims = cluster("gke", docs)
+    pods = [(path, *mutate(pod, PS, state, claims), pod) for path, pod in controller_pods(obj)]
+    return [(path, resp, out, sent, d) for path, resp, out, d, sent in pods], validate(obj, PS, state, claims)
+
+
+@pytest.mark.parametrize("selection", sorted(GKE_SELECTIONS))
+def test_gke_takes_the_managed_dranet_claim_as_the_rdma_nics_of_its_gib_types_only(selection):
+    """Under the one `gke` policy, the GKE managed DRANET claim is the pod's RDMA NICs on the gIB
+    machine types (A3 Ultra and A4, the default when none is selected, and A4X): admitted with no
+    GKE network on top and gIB pinned. The TCPX types' nodes have no RDMA NICs: a pod selecting
+    one with that claim is another fabric's NIC there, never given vpc networks beside it."""
+    pods, (vresp, _) = selecting("mrdma-gib-pod.yaml", GKE_SELECTIONS[selection])
+    [(_, resp, out, sent, d)] = pods
+    assert nics(out if resp["allowed"] else sent) == nics(sent)
+    if selection in ("none", "a3-ultra-a4", "a4x"):
+        assert resp["allowed"] and d.outcome == "mutated", d.denials
+        assert GKE_INTERFACES not in (out["metadata"].get("annotations") or {})
+        assert env_of(out)["NCCL_NET"] == "gIB"
+    else:
+        assert not resp["allowed"] and "fabric-mismatch" in [f.rule for f in d.denials], d.denials
+        assert "(DeviceClass mrdma.google.com), another fabric's RDMA NIC" in " ".join(f.message for f in d.denials)
+    assert vresp["allowed"] == resp["allowed"]
+
+
 @pytest.mark.parametrize("policy", ["roce-dranet", "efa-dra", "ib-shared", "sriov-roce"])
 def test_another_fabric_names_the_managed_dranet_claim_as_a_nic_and_gke_gib_as_the_fit(tmp_path, policy):
-    """Not "claims no NIC", not a device added: another fabric's RDMA NIC, gke-gib the fit."""
+    """Not "claims no NIC", not a device added: another fabric's RDMA NIC, and the policy the
+    advice names (gke or gke-gib, both take the claim as their NICs) admits the pod."""
     pods, (vresp, _) = judged("mrdma-gib-pod.yaml", policy)
     [(_, resp, _, _, d)] = pods
     assert not resp["allowed"] and [f.rule for f in d.denials if f.rule != "gib-plugin"][:1] == ["fabric-mismatch"]
     assert "(DeviceClass mrdma.google.com), another fabric's RDMA NIC" in d.denials[0].message
-    assert "select policy gke-gib" in d.denials[0].message
+    [advised] = re.findall(r"select policy (\S+) with", d.denials[0].message)
+    assert advised in ("gke", "gke-gib")
+    [(_, advised_resp, _, _, advised_d)] = judged("mrdma-gib-pod.yaml", advised)[0]
+    assert advised_resp["allowed"], advised_d.denials
     rec = workload_record(review(tmp_path, "mrdma-gib-pod.yaml", policy))
     assert not vresp["allowed"] and not rec["allowed"] and "fabric-mismatch" in rec["rules"]
 

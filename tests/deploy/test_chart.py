@@ -17,11 +17,12 @@ import os
 import shutil
 import subprocess
 import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
 import yaml
+from fake_apiserver import JsonHandler
 
 REPO = Path(__file__).resolve().parents[2]
 CHART = REPO / "charts" / "rdma-webhook"
@@ -305,11 +306,8 @@ class _SecretServer(ThreadingHTTPServer):
         super().__init__(("127.0.0.1", 0), _SecretHandler)
 
 
-class _SecretHandler(BaseHTTPRequestHandler):
+class _SecretHandler(JsonHandler):
     server: _SecretServer
-
-    def log_message(self, format, *args):  # quiet
-        pass
 
     def do_GET(self):
         path = self.path.split("?", 1)[0]
@@ -323,12 +321,7 @@ class _SecretHandler(BaseHTTPRequestHandler):
             )
         elif path == f"/api/v1/namespaces/{NAMESPACE}/secrets/{RELEASE}-tls" and self.server.secret is not None:
             doc, code = self.server.secret, 200
-        body = json.dumps(doc).encode()
-        self.send_response(code)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
+        self.send_json(code, doc)
 
 
 def _template_against(secret: dict | None, tmp: Path) -> tuple[list[dict], list[str]]:

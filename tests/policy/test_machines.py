@@ -86,3 +86,18 @@ def test_the_policy_without_its_machine_types_is_the_policy_as_before():
     ps, _ = load_texts([("t.yaml", policy_text())])
     base = ps.get("two-types")
     assert len(base.gke_networks) == 8 and base.machines is not None and base.machine == ""
+
+
+def test_a_null_dra_takes_the_policys_dra_nic_classes_out_of_that_type_only():
+    """`gke`'s TCPX types have no RDMA NICs to claim: `dra: null` there, the policy's `dra` elsewhere."""
+    text = policy_text().replace(
+        "shm: {perGpu: 8Gi}\n", "shm: {perGpu: 8Gi}\ndra: {deviceClasses: [mrdma.google.com]}\n"
+    )
+    text = text.replace(
+        '      fabric: {hcaDevices: ["mlx5_[0-3]"]}\n', '      fabric: {hcaDevices: ["mlx5_[0-3]"]}\n      dra: null\n'
+    )
+    ps, errors = load_texts([("t.yaml", text)])
+    assert ps is not None, [str(e) for e in errors]
+    eight, four = (t.policy for t in ps.get("two-types").machines.types)
+    assert eight.dra is not None and eight.dra.classes == {"mrdma.google.com"} and four.dra is None
+    assert errors_of(text.replace("      dra: null\n", "      dra: {}\n")), "an empty dra is still refused"

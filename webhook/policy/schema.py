@@ -287,7 +287,9 @@ SCHEMA["properties"]["machineTypes"] = {
                     "fabric": _FABRIC_OVERRIDE,
                     "nccl": _NCCL_OVERRIDE,
                     "sidecar": {"oneOf": [SCHEMA["properties"]["sidecar"], {"type": "null"}]},
-                    **{key: SCHEMA["properties"][key] for key in _OVERRIDDEN},
+                    # a type whose nodes have no DRA NICs takes the policy's `dra` out
+                    "dra": {"oneOf": [SCHEMA["properties"]["dra"], {"type": "null"}]},
+                    **{key: SCHEMA["properties"][key] for key in _OVERRIDDEN if key != "dra"},
                 },
             },
         },
