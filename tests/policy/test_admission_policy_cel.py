@@ -138,7 +138,9 @@ def _nic_objects(policy: Policy) -> list[dict[str, Any]]:
 CLAIMS = FileClusterState([], [], [], [o for p in PS.by_name.values() if p.dra for o in _nic_objects(p)]).claims()
 
 
-def _sent(policy: Policy, namespace: str, name: str, selector: dict[str, str] | None = None) -> dict[str, Any]:
+def _sent(
+    policy: Policy, namespace: str, name: str, selector: dict[str, str] | None = None, claim: bool = False
+) -> dict[str, Any]:
     """A labelled 8-GPU training pod asking for policy `name` (its annotation), as the API server
     sends it to /mutate, with what the policy (`policy`: as it is on the pod's machine type) leaves
     to the job: a DRA policy's NIC claim, a host fabric's hostNetwork and /dev/infiniband
@@ -165,9 +167,9 @@ def _sent(policy: Policy, namespace: str, name: str, selector: dict[str, str] | 
     if policy.sidecar is not None:
         containers.append(k.container(policy.sidecar.name, f"{policy.sidecar.image}:1", gpus=None))
     # (a policy whose NICs are networks, Multus or GKE, and that also takes a DRA NIC claim, gke-gib,
-    # is given its networks: the claim is the other way to the same NICs)
-    if policy.dra is not None and not (
-        policy.devices or policy.networks or policy.gke_networks or policy.claim is not None
+    # is given its networks, unless `claim`: the claim is the other way to the same NICs)
+    if policy.dra is not None and (
+        claim or not (policy.devices or policy.networks or policy.gke_networks or policy.claim is not None)
     ):
         spec["resourceClaims"] = [{"name": "nic", "resourceClaimTemplateName": f"{policy.name}-nic"}]
         trainer["resources"]["claims"] = [{"name": "nic"}]
@@ -193,7 +195,19 @@ def _mutate(pod: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
 # The cases: each shipped policy by name (a policy with machine types: a pod that selects none),
 # and each machine type of a policy as "NAME/TYPE" (a pod that selects the type by nodeSelector).
 TYPED_CASES = [f"{p.name}/{t.name}" for p in PS.ranked() if p.machines is not None for t in p.machines.types]
-CASES = sorted(NAMES + TYPED_CASES)
+# "CASE+claim": the pod claims its NICs through DRA (GKE managed DRANET) under a policy whose NICs
+# are networks and that takes such a claim instead (gke-gib, gke's gIB types): it gets no network.
+CLAIM = "+claim"
+CLAIM_CASES = [
+    case + CLAIM
+    for case in sorted(NAMES + TYPED_CASES)
+    if (lambda p: p.dra is not None and bool(p.gke_networks))(
+        PS.by_name[case.partition("/")[0]].machines.by_name[case.partition("/")[2]].policy
+        if "/" in case
+        else (PS.by_name[case].machines.unselected if PS.by_name[case].machines else PS.by_name[case])
+    )
+]
+CASES = sorted(NAMES + TYPED_CASES + CLAIM_CASES)
 
 
 def _selector(t: MachineType) -> dict[str, str]:
@@ -203,7 +217,7 @@ def _selector(t: MachineType) -> dict[str, str]:
 
 def shape(case: str) -> tuple[str, Policy, dict[str, str] | None]:
     """(the policy's name, the policy as it is on the case's machine type, its nodeSelector)."""
-    name, _, machine = case.partition("/")
+    name, _, machine = case.removesuffix(CLAIM).partition("/")
     policy = PS.by_name[name]
     if policy.machines is None:
         return name, policy, None
@@ -227,7 +241,7 @@ def mutated(case: str) -> tuple[str, dict[str, Any]]:
     name, policy, selector = shape(case)
     why = []
     for ns in sorted(STATE._namespaces):
-        decision, out = _mutate(_sent(policy, ns, name, selector))
+        decision, out = _mutate(_sent(policy, ns, name, selector, claim=case.endswith(CLAIM)))
         if decision is not None and decision.outcome == "mutated" and decision.policy == name:
             assert out["metadata"]["labels"][keys.APPLIED_POLICY_LABEL] == name
             return ns, out
@@ -401,11 +415,17 @@ def variants(policy: Policy) -> list[tuple[str, Change]]:
         out.append(("hostNetwork set", lambda pod: pod["spec"].update(hostNetwork=True)))
     if policy.networks:
         out.append(
-            ("networks annotation removed", lambda pod: pod["metadata"]["annotations"].pop(keys.MULTUS_NETWORKS))
+            (
+                "networks annotation removed",
+                lambda pod: pod["metadata"].get("annotations", {}).pop(keys.MULTUS_NETWORKS, None),
+            )
         )
     if policy.gke_networks:
         out.append(
-            ("GKE interfaces annotation removed", lambda pod: pod["metadata"]["annotations"].pop(gke.INTERFACES))
+            (
+                "GKE interfaces annotation removed",
+                lambda pod: pod["metadata"].get("annotations", {}).pop(gke.INTERFACES, None),
+            )
         )
     if policy.sidecar is not None:
         out.append(("sidecar removed", lambda pod: pod["spec"]["containers"].pop()))
@@ -494,8 +514,11 @@ def policy_only(policy: Policy, pod: dict[str, Any]) -> set[str]:
     )
     if any(n.name not in names for n in policy.networks):
         out.add("multus-networks")
-    interfaces = json.loads(annotations.get(gke.INTERFACES, "[]"))
-    if any(g.name not in {i.get("network") for i in interfaces} for g in policy.gke_networks):
+    interfaces = {i.get("network") for i in json.loads(annotations.get(gke.INTERFACES, "[]"))}
+    # a pod with a claim under a policy that takes a DRA claim of its NICs instead of its networks:
+    # the webhook added none (its claim is its NICs; CEL cannot tell a NIC claim from another)
+    by_claim = policy.dra is not None and bool(pod["spec"].get("resourceClaims"))
+    if not by_claim and any(g.name not in interfaces for g in policy.gke_networks):
         out.add("gke-networks")
     return out
 
@@ -535,7 +558,7 @@ def machine_variants(case: str) -> list[tuple[str, Change]]:
     typed = PS.by_name[name].machines
     if typed is None:
         return []
-    mine = typed.by_name[case.partition("/")[2]] if selector is not None else typed.default
+    mine = typed.by_name[case.removesuffix(CLAIM).partition("/")[2]] if selector is not None else typed.default
     assert mine is not None
     key = typed.types[0].labels[0][0]
     own_zone = {"matchExpressions": [{"key": "topology.kubernetes.io/zone", "operator": "In", "values": ["z-a"]}]}
@@ -552,10 +575,18 @@ def machine_variants(case: str) -> list[tuple[str, Change]]:
     return out
 
 
+def _no_claims(pod: dict[str, Any]) -> None:
+    """A later webhook takes the pod's DRA claims away (and the containers' references)."""
+    pod["spec"].pop("resourceClaims", None)
+    for c in pod["spec"]["containers"]:
+        c.get("resources", {}).pop("claims", None)
+
+
 def cases(case: str) -> tuple[str, list[tuple[str, dict[str, Any]]]]:
     ns, good = mutated(case)
     out = [("the pod as /mutate left it", good)]
-    for what, change in variants(shape(case)[1]) + machine_variants(case):
+    claim = [("its NIC claim removed", _no_claims)] if case.endswith(CLAIM) else []
+    for what, change in variants(shape(case)[1]) + machine_variants(case) + claim:
         pod = copy.deepcopy(good)
         change(pod)
         out.append((what, pod))

@@ -320,15 +320,21 @@ def _multus_rules(policy: Policy) -> list[Rule]:
 
 
 def _gke_rules(policy: Policy) -> list[Rule]:
-    """gke-networks: each of the policy's GKE networks still in the pod's interfaces annotation."""
+    """gke-networks: each of the policy's GKE networks still in the pod's interfaces annotation.
+    A policy that also takes a DRA claim of the same NICs (`dra`: gke-gib, gke's gIB types) adds
+    none to a pod that claims them, so a pod with claims is not held to them (CEL cannot read a
+    claim's DeviceClass; a GPU container with a claim that is no NIC, whose networks a later
+    webhook removed, goes unseen: docs/admission-policy.md)."""
     out: list[Rule] = []
+    ann = f"object.metadata.annotations[{cel_str(gke.INTERFACES)}]"
     for g in policy.gke_networks:  # GKE multi-networking's JSON list (webhook.fabrics.gke)
-        ann = f"object.metadata.annotations[{cel_str(gke.INTERFACES)}]"
         listed = rf"\"network\"\s*:\s*\"{re_escape(g.name)}\""
         present = (
             f"has(object.metadata.annotations) && {cel_str(gke.INTERFACES)} in object.metadata.annotations && "
             f"{ann}.matches({cel_str(listed)})"
         )
+        if policy.dra is not None:
+            present = f"({present}) || (has(object.spec.resourceClaims) && size(object.spec.resourceClaims) > 0)"
         out.append(
             Rule(
                 "gke-networks",
