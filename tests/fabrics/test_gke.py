@@ -22,7 +22,7 @@ import yaml
 
 import kube_objects as k
 from core.test_decision import mutate_twice, respond
-from webhook.core import keys
+from webhook.core import keys, machines
 from webhook.core.decision import Namespace, decide
 from webhook.fabrics import gke
 from webhook.fabrics.gke import GkeNetwork
@@ -612,14 +612,31 @@ def _matches_patterns(expression: str) -> list[str]:
     return out
 
 
+def _guards(expression: str, machine: str) -> bool:
+    """Whether a validation of a policy with machine types applies to a pod of type `machine`
+    (its guard: every type, one, or a list of them); True for a policy without types."""
+    guard = re.match(
+        r"(?:variables\.machine == '' \|\| |!\(variables\.machine (?:== '([^']+)'|in \[([^\]]+)\])\) \|\| )", expression
+    )
+    if guard is None:
+        return not machine
+    one, many = guard.groups()
+    return (one is None and many is None) or machine == one or f"'{machine}'" in (many or "")
+
+
 @pytest.mark.parametrize("file", ORIGINAL)
 def test_admission_policy_keeps_the_gke_networks(file, policies):
     fit = FITS[file]
     checks = [v for v in _validations(policies, fit) if "[gke-networks]" in v.get("message", "")]
-    # gke-gib's machine types share rdma-0..rdma-3 (A4X has four): the CEL checks what they share
-    assert len(checks) == (4 if fit == "gke-gib" else 8)
+    # gke-gib's machine types: rdma-0..rdma-3 for both, rdma-4..rdma-7 for A3 Ultra/A4 alone
+    # (A4X has four), each validation guarded by the types that have it
+    assert len(checks) == 8
     _, patched, _ = respond(pods_of(file)[0], ns(fit), policies)
     listed = patched["metadata"]["annotations"][gke.INTERFACES]
+    typed = machines.choose(patched, policies.by_name[fit], policies)[0]
+    assert typed is not None
+    checks = [v for v in checks if _guards(v["expression"], typed.machine)]
+    assert len(checks) == len(typed.gke_networks) == 8  # these pods are A3 Ultra's and A4's
     for v in checks:
         (pattern,) = _matches_patterns(v["expression"])
         assert re.search(pattern, listed), pattern  # what the pod lists, spaced or compact
