@@ -81,6 +81,16 @@ CASES: dict[str, tuple] = {
         False,
         1,
     ),
+    # HPC-X's IBext_v8 over four IB/SHARP HCAs and one RoCE NIC (2.21): five rails, not eight
+    "nccl-1737-ibext-sharp-roce-listing-2.21.log": (
+        "sriov-roce-8rail",
+        "degraded",
+        ["FewerRails"],
+        "ib-verbs",
+        ["mlx5_0", "mlx5_1", "mlx5_2", "mlx5_4", "mlx5_5"],
+        None,
+        1,
+    ),
     "nv-peer-memory-56-ib-and-socket-2.4.7.log": (
         "ib-shared",
         "unverifiable",
@@ -156,6 +166,17 @@ CASES: dict[str, tuple] = {
         6,
     ),
     "nccl-367-ring-via-socket.log": (None, "fallback", ["NetSocket", "Unverifiable"], "socket", [], None, 6),
+    # 2.27: "No device found", then an IB listing with no device ("NET/IB : Using [RO]"), then
+    # Socket: the empty listing is never IB; the other process never named its network
+    "nccl-1936-ib-no-device-socket-2.27.log": (
+        "ib-shared",
+        "fallback",
+        ["NetSocket", "NoDevice", "Unverifiable"],
+        "socket",
+        [],
+        None,
+        2,
+    ),
     # failures
     "nccl-1405-completion-ib-plugin.log": ("ib-shared", "failed", ["CompletionError"], None, [], None, 1),
     "nccl-1737-completion-err5.log": ("ib-shared", "failed", ["CompletionError"], None, [], None, 1),
@@ -217,6 +238,8 @@ def test_versions_read_from_the_lines():
         "nccl-226-ec2-socket-2.4.7.log": "2.4.7",
         "nccl-1597-efa-gdrdma-channel-2.23.log": "2.23.4",
         "nccl-392-gdr-off-2.5.7.log": "2.5.7",
+        "nccl-1737-ibext-sharp-roce-listing-2.21.log": "2.21.5",
+        "nccl-1936-ib-no-device-socket-2.27.log": "2.27.5",
     }
     for name, version in want.items():
         assert judged(name, None).version == version, name
