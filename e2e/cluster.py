@@ -223,10 +223,11 @@ AUDIT_POLICY = {
 }
 
 
-def audit_requests(log: Path, user: str, namespace: str | None = None) -> Counter:
-    """The requests of `user` the API server audited (in `namespace`, when given): a count per
-    (verb, resource, subresource), each request once whatever stages it was logged at (a
-    follow read of a log or a watch is logged when its response starts and when it ends)."""
+def audit_requests(log: Path, user: str, namespace: str | None = None, name: str | None = None) -> Counter:
+    """The requests of `user` the API server audited (in `namespace`, on the object `name`, when
+    given): a count per (verb, resource, subresource), each request once whatever stages it was
+    logged at (a follow read of a log or a watch is logged when its response starts and when it
+    ends)."""
     seen: dict[str, tuple[str, str, str]] = {}
     if not log.exists():
         return Counter()
@@ -237,6 +238,8 @@ def audit_requests(log: Path, user: str, namespace: str | None = None) -> Counte
             continue  # a line being written
         ref = event.get("objectRef") or {}
         if event.get("user", {}).get("username") != user or (namespace and ref.get("namespace") != namespace):
+            continue
+        if name and ref.get("name") != name:
             continue
         seen[event["auditID"]] = (event["verb"], ref.get("resource", ""), ref.get("subresource", ""))
     return Counter(seen.values())

@@ -58,6 +58,21 @@ def library_condition(name: str, policy: str = POLICY, folder: Path = ROOT / "po
     return status, reason
 
 
+def library_condition_of(paths: list[Path], policy: str) -> tuple[str, str]:
+    """The (status, reason) of several files read as one log (a launcher's, its ranks' lines)."""
+    import io
+
+    from webhook.policy.load import load_dir
+    from webhook.proof import nccl_log
+    from webhook.proof.expectation import expectation
+    from webhook.proof.verdict import judge
+
+    policies, _ = load_dir(ROOT / "policies")
+    data = io.BytesIO(b"".join(p.read_bytes() for p in paths))
+    status, reason, _ = judge(nccl_log.read_stream(data), expectation(policies.by_name[policy])).condition()
+    return status, reason
+
+
 def logs_config_map(namespace: str, files: set[str]) -> dict:
     """The ConfigMap `nccl-logs` the pods mount: the excerpts as the files hold them."""
     return {
