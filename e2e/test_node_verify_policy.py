@@ -158,3 +158,45 @@ def test_on_fallback_fail_evicts_the_pod_on_tcp_and_no_other(cp, hook, node, wor
             assert any(x["type"] == CONDITION for x in pod["status"]["conditions"])
         assert proc.alive(), proc.tail()
     cp.kubectl("delete", "namespace", namespace, "--wait=false")
+
+
+def test_on_fallback_fail_leaves_a_pod_its_disruption_budget_protects(cp, hook, node, workdir):
+    """The eviction goes through the Eviction API so that a PodDisruptionBudget holds: a pod on
+    Socket that a budget (minAvailable 1) protects is refused (429) and keeps running, with its
+    condition False/NetSocket; a second Warning Event (EvictionRefused) says it was not evicted and
+    why, and the metric counts it apart from the evictions."""
+    folder = _fail_policies(workdir)
+    namespace = make_namespace(cp, unique("verify-pdb"), {**OPT_IN, "rdma-webhook.io/policy": "ib-shared"})
+    log = "pytorch-72835-lo-socket-2.10.3.log"
+    assert create(cp, logs_config_map(namespace, {log})).returncode == 0
+    budget = {
+        "apiVersion": "policy/v1",
+        "kind": "PodDisruptionBudget",
+        "metadata": {"name": "guarded", "namespace": namespace},
+        "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": "guarded"}}},
+    }
+    assert create(cp, budget).returncode == 0
+    with running_verifier(cp, workdir, namespace, policies=folder, name="verifier-pdb") as (proc, port):
+        pod = _pod("guarded", namespace, log, {})
+        pod["metadata"]["labels"]["app"] = "guarded"
+        made = create(cp, pod)
+        assert made.returncode == 0, made.stderr
+
+        def refused():
+            return next((e for e in events_of(cp, namespace) if e["reason"] == "EvictionRefused"), None)
+
+        event = c.wait_for("the EvictionRefused Event", refused, WINDOW + 120)
+        assert event["type"] == "Warning" and event["regarding"]["name"] == "guarded", event
+        assert event["note"].startswith("not evicted (policy ib-shared: proof.onFallback fail)"), event
+        assert "disruption budget" in event["note"], event
+        cost = c.audit_requests(cp.audit_log, c.AUDITED[0], namespace, "guarded")
+        assert cost[("create", "pods", "eviction")] == 1 and cost[("delete", "pods", "")] == 0, cost
+        got = stored(cp, f"/api/v1/namespaces/{namespace}/pods/guarded")
+        assert got["status"]["phase"] == "Running" and "deletionTimestamp" not in got["metadata"], got["status"]
+        condition = next(x for x in got["status"]["conditions"] if x["type"] == CONDITION)
+        assert (condition["status"], condition["reason"]) == ("False", "NetSocket"), condition
+        samples = metrics_of(port)
+        assert samples[("rdma_webhook_log_reads_total", (("result", "eviction-refused"),))] == 1
+        assert samples.get(("rdma_webhook_log_reads_total", (("result", "evicted"),)), 0) == 0
+        assert proc.alive(), proc.tail()
+    cp.kubectl("delete", "namespace", namespace, "--wait=false")
