@@ -124,6 +124,17 @@ CASES: dict[str, tuple] = {
     "nccl-229-efa-tcp-provider-2.4.6.log": ("efa", "fallback", ["NetSocket"], "libfabric", [], None, 2),
     # gIB, GPUDirectTCPX
     "dranet-kuberay-gib-a4.log": ("gke-gib", "verified", [], "gib", ["mlx5_0"], True, 1),
+    # GKE A3 Ultra: a net plugin fails to load (GLIBC) and NCCL stops at init with "network gIB
+    # not found": no network ever named, so Unknown (PluginFailed), never True nor a TCP fallback
+    "gpu-recipes-5-a3ultra-gib-not-found.log": (
+        "gke-gib",
+        "unverifiable",
+        ["Unverifiable", "PluginFailed"],
+        None,
+        [],
+        None,
+        2,
+    ),
     "skypilot-tcpx-plugin-lines.log": (None, "unverifiable", ["Unverifiable"], None, [], None, 1),
     "nccl-1652-tcpx-warn-only.log": ("gke-tcpxo", "unverifiable", ["Unverifiable"], None, [], None, 2),
     # Socket fallbacks
