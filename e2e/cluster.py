@@ -8,7 +8,8 @@ an exception, SIGINT/SIGTERM or interpreter exit):
 - kube-apiserver (TLS on 127.0.0.1 with a CA made here, RBAC authorization, an admin
   authenticated by a static token, service-account tokens signed by a key made here,
   `--endpoint-reconciler-type=none` because a loopback address cannot be published in the
-  `kubernetes` Endpoints, the default admission plugins, PodSecurity among them);
+  `kubernetes` Endpoints, the default admission plugins, PodSecurity among them, and an audit
+  log of the verifier's ServiceAccount's requests alone (`audit_requests`));
 - kube-controller-manager (service accounts, their tokens, Jobs, namespaces' cleanup) with
   `--use-service-account-credentials`;
 - `rdma-webhook serve` without `--cluster-state`: it finds the API through a kubeconfig that
@@ -41,6 +42,7 @@ import tempfile
 import time
 import urllib.error
 import urllib.request
+from collections import Counter
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
@@ -212,6 +214,37 @@ def _client_cert(ca, ca_key, common_name: str, groups: Iterable[str] = (), days:
     return cert, key
 
 
+AUDITED = ["system:serviceaccount:rdma-webhook:rdma-webhook-verifier"]
+AUDIT_POLICY = {
+    "apiVersion": "audit.k8s.io/v1",
+    "kind": "Policy",
+    "omitStages": ["RequestReceived"],
+    "rules": [{"level": "Metadata", "users": AUDITED}, {"level": "None"}],
+}
+
+
+def audit_requests(log: Path, user: str, namespace: str | None = None, name: str | None = None) -> Counter:
+    """The requests of `user` the API server audited (in `namespace`, on the object `name`, when
+    given): a count per (verb, resource, subresource), each request once whatever stages it was
+    logged at (a follow read of a log or a watch is logged when its response starts and when it
+    ends)."""
+    seen: dict[str, tuple[str, str, str]] = {}
+    if not log.exists():
+        return Counter()
+    for line in log.read_text(errors="replace").splitlines():
+        try:
+            event = json.loads(line)
+        except ValueError:
+            continue  # a line being written
+        ref = event.get("objectRef") or {}
+        if event.get("user", {}).get("username") != user or (namespace and ref.get("namespace") != namespace):
+            continue
+        if name and ref.get("name") != name:
+            continue
+        seen[event["auditID"]] = (event["verb"], ref.get("resource", ""), ref.get("subresource", ""))
+    return Counter(seen.values())
+
+
 class ControlPlane:
     def __init__(self, bin_dir: Path, workdir: Path):
         self.bin = Path(bin_dir)
@@ -226,6 +259,8 @@ class ControlPlane:
         self.apiserver: Process | None = None
         self.kcm: Process | None = None
         self._pki()
+        self.audit_log = self.dir / "audit.log"
+        self.audit_policy = _write(self.dir / "audit-policy.yaml", yaml.safe_dump(AUDIT_POLICY))
 
     # --- files ----------------------------------------------------------------------------------
 
@@ -371,6 +406,14 @@ class ControlPlane:
             "PodSecurity",
             "--allow-privileged=true",
             "--profiling=false",
+            # the verifier's own requests, one audit line each (Metadata: who, verb, resource,
+            # subresource, namespace), nobody else's: what e2e measures of its API cost
+            "--audit-policy-file",
+            str(self.audit_policy),
+            "--audit-log-path",
+            str(self.audit_log),
+            "--audit-log-format",
+            "json",
             "--v",
             "1",
         ]

@@ -177,7 +177,14 @@ def env_of(container: dict) -> dict[str, str]:
 
 
 ORDER = ["test_pods.py", "test_controllers.py", "test_cluster_state.py", "test_operations.py"]
-LAST = ["test_node.py", "test_node_mpi.py", "test_node_chart.py", "test_machine_types.py", "test_node_verify.py"]
+LAST = [
+    "test_node.py",
+    "test_node_mpi.py",
+    "test_node_chart.py",
+    "test_machine_types.py",
+    "test_node_verify.py",
+    "test_node_verify_policy.py",
+]
 
 
 def pytest_collection_modifyitems(session, config, items):

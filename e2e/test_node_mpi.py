@@ -12,7 +12,10 @@ wins) mutates them: the workers (one GPU each) get the NCCL block in their conta
 sshd does not pass to the ranks; the launcher gets it too and is made to forward it, with
 OMPI_MCA_mca_base_env_list, or with `-x NAME` flags when its command already gives `-x` (Open MPI
 4 refuses both together). The control: a launcher without the inject label is not mutated, and its
-ranks, on the same mutated workers, see no NCCL variable.
+ranks, on the same mutated workers, see no NCCL variable. And the verifier on a real launcher: its
+ranks print real NCCL log excerpts (one on IB, one on NET/Socket), mpirun brings them into the
+launcher's log, and one read of that log gives the launcher False/NetSocket, each process read
+apart.
 
 Runs after e2e/test_node.py (LAST in conftest.py); if the node cannot start, it fails."""
 
@@ -74,6 +77,11 @@ SSH_VOLUME = {
     },
 }
 SSH_MOUNT = {"name": "ssh-auth", "mountPath": "/root/.ssh"}
+# Real NCCL log excerpts (tests/proof/nccl-logs/, sources in SOURCES.yaml) the ranks print: rank 0
+# one process on five IB HCAs (NVIDIA/nccl#302), rank 1 two processes on NET/Socket after "No
+# device found" (pytorch/pytorch#72835).
+RANK_LOGS = {0: "nccl-302-ib-2.5.6.log", 1: "pytorch-72835-lo-socket-2.10.3.log"}
+LOGS_VOLUME = {"name": "nccl-logs", "configMap": {"name": "nccl-logs"}}
 
 
 def worker_pod(namespace: str, index: int, image: str) -> dict:
@@ -89,7 +97,7 @@ def worker_pod(namespace: str, index: int, image: str) -> dict:
             "restartPolicy": "Never",
             "terminationGracePeriodSeconds": 1,
             "tolerations": [TOLERATION],
-            "volumes": [SSH_VOLUME],
+            "volumes": [SSH_VOLUME, LOGS_VOLUME],
             "containers": [
                 {
                     "name": "worker",
@@ -99,7 +107,7 @@ def worker_pod(namespace: str, index: int, image: str) -> dict:
                     "args": ["-De"],
                     "resources": {"limits": {"nvidia.com/gpu": "1"}},
                     "readinessProbe": {"tcpSocket": {"port": 22}, "periodSeconds": 1},
-                    "volumeMounts": [SSH_MOUNT],
+                    "volumeMounts": [SSH_MOUNT, {"name": "nccl-logs", "mountPath": "/logs"}],
                 }
             ],
         },
@@ -107,7 +115,14 @@ def worker_pod(namespace: str, index: int, image: str) -> dict:
 
 
 def launcher_pod(
-    namespace: str, name: str, image: str, inject: bool, flags: list[str], tag: str, env_list: str | None
+    namespace: str,
+    name: str,
+    image: str,
+    inject: bool,
+    flags: list[str],
+    tag: str,
+    env_list: str | None,
+    script: str = RANK_SCRIPT,
 ) -> dict:
     """The launcher: `mpirun <flags> -n 2 sh -c RANK_SCRIPT`, E2E_TAG=<tag> in its env (forwarded by
     the user's own `-x E2E_TAG` or env list), the Open MPI settings the operator makes."""
@@ -149,7 +164,7 @@ def launcher_pod(
                     "image": image,
                     "imagePullPolicy": "Never",
                     "command": ["mpirun"],
-                    "args": [*flags, "-n", "2", "sh", "-c", RANK_SCRIPT],
+                    "args": [*flags, "-n", "2", "sh", "-c", script],
                     "env": [{"name": k, "value": v} for k, v in env.items()],
                     "volumeMounts": [SSH_MOUNT, {"name": "mpi-job-config", "mountPath": "/etc/mpi"}],
                 }
@@ -179,6 +194,9 @@ def mpi_job(cp, hook, node, mpi_image_name):
             }
         ]
     )
+    from e2e.test_node_verify import logs_config_map
+
+    assert create(cp, logs_config_map(ns, set(RANK_LOGS.values()))).returncode == 0
     try:
         workers = []
         for i in range(2):
@@ -291,3 +309,38 @@ def test_ranks_of_an_unmutated_launcher_see_no_block(cp, node, mpi_job):
     assert not nccl_env(pod["spec"]["containers"][0])
     for rank, seen in ranks.items():
         assert seen["env"] == {}, f"rank {rank} in {seen['host']} sees {seen['env']}"
+
+
+def test_the_launchers_log_holds_every_ranks_transport_and_one_on_tcp_is_seen(cp, node, mpi_job, workdir):
+    """The verifier reads a real launcher: `mpirun` starts the two ranks over ssh, each prints a
+    real NCCL log excerpt (RANK_LOGS: one process on IB, two on NET/Socket), mpirun brings their
+    output into the launcher's log as it comes, and the verifier, reading that log once, keeps
+    each process apart: the launcher is False with NetSocket (the Socket ranks), its message names
+    the IB process too (its mlx5 HCAs are not erdma's, the policy the launcher was admitted
+    under), exactly what the library says of the two files; one read of the launcher's log."""
+    from e2e.test_node_verify import LOGS, condition_of, library_condition_of, metrics_of, running_verifier
+
+    ns = mpi_job["namespace"]
+    script = 'cat "/logs/$([ "$OMPI_COMM_WORLD_RANK" = 0 ] && echo {0} || echo {1})"'.format(*RANK_LOGS.values())
+    name = f"{JOB}-launcher-nccl"
+    with running_verifier(cp, workdir, ns, name="verifier-mpi") as (proc, port):
+        pod = launcher_pod(ns, name, mpi_job["image"], True, [], "nccl", None, script=script)
+        made = create(cp, pod)
+        assert made.returncode == 0, made.stderr
+        stored_pod = json.loads(made.stdout)
+        assert stored_pod["metadata"]["labels"]["rdma-webhook.io/applied-policy"] == "erdma"
+        node.wait_pod(ns, name, phases=("Succeeded",), timeout=180)
+        log = cp.kubectl("logs", "-n", ns, name).stdout
+        for file in RANK_LOGS.values():  # every line of both ranks reached the launcher's log
+            assert set((LOGS / file).read_text().splitlines()) <= set(log.splitlines()), log[-3000:]
+        got = c.wait_for("the launcher's condition", lambda: condition_of(cp, ns, name), 120)
+        want = library_condition_of([LOGS / f for f in RANK_LOGS.values()], "erdma")
+        assert (got["status"], got["reason"]) == ("False", "NetSocket") == want, got
+        assert "uses NET/Socket" in got["message"] and "are not the policy's" in got["message"], got
+        assert "mlx5_" in got["message"], got  # the IB process, read apart from the Socket ones
+        samples = metrics_of(port)
+        labels = (("policy", "erdma"), ("reason", "NetSocket"), ("verdict", "fallback"))
+        assert samples[("rdma_webhook_transport_verdicts_total", labels)] == 1  # the launcher's start
+        assert proc.alive(), proc.tail()
+    cost = c.audit_requests(cp.audit_log, c.AUDITED[0], ns, name)
+    assert cost[("get", "pods", "log")] == 1, cost  # one read of the launcher's log, all ranks in it

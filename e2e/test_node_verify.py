@@ -13,11 +13,13 @@ ranks; a Job's pod puts its Event on the Job too. Runs after e2e/test_node.py (L
 
 from __future__ import annotations
 
+import contextlib
 import json
 import subprocess
 import sys
 import time
 import urllib.request
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -43,17 +45,57 @@ CASES = {
 WINDOW = 20  # seconds the verifier follows a start without NCCL lines (the silent case)
 
 
-def library_condition(name: str) -> tuple[str, str]:
+def library_condition(name: str, policy: str = POLICY, folder: Path = ROOT / "policies") -> tuple[str, str]:
     """The (status, reason) the log reader gives the file under the policy, in this process."""
     from webhook.policy.load import load_dir
     from webhook.proof import nccl_log
     from webhook.proof.expectation import expectation
     from webhook.proof.verdict import judge
 
-    policies, _ = load_dir(ROOT / "policies")
+    policies, _ = load_dir(folder)
     with open(LOGS / name, "rb") as f:
-        status, reason, _ = judge(nccl_log.read_stream(f), expectation(policies.by_name[POLICY])).condition()
+        status, reason, _ = judge(nccl_log.read_stream(f), expectation(policies.by_name[policy])).condition()
     return status, reason
+
+
+def library_condition_of(paths: list[Path], policy: str) -> tuple[str, str]:
+    """The (status, reason) of several files read as one log (a launcher's, its ranks' lines)."""
+    import io
+
+    from webhook.policy.load import load_dir
+    from webhook.proof import nccl_log
+    from webhook.proof.expectation import expectation
+    from webhook.proof.verdict import judge
+
+    policies, _ = load_dir(ROOT / "policies")
+    data = io.BytesIO(b"".join(p.read_bytes() for p in paths))
+    status, reason, _ = judge(nccl_log.read_stream(data), expectation(policies.by_name[policy])).condition()
+    return status, reason
+
+
+def logs_config_map(namespace: str, files: set[str]) -> dict:
+    """The ConfigMap `nccl-logs` the pods mount: the excerpts as the files hold them."""
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": "nccl-logs", "namespace": namespace},
+        "data": {name: (LOGS / name).read_text() for name in sorted(files)},
+    }
+
+
+def apiserver_requests(cp) -> Counter:
+    """kube-apiserver's own `apiserver_request_total` (every client's), by (verb, resource, subresource)."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    status, data = cp.request("GET", "/metrics")
+    assert status == 200, data[:300]
+    out: Counter = Counter()
+    for family in text_string_to_metric_families(data.decode()):
+        for sample in family.samples:
+            if sample.name == "apiserver_request_total":
+                labels = sample.labels
+                out[(labels["verb"].lower(), labels["resource"], labels.get("subresource", ""))] += int(sample.value)
+    return out
 
 
 @pytest.fixture(scope="module")
@@ -63,23 +105,30 @@ def verify_namespace(cp, hook):
     return make_namespace(cp, unique("verify"), {**OPT_IN, "rdma-webhook.io/policy": POLICY})
 
 
-@pytest.fixture(scope="module")
-def verifier(cp, hook, workdir, verify_namespace):
-    """`rdma-webhook verify --namespace` with the token of deploy/verifier/rbac.yaml's ServiceAccount."""
+@contextlib.contextmanager
+def running_verifier(cp, workdir: Path, namespace: str, policies: Path = ROOT / "policies", name: str = "verifier"):
+    """`rdma-webhook verify --namespace` with a token of deploy/verifier/rbac.yaml's ServiceAccount
+    (a token of its own: the API server's audit log tells the processes apart by namespace)."""
     docs = [d for d in yaml.safe_load_all((ROOT / "deploy" / "verifier" / "rbac.yaml").read_text()) if d]
     proc = cp.apply(docs)
     assert proc.returncode == 0, proc.stderr
-    kc = c.service_account_kubeconfig(cp, "rdma-webhook", "rdma-webhook-verifier", workdir / "verifier.kubeconfig")
+    kc = c.service_account_kubeconfig(cp, "rdma-webhook", "rdma-webhook-verifier", workdir / f"{name}.kubeconfig")
     port = c.free_port()
     exe = Path(sys.executable).with_name("rdma-webhook")
     argv = [str(exe)] if exe.exists() else [sys.executable, "-m", "webhook"]
-    argv += ["verify", "--kubeconfig", str(kc), "--policies", str(ROOT / "policies"), "--metrics-port", str(port)]
-    argv += ["--quiet", "2", "--window", str(WINDOW), "--namespace", verify_namespace]
-    proc = c.Process("verifier", argv, workdir / "verifier.log", cwd=ROOT)
+    argv += ["verify", "--kubeconfig", str(kc), "--policies", str(policies), "--metrics-port", str(port)]
+    argv += ["--quiet", "2", "--window", str(WINDOW), "--namespace", namespace]
+    proc = c.Process(name, argv, workdir / f"{name}.log", cwd=ROOT)
     try:
         yield proc, port
     finally:
         assert proc.stop() == 0, proc.tail()
+
+
+@pytest.fixture(scope="module")
+def verifier(cp, hook, workdir, verify_namespace):
+    with running_verifier(cp, workdir, verify_namespace) as got:
+        yield got
 
 
 def _pod(name: str, namespace: str, log: str | None, env: dict[str, str]) -> dict:
@@ -128,18 +177,13 @@ def metrics_of(port: int) -> dict[tuple[str, tuple], float]:
 
 
 def test_each_pods_transport_is_read_from_its_own_log_and_shown_where_people_look(
-    cp, hook, node, verifier, verify_namespace
+    cp, hook, node, verifier, verify_namespace, workdir
 ):
     proc, port = verifier
     namespace = verify_namespace
     files = {log for log, _, _ in CASES.values() if log}
-    config_map = {
-        "apiVersion": "v1",
-        "kind": "ConfigMap",
-        "metadata": {"name": "nccl-logs", "namespace": namespace},
-        "data": {name: (LOGS / name).read_text() for name in sorted(files)},
-    }
-    assert create(cp, config_map).returncode == 0
+    assert create(cp, logs_config_map(namespace, files)).returncode == 0
+    before = apiserver_requests(cp)
     started = time.monotonic()
     for name, (log, env, _) in CASES.items():
         made = create(cp, _pod(name, namespace, log, env))
@@ -202,6 +246,7 @@ def test_each_pods_transport_is_read_from_its_own_log_and_shown_where_people_loo
     assert (
         sum(v for (name, _), v in samples.items() if name == "rdma_webhook_transport_verdicts_total") == len(CASES) + 1
     )
+    api_cost(cp, namespace, before, starts=len(CASES) + 1, owned=1, workdir=workdir)
     # `rdma-webhook status`, from the live cluster: the Job and each bare pod, with its verdict
     exe = Path(sys.executable).with_name("rdma-webhook")
     argv = [str(exe)] if exe.exists() else [sys.executable, "-m", "webhook"]
@@ -219,3 +264,46 @@ def test_each_pods_transport_is_read_from_its_own_log_and_shown_where_people_loo
     print(f"verifier: {len(CASES) + 1} pods verified within {took:.1f}s of their creation")
     assert proc.alive(), proc.tail()
     cp.kubectl("delete", "namespace", namespace, "--wait=false")  # frees the node's devices
+
+
+def api_cost(cp, namespace: str, before: Counter, starts: int, owned: int, workdir: Path) -> None:
+    """What the verifier asked of the API server for `starts` container starts (`owned` of them in
+    a pod with a controller): its own requests from the audit log (its ServiceAccount, in the
+    namespace it follows), exact per start; and the API server's `apiserver_request_total` over
+    the same time, every client's (the kubelet patches pods/status too), stored beside them.
+    benchmarks/verifier_api_cost.py keeps the figures with their provenance."""
+    cost = c.audit_requests(cp.audit_log, c.AUDITED[0], namespace)
+    assert cost[("get", "pods", "log")] == starts, cost  # one log read per container start
+    assert cost[("patch", "pods", "status")] == starts, cost  # one condition per start
+    assert cost[("create", "events", "")] == starts + owned, cost  # on the pod, and on its job
+    # the pods it follows: one list, one watch (again only after WATCH_TIMEOUT), none per start
+    assert cost[("list", "pods", "")] == 1 and 1 <= cost[("watch", "pods", "")] <= 2, cost
+    assert set(cost) <= KNOWN_REQUESTS, cost  # nothing else
+    after = apiserver_requests(cp)
+    delta = {k: after[k] - before.get(k, 0) for k in after if after[k] != before.get(k, 0) and k[0] != "watch"}
+    figures = {
+        "container_starts": starts,
+        "starts_in_pods_with_a_controller": owned,
+        "verifier_requests_audited": {"/".join(filter(None, k[1:])) + f" {k[0]}": n for k, n in sorted(cost.items())},
+        "verifier_requests_per_start": {
+            "pods/log get": cost[("get", "pods", "log")] / starts,
+            "pods/status patch": cost[("patch", "pods", "status")] / starts,
+            "events create": cost[("create", "events", "")] / starts,
+        },
+        "apiserver_request_total_delta_all_clients": {
+            "/".join(filter(None, k[1:])) + f" {k[0]}": n
+            for k, n in sorted(delta.items())
+            if k[1] in ("pods", "events")
+        },
+    }
+    (workdir / "verifier-api-cost.json").write_text(json.dumps(figures, indent=2) + "\n")
+    print(f"verifier API cost: {json.dumps(figures)}")
+
+
+KNOWN_REQUESTS = {
+    ("get", "pods", "log"),
+    ("patch", "pods", "status"),
+    ("create", "events", ""),
+    ("list", "pods", ""),
+    ("watch", "pods", ""),
+}

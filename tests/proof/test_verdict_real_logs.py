@@ -81,6 +81,16 @@ CASES: dict[str, tuple] = {
         False,
         1,
     ),
+    # HPC-X's IBext_v8 over four IB/SHARP HCAs and one RoCE NIC (2.21): five rails, not eight
+    "nccl-1737-ibext-sharp-roce-listing-2.21.log": (
+        "sriov-roce-8rail",
+        "degraded",
+        ["FewerRails"],
+        "ib-verbs",
+        ["mlx5_0", "mlx5_1", "mlx5_2", "mlx5_4", "mlx5_5"],
+        None,
+        1,
+    ),
     "nv-peer-memory-56-ib-and-socket-2.4.7.log": (
         "ib-shared",
         "unverifiable",
@@ -114,6 +124,17 @@ CASES: dict[str, tuple] = {
     "nccl-229-efa-tcp-provider-2.4.6.log": ("efa", "fallback", ["NetSocket"], "libfabric", [], None, 2),
     # gIB, GPUDirectTCPX
     "dranet-kuberay-gib-a4.log": ("gke-gib", "verified", [], "gib", ["mlx5_0"], True, 1),
+    # GKE A3 Ultra: a net plugin fails to load (GLIBC) and NCCL stops at init with "network gIB
+    # not found": no network ever named, so Unknown (PluginFailed), never True nor a TCP fallback
+    "gpu-recipes-5-a3ultra-gib-not-found.log": (
+        "gke-gib",
+        "unverifiable",
+        ["Unverifiable", "PluginFailed"],
+        None,
+        [],
+        None,
+        2,
+    ),
     "skypilot-tcpx-plugin-lines.log": (None, "unverifiable", ["Unverifiable"], None, [], None, 1),
     "nccl-1652-tcpx-warn-only.log": ("gke-tcpxo", "unverifiable", ["Unverifiable"], None, [], None, 2),
     # Socket fallbacks
@@ -156,6 +177,17 @@ CASES: dict[str, tuple] = {
         6,
     ),
     "nccl-367-ring-via-socket.log": (None, "fallback", ["NetSocket", "Unverifiable"], "socket", [], None, 6),
+    # 2.27: "No device found", then an IB listing with no device ("NET/IB : Using [RO]"), then
+    # Socket: the empty listing is never IB; the other process never named its network
+    "nccl-1936-ib-no-device-socket-2.27.log": (
+        "ib-shared",
+        "fallback",
+        ["NetSocket", "NoDevice", "Unverifiable"],
+        "socket",
+        [],
+        None,
+        2,
+    ),
     # failures
     "nccl-1405-completion-ib-plugin.log": ("ib-shared", "failed", ["CompletionError"], None, [], None, 1),
     "nccl-1737-completion-err5.log": ("ib-shared", "failed", ["CompletionError"], None, [], None, 1),
@@ -217,6 +249,8 @@ def test_versions_read_from_the_lines():
         "nccl-226-ec2-socket-2.4.7.log": "2.4.7",
         "nccl-1597-efa-gdrdma-channel-2.23.log": "2.23.4",
         "nccl-392-gdr-off-2.5.7.log": "2.5.7",
+        "nccl-1737-ibext-sharp-roce-listing-2.21.log": "2.21.5",
+        "nccl-1936-ib-no-device-socket-2.27.log": "2.27.5",
     }
     for name, version in want.items():
         assert judged(name, None).version == version, name

@@ -256,3 +256,42 @@ def test_a_policy_that_fails_on_fallback_evicts_only_what_the_lines_prove():
     assert notes["socket"]["note"].startswith("evicting the pod (policy ib-shared: proof.onFallback fail): ")
     assert notes["socket"]["action"] == "Evict" and notes["gdr-off"]["action"] == "VerifyTransport"
     assert run(go(PS)).evicted == []
+
+
+def test_an_eviction_the_api_server_refuses_leaves_the_pod_and_says_so():
+    """A PodDisruptionBudget (or any API error) refuses the eviction: the pod is not evicted, the
+    verdict stays reported, a second Warning Event says the pod was not evicted and why, and the
+    metric counts it apart from the evictions; the next pod is still evicted."""
+    from webhook.policy.load import load_texts
+
+    text = (Path(__file__).parents[2] / "policies" / "ib-shared.yaml").read_text() + "proof: {onFallback: fail}\n"
+    failing, errors = load_texts([("ib-shared.yaml", text)])
+    assert failing is not None, errors
+
+    class Guarded(Cluster):
+        async def evict(self, start):
+            if start.pod == "guarded":
+                raise RuntimeError("HTTP 429: Cannot evict pod as it would violate the pod's disruption budget.")
+            await super().evict(start)
+
+    async def go():
+        cluster = Guarded()
+        verifier = Verifier(cluster, lambda: failing, quiet=0.05, window=2.0)
+        events = []
+        for name in ("guarded", "free"):
+            cluster.logs[(name, "trainer")] = [real("nccl-1410-k8s-verbs-missing.log")]
+            events.append(("ADDED", running(pod_named(name), "trainer")))
+        await settle(verifier, cluster, events)
+        return cluster
+
+    refused_before = child(LOG_READS, "eviction-refused")._value.get()
+    evicted_before = child(LOG_READS, "evicted")._value.get()
+    cluster = run(go())
+    assert cluster.evicted == ["free"]
+    assert conditions(cluster) == {"guarded": ("False", "NetSocket"), "free": ("False", "NetSocket")}
+    refused = [e for e in cluster.created if e["reason"] == "EvictionRefused"]
+    assert [e["regarding"]["name"] for e in refused] == ["guarded"]
+    assert refused[0]["type"] == "Warning" and "disruption budget" in refused[0]["note"]
+    assert refused[0]["note"].startswith("not evicted (policy ib-shared: proof.onFallback fail)")
+    assert child(LOG_READS, "eviction-refused")._value.get() - refused_before == 1
+    assert child(LOG_READS, "evicted")._value.get() - evicted_before == 1

@@ -63,3 +63,19 @@ def test_the_metric_labels_are_bounded_names():
     for name in ("nccl-302-ib-2.5.6.log", "nccl-1652-tcpx-warn-only.log", "nccl-1737-completion-err5.log"):
         policy, verdict, reason = report.metric_labels(START, verdict_of(name))
         assert policy == "ib-shared" and verdict in SEVERITY and reason.isalnum()
+
+
+def test_a_refused_eviction_is_a_warning_on_the_pod_within_the_api_limit():
+    error = "HTTP 429: " + '{"message":"Cannot evict pod as it would violate the pod\'s disruption budget."}' * 40
+    event = report.eviction_refused(START, error, "2026-12-07T16:00:00.000000Z")
+    assert (event["type"], event["reason"], event["action"]) == ("Warning", "EvictionRefused", "Evict")
+    assert event["regarding"] == {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "name": "llama-worker-0",
+        "namespace": "ml",
+        "uid": "uid-1",
+    }
+    assert event["metadata"] == {"generateName": "llama-worker-0-", "namespace": "ml"}
+    assert event["note"].startswith("not evicted (policy ib-shared: proof.onFallback fail): the API server refused")
+    assert "disruption budget" in event["note"] and len(event["note"]) == report.MAX_NOTE

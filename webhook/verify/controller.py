@@ -197,6 +197,15 @@ class Verifier:
         if failing:
             # The policy's `proof.onFallback: fail`: the pod is evicted (the Eviction API, so a
             # PodDisruptionBudget is respected), only on a verdict the log's own lines prove (a
-            # rank on TCP, a failed transport), never on `degraded` or `unverifiable`.
-            await self.cluster.evict(start)
+            # rank on TCP, a failed transport), never on `degraded` or `unverifiable`. Refused (a
+            # budget, an API error): the pod runs on, and a second Event says so.
+            try:
+                await self.cluster.evict(start)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                child(LOG_READS, "eviction-refused").inc()
+                log.warning("evicting %s/%s: %s", start.namespace, start.pod, exc)
+                await self.cluster.create_event(report.eviction_refused(start, str(exc), _now()))
+                return
             child(LOG_READS, "evicted").inc()

@@ -92,6 +92,26 @@ def events(start: Start, verdict: Verdict, now: str, evicting: bool = False) -> 
     return out
 
 
+def eviction_refused(start: Start, error: str, now: str) -> dict[str, Any]:
+    """The Warning Event on a pod whose eviction the API server refused (a PodDisruptionBudget, an
+    API error): the Event before it said the pod was being evicted; this one says it still runs."""
+    pod = {"apiVersion": "v1", "kind": "Pod", "name": start.pod, "namespace": start.namespace, "uid": start.uid}
+    note = f"not evicted (policy {start.policy}: proof.onFallback fail): the API server refused the eviction: {error}"
+    return {
+        "apiVersion": "events.k8s.io/v1",
+        "kind": "Event",
+        "metadata": {"generateName": f"{start.pod[:240]}-", "namespace": start.namespace},
+        "eventTime": now,
+        "reportingController": REPORTER,
+        "reportingInstance": REPORTER,
+        "action": "Evict",
+        "reason": "EvictionRefused",
+        "type": "Warning",
+        "regarding": pod,
+        "note": note[:MAX_NOTE],
+    }
+
+
 def metric_labels(start: Start, verdict: Verdict) -> tuple[str, str, str]:
     """The labels of the verdicts counter: policy, verdict, reason (bounded: reasons are CamelCase
     names from webhook.proof.verdict, never free text)."""
