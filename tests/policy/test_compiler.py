@@ -99,7 +99,7 @@ def test_an_unknown_field_far_from_any_known_lists_the_fields_of_its_object():
 
 def test_an_unknown_field_with_a_case_or_separator_typo_is_recognised():
     fabric = {k: v for k, v in ERDMA["fabric"].items() if k != "hcaDevices"}
-    for typo in ("HCA_devices", "hca-devices", "HCADEVICES"):
+    for typo in ("HCA_devices", "HCA-DEVICES", "HCADEVICES", "hca-devices"):
         found = errors(doc(fabric={**fabric, typo: ERDMA["fabric"]["hcaDevices"]}))
         assert found == [
             f"p.yaml: policy 'erdma': field fabric.{typo}: unknown field {typo!r}: did you mean 'hcaDevices'?"
@@ -134,7 +134,7 @@ def test_one_problem_reported_once():
 # -- apiVersion ------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("version", ["rdma-webhook.io/v9", None, 2])
+@pytest.mark.parametrize("version", ["rdma-webhook.io/v9", None, 2, ["rdma-webhook.io/v1alpha2"]])
 def test_an_unknown_api_version_is_one_error_naming_both_readable_ones(version):
     found = errors(doc(apiVersion=version) if version is not None else doc(apiVersion=None))
     assert found == [
@@ -289,6 +289,70 @@ def test_v1alpha1_without_a_resource_needs_a_network():
 def test_v1alpha1_errors_name_the_fields_as_the_v1alpha1_file_has_them():
     bad = copy.deepcopy(V1)
     bad["device"]["resource"] = "kubernetes.io/rdma"
-    found = errors(bad, "old.yaml")
-    assert any(e.startswith("old.yaml: policy 'old': field device.resource: ") for e in found), found
+    policy, errs = compile_policy(bad, "old.yaml")
+    found = [str(e) for e in errs]
+    assert policy is None and any(e.startswith("old.yaml: policy 'old': field device.resource: ") for e in found), found
     assert not any("networks[0]" in e for e in found), found
+    # the exception's own text (what a traceback or a log of it shows) is the renamed one too
+    assert [e.args for e in errs] == [(text,) for text in found]
+
+
+def test_a_field_far_from_a_known_one_is_not_guessed():
+    # `prio` is 0.67 like `priority`: below the 0.75 a suggestion needs
+    found = errors(doc(prio=1))
+    assert len(found) == 1 and found[0].startswith(
+        "p.yaml: policy 'erdma': field prio: unknown field 'prio': the fields here are apiVersion, "
+    ), found
+
+
+def test_a_typo_beside_its_field_is_dropped_not_put_in_the_fields_place():
+    # `ncclNets` beside `ncclNet`: the typo's value does not replace the field's (no NCCL_NET problem)
+    found = errors(doc(fabric={**ERDMA["fabric"], "ncclNets": ["Simple"]}))
+    assert found == [
+        "p.yaml: policy 'erdma': field fabric.ncclNets: unknown field 'ncclNets': the fields here are "
+        "hcaDevices, kind, ncclNet, netPlugins, providers, transport"
+    ]
+
+
+def test_a_typo_inside_a_list_item_stands_for_its_field():
+    assert errors(doc(devices=[{"resourc": "aliyun/erdma"}])) == [
+        "p.yaml: policy 'erdma': field devices[0].resourc: unknown field 'resourc': did you mean 'resource'?"
+    ]
+
+
+def test_a_refused_top_level_field_leaves_the_rest_checked():
+    found = errors(doc(priority="high", nccl={**ERDMA["nccl"], "NCCL_IB_HCA": "mlx5"}))
+    assert found[0] == "p.yaml: policy 'erdma': field priority: 'high' is not of type 'integer'"
+    assert len(found) == 2 and "field nccl.NCCL_IB_HCA: NCCL_IB_HCA='mlx5' selects none" in found[1], found
+
+
+def test_two_problems_of_one_field_are_both_named():
+    found = errors(doc(fabric={**ERDMA["fabric"], "kind": "X" * 70}))
+    assert found == [
+        f"p.yaml: policy 'erdma': field fabric.kind: {'X' * 70!r} does not match '^[a-z0-9]([-a-z0-9]*[a-z0-9])?$'",
+        f"p.yaml: policy 'erdma': field fabric.kind: {'X' * 70!r} is too long",
+    ]
+
+
+def test_a_wrong_item_before_a_wrong_field_of_a_later_item():
+    # the first item takes its list out; the second's field is then nowhere to take out
+    found = errors(doc(devices=["text", {"resource": "aliyun/erdma", "count": 0}]))
+    assert found[:2] == [
+        "p.yaml: policy 'erdma': field devices[0]: 'text' is not of type 'object'",
+        "p.yaml: policy 'erdma': field devices[1].count: 0 is less than the minimum of 1",
+    ]
+
+
+def test_schema_messages_of_objects_are_the_validators_own():
+    assert errors(doc(nccl={})) == ["p.yaml: policy 'erdma': field nccl: {} should be non-empty"]
+    found = errors(doc(shm={"sizeLimit": {"a": 1}}))
+    assert found[0] == "p.yaml: policy 'erdma': field shm.sizeLimit: {'a': 1} is not of type 'string', 'integer'"
+    assert not any("missing" in e for e in found), found
+
+
+def test_the_document_read_is_left_as_it_was():
+    bad = doc(fabric={**ERDMA["fabric"], "ncclNets": ["IB"], "hcaDevices": [""]}, priorty=1)
+    del bad["fabric"]["ncclNet"]
+    before = copy.deepcopy(bad)
+    errors(bad)
+    assert bad == before

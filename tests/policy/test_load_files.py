@@ -192,3 +192,42 @@ def test_load_dir_reports_an_unreadable_file_and_loads_nothing(tmp_path):
     (tmp_path / "c.yaml").unlink()
     ps, errors = load_dir(tmp_path)
     assert errors == [] and set(ps.by_name) == {"good"}
+
+
+def test_a_key_given_twice_after_a_merge_is_refused():
+    ps, errors = load_texts([("m.yaml", "a: &a {x: 1}\nc:\n  <<: *a\n  y: 1\n  y: 2\n")])
+    assert ps is None and [str(e) for e in errors] == [
+        "m.yaml: line 5, column 3: not valid YAML: found duplicate key 'y'"
+    ]
+
+
+def test_load_dir_of_files_without_a_policy_is_allowed_for_the_server(tmp_path):
+    (tmp_path / "a.yaml").write_text("# chosen later\n")
+    ps, errors = load_dir(tmp_path, allow_empty=True)
+    assert errors == [] and ps is not None and len(ps) == 0
+    ps, errors = load_dir(tmp_path)
+    assert ps is None and [str(e) for e in errors] == ["(policies): no policies found"]
+
+
+def test_load_dir_reads_every_file_after_an_unreadable_one(tmp_path):
+    (tmp_path / "a.yaml").write_bytes(b"\xff\xfe")
+    (tmp_path / "b.yaml").write_text(named("bad").replace("\npriority: 10\n", "\npriority: high\n", 1))
+    ps, errors = load_dir(tmp_path)
+    assert ps is None and [e.file for e in errors] == [str(tmp_path / "a.yaml"), str(tmp_path / "b.yaml")]
+    assert errors[0].message.startswith("cannot read: ") and errors[0].field is None and errors[0].policy is None
+
+
+def test_every_document_after_a_problem_is_still_checked():
+    bad1 = named("bad-one").replace("\npriority: 10\n", "\npriority: high\n", 1)
+    bad2 = named("bad-two").replace("\npriority: 10\n", "\npriority: low\n", 1)
+    text = bad1 + "---\n" + named("one") + "---\n" + named("one") + "---\n- item\n---\n" + bad2
+    ps, errors = load_texts([("a.yaml", "x: [\n"), ("b.yaml", text), ("c.yaml", "y: [\n")])
+    assert ps is None
+    assert [(e.file, e.policy, e.field) for e in errors] == [
+        ("a.yaml", None, None),
+        ("b.yaml", "bad-one", "priority"),
+        ("b.yaml", "one", "name"),
+        ("b.yaml", None, None),
+        ("b.yaml", "bad-two", "priority"),
+        ("c.yaml", None, None),
+    ]
