@@ -356,3 +356,15 @@ def test_the_document_read_is_left_as_it_was():
     before = copy.deepcopy(bad)
     errors(bad)
     assert bad == before
+
+
+def test_a_forbidden_field_after_the_host_network_mode_is_found():
+    # hostNetwork as a mode is passed over, not the end of its object
+    found = errors(doc(hostNetwork="Allowed", privileged=True))
+    assert found == [f"p.yaml: policy 'erdma': field privileged: {FORBIDDEN}"]
+
+
+def test_a_typo_of_an_object_whose_contents_the_schema_refuses_ends_the_run():
+    # `proff` stands for `proof`, whose schema refuses its `zzz`: no document is left to check further
+    found = errors(doc(proff={"onFallback": "fail", "zzz": 1}, nccl={**ERDMA["nccl"], "NCCL_IB_HCA": "mlx5"}))
+    assert found == ["p.yaml: policy 'erdma': field proff: unknown field 'proff': did you mean 'proof'?"]

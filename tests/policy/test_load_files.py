@@ -231,3 +231,15 @@ def test_every_document_after_a_problem_is_still_checked():
         ("b.yaml", "bad-two", "priority"),
         ("c.yaml", None, None),
     ]
+
+
+def test_a_character_yaml_refuses_is_an_error_without_a_place(tmp_path):
+    # the YAML reader's own error (a control character) has no mark and no `problem`
+    ps, errors = load_texts([("p.yaml", "a: \x07\n")])
+    assert ps is None and len(errors) == 1 and errors[0].field is None
+    assert str(errors[0]).startswith("p.yaml: not valid YAML: unacceptable character #x0007: ")
+    path = tmp_path / "p.yaml"
+    path.write_text("a: \x07\n")
+    docs, errors = read_documents(str(path))
+    assert docs == [] and len(errors) == 1 and errors[0].field is None
+    assert errors[0].message.startswith("not valid YAML: unacceptable character #x0007: ")
