@@ -57,6 +57,7 @@ def test_every_document_of_every_file_is_read_and_what_is_not_a_policy_skipped(t
     second = ERDMA.replace("\nname: erdma\n", "\nname: two\n", 1).replace("\nnccl:\n", "\nnccl:\n  X: '1'\n", 1)
     (tmp_path / "a.yaml").write_text("- a list\n---\n" + ERDMA + "---\n" + second)
     (tmp_path / "b.yml").write_text("nccl: {Y: '1'}\nname: bare\n---\nnccl: [Z]\n---\nnccl: {7: x}\nfabric: text\n")
+    (tmp_path / "0.yaml").write_text("nccl: [unclosed\n")  # first in order: the files after it are read
     (tmp_path / "c.yaml").write_text("nccl: [unclosed\n")
     (tmp_path / "d.yaml").write_bytes(b"\xff\xfe")
     (tmp_path / "e.txt").write_text("nccl: {W: '1'}\n")

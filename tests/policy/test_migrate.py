@@ -51,6 +51,21 @@ def test_a_network_policy_keeps_its_device_as_the_networks_resource():
         "hostNetwork": "Forbidden",
         "nccl": {"NCCL_NET": {"value": "IB", "enforce": True}, "NCCL_SOCKET_IFNAME": "{interface}"},
     }
+    # `policy migrate` prints the keys in this order: the file's own, then what was migrated
+    assert list(out) == [
+        "apiVersion",
+        "kind",
+        "name",
+        "description",
+        "priority",
+        "namespaceSelector",
+        "shm",
+        "workloadValidation",
+        "fabric",
+        "networks",
+        "hostNetwork",
+        "nccl",
+    ]
     assert doc == V1  # the document read is left as it was
     out["networks"][0]["name"] = "x"
     out["fabric"]["ncclNet"].append("y")
