@@ -144,9 +144,17 @@ def test_plugin_mounts_sidecar_and_gke_networks():
     ]
     assert (p.sidecar.name, p.sidecar.image) == ("tcpxo-daemon", "tcpgpudmarxd")
     assert p.host_network == "Forbidden" and p.families == frozenset() and p.networks == ()
-    mounts = [{"hostDir": "/opt/plugin/", "mountPath": "/"}, {"hostDir": "/", "mountPath": "/usr/lib///"}]
+    mounts = [
+        {"hostDir": "/opt/plugin/", "mountPath": "/"},
+        {"hostDir": "/", "mountPath": "/usr/lib///"},
+        {"hostDir": "/opt/X", "mountPath": "/usr/X/"},
+    ]
     p = compiled(erdma(pluginMounts=mounts))
-    assert [(m.host_dir, m.mount_path) for m in p.plugin_mounts] == [("/opt/plugin", "/"), ("/", "/usr/lib")]
+    assert [(m.host_dir, m.mount_path) for m in p.plugin_mounts] == [
+        ("/opt/plugin", "/"),
+        ("/", "/usr/lib"),
+        ("/opt/X", "/usr/X"),
+    ]
     assert compiled(erdma(sidecar=None)).sidecar is None
 
 
@@ -298,7 +306,8 @@ def test_a_network_listed_twice_is_one_per_namespace():
     other_ns = [{"name": "rdma", "interface": "net1"}, {"name": "rdma", "namespace": "infra", "interface": "net2"}]
     assert len(compiled(sriov(networks=other_ns)).networks) == 2
     # networks without interfaces may be several
-    assert len(compiled(sriov(networks=[{"name": "a"}, {"name": "b"}])).networks) == 2
+    plain = compiled(sriov(networks=[{"name": "a"}, {"name": "b"}])).networks
+    assert [(n.name, n.interface, n.count, n.per_gpu) for n in plain] == [("a", None, 1, False), ("b", None, 1, False)]
 
 
 def test_gke_network_names_interfaces_and_multus_together():
@@ -525,7 +534,7 @@ def test_nccl_names_must_be_environment_variable_names():
 def test_entries_the_schema_refuses_are_left_to_it():
     # a compiled document is valid by the schema; entries that are not are skipped, never a crash
     policy, errors = compile_sections(
-        erdma(nccl={"NCCL_NET": "IB", "A": 3, "B": {"enforce": True}, "C": {"value": 1}}), "p.yaml", "erdma"
+        erdma(nccl={"A": 3, "NCCL_NET": "IB", "B": {"enforce": True}, "C": {"value": 1}}), "p.yaml", "erdma"
     )
     assert errors == [] and [e.name for e in policy.env] == ["NCCL_NET"]
 

@@ -141,7 +141,10 @@ def test_the_loaded_policies_are_logged_by_name_and_an_empty_folder_warned_of(tm
         assert store.reload()
     assert len(store.current) == 0 and gauge("rdma_webhook_policies_loaded") == 0
     (record,) = caplog.records
-    assert record.levelno == logging.WARNING and record.getMessage().startswith("no policy in force")
+    assert record.levelno == logging.WARNING and record.getMessage() == (
+        "no policy in force (the folder holds none): labelled pods in opted-in namespaces are "
+        "denied until the platform team chooses one"
+    )
 
 
 def test_a_missing_folder_is_a_failed_reload_until_it_appears(tmp_path):
@@ -212,3 +215,13 @@ def test_the_watcher_waits_its_interval_before_the_first_poll(tmp_path):
     store.stop()
     store._thread.join(5)
     assert not store._thread.is_alive()
+
+
+def test_a_folder_that_fails_another_way_is_read_again(tmp_path):
+    folder = tmp_path / "policies"
+    store = PolicyStore(folder)
+    assert store.reload() is False
+    assert store.last_errors == [f"{folder}: cannot read the policies folder: No such file or directory"]
+    folder.write_text("a file, not a folder")
+    assert store.reload() is False
+    assert store.last_errors == [f"{folder}: cannot read the policies folder: Not a directory"]
