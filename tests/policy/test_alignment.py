@@ -165,3 +165,147 @@ def test_cli(tmp_path):
         {"kind": "ResourceSlice"}
     ]
     shutil.rmtree(tmp_path / "policies")
+
+
+# -- how the cluster state is read (issue 43: the survivors of the policy.rest mutation run) ------------
+
+
+def error_nodes(errors: list[str]) -> str:
+    (error,) = errors
+    return error.split(": on ", 1)[1].split(" no GPU has", 1)[0]
+
+
+def test_v1beta1_slices_that_pair_pass():
+    roots = [f"pci00{i:02d}:00" for i in range(8)]
+    objs = [
+        slice_of("hgx-0", "gpu.nvidia.com", gpus(roots, [0] * 8), v1beta1=True),
+        slice_of("hgx-0", "dra.net", nics(roots, [0] * 8), v1beta1=True),
+    ]
+    assert check(policies(), objs) == ([], [])
+
+
+def test_v1_attributes_win_over_a_basic_block_and_malformed_attributes_are_no_value():
+    roots = ["pci0000:00", "pci0001:00"]
+    gpu_devices = gpus(roots, [0, 0])
+    for d in gpu_devices:  # a stray v1beta1 block beside the v1 attributes is not read
+        d["basic"] = {"attributes": {PCIE: {"string": "elsewhere"}}}
+    assert check(
+        policies(), [slice_of("n", "gpu.nvidia.com", gpu_devices), slice_of("n", "dra.net", nics(roots, [0, 0]))]
+    ) == (
+        [],
+        [],
+    )
+    # values not wrapped as the API wraps them ({"string": ...}) and attributes that are no mapping
+    bad_gpus = [{"name": "g0", "attributes": {PCIE: "pci0000:00"}}, {"name": "g1", "attributes": ["x"]}]
+    bad_nics = [{"name": "n0", "attributes": {PCIE: "pci0000:00", "dra.net/rdma": {"bool": True}}}]
+    errors, _ = check(policies(), [slice_of("n", "gpu.nvidia.com", bad_gpus), slice_of("n", "dra.net", bad_nics)])
+    assert error_nodes(errors) == "n (2 GPUs, 1 NICs)"
+
+
+def test_an_unqualified_attribute_as_a_driver_publishes_it():
+    gpu_devices = [{"name": "g0", "attributes": {"pcieRoot": {"string": "pci0000:00"}}}]
+    nic_devices = [{"name": "n0", "attributes": {"pcieRoot": {"string": "pci0000:00"}, "rdma": {"bool": True}}}]
+    objs = [slice_of("n", "gpu.nvidia.com", gpu_devices), slice_of("n", "dra.net", nic_devices)]
+    assert check(policies(), objs) == ([], [])
+
+
+CLASSES = ALIGNED.replace("  drivers: [dra.net]\n  selectors: [rdma]\n", "  deviceClasses: [rdma-nics]\n", 1)
+
+
+def device_class(name: str, driver: str | None, metadata: bool = True) -> dict:
+    obj = {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "DeviceClass",
+        "spec": {"selectors": [{"cel": {"expression": f'device.driver == "{driver}"'}}]},
+    }
+    if metadata:
+        obj["metadata"] = {"name": name}
+    return obj
+
+
+def test_the_nics_of_a_policys_device_classes_are_those_of_the_drivers_their_cel_names():
+    assert CLASSES != ALIGNED
+    roots = ["pci0000:00", "pci0001:00"]
+    tray = [
+        slice_of("n", "gpu.nvidia.com", gpus(roots, [0, 0])),
+        slice_of("n", "sriov.example", nics(roots, [0, 0], rdma=False)),
+    ]
+    # no selectors: every device of the class's driver is a NIC of the fabric
+    assert check(policies(CLASSES), [device_class("rdma-nics", "sriov.example"), *tray]) == ([], [])
+    # the class unknown to the cluster state, or another class naming the driver: no NIC of the fabric
+    errors, _ = check(policies(CLASSES), tray)
+    assert error_nodes(errors) == "n (2 GPUs, 0 NICs)"
+    errors, _ = check(policies(CLASSES), [device_class("other", "sriov.example"), *tray])
+    assert error_nodes(errors) == "n (2 GPUs, 0 NICs)"
+    # a class without metadata, or an object of another kind with the class's name, names nothing
+    odd = {**device_class("rdma-nics", "sriov.example"), "kind": "ResourceClaim"}
+    errors, _ = check(policies(CLASSES), [device_class("rdma-nics", "x", metadata=False), odd, *tray])
+    assert error_nodes(errors) == "n (2 GPUs, 0 NICs)"
+
+
+def test_with_selectors_only_the_devices_with_such_an_attribute_set_are_nics():
+    roots = [f"pci00{i:02d}:00" for i in range(4)]
+    nic_devices = nics(roots[:2], [0, 0]) + nics(roots[2:], [0, 0], rdma=False)
+    for d in nic_devices:  # another boolean attribute set is not the selector's
+        d["attributes"]["dra.net/virtual"] = {"bool": True}
+    errors, warnings = check(
+        policies(), [slice_of("n", "gpu.nvidia.com", gpus(roots, [0] * 4)), slice_of("n", "dra.net", nic_devices)]
+    )
+    assert errors == [] and warnings == [
+        f"policy 'roce-dranet-aligned': node n: only 2 of its 4 GPUs have a NIC with their {PCIE}: "
+        "a pod asking for more GPUs than that cannot be placed there"
+    ]
+
+
+def test_only_resource_slices_of_the_gpu_and_nic_drivers_are_read_whatever_comes_first():
+    roots = ["pci0000:00", "pci0001:00"]
+    other = {
+        "kind": "ResourceClaim",
+        "spec": {"driver": "gpu.nvidia.com", "nodeName": "n", "devices": gpus(["x"], [0])},
+    }
+    unrelated = slice_of("n", "other.driver", nics(roots, [0, 0]))
+    no_spec = {"kind": "ResourceSlice", "spec": "text"}
+    objs = [other, unrelated, no_spec, device_class("c", "d"), slice_of("n", "gpu.nvidia.com", gpus(roots, [0, 0]))]
+    objs.append(slice_of("n", "dra.net", ["junk", *nics(roots, [0, 0])]))
+    assert check(policies(), objs) == ([], [])
+    errors, _ = check(policies(), objs[:-1])
+    assert error_nodes(errors) == "n (2 GPUs, 0 NICs)"
+
+
+def test_a_slice_is_counted_on_its_node_else_its_pool_else_no_node():
+    roots = ["pci0000:00"]
+    named = slice_of("node-a", "gpu.nvidia.com", gpus(roots, [0]))
+    named["spec"]["pool"]["name"] = "pool-a"
+    pooled = slice_of("x", "gpu.nvidia.com", gpus(roots, [0]))
+    del pooled["spec"]["nodeName"]
+    pooled["spec"]["pool"]["name"] = "pool-b"
+    bare = slice_of("x", "gpu.nvidia.com", gpus(roots, [0]))
+    del bare["spec"]["nodeName"]
+    del bare["spec"]["pool"]
+    errors, _ = check(policies(), [named, pooled, bare])
+    assert error_nodes(errors) == "(no node) (1 GPUs, 0 NICs), node-a (1 GPUs, 0 NICs), pool-b (1 GPUs, 0 NICs)"
+
+
+def test_every_node_that_cannot_pair_is_named_after_one_without_gpus():
+    nic_only = slice_of("a-nics", "dra.net", nics(["pci0000:00"], [0]))
+    errors, _ = check(policies(), [nic_only, *gb200("tray-1"), *gb200("tray-0")])
+    assert error_nodes(errors) == "tray-0 (4 GPUs, 4 NICs), tray-1 (4 GPUs, 4 NICs)"
+
+
+def test_an_aligned_policy_after_one_without_alignment_is_checked():
+    plain = (ROOT / "policies" / "gb200-roce.yaml").read_text().replace("\npriority: -1\n", "\npriority: 100\n", 1)
+    ps, errors = load_texts([("a.yaml", plain), ("b.yaml", ALIGNED)])
+    assert errors == [] and ps.ranked()[0].name == "gb200-roce"
+    found, _ = check(ps, gb200())
+    assert len(found) == 1 and found[0].startswith("policy 'roce-dranet-aligned': ")
+
+
+def test_objects_of_flattens_lists_and_skips_what_is_not_an_object():
+    a, b, c = {"kind": "A"}, {"kind": "B"}, {"kind": "C"}
+    assert objects_of([a, None, "x", {"kind": "ResourceSliceList", "items": [b, {"kind": "List", "items": [c]}]}]) == [
+        a,
+        b,
+        c,
+    ]
+    odd = {"kind": "FooList", "items": "not a list"}
+    assert objects_of([odd, {"kind": 5, "items": [a]}]) == [odd, {"kind": 5, "items": [a]}]

@@ -122,9 +122,8 @@ def _without_invalid(doc: Any) -> dict[str, Any] | None:
         return None
     rest = copy.deepcopy(doc)
     for err in validator.iter_errors(doc):
-        path = list(err.absolute_path)
         if err.validator == "additionalProperties" and isinstance(err.instance, dict):
-            node = _node(rest, path)
+            node = _node(rest, list(err.absolute_path))
             if isinstance(node, dict):
                 known = sorted(err.schema.get("properties", {}))
                 for key in set(err.instance) - set(known):
@@ -134,7 +133,12 @@ def _without_invalid(doc: Any) -> dict[str, Any] | None:
                     guess = _did_you_mean(key, known, node)
                     if guess is not None and value is not None:
                         node[guess] = value
+    # What is still refused once each typo stands for its field: checked on `rest`, so that a typo
+    # of a required field (`ncclNets`) does not take its whole object out as "required" would.
+    for err in list(validator.iter_errors(rest)):
+        if err.validator == "additionalProperties":
             continue
+        path = list(err.absolute_path)
         while path and isinstance(path[-1], int):
             path.pop()
         if len(path) < 1:
