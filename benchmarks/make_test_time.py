@@ -3,7 +3,9 @@ the lint, the compiled pytest run and the pure run, each with the very command t
 `test` and `test-pure` recipes run (the pytest options and the pure file list are read from the
 Makefile itself, so a change there is measured as it is). Writes
 benchmarks/results/make-test-time-LABEL.txt: the provenance block (commit, machine, load), then
-per step its command, wall time, load average before and after, and pytest's summary line.
+per step its command, wall time, CPU time (user + system of the step's processes, which the load
+moves far less than the wall time), load average before and after, and pytest's summary line.
+`--serial` runs the suite in one process (without the Makefile's PYTEST_WORKERS), to compare.
 
     .venv/bin/python -m benchmarks.make_test_time --label before [--durations 40]
 
@@ -18,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import resource
 import re
 import subprocess
 import sys
@@ -61,19 +64,23 @@ def build_pure() -> None:
 
 def run_step(name: str, argv: list[str], env: dict[str, str]) -> dict:
     load = provenance.loadavg()
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.monotonic()
     out = subprocess.run(argv, cwd=ROOT, env=env, capture_output=True, text=True)
     seconds = time.monotonic() - start
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     lines = [line for line in out.stdout.splitlines() if line.strip()]
     summary = next((line for line in reversed(lines) if line.startswith("=") or " passed" in line), "")
     slowest = [line for line in lines if SLOWEST.match(line)]  # pytest --durations
-    print(f"{name}: {seconds:.1f} s, exit {out.returncode}: {summary.strip('= ')}", flush=True)
+    print(f"{name}: {seconds:.1f} s, {cpu:.1f} CPU s, exit {out.returncode}: {summary.strip('= ')}", flush=True)
     if out.returncode != 0:
         print(out.stdout[-3000:], out.stderr[-2000:], sep="\n", file=sys.stderr)
     return {
         "name": name,
         "command": " ".join(argv),
         "seconds": round(seconds, 1),
+        "cpu": round(cpu, 1),
         "exit": out.returncode,
         "load_before": load,
         "load_after": provenance.loadavg(),
@@ -85,13 +92,14 @@ def run_step(name: str, argv: list[str], env: dict[str, str]) -> dict:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--label", required=True, help="names the result file: make-test-time-LABEL.txt")
+    ap.add_argument("--serial", action="store_true", help="without the Makefile's PYTEST_WORKERS (one process)")
     ap.add_argument("--durations", type=int, default=0, help="also record pytest's N slowest tests per run")
     ap.add_argument(
         "--site", help="a directory of packages put last on PYTHONPATH (a plugin not installed in the venv)"
     )
     args = ap.parse_args()
     prov = provenance.start()
-    workers = make_variable("PYTEST_WORKERS").split()
+    workers = [] if args.serial else make_variable("PYTEST_WORKERS").split()
     pure_tests = make_variable("PURE_TESTS").split()
     extra = [f"--durations={args.durations}"] if args.durations else []
     site = [str(Path(args.site).resolve())] if args.site else []
@@ -120,10 +128,11 @@ def main() -> int:
     provenance.finish(prov)
     lines = [f"{k}: {v}" for k, v in prov.items()]
     lines += [f"PYTHONPATH also holds: {site[0]}"] if site else []
-    lines += [f"make test, its steps in a row: {seconds:.1f} s", ""]
+    cpu = sum(s["cpu"] for s in steps)
+    lines += [f"make test, its steps in a row: {seconds:.1f} s, {cpu:.1f} CPU s", ""]
     for s in steps:
         lines += [
-            f"## {s['name']}: {s['seconds']} s (exit {s['exit']})",
+            f"## {s['name']}: {s['seconds']} s (exit {s['exit']}), {s['cpu']} CPU s (user + system of its processes)",
             f"command: {s['command']}",
             f"load average before / after: {' '.join(s['load_before'])} / {' '.join(s['load_after'])}",
             f"summary: {s['summary']}",
