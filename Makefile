@@ -50,10 +50,11 @@ run: $(VENV)/.compiled
 	PATH="$(CURDIR)/$(BIN):$$PATH" ./scripts/run-local.sh
 
 # The suite runs in parallel, one pytest-xdist worker per CPU: `make test` within 6 minutes on a
-# 2-core machine (issue 43; benchmarks/make_test_time.py measures it, benchmarks/README.md). Each
-# test file goes whole to one worker (--dist loadfile), so a module's fixtures run once.
+# 2-core machine (issue 43; benchmarks/make_test_time.py measures it, benchmarks/README.md). A
+# worker that runs out of tests takes the other's (--dist worksteal): one file whole to one worker
+# (--dist loadfile) left the pure run as long as test_review_properties.py alone.
 # PYTEST_WORKERS= runs the suite in one process.
-PYTEST_WORKERS ?= -n auto --dist loadfile
+PYTEST_WORKERS ?= -n auto --dist worksteal
 
 # Helm for tests/deploy/test_chart.py: built once from the Go module proxy into ~/.cache (scripts/build-helm.sh);
 # the CEL harness of tests/policy/test_admission_policy_cel.py (k8s.io/apiserver's evaluation of the
