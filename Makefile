@@ -49,13 +49,20 @@ $(VENV)/mpi/.installed: pyproject.toml $(VENV)/.installed
 run: $(VENV)/.compiled
 	PATH="$(CURDIR)/$(BIN):$$PATH" ./scripts/run-local.sh
 
+# The suite runs in parallel, one pytest-xdist worker per CPU: `make test` within 6 minutes on a
+# 2-core machine (issue 43; benchmarks/make_test_time.py measures it, benchmarks/README.md). A
+# worker that runs out of tests takes the other's (--dist worksteal): one file whole to one worker
+# (--dist loadfile) left the pure run as long as test_review_properties.py alone.
+# PYTEST_WORKERS= runs the suite in one process.
+PYTEST_WORKERS ?= -n auto --dist worksteal
+
 # Helm for tests/deploy/test_chart.py: built once from the Go module proxy into ~/.cache (scripts/build-helm.sh);
 # the CEL harness of tests/policy/test_admission_policy_cel.py (k8s.io/apiserver's evaluation of the
 # generated ValidatingAdmissionPolicies), likewise (scripts/build-celcheck.sh);
 # the MPI launchers of tests/core/test_ranks_real_launchers.py in their own prefixes under .venv/mpi.
 test: $(VENV)/.compiled $(VENV)/mpi/.installed lint
 	RDMA_WEBHOOK_HELM="$$(bash scripts/build-helm.sh)" RDMA_WEBHOOK_CELCHECK="$$(bash scripts/build-celcheck.sh)" \
-	  RDMA_WEBHOOK_EXPECT=compiled $(BIN)/pytest
+	  RDMA_WEBHOOK_EXPECT=compiled $(BIN)/pytest $(PYTEST_WORKERS)
 	$(MAKE) --no-print-directory test-pure
 
 # The formatter and the linter (ruff, configured in pyproject.toml): the tree as `ruff format`
@@ -71,7 +78,7 @@ format: $(VENV)/.installed
 test-pure: $(VENV)/.installed
 	rm -rf build/pure && mkdir -p build/pure && cp -r webhook build/pure/ && find build/pure/webhook -name '*.so' -delete
 	ln -s ../../policies build/pure/policies  # beside the package, where `review` looks by default
-	PYTHONPATH=build/pure RDMA_WEBHOOK_EXPECT=pure $(BIN)/pytest -q -p no:cacheprovider $(PURE_TESTS)
+	PYTHONPATH=build/pure RDMA_WEBHOOK_EXPECT=pure $(BIN)/pytest -q -p no:cacheprovider $(PYTEST_WORKERS) $(PURE_TESTS)
 
 e2e: $(VENV)/.compiled
 	E2E_PYTHON=$(BIN)/python ./e2e/run.sh

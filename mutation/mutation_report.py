@@ -10,12 +10,25 @@ untested without a verdict; survivors without a verdict that an entry of mutatio
 written after the run matches (by function and changed lines, as mutation/mutation_summary.py matches)
 leave the denominator. A fresh run of the part shows the same in its own record.
 
-    .venv/bin/python mutation/mutation_report.py
+The last column says whether each module's source changed since the commit its run's copy was
+taken of (git diff of that commit against the checkout; a copy "plus uncommitted changes" is read
+as its commit): a CHANGED score is of the code as it was then. The script writes the table to
+mutation/mutation-report.txt (and prints it); nothing in it depends on when or where it runs, so
+`make test` compares the committed file with what the script writes now
+(tests/project/test_mutation_report.py): a commit that changes a scored module, a record, an
+equivalent or the configuration needs `make mutation-report` re-run (not a mutation run), and the
+report then says which scores are of older code. It needs the history back to the runs' commits
+(not a shallow clone: it says so).
+
+    .venv/bin/python mutation/mutation_report.py            # writes mutation/mutation-report.txt
+    .venv/bin/python mutation/mutation_report.py --check    # exit 1 when the committed file differs
 """
 
 from __future__ import annotations
 
+import argparse
 import re
+import subprocess
 import sys
 import tomllib
 from pathlib import Path
@@ -23,6 +36,12 @@ from pathlib import Path
 from mutation_summary import changed_lines, parse_equivalents, split_name
 
 HERE = Path(__file__).resolve().parent
+REPORT = HERE / "mutation-report.txt"
+HEADER = (
+    "mutation/mutation-report.txt, written by mutation/mutation_report.py (`make mutation-report`) from the records "
+    "in mutation/: regenerate, do not edit; `make test` fails when it differs from what the script writes now "
+    "(tests/project/test_mutation_report.py)"
+)
 # the core run of 2026-11-25 predates the regroup of webhook/ into layers: its modules' names then
 OLD_NAMES = {
     "decision": "core.decision",
@@ -107,7 +126,34 @@ def runs(record: Path) -> tuple[str, str, str, list[re.Match[str]]]:
     return commit[1] if commit else "?", starts[0] if starts else "?", wall, rows
 
 
-def main() -> int:
+def git(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(["git", *args], cwd=HERE.parent, capture_output=True, text=True)
+
+
+def since_the_run(commit: str, module: str) -> str:
+    """Whether the module's source changed since the commit its run's copy was taken of, the
+    checkout's file against that commit's (no mutation run needed to say so: `make mutation-report`
+    compares them). A commit that is not in this clone's history (a shallow clone) is said."""
+    if git("cat-file", "-e", f"{commit}^{{commit}}").returncode != 0:
+        shallow = git("rev-parse", "--is-shallow-repository").stdout.strip() == "true"
+        raise LookupError(
+            f"commit {commit} (the copy of {module}'s run) is not in this clone's history"
+            + (": a shallow clone; `git fetch --unshallow` brings it" if shallow else "")
+        )
+    path = "webhook/" + module.replace(".", "/") + ".py"
+    out = git("diff", "--numstat", commit, "--", path)
+    if out.returncode != 0:
+        raise LookupError(f"git diff {commit} -- {path}: {out.stderr.strip()}")
+    if not out.stdout.strip():
+        return "unchanged"
+    added, removed, _ = out.stdout.split("\t", 2)
+    return f"CHANGED (+{added} -{removed} lines)"
+
+
+def report(mutants=mutants_in) -> str:
+    """The report's text: a function of the records in mutation/, the configuration, the
+    equivalents and the checkout's sources (nothing of when or where it is produced, so that the
+    committed report can be compared with what this produces now: tests/project/test_mutation_report.py)."""
     equivalents = parse_equivalents()
     latest: dict[str, tuple[str, str, str, str, re.Match[str] | None, tuple[int, int]]] = {}
     follow_ups: list[str] = []
@@ -130,21 +176,23 @@ def main() -> int:
     for path in config["only_mutate"]:  # every module the configuration names, with a record or not
         module = path.removeprefix("webhook/").removesuffix(".py").replace("/", ".")
         latest.setdefault(module, ("-", "-", "-", "-", None, (0, 0)))
-    print(
+    out = [HEADER, ""]
+    out.append(
         "| module | part | copy of | run | wall | mutants | score in the run | run's target "
-        "| with later verdicts (killed, equivalent) | target |"
+        "| with later verdicts (killed, equivalent) | target | source since the run |"
     )
-    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
-    short = 0
+    out.append("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+    short = stale = 0
     for module in sorted(latest):
         part, commit, start, wall, row, (kills, equivalent) = latest[module]
         if row is None:
-            count = mutants_in(module)
+            count = mutants(module)
             if count == 0:  # constants or data tables only: mutmut makes no mutant of it
-                print(f"| {module} | - | - | - | - | 0 | - | no mutants | - | nothing to kill |")
+                out.append(f"| {module} | - | - | - | - | 0 | - | no mutants | - | nothing to kill | - |")
                 continue
             short += 1
-            print(f"| {module} | - | - | - | - | {'?' if count is None else count} | - | no record | - | no record |")
+            n = "?" if count is None else count
+            out.append(f"| {module} | - | - | - | - | {n} | - | no record | - | no record | - |")
             continue
         score, target = row["score"].strip(), row["target"].strip()
         m = SCORE.match(score)
@@ -154,15 +202,37 @@ def main() -> int:
             later = f"{killed}/{of} = {100 * killed / of:.1f}% (+{kills} killed, {equivalent} equivalent)"
             met = "met" if killed / of >= 0.9 else "NOT met"
         short += met != "met"
-        print(
+        since = since_the_run(commit, module)
+        stale += since != "unchanged"
+        out.append(
             f"| {module} | {part} | {commit} | {start} | {wall} | {row['mutants'].strip()} | {score} | {target} "
-            f"| {later} | {met} |"
+            f"| {later} | {met} | {since} |"
         )
-    print(f"\n{len(latest)} modules, {short} without a met target")
+    out.append(
+        f"\n{len(latest)} modules, {short} without a met target, "
+        f"{stale} whose source changed since its run (its score is of the code as it was then)"
+    )
     if follow_ups:
-        print("\nRuns of some functions only (after a change to them; not the module's score):")
-        for line in follow_ups:
-            print(f"- {line}")
+        out.append("\nRuns of some functions only (after a change to them; not the module's score):")
+        out.extend(f"- {line}" for line in follow_ups)
+    return "\n".join(out) + "\n"
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--check", action="store_true", help="only say whether mutation-report.txt is what this writes")
+    args = ap.parse_args()
+    try:
+        text = report()
+    except LookupError as e:
+        print(f"mutation_report: {e}", file=sys.stderr)
+        return 2
+    if args.check:
+        same = REPORT.exists() and REPORT.read_text() == text
+        print(f"{REPORT.relative_to(HERE.parent)} is {'up to date' if same else 'STALE: run make mutation-report'}")
+        return 0 if same else 1
+    REPORT.write_text(text)
+    sys.stdout.write(text)
     return 0
 
 

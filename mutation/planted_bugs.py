@@ -231,6 +231,19 @@ PLANTS = [
             "tests/fabrics/test_gke.py::test_denials_say_why_under_another_fabric",
         ],
     ),
+    # issue 43 "Why", first bullet: NVIDIA network-operator's host device with its own Multus network,
+    # in a namespace of another fabric, its NAD unknown to the state (issue 42's NIC work changed that path)
+    Plant(
+        "hostdev-family-forgotten",
+        "issue 43: a network-operator host device whose NAD the state does not know got eRDMA on top, not a mismatch",
+        "webhook/fabrics/transports.py",
+        '("openshift.io/", "intel.com/", "nvidia.com/hostdev", "nvidia.com/rdma")',
+        '("openshift.io/", "intel.com/", "nvidia.com/rdma")',
+        [
+            "tests/core/test_families.py::"
+            "test_an_operator_device_with_its_network_whose_nad_is_unknown_is_another_fabrics_under_erdma",
+        ],
+    ),
     Plant(
         "gib-socket-allowed",
         "issue 27: NCCL_NET=gIB was read as a fallback; the opposite slip, Socket as gIB",

@@ -627,6 +627,47 @@ def test_a_vf_of_the_pods_network_is_another_fabrics_device_under_an_ib_policy()
     assert mismatches(d) == [("fabric-mismatch", "trainer", VF_UNDER_IB)]
 
 
+# One device per name the SR-IOV and network operators give (webhook.fabrics.transports.
+# NETWORK_DEVICE_PREFIXES), pinned here: a case generated from the table would go away with its entry.
+# nvidia.com/hostdev: NVIDIA network-operator's host device network quick start (its sriovDevicePlugin
+# resourcePrefix nvidia.com, resourceName hostdev, and a HostDeviceNetwork hostdev-net;
+# https://docs.nvidia.com/networking/display/kubernetes2570/quick-start/host-device-rdma.html); the
+# others as tests/core/test_decision_tables.py's DOCUMENTED_NETWORK_DEVICES name them.
+OPERATOR_DEVICES = {
+    "openshift.io/": "openshift.io/mellanoxrdma",
+    "intel.com/": "intel.com/intel_sriov_netdevice",
+    "nvidia.com/hostdev": "nvidia.com/hostdev",
+    "nvidia.com/rdma": "nvidia.com/rdma-vf",
+}
+
+
+def test_every_operator_device_name_has_a_device_of_its_own_below():
+    from webhook.fabrics.transports import NETWORK_DEVICE_PREFIXES
+
+    assert sorted(OPERATOR_DEVICES) == sorted(NETWORK_DEVICE_PREFIXES)
+    assert all(device.startswith(prefix) for prefix, device in OPERATOR_DEVICES.items())
+
+
+@pytest.mark.parametrize("device", sorted(OPERATOR_DEVICES.values()))
+def test_an_operator_device_with_its_network_whose_nad_is_unknown_is_another_fabrics_under_erdma(device):
+    """Issue 43: a pod that requests a network-operator or SR-IOV device with its own Multus network
+    (hostdev-net, as the network operator's host device quick start names it) in a namespace of
+    another fabric (erdma), the cluster state not knowing that network's NAD: the device is read
+    by its name as the pod's network device, so the pod is denied as bringing another fabric's
+    device, sriov-roce named as the fit; it does not get eRDMA on top. The device family of every
+    operator's name counts, not only one."""
+    pod = vf_pod("erdma", "hostdev-net", {device: "1"})
+    d = decide(pod, NAMESPACE, catalogue(), attachments())
+    assert attachments().attachment(NS, "hostdev-net") is None  # the state does not know the NAD
+    assert not d.allowed and d.outcome == "denied", (d.outcome, d.denials)
+    found = mismatches(d)
+    assert [(rule, container) for rule, container, _ in found] == [("fabric-mismatch", "trainer")], d.denials
+    message = found[0][2]
+    assert message.startswith(f"this pod requests {device}, another fabric's network device"), message
+    assert "select policy sriov-roce with the annotation rdma-webhook.io/policy: sriov-roce" in message
+    assert "aliyun/erdma" not in json.dumps(d.pod["spec"]["containers"][0]["resources"])
+
+
 def test_after_its_own_vf_a_foreign_rdma_device_is_still_denied():
     """Under sriov-roce, the pod's own VF first and then an RDMA shared device: the second is
     another fabric's."""
