@@ -180,7 +180,7 @@ def test_labelled_training_pod_starts_with_what_the_webhook_injected(cp, hook, n
     assert got["metadata"]["annotations"]["rdma-webhook.io/status"] == "injected"
     ctr = got["spec"]["containers"][0]
     injected = {k: v for k, v in env_of(ctr).items() if k.startswith("NCCL_")}
-    assert injected["NCCL_NET"] == "IB" and injected["NCCL_IB_HCA"] == "erdma", injected
+    assert injected["NCCL_NET"] == "IB" and injected["NCCL_IB_HCA"] == "erdma,rocep", injected
 
     # the environment of the container's main process, as it started
     environ = exec_out(cp, namespace, name, "tr '\\0' '\\n' < /proc/1/environ")

@@ -278,7 +278,7 @@ def test_every_rank_started_over_ssh_sees_the_policy_block(cp, node, mpi_job, wa
     assert pod["metadata"]["annotations"]["rdma-webhook.io/status"] == "injected", pod["metadata"]
     ctr = pod["spec"]["containers"][0]
     block = nccl_env(ctr)
-    assert block.get("NCCL_NET") == "IB" and block.get("NCCL_IB_HCA") == "erdma", block  # erdma's block
+    assert block.get("NCCL_NET") == "IB" and block.get("NCCL_IB_HCA") == "erdma,rocep", block  # erdma's block
     for rank, seen in ranks.items():
         assert seen["env"] == block, f"rank {rank} in {seen['host']}: {seen['env']} (launcher's block: {block})"
     # how the launcher was made to forward it

@@ -42,7 +42,7 @@ def test_labelled_pod_is_stored_mutated(cp, namespace):
     assert ctr["resources"]["requests"]["aliyun/erdma"] == "1"
     assert "IPC_LOCK" in ctr["securityContext"]["capabilities"]["add"]
     env = env_of(ctr)
-    assert env["NCCL_NET"] == "IB" and env["NCCL_IB_HCA"] == "erdma" and env["NCCL_DEBUG"] == "WARN"
+    assert env["NCCL_NET"] == "IB" and env["NCCL_IB_HCA"] == "erdma,rocep" and env["NCCL_DEBUG"] == "WARN"
     shm = [m for m in ctr["volumeMounts"] if m["mountPath"] == "/dev/shm"]
     assert len(shm) == 1
     vol = next(v for v in got["spec"]["volumes"] if v["name"] == shm[0]["name"])

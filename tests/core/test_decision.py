@@ -70,7 +70,7 @@ def test_pytorchjob_worker_gets_everything(policies):
     c = out["spec"]["containers"][0]
     assert c["resources"]["limits"]["aliyun/erdma"] == "1" and c["resources"]["requests"]["aliyun/erdma"] == "1"
     env = env_of(c)
-    assert env["NCCL_NET"] == "IB" and env["NCCL_IB_HCA"] == "erdma" and env["NCCL_IB_GID_INDEX"] == "1"
+    assert env["NCCL_NET"] == "IB" and env["NCCL_IB_HCA"] == "erdma,rocep" and env["NCCL_IB_GID_INDEX"] == "1"
     # the user's explicit values win where the policy does not enforce
     assert env["NCCL_SOCKET_IFNAME"] == "net1" and env["NCCL_DEBUG"] == "INFO" and env["NCCL_IB_DISABLE"] == "0"
     names = [e["name"] for e in c["env"]]
@@ -383,7 +383,7 @@ def test_no_gpu_container_allowed_unchanged_with_warning(policies):
             "names a transport that the erdma policy's erdma fabric does not provide",
         ),
         ([{"name": "NCCL_IB_HCA", "value": "mlx5"}], "NCCL_IB_HCA='mlx5' selects none of"),
-        ([{"name": "NCCL_IB_HCA", "value": "^erdma"}], "NCCL_IB_HCA='^erdma' selects none of"),
+        ([{"name": "NCCL_IB_HCA", "value": "^erdma,rocep"}], "NCCL_IB_HCA='^erdma,rocep' selects none of"),
         ([{"name": "NCCL_IB_HCA", "value": "=erdma"}], "NCCL_IB_HCA='=erdma' selects none of"),
         ([{"name": "MODE", "value": "Socket"}, {"name": "NCCL_NET", "value": "$(MODE)"}], "NCCL_NET='Socket'"),
     ],

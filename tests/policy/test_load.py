@@ -65,7 +65,7 @@ def test_shipped_policies_load(policies):
     assert [(d.resource, d.count, d.per_gpu) for d in erdma.devices] == [("aliyun/erdma", 1, False)]
     env = {e.name: e for e in erdma.env}
     assert env["NCCL_NET"].value == "IB" and env["NCCL_NET"].enforce
-    assert env["NCCL_IB_HCA"].value == "erdma" and env["NCCL_IB_GID_INDEX"].value == "1"
+    assert env["NCCL_IB_HCA"].value == "erdma,rocep" and env["NCCL_IB_GID_INDEX"].value == "1"
     assert env["NCCL_IB_QPS_PER_CONNECTION"].value == "8" and env["NCCL_MIN_NCHANNELS"].value == "16"
     assert env["NCCL_NET_PLUGIN"].value == "none" and env["NCCL_SOCKET_IFNAME"].value == "eth0"
     assert env["NCCL_DEBUG"].value == "INFO" and not env["NCCL_DEBUG"].enforce

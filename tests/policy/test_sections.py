@@ -61,7 +61,7 @@ def test_a_device_policy_compiles_to_what_the_decision_reads():
     assert p.network_resources == frozenset() and p.families == frozenset()
     assert p.host_network == "Allowed" and p.workload_validation == "Deny"
     assert p.fabric.kind == "erdma" and p.fabric.transport == "ib-verbs" and p.fabric.policy == "erdma"
-    assert p.fabric.hca_devices == ("erdma_0", "erdma_1", "erdma_2", "erdma_3")
+    assert p.fabric.hca_devices == ("erdma_0", "erdma_1", "erdma_2", "erdma_3", "rocep*")
     assert p.signatures == transports.signatures("ib-verbs")
     assert p.watched == tuple(s.variable for s in p.signatures)
     assert p.watched == ("NCCL_IB_DISABLE", "NCCL_NET", "NCCL_IB_HCA") and p.warned == ()

@@ -36,6 +36,8 @@ CASES: dict[str, tuple] = {
         None,
         9,
     ),
+    # eRDMA on an ACK GPU node, its NICs under their RoCE names (the eRDMA controller's OFED driver)
+    "ack-erdma-gdr-rocep.log": ("erdma", "verified", [], "ib-verbs", ["rocep26s0"], None, 1),
     "nccl-tests-185-roce-2.19.log": ("roce-dranet", "verified", [], "ib-verbs", ["mlx5_10", "mlx5_11"], None, 2),
     "nccl-1052-roce-2.18.log": ("roce-dranet", "verified", [], "ib-verbs", ["mlx5_4"], None, 2),
     "nccl-302-ib-2.5.6.log": ("ib-shared", "verified", [], "ib-verbs", [f"mlx5_{i}" for i in range(5)], None, 1),
@@ -220,6 +222,9 @@ def test_every_log_has_a_source_and_a_case():
     assert set(sources) == logs
     assert set(CASES) == logs
     for name, source in sources.items():
+        if "page" in source:  # a vendor's documentation page that prints NCCL's own lines (title, URL)
+            assert source["page"] and source.get("url", "").startswith("https://"), name
+            continue
         assert source.get("repository") and source.get("url", "").startswith("https://github.com/"), name
         assert source.get("issue") or source.get("path"), name
 

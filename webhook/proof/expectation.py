@@ -62,7 +62,11 @@ class Expectation:
     providers: tuple[str, ...] = ()  # libfabric providers that are the fabric (efa)
 
     def device_ok(self, name: str) -> bool:
-        return self.devices is None or name in self.devices
+        """`name` is one of the promised devices: listed, or of a family the policy names by its
+        stem (`rocep*`: ConnectX-8's and eRDMA's RoCE names, `ibp*`: CoreWeave's HCAs)."""
+        if self.devices is None or name in self.devices:
+            return True
+        return any(d.endswith("*") and name.startswith(d[:-1]) for d in self.devices)
 
 
 ANY_RDMA = Expectation(policy=None, transport=None, devices=None, gdr=None, rails=None)

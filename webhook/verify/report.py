@@ -57,25 +57,41 @@ def condition_patch(start: Start, verdict: Verdict, now: str) -> dict[str, Any]:
     }
 
 
+def _event_doc(
+    regarding: dict[str, Any], namespace: str, now: str, action: str, reason: str, warning: bool, note: str
+) -> dict[str, Any]:
+    """One events.k8s.io/v1 Event of the verifier's about `regarding`."""
+    return {
+        "apiVersion": "events.k8s.io/v1",
+        "kind": "Event",
+        # a prefix the API server validates as a name: no trailing dot (the name is at most 253)
+        "metadata": {"generateName": f"{regarding['name'][:240]}-", "namespace": namespace},
+        "eventTime": now,
+        "reportingController": REPORTER,
+        "reportingInstance": REPORTER,
+        "action": action,
+        "reason": reason,
+        "type": "Warning" if warning else "Normal",
+        "regarding": regarding,
+        "note": note[:MAX_NOTE],
+    }
+
+
 def _event(regarding: dict[str, Any], start: Start, verdict: Verdict, now: str, evicting: bool) -> dict[str, Any]:
     _, reason, _ = verdict.condition()
     note = summary(start, verdict)
     if evicting:
         note = f"evicting the pod (policy {start.policy}: proof.onFallback fail): " + note
-    return {
-        "apiVersion": "events.k8s.io/v1",
-        "kind": "Event",
-        # a prefix the API server validates as a name: no trailing dot (the name is at most 253)
-        "metadata": {"generateName": f"{regarding['name'][:240]}-", "namespace": start.namespace},
-        "eventTime": now,
-        "reportingController": REPORTER,
-        "reportingInstance": REPORTER,
-        "action": "Evict" if evicting else "VerifyTransport",
-        "reason": "TransportVerified" if verdict.verdict == VERIFIED else f"Transport{reason}",
-        "type": "Normal" if verdict.verdict == VERIFIED else "Warning",
-        "regarding": regarding,
-        "note": note[:MAX_NOTE],
-    }
+    verified = verdict.verdict == VERIFIED
+    return _event_doc(
+        regarding,
+        start.namespace,
+        now,
+        "Evict" if evicting else "VerifyTransport",
+        "TransportVerified" if verified else f"Transport{reason}",
+        not verified,
+        note,
+    )
 
 
 def events(start: Start, verdict: Verdict, now: str, evicting: bool = False) -> list[dict[str, Any]]:
@@ -97,19 +113,7 @@ def eviction_refused(start: Start, error: str, now: str) -> dict[str, Any]:
     API error): the Event before it said the pod was being evicted; this one says it still runs."""
     pod = {"apiVersion": "v1", "kind": "Pod", "name": start.pod, "namespace": start.namespace, "uid": start.uid}
     note = f"not evicted (policy {start.policy}: proof.onFallback fail): the API server refused the eviction: {error}"
-    return {
-        "apiVersion": "events.k8s.io/v1",
-        "kind": "Event",
-        "metadata": {"generateName": f"{start.pod[:240]}-", "namespace": start.namespace},
-        "eventTime": now,
-        "reportingController": REPORTER,
-        "reportingInstance": REPORTER,
-        "action": "Evict",
-        "reason": "EvictionRefused",
-        "type": "Warning",
-        "regarding": pod,
-        "note": note[:MAX_NOTE],
-    }
+    return _event_doc(pod, start.namespace, now, "Evict", "EvictionRefused", True, note)
 
 
 def metric_labels(start: Start, verdict: Verdict) -> tuple[str, str, str]:
