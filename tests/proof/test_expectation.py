@@ -97,3 +97,19 @@ def test_network_names_to_transports():
     assert transport_of("GPUDirectTCPX_v7") == "tcpx"
     assert transport_of("Socket") == transport_of("FastSocket") == "socket"
     assert transport_of("Sock") == "sock"  # unknown: its own name (the verdict calls it unverifiable)
+
+
+@pytest.mark.parametrize(
+    "policy, device, ok",
+    [
+        ("coreweave-ib", "ibp0", True),  # CoreWeave's HCAs, named by the node (ibp*)
+        ("coreweave-ib", "mlx5_0", False),
+        ("gb200-roce", "rocep139s0f0_dma", True),  # ConnectX-8's names on GB200/GB300
+        ("erdma", "rocep26s0", True),  # eRDMA under the controller's OFED driver
+        ("erdma", "erdma_2", True),
+        ("erdma", "erdma_4", False),  # beyond the four NICs an instance has
+        ("erdma", "mlx5_0", False),
+    ],
+)
+def test_a_device_family_matches_by_its_stem(catalogue, policy, device, ok):
+    assert expectation(catalogue.get(policy)).device_ok(device) is ok
