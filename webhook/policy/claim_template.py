@@ -25,7 +25,7 @@ from typing import Any
 # (Kubernetes, "Standard Device Attributes for Dynamic Resource Allocation").
 ALIGNMENT_ATTRIBUTES = {"pcieRoot": "resource.kubernetes.io/pcieRoot", "numaNode": "resource.kubernetes.io/numaNode"}
 
-PCIE_ROOT = "resource.kubernetes.io/pcieRoot"
+PCIE_ROOT = ALIGNMENT_ATTRIBUTES["pcieRoot"]
 MIN_KUBERNETES = "1.34"  # resource.k8s.io/v1 and the standard pcieRoot attribute
 
 
