@@ -603,6 +603,16 @@ def verdicts(case: str) -> tuple[str, list[tuple[str, dict[str, Any]]], list[dic
     return ns, pods, rows
 
 
+@pytest.fixture(scope="module", autouse=True)
+def verdicts_emptied():
+    """The verdicts evaluated afresh in each run of this module: a mutant's worker (forked after
+    mutmut's clean run, module already imported) evaluates the policies its mutant generates, not
+    the clean run's remembered verdicts."""
+    verdicts.cache_clear()
+    mutated.cache_clear()
+    yield
+
+
 @pytest.mark.parametrize("case", CASES)
 def test_the_generated_policy_refuses_what_the_webhook_refuses(case, tmp_path):
     """Each final state of the mutated pod, judged by the generated policy in the API server's
