@@ -268,13 +268,13 @@ def _host_network_rules(policy: Policy) -> list[Rule]:
     out: list[Rule] = []
     host = "(has(object.spec.hostNetwork) && object.spec.hostNetwork)"
     if policy.host_network == "Forbidden":
-        mechanism = "GKE attaches" if policy.gke_networks else "Multus does"
+        mechanism = "GKE" if policy.gke_networks else "Multus"
         out.append(
             Rule(
                 "host-network",
                 f"!{host}",
                 f"hostNetwork: true, but policy {policy.name} attaches its fabric through the pod's own "
-                f"interfaces ({mechanism} not attach networks to host-network pods); remove hostNetwork",
+                f"interfaces ({mechanism} does not attach networks to host-network pods); remove hostNetwork",
                 over=POD,
             )
         )

@@ -1,0 +1,176 @@
+"""The final-state rules (webhook/policy/final_state_rules.py) as a user meets them: the refusal
+the API server returns when a pod's final state breaks a rule, evaluated by k8s.io/apiserver's own
+CEL (the harness and the mutated pods of test_admission_policy_cel.py: each shipped policy's pod
+through /mutate, then broken one way). The messages are written out here as the user must read
+them (what broke, in which container, why it matters, what to do), one broken state for each kind
+of rule and each wording a rule has (a device or a claim, a pinned or a templated variable, each
+transport variable, hostNetwork forbidden under Multus or GKE or required, a container or several);
+whether the rules refuse the same pods as the webhook: test_admission_policy_cel.py."""
+
+from __future__ import annotations
+
+import pytest
+
+from policy.test_admission_policy_cel import verdicts
+
+AFTER = "a webhook that ran after rdma-webhook may have"
+TRAINER = "rdma-webhook: container 'trainer': "
+PINS = "so that a missing RDMA device fails at start instead of running on TCP [enforced-env]"
+NO_DEVICE = f"so it gets no RDMA device and NCCL uses TCP; {AFTER} removed it [device-missing]"
+TCPXO = [
+    f"rdma-webhook: the pod's networking.gke.io/interfaces annotation no longer lists the vpc{i} network of policy "
+    f"gke-tcpxo; {AFTER} removed it [gke-networks]"
+    for i in range(1, 9)
+]
+SELECT = (
+    "gives a different fabric to each machine type, and the pod's spec.nodeSelector and required node affinity "
+    f"select several of them, or labels no type has ({AFTER} changed them); select one of its types: "
+)
+A3_MEGA = (
+    "a3-mega (cloud.google.com/gke-accelerator=nvidia-h100-mega-80gb, node.kubernetes.io/instance-type=a3-megagpu-8g)"
+)
+
+# (case, the broken final state, the messages of the validations that refuse it, in order)
+REFUSALS = [
+    ("erdma", "device removed", [f"{TRAINER}lacks aliyun/erdma in resources.limits, {NO_DEVICE}"]),
+    (
+        "roce-dranet-aligned",
+        "the aligned claim's reference back to a GPU request",
+        [f"{TRAINER}lacks a resources.claims entry for the pod's gpu-nic-aligned-{{gpus}} claim, {NO_DEVICE}"],
+    ),
+    (
+        "coreweave-ib",
+        "IPC_LOCK not added",
+        [
+            f"{TRAINER}securityContext.capabilities.add lacks IPC_LOCK, which RDMA needs to pin memory [ipc-lock-missing]"
+        ],
+    ),
+    (
+        "coreweave-ib",
+        "ALL and cap_ipc_lock dropped",
+        [
+            f"{TRAINER}securityContext.capabilities.drop lists IPC_LOCK, which RDMA needs to pin memory (ibv_reg_mr "
+            "fails and NCCL falls back to TCP) [ipc-lock-dropped]"
+        ],
+    ),
+    (
+        "coreweave-ib",
+        "/dev/shm on disk",
+        [
+            f"{TRAINER}/dev/shm is no longer the memory-backed emptyDir rdma-webhook mounted there; NCCL and "
+            "DataLoader workers need shared memory in RAM [shm]"
+        ],
+    ),
+    (
+        "erdma",
+        "NCCL_NET='changed' last",
+        [
+            f"{TRAINER}NCCL_NET is missing or changed, but policy erdma pins it to 'IB' {PINS}",
+            f"{TRAINER}NCCL_NET names a transport that policy erdma does not provide (IB), so NCCL uses TCP; "
+            f"{AFTER} set it [env-fallback]",
+        ],
+    ),
+    (
+        "gke-tcpxo",
+        "NCCL_FASTRAK_IFNAME='' last",
+        [
+            f"{TRAINER}NCCL_FASTRAK_IFNAME is missing or changed, but policy gke-tcpxo pins it to set (to "
+            f"'{{interfaces}}' with the pod's interface names) {PINS}"
+        ],
+    ),
+    (
+        "coreweave-ib",
+        "NCCL_IB_DISABLE=' +07' last",
+        [
+            f"{TRAINER}NCCL_IB_DISABLE is non-zero, which turns NCCL's IB/RoCE transport off, so NCCL runs on TCP "
+            f"sockets; {AFTER} set it [env-fallback]"
+        ],
+    ),
+    (
+        "efa",
+        "NCCL_NET=Socket last",
+        [
+            f"{TRAINER}NCCL_NET is missing or changed, but policy efa pins it to 'AWS Libfabric' {PINS}",
+            f"{TRAINER}NCCL_NET names a transport that policy efa does not provide (Libfabric/AWS Libfabric/OFI), so "
+            f"NCCL uses TCP; {AFTER} set it [env-fallback]",
+        ],
+    ),
+    (
+        "efa",
+        "NCCL_NET_PLUGIN=none in a container that sees the GPUs",
+        [
+            "rdma-webhook: one of the containers 'trainer', 'profiler': NCCL_NET_PLUGIN does not load the fabric's "
+            "plugin (ofi/aws-ofi), which leaves NCCL its built-in transports (TCP sockets here) [env-fallback]"
+        ],
+    ),
+    (
+        "sriov-roce",
+        "hostNetwork set",
+        [
+            "rdma-webhook: hostNetwork: true, but policy sriov-roce attaches its fabric through the pod's own "
+            "interfaces (Multus does not attach networks to host-network pods); remove hostNetwork [host-network]"
+        ],
+    ),
+    (
+        "gke-tcpxo",
+        "hostNetwork set",
+        [
+            "rdma-webhook: hostNetwork: true, but policy gke-tcpxo attaches its fabric through the pod's own "
+            "interfaces (GKE does not attach networks to host-network pods); remove hostNetwork [host-network]"
+        ],
+    ),
+    (
+        "oke-roce-host",
+        "hostNetwork removed",
+        [
+            "rdma-webhook: policy oke-roce-host reaches its fabric through the host's interfaces and the pod no "
+            "longer has hostNetwork: true, so NCCL finds no RDMA device and uses TCP [host-network]"
+        ],
+    ),
+    (
+        "sriov-roce",
+        "networks annotation removed",
+        [
+            "rdma-webhook: the pod's k8s.v1.cni.cncf.io/networks annotation no longer lists the rdma-network network "
+            f"of policy sriov-roce; {AFTER} removed it [multus-networks]"
+        ],
+    ),
+    ("gke-tcpxo", "GKE interfaces annotation removed", TCPXO),
+    (
+        "gke-gib",
+        "nodeSelector of a4x",
+        [
+            "rdma-webhook: the pod's networking.gke.io/interfaces annotation lists a GKE network of another machine "
+            "type of policy gke-gib (rdma-4, rdma-5, rdma-6, rdma-7), which the nodes of its type a4x do not have; "
+            "select that type with spec.nodeSelector, or remove the network [fabric-mismatch]"
+        ],
+    ),
+    (
+        "gke-tcpxo",
+        "sidecar removed",
+        [
+            "rdma-webhook: no container of the pod runs the tcpxo-daemon sidecar (an image of tcpgpudmarxd) that "
+            "policy gke-tcpxo's fabric needs beside the GPU containers [sidecar-missing]"
+        ],
+    ),
+    (
+        "gke-tcpxo",
+        "nodeSelector cloud.google.com/gke-accelerator=nvidia-l4 (no type's)",
+        [f"rdma-webhook: policy gke-tcpxo {SELECT}{A3_MEGA} [machine-type]"],
+    ),
+]
+
+
+@pytest.mark.parametrize("case,what,messages", REFUSALS, ids=[f"{c}: {w}" for c, w, _ in REFUSALS])
+def test_the_api_server_refuses_with_the_rules_words(case, what, messages):
+    """The API server denies the broken pod with the failing validations' messages, the first
+    one in its answer after the policy's and binding's names."""
+    _, pods, rows = verdicts(case)
+    whats = [w for w, _ in pods]
+    assert what in whats, (case, whats)
+    row = rows[whats.index(what)]
+    assert [v["message"] for v in row["validations"] if not v["passed"]] == messages
+    assert row["denied"] and row["status"] == (
+        f"ValidatingAdmissionPolicy 'rdma-webhook-final-state-{case}' with binding "
+        f"'rdma-webhook-final-state-{case}' denied request: {messages[0]}"
+    )
