@@ -7,7 +7,10 @@ from __future__ import annotations
 
 import copy
 
+from conftest import POLICIES
 from policy.test_admission_policy_cel import _caps, _objects, evaluate, mutated, webhook_findings
+from webhook.policy import admission_policy as ap
+from webhook.policy.load import load_texts
 
 
 def _failed(row) -> set[str]:
@@ -34,3 +37,65 @@ def test_a_container_referencing_an_aligned_resource_claim_by_its_claim_name_is_
     assert rows[1]["denied"] and _failed(rows[1]) == {"device-missing"}
     assert rows[2]["denied"] and _failed(rows[2]) == {"device-missing", "ipc-lock-missing"}
     assert set(webhook_findings(no_ipc_lock, ns)) == {"ipc-lock-missing"}  # the webhook: a target, its device there
+
+
+def test_an_aligned_template_name_matches_for_any_gpu_count_and_nothing_else(tmp_path):
+    """An aligned claim's template with `.` around its GPU count (a DNS subdomain may have them):
+    a container referencing a pod claim made from it for any GPU count is a target, and a name
+    that only differs where a `.` is, or has no count, is not (`made_from` escapes the dots of
+    the pattern; the webhook's `Claim.made_from` decides). Each pod lacks IPC_LOCK: the policy
+    refuses it exactly when its container is a target."""
+    text = (POLICIES / "roce-dranet-aligned.yaml").read_text()
+    assert '"gpu-nic-aligned-{gpus}"' in text
+    policies, errors = load_texts(
+        [("roce-dranet-aligned.yaml", text.replace('"gpu-nic-aligned-{gpus}"', '"gpu.nic-{gpus}.aligned"'))]
+    )
+    assert policies is not None, errors
+    claim = policies.by_name["roce-dranet-aligned"].claim
+    _, good = mutated("roce-dranet-aligned")
+    names = [
+        "gpu.nic-8.aligned",
+        "gpu.nic-12.aligned",
+        "gpuXnic-8.aligned",
+        "gpu.nic-8Xaligned",
+        "gpu.nic-.aligned",
+        "gpu-nic-aligned-8",
+    ]
+    pods = []
+    for name in names:
+        pod = copy.deepcopy(good)
+        for e in pod["spec"]["resourceClaims"]:
+            if e.get("resourceClaimTemplateName") == "gpu-nic-aligned-8":
+                e["resourceClaimTemplateName"] = name
+        _caps(pod).pop("add")
+        pods.append(pod)
+    objects = [d for d in ap.objects(policies) if d["metadata"]["labels"][ap.POLICY_LABEL] == "roce-dranet-aligned"]
+    rows = evaluate(objects, pods, tmp_path)
+    targets = [name for name, row in zip(names, rows) if "ipc-lock-missing" in _failed(row)]
+    assert targets == [n for n in names if claim.made_from(n)] == ["gpu.nic-8.aligned", "gpu.nic-12.aligned"]
+
+
+def test_an_aligned_template_without_a_gpu_count_matches_only_itself(tmp_path):
+    """An aligned claim whose template names no GPU count (one template for every pod): only a
+    pod claim of that very template (or an equivalent) makes its container a target; the name
+    with a count after it is another template (`Claim.made_from`)."""
+    text = (POLICIES / "roce-dranet-aligned.yaml").read_text()
+    policies, errors = load_texts(
+        [("roce-dranet-aligned.yaml", text.replace('"gpu-nic-aligned-{gpus}"', '"gpu-nic-aligned"'))]
+    )
+    assert policies is not None, errors
+    claim = policies.by_name["roce-dranet-aligned"].claim
+    _, good = mutated("roce-dranet-aligned")
+    names = ["gpu-nic-aligned", "gpu-nic-aligned8", "gpu-nic-aligned-8"]
+    pods = []
+    for name in names:
+        pod = copy.deepcopy(good)
+        for e in pod["spec"]["resourceClaims"]:
+            if e.get("resourceClaimTemplateName") == "gpu-nic-aligned-8":
+                e["resourceClaimTemplateName"] = name
+        _caps(pod).pop("add")
+        pods.append(pod)
+    objects = [d for d in ap.objects(policies) if d["metadata"]["labels"][ap.POLICY_LABEL] == "roce-dranet-aligned"]
+    rows = evaluate(objects, pods, tmp_path)
+    targets = [name for name, row in zip(names, rows) if "ipc-lock-missing" in _failed(row)]
+    assert targets == [n for n in names if claim.made_from(n)] == ["gpu-nic-aligned"]
