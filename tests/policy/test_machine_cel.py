@@ -109,9 +109,15 @@ def _webhook(pod: dict[str, Any], policy: Policy, policies: PolicySet) -> str:
     return typed.machine if typed is not None else ""
 
 
+# A label key only one type declares (the four-GPU type without an instance type): a term or a
+# nodeSelector naming that key's value selects the type that has it, never the other.
+_ONE_KEY = policy_text().replace(", node.kubernetes.io/instance-type: a4x-highgpu-4g}", "}")
+assert _ONE_KEY != policy_text()
+ONE_KEY = load_texts([("two-types.yaml", _ONE_KEY)])[0]
 CASES = [(n, SHIPPED, SHIPPED.by_name[n]) for n in sorted(SHIPPED.by_name) if SHIPPED.by_name[n].machines] + [
     (f"two-types ({when})", ps, ps.by_name["two-types"]) for when, ps in TWO_TYPES.items()
 ]
+CASES.append(("two-types (a key of one type)", ONE_KEY, ONE_KEY.by_name["two-types"]))
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c[0] for c in CASES])
