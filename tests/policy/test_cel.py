@@ -8,7 +8,7 @@ from __future__ import annotations
 import copy
 
 from conftest import POLICIES
-from policy.test_admission_policy_cel import _caps, _objects, evaluate, mutated, webhook_findings
+from policy.test_admission_policy_cel import _caps, _last, _objects, evaluate, mutated, webhook_findings
 from webhook.policy import admission_policy as ap
 from webhook.policy.load import load_texts
 
@@ -99,3 +99,25 @@ def test_an_aligned_template_without_a_gpu_count_matches_only_itself(tmp_path):
     rows = evaluate(objects, pods, tmp_path)
     targets = [name for name, row in zip(names, rows) if "ipc-lock-missing" in _failed(row)]
     assert targets == [n for n in names if claim.made_from(n)] == ["gpu-nic-aligned"]
+
+
+def test_a_plugin_path_matches_the_library_name_dot_for_dot(tmp_path):
+    """gke-tcpxo's NCCL_NET_PLUGIN must load libnccl-net.so, by name or by a path to it: a
+    path whose file name differs from it only where the `.` is loads another library, and is
+    refused (the pattern escapes the name's dots, `re_escape`), as the webhook refuses it."""
+    ns, good = mutated("gke-tcpxo")
+    values = [
+        "/usr/local/nvidia/lib64/libnccl-net.so",
+        "libnccl-net.so",
+        "/usr/local/nvidia/lib64/libnccl-netXso",
+        "/usr/local/nvidia/lib64/libnccl-net.so.1",
+    ]
+    pods = []
+    for value in values:
+        pod = copy.deepcopy(good)
+        _last("NCCL_NET_PLUGIN", value)(pod)
+        pods.append(pod)
+    rows = evaluate(_objects("gke-tcpxo"), pods, tmp_path)
+    refused = [v for v, row in zip(values, rows) if "env-fallback" in _failed(row)]
+    webhook = [v for v, pod in zip(values, pods) if "env-fallback" in webhook_findings(pod, ns)]
+    assert refused == webhook == values[2:]

@@ -11,7 +11,12 @@ from __future__ import annotations
 
 import pytest
 
-from policy.test_admission_policy_cel import verdicts
+import kube_objects as k
+from core.test_machines import ACCEL, policy_text
+from policy.test_admission_policy_cel import evaluate, verdicts
+from webhook.core import keys
+from webhook.policy import admission_policy as ap, final_state_rules
+from webhook.policy.load import load_texts
 
 AFTER = "a webhook that ran after rdma-webhook may have"
 TRAINER = "rdma-webhook: container 'trainer': "
@@ -174,3 +179,30 @@ def test_the_api_server_refuses_with_the_rules_words(case, what, messages):
         f"ValidatingAdmissionPolicy 'rdma-webhook-final-state-{case}' with binding "
         f"'rdma-webhook-final-state-{case}' denied request: {messages[0]}"
     )
+
+
+def test_machine_types_with_the_same_rules_are_checked_as_one(tmp_path):
+    """Two machine types that differ only in their nodes' labels and NICs' names (no rule reads
+    them): one entry of `by_type` for both, and a pod on either type, lacking IPC_LOCK, is refused
+    by it; with IPC_LOCK (and the rest /mutate would give it) it is not refused for IPC_LOCK."""
+    four = "      gkeNetworks: [" + ", ".join(f"{{name: rdma-{i}, interface: eth{i + 2}}}" for i in range(4)) + "]\n"
+    text = policy_text()
+    assert four in text
+    policies, errors = load_texts([("two-types.yaml", text.replace(four, ""))])
+    assert policies is not None, errors
+    policy = policies.by_name["two-types"]
+    assert [names for names, _, _ in final_state_rules.by_type(policy)] == [("eight", "four")]
+    pods = []
+    for accelerator in ("nvidia-b200", "nvidia-gb200"):
+        for caps in ({}, {"add": ["IPC_LOCK"]}):
+            c = k.container("trainer", gpus=4, securityContext={"capabilities": caps})
+            pod = k.pod([c], namespace="ml", generate_name="w-", nodeSelector={ACCEL: accelerator})
+            pod["metadata"].setdefault("labels", {})[keys.APPLIED_POLICY_LABEL] = "two-types"
+            pods.append(pod)
+    objects = [d for d in ap.objects(policies) if d["metadata"]["labels"][ap.POLICY_LABEL] == "two-types"]
+    rows = evaluate(objects, pods, tmp_path)
+    assert all(r["validations"][0]["passed"] for r in rows)  # machine-type: each pod names one type
+    lacking = [
+        any(not v["passed"] and v["message"].endswith("[ipc-lock-missing]") for v in r["validations"]) for r in rows
+    ]
+    assert lacking == [True, False, True, False]
