@@ -48,14 +48,41 @@ def errors_of(text: str) -> list[str]:
             "field machineTypes.types[1].fabric.kind",
         ),
         (("      nodeLabels: {cloud", "      nodLabels: {cloud"), "did you mean 'nodeLabels'?"),
+        (
+            ("cloud.google.com/gke-accelerator: nvidia-gb200", "Cloud_Google/gke-accelerator: nvidia-gb200"),
+            "field machineTypes.types[1].nodeLabels.Cloud_Google/gke-accelerator: "
+            "Cloud_Google/gke-accelerator=nvidia-gb200 is not a valid node label",
+        ),
+        (("namespaceSelector: {}\n", "namespaceSelector: {}\nsidecar: {name: d}\n"), "field sidecar"),
     ],
 )
 def test_problems_are_named_where_they_are(change, error):
+    """Each problem on a line of its own, naming the file and the policy, then the field."""
     old, new = change
     text = policy_text()
     assert old in text
     found = errors_of(text.replace(old, new, 1))
-    assert any(error in e for e in found), found
+    assert any(e.startswith("t.yaml: policy 'two-types': ") and error in e for e in found), found
+
+
+def test_a_policy_without_machine_types_names_its_file_and_policy_in_its_problems():
+    text = policy_text()
+    text = text[: text.index("machineTypes:")] + "sidecar: {name: d}\n"
+    found = errors_of(text)
+    assert found and all(e.startswith("t.yaml: policy 'two-types': ") for e in found), found
+
+
+def test_an_empty_label_value_and_no_when_unselected_are_accepted():
+    """A node label may have the empty value (Kubernetes' label syntax); whenUnselected defaults to
+    Default, whose default type takes a pod that names none."""
+    text = policy_text().replace("  whenUnselected: Default\n", "")
+    text = text.replace("node.kubernetes.io/instance-type: a4x-highgpu-4g}", "node.kubernetes.io/instance-type: ''}")
+    assert "whenUnselected" not in text and "instance-type: ''" in text
+    ps, errors = load_texts([("t.yaml", text)])
+    assert ps is not None, [str(e) for e in errors]
+    typed = ps.get("two-types").machines
+    assert typed.default is not None and typed.default.name == "eight" and not typed.add_affinity
+    assert dict(typed.types[1].labels)["node.kubernetes.io/instance-type"] == ("",)
 
 
 def test_two_types_with_the_same_labels_cannot_be_chosen_between():
@@ -64,7 +91,9 @@ def test_two_types_with_the_same_labels_cannot_be_chosen_between():
         "{node.kubernetes.io/instance-type: a4-highgpu-8g, cloud.google.com/gke-accelerator: [nvidia-b200, nvidia-h200-141gb]}",
     )
     found = errors_of(text)
-    assert any("machineTypes.types[1].nodeLabels: the same labels as type 'eight'" in e for e in found), found
+    assert "t.yaml: policy 'two-types': field machineTypes.types[1].nodeLabels: the same labels as type 'eight'" in (
+        "\n".join(found)
+    ), found
 
 
 def test_a_null_sidecar_or_variable_takes_the_policys_own_out():
