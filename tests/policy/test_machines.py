@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import pytest
 
-from core.test_machines import policy_text
+import kube_objects as k
+from core.test_machines import ITYPE, policy_text
+from webhook.core import machines
 from webhook.policy.load import load_texts
 
 
@@ -130,3 +132,29 @@ def test_a_null_dra_takes_the_policys_dra_nic_classes_out_of_that_type_only():
     eight, four = (t.policy for t in ps.get("two-types").machines.types)
     assert eight.dra is not None and eight.dra.classes == {"mrdma.google.com"} and four.dra is None
     assert errors_of(text.replace("      dra: null\n", "      dra: {}\n")), "an empty dra is still refused"
+
+
+def test_each_type_keeps_the_policys_name_and_a_null_for_a_section_the_policy_lacks_is_nothing():
+    """A type's policy is named as the policy (its refusals say `policy two-types`), and its
+    own name and node labels are no section of it; `sidecar: null` on a type of a policy with no
+    sidecar takes nothing out (and is no error)."""
+    text = policy_text().replace('      fabric: {hcaDevices: ["mlx5_[0-3]"]}\n', "      sidecar: null\n")
+    ps, errors = load_texts([("t.yaml", text)])
+    assert ps is not None, [str(e) for e in errors]
+    typed = ps.get("two-types").machines
+    assert [t.policy.name for t in typed.types] == ["two-types", "two-types"]
+    assert [t.policy.sidecar for t in typed.types] == [None, None]
+
+
+def test_types_sharing_a_label_value_are_both_named_by_it():
+    """Two types on the same instance type, told apart by their accelerator: a pod that selects
+    only the instance type names both, so the webhook cannot choose (and denies it)."""
+    text = policy_text().replace(
+        "node.kubernetes.io/instance-type: a4x-highgpu-4g", "node.kubernetes.io/instance-type: a4-highgpu-8g"
+    )
+    ps, errors = load_texts([("t.yaml", text)])
+    assert ps is not None, [str(e) for e in errors]
+    typed = ps.get("two-types").machines
+    assert typed.by_label["node.kubernetes.io/instance-type"]["a4-highgpu-8g"] == {"eight", "four"}
+    pod = k.pod([k.container("w", gpus=4)], namespace="ml", generate_name="w-", nodeSelector={ITYPE: "a4-highgpu-8g"})
+    assert machines.choose(pod, ps.get("two-types"), ps)[0] is None
