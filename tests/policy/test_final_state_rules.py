@@ -9,11 +9,14 @@ whether the rules refuse the same pods as the webhook: test_admission_policy_cel
 
 from __future__ import annotations
 
+import copy
+
 import pytest
 
 import kube_objects as k
 from core.test_machines import ACCEL, policy_text
-from policy.test_admission_policy_cel import evaluate, verdicts
+from conftest import POLICIES
+from policy.test_admission_policy_cel import _caps, _objects, evaluate, mutated, verdicts, webhook_findings
 from webhook.core import keys
 from webhook.policy import admission_policy as ap, final_state_rules
 from webhook.policy.load import load_texts
@@ -74,6 +77,11 @@ REFUSALS = [
             f"{TRAINER}NCCL_NET names a transport that policy erdma does not provide (IB), so NCCL uses TCP; "
             f"{AFTER} set it [env-fallback]",
         ],
+    ),
+    (
+        "efa",
+        "FI_PROVIDER='changed' last",
+        [f"{TRAINER}FI_PROVIDER is missing or changed, but policy efa pins it to 'efa' {PINS}"],
     ),
     (
         "gke-tcpxo",
@@ -206,3 +214,65 @@ def test_machine_types_with_the_same_rules_are_checked_as_one(tmp_path):
         any(not v["passed"] and v["message"].endswith("[ipc-lock-missing]") for v in r["validations"]) for r in rows
     ]
     assert lacking == [True, False, True, False]
+
+
+def _failed(row) -> set[str]:
+    return {v["message"].rsplit("[", 1)[1].rstrip("]") for v in row["validations"] if not v["passed"]}
+
+
+def test_a_privileged_container_needs_no_ipc_lock(tmp_path):
+    """erdma: a privileged target without IPC_LOCK in its capabilities holds every capability:
+    not refused for IPC_LOCK, as the webhook does not; unprivileged, it is."""
+    ns, good = mutated("erdma")
+    pods = []
+    for privileged in (True, False):
+        pod = copy.deepcopy(good)
+        _caps(pod).pop("add")
+        pod["spec"]["containers"][0]["securityContext"]["privileged"] = privileged
+        pods.append(pod)
+    rows = evaluate(_objects("erdma"), pods, tmp_path)
+    assert ["ipc-lock-missing" in _failed(r) for r in rows] == [False, True]
+    assert ["ipc-lock-missing" in webhook_findings(p, ns) for p in pods] == [False, True]
+
+
+def test_an_equivalent_device_resource_stands_for_the_device(tmp_path):
+    """ib-shared: a target whose rdma/rdma_shared_device_a is replaced by one of the policy's
+    equivalent resources (in limits, or in requests only) still has its device; without any,
+    it lacks it (device-missing), as the webhook says."""
+    ns, good = mutated("ib-shared")
+    pods = []
+    for where, resource in [("limits", "rdma/ib"), ("requests", "rdma/rdma_shared_device_b"), (None, None)]:
+        pod = copy.deepcopy(good)
+        res = pod["spec"]["containers"][0]["resources"]
+        for section in ("limits", "requests"):
+            res.get(section, {}).pop("rdma/rdma_shared_device_a", None)
+        if where is not None:
+            res.setdefault(where, {})[resource] = "1"
+        pods.append(pod)
+    rows = evaluate(_objects("ib-shared"), pods, tmp_path)
+    assert ["device-missing" in _failed(r) for r in rows] == [False, False, True]
+    assert ["device-missing" in webhook_findings(p, ns) for p in pods] == [False, False, True]
+
+
+def test_an_enforced_variable_after_free_ones_is_held(tmp_path):
+    """A policy that pins a variable written after variables it does not pin: the pin still
+    holds (a pod without it is refused with that variable's words)."""
+    text = (POLICIES / "erdma.yaml").read_text()
+    assert "  NCCL_NET_PLUGIN: none\n" in text
+    policies, errors = load_texts(
+        [
+            (
+                "erdma.yaml",
+                text.replace(
+                    "  NCCL_NET_PLUGIN: none\n", "  NCCL_NET_PLUGIN: none\n  NCCL_IB_TC: {value: '41', enforce: true}\n"
+                ),
+            )
+        ]
+    )
+    assert policies is not None, errors
+    _, good = mutated("erdma")
+    objects = [d for d in ap.objects(policies) if d["metadata"]["labels"][ap.POLICY_LABEL] == "erdma"]
+    (row,) = evaluate(objects, [good], tmp_path)
+    assert [v["message"] for v in row["validations"] if not v["passed"]] == [
+        f"{TRAINER}NCCL_IB_TC is missing or changed, but policy erdma pins it to '41' {PINS}"
+    ]
