@@ -16,7 +16,7 @@ import pytest
 import kube_objects as k
 from core.test_machines import ACCEL, policy_text
 from conftest import POLICIES
-from policy.test_admission_policy_cel import _caps, _objects, evaluate, mutated, verdicts, webhook_findings
+from policy.test_admission_policy_cel import _caps, _last, _objects, evaluate, mutated, verdicts, webhook_findings
 from webhook.core import keys
 from webhook.policy import admission_policy as ap, final_state_rules
 from webhook.policy.load import load_texts
@@ -276,3 +276,20 @@ def test_an_enforced_variable_after_free_ones_is_held(tmp_path):
     assert [v["message"] for v in row["validations"] if not v["passed"]] == [
         f"{TRAINER}NCCL_IB_TC is missing or changed, but policy erdma pins it to '41' {PINS}"
     ]
+
+
+def test_a_plugin_path_may_end_in_any_of_the_fabrics_plugins(tmp_path):
+    """efa's NCCL_NET_PLUGIN may name either of its plugins (ofi, aws-ofi), by name or by a path
+    ending in one: those are admitted, a path ending in another name is refused, as the webhook
+    decides."""
+    ns, good = mutated("efa")
+    values = ["aws-ofi", "/opt/amazon/ofi-nccl/aws-ofi", "/opt/amazon/ofi-nccl/ofi", "/opt/amazon/ofi-nccl/aws-ofi2"]
+    pods = []
+    for value in values:
+        pod = copy.deepcopy(good)
+        _last("NCCL_NET_PLUGIN", value)(pod)
+        pods.append(pod)
+    rows = evaluate(_objects("efa"), pods, tmp_path)
+    refused = [v for v, row in zip(values, rows) if "env-fallback" in _failed(row)]
+    webhook = [v for v, pod in zip(values, pods) if "env-fallback" in webhook_findings(pod, ns)]
+    assert refused == webhook == values[3:]
