@@ -293,3 +293,24 @@ def test_a_plugin_path_may_end_in_any_of_the_fabrics_plugins(tmp_path):
     refused = [v for v, row in zip(values, rows) if "env-fallback" in _failed(row)]
     webhook = [v for v, pod in zip(values, pods) if "env-fallback" in webhook_findings(pod, ns)]
     assert refused == webhook == values[3:]
+
+
+def test_a_policy_of_two_devices_wants_both(tmp_path):
+    """A policy whose targets get two device resources: a target lacking one of them (the other
+    kept) is refused, in words naming both."""
+    text = (POLICIES / "erdma.yaml").read_text()
+    one = "  - resource: aliyun/erdma\n    count: 1\n"
+    assert one in text
+    policies, errors = load_texts(
+        [("erdma.yaml", text.replace(one, one + "  - resource: example.com/rdma-b\n    count: 1\n"))]
+    )
+    assert policies is not None, errors
+    _, good = mutated("erdma")
+    both, one_only = copy.deepcopy(good), copy.deepcopy(good)
+    both["spec"]["containers"][0]["resources"]["limits"]["example.com/rdma-b"] = "1"
+    objects = [d for d in ap.objects(policies) if d["metadata"]["labels"][ap.POLICY_LABEL] == "erdma"]
+    rows = evaluate(objects, [both, one_only], tmp_path)
+    assert [[v["message"] for v in r["validations"] if not v["passed"]] for r in rows] == [
+        [],
+        [f"{TRAINER}lacks aliyun/erdma and example.com/rdma-b in resources.limits, {NO_DEVICE}"],
+    ]
