@@ -237,17 +237,17 @@ def test_a_privileged_container_needs_no_ipc_lock(tmp_path):
 
 def test_an_equivalent_device_resource_stands_for_the_device(tmp_path):
     """ib-shared: a target whose rdma/rdma_shared_device_a is replaced by one of the policy's
-    equivalent resources (in limits, or in requests only) still has its device; without any,
-    it lacks it (device-missing), as the webhook says."""
+    equivalent resources (in limits, and in requests as the API server defaults them) still has
+    its device; without any, it lacks it (device-missing), as the webhook says."""
     ns, good = mutated("ib-shared")
     pods = []
-    for where, resource in [("limits", "rdma/ib"), ("requests", "rdma/rdma_shared_device_b"), (None, None)]:
+    for resource in ("rdma/ib", "rdma/rdma_shared_device_b", None):
         pod = copy.deepcopy(good)
         res = pod["spec"]["containers"][0]["resources"]
         for section in ("limits", "requests"):
             res.get(section, {}).pop("rdma/rdma_shared_device_a", None)
-        if where is not None:
-            res.setdefault(where, {})[resource] = "1"
+            if resource is not None:
+                res.setdefault(section, {})[resource] = "1"
         pods.append(pod)
     rows = evaluate(_objects("ib-shared"), pods, tmp_path)
     assert ["device-missing" in _failed(r) for r in rows] == [False, False, True]
