@@ -22,8 +22,8 @@ def test_a_container_referencing_an_aligned_resource_claim_by_its_claim_name_is_
     pod's gpu-nic-aligned-8 claim. A pod that names that claim as a ResourceClaim
     (`resourceClaimName`, a claim made from the aligned template) instead of a template: the
     container is still a target (`is_target` reads both names, as `find_targets` does), so the
-    policy holds it to IPC_LOCK like the webhook. Its device-missing rule reads the template name
-    only (CEL cannot read the ResourceClaim's requests), so it refuses such a pod either way."""
+    policy holds it to IPC_LOCK like the webhook; and its device is there, as the webhook reads it
+    (`families._check_claims` takes either name): the policy refuses no pod the webhook admits."""
     ns, good = mutated("roce-dranet-aligned")
     (entry,) = [e for e in good["spec"]["resourceClaims"] if e.get("resourceClaimTemplateName") == "gpu-nic-aligned-8"]
     by_claim = copy.deepcopy(good)
@@ -32,11 +32,17 @@ def test_a_container_referencing_an_aligned_resource_claim_by_its_claim_name_is_
             e["resourceClaimName"] = e.pop("resourceClaimTemplateName")
     no_ipc_lock = copy.deepcopy(by_claim)
     _caps(no_ipc_lock).pop("add")
-    rows = evaluate(_objects("roce-dranet-aligned"), [good, by_claim, no_ipc_lock], tmp_path)
+    no_reference = copy.deepcopy(by_claim)
+    (trainer,) = [c for c in no_reference["spec"]["containers"] if c.get("resources", {}).get("claims")]
+    trainer["resources"].pop("claims")
+    rows = evaluate(_objects("roce-dranet-aligned"), [good, by_claim, no_ipc_lock, no_reference], tmp_path)
     assert not rows[0]["denied"] and _failed(rows[0]) == set()
-    assert rows[1]["denied"] and _failed(rows[1]) == {"device-missing"}
-    assert rows[2]["denied"] and _failed(rows[2]) == {"device-missing", "ipc-lock-missing"}
+    assert not rows[1]["denied"] and _failed(rows[1]) == set()
+    assert set(webhook_findings(by_claim, ns)) == set()
+    assert rows[2]["denied"] and _failed(rows[2]) == {"ipc-lock-missing"}
     assert set(webhook_findings(no_ipc_lock, ns)) == {"ipc-lock-missing"}  # the webhook: a target, its device there
+    # a container that references no claim brings no GPU of it: neither a target for the policy nor for the webhook
+    assert not rows[3]["denied"] and set(webhook_findings(no_reference, ns)) == set()
 
 
 def test_an_aligned_template_name_matches_for_any_gpu_count_and_nothing_else(tmp_path):
