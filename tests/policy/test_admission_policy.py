@@ -479,3 +479,41 @@ os.waitpid(pid, 0)
             ["rdma_webhook_admission_policy_in_sync 0.0", "rdma_webhook_admission_policy_mismatches 2.0"],
         ]
     )
+
+
+def test_an_edited_match_condition_or_variable_is_a_mismatch_and_api_defaults_are_not(shipped):
+    """The run-time check (`mismatches`) reads the installed objects as the API returns them: a
+    match condition or a variable edited by hand (the digest kept) is named; a field the API
+    server returns empty or null beside ours is no difference; an object of an older policy is
+    named with both digests."""
+    docs = ap.objects(shipped)
+    vaps, bindings = _by_kind(docs, ap.POLICY_KIND), _by_kind(docs, ap.BINDING_KIND)
+    name = "rdma-webhook-final-state-erdma"
+    edited = f"ValidatingAdmissionPolicy {name}: its rules were edited after generation; regenerate and apply it"
+    for field in ("matchConditions", "variables"):
+        changed = copy.deepcopy(vaps)
+        spec = next(v for v in changed if v["metadata"]["name"] == name)["spec"]
+        spec[field][0]["expression"] = "true"
+        assert ap.mismatches(shipped, changed, bindings) == [edited], field
+    defaulted = copy.deepcopy(vaps)
+    for v in defaulted:
+        for field in ("matchConditions", "variables", "validations"):
+            for item in v["spec"][field]:
+                item.update(messageExpression=item.get("messageExpression", ""), auditAnnotations=None)
+    assert ap.mismatches(shipped, defaulted, bindings) == []
+    older = copy.deepcopy(vaps)
+    meta = next(v for v in older if v["metadata"]["name"] == name)["metadata"]
+    have, meta["annotations"][ap.DIGEST_ANNOTATION] = meta["annotations"][ap.DIGEST_ANNOTATION], "0123456789abcdef"
+    assert ap.mismatches(shipped, older, bindings) == [
+        f"ValidatingAdmissionPolicy {name} was generated from another version of policy erdma (digest "
+        f"0123456789abcdef, the policy in force makes {have}); regenerate and apply it"
+    ]
+
+
+def test_the_validations_and_match_condition_of_a_policy(shipped):
+    """`validations` gives a policy's validations; `broken`, its match condition (a policy with
+    machine types: the one that reads the pod's type first)."""
+    for policy in shipped.by_name.values():
+        spec = ap.policy_spec(policy)
+        assert ap.validations(policy) == spec["validations"] and len(spec["validations"]) >= 4
+        assert ap.broken(policy) == spec["matchConditions"][0]["expression"]

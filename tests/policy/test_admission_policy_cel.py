@@ -593,12 +593,18 @@ def cases(case: str) -> tuple[str, list[tuple[str, dict[str, Any]]]]:
     return ns, out
 
 
-@functools.lru_cache(maxsize=None)
 def verdicts(case: str) -> tuple[str, list[tuple[str, dict[str, Any]]], list[dict[str, Any]]]:
-    """(namespace, the cases of `case`, the harness's row for each), evaluated once."""
+    """(namespace, the cases of `case`, the harness's row for each), evaluated once for the
+    objects the generator makes now (a mutant's worker, forked after mutmut's clean run, evaluates
+    its own objects, not the clean run's remembered verdicts)."""
+    objects = _objects(shape(case)[0])
+    return _verdicts(case, json.dumps(objects, sort_keys=True))
+
+
+@functools.lru_cache(maxsize=None)
+def _verdicts(case: str, objects: str) -> tuple[str, list[tuple[str, dict[str, Any]]], list[dict[str, Any]]]:
     ns, pods = cases(case)
-    name = shape(case)[0]
-    rows = evaluate(_objects(name), [p for _, p in pods], Path(tempfile.mkdtemp(prefix="rdma-webhook-celcheck-")))
+    rows = evaluate(json.loads(objects), [p for _, p in pods], Path(tempfile.mkdtemp(prefix="rdma-webhook-celcheck-")))
     assert [r["pod"] for r in rows] == list(range(len(pods)))
     return ns, pods, rows
 

@@ -31,10 +31,6 @@ from webhook.policy.machine_cel import machine
 
 SHIPPED, _ = load_dir(POLICIES)
 assert SHIPPED is not None
-TWO_TYPES = {
-    when: load_texts([("two-types.yaml", policy_text(when, None if when == "Deny" else "eight"))])[0]
-    for when in ("Default", "RequireNodeAffinity", "Deny")
-}
 OWN = [("topology.kubernetes.io/zone", "us-central1-a"), ("kubernetes.io/arch", "amd64")]
 UNKNOWN = ["nvidia-l4", "n2-standard-8"]
 
@@ -109,14 +105,33 @@ def _webhook(pod: dict[str, Any], policy: Policy, policies: PolicySet) -> str:
     return typed.machine if typed is not None else ""
 
 
-CASES = [(n, SHIPPED, SHIPPED.by_name[n]) for n in sorted(SHIPPED.by_name) if SHIPPED.by_name[n].machines] + [
-    (f"two-types ({when})", ps, ps.by_name["two-types"]) for when, ps in TWO_TYPES.items()
+# A label key only one type declares (the four-GPU type without an instance type): a term or a
+# nodeSelector naming that key's value selects the type that has it, never the other.
+_ONE_KEY = policy_text().replace(", node.kubernetes.io/instance-type: a4x-highgpu-4g}", "}")
+assert _ONE_KEY != policy_text()
+# (what, the policy's text: None for a shipped policy). Each test loads its policy itself, so that
+# the machine types it evaluates are compiled by the code under test (webhook.policy.machines).
+CASES = [(n, None) for n in sorted(SHIPPED.by_name) if SHIPPED.by_name[n].machines] + [
+    (f"two-types ({when})", policy_text(when, None if when == "Deny" else "eight"))
+    for when in ("Default", "RequireNodeAffinity", "Deny")
 ]
+CASES.append(("two-types (a key of one type)", _ONE_KEY))
+
+
+def _load(what: str, text: str | None) -> tuple[PolicySet, Policy]:
+    if text is None:
+        policies, errors = load_dir(POLICIES)
+        assert policies is not None, errors
+        return policies, policies.by_name[what]
+    policies, errors = load_texts([("two-types.yaml", text)])
+    assert policies is not None, errors
+    return policies, policies.by_name["two-types"]
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c[0] for c in CASES])
 def test_the_cel_reads_the_machine_type_the_webhook_chooses(case, tmp_path):
-    what, policies, policy = case
+    what, text = case
+    policies, policy = _load(what, text)
     pods = _pods(policy, selections(policy, 400, seed=42))
     rows = evaluate([_probe(policy), _binding(policy)], pods, tmp_path)
     assert len(rows) == len(pods)

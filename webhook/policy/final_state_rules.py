@@ -21,9 +21,9 @@ from webhook.policy.cel import (
     env_unset_or,
     has_section,
     last_value,
-    made_from,
     positive,
     re_escape,
+    references_claim,
 )
 
 # NCCL_IB_DISABLE as NCCL reads it (strtoll base 0, `webhook.grammar.nccl.int_param`): non-zero
@@ -113,12 +113,9 @@ def _device_condition(policy: Policy) -> tuple[str, str] | None:
         parts.append(f"({has_section('limits')} && {' && '.join(above_zero('limits', r) for r in resources)})")
         wants.append(" and ".join(resources) + " in resources.limits")
     if policy.claim is not None:
-        made = made_from(policy.claim, "rc.resourceClaimTemplateName")  # of any GPU count, when aligned
-        parts.append(
-            "(has(object.spec.resourceClaims) && has(c.resources) && has(c.resources.claims) && "
-            "c.resources.claims.exists(cl, object.spec.resourceClaims.exists(rc, rc.name == cl.name && "
-            f"has(rc.resourceClaimTemplateName) && {made})))"
-        )
+        # of any GPU count, when aligned; by template or by a ResourceClaim made from it, as the webhook reads it
+        made = references_claim(policy.claim, ("resourceClaimTemplateName", "resourceClaimName"))
+        parts.append(f"(has(object.spec.resourceClaims) && has(c.resources) && has(c.resources.claims) && {made})")
         wants.append(f"a resources.claims entry for the pod's {policy.claim.template} claim")
     if not parts:
         return None
@@ -272,13 +269,13 @@ def _host_network_rules(policy: Policy) -> list[Rule]:
     out: list[Rule] = []
     host = "(has(object.spec.hostNetwork) && object.spec.hostNetwork)"
     if policy.host_network == "Forbidden":
-        mechanism = "GKE attaches" if policy.gke_networks else "Multus does"
+        mechanism = "GKE" if policy.gke_networks else "Multus"
         out.append(
             Rule(
                 "host-network",
                 f"!{host}",
                 f"hostNetwork: true, but policy {policy.name} attaches its fabric through the pod's own "
-                f"interfaces ({mechanism} not attach networks to host-network pods); remove hostNetwork",
+                f"interfaces ({mechanism} does not attach networks to host-network pods); remove hostNetwork",
                 over=POD,
             )
         )
@@ -326,13 +323,8 @@ def _gke_rules(policy: Policy) -> list[Rule]:
     claim's DeviceClass; a GPU container with a claim that is no NIC, whose networks a later
     webhook removed, goes unseen: docs/admission-policy.md)."""
     out: list[Rule] = []
-    ann = f"object.metadata.annotations[{cel_str(gke.INTERFACES)}]"
     for g in policy.gke_networks:  # GKE multi-networking's JSON list (webhook.fabrics.gke)
-        listed = rf"\"network\"\s*:\s*\"{re_escape(g.name)}\""
-        present = (
-            f"has(object.metadata.annotations) && {cel_str(gke.INTERFACES)} in object.metadata.annotations && "
-            f"{ann}.matches({cel_str(listed)})"
-        )
+        present = " && ".join(_gke_listed(re_escape(g.name)))
         if policy.dra is not None:
             present = f"({present}) || (has(object.spec.resourceClaims) && size(object.spec.resourceClaims) > 0)"
         out.append(
@@ -347,16 +339,24 @@ def _gke_rules(policy: Policy) -> list[Rule]:
     return out
 
 
+def _gke_listed(network: str) -> tuple[str, str, str]:
+    """CEL, in the order they must be tested: the pod has annotations, it has GKE's interfaces
+    annotation, and that annotation (GKE multi-networking's JSON list, webhook.fabrics.gke) lists a
+    network whose name matches `network` (an RE2 pattern)."""
+    listed = r"\"network\"\s*:\s*\"" + network + r"\""
+    return (
+        "has(object.metadata.annotations)",
+        f"{cel_str(gke.INTERFACES)} in object.metadata.annotations",
+        f"object.metadata.annotations[{cel_str(gke.INTERFACES)}].matches({cel_str(listed)})",
+    )
+
+
 def _other_types_networks(policy: Policy, machine: str, theirs: list[str]) -> Rule:
     """fabric-mismatch: a pod on machine type `machine` lists none of the GKE networks only the
     policy's other types have (`theirs`): those NICs do not exist on its nodes (the webhook's
     fabric-mismatch on another fabric's GKE networks)."""
-    ann = f"object.metadata.annotations[{cel_str(gke.INTERFACES)}]"
-    listed = r"\"network\"\s*:\s*\"(" + "|".join(re_escape(n) for n in theirs) + r')\"'
-    absent = (
-        f"!has(object.metadata.annotations) || !({cel_str(gke.INTERFACES)} in object.metadata.annotations) || "
-        f"!{ann}.matches({cel_str(listed)})"
-    )
+    annotations, annotated, listed = _gke_listed("(" + "|".join(re_escape(n) for n in theirs) + ")")
+    absent = f"!{annotations} || !({annotated}) || !{listed}"
     return Rule(
         "fabric-mismatch",
         absent,
