@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from typing import Any
 
 import orjson
@@ -93,6 +94,11 @@ def no_threads(state: ApiClusterState) -> list[str]:
     return started
 
 
+def messages(caplog) -> list[str]:
+    """The log lines as written, each whole (a mutant's "XX...XX" text contains the original)."""
+    return [r.getMessage() for r in caplog.records]
+
+
 # -- the client ----------------------------------------------------------------------------------
 
 
@@ -161,7 +167,7 @@ def test_prime_reports_what_failed_and_the_workers_list_it(make, caplog):
     assert (
         "listing before the fork failed (namespaces: HTTP 403 Forbidden; "
         "network-attachment-definitions: ConnectionRefusedError: refused); each worker lists what is missing"
-    ) in caplog.text
+    ) in messages(caplog)
     assert not state._ns.synced and not state.ready()
     state = make()
     state._ns.list_call = Lister(ApiException(status=404, reason="Not Found"))  # namespaces are not optional
@@ -250,7 +256,7 @@ def test_nads_and_their_lookups_follow_uses_networks(make, caplog):
     caplog.set_level(logging.INFO, "rdma_webhook.cluster")
     assert state._maybe_track_networks() and state._maybe_track_networks()
     assert started == ["network-attachment-definitions"]
-    assert "a policy uses a Multus network: watching network-attachment-definitions" in caplog.text
+    assert messages(caplog) == ["a policy uses a Multus network: watching network-attachment-definitions"]
     nad = {"metadata": {"name": "rdma", "namespace": "team-a", "annotations": {keys.NAD_RESOURCE_NAME: "x.io/r"}}}
     state._nads.list_call = Lister(listing(nad))
     state._nads.relist()
@@ -268,7 +274,7 @@ def test_a_failing_uses_networks_is_logged_and_taken_as_no(make, caplog):
 
     state = make(uses_networks=broken)
     caplog.set_level(logging.ERROR, "rdma_webhook.cluster")
-    assert state._uses_networks() is False and "uses_networks() failed" in caplog.text
+    assert state._uses_networks() is False and messages(caplog) == ["uses_networks() failed"]
     assert make(uses_networks=lambda: "yes")._uses_networks() is True
 
 
@@ -412,9 +418,9 @@ def test_a_missing_namespace_is_remembered_for_miss_ttl(make, monotonic, caplog)
     caplog.set_level(logging.WARNING, "rdma_webhook.cluster")
     assert state.namespace("ghost") is None
     assert reads.calls[0][1]["_request_timeout"] == 0.5
-    monotonic.now += 4.9
+    monotonic.now += 4.0
     assert state.namespace("ghost") is None and len(reads.calls) == 1
-    monotonic.now += 0.2
+    monotonic.now += 1.0  # miss_ttl to the dot: the miss has expired
     assert state.namespace("ghost") is None and len(reads.calls) == 2
     assert caplog.text == ""  # a 404 is an answer, not a failure
 
@@ -426,13 +432,15 @@ def test_a_failed_read_is_logged_remembered_and_none(make, monotonic, caplog):
     )
     caplog.set_level(logging.WARNING, "rdma_webhook.cluster")
     assert state.namespace("team-a") is None
-    assert "namespace 'team-a': direct read failed (HTTP 500 Internal Server Error)" in caplog.text
+    assert messages(caplog) == ["namespace 'team-a': direct read failed (HTTP 500 Internal Server Error)"]
     assert state.namespace("team-a") is None and len(reads.calls) == 1
     monotonic.now += 1.5
     assert state.namespace("team-a") is None
-    assert "namespace 'team-a': direct read failed (TimeoutError: read timed out)" in caplog.text
+    assert messages(caplog)[1] == "namespace 'team-a': direct read failed (TimeoutError: read timed out)"
     monotonic.now += 1.5
-    assert state.namespace("team-a") is None and "direct read failed (JSONDecodeError" in caplog.text
+    assert state.namespace("team-a") is None and messages(caplog)[2].startswith(
+        "namespace 'team-a': direct read failed (JSONDecodeError: "
+    )
     assert reads.responses[0].released == 1  # released even when its body is not JSON
     assert state._inflight == {}
 
@@ -456,7 +464,7 @@ def test_misses_are_pruned_past_a_thousand(make, monotonic):
     for n in range(1001):
         state._remember_miss(f"gone-{n}")
     assert len(state._misses) == 1001
-    monotonic.now += 6.0
+    monotonic.now += 5.0  # every miss expires now: pruned
     state._remember_miss("late")
     assert state._misses == {"late": monotonic.now + 5.0}
     fresh = make()
@@ -484,8 +492,11 @@ def test_concurrent_reads_of_one_namespace_wait_for_the_first(make, monotonic):
     assert entered.wait(10)
     waiting = threading.Event()
 
+    waited: list[Any] = []
+
     class Seen(threading.Event):
         def wait(self, timeout=None):
+            waited.append(timeout)
             waiting.set()
             return super().wait(timeout)
 
@@ -499,3 +510,203 @@ def test_concurrent_reads_of_one_namespace_wait_for_the_first(make, monotonic):
     t2.join(10)
     assert waiter.is_set() and first[0].name == "team-a" and second[0] is first[0]
     assert len(reads.calls) == 1 and state._inflight == {}
+    assert waited == [5.5]  # bounded: the read's own timeout and half a second
+
+
+# -- from the environment ------------------------------------------------------------------------
+
+
+def test_from_environment_takes_the_in_cluster_service_account_first(monkeypatch):
+    loaded: list[Any] = []
+
+    def in_cluster(client_configuration):
+        # what kubernetes.config's in-cluster loader sets from the pod's service account
+        client_configuration.host = "https://10.96.0.1:443"
+        client_configuration.api_key = {"authorization": "bearer t0ken"}
+        loaded.append(client_configuration)
+
+    monkeypatch.setattr(cluster_api.config, "load_incluster_config", in_cluster)
+    state = ApiClusterState.from_environment(lambda: True, page_size=7, uses_dra=lambda: True)
+    api = state._core.api_client
+    assert api.configuration is loaded[0] and api.configuration.host == "https://10.96.0.1:443"
+    assert api.configuration.retries is False  # the informers retry, with backoff; urllib3 does not
+    assert state._uses_networks() is True and state._uses_dra() is True and state.page_size == 7
+    api.close()
+
+
+# -- prime's bound and stop ----------------------------------------------------------------------
+
+
+_Thread = threading.Thread
+
+
+class Joins:
+    """threading.Thread whose `join` records its timeout: how long prime waits for its lists."""
+
+    joined: list[Any] = []
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        self.thread = _Thread(*args, **kwargs)
+        self.name = self.thread.name
+
+    def start(self) -> None:
+        self.thread.start()
+
+    def join(self, timeout: Any = None) -> None:
+        Joins.joined.append(timeout)
+        self.thread.join(10 if timeout is None else min(timeout, 10))
+
+    def is_alive(self) -> bool:
+        return self.thread.is_alive()
+
+
+def test_prime_waits_for_its_lists_up_to_the_budget_and_a_connection_then_forks_anyway(make, monkeypatch, caplog):
+    """Budget 15 s from 100 (the clock prime reads): the lists are given until 100 + 15 + the
+    connect timeout (5) + 5 = 125. A list still running then is left behind: prime says so and
+    returns False, and the worker lists for itself."""
+    state = make(uses_networks=lambda: True)
+    release = threading.Event()
+    names: list[str] = []
+    readings = iter([100.0, 120.0, 130.0, 140.0])
+
+    def clock() -> float:
+        if threading.current_thread().name.startswith("prime-"):
+            return 100.0  # the lists' own deadline checks
+        return next(readings)
+
+    def hanging(*args: Any, **kwargs: Any) -> Resp:
+        names.append(threading.current_thread().name)
+        release.wait(10)
+        return Resp(listing())
+
+    def quick(*args: Any, **kwargs: Any) -> Resp:
+        names.append(threading.current_thread().name)
+        return Resp(listing(namespace("team-a")))
+
+    state._ns.list_call, state._nads.list_call = quick, hanging
+    Joins.joined = []
+    monkeypatch.setattr(cluster_api.time, "monotonic", clock)
+    monkeypatch.setattr(cluster_api.threading, "Thread", Joins)
+    caplog.set_level(logging.INFO, "rdma_webhook.cluster")
+    try:
+        assert state.prime() is False
+    finally:
+        release.set()
+    assert Joins.joined == [5.0, 0.0]  # 125 - 120, then past it: not at all
+    assert sorted(names) == ["prime-namespaces", "prime-network-attachment-definitions"]
+    assert messages(caplog)[-1] == "listing before the fork outlived its budget; forking anyway"
+
+
+def test_prime_logs_how_long_the_lists_took(make, monkeypatch, caplog):
+    state = make()
+    readings = iter([100.0, 101.0, 102.5])
+    monkeypatch.setattr(
+        cluster_api.time,
+        "monotonic",
+        lambda: 100.0 if threading.current_thread().name.startswith("prime-") else next(readings),
+    )
+    state._ns.list_call = Lister(listing(namespace("team-a")))
+    caplog.set_level(logging.INFO, "rdma_webhook.cluster")
+    assert state.prime() is True
+    assert messages(caplog)[-1].startswith("listed before the fork in 2.500s: namespaces 1 in ")
+
+
+class Stoppable:
+    """A watch whose stop() is counted and may end a thread waiting on it."""
+
+    def __init__(self, ends: threading.Event | None = None):
+        self.stopped, self.ends = 0, ends
+
+    def stop(self) -> None:
+        self.stopped += 1
+        if self.ends is not None:
+            self.ends.set()
+
+
+def test_stop_stops_every_open_watch_until_its_timeout(make, monkeypatch, caplog):
+    """A thread that does not end is waited for `timeout` seconds (2 by default) of the clock
+    stop reads, the open watches stopped again on each round, then named in a warning."""
+    state = make(admission_policies=lambda: None)
+    never = threading.Event()
+    stuck = threading.Thread(target=never.wait, args=(10,), name="watch-namespaces")
+    stuck.start()
+    state._threads = [stuck]
+    state._ns.watch = watch = Stoppable()
+    ticks = iter(x * 0.5 for x in range(100))
+    monkeypatch.setattr(cluster_api.time, "monotonic", lambda: next(ticks))
+    caplog.set_level(logging.WARNING, "rdma_webhook.cluster")
+    try:
+        state.stop()
+    finally:
+        never.set()
+        stuck.join(10)
+    assert watch.stopped == 3  # at 0.5, 1.0 and 1.5 of the 2 s from 0
+    assert messages(caplog) == ["watch-namespaces did not stop within 2.0s"]
+    assert state._stopping.is_set()
+
+
+def test_stop_reaches_the_admission_policy_checks_watches_too(make, caplog):
+    state = make(admission_policies=lambda: None)
+    ended = threading.Event()
+    waiting = threading.Thread(target=ended.wait, args=(10,), name="watch-validatingadmissionpolicies")
+    waiting.start()
+    state._threads = [waiting]
+    vaps, bindings = state.admission_policy_check.informers
+    vaps.watch = Stoppable(ended)
+    caplog.set_level(logging.WARNING, "rdma_webhook.cluster")
+    state.stop()
+    waiting.join(10)
+    assert vaps.watch.stopped >= 1 and not waiting.is_alive() and caplog.records == []
+    assert state._threads == []
+
+
+def test_start_follows_what_policies_need_and_looks_again_only_when_something_is_missing(make):
+    state = make(uses_networks=lambda: True, uses_dra=lambda: True, admission_policies=lambda: None)
+    started = no_threads(state)
+    for i in state.admission_policy_check.informers:
+        i.start = lambda i=i: (started.append(i.kind), setattr(i, "thread", threading.Thread(target=lambda: None)))
+    state.start()
+    try:
+        names = [t.name for t in state._threads]
+        assert "check-admission-policies" in names and "watch-policy-networks" not in names
+        assert started == [
+            "namespaces",
+            "trainingruntimes",
+            "clustertrainingruntimes",
+            "validatingadmissionpolicies",
+            "validatingadmissionpolicybindings",
+            "network-attachment-definitions",
+            "deviceclasses",
+            "resourceclaimtemplates",
+            "resourceclaims",
+        ]
+    finally:
+        state.stop()
+    later = make(uses_networks=lambda: True, watch_runtimes=False)
+    no_threads(later)
+    later.start()
+    try:
+        assert [t.name for t in later._threads][-1] == "watch-policy-networks"  # DRA not needed yet
+    finally:
+        later.stop()
+
+
+def test_stop_returns_within_about_its_timeout():
+    """A thread that does not end holds stop() up for `timeout` seconds and a poll, no more."""
+    cfg = client.Configuration()
+    cfg.host = "http://127.0.0.1:9"
+    api = client.ApiClient(cfg)
+    state = ApiClusterState(api)
+    never = threading.Event()
+    stuck = threading.Thread(target=never.wait, args=(10,), name="watch-namespaces")
+    stuck.start()
+    state._threads = [stuck]
+    began = time.perf_counter()
+    try:
+        state.stop(timeout=0.2)
+        took = time.perf_counter() - began
+    finally:
+        never.set()
+        stuck.join(10)
+        api.close()
+    assert 0.2 <= took < 1.0, took

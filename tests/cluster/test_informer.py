@@ -140,6 +140,11 @@ def gone() -> ApiException:
     return ApiException(status=410, reason="Gone")
 
 
+def messages(caplog) -> list[str]:
+    """The log lines as written, each whole (a mutant's "XX...XX" text contains the original)."""
+    return [r.getMessage() for r in caplog.records]
+
+
 # -- describe ------------------------------------------------------------------------------------
 
 
@@ -173,6 +178,18 @@ def test_first_list_asks_the_watch_cache_and_fills_the_cache():
     assert i.synced and i.resource_version == i.listed_version == "81644"
     assert (i.lists, i.pages, i.removals) == (1, 1, 1) and i.list_kind == "NamespaceList"
     assert owner.recorded == 1
+
+
+def test_a_list_records_how_long_it_took_and_logs_the_first_sync(monkeypatch, caplog):
+    readings = iter([100.0, 102.5, 200.0, 200.25])
+    monkeypatch.setattr(inf.time, "monotonic", lambda: next(readings))
+    i = namespaces(Owner(), Lister(page([ns("a"), ns("b")]), page([ns("a")])))
+    caplog.set_level(logging.INFO, "rdma_webhook.cluster")
+    i.relist()
+    assert i.list_seconds == 2.5
+    i.relist()
+    assert i.list_seconds == 0.25
+    assert messages(caplog) == ["namespaces: cache synced (2 objects)"]  # the first list only
 
 
 def test_a_list_in_pages_sends_the_token_and_no_version_and_keeps_every_page():
@@ -260,6 +277,9 @@ def test_a_list_bounded_by_a_deadline_gives_up_past_it(monkeypatch):
     j = namespaces(Owner(), lister)
     j.relist(deadline=1000.0)
     assert lister.calls[0][1]["_request_timeout"] == (5.0, 60.0)
+    lister = Lister(page([ns("a")]))
+    namespaces(Owner(), lister).relist(deadline=100.5)  # half a second left: still asked, for that long
+    assert lister.calls[0][1]["_request_timeout"] == (5.0, 0.5)
     k = namespaces(Owner(), Lister())
     with pytest.raises(TimeoutError, match=r"^namespaces: list not done by its deadline \(0 pages\)$"):
         k.relist(deadline=100.0)
@@ -353,6 +373,8 @@ def test_a_quiet_watch_that_ran_its_course_is_not_an_error(monkeypatch):
     i = namespaces(Owner(), Lister())
     i.watch = FakeWatch([])
     i.watch_once()  # ended after 1.5 s with no event: a timeout, not a misbehaving server
+    times = iter([100.0, 101.0])
+    i.watch_once()  # a second exactly: not "at once"
     times = iter([100.0, 100.9])
     with pytest.raises(inf._ShortWatch):
         i.watch_once()
@@ -452,9 +474,8 @@ def test_a_failing_list_backs_off_doubling_up_to_the_maximum(uniform, caplog):
     assert [low for low, _ in uniform] == [0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 15.0, 15.0, 15.0]
     assert owner._stopping.waited == [0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 30.0, 30.0, 30.0]
     assert i.failures == 9 and i.last_error == "HTTP 503 Service Unavailable" and not i.synced
-    assert (
+    assert messages(caplog)[0] == (
         "namespaces: list/watch failed (HTTP 503 Service Unavailable); retrying in 0.50s, answering from the cache"
-        in (caplog.text)
     )
 
 
@@ -467,6 +488,7 @@ def test_a_success_resets_the_backoff(uniform):
     # list fails twice (0.5, 1), lists, the watch fails (0.5 again), the watch fails (1)
     assert owner._stopping.waited == [0.5, 1.0, 0.5, 1.0]
     assert i.synced and "a" in i.items
+    assert i.last_error == "OSError: connection reset"
 
 
 def test_a_watch_that_ran_its_course_resets_the_backoff_and_the_failures(uniform):
@@ -506,7 +528,7 @@ def test_gone_after_progress_lists_again_at_once_from_the_version_seen(uniform, 
     assert [kw.get("resource_version") for _, kw in lister.calls] == ["0", "15"]
     assert sorted(i.items) == ["a", "b"] and i.resource_version == "20"
     assert owner._stopping.waited == [0.5]  # no pause between the 410 and the list; one after the failure
-    assert "namespaces: resourceVersion 15 expired; listing again" in caplog.text
+    assert "namespaces: resourceVersion 15 expired; listing again" in messages(caplog)
 
 
 def test_gone_straight_after_a_list_backs_off_before_listing_again(uniform):
@@ -551,7 +573,9 @@ def test_an_optional_kind_not_served_is_absent_and_looked_for_again_slowly(unifo
     assert owner._stopping.waited == [30.0, 30.0, 30.0] and uniform == []
     assert owner.recorded == 3
     assert (
-        caplog.text.count("trainingruntimes: not served by this cluster (CRD not installed); looking again every 30s")
+        messages(caplog).count(
+            "trainingruntimes: not served by this cluster (CRD not installed); looking again every 30s"
+        )
         == 1
     )
     assert lister.calls[0][0] == ("trainer.kubeflow.org", "v1alpha1", "trainingruntimes")
