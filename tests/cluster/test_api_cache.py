@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from pathlib import Path
 from typing import Any
 
 import orjson
@@ -333,7 +334,7 @@ def runtime(kind: str, name: str, namespace: str | None = None) -> dict:
     }
 
 
-def test_runtimes_are_known_once_both_kinds_are_listed_and_keep_kind_name_and_spec(make):
+def test_runtimes_are_known_once_both_kinds_are_listed_and_keep_kind_name_and_spec(make, caplog):
     state = make()
     tr, ctr = state._runtime_informers
     assert tr.args == ("trainer.kubeflow.org", "v1alpha1", "trainingruntimes") and tr.optional
@@ -345,7 +346,9 @@ def test_runtimes_are_known_once_both_kinds_are_listed_and_keep_kind_name_and_sp
     assert state.runtimes() is None
     tr.relist()
     assert state.runtimes() is None
+    caplog.set_level(logging.INFO, "rdma_webhook.cluster")
     ctr.relist()
+    assert messages(caplog) == ["clustertrainingruntimes: cache synced (1 objects)"]
     assert state.runtimes() is state
     assert state.training_runtime("team-a", "torch-rdma") == {
         "apiVersion": "trainer.kubeflow.org/v1alpha1",
@@ -710,3 +713,82 @@ def test_stop_returns_within_about_its_timeout():
         stuck.join(10)
         api.close()
     assert 0.2 <= took < 1.0, took
+
+
+# -- the defaults a deployment runs with ------------------------------------------------------------
+
+
+class FakeWatch:
+    def __init__(self) -> None:
+        self.calls: list[Any] = []
+
+    def stream(self, func: Any, *args: Any, **kwargs: Any) -> Any:
+        self.calls.append(kwargs)
+        return iter([{"type": "BOOKMARK", "raw_object": {"metadata": {"resourceVersion": "9"}}}])
+
+    def stop(self) -> None:
+        pass
+
+
+def test_by_default_watches_cycle_every_five_minutes_and_failures_back_off_from_half_a_second_to_30(make, monkeypatch):
+    from webhook.cluster import informer
+
+    state = make()
+    state._ns.watch = watch = FakeWatch()
+    state._ns.resource_version = "8"
+    state._ns.watch_once()
+    assert watch.calls[0]["timeout_seconds"] == 300 and watch.calls[0]["_request_timeout"] == (5.0, 330)
+    drawn: list[float] = []
+    monkeypatch.setattr(informer.random, "uniform", lambda low, high: drawn.append(high) or high)
+    state._stopping = Waits(8)
+    state._ns.resource_version = None
+    state._ns.list_call = Lister(*[OSError("connection refused")] * 9)
+    state._ns.run()
+    assert drawn == [0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 30.0, 30.0, 30.0]
+
+
+class Answering(client.ApiClient):
+    """A client that answers every list with no object, recording the paths asked for."""
+
+    def __init__(self) -> None:
+        super().__init__(client.Configuration())
+        self.asked: list[str] = []
+
+    def call_api(self, method: str, url: str, *args: Any, **kw: Any) -> Any:
+        self.asked.append(url.split("?")[0].removeprefix(self.configuration.host))
+
+        class Raw:
+            data = orjson.dumps({"kind": "List", "metadata": {"resourceVersion": "5"}, "items": []})
+
+            def release_conn(self) -> None:
+                pass
+
+        class Resp:
+            status = 200
+            response = Raw()
+
+        return Resp()
+
+
+def test_the_admission_policy_check_lists_through_the_states_client_and_stops_with_it():
+    from webhook.policy.load import load_texts
+
+    root = Path(__file__).resolve().parents[2]
+    erdma, errors = load_texts([("erdma.yaml", (root / "policies" / "erdma.yaml").read_text())])
+    assert erdma is not None, errors
+    api = Answering()
+    state = ApiClusterState(api, admission_policies=lambda: erdma)
+    check = state.admission_policy_check
+    for i in check.informers:
+        i.relist()
+    assert api.asked == [
+        "/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicies",
+        "/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicybindings",
+    ]
+    assert check.check() == [
+        "ValidatingAdmissionPolicy rdma-webhook-final-state-erdma for policy erdma is not installed",
+        "ValidatingAdmissionPolicy rdma-webhook-final-state-erdma has no ValidatingAdmissionPolicyBinding, so it checks nothing",
+    ]
+    state._stopping.set()
+    check._loop()  # waits on the state's stop event: returns at once
+    assert ApiClusterState(api).admission_policy_check is None
