@@ -244,6 +244,19 @@ def test_start_runs_both_informers_and_the_comparison_in_daemon_threads(erdma):
     assert check.problems is None  # policies in force, nothing listed: compared to nothing
 
 
+def test_the_started_thread_compares_what_is_listed(erdma):
+    vaps, bindings = generated(erdma)
+    check, _ = check_of(erdma, vaps, bindings[:0])
+    for i in check.informers:
+        i.relist()
+    check.owner._stopping.set()  # one comparison, then the loop ends
+    for t in check.start():
+        t.join(5)
+    assert check.problems == [
+        "ValidatingAdmissionPolicy rdma-webhook-final-state-erdma has no ValidatingAdmissionPolicyBinding, so it checks nothing"
+    ]
+
+
 def test_start_does_not_hand_back_a_thread_an_informer_did_not_make(erdma):
     check, _ = check_of(erdma, [], [])
     check.owner._stopping.set()
