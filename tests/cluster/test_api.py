@@ -334,6 +334,8 @@ def test_cache_reads_make_no_requests(apiserver, make_state):
         apiserver.put_namespace(f"ns-{i}", OPTED_IN)
     apiserver.put_nad("ns-1", "rdma-network", RDMA_VF)
     state = synced(make_state(lambda: True))
+    # both watches open first: on a loaded machine a watch may start after the lists are done
+    eventually(lambda: apiserver.open_watches() == 2, what="both watches open")
     before = apiserver.count()
     for _ in range(20):
         for i in range(50):
