@@ -254,3 +254,60 @@ def test_an_error_outside_the_decision_on_the_direct_path_is_a_503_not_a_crash(c
     front.direct = {"/mutate": ("mutate", broken)}
     status, headers, data = answer(drive(front, scope(), [{"type": "http.request", "body": b"{}"}]))
     assert status == 503 and json.loads(data) == {"error": "internal error"}
+
+
+def test_the_wsgi_environ_is_the_one_pep_3333_asks_for():
+    """Every key a WSGI app may read, with its value; a scope without `server` and `client` (both
+    optional in ASGI) gives empty names and port 0; the app's answer in several pieces is one body."""
+    import sys
+
+    seen = []
+
+    def app(environ, start_response):
+        seen.append(dict(environ))
+        start_response("201 Created", [("Content-Type", "application/json"), ("X-Seen", "é")])
+        return [b'{"a":', b"", b"1}"]
+
+    sc = scope(method="GET", path="/readyz", query=b"v=\xe9", headers=[("x-name", "caf\xe9"), ("host", "h")])
+    sc["http_version"] = "1.0"
+    del sc["server"], sc["client"]
+    status, headers, body = answer(drive(Front(app), sc, [{"type": "http.request", "body": b"", "more_body": False}]))
+    assert (status, body) == (201, b'{"a":1}')
+    assert headers == {b"content-type": b"application/json", b"x-seen": "é".encode("latin-1")}
+    env = seen[0]
+    assert env.pop("wsgi.input").read() == b"" and env.pop("wsgi.errors") is sys.stderr
+    assert env == {
+        "REQUEST_METHOD": "GET",
+        "SCRIPT_NAME": "",
+        "PATH_INFO": "/readyz",
+        "QUERY_STRING": "v=\xe9",
+        "SERVER_NAME": "",
+        "SERVER_PORT": "0",
+        "SERVER_PROTOCOL": "HTTP/1.0",
+        "REMOTE_ADDR": "",
+        "wsgi.version": (1, 0),
+        "wsgi.url_scheme": "https",
+        "wsgi.multithread": False,
+        "wsgi.multiprocess": True,
+        "wsgi.run_once": False,
+        "HTTP_X_NAME": "caf\xc3\xa9",  # the header's UTF-8 bytes, each a latin-1 character
+        "HTTP_HOST": "h",
+        "CONTENT_LENGTH": "0",
+    }
+
+
+@pytest.mark.parametrize("path", ["/\u20ac", "/caf\u00e9", "/m\u00fctate"])
+def test_a_percent_encoded_utf8_path_is_a_json_404_not_a_crash(cluster, path):
+    """uvicorn hands ASGI the path percent-decoded as UTF-8 (`GET /%E2%82%AC` is `/€`); the
+    WSGI environ carries its bytes as latin-1 characters (PEP 3333), so Flask routes it: a JSON
+    404 like any unknown path. Before, `€` (no latin-1 character) made werkzeug raise out of the
+    front, a 500 from the server."""
+    front, _ = _front_and_flask(cluster)
+    status, headers, data = answer(
+        drive(front, scope(method="GET", path=path), [{"type": "http.request", "body": b""}])
+    )
+    assert (status, headers[b"content-type"], json.loads(data)) == (
+        404,
+        b"application/json",
+        json.loads(answer(drive(front, scope(method="GET", path="/nowhere"), [{"type": "http.request"}]))[2]),
+    )
