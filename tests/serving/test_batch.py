@@ -71,7 +71,9 @@ def test_a_failing_write_is_logged_and_the_loop_goes_on(monkeypatch, caplog):
         return "still running"
 
     assert asyncio.run(go()) == "still running"
-    assert "could not write the metrics and log lines of 1 admissions" in caplog.text
+    [record] = [r for r in caplog.records if r.name == "rdma_webhook.batch"]
+    assert record.getMessage() == "could not write the metrics and log lines of 1 admissions"
+    assert record.exc_info[0] is OSError
 
 
 def test_several_lines_go_out_in_one_write(tmp_path, monkeypatch):

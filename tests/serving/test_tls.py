@@ -170,7 +170,12 @@ def rotate(served_dir, fresh_dir, names=("tls.key", "tls.crt")) -> None:
         os.replace(served_dir / f".{name}.new", served_dir / name)
 
 
-def test_a_rotation_is_served_from_the_next_handshake_and_logged(tmp_path, caplog):
+def test_a_rotation_is_served_from_the_next_handshake_and_logged(tmp_path, caplog, monkeypatch):
+    import tempfile
+
+    scratch = tmp_path / "tmp"  # where the reload takes its private snapshot of the files
+    scratch.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(scratch))
     served_dir, fresh = tmp_path / "served", tmp_path / "fresh"
     files = certs(served_dir)
     new = certs(fresh)
@@ -188,13 +193,7 @@ def test_a_rotation_is_served_from_the_next_handshake_and_logged(tmp_path, caplo
     ]
     assert handshake(tls.context, client(new["ca.crt"]))[2] == der(new["tls.crt"])
     assert metrics.CERT_EXPIRY._value.get() == certificate_expiry(new["tls.crt"])
-    assert not [p for p in os.listdir(tls_tmp()) if p.startswith("rdma-webhook-tls-")]  # snapshots removed
-
-
-def tls_tmp() -> str:
-    import tempfile
-
-    return tempfile.gettempdir()
+    assert os.listdir(scratch) == []  # the snapshot is removed
 
 
 def test_a_half_written_pair_is_ignored_until_it_changes_again(tmp_path, caplog):
@@ -223,7 +222,11 @@ def test_a_missing_file_keeps_the_previous_pair(tmp_path, caplog):
     os.remove(files["tls.key"])
     with caplog.at_level(logging.WARNING, logger="rdma_webhook.tls"):
         assert tls.refresh() is False
-    assert "still serving the previous one" in caplog.text
+    [warning] = [r.getMessage() for r in caplog.records if r.name == "rdma_webhook.tls"]
+    assert warning == (  # the operator reads why
+        f"new certificate not loaded ([Errno 2] No such file or directory: {files['tls.key']!r}); "
+        "still serving the previous one"
+    )
     assert handshake(tls.context, client(files["ca.crt"]))[2] == der(files["tls.crt"])
 
 
@@ -255,3 +258,28 @@ def test_a_file_that_is_not_a_certificate_leaves_the_expiry_as_it_was(tmp_path):
     tls.cert_file = str(tmp_path / "missing.crt")
     tls.record_expiry()
     assert metrics.CERT_EXPIRY._value.get() == 123
+
+
+def test_a_rotation_with_an_unreadable_client_ca_changes_nothing(tmp_path, caplog):
+    """A new pair written with a client CA bundle that is not PEM: nothing of it is loaded (the
+    whole set is checked first), the previous certificate is still served, and the reason said."""
+    served_dir, fresh = tmp_path / "served", tmp_path / "fresh"
+    files = certs(served_dir)
+    certs(fresh, "fresh")
+    api_ca = tmp_path / "api-ca"
+    certs(api_ca, "api")
+    trust = tmp_path / "client-ca.crt"
+    shutil.copy(api_ca / "ca.crt", trust)
+    tls = ServingTLS(files["tls.crt"], files["tls.key"], str(trust))
+    crt, key = client_pair(tmp_path / "client", api_ca)
+    old = der(files["tls.crt"])
+    rotate(served_dir, fresh)
+    trust.write_bytes(b"not a certificate\n")
+    with caplog.at_level(logging.WARNING, logger="rdma_webhook.tls"):
+        assert tls.refresh() is False
+    [warning] = [r.getMessage() for r in caplog.records if r.name == "rdma_webhook.tls"]
+    assert warning.startswith("new certificate not loaded ([X509") and "still serving the previous one" in warning
+    ctx = client(files["ca.crt"])
+    ctx.load_cert_chain(crt, key)
+    ctx.check_hostname, ctx.verify_mode = False, ssl.CERT_NONE  # to see which certificate is served
+    assert handshake(tls.context, ctx)[2] == old
