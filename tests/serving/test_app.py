@@ -154,3 +154,31 @@ def test_each_answer_is_counted_by_its_status(client):
     assert client.get("/nowhere").status_code == 404
     assert client.delete("/readyz").status_code == 405
     assert (count("200") - ok, count("404") - missing, count("405") - wrong) == (1, 2, 1)
+
+
+def test_wsgi_closes_the_flask_answer_it_joined(cluster):
+    """PEP 3333: whoever consumes an app's iterable calls its `close`; `wsgi` consumes Flask's, so
+    it closes it (werkzeug runs a response's call_on_close functions there)."""
+    from webhook.serving.app import wsgi
+
+    store = PolicyStore(str(POLICIES))
+    store.reload(force=True)
+    app = create_app(store, cluster)
+    closed = []
+
+    @app.get("/closing")
+    def closing():
+        response = flask.Response(b'{"a":1}', content_type="application/json")
+        response.call_on_close(lambda: closed.append(True))
+        return response
+
+    started = []
+    environ = {
+        "REQUEST_METHOD": "GET",
+        "PATH_INFO": "/closing",
+        "SERVER_NAME": "x",
+        "SERVER_PORT": "443",
+        "wsgi.url_scheme": "https",
+    }
+    body = wsgi(app)(environ, lambda status, headers, exc_info=None: started.append(status))
+    assert (body, started, closed) == ([b'{"a":1}'], ["200 OK"], [True])

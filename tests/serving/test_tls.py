@@ -128,9 +128,16 @@ def test_tls12_refuses_a_client_with_only_cbc_suites(pair, cipher):
 
 
 def test_the_context_offers_no_compression_and_no_renegotiation(pair):
-    """Neither can be asked for by a client Python drives; the context reports both off."""
-    ctx = build_context(pair["tls.crt"], pair["tls.key"])
+    """Neither can be asked for by a client Python drives; the context reports both off, and keeps
+    every option a server context has by default (OpenSSL's bug workarounds, middlebox
+    compatibility for TLS 1.3). It is a server context built without a deprecated protocol."""
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # ssl.SSLContext() without PROTOCOL_TLS_SERVER warns
+        ctx = build_context(pair["tls.crt"], pair["tls.key"])
     assert ctx.options & ssl.OP_NO_COMPRESSION and ctx.options & ssl.OP_NO_RENEGOTIATION
+    assert ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER).options & ~ctx.options == 0
     assert ctx.verify_mode == ssl.CERT_NONE  # no client CA: no client certificate asked for
 
 
