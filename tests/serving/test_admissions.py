@@ -86,5 +86,6 @@ def test_a_crash_in_the_decision_is_a_deny_that_says_so_never_a_500(monkeypatch)
         resp["status"]["message"]
         == "rdma-webhook: internal error while deciding (RuntimeError); the pod was not admitted"
     )
-    status, data = door.answer("mutate", b"{not json")
-    assert (status, json.loads(data)) == (400, {"error": "request could not be processed"})
+    for body in (b"{not json", b'{"request": {"uid": 5}}', b'{"request": {"uid": ""}}', b'{"request": []}'):
+        status, data = door.answer("mutate", body)  # no uid to answer under: a 400
+        assert (status, json.loads(data)) == (400, {"error": "request could not be processed"}), body

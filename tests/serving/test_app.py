@@ -131,3 +131,54 @@ def test_an_invalid_policy_folder_is_still_not_ready(cluster, tmp_path):
     assert not store.reload(force=True) and store.current is None
     r = create_app(store, cluster).test_client().get("/readyz")
     assert r.status_code == 503
+
+
+@pytest.mark.parametrize("raw", ["/\xff\xfe", "/caf\xc3", "/\xe2\x82\xac"])
+def test_a_path_whose_bytes_are_not_utf8_is_a_json_404(client, raw):
+    """PEP 3333 carries a path's bytes as latin-1 characters: one that is not valid UTF-8 (a lone
+    0xFF, a cut sequence) is still routed, a JSON 404 as for any unknown path (the last, `/€`
+    as UTF-8, too), never the 503 of an error."""
+    r = client.get("/", environ_overrides={"PATH_INFO": raw})
+    assert (r.status_code, r.get_json()) == (404, client.get("/nowhere").get_json())
+
+
+def test_each_answer_is_counted_by_its_status(client):
+    from webhook.telemetry import metrics
+
+    def count(code: str) -> float:
+        return metrics.child(metrics.RESPONSES, code)._value.get()
+
+    ok, missing, wrong = count("200"), count("404"), count("405")
+    assert client.get("/healthz").status_code == 200
+    assert client.get("/nowhere").status_code == 404
+    assert client.get("/nowhere").status_code == 404
+    assert client.delete("/readyz").status_code == 405
+    assert (count("200") - ok, count("404") - missing, count("405") - wrong) == (1, 2, 1)
+
+
+def test_wsgi_closes_the_flask_answer_it_joined(cluster):
+    """PEP 3333: whoever consumes an app's iterable calls its `close`; `wsgi` consumes Flask's, so
+    it closes it (werkzeug runs a response's call_on_close functions there)."""
+    from webhook.serving.app import wsgi
+
+    store = PolicyStore(str(POLICIES))
+    store.reload(force=True)
+    app = create_app(store, cluster)
+    closed = []
+
+    @app.get("/closing")
+    def closing():
+        response = flask.Response(b'{"a":1}', content_type="application/json")
+        response.call_on_close(lambda: closed.append(True))
+        return response
+
+    started = []
+    environ = {
+        "REQUEST_METHOD": "GET",
+        "PATH_INFO": "/closing",
+        "SERVER_NAME": "x",
+        "SERVER_PORT": "443",
+        "wsgi.url_scheme": "https",
+    }
+    body = wsgi(app)(environ, lambda status, headers, exc_info=None: started.append(status))
+    assert (body, started, closed) == ([b'{"a":1}'], ["200 OK"], [True])

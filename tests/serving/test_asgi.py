@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 
 import pytest
 
@@ -245,12 +246,131 @@ def test_another_method_on_an_admission_path_is_a_json_405_that_says_post_withou
     assert {rule.rule for rule in app.flask.url_map.iter_rules()} == {"/healthz", "/readyz", "/metrics"}
 
 
-def test_an_error_outside_the_decision_on_the_direct_path_is_a_503_not_a_crash(cluster):
+def test_an_error_outside_the_decision_on_the_direct_path_is_a_503_not_a_crash(cluster, caplog):
     front, _ = _front_and_flask(cluster)
 
     def broken(endpoint, body):
         raise RuntimeError("boom")
 
     front.direct = {"/mutate": ("mutate", broken)}
-    status, headers, data = answer(drive(front, scope(), [{"type": "http.request", "body": b"{}"}]))
+    with caplog.at_level(logging.ERROR, logger="rdma_webhook.serve"):
+        status, headers, data = answer(drive(front, scope(), [{"type": "http.request", "body": b"{}"}]))
     assert status == 503 and json.loads(data) == {"error": "internal error"}
+    [record] = [r for r in caplog.records if r.name == "rdma_webhook.serve"]  # the traceback is logged
+    assert record.getMessage() == "unexpected error outside admission" and record.exc_info[0] is RuntimeError
+
+
+def test_the_wsgi_environ_is_the_one_pep_3333_asks_for():
+    """Every key a WSGI app may read, with its value; a scope without `server` and `client` (both
+    optional in ASGI) gives empty names and port 0; the app's answer in several pieces is one body."""
+    import sys
+
+    seen = []
+
+    def app(environ, start_response):
+        seen.append(dict(environ))
+        start_response("201 Created", [("Content-Type", "application/json"), ("X-Seen", "é")])
+        return [b'{"a":', b"", b"1}"]
+
+    sc = scope(method="GET", path="/readyz", query=b"v=\xe9", headers=[("x-name", "caf\xe9"), ("host", "h")])
+    sc["http_version"] = "1.0"
+    del sc["server"], sc["client"]
+    status, headers, body = answer(drive(Front(app), sc, [{"type": "http.request", "body": b"", "more_body": False}]))
+    assert (status, body) == (201, b'{"a":1}')
+    assert headers == {b"content-type": b"application/json", b"x-seen": "é".encode("latin-1")}
+    env = seen[0]
+    assert env.pop("wsgi.input").read() == b"" and env.pop("wsgi.errors") is sys.stderr
+    assert env == {
+        "REQUEST_METHOD": "GET",
+        "SCRIPT_NAME": "",
+        "PATH_INFO": "/readyz",
+        "QUERY_STRING": "v=\xe9",
+        "SERVER_NAME": "",
+        "SERVER_PORT": "0",
+        "SERVER_PROTOCOL": "HTTP/1.0",
+        "REMOTE_ADDR": "",
+        "wsgi.version": (1, 0),
+        "wsgi.url_scheme": "https",
+        "wsgi.multithread": False,
+        "wsgi.multiprocess": True,
+        "wsgi.run_once": False,
+        "HTTP_X_NAME": "caf\xc3\xa9",  # the header's UTF-8 bytes, each a latin-1 character
+        "HTTP_HOST": "h",
+        "CONTENT_LENGTH": "0",
+    }
+
+
+@pytest.mark.parametrize("path", ["/\u20ac", "/caf\u00e9", "/m\u00fctate"])
+def test_a_percent_encoded_utf8_path_is_a_json_404_not_a_crash(cluster, path):
+    """uvicorn hands ASGI the path percent-decoded as UTF-8 (`GET /%E2%82%AC` is `/€`); the
+    WSGI environ carries its bytes as latin-1 characters (PEP 3333), so Flask routes it: a JSON
+    404 like any unknown path. Before, `€` (no latin-1 character) made werkzeug raise out of the
+    front, a 500 from the server."""
+    front, _ = _front_and_flask(cluster)
+    status, headers, data = answer(
+        drive(front, scope(method="GET", path=path), [{"type": "http.request", "body": b""}])
+    )
+    assert (status, headers[b"content-type"], json.loads(data)) == (
+        404,
+        b"application/json",
+        json.loads(answer(drive(front, scope(method="GET", path="/nowhere"), [{"type": "http.request"}]))[2]),
+    )
+
+
+def test_the_body_limit_is_exact_declared_or_sent(caplog):
+    """A body of exactly max_body bytes is read, declared or sent in pieces; one byte more is
+    refused with the JSON 413 that names the limit, and the connection closed."""
+    limit = 10
+    for declared in (True, False):
+        headers = [("content-length", str(limit))] if declared else [("transfer-encoding", "chunked")]
+        seen = []
+        status, _, body = answer(
+            drive(
+                Front(echo_app(seen), max_body=limit),
+                scope(headers=headers),
+                [
+                    {"type": "http.request", "body": b"x" * 4, "more_body": True},
+                    {"type": "http.request", "body": b"x" * 6, "more_body": False},
+                ],
+            )
+        )
+        assert (status, json.loads(body)) == (200, {"got": "x" * limit}), declared
+    for headers, pieces in (([("content-length", str(limit + 1))], []), ([], [b"x" * 5, b"x" * 6])):
+        sent = drive(
+            Front(echo_app([]), max_body=limit),
+            scope(headers=headers),
+            [{"type": "http.request", "body": p, "more_body": True} for p in pieces],
+        )
+        assert answer(sent) == (
+            413,
+            {b"content-type": b"application/json", b"connection": b"close"},
+            b'{"error":"request body over 10 bytes"}',
+        )
+
+
+def test_a_message_without_a_body_key_is_an_empty_body():
+    """ASGI lets `body` and `more_body` be left out of http.request: an empty body, complete."""
+    seen = []
+    status, _, body = answer(drive(Front(echo_app(seen)), scope(method="GET"), [{"type": "http.request"}]))
+    assert (status, json.loads(body)) == (200, {"got": ""}) and seen[0]["CONTENT_LENGTH"] == "0"
+
+
+def test_an_admission_over_the_admissions_limit_closes_the_connection(cluster):
+    """A front whose own limit is above the admissions' (MAX_BODY): the admissions refuse the
+    body with their 413, and the front closes the connection after it (the body is unread for
+    the next request); their 200 keeps it."""
+    from webhook.serving.admissions import MAX_BODY
+
+    front, _ = _front_and_flask(cluster)
+    front.max_body = MAX_BODY + 10
+    big = b" " * (MAX_BODY + 1)
+    status, headers, data = answer(drive(front, scope(), [{"type": "http.request", "body": big}]))
+    assert (status, json.loads(data)) == (413, {"error": f"request body over {MAX_BODY} bytes"})
+    assert headers == {
+        b"content-type": b"application/json",
+        b"content-length": b"%d" % len(data),
+        b"connection": b"close",
+    }
+    body = _bodies()["good"]
+    status, headers, data = answer(drive(front, scope(), [{"type": "http.request", "body": body}]))
+    assert status == 200 and headers == {b"content-type": b"application/json", b"content-length": b"%d" % len(data)}

@@ -39,6 +39,7 @@ def test_outside_a_loop_each_record_is_written_at_once(written):
 def test_in_a_loop_the_records_of_one_pass_are_written_together_after_it(written):
     b = batch.Batch()
     before, denied = count("mutate", "mutated", "batch-b"), count("validate", "denied", "batch-b")
+    ok = responses("200")
     seen_during = []
 
     async def one_pass():
@@ -56,6 +57,7 @@ def test_in_a_loop_the_records_of_one_pass_are_written_together_after_it(written
     assert seen_during[1] == ([[{"uid": "1"}, {"uid": "2"}, {"uid": "3"}]], before + 2)  # in order, one write
     assert written[1] == [{"uid": "4"}]  # a later pass has its own flush
     assert count("mutate", "mutated", "batch-b") == before + 3 and count("validate", "denied", "batch-b") == denied + 1
+    assert responses("200") == ok + 4  # each answer counted, three of them in one pass
 
 
 def test_a_failing_write_is_logged_and_the_loop_goes_on(monkeypatch, caplog):
@@ -71,7 +73,9 @@ def test_a_failing_write_is_logged_and_the_loop_goes_on(monkeypatch, caplog):
         return "still running"
 
     assert asyncio.run(go()) == "still running"
-    assert "could not write the metrics and log lines of 1 admissions" in caplog.text
+    [record] = [r for r in caplog.records if r.name == "rdma_webhook.batch"]
+    assert record.getMessage() == "could not write the metrics and log lines of 1 admissions"
+    assert record.exc_info[0] is OSError
 
 
 def test_several_lines_go_out_in_one_write(tmp_path, monkeypatch):

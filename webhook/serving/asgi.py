@@ -132,7 +132,9 @@ class Front:
         environ: dict[str, Any] = {
             "REQUEST_METHOD": scope["method"],
             "SCRIPT_NAME": "",
-            "PATH_INFO": scope["path"],
+            # ASGI's path is text (uvicorn percent-decodes it as UTF-8); WSGI's carries its bytes as
+            # latin-1 characters (PEP 3333), which werkzeug encodes back: `/€` must not reach it as is
+            "PATH_INFO": scope["path"].encode("utf-8", "replace").decode("latin-1"),
             "QUERY_STRING": scope["query_string"].decode("latin-1"),
             "SERVER_NAME": server[0],
             "SERVER_PORT": str(server[1]),
