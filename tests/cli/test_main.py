@@ -332,11 +332,12 @@ def test_main_lists_the_commands_in_order_and_needs_one(capsys):
         main(["--help"])
     out = capsys.readouterr().out
     assert exc.value.code == 0 and out.startswith("usage: rdma-webhook [-h] [--version]\n")
-    assert "RDMA injection webhook for GPU training pods." in out
+    assert "RDMA injection webhook for GPU training pods." in out.splitlines()
     assert out.rstrip().endswith("`rdma-webhook COMMAND --help` describes each command, its flags and exit codes.")
     commands = out.split("positional arguments:")[1].split("options:")[0]
     listed = [line.split()[0] for line in commands.splitlines() if line.startswith("    ") and line[4] != " "]
     assert listed == ["serve", "review", "policy", "nccl-log", "verify", "status", "certs"]
+    assert "    policy              policy tools" in out.splitlines()
     with pytest.raises(SystemExit) as exc:
         main([])
     err = capsys.readouterr().err

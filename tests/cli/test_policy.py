@@ -176,7 +176,18 @@ def test_migrate_prints_v1alpha1_as_v1alpha2_and_v1alpha2_unchanged(tmp_path, ca
     ps, errors = load_texts([("m.yaml", out)])
     was, _ = load_texts([("o.yaml", V1)])
     assert errors == [] and ps.by_name["old-sriov"].summary() == was.by_name["old-sriov"].summary()
-    assert all(len(line) <= 100 for line in out.splitlines())
+
+
+def test_migrate_folds_long_text_after_the_word_that_crosses_column_100(tmp_path, capsys):
+    words = "x " + "a" * 86 + " then the rest of a long description"
+    path = tmp_path / "old.yaml"
+    path.write_text(V1.replace("description: a v1alpha1 file as written before v1alpha2", f"description: {words}"))
+    code, out, _ = run(capsys, "policy", "migrate", str(path))
+    lines = out.splitlines()
+    first = next(i for i, line in enumerate(lines) if line.startswith("description: "))
+    assert code == 0 and lines[first] == "description: x " + "a" * 86  # 101 columns
+    assert lines[first + 1] == "  then the rest of a long description"
+    assert yaml.safe_load(out)["description"] == words
 
 
 def test_migrate_reports_an_invalid_policy_and_still_prints_the_valid_ones(tmp_path, capsys):
@@ -265,6 +276,14 @@ def test_admission_policy_reads_the_shipped_policies_by_default(capsys):
     )
 
 
+def key_order(doc) -> list:
+    if isinstance(doc, dict):
+        return [list(doc), *[key_order(v) for v in doc.values()]]
+    if isinstance(doc, list):
+        return [key_order(v) for v in doc]
+    return []
+
+
 # -- claim-template --------------------------------------------------------------------------
 
 
@@ -279,7 +298,7 @@ def test_claim_template_prints_the_aligned_template_for_a_gpu_count(tmp_path, ca
     assert code == 0 and err == ""
     pcie = "resource.kubernetes.io/pcieRoot"
     assert yaml.safe_load(out) == aligned_template("gpu-nic-aligned-4", 4, "gpu.nvidia.com", "rdma", None, pcie)
-    assert list(yaml.safe_load(out)) == list(aligned_template("x", 1, "g", "n"))  # in the order kubectl shows
+    assert key_order(yaml.safe_load(out)) == key_order(aligned_template("x", 4, "g", "n"))  # as built, not sorted
     code, out, _ = run(capsys, *argv, "--gpu-class", "gpu.example.com", "--namespace", "training")
     doc = yaml.safe_load(out)
     assert doc == aligned_template("gpu-nic-aligned-4", 4, "gpu.example.com", "rdma", "training", pcie)
@@ -314,8 +333,16 @@ def test_claim_template_of_an_invalid_folder_prints_its_problems(tmp_path, capsy
     assert len(lines) == 2 and all(line.startswith(f"error: {d}/bad.yaml: policy 'broken'") for line in lines)
 
 
+@pytest.mark.parametrize("gpus", [1, 64])
+def test_claim_template_takes_from_1_to_64_gpus(tmp_path, capsys, gpus):
+    d = folder(tmp_path, aligned=ALIGNED)
+    argv = ["policy", "claim-template", "roce-dranet-aligned", "--policies", d, "--nic-class", "rdma"]
+    code, out, _ = run(capsys, *argv, "--gpus", str(gpus))
+    assert code == 0 and yaml.safe_load(out)["metadata"]["name"] == f"gpu-nic-aligned-{gpus}"
+
+
 @pytest.mark.parametrize("gpus", ["0", "65", "four"])
-def test_claim_template_takes_1_to_64_gpus(tmp_path, capsys, gpus):
+def test_claim_template_refuses_a_gpu_count_outside_1_to_64(tmp_path, capsys, gpus):
     with pytest.raises(SystemExit) as exc:
         main(["policy", "claim-template", "roce-dranet-aligned", "--gpus", gpus])
     assert exc.value.code == 2 and "argument --gpus" in capsys.readouterr().err
@@ -374,15 +401,22 @@ HELP = {
 
 
 @pytest.mark.parametrize("command", list(HELP), ids=lambda c: " ".join(c) or "policy")
-def test_help_says_what_each_command_and_flag_does_and_its_exit_statuses(capsys, command):
-    """The help as the admin reads it (words joined across argparse's line breaks): the exit
-    statuses it lists are those the tests above see the commands return."""
+def test_help_says_what_each_command_and_flag_does_and_its_exit_statuses(capsys, monkeypatch, command):
+    """The help as the admin reads it on an 80-column terminal (words joined across argparse's
+    line breaks): the exit statuses it lists are those the tests above see the commands return.
+    A command's description and exit statuses keep their own lines, unwrapped."""
+    monkeypatch.setenv("COLUMNS", "80")
     with pytest.raises(SystemExit) as exc:
         main(["policy", *command, "--help"])
-    text = " ".join(capsys.readouterr().out.split())
+    out = capsys.readouterr().out
+    text = " " + " ".join(out.split()) + " "
     assert exc.value.code == 0
     for sentence in HELP[command]:
-        assert sentence in text, sentence
+        assert f" {sentence} " in text, sentence
+    lines = out.splitlines()
+    for sentence in HELP[command][1:]:
+        if sentence.startswith(("exit status:", "Validate", "Print, as YAML")):
+            assert sentence in lines, sentence
 
 
 def test_a_policy_command_is_required(capsys):

@@ -170,7 +170,12 @@ def why_no_target(pod: dict[str, Any], policy: Policy, others: list[Target]) -> 
         for section in ("limits", "requests"):
             values: dict[str, Any] = resources.get(section) or {}
             for res in values:
-                if not (res.endswith("/gpu") or ".gpu" in res or res.endswith("/gpus")):
+                if not (
+                    res.endswith("/gpu")
+                    or ".gpu" in res
+                    or res.startswith("gpu.")  # gpu.intel.com/i915
+                    or res.endswith("/gpus")
+                ):
                     continue
                 if _gpu_amount(values[res]) == 0:  # `nvidia.com/gpu: 0` is no GPU, of any policy
                     zero = zero or f"container {str(c.get('name'))!r} requests {res}: {values[res]!r}, which is no GPU"
