@@ -188,6 +188,13 @@ def test_migrate_folds_long_text_after_the_word_that_crosses_column_100(tmp_path
     assert code == 0 and lines[first] == "description: x " + "a" * 86  # 101 columns
     assert lines[first + 1] == "  then the rest of a long description"
     assert yaml.safe_load(out)["description"] == words
+    # words of 6 letters: the first line runs to the word that crosses column 100, not 80
+    words = " ".join(f"word{i:02d}" for i in range(20))
+    path.write_text(V1.replace("description: a v1alpha1 file as written before v1alpha2", f"description: {words}"))
+    code, out, _ = run(capsys, "policy", "migrate", str(path))
+    lines = out.splitlines()
+    first = next(i for i, line in enumerate(lines) if line.startswith("description: "))
+    assert lines[first] == "description: " + " ".join(f"word{i:02d}" for i in range(13))  # 103 columns
 
 
 def test_migrate_reports_an_invalid_policy_and_still_prints_the_valid_ones(tmp_path, capsys):
@@ -402,10 +409,10 @@ HELP = {
 
 @pytest.mark.parametrize("command", list(HELP), ids=lambda c: " ".join(c) or "policy")
 def test_help_says_what_each_command_and_flag_does_and_its_exit_statuses(capsys, monkeypatch, command):
-    """The help as the admin reads it on an 80-column terminal (words joined across argparse's
+    """The help as the admin reads it on a 60-column terminal (words joined across argparse's
     line breaks): the exit statuses it lists are those the tests above see the commands return.
     A command's description and exit statuses keep their own lines, unwrapped."""
-    monkeypatch.setenv("COLUMNS", "80")
+    monkeypatch.setenv("COLUMNS", "60")
     with pytest.raises(SystemExit) as exc:
         main(["policy", *command, "--help"])
     out = capsys.readouterr().out
