@@ -71,6 +71,14 @@ def test_the_plugin_folder_mounted_there_is_seen(mount, volume):
         ([{"name": "libs", "mountPath": AT, "subPath": ""}], [host_path("libs", "/home/kubernetes/bin")]),
         ([{"name": "libs", "mountPath": "/"}], [host_path("libs", "/")]),  # the node's root at the pod's root
         ([{"name": "libs", "mountPath": "/"}], [host_path("libs", HOST)]),
+        # a letter more than the right path, on either side
+        ([{"name": "libs", "mountPath": AT + "X"}], [host_path("libs", HOST)]),
+        ([{"name": "libs", "mountPath": "/usr/local/nvidiaX"}], [host_path("libs", "/home/kubernetes/bin/nvidia")]),
+        ([{"name": "libs", "mountPath": AT}], [host_path("libs", HOST + "X")]),
+        ([{"name": "libs", "mountPath": "/usr/local/nvidia"}], [host_path("libs", "/home/kubernetes/bin/nvidiaX")]),
+        ([{"name": "libs", "mountPath": AT, "subPath": "lib64"}], [host_path("libs", "/home/kubernetes/bin/nvidiaX")]),
+        ([{"name": "libs", "mountPath": AT, "subPath": "lib64X"}], [host_path("libs", "/home/kubernetes/bin/nvidia")]),
+        ([{"name": "libs", "mountPath": AT, "subPath": "Xlib64"}], [host_path("libs", "/home/kubernetes/bin/nvidia")]),
     ],
 )
 def test_anything_else_is_a_missing_plugin_mount(mounts, volumes):
@@ -84,6 +92,17 @@ def test_entries_the_api_server_would_refuse_are_passed_over():
     bad_mounts = ["junk", {"name": "libs", "mountPath": 7}, {"name": None, "mountPath": AT}]
     assert plugin_warnings([*bad_mounts, good_mount], ["junk", good_volume]) == []
     assert plugin_warnings(bad_mounts, [good_volume]) == [MISSING]
+    assert plugin_warnings([dict(good_mount, subPath=7)], [good_volume]) == []  # no subPath
+
+
+def test_the_plugin_mount_counts_wherever_it_is_among_the_others():
+    """A training container mounts more than the plugin (/dev/shm, its data, the service-account
+    token the API server adds), and the pod has more volumes: order does not matter."""
+    mounts = [{"name": "dshm", "mountPath": "/dev/shm"}, {"name": "data", "mountPath": "/data"}]
+    volumes = [{"name": "dshm", "emptyDir": {"medium": "Memory"}}, host_path("data", "/mnt/data")]
+    libs_mount, libs = {"name": "libs", "mountPath": AT}, host_path("libs", HOST)
+    assert plugin_warnings([*mounts, libs_mount], [*volumes, libs]) == []
+    assert plugin_warnings([libs_mount, *mounts], [libs, *volumes]) == []
 
 
 def test_a_plugin_at_the_nodes_root_is_seen_through_a_root_mount():
@@ -93,3 +112,9 @@ def test_a_plugin_at_the_nodes_root_is_seen_through_a_root_mount():
     assert plugin_warnings([{"name": "root", "mountPath": "/"}], [host_path("root", "/")], policy) == []
     assert plugin_warnings([{"name": "usr", "mountPath": "/usr"}], [host_path("usr", "/usr")], policy) == []
     assert plugin_warnings([{"name": "usr", "mountPath": "/usr"}], [host_path("usr", "/opt")], policy) != []
+    # the node's /host at the pod's root shows /host/usr/local/nccl at /usr/local/nccl
+    policy = replace(TCPXO, plugin_mounts=(PluginMount("/host/usr/local/nccl", "/usr/local/nccl"),))
+    root = [{"name": "root", "mountPath": "/"}]
+    assert plugin_warnings(root, [host_path("root", "/host")], policy) == []
+    assert plugin_warnings(root, [host_path("root", "/host/")], policy) == []
+    assert plugin_warnings(root, [host_path("root", "/hostX")], policy) != []

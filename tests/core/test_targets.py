@@ -180,3 +180,21 @@ def test_a_gpu_value_that_is_no_quantity_makes_no_target_and_is_named(value, pro
 def test_the_gpus_of_a_target(resources, gpus):
     c = {"name": "trainer", "image": "nvcr.io/nvidia/pytorch:25.11-py3", "resources": resources}
     assert [t.gpus for t in find_targets(pod(c), ERDMA)] == ([gpus] if gpus else [])
+
+
+def test_a_manifest_read_by_review_is_told_about_its_gpu_limits():
+    """`rdma-webhook review` reads pods as written in a file, before the API server copies limits
+    into requests: a GPU only in limits is still seen."""
+    written = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "rocm-bench"},
+        "spec": {
+            "containers": [{"name": "bench", "image": "rocm/pytorch", "resources": {"limits": {"amd.com/gpu": "8"}}}]
+        },
+    }
+    assert why_no_target(written, ERDMA, []).startswith("container 'bench' requests amd.com/gpu, not a GPU")
+    written["spec"]["containers"][0]["resources"] = {"limits": {"nvidia.com/gpu": "0"}}
+    assert why_no_target(written, ERDMA, []).startswith(
+        "container 'bench' requests nvidia.com/gpu: '0', which is no GPU"
+    )
