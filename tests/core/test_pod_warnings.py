@@ -118,3 +118,30 @@ def test_a_plugin_at_the_nodes_root_is_seen_through_a_root_mount():
     assert plugin_warnings(root, [host_path("root", "/host")], policy) == []
     assert plugin_warnings(root, [host_path("root", "/host/")], policy) == []
     assert plugin_warnings(root, [host_path("root", "/hostX")], policy) != []
+
+
+def target_warnings(policy, env=None, own_claim=False) -> list[str]:
+    trainer = k.container("trainer", env=env)
+    pod = k.pod([trainer], generate_name="pytorch-worker-")
+    subject = Subject(pod, policy, {}, find_targets(pod, policy), claim_entry="rdma" if own_claim else None)
+    subject.own_claim = own_claim
+    return warnings_for(pod, subject)
+
+
+def test_verbose_nccl_debug_is_a_warning_unless_its_subsystems_keep_it_to_init_lines():
+    erdma = PS.by_name["erdma"]
+    verbose = "trainer: NCCL_DEBUG=INFO logs heavily; use WARN outside debugging"
+    assert verbose in target_warnings(erdma, [{"name": "NCCL_DEBUG", "value": "INFO"}])
+    light = [{"name": "NCCL_DEBUG", "value": "INFO"}, {"name": "NCCL_DEBUG_SUBSYS", "value": "INIT,NET"}]
+    assert verbose not in target_warnings(erdma, light)
+
+
+def test_an_own_nic_claim_under_an_aligned_policy_is_told_it_is_not_aligned():
+    aligned = PS.by_name["roce-dranet-aligned"]
+    said = (
+        "policy roce-dranet-aligned claims each GPU with a NIC on its PCIe root, but this pod brings its own NIC "
+        "claim 'rdma' and device-plugin GPUs: not aligned; leave out the claim to get the policy's"
+    )
+    assert said in target_warnings(aligned, own_claim=True)
+    assert not any("not aligned" in w for w in target_warnings(aligned, own_claim=False))
+    assert not any("not aligned" in w for w in target_warnings(PS.by_name["roce-dranet"], own_claim=True))
