@@ -318,3 +318,71 @@ def test_the_shipped_examples_success_path_has_no_warning():
         [rec] = [json.loads(line) for line in out.stdout.splitlines() if line.strip()]
         assert rec["outcome"] == "mutated" and rec["allowed"], rec
         assert rec["warnings"] == [], rec["warnings"]
+
+
+# -- the parser itself, in-process (`main(argv)`) ----------------------------------------------
+
+
+def test_main_lists_the_commands_in_order_and_needs_one(capsys):
+    import pytest
+
+    from webhook.cli.main import main
+
+    with pytest.raises(SystemExit) as exc:
+        main(["--help"])
+    out = capsys.readouterr().out
+    assert exc.value.code == 0 and out.startswith("usage: rdma-webhook [-h] [--version]\n")
+    assert "RDMA injection webhook for GPU training pods." in out.splitlines()
+    assert out.rstrip().endswith("`rdma-webhook COMMAND --help` describes each command, its flags and exit codes.")
+    commands = out.split("positional arguments:")[1].split("options:")[0]
+    listed = [line.split()[0] for line in commands.splitlines() if line.startswith("    ") and line[4] != " "]
+    assert listed == ["serve", "review", "policy", "nccl-log", "verify", "status", "certs"]
+    assert "    policy              policy tools" in out.splitlines()
+    with pytest.raises(SystemExit) as exc:
+        main([])
+    err = capsys.readouterr().err
+    assert exc.value.code == 2
+    assert err.splitlines()[-1] == (
+        "rdma-webhook: error: the following arguments are required: {serve,review,policy,nccl-log,verify,status,certs}"
+    )
+
+
+def test_main_version_is_the_installed_packages(capsys, monkeypatch):
+    import importlib.metadata
+
+    import pytest
+
+    from webhook.cli.main import main
+
+    with pytest.raises(SystemExit) as exc:
+        main(["--version"])
+    assert exc.value.code == 0
+    assert capsys.readouterr().out == f"rdma-webhook {importlib.metadata.version('rdma-webhook')}\n"
+
+    def missing(name):
+        raise importlib.metadata.PackageNotFoundError(name)
+
+    monkeypatch.setattr(importlib.metadata, "version", missing)
+    with pytest.raises(SystemExit):
+        main(["--version"])
+    assert capsys.readouterr().out == "rdma-webhook unknown\n"
+
+
+def test_main_returns_the_commands_status_and_130_on_ctrl_c_0_on_a_closed_pipe(tmp_path, monkeypatch):
+    from webhook.cli import policy
+    from webhook.cli.main import main
+
+    def stop(exc):
+        def command(args):
+            assert args.command == "policy" and args.policy_command == "lint" and args.dir == str(tmp_path)
+            raise exc
+
+        return command
+
+    for raised, status in [(KeyboardInterrupt(), 130), (BrokenPipeError(), 0)]:
+        monkeypatch.setattr(policy, "cmd_lint", stop(raised))
+        assert main(["policy", "lint", str(tmp_path)]) == status
+    monkeypatch.setattr(policy, "cmd_lint", lambda args: 7)
+    assert main(iter(["policy", "lint", str(tmp_path)])) == 7  # any iterable of words
+    monkeypatch.setattr(sys, "argv", ["rdma-webhook", "policy", "lint", str(tmp_path)])
+    assert main() == 7  # no argv: the process's own

@@ -82,3 +82,24 @@ def test_a_pod_that_references_the_aligned_claim_itself_gets_the_rest_of_the_fab
     again, _, _ = respond(out, "aligned", policies=PS, claims=store(4, 8))
     assert again["allowed"] and "patch" not in again, again
     assert _validate(out)["allowed"]
+
+
+def test_each_aligned_reference_brings_the_gpus_its_template_names():
+    """The GPUs a container gets from a pod-level claim of the aligned policy (`Claim.gpus_in`):
+    the count in the template's name, by template or claim name; 1 when the name does not say
+    (an equivalent template, even one with digits where the count would be, or a count too long
+    to be one); nothing from another template or from an entry that is not the policy's."""
+    claim = replace(POLICY.claim, equivalent=("rack-a1-16",))  # as long as "gpu-nic-" before its "16"
+    policy = replace(POLICY, claim=claim)
+    refs = [
+        ("four", {"resourceClaimTemplateName": "gpu-nic-4"}),
+        ("made", {"resourceClaimName": "gpu-nic-2"}),
+        ("shared", {"resourceClaimTemplateName": "rack-a1-16"}),
+        ("huge", {"resourceClaimTemplateName": "gpu-nic-1234567"}),
+        ("other", {"resourceClaimTemplateName": "rdma-nics-8"}),
+    ]
+    containers = [worker(f"c-{n}", gpus=None, claims=[n]) for n, _ in refs]
+    pod = pod_of(containers, [{"name": n, **ref} for n, ref in refs], generate_name="pytorch-worker-")
+    got = [(t.name, t.gpus) for t in find_targets(pod, policy)]
+    assert got == [("c-four", 4), ("c-made", 2), ("c-shared", 1), ("c-huge", 1)]
+    assert [claim.gpus_in(n) for n in ("gpu-nic-{gpus}", "gpu-nic-0", "gpu-nic-", "rdma-nics-8")] == [1, 0, None, None]

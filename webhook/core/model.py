@@ -84,13 +84,23 @@ class Claim:
 
     def made_from(self, template: str) -> bool:
         """`template` is this claim's (for some GPU count, when aligned) or an equivalent one."""
-        if template == self.template or template in self.equivalent:
-            return True
-        if not self.aligned or GPUS_FIELD not in self.template:
-            return False
-        head, _, tail = self.template.partition(GPUS_FIELD)
-        count = template[len(head) : len(template) - len(tail)] if len(template) > len(head) + len(tail) else ""
-        return template.startswith(head) and template.endswith(tail) and count.isdigit()
+        return self.gpus_in(template) is not None
+
+    def gpus_in(self, template: str) -> int | None:
+        """The GPUs a pod-level claim made from `template` brings, when `template` is this claim's
+        (`made_from`): the count an aligned template's name carries in place of `{gpus}`, 1 when the
+        name does not say (this claim's own name, an equivalent, a count too long to be one); None
+        when `template` is not this claim's."""
+        count = ""
+        if self.aligned and GPUS_FIELD in self.template:
+            head, _, tail = self.template.partition(GPUS_FIELD)
+            if len(template) > len(head) + len(tail) and template.startswith(head) and template.endswith(tail):
+                count = template[len(head) : len(template) - len(tail)]
+        if not count.isdigit():
+            if template != self.template and template not in self.equivalent:
+                return None
+            return 1
+        return int(count) if count.isascii() and len(count) < 7 else 1
 
 
 GPUS_FIELD: Final = "{gpus}"  # in an aligned claim's template name: the target's GPU count

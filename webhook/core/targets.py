@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from webhook.core.model import GPUS_FIELD, Claim, Policy
+from webhook.core.model import Claim, Policy
 from webhook.grammar import k8s
 
 
@@ -111,12 +111,11 @@ def _aligned_entries(spec: dict[str, Any], claim: Claim) -> dict[str, int]:
     policies pay one attribute test."""
     entries: list[Any] = spec.get("resourceClaims") or []
     out: dict[str, int] = {}
-    head, _, tail = claim.template.partition(GPUS_FIELD)
     for e in entries:
         template = (e.get("resourceClaimTemplateName") or e.get("resourceClaimName")) if isinstance(e, dict) else None
-        if isinstance(template, str) and claim.made_from(template):
-            count = template[len(head) : len(template) - len(tail)] if GPUS_FIELD in claim.template else ""
-            out[str(e.get("name"))] = int(count) if count.isdigit() and count.isascii() and len(count) < 7 else 1
+        gpus = claim.gpus_in(template) if isinstance(template, str) else None
+        if gpus is not None:
+            out[str(e.get("name"))] = gpus
     return out
 
 
@@ -171,7 +170,12 @@ def why_no_target(pod: dict[str, Any], policy: Policy, others: list[Target]) -> 
         for section in ("limits", "requests"):
             values: dict[str, Any] = resources.get(section) or {}
             for res in values:
-                if not (res.endswith("/gpu") or ".gpu" in res or res.endswith("/gpus")):
+                if not (
+                    res.endswith("/gpu")
+                    or ".gpu" in res
+                    or res.startswith("gpu.")  # gpu.intel.com/i915
+                    or res.endswith("/gpus")
+                ):
                     continue
                 if _gpu_amount(values[res]) == 0:  # `nvidia.com/gpu: 0` is no GPU, of any policy
                     zero = zero or f"container {str(c.get('name'))!r} requests {res}: {values[res]!r}, which is no GPU"
