@@ -47,7 +47,7 @@ $(VENV)/mpi/.installed: pyproject.toml $(VENV)/.installed
 	touch $@
 
 run: $(VENV)/.compiled
-	PATH="$(CURDIR)/$(BIN):$$PATH" ./scripts/run-local.sh
+	PATH="$(abspath $(BIN)):$$PATH" ./scripts/run-local.sh
 
 # The suite runs in parallel, one pytest-xdist worker per CPU: `make test` within 6 minutes on a
 # 2-core machine (issue 43; benchmarks/make_test_time.py measures it, benchmarks/README.md). A
@@ -125,11 +125,11 @@ mutation: $(VENV)/.installed
 	  | xargs -0 cp -P --parents -t $(MUTATION_DIR) \
 	  && echo "copy of $$(git rev-parse --short HEAD)$$(git diff --quiet HEAD || echo ' plus uncommitted changes') taken $$(date -u +%FT%TZ) on $$(nproc) cores" \
 	  > $(MUTATION_DIR)/.mutation-provenance \
-	  && { test -z "$(MUTANTS)" || (cd $(MUTATION_DIR) && $(CURDIR)/$(BIN)/python $(CURDIR)/mutation/mutation_part.py $(if $(MUTATION_TESTS),--tests $(MUTATION_TESTS)) $(MUTANTS) >> .mutation-provenance); }; }
+	  && { test -z "$(MUTANTS)" || (cd $(MUTATION_DIR) && $(abspath $(BIN))/python $(CURDIR)/mutation/mutation_part.py $(if $(MUTATION_TESTS),--tests $(MUTATION_TESTS)) $(MUTANTS) >> .mutation-provenance); }; }
 	start=$$(date +%s); echo "run $$(date -u +%FT%TZ), load average $$(cut -d' ' -f1-3 /proc/loadavg): mutmut run --max-children $(MUTATION_CHILDREN) $(MUTANTS)" >> $(MUTATION_DIR)/.mutation-provenance; \
-	cd $(MUTATION_DIR) && HYPOTHESIS_PROFILE=mutation $(CURDIR)/$(BIN)/mutmut run --max-children $(MUTATION_CHILDREN) $(MUTANTS) \
+	cd $(MUTATION_DIR) && HYPOTHESIS_PROFILE=mutation $(abspath $(BIN))/mutmut run --max-children $(MUTATION_CHILDREN) $(MUTANTS) \
 	  && echo "  finished $$(date -u +%FT%TZ) after $$(( $$(date +%s) - start )) s, load average $$(cut -d' ' -f1-3 /proc/loadavg)" >> .mutation-provenance
-	cd $(MUTATION_DIR) && $(CURDIR)/$(BIN)/python $(CURDIR)/mutation/mutation_summary.py $(MUTANTS) > $(CURDIR)/mutation/mutation-survivors$(PART).txt
+	cd $(MUTATION_DIR) && $(abspath $(BIN))/python $(CURDIR)/mutation/mutation_summary.py $(MUTANTS) > $(CURDIR)/mutation/mutation-survivors$(PART).txt
 	@sed -n '1,/^| all/p' mutation/mutation-survivors$(PART).txt
 
 # Every mutated module's latest score, from the records above (mutation/mutation_report.py).
