@@ -59,6 +59,10 @@ def test_a_container_that_sees_gpus_by_claim_or_runtime_is_named_with_how():
         ("requests", "amd.com/gpu"),
         ("limits", "gpu.intel.com/i915"),
         ("limits", "example.com/gpus"),
+        # NVIDIA's device plugin: time-sliced GPUs under renameByDefault, and a MIG slice of the mixed
+        # strategy (NVIDIA GPU Operator, "Time-Slicing GPUs in Kubernetes"; NVIDIA/k8s-device-plugin README)
+        ("limits", "nvidia.com/gpu.shared"),
+        ("requests", "nvidia.com/mig-1g.10gb"),
     ],
 )
 def test_another_vendors_gpu_is_named(section, resource):

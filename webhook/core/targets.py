@@ -175,6 +175,8 @@ def why_no_target(pod: dict[str, Any], policy: Policy, others: list[Target]) -> 
                     or ".gpu" in res
                     or res.startswith("gpu.")  # gpu.intel.com/i915
                     or res.endswith("/gpus")
+                    or "/gpu." in res  # nvidia.com/gpu.shared: the device plugin's time-sliced GPUs, renamed
+                    or "/mig-" in res  # nvidia.com/mig-1g.10gb: a MIG slice (the plugin's mixed strategy)
                 ):
                     continue
                 if _gpu_amount(values[res]) == 0:  # `nvidia.com/gpu: 0` is no GPU, of any policy
