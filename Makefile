@@ -7,7 +7,8 @@
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
-# Core tests run a second time on the interpreted source (what RDMA_WEBHOOK_PURE_PYTHON=1 installs).
+# Core tests run a second time on the interpreted source (what RDMA_WEBHOOK_PURE_PYTHON=1 installs),
+# the property tests with a third of their examples (tests/strategies.py's `pure` profile).
 PURE_TESTS := tests/core/test_decision.py tests/core/test_ranks.py tests/core/test_patch.py tests/grammar/test_k8s.py \
               tests/grammar/test_nccl.py tests/admission/test_review_bad_input.py \
               tests/admission/test_review_properties.py tests/kinds/test_workloads_validate.py \
@@ -78,7 +79,7 @@ format: $(VENV)/.installed
 test-pure: $(VENV)/.installed
 	rm -rf build/pure && mkdir -p build/pure && cp -r webhook build/pure/ && find build/pure/webhook -name '*.so' -delete
 	ln -s ../../policies build/pure/policies  # beside the package, where `review` looks by default
-	PYTHONPATH=build/pure RDMA_WEBHOOK_EXPECT=pure $(BIN)/pytest -q -p no:cacheprovider $(PYTEST_WORKERS) $(PURE_TESTS)
+	PYTHONPATH=build/pure RDMA_WEBHOOK_EXPECT=pure HYPOTHESIS_PROFILE=pure $(BIN)/pytest -q -p no:cacheprovider $(PYTEST_WORKERS) $(PURE_TESTS)
 
 e2e: $(VENV)/.compiled
 	E2E_PYTHON=$(BIN)/python ./e2e/run.sh
