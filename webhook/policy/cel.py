@@ -65,17 +65,20 @@ def is_target(policy: Policy) -> str:
     claim = policy.claim
     if claim is None or not claim.aligned:
         return gpus
-    made = references_claim(claim, ("resourceClaimTemplateName", "resourceClaimName"))
+    made = references_claim(claim)
     return f"{gpus} || (has(c.resources) && has(c.resources.claims) && has(object.spec.resourceClaims) && {made})"
 
 
-def references_claim(claim: Claim, fields: Sequence[str]) -> str:
-    """CEL: an entry of c's resources.claims names a pod claim (`object.spec.resourceClaims`) one
-    of whose `fields` (resourceClaimTemplateName, resourceClaimName) is made from `claim`
-    (`made_from`). The caller guards it: c.resources.claims and object.spec.resourceClaims exist."""
-    each = [f"has(rc.{field}) && {made_from(claim, 'rc.' + field)}" for field in fields]
-    made = each[0] if len(each) == 1 else "(" + " || ".join(f"({e})" for e in each) + ")"
-    return f"c.resources.claims.exists(cl, object.spec.resourceClaims.exists(rc, rc.name == cl.name && {made}))"
+def references_claim(claim: Claim) -> str:
+    """CEL: an entry of c's resources.claims names a pod claim (`object.spec.resourceClaims`) made
+    from `claim` (`made_from`) by its template or as a ResourceClaim, either name, as the webhook
+    reads it (`families._check_claims`, `targets._aligned_entries`). The caller guards it:
+    c.resources.claims and object.spec.resourceClaims exist."""
+    made = " || ".join(
+        f"(has(rc.{field}) && {made_from(claim, 'rc.' + field)})"
+        for field in ("resourceClaimTemplateName", "resourceClaimName")
+    )
+    return f"c.resources.claims.exists(cl, object.spec.resourceClaims.exists(rc, rc.name == cl.name && ({made})))"
 
 
 def made_from(claim: Claim, name: str) -> str:

@@ -113,8 +113,7 @@ def _device_condition(policy: Policy) -> tuple[str, str] | None:
         parts.append(f"({has_section('limits')} && {' && '.join(above_zero('limits', r) for r in resources)})")
         wants.append(" and ".join(resources) + " in resources.limits")
     if policy.claim is not None:
-        # of any GPU count, when aligned; by template or by a ResourceClaim made from it, as the webhook reads it
-        made = references_claim(policy.claim, ("resourceClaimTemplateName", "resourceClaimName"))
+        made = references_claim(policy.claim)  # of any GPU count, when aligned
         parts.append(f"(has(object.spec.resourceClaims) && has(c.resources) && has(c.resources.claims) && {made})")
         wants.append(f"a resources.claims entry for the pod's {policy.claim.template} claim")
     if not parts:
