@@ -106,9 +106,12 @@ def verify_namespace(cp, hook):
 
 
 @contextlib.contextmanager
-def running_verifier(cp, workdir: Path, namespace: str, policies: Path = ROOT / "policies", name: str = "verifier"):
+def running_verifier(
+    cp, workdir: Path, namespace: str, policies: Path = ROOT / "policies", name: str = "verifier", quiet: float = 2
+):
     """`rdma-webhook verify --namespace` with a token of deploy/verifier/rbac.yaml's ServiceAccount
-    (a token of its own: the API server's audit log tells the processes apart by namespace)."""
+    (a token of its own: the API server's audit log tells the processes apart by namespace).
+    `quiet`: the seconds without a new NCCL line after which a verdict that is not a failure is due."""
     docs = [d for d in yaml.safe_load_all((ROOT / "deploy" / "verifier" / "rbac.yaml").read_text()) if d]
     proc = cp.apply(docs)
     assert proc.returncode == 0, proc.stderr
@@ -117,7 +120,7 @@ def running_verifier(cp, workdir: Path, namespace: str, policies: Path = ROOT / 
     exe = Path(sys.executable).with_name("rdma-webhook")
     argv = [str(exe)] if exe.exists() else [sys.executable, "-m", "webhook"]
     argv += ["verify", "--kubeconfig", str(kc), "--policies", str(policies), "--metrics-port", str(port)]
-    argv += ["--quiet", "2", "--window", str(WINDOW), "--namespace", namespace]
+    argv += ["--quiet", str(quiet), "--window", str(WINDOW), "--namespace", namespace]
     proc = c.Process(name, argv, workdir / f"{name}.log", cwd=ROOT)
     try:
         yield proc, port
