@@ -17,6 +17,7 @@ import orjson
 import pytest
 from kubernetes import client
 
+from tests.cluster.stand_ins import Owner
 from webhook.cluster import admission_policies as apc
 from webhook.policy import admission_policy as ap
 from webhook.policy.load import load_texts
@@ -40,40 +41,6 @@ def served(obj: dict) -> dict:
         out["spec"]["matchConstraints"]["matchPolicy"] = "Equivalent"
         out["status"] = {"observedGeneration": 1, "typeChecking": {}}
     return out
-
-
-class Owner:
-    backoff_min, backoff_max, connect_timeout, watch_timeout, page_size, list_from_cache = (
-        0.5,
-        30.0,
-        5.0,
-        300,
-        500,
-        True,
-    )
-
-    def __init__(self, waits: int = 1) -> None:
-        self.clock = lambda: 0.0
-        self._stopping = Stop(waits)
-
-    def _record_ready(self) -> None:
-        pass
-
-
-class Stop:
-    def __init__(self, waits: int):
-        self.waits, self.waited, self._set = waits, [], False
-
-    def is_set(self) -> bool:
-        return self._set
-
-    def set(self) -> None:
-        self._set = True
-
-    def wait(self, timeout: float) -> bool:
-        self.waited.append(timeout)
-        self._set = self._set or len(self.waited) >= self.waits
-        return self._set
 
 
 class Answering(client.ApiClient):

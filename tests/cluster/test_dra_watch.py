@@ -14,8 +14,8 @@ import sys
 import threading
 from typing import Any
 
-import orjson
 
+from tests.cluster.stand_ins import Owner, Resp
 from webhook.cluster import dra_watch
 from webhook.cluster.informer import Informer
 
@@ -46,32 +46,6 @@ POD_CLAIM = {
         "ownerReferences": [{"apiVersion": "v1", "kind": "Pod", "name": "trainer-0", "controller": True}],
     },
 }
-
-
-class Owner:
-    backoff_min, backoff_max, connect_timeout, watch_timeout, page_size, list_from_cache = (
-        0.5,
-        30.0,
-        5.0,
-        300,
-        500,
-        True,
-    )
-
-    def __init__(self) -> None:
-        self.clock = lambda: 0.0
-        self._stopping = threading.Event()
-
-    def _record_ready(self) -> None:
-        pass
-
-
-class Resp:
-    def __init__(self, body: Any):
-        self.data = orjson.dumps(body)
-
-    def release_conn(self) -> None:
-        pass
 
 
 class Custom:

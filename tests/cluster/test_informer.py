@@ -9,61 +9,14 @@ from __future__ import annotations
 import logging
 from typing import Any, Iterator
 
-import orjson
 import pytest
 from kubernetes.client.exceptions import ApiException
 
+from tests.cluster.stand_ins import Owner, Resp
 from webhook.cluster import informer as inf
 from webhook.cluster.listing import METADATA_LIST, nad_key, nad_value, ns_key
 from webhook.cluster.state import namespace_from
 from webhook.core.keys import NAD_RESOURCE_NAME
-
-
-class Stop:
-    """The owner's stop event: `wait` records how long the loop would wait and sets itself
-    after `waits` waits (the loop then ends)."""
-
-    def __init__(self, waits: int = 1):
-        self.waits, self.waited, self._set = waits, [], False
-
-    def is_set(self) -> bool:
-        return self._set
-
-    def set(self) -> None:
-        self._set = True
-
-    def wait(self, timeout: float) -> bool:
-        self.waited.append(timeout)
-        if len(self.waited) >= self.waits:
-            self._set = True
-        return self._set
-
-
-class Owner:
-    backoff_min = 0.5
-    backoff_max = 30.0
-    connect_timeout = 5.0
-    watch_timeout = 300
-    page_size = 500
-    list_from_cache = True
-
-    def __init__(self, waits: int = 1):
-        self.now = 1000.0
-        self.clock = lambda: self.now
-        self._stopping = Stop(waits)
-        self.recorded = 0
-
-    def _record_ready(self) -> None:
-        self.recorded += 1
-
-
-class Resp:
-    def __init__(self, body: Any):
-        self.data = orjson.dumps(body)
-        self.released = False
-
-    def release_conn(self) -> None:
-        self.released = True
 
 
 def page(items: list[dict], version: str = "100", token: str | None = None, kind: str = "NamespaceList") -> dict:
