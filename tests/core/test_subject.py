@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import kube_objects as k
 from conftest import POLICIES
-from webhook.core import ranks
+from webhook.core import ranks, scripts
 from webhook.core.subject import Subject, command_settings, command_words
 from webhook.core.targets import find_targets
 from webhook.grammar import k8s
@@ -70,3 +70,96 @@ def test_command_settings_reads_variables_from_the_env_it_is_given():
     assert command_settings("export NCCL_NET=IB NCCL_DEBUG=INFO; torchrun t.py", frozenset({"NCCL_DEBUG"})) == [
         ("NCCL_DEBUG", "INFO")
     ]
+
+
+# The launch script of tests/manifests-scripts/job-script-ib-disable.yaml (shaped after public
+# distributed-training Helm charts that ship it in a ConfigMap), mounted at /scripts.
+SCRIPT = (
+    "#!/bin/bash\nset -euo pipefail\nexport NCCL_IB_DISABLE=1\ncd /workspace\ntorchrun --nproc_per_node=8 train.py\n"
+)
+SCRIPTS_VOLUME = {"name": "scripts", "configMap": {"name": "llama-train-scripts", "defaultMode": 0o755}}
+SCRIPTS_MOUNT = {"name": "scripts", "mountPath": "/scripts"}
+
+
+def _scripted(name: str, script: str) -> dict:
+    c = k.container(name, command=["bash", f"/scripts/{script}"])
+    c["volumeMounts"] = [SCRIPTS_MOUNT, *c.get("volumeMounts", [])]
+    return c
+
+
+def _subject_with(pod: dict, config_maps=None) -> Subject:
+    subject = Subject(pod, ERDMA, {}, find_targets(pod, ERDMA))
+    subject.config_maps, subject.namespace = config_maps, "ml-training"
+    return subject
+
+
+def test_init_containers_are_read_first_each_with_its_own_command_and_env():
+    """An init container that exports NCCL_NET itself (a setup step before torchrun), one
+    without a command (its image's entrypoint: nothing to read, and the next is still read), and
+    a target whose args alone hold the command (the image's ENTRYPOINT is tini): each is read
+    with its own words and env, init containers first, as the kubelet runs them."""
+    setup = k.container(
+        "setup", gpus=None, command=["sh", "-c", "export NCCL_NET=$(NET) && python /workspace/prepare.py"]
+    )
+    setup["env"] = [{"name": "NET", "value": "Socket"}]
+    fetch = k.container("fetch-dataset", gpus=None)
+    hydrate = k.container("hydrate", gpus=None, command=["sh", "-c", "NCCL_DEBUG=INFO python /workspace/hydrate.py"])
+    worker = k.container("worker", args=["bash", "-c", "NCCL_NET=IB torchrun --nproc-per-node=8 train.py"])
+    pod = k.pod([worker], init_containers=[setup, fetch, hydrate], generate_name="pytorch-worker-")
+    assert settings_of(Subject(pod, ERDMA, {}, find_targets(pod, ERDMA))) == [
+        ("setup", "sh -c export NCCL_NET=Socket && python /workspace/prepare.py", [("NCCL_NET", "Socket")]),
+        ("hydrate", "sh -c NCCL_DEBUG=INFO python /workspace/hydrate.py", [("NCCL_DEBUG", "INFO")]),
+        ("worker", "bash -c NCCL_NET=IB torchrun --nproc-per-node=8 train.py", [("NCCL_NET", "IB")]),
+    ]
+
+
+def test_the_words_and_env_the_decision_read_are_not_read_again():
+    """A target's env and words, once resolved by the decision (`Target.env`, `Target.words`),
+    are what its command is read as: the container is not read a second time."""
+    c = k.container("worker", command=["sh", "-c", "export NCCL_NET=$(NET) && torchrun train.py"])
+    c["env"] = [{"name": "NET", "value": "IB"}]
+    pod = k.pod([c], generate_name="pytorch-worker-")
+    subject = Subject(pod, ERDMA, {}, find_targets(pod, ERDMA))
+    subject.targets[0].env = k8s.Env([{"name": "NET", "value": "Socket"}])
+    assert settings_of(subject)[0][2] == [("NCCL_NET", "Socket")]
+    again = Subject(pod, ERDMA, {}, find_targets(pod, ERDMA))
+    again.targets[0].words = ["sh", "-c", "export NCCL_IB_DISABLE=1; torchrun train.py"]
+    assert settings_of(again) == [
+        ("worker", "sh -c export NCCL_IB_DISABLE=1; torchrun train.py", [("NCCL_IB_DISABLE", "1")])
+    ]
+
+
+def test_a_script_read_from_its_configmap_is_named_with_its_path_and_configmap():
+    c = _scripted("trainer", "train.sh")
+    pod = k.pod([c], generate_name="llama-finetune-", volumes=[SCRIPTS_VOLUME])
+    store = scripts.ConfigMapStore()
+    store.add(
+        {"kind": "ConfigMap", "metadata": {"name": "llama-train-scripts"}, "data": {"train.sh": SCRIPT}}, "ml-training"
+    )
+    subject = _subject_with(pod, store)
+    assert settings_of(subject) == [("trainer", "bash /scripts/train.sh", [("NCCL_IB_DISABLE", "1")])]
+    assert subject.origins == {
+        id(pod["spec"]["containers"][0]): {("NCCL_IB_DISABLE", "1"): ("/scripts/train.sh", "llama-train-scripts")}
+    }
+    assert subject.unread == []
+    # a ConfigMap of that name in another namespace is not the pod's
+    elsewhere = _subject_with(pod, store)
+    elsewhere.namespace = "team-b"
+    assert settings_of(elsewhere) == [] and elsewhere.unread == [
+        ("trainer", "/scripts/train.sh", "llama-train-scripts")
+    ]
+
+
+def test_each_script_not_at_hand_is_named_once_with_the_first_container_that_runs_it():
+    """At admission no ConfigMap is at hand (no API call on the hot path): every script a
+    container runs from a ConfigMap volume is listed once, path and ConfigMap, for the warning."""
+    a, b, c = _scripted("rank-0", "train.sh"), _scripted("rank-1", "train.sh"), _scripted("eval", "eval.sh")
+    pod = k.pod([a, b, c], generate_name="llama-finetune-", volumes=[SCRIPTS_VOLUME])
+    for config_maps in (None, scripts.ConfigMapStore()):
+        subject = _subject_with(pod, config_maps)
+        assert settings_of(subject) == []
+        assert subject.unread == [
+            ("rank-0", "/scripts/train.sh", "llama-train-scripts"),
+            ("eval", "/scripts/eval.sh", "llama-train-scripts"),
+        ]
+    assert Subject(pod, ERDMA, {}, []).commands() == [] and Subject(pod, ERDMA, {}, []).unread == []
