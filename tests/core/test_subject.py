@@ -7,10 +7,12 @@ with the NCCL variable set on the command line."""
 
 from __future__ import annotations
 
+import uuid
+
 import kube_objects as k
 from conftest import POLICIES
 from webhook.core import ranks, scripts
-from webhook.core.subject import Subject, command_settings, command_words
+from webhook.core.subject import Finding, Subject, command_settings, command_words
 from webhook.core.targets import find_targets
 from webhook.grammar import k8s
 from webhook.policy.load import load_dir
@@ -103,12 +105,13 @@ def test_init_containers_are_read_first_each_with_its_own_command_and_env():
     )
     setup["env"] = [{"name": "NET", "value": "Socket"}]
     fetch = k.container("fetch-dataset", gpus=None)
-    hydrate = k.container("hydrate", gpus=None, command=["sh", "-c", "NCCL_DEBUG=INFO python /workspace/hydrate.py"])
+    hydrate = k.container("hydrate", gpus=None, command=["sh", "-c", "NCCL_DEBUG=$LEVEL python /workspace/hydrate.py"])
+    hydrate["env"] = [{"name": "LEVEL", "value": "INFO"}]  # the shell's $LEVEL, from the container's env
     worker = k.container("worker", args=["bash", "-c", "NCCL_NET=IB torchrun --nproc-per-node=8 train.py"])
     pod = k.pod([worker], init_containers=[setup, fetch, hydrate], generate_name="pytorch-worker-")
     assert settings_of(Subject(pod, ERDMA, {}, find_targets(pod, ERDMA))) == [
         ("setup", "sh -c export NCCL_NET=Socket && python /workspace/prepare.py", [("NCCL_NET", "Socket")]),
-        ("hydrate", "sh -c NCCL_DEBUG=INFO python /workspace/hydrate.py", [("NCCL_DEBUG", "INFO")]),
+        ("hydrate", "sh -c NCCL_DEBUG=$LEVEL python /workspace/hydrate.py", [("NCCL_DEBUG", "INFO")]),
         ("worker", "bash -c NCCL_NET=IB torchrun --nproc-per-node=8 train.py", [("NCCL_NET", "IB")]),
     ]
 
@@ -163,3 +166,38 @@ def test_each_script_not_at_hand_is_named_once_with_the_first_container_that_run
             ("eval", "/scripts/eval.sh", "llama-train-scripts"),
         ]
     assert Subject(pod, ERDMA, {}, []).commands() == [] and Subject(pod, ERDMA, {}, []).unread == []
+
+
+def test_one_budget_of_parsing_for_all_the_commands_of_a_pod():
+    """The scripts of one pod share one budget of parsing (webhook.commands.files.Budget, 64 KiB):
+    a pod of many long scripts costs what one would, and past the budget a script gets the
+    textual reading, which does not follow `$NET` into NCCL_NET. Three ranks' inline scripts of
+    some 23 KiB each (a long generated preamble; 32 KiB is the most one script is parsed for):
+    the first two are parsed, the third is not."""
+    preamble = "".join(f"# step {i}: stage shard {i} of the dataset\n" for i in range(560))
+    assert 22 * 1024 < len(preamble) < 24 * 1024
+    # a job id of its own each run: the reader remembers scripts it parsed, which then cost nothing
+    script = f"# job {uuid.uuid4()}\n" + preamble + "NET=Socket; export NCCL_NET=$NET; torchrun train.py # rank {}"
+    ranks = [k.container(f"rank-{i}", command=["bash", "-c", script.format(i)]) for i in range(3)]
+    pod = k.pod(ranks, generate_name="pytorch-worker-")
+    found = [(name, settings) for name, _, settings in settings_of(Subject(pod, ERDMA, {}, find_targets(pod, ERDMA)))]
+    assert found == [("rank-0", [("NCCL_NET", "Socket")]), ("rank-1", [("NCCL_NET", "Socket")])]
+
+
+def test_a_finding_names_its_container_when_it_has_one():
+    assert Finding("ipc-lock", "worker", "drops IPC_LOCK").text() == "container 'worker': drops IPC_LOCK [ipc-lock]"
+    assert Finding("multus-annotation", None, "cannot be read").text() == "cannot be read [multus-annotation]"
+
+
+def test_a_subject_keeps_what_it_is_given_and_assumes_nothing_else():
+    """What the decision hands over is kept as given; what it sets later starts empty (no
+    other GPU containers, no own NIC claim, no policies, no ConfigMaps, no namespace): a subject
+    built for a rule alone (as the tests of the rules build it) claims nothing it was not told."""
+    pod = k.pod([k.container("worker")])
+    problems = [Finding("multus-annotation", None, "cannot be read")]
+    devices = list(ERDMA.devices)
+    subject = Subject(pod, ERDMA, {}, [], devices, problems)
+    assert subject.devices is devices and subject.problems is problems
+    fresh = Subject(pod, ERDMA, {}, [])
+    assert (fresh.devices, fresh.problems, fresh.others, fresh.launchers, fresh.unread) == ([], [], [], [], [])
+    assert (fresh.own_claim, fresh.policies, fresh.config_maps, fresh.namespace) == (False, None, None, "")
