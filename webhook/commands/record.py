@@ -36,7 +36,7 @@ class Record:
         # what was asked of the files: (a lookup?, its path or text, the answer), so that a
         # remembered reading is reused only while the files answer the same
         self.file_deps: list[tuple[bool, str, Any]] = []
-        self.complete = True  # False when the budget cut the reading short
+        self.complete = True  # False when the parsing budget sent a script to the textual reading
 
     def report(self, name: str, value: str | None, origin: str | None = None) -> None:
         if value is not None and name in self.names:
@@ -66,8 +66,7 @@ class Record:
     def spend(self, steps: int) -> None:
         self.budget.steps -= steps
         if self.budget.steps < 0:
-            self.complete = False
-            raise Unreadable()
+            raise Unreadable()  # the reading ends here: `read` gives the textual one, remembered nowhere
 
     def report_state(self, state: State) -> None:
         for name, v in state.vars.items():
