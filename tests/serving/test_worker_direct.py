@@ -171,6 +171,13 @@ def test_an_answer_that_raises_is_a_503_not_a_lost_connection(loop):
         (post(b"/mutate", b"{}", b"Expect: 100-continue"), "expects 100-continue"),
         (post(b"/mutate", b"{}", version=b"1.0"), "HTTP/1.0"),
         (post(b"/mutate", b"x" * (MAX_BODY + 1)), "declared over the body limit"),
+        # what `curl --http2` sends over cleartext: once upgraded, the bytes after the head are not HTTP/1.1
+        (
+            post(
+                b"/mutate", b"{}", b"Connection: Upgrade, HTTP2-Settings", b"Upgrade: h2c", b"HTTP2-Settings: AAMAAABk"
+            ),
+            "asks for an upgrade",
+        ),
         (b"POST /mutate HTTP/1.1\r\nHost: x\r\n\r\n", "no Content-Length"),
         (b"GET /mutate HTTP/1.1\r\nHost: x\r\n\r\n", "not a POST"),
         (post(b"/healthz"), "another path"),
@@ -183,6 +190,15 @@ def test_every_other_request_takes_the_asgi_path(loop, request_bytes, reason):
     conn.data_received(request_bytes)
     run_until(loop, lambda: b"\r\n\r\nok" in transport.out)
     assert answers.seen == [] and len(app_calls) == 1, reason
+
+
+def test_a_body_of_exactly_the_limit_is_answered_by_the_connection(loop):
+    answers = Answers()
+    _, conn, transport, app_calls = connect(loop, answers)
+    conn.data_received(post(b"/validate", b"x" * MAX_BODY))
+    assert answers.seen == [("validate", b"x" * MAX_BODY)] and app_calls == []
+    [(status, _, body)] = responses(transport.out)
+    assert status == b"HTTP/1.1 200 OK" and json.loads(body) == {"endpoint": "validate", "size": MAX_BODY}
 
 
 def test_an_admission_behind_one_the_app_still_answers_waits_its_turn(loop):
