@@ -199,9 +199,12 @@ def report(mutants=mutants_in) -> str:
         later, met = "-", target
         if m and (kills or equivalent):
             killed, of = int(m[1]) + kills, int(m[2]) - equivalent
-            later = f"{killed}/{of} = {100 * killed / of:.1f}% (+{kills} killed, {equivalent} equivalent)"
-            met = "met" if killed / of >= 0.9 else "NOT met"
-        short += met != "met"
+            if of == 0:  # every mutant argued equivalent (e.g. code run only at import)
+                later, met = f"0/0 (all {equivalent} equivalent)", "nothing to kill"
+            else:
+                later = f"{killed}/{of} = {100 * killed / of:.1f}% (+{kills} killed, {equivalent} equivalent)"
+                met = "met" if killed / of >= 0.9 else "NOT met"
+        short += met not in ("met", "nothing to kill")
         since = since_the_run(commit, module)
         stale += since != "unchanged"
         out.append(
