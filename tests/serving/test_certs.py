@@ -139,6 +139,9 @@ def test_validity_starts_five_minutes_back_and_lasts_the_days_asked(written, tmp
     cert = read_cert(tmp_path / "tls.crt")
     assert within(cert.not_valid_before_utc, before - five, after - five)
     assert within(cert.not_valid_after_utc, before + dt.timedelta(days=30), after + dt.timedelta(days=30))
+    write_certs(tmp_path, "s", "n", days=1, reuse_ca=True)  # the shortest validity there is
+    cert = read_cert(tmp_path / "tls.crt")
+    assert cert.not_valid_after_utc - cert.not_valid_before_utc == dt.timedelta(days=1, minutes=5)
     before = dt.datetime.now(dt.timezone.utc)
     ca, ca_key = make_ca("a CA", days=2)
     cert, _ = make_serving(ca, ca_key, ["x"])

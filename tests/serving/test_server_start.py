@@ -10,6 +10,7 @@ import json
 import logging
 import os
 import shutil
+import ssl
 import tempfile
 
 import pytest
@@ -121,17 +122,20 @@ def test_without_valid_policies_it_starts_and_says_it_is_not_ready(start, monkey
     broken.mkdir()
     (broken / "a.yaml").write_text("name: [not, a, policy\n")
     ran = ran_servers(monkeypatch)
+    client_ca = str(tmp_path / "certs" / "ca.crt")  # the API server's CA, as --client-ca names it
     status = server.run(
         **{**start, "policies_dir": str(broken)},
         host="::",
         port=8443,
         workers=1,
         cluster_state=str(CLUSTER_STATE),
-        client_ca=None,
+        client_ca=client_ca,
         log_level="error",
     )
     assert status == 0 and ran[0].cfg.bind == ["[::]:8443"]
-    assert ran[0].cfg.post_worker_init.__self__.store.current is None
+    served = ran[0].cfg.post_worker_init.__self__
+    assert served.store.current is None
+    assert served.tls.client_ca == client_ca and served.tls.context.verify_mode == ssl.CERT_REQUIRED
     errors = [line["msg"] for line in json_lines(capsys.readouterr().out) if line["level"] == "error"]
     assert errors[-1] == "no valid policies at start; serving but not ready until they are fixed"
     assert all(line.startswith("policy reload rejected") for line in errors[:-1]) and len(errors) > 1
@@ -147,6 +151,10 @@ def test_without_a_cluster_state_or_the_api_it_exits_2_and_says_what_to_do(start
     assert line["level"] == "error" and line["logger"] == "rdma_webhook.serve"
     assert line["msg"].startswith("cannot reach the Kubernetes API (") and line["msg"].endswith(API_UNREACHABLE)
     assert "kube-config" in line["msg"]  # the reason the client gave
+    # prepare's own defaults: INFO lines, and no admission policy check
+    assert server.prepare(**start, cluster_state=None, client_ca=None) is None
+    lines = json_lines(capsys.readouterr().out)
+    assert [line["level"] for line in lines][:1] == ["info"] and lines[-1]["msg"].endswith(API_UNREACHABLE)
 
 
 KUBECONFIG = """apiVersion: v1
