@@ -13,6 +13,7 @@ import socket
 import ssl
 import stat
 import threading
+import time
 
 import pytest
 from cryptography import x509
@@ -66,11 +67,12 @@ def der(path) -> bytes:
     return read_cert(path).public_bytes(serialization.Encoding.DER)
 
 
-@pytest.fixture(scope="module")
-def written(tmp_path_factory):
+@pytest.fixture
+def written(tmp_path):
     """What `rdma-webhook certs --service rdma-webhook --namespace gpu-operator --dns ... --ip ...`
-    writes, with the time just before and after."""
-    out = tmp_path_factory.mktemp("certs") / "out"
+    writes, with the time just before and after. Made for each test: mutmut links the code a
+    fixture runs to the first test that asks for it only, and the tests here check what it wrote."""
+    out = tmp_path / "out"
     before = dt.datetime.now(dt.timezone.utc)
     bundle = write_certs(
         out,
@@ -201,6 +203,53 @@ def test_the_ca_only_signs_and_the_serving_certificate_only_serves(written):
     )
     assert ext(tls, x509.SubjectAlternativeName)[0] is False
     assert len(tls.extensions) == 5
+
+
+def test_the_certificate_is_named_after_the_service(tmp_path):
+    write_certs(tmp_path, "ib-admission", "kube-system")
+    cert = read_cert(tmp_path / "tls.crt")
+    assert cert.subject.get_attributes_for_oid(NameOID.COMMON_NAME)[0].value == "ib-admission"
+
+
+def test_validity_does_not_depend_on_the_machines_time_zone(tmp_path, monkeypatch):
+    """cryptography reads a datetime without a zone as UTC: the local time of a machine east or
+    west of Greenwich would move the validity by hours (a certificate not valid yet)."""
+    for zone in ("Etc/GMT+10", "Etc/GMT-12"):  # ten hours behind UTC, twelve ahead
+        monkeypatch.setenv("TZ", zone)
+        time.tzset()
+        try:
+            before = dt.datetime.now(dt.timezone.utc)
+            write_certs(tmp_path / zone, "s", "n", days=10)
+            after = dt.datetime.now(dt.timezone.utc)
+        finally:
+            monkeypatch.undo()
+            time.tzset()
+        five = dt.timedelta(minutes=5)
+        for name, days in (("tls.crt", 10), ("ca.crt", 3650)):
+            cert = read_cert(tmp_path / zone / name)
+            assert within(cert.not_valid_before_utc, before - five, after - five), (zone, name)
+            end = dt.timedelta(days=days)
+            assert within(cert.not_valid_after_utc, before + end, after + end), (zone, name)
+
+
+def test_the_longest_validity_ends_in_year_9999_in_any_time_zone(tmp_path, monkeypatch):
+    """The last day a certificate (and Python's datetime) can hold is 31 December 9999, counted
+    from today in UTC: in a zone whose date is another, one day more or less is still judged by
+    UTC's date."""
+    utc = dt.datetime.now(dt.timezone.utc)
+    # a zone whose date differs from UTC's now: twelve hours behind before noon, fourteen ahead after
+    monkeypatch.setenv("TZ", "Etc/GMT+12" if utc.hour < 12 else "Etc/GMT-14")
+    time.tzset()
+    try:
+        longest = (dt.date(9999, 12, 31) - dt.datetime.now(dt.timezone.utc).date()).days
+        write_certs(tmp_path, "s", "n", days=longest)
+        with pytest.raises(CertsError) as err:
+            write_certs(tmp_path, "s", "n", days=longest + 1, reuse_ca=True)
+    finally:
+        monkeypatch.undo()
+        time.tzset()
+    assert read_cert(tmp_path / "tls.crt").not_valid_after_utc.date() == dt.date(9999, 12, 31)
+    assert str(err.value) == f"--days {longest + 1}: past the last date a certificate can hold"
 
 
 def test_without_a_dns_name_the_certificate_is_named_after_the_webhook():

@@ -100,8 +100,8 @@ def test_run_serves_what_prepare_built_with_the_worker_hooks(start, monkeypatch,
     assert isinstance(served.cluster, FileClusterState) and served.cluster.namespace("ml-training") is not None
     assert sorted(served.store.current.by_name) == ["efa", "sriov-roce"]
     assert app.load() is served.app
-    answer = Client(app.load()).get("/healthz")
-    assert (answer.status_code, answer.get_json()) == (200, {"status": "ok"})
+    answer = Client(app.load()).get("/readyz")  # the app reads the store and the cluster state built
+    assert (answer.status_code, answer.get_json()) == (200, {"status": "ready", "policies": ["efa", "sriov-roce"]})
     assert metrics.CACHE_READY._value.get() == 1  # the master's neutral entry (before_fork)
     assert gc.get_freeze_count() > 0  # what the master built is left out of the forks' GC
     lines = json_lines(capsys.readouterr().out)
@@ -157,6 +157,13 @@ def test_without_a_cluster_state_or_the_api_it_exits_2_and_says_what_to_do(start
     assert [line["level"] for line in lines][:1] == ["info"] and lines[-1]["msg"].endswith(API_UNREACHABLE)
 
 
+def test_the_startup_line_names_the_compiled_modules(start, monkeypatch, capsys):
+    monkeypatch.setattr(webhook, "compiled", lambda: ["core.decision", "grammar.nccl"])  # as a compiled build says
+    server.prepare(**start, cluster_state=str(CLUSTER_STATE), client_ca=None)
+    first = json_lines(capsys.readouterr().out)[0]
+    assert first["msg"] == "decision core: compiled with mypyc (core.decision, grammar.nccl)"
+
+
 KUBECONFIG = """apiVersion: v1
 kind: Config
 clusters:
@@ -193,6 +200,25 @@ def test_the_api_cluster_state_follows_the_policies_in_force(start, monkeypatch,
     checked = server._cluster(store, None, True)
     assert checked.admission_policy_check.policies() is store.current
     assert isinstance(server._cluster(store, str(CLUSTER_STATE), True), FileClusterState)
+
+
+@pytest.mark.parametrize("check", [False, True])
+def test_without_a_cluster_state_it_watches_the_api_server_for_the_policies_in_force(
+    start, monkeypatch, tmp_path, capsys, check
+):
+    """The kubeconfig's API server is unreachable (the master's first list fails fast and says
+    so, each worker lists again); the server starts with the API state, which asks the store
+    whether to follow NADs, and checks the admission policies only when asked to."""
+    (tmp_path / "kubeconfig").write_text(KUBECONFIG)
+    monkeypatch.setattr(kube_config, "KUBE_CONFIG_DEFAULT_LOCATION", str(tmp_path / "kubeconfig"))
+    ran = ran_servers(monkeypatch)
+    args = dict(start, host="127.0.0.1", port=8443, workers=1, cluster_state=None, client_ca=None)
+    status = server.run(**args, check_admission_policy=True) if check else server.run(**args)
+    assert status == 0
+    served = ran[0].cfg.post_worker_init.__self__
+    assert isinstance(served.cluster, ApiClusterState) and served.cluster.uses_networks() is True
+    assert (served.cluster.admission_policy_check is not None) is check
+    assert any(line["msg"].startswith("listing before the fork failed") for line in json_lines(capsys.readouterr().out))
 
 
 class Lifecycle:
