@@ -218,6 +218,8 @@ def test_without_a_cluster_state_it_watches_the_api_server_for_the_policies_in_f
     served = ran[0].cfg.post_worker_init.__self__
     assert isinstance(served.cluster, ApiClusterState) and served.cluster.uses_networks() is True
     assert (served.cluster.admission_policy_check is not None) is check
+    if not check:  # prepare's own default too
+        assert server.prepare(**start, cluster_state=None, client_ca=None).cluster.admission_policy_check is None
     assert any(line["msg"].startswith("listing before the fork failed") for line in json_lines(capsys.readouterr().out))
 
 
@@ -306,6 +308,16 @@ def test_the_metrics_folder_is_made_empty_at_start(tmp_path, monkeypatch):
     (given / "gauge_livemin_9.db").write_bytes(b"")
     server.prepare_metrics_dir()
     assert os.listdir(given) == []
+
+
+def test_a_metrics_folder_that_cannot_be_removed_is_used_as_it_is(tmp_path, monkeypatch):
+    """A folder the master may empty but not remove (a mount point; here a symbolic link to a
+    folder, which rmtree refuses alike) is no reason not to start."""
+    (tmp_path / "volume").mkdir()
+    (tmp_path / "metrics").symlink_to(tmp_path / "volume")
+    monkeypatch.setenv("PROMETHEUS_MULTIPROC_DIR", str(tmp_path / "metrics"))
+    server.prepare_metrics_dir()
+    assert os.path.isdir(tmp_path / "metrics") and os.path.islink(tmp_path / "metrics")
 
 
 @pytest.mark.parametrize(
