@@ -135,6 +135,16 @@ class CertsError(Exception):
     """A refusal with a message that says what to do."""
 
 
+def _check_days(days: int) -> None:
+    """A validity the serving certificate can have: `--days 0` would write one already expired."""
+    if days < 1:
+        raise CertsError(f"--days {days}: the serving certificate must be valid for 1 day or more")
+    try:
+        dt.datetime.now(dt.timezone.utc) + dt.timedelta(days=days)
+    except OverflowError:
+        raise CertsError(f"--days {days}: past the last date a certificate can hold") from None
+
+
 def write_certs(
     out: str | os.PathLike[str],
     service: str,
@@ -149,6 +159,7 @@ def write_certs(
     `reuse_ca`, renew only the serving certificate under the CA already in `out`, so the
     webhook configurations' caBundle stays valid through the renewal. A CA already in `out` is
     replaced only with `force`: a new CA invalidates every caBundle deployed with the old one."""
+    _check_days(days)
     outdir = Path(out)
     has_ca = (outdir / "ca.crt").exists() or (outdir / "ca.key").exists()
     if reuse_ca and not has_ca:
