@@ -312,12 +312,16 @@ def test_the_metrics_folder_is_made_empty_at_start(tmp_path, monkeypatch):
 
 def test_a_metrics_folder_that_cannot_be_removed_is_used_as_it_is(tmp_path, monkeypatch):
     """A folder the master may empty but not remove (a mount point; here a symbolic link to a
-    folder, which rmtree refuses alike) is no reason not to start."""
-    (tmp_path / "volume").mkdir()
+    folder, which rmtree refuses alike) is no reason not to start, and it is emptied all the
+    same: an earlier master's metric files in it would be summed into this one's counters."""
+    (tmp_path / "volume" / "old").mkdir(parents=True)
+    (tmp_path / "volume" / "counter_123.db").write_bytes(b"an earlier master's counts")
+    (tmp_path / "volume" / "old" / "gauge_9.db").write_bytes(b"")
     (tmp_path / "metrics").symlink_to(tmp_path / "volume")
     monkeypatch.setenv("PROMETHEUS_MULTIPROC_DIR", str(tmp_path / "metrics"))
     server.prepare_metrics_dir()
     assert os.path.isdir(tmp_path / "metrics") and os.path.islink(tmp_path / "metrics")
+    assert os.listdir(tmp_path / "volume") == []
 
 
 @pytest.mark.parametrize(

@@ -18,6 +18,7 @@ against this one in benchmarks/ serve what it builds.
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import logging
 import os
@@ -35,13 +36,21 @@ log = logging.getLogger("rdma_webhook.serve")
 
 def prepare_metrics_dir() -> None:
     """Multi-process metrics need a folder shared by the workers, empty at start; must be set
-    before `prometheus_client` creates any metric, so this runs before importing the app."""
+    before `prometheus_client` creates any metric, so this runs before importing the app. What
+    is in the folder is removed, not the folder: it may be a mount point (an emptyDir) or a
+    symbolic link, which cannot be removed, and an earlier master's files in it would be summed
+    into this one's counters."""
     path = os.environ.get("PROMETHEUS_MULTIPROC_DIR")
     if not path:
         path = os.path.join(tempfile.gettempdir(), f"rdma-webhook-metrics-{os.getpid()}")
         os.environ["PROMETHEUS_MULTIPROC_DIR"] = path
-    shutil.rmtree(path, ignore_errors=True)
     os.makedirs(path, exist_ok=True)
+    for entry in os.scandir(path):
+        if entry.is_dir(follow_symlinks=False):
+            shutil.rmtree(entry.path, ignore_errors=True)
+        else:
+            with contextlib.suppress(OSError):
+                os.unlink(entry.path)
 
 
 class _Server(BaseApplication):
