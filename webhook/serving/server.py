@@ -24,6 +24,7 @@ import logging
 import os
 import shutil
 import tempfile
+from pathlib import Path
 from typing import Any
 
 from gunicorn import glogging
@@ -44,13 +45,14 @@ def prepare_metrics_dir() -> None:
     if not path:
         path = os.path.join(tempfile.gettempdir(), f"rdma-webhook-metrics-{os.getpid()}")
         os.environ["PROMETHEUS_MULTIPROC_DIR"] = path
-    os.makedirs(path, exist_ok=True)
-    for entry in os.scandir(path):
-        if entry.is_dir(follow_symlinks=False):
-            shutil.rmtree(entry.path, ignore_errors=True)
+    folder = Path(path)  # every call below is on this folder or its entries, none on a bare path
+    folder.mkdir(parents=True, exist_ok=True)
+    for entry in folder.iterdir():
+        if entry.is_dir() and not entry.is_symlink():
+            shutil.rmtree(entry, ignore_errors=True)
         else:
             with contextlib.suppress(OSError):
-                os.unlink(entry.path)
+                entry.unlink()
 
 
 class _Server(BaseApplication):
