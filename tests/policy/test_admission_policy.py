@@ -517,3 +517,13 @@ def test_the_validations_and_match_condition_of_a_policy(shipped):
         spec = ap.policy_spec(policy)
         assert ap.validations(policy) == spec["validations"] and len(spec["validations"]) >= 4
         assert ap.broken(policy) == spec["matchConditions"][0]["expression"]
+
+
+def test_the_yaml_reads_back_as_the_objects():
+    """`to_yaml`: the objects as kubectl and helm read them back, after the header (comment lines)
+    when one is given and nothing before them when none is."""
+    docs = ap.objects(load_dir_of("erdma")[0])
+    text = ap.to_yaml(docs)
+    assert text.startswith("apiVersion: ") and list(yaml.safe_load_all(text)) == docs
+    headed = ap.to_yaml(docs, "# generated\n")
+    assert headed == "# generated\n" + text
