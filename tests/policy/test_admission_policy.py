@@ -517,3 +517,26 @@ def test_the_validations_and_match_condition_of_a_policy(shipped):
         spec = ap.policy_spec(policy)
         assert ap.validations(policy) == spec["validations"] and len(spec["validations"]) >= 4
         assert ap.broken(policy) == spec["matchConditions"][0]["expression"]
+
+
+def test_the_yaml_reads_back_as_the_objects():
+    """`to_yaml`: the objects as kubectl and helm read them back, after the header (comment lines)
+    when one is given and nothing before them when none is."""
+    docs = ap.objects(load_dir_of("erdma")[0])
+    text = ap.to_yaml(docs)
+    assert text.startswith("apiVersion: ") and list(yaml.safe_load_all(text)) == docs
+    headed = ap.to_yaml(docs, "# generated\n")
+    assert headed == "# generated\n" + text
+
+
+def test_an_edited_object_selector_is_a_mismatch(shipped):
+    """An installed policy whose objectSelector was edited by hand (the digest kept) checks other
+    pods than the generated one: the run-time check names it."""
+    docs = ap.objects(shipped)
+    vaps, bindings = _by_kind(docs, ap.POLICY_KIND), _by_kind(docs, ap.BINDING_KIND)
+    name = "rdma-webhook-final-state-erdma"
+    spec = next(v for v in vaps if v["metadata"]["name"] == name)["spec"]
+    spec["matchConstraints"]["objectSelector"] = {"matchLabels": {"app": "trainer"}}
+    assert ap.mismatches(shipped, vaps, bindings) == [
+        f"ValidatingAdmissionPolicy {name}: its rules were edited after generation; regenerate and apply it"
+    ]

@@ -51,7 +51,53 @@ from webhook.policy import admission_policy as ap
 from webhook.policy.claim_template import aligned_template
 from webhook.policy.load import load_dir
 
-PS, _ERRORS = load_dir(POLICIES)
+# A policy made for this test beside the shipped ones, modelled on policies/roce-dranet-aligned.yaml:
+# machine types whose GPUs differ (each aligned GPU+NIC claim makes its own containers targets,
+# `cel.is_target`), so that the generated variables must pick the pod's type to find its
+# targets; two of the types share their claim and differ in an enforced variable
+# (NCCL_IB_GID_INDEX=3, the RoCE v2 GID of NVIDIA's NCCL docs); a pod that selects no type is
+# denied (whenUnselected: Deny). The shipped policies' types all have the same GPUs.
+TYPED_TEST_POLICY = """\
+apiVersion: rdma-webhook.io/v1alpha2
+kind: RdmaPolicy
+name: roce-typed-claims
+description: Test policy (tests/policy/test_admission_policy_cel.py), after roce-dranet-aligned.
+priority: 0
+namespaceSelector: {}
+gpuResources: [nvidia.com/gpu]
+fabric: {kind: roce, transport: ib-verbs, ncclNet: [IB], hcaDevices: ["mlx5_[0-63]"]}
+claim: {name: gpus-and-nics, template: "gpu-nic-set-{gpus}", aligned: true}
+dra: {drivers: [dra.net], selectors: [rdma]}
+hostNetwork: Forbidden
+shm: {perGpu: 8Gi, max: 256Gi}
+nccl:
+  NCCL_NET: {value: IB, enforce: true}
+  NCCL_IB_HCA: mlx5
+  NCCL_DEBUG: INFO
+  NCCL_DEBUG_SUBSYS: INIT,NET
+machineTypes:
+  whenUnselected: Deny
+  types:
+    - name: h100
+      nodeLabels: {nvidia.com/gpu.product: NVIDIA-H100-80GB-HBM3}
+    - name: h200
+      nodeLabels: {nvidia.com/gpu.product: NVIDIA-H200}
+      nccl: {NCCL_IB_GID_INDEX: {value: "3", enforce: true}}
+    - name: b200
+      nodeLabels: {nvidia.com/gpu.product: NVIDIA-B200}
+      claim: {name: gpus-and-nics, template: "gpu-nic-pair-{gpus}", aligned: true}
+"""
+
+
+def _load_with_test_policy() -> tuple[Any, list[Any]]:
+    folder = Path(tempfile.mkdtemp(prefix="rdma-webhook-policies-"))
+    for path in POLICIES.glob("*.yaml"):
+        (folder / path.name).write_text(path.read_text())
+    (folder / "roce-typed-claims.yaml").write_text(TYPED_TEST_POLICY)
+    return load_dir(folder)
+
+
+PS, _ERRORS = _load_with_test_policy()
 assert PS is not None, _ERRORS
 NAMES = sorted(PS.by_name)
 STATE = S.cluster_state()
@@ -135,7 +181,17 @@ def _nic_objects(policy: Policy) -> list[dict[str, Any]]:
     return out
 
 
-CLAIMS = FileClusterState([], [], [], [o for p in PS.by_name.values() if p.dra for o in _nic_objects(p)]).claims()
+def _dra_objects() -> list[dict[str, Any]]:
+    """The NIC objects of every policy and of each of its machine types (their claims differ), once each."""
+    out: dict[str, dict[str, Any]] = {}
+    for p in PS.by_name.values():
+        for q in (p, *(t.policy for t in p.machines.types)) if p.machines is not None else (p,):
+            for o in _nic_objects(q) if q.dra else []:
+                out[json.dumps([o["kind"], o["metadata"].get("namespace"), o["metadata"]["name"]])] = o
+    return list(out.values())
+
+
+CLAIMS = FileClusterState([], [], [], _dra_objects()).claims()
 
 
 def _sent(
@@ -195,19 +251,21 @@ def _mutate(pod: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
 # The cases: each shipped policy by name (a policy with machine types: a pod that selects none),
 # and each machine type of a policy as "NAME/TYPE" (a pod that selects the type by nodeSelector).
 TYPED_CASES = [f"{p.name}/{t.name}" for p in PS.ranked() if p.machines is not None for t in p.machines.types]
+# (a policy whose pods must name a type has no case of its bare name: the webhook denies such a pod)
+BARE = [n for n in NAMES if PS.by_name[n].machines is None or PS.by_name[n].machines.unselected is not None]
 # "CASE+claim": the pod claims its NICs through DRA (GKE managed DRANET) under a policy whose NICs
 # are networks and that takes such a claim instead (gke-gib, gke's gIB types): it gets no network.
 CLAIM = "+claim"
 CLAIM_CASES = [
     case + CLAIM
-    for case in sorted(NAMES + TYPED_CASES)
+    for case in sorted(BARE + TYPED_CASES)
     if (lambda p: p.dra is not None and bool(p.gke_networks))(
         PS.by_name[case.partition("/")[0]].machines.by_name[case.partition("/")[2]].policy
         if "/" in case
         else (PS.by_name[case].machines.unselected if PS.by_name[case].machines else PS.by_name[case])
     )
 ]
-CASES = sorted(NAMES + TYPED_CASES + CLAIM_CASES)
+CASES = sorted(BARE + TYPED_CASES + CLAIM_CASES)
 
 
 def _selector(t: MachineType) -> dict[str, str]:
@@ -714,3 +772,53 @@ def test_a_policy_that_does_not_compile_is_an_error_not_an_admission(tmp_path):
         [celcheck(), "-policies", str(path), "-pods", "-"], input="[]", capture_output=True, text=True
     )
     assert proc.returncode == 2 and "does not compile" in proc.stderr, proc.stderr
+
+
+def test_a_typed_policy_names_first_the_rule_an_untyped_one_names(tmp_path):
+    """A pod broken in two ways is refused with the first rule in the same order whether its
+    policy has machine types or not (the kinds' order, `final_state_rules.KINDS`): IPC_LOCK taken
+    away and NCCL_NET set to Socket, on roce-dranet-aligned and on each type of the typed test
+    policy modelled on it."""
+    cases = [
+        "roce-dranet-aligned",
+        *(f"roce-typed-claims/{t.name}" for t in PS.by_name["roce-typed-claims"].machines.types),
+    ]
+    pods = []
+    for case in cases:
+        pod = copy.deepcopy(mutated(case)[1])
+        _caps(pod).pop("add")
+        _last("NCCL_NET", "Socket")(pod)
+        pods.append(pod)
+    objects = [
+        d
+        for d in ap.objects(PS)
+        if d["metadata"]["labels"][ap.POLICY_LABEL] in ("roce-dranet-aligned", "roce-typed-claims")
+    ]
+    rows = [row for row in evaluate(objects, pods, tmp_path) if row["selected"]]
+    assert [row["pod"] for row in rows] == list(range(len(cases))) and all(row["denied"] for row in rows), rows
+    first = [_rule(row["status"].partition(" denied request: ")[2]) for row in rows]
+    assert first == ["ipc-lock-missing"] * len(cases), list(zip(cases, first))
+
+
+def test_the_machine_type_refusal_says_which_selection_is_wrong(tmp_path):
+    """`machine-type`: a pod moved off its type's nodes is refused with what is wrong with its
+    selection: under a policy whose pods must name a type (whenUnselected: Deny), naming none is
+    one of the wrongs; under one with a default type (gke), a pod naming none gets the default, so
+    only a selection of several types (or of labels no type has) is refused, and the message says
+    so."""
+    for case, says, not_says in (
+        ("roce-typed-claims/h100", "select none of them, or several", None),
+        ("gke/a3-high", "select several of them", "none of them"),
+    ):
+        _, good = mutated(case)
+        pod = copy.deepcopy(good)
+        _select(None)(pod)  # no node selection
+        several = copy.deepcopy(good)
+        other = next(t for t in PS.by_name[shape(case)[0]].machines.types if t.name != case.partition("/")[2])
+        _add_term(_term(*other.labels[0]))(several)
+        rows = evaluate(_objects(shape(case)[0]), [pod, several], tmp_path)
+        messages = [v["message"] for v in rows[1]["validations"] if not v["passed"]]
+        assert [_rule(m) for m in messages] == ["machine-type"] and says in messages[0], messages
+        assert not_says is None or not_says not in messages[0], messages
+        if not_says is None:  # the pod naming no type is refused too
+            assert rows[0]["denied"] and says in rows[0]["status"], rows[0]

@@ -71,7 +71,7 @@ def object_name(policy_name: str) -> str:
     return NAME_PREFIX + policy_name
 
 
-def _names(over: str = "variables.targets") -> str:
+def _names(over: str) -> str:
     """Who the message is about: the container when `over` holds one (most training pods), else
     the containers among which the rule failed. The API server evaluates every messageExpression
     of a matched policy whether its rule held or not, so this one must cost little: naming only

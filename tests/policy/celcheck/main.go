@@ -46,6 +46,7 @@ import (
 	celconfig "k8s.io/apiserver/pkg/apis/cel"
 	"k8s.io/apiserver/pkg/authentication/user"
 	"k8s.io/apiserver/pkg/cel/environment"
+	kjson "sigs.k8s.io/json"
 )
 
 type policy struct {
@@ -143,6 +144,20 @@ func compileErrors(p *admissionregistrationv1.ValidatingAdmissionPolicy) []strin
 	return out
 }
 
+// decodeStrict decodes an object as the API server does for a create with fieldValidation=Strict
+// (kubectl's default): field names case-sensitively, and an unknown or repeated field is an
+// error. encoding/json would match "Variables" or "NAME" to a field and drop unknown ones.
+func decodeStrict(b []byte, into any) error {
+	strict, err := kjson.UnmarshalStrict(b, into, kjson.DisallowUnknownFields, kjson.DisallowDuplicateFields)
+	if err != nil {
+		return err
+	}
+	if len(strict) > 0 {
+		return fmt.Errorf("strict decoding error: %v", errors.Join(strict...))
+	}
+	return nil
+}
+
 func readObjects(path string) ([]*policy, error) {
 	f, err := os.Open(path)
 	if err != nil {
@@ -164,7 +179,7 @@ func readObjects(path string) ([]*policy, error) {
 		switch raw["kind"] {
 		case "ValidatingAdmissionPolicy":
 			p := &admissionregistrationv1.ValidatingAdmissionPolicy{}
-			if err := json.Unmarshal(b, p); err != nil {
+			if err := decodeStrict(b, p); err != nil {
 				return nil, err
 			}
 			if errs := compileErrors(p); len(errs) > 0 {
@@ -177,7 +192,7 @@ func readObjects(path string) ([]*policy, error) {
 			policies = append(policies, &policy{vap: p, matcher: matcher, checks: checks})
 		case "ValidatingAdmissionPolicyBinding":
 			bd := &admissionregistrationv1.ValidatingAdmissionPolicyBinding{}
-			if err := json.Unmarshal(b, bd); err != nil {
+			if err := decodeStrict(b, bd); err != nil {
 				return nil, err
 			}
 			bindings = append(bindings, bd)
