@@ -129,6 +129,11 @@ def celcheck() -> str:
     return proc.stdout.strip().splitlines()[-1]
 
 
+def failed_rules(row: dict[str, Any]) -> set[str]:
+    """The rules (the `[rule]` that ends each message) whose validations a harness row failed."""
+    return {v["message"].rsplit("[", 1)[1].rstrip("]") for v in row["validations"] if not v["passed"]}
+
+
 def evaluate(objects: list[dict[str, Any]], pods: list[dict[str, Any]], tmp: Path) -> list[dict[str, Any]]:
     """The harness's verdicts on each pod (one row per policy and pod, in pod order)."""
     path = tmp / "objects.yaml"

@@ -8,13 +8,9 @@ from __future__ import annotations
 import copy
 
 from conftest import POLICIES
-from policy.test_admission_policy_cel import _caps, _last, _objects, evaluate, mutated, webhook_findings
+from policy.test_admission_policy_cel import _caps, _last, _objects, evaluate, failed_rules, mutated, webhook_findings
 from webhook.policy import admission_policy as ap
 from webhook.policy.load import load_texts
-
-
-def _failed(row) -> set[str]:
-    return {v["message"].rsplit("[", 1)[1].rstrip("]") for v in row["validations"] if not v["passed"]}
 
 
 def test_a_container_referencing_an_aligned_resource_claim_by_its_claim_name_is_a_target(tmp_path):
@@ -36,10 +32,10 @@ def test_a_container_referencing_an_aligned_resource_claim_by_its_claim_name_is_
     (trainer,) = [c for c in no_reference["spec"]["containers"] if c.get("resources", {}).get("claims")]
     trainer["resources"].pop("claims")
     rows = evaluate(_objects("roce-dranet-aligned"), [good, by_claim, no_ipc_lock, no_reference], tmp_path)
-    assert not rows[0]["denied"] and _failed(rows[0]) == set()
-    assert not rows[1]["denied"] and _failed(rows[1]) == set()
+    assert not rows[0]["denied"] and failed_rules(rows[0]) == set()
+    assert not rows[1]["denied"] and failed_rules(rows[1]) == set()
     assert set(webhook_findings(by_claim, ns)) == set()
-    assert rows[2]["denied"] and _failed(rows[2]) == {"ipc-lock-missing"}
+    assert rows[2]["denied"] and failed_rules(rows[2]) == {"ipc-lock-missing"}
     assert set(webhook_findings(no_ipc_lock, ns)) == {"ipc-lock-missing"}  # the webhook: a target, its device there
     # a container that references no claim brings no GPU of it: neither a target for the policy nor for the webhook
     assert not rows[3]["denied"] and set(webhook_findings(no_reference, ns)) == set()
@@ -77,7 +73,7 @@ def test_an_aligned_template_name_matches_for_any_gpu_count_and_nothing_else(tmp
         pods.append(pod)
     objects = [d for d in ap.objects(policies) if d["metadata"]["labels"][ap.POLICY_LABEL] == "roce-dranet-aligned"]
     rows = evaluate(objects, pods, tmp_path)
-    targets = [name for name, row in zip(names, rows) if "ipc-lock-missing" in _failed(row)]
+    targets = [name for name, row in zip(names, rows) if "ipc-lock-missing" in failed_rules(row)]
     assert targets == [n for n in names if claim.made_from(n)] == ["gpu.nic-8.aligned", "gpu.nic-12.aligned"]
 
 
@@ -103,7 +99,7 @@ def test_an_aligned_template_without_a_gpu_count_matches_only_itself(tmp_path):
         pods.append(pod)
     objects = [d for d in ap.objects(policies) if d["metadata"]["labels"][ap.POLICY_LABEL] == "roce-dranet-aligned"]
     rows = evaluate(objects, pods, tmp_path)
-    targets = [name for name, row in zip(names, rows) if "ipc-lock-missing" in _failed(row)]
+    targets = [name for name, row in zip(names, rows) if "ipc-lock-missing" in failed_rules(row)]
     assert targets == [n for n in names if claim.made_from(n)] == ["gpu-nic-aligned"]
 
 
@@ -124,6 +120,6 @@ def test_a_plugin_path_matches_the_library_name_dot_for_dot(tmp_path):
         _last("NCCL_NET_PLUGIN", value)(pod)
         pods.append(pod)
     rows = evaluate(_objects("gke-tcpxo"), pods, tmp_path)
-    refused = [v for v, row in zip(values, rows) if "env-fallback" in _failed(row)]
+    refused = [v for v, row in zip(values, rows) if "env-fallback" in failed_rules(row)]
     webhook = [v for v, pod in zip(values, pods) if "env-fallback" in webhook_findings(pod, ns)]
     assert refused == webhook == values[2:]

@@ -16,7 +16,16 @@ import pytest
 import kube_objects as k
 from core.test_machines import ACCEL, policy_text
 from conftest import POLICIES
-from policy.test_admission_policy_cel import _caps, _last, _objects, evaluate, mutated, verdicts, webhook_findings
+from policy.test_admission_policy_cel import (
+    _caps,
+    _last,
+    _objects,
+    evaluate,
+    failed_rules,
+    mutated,
+    verdicts,
+    webhook_findings,
+)
 from webhook.core import keys
 from webhook.policy import admission_policy as ap, final_state_rules
 from webhook.policy.load import load_texts
@@ -216,10 +225,6 @@ def test_machine_types_with_the_same_rules_are_checked_as_one(tmp_path):
     assert lacking == [True, False, True, False]
 
 
-def _failed(row) -> set[str]:
-    return {v["message"].rsplit("[", 1)[1].rstrip("]") for v in row["validations"] if not v["passed"]}
-
-
 def test_a_privileged_container_needs_no_ipc_lock(tmp_path):
     """erdma: a privileged target without IPC_LOCK in its capabilities holds every capability:
     not refused for IPC_LOCK, as the webhook does not; unprivileged, it is."""
@@ -231,7 +236,7 @@ def test_a_privileged_container_needs_no_ipc_lock(tmp_path):
         pod["spec"]["containers"][0]["securityContext"]["privileged"] = privileged
         pods.append(pod)
     rows = evaluate(_objects("erdma"), pods, tmp_path)
-    assert ["ipc-lock-missing" in _failed(r) for r in rows] == [False, True]
+    assert ["ipc-lock-missing" in failed_rules(r) for r in rows] == [False, True]
     assert ["ipc-lock-missing" in webhook_findings(p, ns) for p in pods] == [False, True]
 
 
@@ -250,7 +255,7 @@ def test_an_equivalent_device_resource_stands_for_the_device(tmp_path):
                 res.setdefault(section, {})[resource] = "1"
         pods.append(pod)
     rows = evaluate(_objects("ib-shared"), pods, tmp_path)
-    assert ["device-missing" in _failed(r) for r in rows] == [False, False, True]
+    assert ["device-missing" in failed_rules(r) for r in rows] == [False, False, True]
     assert ["device-missing" in webhook_findings(p, ns) for p in pods] == [False, False, True]
 
 
@@ -290,7 +295,7 @@ def test_a_plugin_path_may_end_in_any_of_the_fabrics_plugins(tmp_path):
         _last("NCCL_NET_PLUGIN", value)(pod)
         pods.append(pod)
     rows = evaluate(_objects("efa"), pods, tmp_path)
-    refused = [v for v, row in zip(values, rows) if "env-fallback" in _failed(row)]
+    refused = [v for v, row in zip(values, rows) if "env-fallback" in failed_rules(row)]
     webhook = [v for v, pod in zip(values, pods) if "env-fallback" in webhook_findings(pod, ns)]
     assert refused == webhook == values[3:]
 
