@@ -9,10 +9,8 @@ from __future__ import annotations
 import base64
 import datetime as dt
 import os
-import socket
 import ssl
 import stat
-import threading
 import time
 
 import pytest
@@ -21,6 +19,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
+from serving.test_tls import handshake
 from webhook.cli.main import main
 from webhook.serving.certs import CertsError, load_ca, make_ca, make_serving, service_dns_names, write_certs
 
@@ -42,25 +41,9 @@ def served_to(directory, server_hostname: str, ca_file=None) -> bytes:
     served = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     served.load_cert_chain(directory / "tls.crt", directory / "tls.key")
     ctx = ssl.create_default_context(cafile=ca_file or directory / "ca.crt")
-    with socket.create_server(("127.0.0.1", 0)) as listener:
-
-        def serve_one() -> None:
-            conn, _ = listener.accept()
-            try:
-                with served.wrap_socket(conn, server_side=True) as tls:
-                    tls.sendall(b"ok")
-            except (ssl.SSLError, OSError):
-                conn.close()
-
-        th = threading.Thread(target=serve_one, daemon=True)
-        th.start()
-        try:
-            with socket.create_connection(listener.getsockname(), timeout=10) as raw:
-                with ctx.wrap_socket(raw, server_hostname=server_hostname) as s:
-                    assert s.recv(2) == b"ok"
-                    return s.getpeercert(binary_form=True)
-        finally:
-            th.join(10)
+    _version, _cipher, cert, data = handshake(served, ctx, server_hostname)
+    assert data == b"ok"
+    return cert
 
 
 def der(path) -> bytes:

@@ -38,9 +38,12 @@ def client(ca: str, *, version: ssl.TLSVersion | None = None, ciphers: str | Non
     return ctx
 
 
-def handshake(served: ssl.SSLContext, ctx: ssl.SSLContext) -> tuple[str, str, bytes, bytes]:
+def handshake(
+    served: ssl.SSLContext, ctx: ssl.SSLContext, server_hostname: str = "localhost"
+) -> tuple[str, str, bytes, bytes]:
     """(TLS version, cipher, the server certificate the client got, what the server sent after the
-    handshake) of one connection over loopback; an ssl.SSLError if the client's side fails."""
+    handshake) of one connection over loopback, dialled as `server_hostname`; an ssl.SSLError if
+    the client's side fails."""
     with socket.create_server(("127.0.0.1", 0)) as listener:
 
         def serve_one() -> None:
@@ -55,7 +58,7 @@ def handshake(served: ssl.SSLContext, ctx: ssl.SSLContext) -> tuple[str, str, by
         th.start()
         try:
             with socket.create_connection(listener.getsockname(), timeout=10) as raw:
-                with ctx.wrap_socket(raw, server_hostname="localhost") as s:
+                with ctx.wrap_socket(raw, server_hostname=server_hostname) as s:
                     data = s.recv(2)
                     return s.version(), s.cipher()[0], s.getpeercert(binary_form=True), data
         finally:
