@@ -1,12 +1,15 @@
 """What the cluster modules' tests give an informer in place of its owner, its stop event and an
 HTTP response: the few attributes webhook.cluster.informer reads of them, without a thread or a
-server. One copy for tests/cluster/test_informer.py, test_dra_watch.py and test_admission_policies.py."""
+server; and an API client that answers lists without a server. One copy for tests/cluster/test_informer.py,
+test_dra_watch.py, test_admission_policies.py and test_api_cache.py."""
 
 from __future__ import annotations
 
+import urllib.parse
 from typing import Any
 
 import orjson
+from kubernetes import client
 
 
 class Stop:
@@ -60,3 +63,28 @@ class Resp:
 
     def release_conn(self) -> None:
         self.released = True
+
+
+class Answering(client.ApiClient):
+    """An ApiClient that answers each GET from `lists` (by path) and records what was asked."""
+
+    def __init__(self, lists: dict[str, list[dict]]):
+        super().__init__(client.Configuration())
+        self.lists, self.asked = lists, []
+
+    def call_api(self, method: str, url: str, header_params=None, *args: Any, **kw: Any):
+        parts = urllib.parse.urlsplit(url)
+        self.asked.append((method, parts.path, dict(urllib.parse.parse_qsl(parts.query))))
+        body = {"kind": "List", "metadata": {"resourceVersion": "412"}, "items": self.lists.get(parts.path, [])}
+
+        class Raw:  # the urllib3 response a list with _preload_content=False hands back
+            data = orjson.dumps(body)
+
+            def release_conn(self) -> None:
+                pass
+
+        class Resp:
+            status = 200
+            response = Raw()
+
+        return Resp()

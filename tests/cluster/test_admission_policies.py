@@ -9,15 +9,12 @@ from __future__ import annotations
 import copy
 import logging
 import threading
-import urllib.parse
 from pathlib import Path
 from typing import Any
 
-import orjson
 import pytest
-from kubernetes import client
 
-from tests.cluster.stand_ins import Owner
+from tests.cluster.stand_ins import Answering, Owner
 from webhook.cluster import admission_policies as apc
 from webhook.policy import admission_policy as ap
 from webhook.policy.load import load_texts
@@ -41,31 +38,6 @@ def served(obj: dict) -> dict:
         out["spec"]["matchConstraints"]["matchPolicy"] = "Equivalent"
         out["status"] = {"observedGeneration": 1, "typeChecking": {}}
     return out
-
-
-class Answering(client.ApiClient):
-    """An ApiClient that answers each GET from `lists` (by path) and records what was asked."""
-
-    def __init__(self, lists: dict[str, list[dict]]):
-        super().__init__(client.Configuration())
-        self.lists, self.asked = lists, []
-
-    def call_api(self, method: str, url: str, header_params=None, *args: Any, **kw: Any):
-        parts = urllib.parse.urlsplit(url)
-        self.asked.append((method, parts.path, dict(urllib.parse.parse_qsl(parts.query))))
-        body = {"kind": "List", "metadata": {"resourceVersion": "412"}, "items": self.lists.get(parts.path, [])}
-
-        class Raw:  # the urllib3 response a list with _preload_content=False hands back
-            data = orjson.dumps(body)
-
-            def release_conn(self) -> None:
-                pass
-
-        class Resp:
-            status = 200
-            response = Raw()
-
-        return Resp()
 
 
 VAP_PATH = "/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicies"

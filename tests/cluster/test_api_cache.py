@@ -17,6 +17,7 @@ import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
+from tests.cluster.stand_ins import Answering
 from webhook.cluster import api as cluster_api
 from webhook.cluster.api import ApiClusterState
 from webhook.core import keys
@@ -747,41 +748,18 @@ def test_by_default_watches_cycle_every_five_minutes_and_failures_back_off_from_
     assert drawn == [0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 30.0, 30.0, 30.0]
 
 
-class Answering(client.ApiClient):
-    """A client that answers every list with no object, recording the paths asked for."""
-
-    def __init__(self) -> None:
-        super().__init__(client.Configuration())
-        self.asked: list[str] = []
-
-    def call_api(self, method: str, url: str, *args: Any, **kw: Any) -> Any:
-        self.asked.append(url.split("?")[0].removeprefix(self.configuration.host))
-
-        class Raw:
-            data = orjson.dumps({"kind": "List", "metadata": {"resourceVersion": "5"}, "items": []})
-
-            def release_conn(self) -> None:
-                pass
-
-        class Resp:
-            status = 200
-            response = Raw()
-
-        return Resp()
-
-
 def test_the_admission_policy_check_lists_through_the_states_client_and_stops_with_it():
     from webhook.policy.load import load_texts
 
     root = Path(__file__).resolve().parents[2]
     erdma, errors = load_texts([("erdma.yaml", (root / "policies" / "erdma.yaml").read_text())])
     assert erdma is not None, errors
-    api = Answering()
+    api = Answering({})
     state = ApiClusterState(api, admission_policies=lambda: erdma)
     check = state.admission_policy_check
     for i in check.informers:
         i.relist()
-    assert api.asked == [
+    assert [path for _, path, _ in api.asked] == [
         "/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicies",
         "/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicybindings",
     ]
