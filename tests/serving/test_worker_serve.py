@@ -10,6 +10,7 @@ from __future__ import annotations
 import http.client
 import socket
 import threading
+from collections.abc import Callable
 
 import flask
 from gunicorn.config import Config as GunicornConfig
@@ -19,6 +20,23 @@ from webhook.serving import worker as uvworker
 from webhook.serving.app import wsgi
 
 
+def run_worker(cfg: GunicornConfig, app, client_side: Callable[[int], None]) -> tuple[uvworker.Worker, socket.socket]:
+    """Run a worker for `app` with `cfg` on a loopback listener, in this process, until it stops by
+    itself (gunicorn's max_requests), while `client_side(port)` runs in a thread: the worker (its
+    heartbeat file closed) and the listener, as the worker left it."""
+    listener = socket.create_server(("127.0.0.1", 0))
+    worker = uvworker.Worker(0, 0, [listener], None, 30, cfg, Logger(cfg))
+    worker.wsgi = app
+    th = threading.Thread(target=client_side, args=(listener.getsockname()[1],), daemon=True)
+    th.start()
+    try:
+        worker.run()
+    finally:
+        th.join(20)
+        worker.tmp.close()
+    return worker, listener
+
+
 def serve(app, connections: list[int], graceful_timeout: int = 20):
     """Run a worker for `app` until gunicorn's max_requests stops it, while a client sends GET
     /probe on each connection as many times as `connections` says: (the bodies, the worker, whether
@@ -26,13 +44,9 @@ def serve(app, connections: list[int], graceful_timeout: int = 20):
     cfg = GunicornConfig()
     cfg.set("max_requests", sum(connections))
     cfg.set("graceful_timeout", graceful_timeout)
-    listener = socket.create_server(("127.0.0.1", 0))
-    port = listener.getsockname()[1]
-    worker = uvworker.Worker(0, 0, [listener], None, 30, cfg, Logger(cfg))
-    worker.wsgi = app
     seen: list[str] = []
 
-    def client_side() -> None:
+    def client_side(port: int) -> None:
         for requests in connections:
             conn = http.client.HTTPConnection("127.0.0.1", port, timeout=20)
             try:
@@ -42,15 +56,9 @@ def serve(app, connections: list[int], graceful_timeout: int = 20):
             finally:
                 conn.close()
 
-    th = threading.Thread(target=client_side, daemon=True)
-    th.start()
-    try:
-        worker.run()
-    finally:
-        th.join(20)
-        worker.tmp.close()
-        listener_closed = listener.fileno() == -1
-        listener.close()
+    worker, listener = run_worker(cfg, app, client_side)
+    listener_closed = listener.fileno() == -1
+    listener.close()
     return seen, worker, listener_closed
 
 

@@ -11,6 +11,7 @@ import pytest
 
 from serving.test_tls import certs, client, der, handshake, rotate
 from serving.test_worker import Transport
+from serving.test_worker_serve import run_worker
 from uvicorn.config import Config
 from uvicorn.server import ServerState
 
@@ -59,12 +60,9 @@ def test_the_worker_serves_admissions_and_probes_over_its_live_tls_context(tmp_p
     after gunicorn's max_requests (2) and returns."""
     import http.client
     import json
-    import socket
     import ssl
-    import threading
 
     from gunicorn.config import Config as GunicornConfig
-    from gunicorn.glogging import Logger
 
     import kube_objects as k
     from conftest import POLICIES
@@ -81,13 +79,9 @@ def test_the_worker_serves_admissions_and_probes_over_its_live_tls_context(tmp_p
         if name not in ("bind", "logger_class", "errorlog"):
             cfg.set(name, value)
     cfg.set("max_requests", 2)
-    listener = socket.create_server(("127.0.0.1", 0))
-    port = listener.getsockname()[1]
-    worker = uvworker.Worker(0, 0, [listener], None, 30, cfg, Logger(cfg))
-    worker.wsgi = wsgi(create_app(store, cluster))
     answers = []
 
-    def client_side() -> None:
+    def client_side(port: int) -> None:
         ctx = ssl.create_default_context(cafile=files["ca.crt"])
         conn = http.client.HTTPSConnection("localhost", port, context=ctx, timeout=20)
         try:
@@ -102,14 +96,8 @@ def test_the_worker_serves_admissions_and_probes_over_its_live_tls_context(tmp_p
         finally:
             conn.close()
 
-    th = threading.Thread(target=client_side, daemon=True)
-    th.start()
-    try:
-        worker.run()
-    finally:
-        listener.close()
-        th.join(20)
-        worker.tmp.close()
+    worker, listener = run_worker(cfg, wsgi(create_app(store, cluster)), client_side)
+    listener.close()
     assert answers == [(200, True), (200, {"status": "ok"}), True]
     assert worker.config.http.tls is tls and set(worker.config.http.direct) == {b"/mutate", b"/validate"}
     assert worker.config.ssl is tls.context and worker.config.timeout_graceful_shutdown == 18
