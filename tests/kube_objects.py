@@ -202,6 +202,36 @@ def body(review: dict[str, Any]) -> bytes:
     return json.dumps(review).encode()
 
 
+# -- training runtimes ----------------------------------------------------------------------------
+
+
+def cluster_training_runtime(
+    container: dict[str, Any], *, name: str = "torch-ib", num_nodes: int = 2, pod_labels: dict[str, str] | None = None
+) -> dict[str, Any]:
+    """A Kubeflow Trainer ClusterTrainingRuntime (kubeflow/trainer,
+    manifests/base/runtimes/torch_distributed.yaml, trimmed to the replicated job a TrainJob's pods
+    are made of): one job `node` whose pods run `container`, with `pod_labels` when given."""
+    pod_template: dict[str, Any] = {"spec": {"containers": [container]}}
+    if pod_labels is not None:
+        pod_template = {"metadata": {"labels": dict(pod_labels)}, **pod_template}
+    job = {
+        "name": "node",
+        "template": {
+            "metadata": {"labels": {"trainer.kubeflow.org/trainjob-ancestor-step": "trainer"}},
+            "spec": {"template": pod_template},
+        },
+    }
+    return {
+        "apiVersion": "trainer.kubeflow.org/v1alpha1",
+        "kind": "ClusterTrainingRuntime",
+        "metadata": {"name": name, "labels": {"trainer.kubeflow.org/framework": "torch"}},
+        "spec": {
+            "mlPolicy": {"numNodes": num_nodes, "torch": {"numProcPerNode": "auto"}},
+            "template": {"spec": {"replicatedJobs": [job]}},
+        },
+    }
+
+
 # -- training operator pod shapes --------------------------------------------------------------
 
 

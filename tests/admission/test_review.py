@@ -1327,32 +1327,7 @@ def cluster_runtime(env=None):
     """A Kubeflow Trainer ClusterTrainingRuntime (torch-distributed shape), its `node` job's pods
     opted in; `env` for the node container."""
     node = k.container("node", env=env, command=["torchrun", "/workspace/train.py"])
-    return {
-        "apiVersion": f"{TRAINER}/v1alpha1",
-        "kind": "ClusterTrainingRuntime",
-        "metadata": {"name": "torch-ib", "labels": {"trainer.kubeflow.org/framework": "torch"}},
-        "spec": {
-            "mlPolicy": {"numNodes": 2, "torch": {"numProcPerNode": "auto"}},
-            "template": {
-                "spec": {
-                    "replicatedJobs": [
-                        {
-                            "name": "node",
-                            "template": {
-                                "metadata": {"labels": {"trainer.kubeflow.org/trainjob-ancestor-step": "trainer"}},
-                                "spec": {
-                                    "template": {
-                                        "metadata": {"labels": {"rdma-webhook.io/inject": "true"}},
-                                        "spec": {"containers": [node]},
-                                    }
-                                },
-                            },
-                        }
-                    ]
-                }
-            },
-        },
-    }
+    return k.cluster_training_runtime(node, pod_labels={"rdma-webhook.io/inject": "true"})
 
 
 def trainjob(namespace=IB):

@@ -483,29 +483,7 @@ def ib_runtime(env: list | None = None) -> dict:
     }
     if env:
         c["env"] = env
-    return {
-        "apiVersion": "trainer.kubeflow.org/v1alpha1",
-        "kind": "ClusterTrainingRuntime",
-        "metadata": {"name": "torch-ib", "labels": {"trainer.kubeflow.org/framework": "torch"}},
-        "spec": {
-            "mlPolicy": {"numNodes": 2, "torch": {"numProcPerNode": "auto"}},
-            "template": {
-                "spec": {
-                    "replicatedJobs": [
-                        {
-                            "name": "node",
-                            "template": {
-                                "metadata": {"labels": {"trainer.kubeflow.org/trainjob-ancestor-step": "trainer"}},
-                                "spec": {
-                                    "template": {"metadata": {"labels": dict(INJECT)}, "spec": {"containers": [c]}}
-                                },
-                            },
-                        }
-                    ]
-                }
-            },
-        },
-    }
+    return k.cluster_training_runtime(c, pod_labels=INJECT)
 
 
 def validate_cluster_runtime(runtime: dict, policies) -> dict:

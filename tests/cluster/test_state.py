@@ -12,6 +12,7 @@ import sys
 import pytest
 import yaml
 
+import kube_objects as k
 from webhook.core import keys
 from webhook.core.decision import Namespace
 from webhook.cluster.state import (
@@ -62,35 +63,9 @@ NAD = {
 # Kubeflow Trainer's runtimes (kubeflow/trainer, manifests/base/runtimes/torch_distributed.yaml:
 # a ClusterTrainingRuntime; a TrainingRuntime is the same in a namespace), trimmed to the
 # replicated job a TrainJob's pods are made of.
-CLUSTER_RUNTIME = {
-    "apiVersion": "trainer.kubeflow.org/v1alpha1",
-    "kind": "ClusterTrainingRuntime",
-    "metadata": {"name": "torch-distributed", "labels": {"trainer.kubeflow.org/framework": "torch"}},
-    "spec": {
-        "mlPolicy": {"numNodes": 1, "torch": {"numProcPerNode": "auto"}},
-        "template": {
-            "spec": {
-                "replicatedJobs": [
-                    {
-                        "name": "node",
-                        "template": {
-                            "metadata": {"labels": {"trainer.kubeflow.org/trainjob-ancestor-step": "trainer"}},
-                            "spec": {
-                                "template": {
-                                    "spec": {
-                                        "containers": [
-                                            {"name": "node", "image": "pytorch/pytorch:2.7.1-cuda12.8-cudnn9-runtime"}
-                                        ]
-                                    }
-                                }
-                            },
-                        },
-                    }
-                ]
-            }
-        },
-    },
-}
+CLUSTER_RUNTIME = k.cluster_training_runtime(
+    {"name": "node", "image": "pytorch/pytorch:2.7.1-cuda12.8-cudnn9-runtime"}, name="torch-distributed", num_nodes=1
+)
 NS_RUNTIME = {
     **CLUSTER_RUNTIME,
     "kind": "TrainingRuntime",
